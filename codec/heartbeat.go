@@ -1,0 +1,110 @@
+package codec
+
+// Heartbeat is what a worker publishes on ortbus.hb.<pool>.<worker> every interval. The
+// gateway derives liveness, free slots and the requests each worker holds from it.
+type Heartbeat struct {
+	V       int    `msgpack:"v,omitempty" json:"v,omitempty"`
+	Worker  string `msgpack:"worker" json:"worker"`
+	Pool    string `msgpack:"pool" json:"pool"`
+	Host    string `msgpack:"host" json:"host"`
+	PID     int    `msgpack:"pid" json:"pid"`
+	Seq     uint64 `msgpack:"seq" json:"seq"`
+	SentMS  int64  `msgpack:"sent_unix_ms" json:"sent_unix_ms"`
+	State   string `msgpack:"state" json:"state"` // starting, ready, draining, failed
+	Runtime string `msgpack:"runtime" json:"runtime"`
+	Library string `msgpack:"library,omitempty" json:"library,omitempty"`
+	EP      string `msgpack:"ep" json:"ep"`
+	Device  string `msgpack:"device,omitempty" json:"device,omitempty"`
+	// IntervalMS is the worker's heartbeat interval, so a tracker can judge silence.
+	IntervalMS int64 `msgpack:"interval_ms" json:"interval_ms"`
+
+	Classes []string       `msgpack:"classes" json:"classes"`
+	Models  []ModelStatus  `msgpack:"models" json:"models"`
+	Slots   int            `msgpack:"slots" json:"slots"`
+	Queued  map[string]int `msgpack:"queued" json:"queued"`
+	Running map[string]int `msgpack:"running" json:"running"`
+	Held    []string       `msgpack:"held" json:"held"`
+
+	Served          uint64 `msgpack:"served" json:"served"`
+	Failed          uint64 `msgpack:"failed" json:"failed"`
+	SessionsCreated uint64 `msgpack:"sessions_created" json:"sessions_created"`
+	RSSBytes        int64  `msgpack:"rss_bytes" json:"rss_bytes"`
+	UptimeMS        int64  `msgpack:"uptime_ms" json:"uptime_ms"`
+
+	// Error is set when State is failed: why the worker cannot serve (runtime_missing,
+	// provider_unavailable, ...).
+	Error *Error `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// Worker states, as reported in heartbeats.
+const (
+	StateStarting = "starting"
+	StateReady    = "ready"
+	StateDraining = "draining"
+	StateFailed   = "failed"
+)
+
+// ModelStatus is one model of a worker as its heartbeat reports it.
+type ModelStatus struct {
+	Name      string `msgpack:"name" json:"name"`
+	Kind      string `msgpack:"kind" json:"kind"`
+	Loaded    bool   `msgpack:"loaded" json:"loaded"`
+	PeakBytes int64  `msgpack:"peak_bytes" json:"peak_bytes"`
+	// PeakSource says where PeakBytes comes from: measured (rss or device) or declared.
+	PeakSource string `msgpack:"peak_source,omitempty" json:"peak_source,omitempty"`
+	MaxBatch   int    `msgpack:"max_batch,omitempty" json:"max_batch,omitempty"`
+	LoadMS     int64  `msgpack:"load_ms" json:"load_ms"`
+}
+
+// StatusReply answers status: the whole system as the gateway sees it.
+type StatusReply struct {
+	Gateway      string         `msgpack:"gateway" json:"gateway"`
+	AllowedRoots []string       `msgpack:"allowed_roots" json:"allowed_roots"`
+	SpoolDir     string         `msgpack:"spool_dir" json:"spool_dir"`
+	Pools        []PoolStatus   `msgpack:"pools" json:"pools"`
+	Workers      []WorkerStatus `msgpack:"workers" json:"workers"`
+	Devices      []DeviceStatus `msgpack:"devices" json:"devices"`
+	Classes      []ClassStatus  `msgpack:"classes" json:"classes"`
+}
+
+// PoolStatus is one pool in a status reply.
+type PoolStatus struct {
+	Name         string   `msgpack:"name" json:"name"`
+	EP           string   `msgpack:"ep" json:"ep"`
+	Device       string   `msgpack:"device" json:"device"`
+	Local        bool     `msgpack:"local" json:"local"`
+	Classes      []string `msgpack:"classes" json:"classes"`
+	Workers      int      `msgpack:"workers" json:"workers"`
+	Live         int      `msgpack:"live" json:"live"`
+	CrashLooping bool     `msgpack:"crash_looping" json:"crash_looping"`
+	Error        *Error   `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// WorkerStatus is one worker in a status reply.
+type WorkerStatus struct {
+	Heartbeat      `msgpack:",inline"`
+	HeartbeatAgeMS int64  `msgpack:"heartbeat_age_ms" json:"heartbeat_age_ms"`
+	Restarts       int    `msgpack:"restarts" json:"restarts"`
+	LastExit       string `msgpack:"last_exit,omitempty" json:"last_exit,omitempty"`
+}
+
+// DeviceStatus is one device group's memory budget in a status reply.
+type DeviceStatus struct {
+	Device        string   `msgpack:"device" json:"device"`
+	CapacityBytes int64    `msgpack:"capacity_bytes" json:"capacity_bytes"`
+	SafeFraction  float64  `msgpack:"safe_fraction" json:"safe_fraction"`
+	BudgetBytes   int64    `msgpack:"budget_bytes" json:"budget_bytes"`
+	AdmittedBytes int64    `msgpack:"admitted_bytes" json:"admitted_bytes"`
+	FreeBytes     int64    `msgpack:"free_bytes" json:"free_bytes"`
+	Pools         []string `msgpack:"pools" json:"pools"`
+}
+
+// ClassStatus is one latency class in a status reply.
+type ClassStatus struct {
+	Name     string   `msgpack:"name" json:"name"`
+	Priority int      `msgpack:"priority" json:"priority"`
+	Queued   int      `msgpack:"queued" json:"queued"`
+	Running  int      `msgpack:"running" json:"running"`
+	Bound    int      `msgpack:"bound" json:"bound"`
+	Chain    []string `msgpack:"chain" json:"chain"`
+}

@@ -1,0 +1,191 @@
+package codec
+
+// WireVersion is the version of the message formats in this package. Messages carry it in
+// their `v` field (absent means 1); a receiver refuses a version it does not know with
+// bad_request instead of misreading it. The client API's subjects carry it too (ortbus.v1).
+const WireVersion = 1
+
+// Request is a client's request to the gateway, for every op (the op is the subject's last
+// token). Fields an op does not use are left empty.
+type Request struct {
+	V         int    `msgpack:"v,omitempty" json:"v,omitempty"`
+	ID        string `msgpack:"id,omitempty" json:"id,omitempty"`
+	Model     string `msgpack:"model,omitempty" json:"model,omitempty"`
+	Path      string `msgpack:"path,omitempty" json:"path,omitempty"`
+	Class     string `msgpack:"class,omitempty" json:"class,omitempty"`
+	Pool      string `msgpack:"pool,omitempty" json:"pool,omitempty"`
+	Device    string `msgpack:"device,omitempty" json:"device,omitempty"`
+	TimeoutMS int64  `msgpack:"timeout_ms,omitempty" json:"timeout_ms,omitempty"`
+
+	// tag
+	Thresholds *Thresholds `msgpack:"thresholds,omitempty" json:"thresholds,omitempty"`
+	// detect
+	Conf *float64 `msgpack:"conf,omitempty" json:"conf,omitempty"`
+	IoU  *float64 `msgpack:"iou,omitempty" json:"iou,omitempty"`
+	// segment
+	OutPath string `msgpack:"out_path,omitempty" json:"out_path,omitempty"`
+	// compare: one feature against N candidates.
+	Feature    FloatVec   `msgpack:"feature,omitempty" json:"feature,omitempty"`
+	Candidates []FloatVec `msgpack:"candidates,omitempty" json:"candidates,omitempty"`
+	// infer: named input tensors, and the outputs wanted (all when empty).
+	Inputs  map[string]*Tensor `msgpack:"inputs,omitempty" json:"inputs,omitempty"`
+	Outputs []string           `msgpack:"outputs,omitempty" json:"outputs,omitempty"`
+}
+
+// Thresholds overrides a tagger's score thresholds per category.
+type Thresholds struct {
+	General   *float64 `msgpack:"general,omitempty" json:"general,omitempty"`
+	Character *float64 `msgpack:"character,omitempty" json:"character,omitempty"`
+}
+
+// WorkItem is what the gateway publishes on infer.<pool>.<class>: the client's request
+// with the op, the absolute deadline and the bookkeeping for claims and retries. A plain
+// `nats req infer.cpu.interactive` with only the request fields is a valid work item too.
+type WorkItem struct {
+	Request `msgpack:",inline"`
+	Op      string `msgpack:"op,omitempty" json:"op,omitempty"`
+	// DeadlineUnixMS is the absolute deadline (Unix ms); 0 means the worker's default.
+	DeadlineUnixMS int64 `msgpack:"deadline_unix_ms,omitempty" json:"deadline_unix_ms,omitempty"`
+	// Attempt counts dispatches of this request (1 = first).
+	Attempt int `msgpack:"attempt,omitempty" json:"attempt,omitempty"`
+	// ClaimTo is the subject on which the worker announces that it took the item.
+	ClaimTo string `msgpack:"claim_to,omitempty" json:"claim_to,omitempty"`
+	// EnqueuedUnixUS is when the gateway accepted the request, for queue-time accounting.
+	EnqueuedUnixUS int64 `msgpack:"enqueued_unix_us,omitempty" json:"enqueued_unix_us,omitempty"`
+}
+
+// Claim tells the dispatching gateway that a worker holds a request (State "taken"), or
+// that it no longer does because it answered it (State "done").
+type Claim struct {
+	ID      string `msgpack:"id" json:"id"`
+	Worker  string `msgpack:"worker" json:"worker"`
+	Pool    string `msgpack:"pool" json:"pool"`
+	Attempt int    `msgpack:"attempt,omitempty" json:"attempt,omitempty"`
+	State   string `msgpack:"state" json:"state"`
+}
+
+// Claim states.
+const (
+	ClaimTaken = "taken"
+	ClaimDone  = "done"
+)
+
+// Cancel asks that the request with this id be dropped (queued) or stopped (running).
+type Cancel struct {
+	ID string `msgpack:"id" json:"id"`
+}
+
+// Timing is the time a request spent queued, in inference, and in all, in microseconds.
+type Timing struct {
+	QueueUS int64 `msgpack:"queue_us" json:"queue_us"`
+	InferUS int64 `msgpack:"infer_us" json:"infer_us"`
+	TotalUS int64 `msgpack:"total_us" json:"total_us"`
+}
+
+// Served says who answered a request: every reply carries it.
+type Served struct {
+	ID      string `msgpack:"id,omitempty" json:"id,omitempty"`
+	Model   string `msgpack:"model,omitempty" json:"model,omitempty"`
+	Pool    string `msgpack:"pool,omitempty" json:"pool,omitempty"`
+	Worker  string `msgpack:"worker,omitempty" json:"worker,omitempty"`
+	Runtime string `msgpack:"runtime,omitempty" json:"runtime,omitempty"` // ONNX Runtime version
+	EP      string `msgpack:"ep,omitempty" json:"ep,omitempty"`           // execution provider in use
+	Timing  Timing `msgpack:"timing" json:"timing"`
+}
+
+// TagReply answers tag.
+type TagReply struct {
+	Served     `msgpack:",inline"`
+	General    map[string]float32  `msgpack:"general" json:"general"`
+	Character  map[string]float32  `msgpack:"character" json:"character"`
+	Rating     map[string]float32  `msgpack:"rating" json:"rating"`
+	IPs        []string            `msgpack:"ips" json:"ips"`
+	IPsMapping map[string][]string `msgpack:"ips_mapping" json:"ips_mapping"`
+}
+
+// EmbedReply answers embed.
+type EmbedReply struct {
+	Served    `msgpack:",inline"`
+	Dim       int      `msgpack:"dim" json:"dim"`
+	Embedding FloatVec `msgpack:"embedding" json:"embedding"`
+}
+
+// CompareReply answers compare: the difference of the feature to each candidate, the
+// model's threshold, and whether each candidate is the same character (difference <=
+// threshold).
+type CompareReply struct {
+	Served      `msgpack:",inline"`
+	Differences []float32 `msgpack:"differences" json:"differences"`
+	Threshold   float64   `msgpack:"threshold" json:"threshold"`
+	Same        []bool    `msgpack:"same" json:"same"`
+}
+
+// Box is one detection, in the original image's pixel coordinates.
+type Box struct {
+	X1    float32 `msgpack:"x1" json:"x1"`
+	Y1    float32 `msgpack:"y1" json:"y1"`
+	X2    float32 `msgpack:"x2" json:"x2"`
+	Y2    float32 `msgpack:"y2" json:"y2"`
+	Label string  `msgpack:"label" json:"label"`
+	Score float32 `msgpack:"score" json:"score"`
+}
+
+// DetectReply answers detect.
+type DetectReply struct {
+	Served `msgpack:",inline"`
+	Boxes  []Box `msgpack:"boxes" json:"boxes"`
+}
+
+// SegmentReply answers segment: the RGBA PNG is written to OutPath, not sent.
+type SegmentReply struct {
+	Served  `msgpack:",inline"`
+	OutPath string `msgpack:"out_path" json:"out_path"`
+	Width   int    `msgpack:"width" json:"width"`
+	Height  int    `msgpack:"height" json:"height"`
+}
+
+// InferReply answers infer with the named output tensors.
+type InferReply struct {
+	Served  `msgpack:",inline"`
+	Outputs map[string]*Tensor `msgpack:"outputs" json:"outputs"`
+}
+
+// CancelReply answers the client API's cancel.
+type CancelReply struct {
+	ID string `msgpack:"id" json:"id"`
+	// Found is true when the request was queued or running and is now being cancelled.
+	Found bool `msgpack:"found" json:"found"`
+}
+
+// HealthReply answers health.
+type HealthReply struct {
+	Status  string `msgpack:"status" json:"status"` // "ok" or "degraded"
+	Workers int    `msgpack:"workers" json:"workers"`
+	Pools   int    `msgpack:"pools" json:"pools"`
+}
+
+// NewReply returns a pointer to the empty reply type of an op, or nil for an unknown op.
+// The gateway uses it to re-encode a worker's msgpack reply as JSON for a JSON client.
+func NewReply(op string) any {
+	switch op {
+	case "tag":
+		return new(TagReply)
+	case "embed":
+		return new(EmbedReply)
+	case "compare":
+		return new(CompareReply)
+	case "detect":
+		return new(DetectReply)
+	case "segment":
+		return new(SegmentReply)
+	case "infer":
+		return new(InferReply)
+	case "cancel":
+		return new(CancelReply)
+	case "health":
+		return new(HealthReply)
+	case "status":
+		return new(StatusReply)
+	}
+	return nil
+}

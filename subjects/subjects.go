@@ -1,0 +1,195 @@
+// Package subjects names every NATS subject of ortbus and parses them back. It is the
+// only place a subject string is built, so the grammar of the bus lives in one file:
+//
+//	infer.<pool>.<class>              work items, served by the workers of <pool>
+//	ortbus.v1.<op>                    the client API, served by the gateway(s)
+//	ortbus.hb.<pool>.<worker>         heartbeats, published by each worker
+//	ortbus.cancel                     cancellation of one request id, heard by workers
+//	ortbus.worker.<worker>.<verb>     control of one worker (drain, stats)
+//	ortbus.claim.<gateway>            claims: a worker tells the dispatching gateway it took an item
+//
+// The version of the client API is in its subjects (v1); a new wire generation gets new
+// subjects and both can be served side by side.
+package subjects
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Prefixes and fixed subjects.
+const (
+	InferPrefix  = "infer"
+	APIPrefix    = "ortbus.v1"
+	HBPrefix     = "ortbus.hb"
+	Cancel       = "ortbus.cancel"
+	WorkerPrefix = "ortbus.worker"
+	ClaimPrefix  = "ortbus.claim"
+
+	// HBAll matches every heartbeat.
+	HBAll = HBPrefix + ".>"
+	// APIAll matches every client API subject.
+	APIAll = APIPrefix + ".>"
+	// InferAll matches every work subject.
+	InferAll = InferPrefix + ".>"
+
+	// GatewayQueue is the queue group of the client API, so several gateways share it.
+	GatewayQueue = "ortbus-gateway"
+	// ServiceName is the NATS micro service name of the gateway.
+	ServiceName = "ortbus"
+)
+
+// Client API operations.
+const (
+	OpTag     = "tag"
+	OpEmbed   = "embed"
+	OpCompare = "compare"
+	OpDetect  = "detect"
+	OpSegment = "segment"
+	OpInfer   = "infer"
+	OpCancel  = "cancel"
+	OpStatus  = "status"
+	OpHealth  = "health"
+)
+
+// Ops lists every client API operation.
+var Ops = []string{OpTag, OpEmbed, OpCompare, OpDetect, OpSegment, OpInfer, OpCancel, OpStatus, OpHealth}
+
+// Worker control verbs.
+const (
+	VerbDrain = "drain"
+	VerbStats = "stats"
+)
+
+// The latency classes, highest priority first.
+const (
+	ClassUrgent      = "urgent"
+	ClassInteractive = "interactive"
+	ClassBatch       = "batch"
+)
+
+// ValidateToken checks that s can stand as one subject token (a pool, class, worker id,
+// op or verb): non-empty, and without dots, wildcards, whitespace or control characters.
+func ValidateToken(kind, s string) error {
+	if s == "" {
+		return fmt.Errorf("%s name is empty", kind)
+	}
+	for _, r := range s {
+		switch {
+		case r == '.':
+			return fmt.Errorf("%s name %q contains a dot (a subject token cannot)", kind, s)
+		case r == '*' || r == '>':
+			return fmt.Errorf("%s name %q contains the wildcard %q", kind, s, r)
+		case r <= ' ' || r == 0x7f || r == 0x85 || r == 0xa0 || r == 0x2028 || r == 0x2029:
+			return fmt.Errorf("%s name %q contains whitespace or a control character", kind, s)
+		}
+	}
+	return nil
+}
+
+// Infer is the work subject of a pool and class: infer.<pool>.<class>.
+func Infer(pool, class string) (string, error) {
+	if err := ValidateToken("pool", pool); err != nil {
+		return "", err
+	}
+	if err := ValidateToken("class", class); err != nil {
+		return "", err
+	}
+	return InferPrefix + "." + pool + "." + class, nil
+}
+
+// InferQueue is the queue group of a pool's workers: ortworker-<pool>.
+func InferQueue(pool string) string { return "ortworker-" + pool }
+
+// API is the client API subject of an op: ortbus.v1.<op>.
+func API(op string) (string, error) {
+	if err := ValidateToken("op", op); err != nil {
+		return "", err
+	}
+	return APIPrefix + "." + op, nil
+}
+
+// Heartbeat is the heartbeat subject of a worker: ortbus.hb.<pool>.<worker>.
+func Heartbeat(pool, worker string) (string, error) {
+	if err := ValidateToken("pool", pool); err != nil {
+		return "", err
+	}
+	if err := ValidateToken("worker", worker); err != nil {
+		return "", err
+	}
+	return HBPrefix + "." + pool + "." + worker, nil
+}
+
+// Worker is a control subject of one worker: ortbus.worker.<worker>.<verb>.
+func Worker(worker, verb string) (string, error) {
+	if err := ValidateToken("worker", worker); err != nil {
+		return "", err
+	}
+	if err := ValidateToken("verb", verb); err != nil {
+		return "", err
+	}
+	return WorkerPrefix + "." + worker + "." + verb, nil
+}
+
+// Claim is the subject on which a gateway hears claims of the work it dispatched.
+func Claim(gateway string) (string, error) {
+	if err := ValidateToken("gateway", gateway); err != nil {
+		return "", err
+	}
+	return ClaimPrefix + "." + gateway, nil
+}
+
+// Parsed is a subject taken apart by Parse.
+type Parsed struct {
+	Kind   Kind
+	Pool   string // infer, heartbeat
+	Class  string // infer
+	Op     string // api
+	Worker string // heartbeat, worker control
+	Verb   string // worker control
+}
+
+// Kind says which family a subject belongs to.
+type Kind int
+
+// The subject families.
+const (
+	KindUnknown Kind = iota
+	KindInfer
+	KindAPI
+	KindHeartbeat
+	KindCancel
+	KindWorker
+	KindClaim
+)
+
+// Parse takes an ortbus subject apart, validating each token.
+func Parse(subject string) (Parsed, error) {
+	t := strings.Split(subject, ".")
+	bad := func(why string) (Parsed, error) {
+		return Parsed{}, fmt.Errorf("subject %q: %s", subject, why)
+	}
+	check := func(p Parsed, pairs ...string) (Parsed, error) {
+		for i := 0; i < len(pairs); i += 2 {
+			if err := ValidateToken(pairs[i], pairs[i+1]); err != nil {
+				return bad(err.Error())
+			}
+		}
+		return p, nil
+	}
+	switch {
+	case len(t) == 3 && t[0] == InferPrefix:
+		return check(Parsed{Kind: KindInfer, Pool: t[1], Class: t[2]}, "pool", t[1], "class", t[2])
+	case len(t) == 3 && t[0] == "ortbus" && t[1] == "v1":
+		return check(Parsed{Kind: KindAPI, Op: t[2]}, "op", t[2])
+	case len(t) == 4 && t[0] == "ortbus" && t[1] == "hb":
+		return check(Parsed{Kind: KindHeartbeat, Pool: t[2], Worker: t[3]}, "pool", t[2], "worker", t[3])
+	case subject == Cancel:
+		return Parsed{Kind: KindCancel}, nil
+	case len(t) == 4 && t[0] == "ortbus" && t[1] == "worker":
+		return check(Parsed{Kind: KindWorker, Worker: t[2], Verb: t[3]}, "worker", t[2], "verb", t[3])
+	case len(t) == 3 && t[0] == "ortbus" && t[1] == "claim":
+		return check(Parsed{Kind: KindClaim, Worker: t[2]}, "gateway", t[2])
+	}
+	return bad("not an ortbus subject")
+}
