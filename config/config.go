@@ -1,0 +1,197 @@
+// Package config reads the one ortbus configuration file (TOML) that every binary uses:
+// the NATS connection, pools, models, classes, security and health settings. Load
+// validates everything at once and refuses unknown keys and bad values, naming the file,
+// the line and the reason, so a typo fails at start-up rather than at the first request.
+//
+// Relative paths in the file are taken relative to the file's own directory.
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole configuration.
+type Config struct {
+	NATS     NATS              `toml:"nats"`
+	Gateway  Gateway           `toml:"gateway"`
+	Health   Health            `toml:"health"`
+	Security Security          `toml:"security"`
+	Devices  map[string]Device `toml:"devices"`
+	Classes  map[string]*Class `toml:"classes"`
+	Pools    map[string]*Pool  `toml:"pools"`
+	Models   map[string]*Model `toml:"models"`
+
+	// File is the path the configuration was read from ("" when parsed from bytes).
+	File string `toml:"-"`
+	// lines maps dotted key paths to their line in the file, for error messages.
+	lines map[string]int
+}
+
+// NATS says how to reach the bus: an external server (URL) or an embedded one.
+type NATS struct {
+	// URL of an external NATS server (or a comma-separated list for a cluster).
+	URL string `toml:"url"`
+	// Embedded runs a NATS server inside the gateway process.
+	Embedded bool `toml:"embedded"`
+	// Listen is the embedded server's client address (default 127.0.0.1:4222; port 0 = any).
+	Listen string `toml:"listen"`
+	// StoreDir enables JetStream in the embedded server with this store directory.
+	StoreDir string `toml:"store_dir"`
+	// Name is the client connection name prefix.
+	Name string `toml:"name"`
+	// CredsFile, User/PasswordFile authenticate to a secured server (never inline secrets).
+	CredsFile    string `toml:"creds_file"`
+	User         string `toml:"user"`
+	PasswordFile string `toml:"password_file"`
+}
+
+// Gateway holds settings of the gateway process.
+type Gateway struct {
+	// ID names this gateway on the bus (claims subject); default: host-pid.
+	ID string `toml:"id"`
+	// HTTPListen is the loopback address of the HTTP API and /metrics ("" = off).
+	HTTPListen string `toml:"http_listen"`
+	// ShutdownGrace is how long workers get to drain on SIGTERM before being killed.
+	ShutdownGrace Duration `toml:"shutdown_grace"`
+	// Restart backoff for supervised workers, and the crash-loop rule: CrashLoopCount
+	// deaths within CrashLoopWindow mark a pool crash-looping.
+	RestartBackoffMin Duration `toml:"restart_backoff_min"`
+	RestartBackoffMax Duration `toml:"restart_backoff_max"`
+	CrashLoopCount    int      `toml:"crash_loop_count"`
+	CrashLoopWindow   Duration `toml:"crash_loop_window"`
+}
+
+// Health holds heartbeat settings shared by workers and gateways.
+type Health struct {
+	HeartbeatInterval Duration `toml:"heartbeat_interval"`
+	// MissCount heartbeats missed in a row mark a worker dead.
+	MissCount int `toml:"miss_count"`
+}
+
+// Security bounds what a request may touch.
+type Security struct {
+	// AllowedRoots are the only directories image paths may resolve into.
+	AllowedRoots []string `toml:"allowed_roots"`
+	// SpoolDir is an allowed directory where clients may write temporary images.
+	SpoolDir string `toml:"spool_dir"`
+	// MaxImagePixels refuses larger images before decoding them.
+	MaxImagePixels int64 `toml:"max_image_pixels"`
+}
+
+// Device is a physical device shared by the pools that name it, with a memory budget.
+type Device struct {
+	// Capacity in bytes; 0 = read it from the device (host memory for cpu).
+	Capacity Bytes `toml:"capacity"`
+	// SafeFraction of the capacity that admitted peaks may use (default 0.85).
+	SafeFraction float64 `toml:"safe_fraction"`
+}
+
+// Class is a latency class.
+type Class struct {
+	// Priority orders classes: lower runs first (urgent 0, interactive 1, batch 2).
+	Priority int `toml:"priority"`
+	// Timeout is the default deadline of a request; MaxTimeout caps a request's timeout_ms.
+	Timeout    Duration `toml:"timeout"`
+	MaxTimeout Duration `toml:"max_timeout"`
+	// QueueBound is how many requests may wait in the gateway's queue of this class.
+	QueueBound int `toml:"queue_bound"`
+	// Chain is the ordered list of pools that may serve the class.
+	Chain []string `toml:"chain"`
+	// Shed is what a full queue does: reject_new (answer overloaded) or drop_oldest.
+	Shed string `toml:"shed"`
+	// Degrade routes to the next pool of the chain when the preferred one cannot meet the
+	// deadline, instead of waiting.
+	Degrade bool `toml:"degrade"`
+	// MinShare is the minimum share of a shared device's dispatches kept for this class
+	// while higher classes are busy (batch starvation bound), 0..1.
+	MinShare float64 `toml:"min_share"`
+	// Models maps an op to the class's default model name.
+	Models map[string]string `toml:"models"`
+}
+
+// Pool is a named set of identical workers on one runtime and execution provider.
+type Pool struct {
+	// Runtime is the path of libonnxruntime.so for this pool (its own prefix, never the
+	// system one). RuntimeDirs are more directories searched for it.
+	Runtime     string   `toml:"runtime"`
+	RuntimeDirs []string `toml:"runtime_dirs"`
+	// EP is the execution provider: cpu, cuda, openvino, tensorrt.
+	EP string `toml:"ep"`
+	// EPOptions are the provider's options (device_id, device_type, precision, ...).
+	EPOptions map[string]string `toml:"ep_options"`
+	// Fallback EPs tried in order if EP cannot be appended (strict when empty).
+	Fallback []string `toml:"fallback"`
+	// Device is the physical device, e.g. cpu, cuda:0, gpu.intel:0.
+	Device string `toml:"device"`
+	// Env is extra environment for the pool's worker processes.
+	Env map[string]string `toml:"env"`
+	// Workers is the number of worker processes (local pools).
+	Workers int `toml:"workers"`
+	// Slots is how many inferences one worker runs at once.
+	Slots int `toml:"slots"`
+	// Threads is ONNX Runtime's intra-op thread count (0 = runtime default).
+	Threads int `toml:"threads"`
+	// PendingMsgs bounds each work subscription's pending messages in the client.
+	PendingMsgs int `toml:"pending_msgs"`
+	// QueueBound is how many items one worker holds queued per class before answering
+	// overloaded.
+	QueueBound int `toml:"queue_bound"`
+	// Classes served by this pool.
+	Classes []string `toml:"classes"`
+	// Models loaded by this pool's workers.
+	Models []string `toml:"models"`
+	// Local pools are supervised by the gateway; remote ones are known by heartbeats.
+	Local *bool `toml:"local"`
+	// LazyLoad loads models on first use instead of at start.
+	LazyLoad bool `toml:"lazy_load"`
+	// MaxBatch and MaxDelay bound dynamic batching of the batch class (MaxBatch <= 1: off).
+	MaxBatch int      `toml:"max_batch"`
+	MaxDelay Duration `toml:"max_delay"`
+	// PathMap maps path prefixes as the clients see them to prefixes on this pool's host.
+	PathMap map[string]string `toml:"path_map"`
+	// Worker is the ortworker binary to run (default: next to the gateway binary).
+	Worker string `toml:"worker"`
+
+	// Name is the pool's key in the file.
+	Name string `toml:"-"`
+}
+
+// IsLocal reports whether the gateway supervises this pool's workers (default true).
+func (p *Pool) IsLocal() bool { return p.Local == nil || *p.Local }
+
+// Model is one model a pool may load.
+type Model struct {
+	// Kind is the pre/post-processing: tagger-pixai, tagger-wd14, tagger-oppai, ccip,
+	// detect, segment, raw.
+	Kind string `toml:"kind"`
+	// Dir holds the model's files; or HFRepo (ORG/NAME) finds them in the Hugging Face
+	// cache ($HF_HOME/hub/models--ORG--NAME/snapshots/REV/), offline.
+	Dir        string `toml:"dir"`
+	HFRepo     string `toml:"hf_repo"`
+	HFRevision string `toml:"hf_revision"`
+	// Files overrides file names inside Dir: model, metrics, tags, thresholds, metrics_json,
+	// vocabulary.
+	Files map[string]string `toml:"files"`
+	// Thresholds: general and character score thresholds (tagger kinds), conf/iou (detect).
+	General   float64 `toml:"general_threshold"`
+	Character float64 `toml:"character_threshold"`
+	Conf      float64 `toml:"conf"`
+	IoU       float64 `toml:"iou"`
+	// Labels for detect outputs, in class order.
+	Labels []string `toml:"labels"`
+	// Memory is a declared peak memory (used instead of a measurement when set).
+	Memory Bytes `toml:"memory"`
+	// MaxBatch caps the dynamic batch of this model.
+	MaxBatch int `toml:"max_batch"`
+
+	// Name is the model's key in the file.
+	Name string `toml:"-"`
+}
+
+// Defaults used when the file leaves a value out.
+const (
+	DefaultHeartbeat      = time.Second
+	DefaultMissCount      = 3
+	DefaultMaxImagePixels = 100_000_000
+	DefaultSafeFraction   = 0.85
+)

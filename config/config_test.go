@@ -1,0 +1,142 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const good = `
+[nats]
+embedded = true
+listen = "127.0.0.1:0"
+
+[security]
+allowed_roots = ["images"]
+spool_dir = "images/spool"
+
+[models.tagger]
+kind = "tagger-pixai"
+dir = "models/tagger"
+
+[pools.cpu]
+runtime = "../ort/lib/libonnxruntime.so.1"
+classes = ["interactive", "batch"]
+models = ["tagger"]
+env = { OMP_NUM_THREADS = "1" }
+
+[pools.cuda]
+ep = "cuda"
+fallback = ["cpu"]
+classes = ["batch"]
+models = ["tagger"]
+local = false
+
+[classes.batch]
+chain = ["cuda", "cpu"]
+queue_bound = 10
+timeout = "30s"
+`
+
+func write(t *testing.T, text string) string {
+	t.Helper()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "ortbus.toml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadGood(t *testing.T) {
+	p := write(t, good)
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(p)
+	if got := c.Security.AllowedRoots[0]; got != filepath.Join(dir, "images") {
+		t.Fatalf("root not resolved against the file: %s", got)
+	}
+	if got := c.Pools["cpu"].Runtime; got != filepath.Join(filepath.Dir(dir), "ort/lib/libonnxruntime.so.1") {
+		t.Fatalf("runtime = %s", got)
+	}
+	cpu, cuda := c.Pools["cpu"], c.Pools["cuda"]
+	if cpu.Workers != 1 || cpu.Slots != 1 || cpu.Device != "cpu" || !cpu.IsLocal() || cpu.Env["OMP_NUM_THREADS"] != "1" {
+		t.Fatalf("cpu defaults: %+v", cpu)
+	}
+	if cuda.Device != "cuda:0" || cuda.IsLocal() || cuda.Workers != 0 {
+		t.Fatalf("cuda defaults: %+v", cuda)
+	}
+	if got := c.Classes["interactive"].Chain; len(got) != 1 || got[0] != "cpu" {
+		t.Fatalf("default interactive chain = %v", got)
+	}
+	if b := c.Classes["batch"]; b.QueueBound != 10 || b.Timeout.D() != 30*time.Second || b.Priority != 2 {
+		t.Fatalf("batch class: %+v", b)
+	}
+	if got := c.ClassNames(); strings.Join(got, ",") != "urgent,interactive,batch" {
+		t.Fatalf("class order %v", got)
+	}
+	if got := c.PoolNames(); strings.Join(got, ",") != "cpu,cuda" {
+		t.Fatalf("pool order %v", got)
+	}
+	if c.Health.HeartbeatInterval.D() != time.Second || c.Health.MissCount != 3 {
+		t.Fatalf("health defaults %+v", c.Health)
+	}
+}
+
+func TestLoadBad(t *testing.T) {
+	cases := []struct {
+		edit func(string) string
+		at   string // the text on the line the error must name ("" = no line check)
+		want string
+	}{
+		{func(s string) string { return strings.Replace(s, "queue_bound = 10", "queue_bund = 10", 1) }, "queue_bund", "classes.batch.queue_bund: unknown key"},
+		{func(s string) string { return strings.Replace(s, `timeout = "30s"`, `timeout = "soon"`, 1) }, `"soon"`, "not a duration"},
+		{func(s string) string { return strings.Replace(s, `ep = "cuda"`, `ep = "cudaa"`, 1) }, `"cudaa"`, `unknown execution provider "cudaa"`},
+		{func(s string) string { return strings.Replace(s, `chain = ["cuda", "cpu"]`, `chain = ["gpu"]`, 1) }, `["gpu"]`, `unknown pool "gpu"`},
+		{func(s string) string {
+			return strings.Replace(s, `models = ["tagger"]`+"\nenv", `models = ["nope"]`+"\nenv", 1)
+		}, `["nope"]`, `unknown model "nope"`},
+		{func(s string) string { return strings.Replace(s, `kind = "tagger-pixai"`, `kind = "magic"`, 1) }, `"magic"`, `unknown model kind "magic"`},
+		{func(s string) string { return strings.Replace(s, "[pools.cpu]", "[pools.\"c.pu\"]", 1) }, "c.pu", "contains a dot"},
+		{func(s string) string {
+			return strings.Replace(s, `spool_dir = "images/spool"`, `spool_dir = "/elsewhere"`, 1)
+		}, "/elsewhere", "not inside any of allowed_roots"},
+		{func(s string) string { return strings.Replace(s, `embedded = true`, ``, 1) }, "[nats]", "set url"},
+		{func(s string) string { return strings.Replace(s, "slots", "slots", 1) + "[pools.cpu.extra]\nx = 1\n" }, "", "unknown key"},
+		{func(s string) string { return s + "\n[classes.batch]\n" }, "", "already"},
+		{func(s string) string { return s + "\n[devices.cpu]\nsafe_fraction = 1.5\n" }, "safe_fraction", "must be in (0, 1]"},
+	}
+	for i, tc := range cases {
+		text := tc.edit(good)
+		_, err := Load(write(t, text))
+		if err == nil {
+			t.Fatalf("case %d: accepted", i)
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("case %d: error %q does not say %q", i, err, tc.want)
+		}
+		if tc.at != "" {
+			line := strings.Count(text[:strings.Index(text, tc.at)], "\n") + 1
+			if !strings.Contains(err.Error(), fmt.Sprintf(".toml:%d:", line)) {
+				t.Fatalf("case %d: error %q does not name line %d", i, err, line)
+			}
+		}
+	}
+}
+
+func TestBytes(t *testing.T) {
+	for in, want := range map[string]Bytes{"512MiB": 512 << 20, "2GB": 2e9, "8G": 8 << 30, "100": 100, "1.5KiB": 1536} {
+		got, err := ParseBytes(in)
+		if err != nil || got != want {
+			t.Fatalf("%s = %d, %v", in, got, err)
+		}
+	}
+	if _, err := ParseBytes("lots"); err == nil {
+		t.Fatal("bad size accepted")
+	}
+}

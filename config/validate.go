@@ -1,0 +1,333 @@
+package config
+
+import (
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// defaultClasses are used for any of the three standard classes the file leaves out.
+var defaultClasses = map[string]Class{
+	subjects.ClassUrgent:      {Priority: 0, Timeout: Duration(200 * time.Millisecond), MaxTimeout: Duration(2 * time.Second), QueueBound: 64, Shed: ShedRejectNew},
+	subjects.ClassInteractive: {Priority: 1, Timeout: Duration(10 * time.Second), MaxTimeout: Duration(60 * time.Second), QueueBound: 256, Shed: ShedRejectNew},
+	subjects.ClassBatch:       {Priority: 2, Timeout: Duration(5 * time.Minute), MaxTimeout: Duration(time.Hour), QueueBound: 10000, Shed: ShedRejectNew, MinShare: 0.1},
+}
+
+func (c *Config) applyDefaults() {
+	if c.Health.HeartbeatInterval == 0 {
+		c.Health.HeartbeatInterval = Duration(DefaultHeartbeat)
+	}
+	if c.Health.MissCount == 0 {
+		c.Health.MissCount = DefaultMissCount
+	}
+	if c.Security.MaxImagePixels == 0 {
+		c.Security.MaxImagePixels = DefaultMaxImagePixels
+	}
+	if c.NATS.Embedded && c.NATS.Listen == "" {
+		c.NATS.Listen = "127.0.0.1:4222"
+	}
+	g := &c.Gateway
+	if g.ShutdownGrace == 0 {
+		g.ShutdownGrace = Duration(10 * time.Second)
+	}
+	if g.RestartBackoffMin == 0 {
+		g.RestartBackoffMin = Duration(100 * time.Millisecond)
+	}
+	if g.RestartBackoffMax == 0 {
+		g.RestartBackoffMax = Duration(10 * time.Second)
+	}
+	if g.CrashLoopCount == 0 {
+		g.CrashLoopCount = 5
+	}
+	if g.CrashLoopWindow == 0 {
+		g.CrashLoopWindow = Duration(30 * time.Second)
+	}
+	for name, m := range c.Models {
+		if m == nil {
+			m = &Model{}
+			c.Models[name] = m
+		}
+		m.Name = name
+	}
+	for name, p := range c.Pools {
+		if p == nil {
+			p = &Pool{}
+			c.Pools[name] = p
+		}
+		p.Name = name
+		if p.EP == "" {
+			p.EP = "cpu"
+		}
+		if p.Workers == 0 && p.IsLocal() {
+			p.Workers = 1
+		}
+		if p.Slots == 0 {
+			p.Slots = 1
+		}
+		if p.PendingMsgs == 0 {
+			p.PendingMsgs = 1024
+		}
+		if p.QueueBound == 0 {
+			p.QueueBound = 256
+		}
+		if p.MaxDelay == 0 {
+			p.MaxDelay = Duration(5 * time.Millisecond)
+		}
+		if p.Device == "" {
+			p.Device = defaultDevice(p)
+		}
+	}
+	if c.Classes == nil {
+		c.Classes = map[string]*Class{}
+	}
+	for name, def := range defaultClasses {
+		if _, ok := c.Classes[name]; !ok {
+			d := def
+			c.Classes[name] = &d
+		}
+	}
+	for name, cl := range c.Classes {
+		if cl == nil {
+			cl = &Class{}
+			c.Classes[name] = cl
+		}
+		def, std := defaultClasses[name]
+		if _, written := c.lines["classes."+name+".priority"]; std && !written {
+			cl.Priority = def.Priority
+		}
+		if _, written := c.lines["classes."+name+".min_share"]; std && !written {
+			cl.MinShare = def.MinShare
+		}
+		if cl.Timeout == 0 {
+			cl.Timeout = pick(std, def.Timeout, Duration(30*time.Second))
+		}
+		if cl.MaxTimeout == 0 {
+			cl.MaxTimeout = max(cl.Timeout, pick(std, def.MaxTimeout, cl.Timeout))
+		}
+		if cl.QueueBound == 0 {
+			cl.QueueBound = pick(std, def.QueueBound, 256)
+		}
+		if cl.Shed == "" {
+			cl.Shed = ShedRejectNew
+		}
+		if len(cl.Chain) == 0 {
+			// Default chain: every pool that serves the class, in file order.
+			for _, pn := range c.PoolNames() {
+				if slices.Contains(c.Pools[pn].Classes, name) {
+					cl.Chain = append(cl.Chain, pn)
+				}
+			}
+		}
+	}
+}
+
+func pick[T any](ok bool, a, b T) T {
+	if ok {
+		return a
+	}
+	return b
+}
+
+func defaultDevice(p *Pool) string {
+	id := p.EPOptions["device_id"]
+	if id == "" {
+		id = "0"
+	}
+	switch p.EP {
+	case "cuda", "tensorrt":
+		return "cuda:" + id
+	case "openvino":
+		return "gpu.intel:0"
+	}
+	return "cpu"
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.NATS.URL == "" && !c.NATS.Embedded {
+		add(c.errf("nats", "set url (an external NATS server) or embedded = true"))
+	}
+	if c.Health.HeartbeatInterval < Duration(10*time.Millisecond) {
+		add(c.errf("health.heartbeat_interval", "must be at least 10ms"))
+	}
+	if c.Health.MissCount < 1 {
+		add(c.errf("health.miss_count", "must be at least 1"))
+	}
+	if c.Security.MaxImagePixels < 1 {
+		add(c.errf("security.max_image_pixels", "must be positive"))
+	}
+	for i, r := range c.Security.AllowedRoots {
+		c.Security.AllowedRoots[i] = c.Path(r)
+	}
+	if c.Security.SpoolDir != "" {
+		c.Security.SpoolDir = c.Path(c.Security.SpoolDir)
+		if !within(c.Security.SpoolDir, c.Security.AllowedRoots) {
+			add(c.errf("security.spool_dir", "%s is not inside any of allowed_roots", c.Security.SpoolDir))
+		}
+	}
+	c.NATS.StoreDir = c.Path(c.NATS.StoreDir)
+	c.NATS.CredsFile = c.Path(c.NATS.CredsFile)
+	c.NATS.PasswordFile = c.Path(c.NATS.PasswordFile)
+
+	for name, d := range c.Devices {
+		if d.SafeFraction == 0 {
+			d.SafeFraction = DefaultSafeFraction
+			c.Devices[name] = d
+		}
+		if d.SafeFraction <= 0 || d.SafeFraction > 1 {
+			add(c.errf("devices."+name+".safe_fraction", "must be in (0, 1], got %v", d.SafeFraction))
+		}
+	}
+	for _, name := range c.Order("models", keys(c.Models)) {
+		add(c.validateModel(name, c.Models[name]))
+	}
+	for _, name := range c.PoolNames() {
+		add(c.validatePool(name, c.Pools[name]))
+	}
+	for _, name := range c.Order("classes", keys(c.Classes)) {
+		add(c.validateClass(name, c.Classes[name]))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) validateModel(name string, m *Model) error {
+	key := "models." + name
+	if err := subjects.ValidateToken("model", name); err != nil {
+		return c.errf(key, "%v", err)
+	}
+	if !slices.Contains(KnownKinds, m.Kind) {
+		return c.errf(key+".kind", "unknown model kind %q (want one of %s)", m.Kind, strings.Join(KnownKinds, ", "))
+	}
+	if m.Dir == "" && m.HFRepo == "" {
+		return c.errf(key, "set dir (the model's folder) or hf_repo (ORG/NAME in the Hugging Face cache)")
+	}
+	if m.HFRepo != "" && strings.Count(m.HFRepo, "/") != 1 {
+		return c.errf(key+".hf_repo", "want ORG/NAME, got %q", m.HFRepo)
+	}
+	m.Dir = c.Path(m.Dir)
+	for _, f := range []struct {
+		k string
+		v float64
+	}{{"general_threshold", m.General}, {"character_threshold", m.Character}, {"conf", m.Conf}, {"iou", m.IoU}} {
+		if f.v < 0 || f.v > 1 {
+			return c.errf(key+"."+f.k, "must be in [0, 1], got %v", f.v)
+		}
+	}
+	if m.MaxBatch < 0 {
+		return c.errf(key+".max_batch", "must not be negative")
+	}
+	return nil
+}
+
+func (c *Config) validatePool(name string, p *Pool) error {
+	key := "pools." + name
+	if err := subjects.ValidateToken("pool", name); err != nil {
+		return c.errf(key, "%v", err)
+	}
+	for _, ep := range append([]string{p.EP}, p.Fallback...) {
+		if !slices.Contains(KnownEPs, ep) {
+			return c.errf(key+".ep", "unknown execution provider %q (want one of %s)", ep, strings.Join(KnownEPs, ", "))
+		}
+	}
+	if p.Workers < 0 || p.Slots < 1 || p.Threads < 0 || p.QueueBound < 1 {
+		return c.errf(key, "workers must be >= 0, slots >= 1, threads >= 0, queue_bound >= 1")
+	}
+	if p.PendingMsgs < 1 {
+		return c.errf(key+".pending_msgs", "must be at least 1 (0 is refused by NATS)")
+	}
+	if len(p.Classes) == 0 {
+		return c.errf(key+".classes", "a pool must serve at least one class")
+	}
+	for _, cl := range p.Classes {
+		if _, ok := c.Classes[cl]; !ok {
+			return c.errf(key+".classes", "unknown class %q", cl)
+		}
+	}
+	if len(p.Models) == 0 {
+		return c.errf(key+".models", "a pool must load at least one model")
+	}
+	for _, m := range p.Models {
+		if _, ok := c.Models[m]; !ok {
+			return c.errf(key+".models", "unknown model %q (define it under [models.%s])", m, m)
+		}
+	}
+	if d := p.Device; d != "cpu" && !strings.Contains(d, ":") {
+		return c.errf(key+".device", "want cpu or KIND:INDEX (cuda:0, gpu.intel:0), got %q", d)
+	}
+	p.Runtime = c.Path(p.Runtime)
+	for i, d := range p.RuntimeDirs {
+		p.RuntimeDirs[i] = c.Path(d)
+	}
+	p.Worker = c.Path(p.Worker)
+	for from, to := range p.PathMap {
+		if !filepath.IsAbs(from) || !filepath.IsAbs(to) {
+			return c.errf(key+".path_map", "prefixes must be absolute: %q = %q", from, to)
+		}
+	}
+	if p.MaxBatch < 0 {
+		return c.errf(key+".max_batch", "must not be negative")
+	}
+	return nil
+}
+
+func (c *Config) validateClass(name string, cl *Class) error {
+	key := "classes." + name
+	if err := subjects.ValidateToken("class", name); err != nil {
+		return c.errf(key, "%v", err)
+	}
+	if cl.QueueBound < 1 {
+		return c.errf(key+".queue_bound", "must be at least 1")
+	}
+	if cl.Timeout <= 0 || cl.MaxTimeout < cl.Timeout {
+		return c.errf(key, "timeout must be positive and max_timeout >= timeout")
+	}
+	if cl.Shed != ShedRejectNew && cl.Shed != ShedDropOldest {
+		return c.errf(key+".shed", "want %s or %s, got %q", ShedRejectNew, ShedDropOldest, cl.Shed)
+	}
+	if cl.MinShare < 0 || cl.MinShare >= 1 {
+		return c.errf(key+".min_share", "must be in [0, 1)")
+	}
+	for _, pn := range cl.Chain {
+		p, ok := c.Pools[pn]
+		if !ok {
+			return c.errf(key+".chain", "unknown pool %q", pn)
+		}
+		if !slices.Contains(p.Classes, name) {
+			return c.errf(key+".chain", "pool %q does not serve class %q (add it to pools.%s.classes)", pn, name, pn)
+		}
+	}
+	for op, m := range cl.Models {
+		if _, ok := c.Models[m]; !ok {
+			return c.errf(key+".models."+op, "unknown model %q", m)
+		}
+	}
+	return nil
+}
+
+// within reports whether path lies inside one of roots (lexically).
+func within(path string, roots []string) bool {
+	for _, r := range roots {
+		rel, err := filepath.Rel(r, path)
+		if err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return true
+		}
+	}
+	return false
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
