@@ -189,3 +189,10 @@ func NewReply(op string) any {
 	}
 	return nil
 }
+
+// Meta returns the Served part of a reply, so the worker can fill in who served it and
+// the timing without knowing the reply's type.
+func (s *Served) Meta() *Served { return s }
+
+// Replier is implemented by every reply type that embeds Served.
+type Replier interface{ Meta() *Served }

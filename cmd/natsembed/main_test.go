@@ -1,0 +1,274 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// binary is the natsembed executable built once by TestMain for every test.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "natsembed-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "natsembed")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		_ = os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is one natsembed process started by a test.
+type proc struct {
+	cmd    *exec.Cmd
+	ready  readyLine
+	stderr *syncBuffer
+	done   chan struct{} // closed when the process has exited
+	err    error         // cmd.Wait's result, set before done is closed
+}
+
+// lineWriter hands the first line written to stdout to ch and discards the rest.
+type lineWriter struct {
+	mu   sync.Mutex
+	buf  []byte
+	sent bool
+	ch   chan []byte
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.sent {
+		w.buf = append(w.buf, p...)
+		if i := bytes.IndexByte(w.buf, '\n'); i >= 0 {
+			w.sent = true
+			w.ch <- w.buf[:i]
+		}
+	}
+	return len(p), nil
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs natsembed with args, waits for its ready line, and kills it at cleanup if the
+// test has not stopped it.
+func start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	lines := make(chan []byte, 1)
+	p := &proc{cmd: exec.Command(binary, args...), stderr: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout = &lineWriter{ch: lines}
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("natsembed %s stderr:\n%s", strings.Join(args, " "), p.stderr.String())
+		}
+	})
+	select {
+	case line := <-lines:
+		if err := json.Unmarshal(line, &p.ready); err != nil || p.ready.Event != "ready" {
+			t.Fatalf("ready line %q: %v", line, err)
+		}
+	case <-p.done:
+		t.Fatalf("natsembed %v exited before ready: %v\n%s", args, p.err, p.stderr.String())
+	case <-time.After(15 * time.Second):
+		t.Fatalf("natsembed %v: no ready line\n%s", args, p.stderr.String())
+	}
+	return p
+}
+
+// stop sends sig and returns the exit code.
+func (p *proc) stop(t *testing.T, sig syscall.Signal) int {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(10 * time.Second):
+		t.Fatalf("natsembed did not exit after %v", sig)
+		return -1
+	}
+}
+
+func connect(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// awaitDelivery publishes on pub until sub receives a message, bounded by a deadline:
+// routes and the subscription's interest reach other nodes asynchronously, and the
+// delivery itself is the event that says they have.
+func awaitDelivery(t *testing.T, pub *nats.Conn, sub *nats.Conn, subject string) {
+	t.Helper()
+	got := make(chan *nats.Msg, 64)
+	s, err := sub.ChanSubscribe(subject, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Unsubscribe() }()
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(15 * time.Second)
+	for {
+		if err := pub.Publish(subject, []byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-got:
+			if string(m.Data) != "hello" {
+				t.Fatalf("got %q", m.Data)
+			}
+			return
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("no message on %s across the cluster", subject)
+		}
+	}
+}
+
+func TestClusterOfThree(t *testing.T) {
+	common := []string{"-p", "-1", "--cluster", "nats://127.0.0.1:-1", "--cluster_name", "t"}
+	n1 := start(t, append([]string{"-n", "n1", "-m", "-1"}, common...)...)
+	if !strings.HasPrefix(n1.ready.NATSURL, "nats://127.0.0.1:") || !strings.HasPrefix(n1.ready.Cluster, "127.0.0.1:") || !strings.HasPrefix(n1.ready.Monitor, "127.0.0.1:") {
+		t.Fatalf("ready line %+v: want loopback nats_url, cluster and monitor", n1.ready)
+	}
+	routes := "nats://" + n1.ready.Cluster
+	n2 := start(t, append([]string{"-n", "n2", "--routes", routes}, common...)...)
+	n3 := start(t, append([]string{"-n", "n3", "--routes", routes}, common...)...)
+	if n2.ready.Monitor != "" {
+		t.Errorf("monitor %q reported without -m", n2.ready.Monitor)
+	}
+
+	resp, err := http.Get("http://" + n1.ready.Monitor + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz on the monitor port: %s", resp.Status)
+	}
+
+	c1, c2, c3 := connect(t, n1.ready.NATSURL), connect(t, n2.ready.NATSURL), connect(t, n3.ready.NATSURL)
+	awaitDelivery(t, c1, c3, "ortbus.test.n1-to-n3")
+	// n2 and n3 were only told about n1: this delivery needs the full mesh they learn by gossip.
+	awaitDelivery(t, c2, c3, "ortbus.test.n2-to-n3")
+}
+
+func TestSignalsExitZero(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		p := start(t, "-p", "-1", "-js", "-sd", t.TempDir())
+		connect(t, p.ready.NATSURL)
+		if code := p.stop(t, sig); code != 0 {
+			t.Errorf("%v: exit code %d, want 0\n%s", sig, code, p.stderr.String())
+		}
+	}
+}
+
+func TestCheckConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	valid := write("valid.conf", fmt.Sprintf(`
+server_name: n1
+listen: 127.0.0.1:4222
+http: 127.0.0.1:8222
+jetstream { store_dir: %q }
+cluster {
+  name: ortbus
+  listen: 127.0.0.1:6222
+  routes: [ nats://10.0.0.2:6222 ]
+}
+`, filepath.Join(dir, "js")))
+	cases := []struct {
+		name string
+		args []string
+		ok   bool
+		want string // in stderr
+	}{
+		{"valid", []string{"-c", valid, "-check"}, true, "valid"},
+		{"valid with nats-server -t", []string{"-t", "-c", valid}, true, "valid"},
+		{"syntax error", []string{"-check", "-c", write("syntax.conf", "listen: [\n")}, false, "syntax.conf"},
+		{"bad value", []string{"-check", "-c", write("value.conf", "port: \"many\"\n")}, false, "value.conf"},
+		{"invalid cluster", []string{"-check", "-c", write("cluster.conf", "cluster { name: \"two words\", port: 6222 }\n")}, false, "cluster name"},
+		{"missing file", []string{"-check", "-c", filepath.Join(dir, "nope.conf")}, false, "nope.conf"},
+		{"bad flag", []string{"-check", "-bogus"}, false, "-bogus"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			cmd := exec.Command(binary, c.args...)
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			if c.ok && err != nil {
+				t.Fatalf("rejected: %v\n%s", err, stderr.String())
+			}
+			if !c.ok && err == nil {
+				t.Fatalf("accepted\n%s", stderr.String())
+			}
+			if !strings.Contains(stderr.String(), c.want) {
+				t.Errorf("stderr %q does not mention %q", stderr.String(), c.want)
+			}
+			if _, statErr := os.Stat(filepath.Join(dir, "js")); statErr == nil {
+				t.Error("-check created the JetStream store dir")
+			}
+		})
+	}
+}

@@ -1,0 +1,154 @@
+// Package models holds the model kinds of ortbus: for each, how a request becomes input
+// tensors (image decoding and preprocessing, the way the app's real models expect) and how
+// output tensors become a reply (tags, embeddings, differences, boxes, a mask file).
+//
+// A Model is loaded once per worker and shared by all requests; its sessions are safe for
+// concurrent runs. Work is split into Prepare (per item, concurrent: decode and
+// preprocess) and Run (one runtime call for a batch of prepared items of the same op), so
+// dynamic batching falls out of the same code path as a single request.
+package models
+
+import (
+	"context"
+	"fmt"
+	"image"
+	"slices"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/images"
+	"github.com/ortbus/ortbus/ort"
+)
+
+// Model is a loaded model of one kind.
+type Model interface {
+	// Name is the model's name in the config; Kind its kind.
+	Name() string
+	Kind() string
+	// Ops lists the client ops this model serves.
+	Ops() []string
+	// Batchable reports whether items of op can be stacked into one runtime call.
+	Batchable(op string) bool
+	// Prepare validates a request and turns it into one item's input (it decodes the
+	// image, if the op takes one). Errors are *codec.Error.
+	Prepare(op string, req *codec.WorkItem) (Item, error)
+	// Run runs prepared items of one op as a single runtime call and returns one reply or
+	// error per item, in order.
+	Run(ctx context.Context, op string, items []Item) ([]codec.Replier, []error)
+	// Sessions returns the model's runtime sessions (for the EP in use and accounting).
+	Sessions() []*ort.Session
+	// Close releases the sessions.
+	Close() error
+}
+
+// Item is one request prepared by a Model's Prepare; its content is the kind's own.
+type Item any
+
+// Env is what a model needs from its worker.
+type Env struct {
+	Runtime *ort.Runtime
+	Session ort.SessionConfig
+	Images  images.Policy
+	// SpoolDir is where outputs without an out_path are written (segment masks).
+	SpoolDir string
+}
+
+// Open loads a model of the kind its config names.
+func Open(env Env, m *config.Model) (Model, error) {
+	dir, err := Dir(m)
+	if err != nil {
+		return nil, err
+	}
+	switch m.Kind {
+	case "tagger-pixai", "tagger-wd14":
+		return openTagger(env, m, dir)
+	case "ccip":
+		return openCCIP(env, m, dir)
+	case "detect":
+		return openDetector(env, m, dir)
+	case "segment":
+		return openSegmenter(env, m, dir)
+	case "raw":
+		return openRaw(env, m, dir)
+	}
+	return nil, codec.Errorf(codec.CodeUnknownModel, "model %s: kind %q is not supported by this worker", m.Name, m.Kind)
+}
+
+// base holds what every kind shares.
+type base struct {
+	name, kind string
+	ops        []string
+	sessions   []*ort.Session
+	env        Env
+}
+
+func (b *base) Name() string             { return b.name }
+func (b *base) Kind() string             { return b.kind }
+func (b *base) Ops() []string            { return b.ops }
+func (b *base) Sessions() []*ort.Session { return b.sessions }
+
+func (b *base) Close() error {
+	var first error
+	for _, s := range b.sessions {
+		if err := s.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (b *base) checkOp(op string) error {
+	if !slices.Contains(b.ops, op) {
+		return codec.Errorf(codec.CodeUnknownOp, "model %s (%s) does not serve op %q (it serves %v)", b.name, b.kind, op, b.ops)
+	}
+	return nil
+}
+
+// session opens one of the model's ONNX files.
+func (b *base) session(path string) (*ort.Session, error) {
+	s, err := b.env.Runtime.NewSession(path, b.env.Session)
+	if err != nil {
+		if e, ok := err.(*codec.Error); ok {
+			return nil, e.With("model", b.name)
+		}
+		return nil, fmt.Errorf("model %s: %w", b.name, err)
+	}
+	b.sessions = append(b.sessions, s)
+	return s, nil
+}
+
+// image opens the request's image under the worker's path policy.
+func (b *base) image(req *codec.WorkItem) (image.Image, error) {
+	if req.Path == "" {
+		return nil, codec.Errorf(codec.CodeBadRequest, "path is required for this op")
+	}
+	img, _, err := b.env.Images.Open(req.Path)
+	return img, err
+}
+
+// stack concatenates per-item tensors of equal size along a new first (batch) axis.
+func stack(items [][]float32, shape []int64) ort.Tensor {
+	per := len(items[0])
+	data := make([]float32, 0, per*len(items))
+	for _, it := range items {
+		data = append(data, it...)
+	}
+	return ort.Tensor{Shape: append([]int64{int64(len(items))}, shape...), Data: data}
+}
+
+// fail returns the same error for every item of a batch.
+func fail(n int, err error) ([]codec.Replier, []error) {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return make([]codec.Replier, n), errs
+}
+
+// dimOr returns shape[i] when it is a fixed size, else def.
+func dimOr(shape []int64, i int, def int) int {
+	if i < len(shape) && shape[i] > 0 {
+		return int(shape[i])
+	}
+	return def
+}

@@ -1,0 +1,71 @@
+package ort
+
+import (
+	"fmt"
+
+	onnx "github.com/yalue/onnxruntime_go"
+)
+
+// Tensor is a named tensor held in Go memory. Data is one of []float32, []float64,
+// []int64, []int32, []uint8 or []bool, with len = product of Shape.
+type Tensor struct {
+	Name  string
+	Shape []int64
+	Data  any
+}
+
+// Float32 returns the data as []float32, or nil if it is another type.
+func (t Tensor) Float32() []float32 {
+	v, _ := t.Data.([]float32)
+	return v
+}
+
+func findTensor(ts []Tensor, name string) (Tensor, bool) {
+	for _, t := range ts {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tensor{}, false
+}
+
+func (t Tensor) value() (onnx.Value, error) {
+	shape := onnx.NewShape(t.Shape...)
+	switch d := t.Data.(type) {
+	case []float32:
+		return onnx.NewTensor(shape, d)
+	case []float64:
+		return onnx.NewTensor(shape, d)
+	case []int64:
+		return onnx.NewTensor(shape, d)
+	case []int32:
+		return onnx.NewTensor(shape, d)
+	case []uint8:
+		return onnx.NewTensor(shape, d)
+	case []bool:
+		return onnx.NewTensor(shape, d)
+	}
+	return nil, fmt.Errorf("unsupported tensor data %T", t.Data)
+}
+
+// fromValue copies an ORT-allocated output into Go memory.
+func fromValue(name string, v onnx.Value) (Tensor, error) {
+	t := Tensor{Name: name, Shape: append([]int64(nil), v.GetShape()...)}
+	switch x := v.(type) {
+	case *onnx.Tensor[float32]:
+		t.Data = append([]float32(nil), x.GetData()...)
+	case *onnx.Tensor[float64]:
+		t.Data = append([]float64(nil), x.GetData()...)
+	case *onnx.Tensor[int64]:
+		t.Data = append([]int64(nil), x.GetData()...)
+	case *onnx.Tensor[int32]:
+		t.Data = append([]int32(nil), x.GetData()...)
+	case *onnx.Tensor[uint8]:
+		t.Data = append([]uint8(nil), x.GetData()...)
+	case *onnx.Tensor[bool]:
+		t.Data = append([]bool(nil), x.GetData()...)
+	default:
+		return t, fmt.Errorf("output %q has an unsupported type %T", name, v)
+	}
+	return t, nil
+}
