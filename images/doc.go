@@ -1,0 +1,19 @@
+// Package images turns an untrusted image path from a request into pixels, and pixels into
+// the tensors the model kinds expect.
+//
+// Paths arrive from clients on the bus, so every path goes through a [Policy] before a
+// byte of it is read: it must be absolute and clean, lie inside an allowed root both
+// lexically and after symlinks are resolved, and name a regular file. The header is read
+// before the pixels so that a hostile "100000×100000" PNG is refused without allocating
+// anything. Every refusal is a *codec.Error with one of the contract's stable codes
+// (bad_request, forbidden_path, file_not_found, unsupported_image, image_too_large), so a
+// worker can put it on the bus as it is.
+//
+// The preprocessing ops ([FlattenOn], [Resize], [PadSquare], [Letterbox], [ToCHW],
+// [ToHWC], [MaskToRGBA]) are pure functions over image.Image values. All resampling goes
+// through golang.org/x/image/draw. Every image they return has its origin at (0, 0).
+//
+// Decodable formats: PNG, JPEG, GIF (first frame), BMP and WebP. Other formats that some
+// other package registers with the image package are refused, so the set a client can rely
+// on does not depend on what else is linked into the binary.
+package images

@@ -1,0 +1,194 @@
+package images
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"image"
+	"image/draw"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	// The decodable formats, registered with the image package by import.
+	_ "image/gif"
+	_ "image/jpeg"
+	_ "image/png"
+
+	_ "golang.org/x/image/bmp"
+	_ "golang.org/x/image/webp"
+
+	"github.com/ortbus/ortbus/codec"
+)
+
+// Info describes an opened image, as its header declares it.
+type Info struct {
+	// Path is the resolved path that was read (symlinks followed). Empty from Decode.
+	Path string `json:"path,omitempty" msgpack:"path,omitempty"`
+	// Format is the decoder's name: "png", "jpeg", "gif", "bmp" or "webp".
+	Format string `json:"format" msgpack:"format"`
+	Width  int    `json:"width" msgpack:"width"`
+	Height int    `json:"height" msgpack:"height"`
+}
+
+// formats are the decoder names accepted; anything else registered is refused.
+var formats = map[string]bool{"png": true, "jpeg": true, "gif": true, "bmp": true, "webp": true}
+
+// Open checks path against the policy, then reads and decodes the image. Errors are
+// *codec.Error:
+//
+//   - bad_request: path empty, relative or not clean (e.g. /srv/img/../etc/passwd);
+//   - forbidden_path: outside the allowed roots as spelled, or once symlinks are resolved,
+//     or not readable by this process;
+//   - file_not_found: inside a root but missing;
+//   - unsupported_image: a directory or other non-regular file, an unknown format, or a
+//     truncated or corrupt file (the message carries the decoder's error);
+//   - image_too_large: width*height over MaxPixels, found from the header alone, before
+//     any pixel memory is allocated (details: width, height, max_pixels).
+//
+// A GIF gives its first frame, placed on a canvas of the GIF's logical screen size.
+func (p Policy) Open(path string) (image.Image, Info, error) {
+	roots, err := p.admit(path)
+	if err != nil {
+		return nil, Info{}, err
+	}
+	resolved, err := resolveInside(path, roots)
+	if err != nil {
+		return nil, Info{}, err
+	}
+	f, err := openRegular(resolved, rootOf(roots, resolved), path)
+	if err != nil {
+		return nil, Info{}, err
+	}
+	defer f.Close()
+	img, info, err := decode(f, p.maxPixels(), path)
+	if err != nil {
+		return nil, Info{}, withPath(err, path)
+	}
+	info.Path = resolved
+	return img, info, nil
+}
+
+// Decode decodes an image from r with the same format set, size limit (maxPixels <= 0
+// means DefaultMaxPixels) and error codes as Open. r is read twice: once for the header,
+// then from the start for the pixels.
+func Decode(r io.ReadSeeker, maxPixels int64) (image.Image, Info, error) {
+	if maxPixels <= 0 {
+		maxPixels = DefaultMaxPixels
+	}
+	return decode(r, maxPixels, "image")
+}
+
+// openRegular opens resolved for reading, refusing anything but a regular file. The
+// file is opened through an os.Root at its allowed root, so a symlink swapped into the
+// path after it was checked still cannot lead outside; and with O_NONBLOCK, so that a
+// FIFO swapped in cannot block the open. name is the client's spelling, for messages.
+func openRegular(resolved, root, name string) (*os.File, error) {
+	fi, err := os.Stat(resolved)
+	if err != nil {
+		return nil, resolveError(err, name)
+	}
+	if err := regular(fi, name); err != nil {
+		return nil, err
+	}
+	rel, err := filepath.Rel(root, resolved)
+	if err != nil || root == "" {
+		return nil, forbidden(name)
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, resolveError(err, name)
+	}
+	defer r.Close()
+	f, err := r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if strings.Contains(err.Error(), "escapes") {
+			return nil, forbidden(name)
+		}
+		return nil, resolveError(err, name)
+	}
+	fi, err = f.Stat()
+	if err == nil {
+		err = regular(fi, name)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// regular refuses directories and other non-regular files with unsupported_image.
+func regular(fi fs.FileInfo, name string) error {
+	switch {
+	case fi.IsDir():
+		return codec.Errorf(codec.CodeUnsupportedImage, "%s is a directory, not an image file", name).With("path", name)
+	case !fi.Mode().IsRegular():
+		return codec.Errorf(codec.CodeUnsupportedImage, "%s is not a regular file (%s)", name, fi.Mode().Type()).With("path", name)
+	}
+	return nil
+}
+
+// decode reads the header, enforces the format set and the pixel limit, then decodes.
+func decode(r io.ReadSeeker, maxPixels int64, name string) (img image.Image, info Info, err error) {
+	defer func() {
+		// The decoders see hostile bytes; a panic in one must fail this image, not the worker.
+		if v := recover(); v != nil {
+			img, info = nil, Info{}
+			err = codec.Errorf(codec.CodeUnsupportedImage, "cannot decode %s: decoder failed: %v", name, v)
+		}
+	}()
+	cfg, format, err := image.DecodeConfig(bufio.NewReader(r))
+	if err != nil {
+		if errors.Is(err, image.ErrFormat) {
+			return nil, Info{}, codec.Errorf(codec.CodeUnsupportedImage,
+				"%s is not a PNG, JPEG, GIF, BMP or WebP image (%v)", name, err)
+		}
+		return nil, Info{}, codec.Errorf(codec.CodeUnsupportedImage, "cannot read the header of %s: %v", name, err)
+	}
+	if !formats[format] {
+		return nil, Info{}, codec.Errorf(codec.CodeUnsupportedImage,
+			"%s is a %s image; only PNG, JPEG, GIF, BMP and WebP are accepted", name, format)
+	}
+	info = Info{Format: format, Width: cfg.Width, Height: cfg.Height}
+	if cfg.Width <= 0 || cfg.Height <= 0 {
+		return nil, Info{}, codec.Errorf(codec.CodeUnsupportedImage,
+			"%s declares an empty size %dx%d", name, cfg.Width, cfg.Height)
+	}
+	if px := int64(cfg.Width) * int64(cfg.Height); px > maxPixels {
+		return nil, Info{}, codec.Errorf(codec.CodeImageTooLarge,
+			"%s is %dx%d = %d pixels, over the limit of %d", name, cfg.Width, cfg.Height, px, maxPixels).
+			With("width", cfg.Width).With("height", cfg.Height).With("max_pixels", maxPixels)
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return nil, Info{}, codec.Errorf(codec.CodeInternal, "cannot rewind %s: %v", name, err)
+	}
+	img, format2, err := image.Decode(bufio.NewReader(r))
+	if err != nil {
+		return nil, Info{}, codec.Errorf(codec.CodeUnsupportedImage, "cannot decode %s image %s: %v", format, name, err)
+	}
+	if format2 != format {
+		return nil, Info{}, codec.Errorf(codec.CodeUnsupportedImage, "%s changed format while being read", name)
+	}
+	return onCanvas(img, cfg.Width, cfg.Height), info, nil
+}
+
+// onCanvas returns img unchanged when its bounds are (0,0)-(w,h), as for every format but
+// GIF; a GIF's first frame may cover only part of the logical screen, so it is drawn onto
+// a transparent canvas of the declared size.
+func onCanvas(img image.Image, w, h int) image.Image {
+	want := image.Rect(0, 0, w, h)
+	if img.Bounds() == want {
+		return img
+	}
+	canvas := image.NewRGBA(want)
+	b := img.Bounds().Intersect(want)
+	draw.Draw(canvas, b, img, b.Min, draw.Src)
+	return canvas
+}
+
+// String gives "png 640x480" for logs.
+func (i Info) String() string { return fmt.Sprintf("%s %dx%d", i.Format, i.Width, i.Height) }
