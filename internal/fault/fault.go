@@ -1,0 +1,45 @@
+// Package fault is a fault-injection switch for chaos tests ONLY: with the environment
+// variable ORTBUS_FAULT_INJECT=1, a request whose path contains MagicSegv makes the
+// process die of a real native SIGSEGV (through cgo), and MagicAbort of a native abort().
+// It is off by default, and nothing in a normal configuration turns it on.
+package fault
+
+/*
+#include <stdlib.h>
+#include <signal.h>
+static void ortbus_segv(void) { volatile int *p = (int*)0; *p = 1; raise(SIGSEGV); }
+static void ortbus_abort(void) { abort(); }
+*/
+import "C"
+
+import (
+	"os"
+	"strings"
+)
+
+// EnvVar turns the switch on when set to 1.
+const EnvVar = "ORTBUS_FAULT_INJECT"
+
+// Magic path fragments.
+const (
+	MagicSegv  = "__ortbus_fault_segv__"
+	MagicAbort = "__ortbus_fault_abort__"
+)
+
+var enabled = os.Getenv(EnvVar) == "1"
+
+// Enabled reports whether the switch is on in this process.
+func Enabled() bool { return enabled }
+
+// Check crashes the process natively if the switch is on and path asks for it.
+func Check(path string) {
+	if !enabled {
+		return
+	}
+	switch {
+	case strings.Contains(path, MagicSegv):
+		C.ortbus_segv()
+	case strings.Contains(path, MagicAbort):
+		C.ortbus_abort()
+	}
+}

@@ -1,0 +1,286 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/health"
+	"github.com/ortbus/ortbus/internal/fault"
+	"github.com/ortbus/ortbus/models"
+	"github.com/ortbus/ortbus/ort"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// Header names of micro-style error replies.
+const (
+	HeaderErrorCode = "Nats-Service-Error-Code"
+	HeaderError     = "Nats-Service-Error"
+	HeaderContent   = "Content-Type"
+)
+
+// subscribe joins the pool's queue group on infer.<pool>.<class> with the configured
+// per-subscription pending limit (no byte limit: -1, since 0 is refused).
+func (w *Worker) subscribe(nc *nats.Conn, class string) (*nats.Subscription, error) {
+	subj, err := subjects.Infer(w.pool.Name, class)
+	if err != nil {
+		return nil, err
+	}
+	s, err := nc.QueueSubscribe(subj, subjects.InferQueue(w.pool.Name), func(m *nats.Msg) { w.accept(nc, class, m) })
+	if err != nil {
+		return nil, err
+	}
+	if err := s.SetPendingLimits(w.pool.PendingMsgs, -1); err != nil {
+		s.Unsubscribe()
+		return nil, err
+	}
+	return s, nil
+}
+
+// accept decodes a work item and queues it, or answers at once: malformed, unknown model
+// or op, already past its deadline, or its class queue full (overloaded). It runs on the
+// subscription's goroutine, so it never blocks.
+func (w *Worker) accept(nc *nats.Conn, class string, m *nats.Msg) {
+	asJSON := m.Header.Get(HeaderContent) == codec.ContentTypeJSON
+	j := &job{msg: m, class: class, asJSON: asJSON, received: time.Now(), item: &codec.WorkItem{}}
+	if err := codec.Decode(m.Data, j.item, asJSON); err != nil {
+		w.answer(j, nil, err)
+		return
+	}
+	if j.item.ID == "" {
+		j.item.ID = nuid.Next()
+	}
+	model, op, err := w.modelFor(j.item.Model, j.item.Op)
+	if err != nil {
+		w.answer(j, nil, err)
+		return
+	}
+	j.model, j.op = model, op
+	j.deadline = j.received.Add(w.cfg.Classes[class].Timeout.D())
+	if j.item.DeadlineUnixMS > 0 {
+		j.deadline = time.UnixMilli(j.item.DeadlineUnixMS)
+	} else if j.item.TimeoutMS > 0 {
+		j.deadline = j.received.Add(time.Duration(j.item.TimeoutMS) * time.Millisecond)
+	}
+	if !time.Now().Before(j.deadline) {
+		w.answer(j, nil, codec.Errorf(codec.CodeDeadlineExceeded, "deadline passed before the worker took the request"))
+		return
+	}
+	j.ctx, j.cancel = context.WithDeadline(context.Background(), j.deadline)
+	if !w.q.put(j) {
+		j.cancel()
+		w.answer(j, nil, codec.Errorf(codec.CodeOverloaded, "worker %s: %s queue is full (%d)", w.id, class, w.pool.QueueBound).With("worker", w.id).With("class", class))
+		return
+	}
+	if j.item.ClaimTo != "" {
+		b, _ := codec.Marshal(&codec.Claim{ID: j.item.ID, Worker: w.id, Pool: w.pool.Name, Attempt: j.item.Attempt, State: codec.ClaimTaken})
+		nc.Publish(j.item.ClaimTo, b)
+	}
+}
+
+// slot runs units of work until the queues close.
+func (w *Worker) slot(nc *nats.Conn) {
+	for {
+		unit := w.q.take()
+		if unit == nil {
+			return
+		}
+		w.runUnit(unit)
+		w.q.done(unit)
+	}
+}
+
+// runUnit prepares each job (deadline check, image decode), runs the ready ones as one
+// runtime call, and answers each exactly once.
+func (w *Worker) runUnit(unit []*job) {
+	ready := unit[:0:0]
+	for _, j := range unit {
+		if err := j.ctx.Err(); err != nil {
+			w.answer(j, nil, ctxError(j.ctx, "before running"))
+			continue
+		}
+		fault.Check(j.item.Path)
+		it, err := j.model.Prepare(j.op, j.item)
+		if err != nil {
+			w.answer(j, nil, err)
+			continue
+		}
+		j.prepared = it
+		ready = append(ready, j)
+	}
+	if len(ready) == 0 {
+		return
+	}
+	items := make([]models.Item, len(ready))
+	for i, j := range ready {
+		items[i] = j.prepared
+	}
+	// One context for the runtime call: cancelled only when every job of the unit is.
+	ctx, stop := unitContext(ready)
+	defer stop()
+	t0 := time.Now()
+	replies, errs := ready[0].model.Run(ctx, ready[0].op, items)
+	inferUS := time.Since(t0).Microseconds()
+	for i, j := range ready {
+		err := errs[i]
+		if j.ctx.Err() != nil {
+			// Cancelled or late while it ran: a result, if any, is discarded.
+			err = ctxError(j.ctx, "while running")
+		}
+		w.answerTimed(j, replies[i], err, t0, inferUS)
+	}
+}
+
+// unitContext is done when every job's context is done.
+func unitContext(unit []*job) (context.Context, func()) {
+	if len(unit) == 1 {
+		return unit[0].ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for _, j := range unit {
+			select {
+			case <-j.ctx.Done():
+			case <-ctx.Done():
+				return
+			}
+		}
+		cancel()
+	}()
+	return ctx, cancel
+}
+
+func ctxError(ctx context.Context, when string) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return codec.Errorf(codec.CodeDeadlineExceeded, "deadline passed %s", when)
+	}
+	return codec.Errorf(codec.CodeCancelled, "request cancelled %s", when)
+}
+
+func (w *Worker) answerTimed(j *job, rep codec.Replier, err error, start time.Time, inferUS int64) {
+	if rep != nil {
+		s := rep.Meta()
+		s.Timing = timing(j, start, inferUS)
+	}
+	w.answer(j, rep, err)
+}
+
+func timing(j *job, start time.Time, inferUS int64) codec.Timing {
+	since := j.received
+	if j.item.EnqueuedUnixUS > 0 {
+		since = time.UnixMicro(j.item.EnqueuedUnixUS)
+	}
+	return codec.Timing{QueueUS: max(0, start.Sub(since).Microseconds()), InferUS: inferUS, TotalUS: max(0, time.Since(since).Microseconds())}
+}
+
+// answer sends the one terminal reply of a job: the result, or an error with micro-style
+// headers and a {code, message, details} body.
+func (w *Worker) answer(j *job, rep codec.Replier, err error) {
+	if j.cancel != nil {
+		defer j.cancel()
+	}
+	if j.msg.Reply == "" {
+		return
+	}
+	out := nats.NewMsg(j.msg.Reply)
+	if j.asJSON {
+		out.Header.Set(HeaderContent, codec.ContentTypeJSON)
+	}
+	var body any = rep
+	if err == nil && rep == nil {
+		err = codec.Errorf(codec.CodeInternal, "no result")
+	}
+	if err != nil {
+		e := codec.AsError(err)
+		if e.Code == codec.CodeInternal {
+			w.log.Error("request failed", "id", j.item.ID, "err", err)
+		}
+		out.Header.Set(HeaderErrorCode, strconv.Itoa(e.Code.Status()))
+		out.Header.Set(HeaderError, e.Message)
+		body = e
+		w.failed.Add(1)
+	} else {
+		s := rep.Meta()
+		s.ID, s.Model, s.Pool, s.Worker, s.Runtime, s.EP = j.item.ID, j.model.Name(), w.pool.Name, w.id, w.rt.Version, w.ep
+		w.served.Add(1)
+	}
+	b, encErr := codec.Encode(body, j.asJSON)
+	if encErr != nil {
+		b, _ = codec.Encode(codec.Errorf(codec.CodeInternal, "encode reply: %v", encErr), j.asJSON)
+	}
+	out.Data = b
+	if err := j.msg.RespondMsg(out); err != nil {
+		w.log.Warn("reply not sent", "id", j.item.ID, "err", err)
+	}
+}
+
+// control subscribes to cancels and to this worker's control verbs.
+func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
+	cs, err := nc.Subscribe(subjects.Cancel, func(m *nats.Msg) {
+		var c codec.Cancel
+		if codec.Decode(m.Data, &c, m.Header.Get(HeaderContent) == codec.ContentTypeJSON) != nil || c.ID == "" {
+			return
+		}
+		if j, found := w.q.cancel(c.ID); found {
+			if j != nil {
+				w.answer(j, nil, codec.Errorf(codec.CodeCancelled, "cancelled while queued"))
+			}
+			if m.Reply != "" {
+				b, _ := codec.Marshal(&codec.CancelReply{ID: c.ID, Found: true})
+				m.Respond(b)
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	subs := []*nats.Subscription{cs}
+	for _, verb := range []string{subjects.VerbStats, subjects.VerbDrain} {
+		subj, err := subjects.Worker(w.id, verb)
+		if err != nil {
+			return nil, err
+		}
+		verb := verb
+		s, err := nc.Subscribe(subj, func(m *nats.Msg) {
+			if verb == subjects.VerbDrain {
+				w.draining.Store(true)
+			}
+			asJSON := m.Header.Get(HeaderContent) == codec.ContentTypeJSON
+			b, _ := codec.Encode(w.snapshot(), asJSON)
+			m.Respond(b)
+		})
+		if err != nil {
+			return nil, err
+		}
+		subs = append(subs, s)
+	}
+	return subs, nil
+}
+
+// heartbeats makes the worker's heartbeat publisher.
+func (w *Worker) heartbeats(nc *nats.Conn) (*health.Publisher, chan struct{}, error) {
+	p, err := health.NewPublisher(nc, w.pool.Name, w.id, w.cfg.Health.HeartbeatInterval.D(), w.snapshot)
+	return p, make(chan struct{}, 1), err
+}
+
+// snapshot is the worker's state as a heartbeat.
+func (w *Worker) snapshot() *codec.Heartbeat {
+	queued, running, held := w.q.counts()
+	state := codec.StateReady
+	if w.draining.Load() {
+		state = codec.StateDraining
+	}
+	return &codec.Heartbeat{
+		Worker: w.id, Pool: w.pool.Name, Host: w.host, PID: pid, State: state,
+		Runtime: w.rt.Version, Library: w.rt.Path, EP: w.ep, Device: w.pool.Device,
+		Classes: w.pool.Classes, Models: w.stats, Slots: w.pool.Slots,
+		Queued: queued, Running: running, Held: held,
+		Served: w.served.Load(), Failed: w.failed.Load(), SessionsCreated: ort.SessionsCreated(),
+		RSSBytes: rssBytes(), UptimeMS: time.Since(w.start).Milliseconds(),
+	}
+}

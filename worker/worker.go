@@ -1,0 +1,274 @@
+// Package worker is one resident ortbus worker: one ONNX Runtime library, one execution
+// provider, the pool's models loaded once, serving infer.<pool>.<class> from the pool's
+// queue group. It schedules its own slots by class priority, answers every work item
+// exactly once, publishes heartbeats, honours cancels, and drains on shutdown.
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/images"
+	"github.com/ortbus/ortbus/models"
+	"github.com/ortbus/ortbus/ort"
+)
+
+// Options configure a worker.
+type Options struct {
+	Config *config.Config
+	Pool   string
+	// ID is the worker id (a subject token); default: <pool>-<random>.
+	ID     string
+	Logger *slog.Logger
+}
+
+// Worker is a loaded worker, ready to serve.
+type Worker struct {
+	cfg    *config.Config
+	pool   *config.Pool
+	id     string
+	host   string
+	log    *slog.Logger
+	rt     *ort.Runtime
+	ep     string
+	models map[string]models.Model // by name
+	order  []string                // model names in pool order
+	stats  []codec.ModelStatus
+	q      *queues
+	start  time.Time
+
+	served, failed atomic.Uint64
+	draining       atomic.Bool
+}
+
+// New finds and loads the pool's runtime and opens its models (unless lazy). A runtime
+// that cannot be found or loaded is a runtime_missing *codec.Error naming every searched
+// path; an EP that cannot be used is provider_unavailable.
+func New(opts Options) (*Worker, error) {
+	c := opts.Config
+	p, ok := c.Pools[opts.Pool]
+	if !ok {
+		return nil, codec.Errorf(codec.CodeUnknownPool, "pool %q is not in the config", opts.Pool)
+	}
+	w := &Worker{cfg: c, pool: p, id: opts.ID, log: opts.Logger, models: map[string]models.Model{}, start: time.Now()}
+	if w.id == "" {
+		w.id = p.Name + "-" + nuid.Next()[16:]
+	}
+	if w.log == nil {
+		w.log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	w.log = w.log.With("worker", w.id, "pool", p.Name)
+	w.host, _ = os.Hostname()
+	rt, err := ort.LoadSpec(RuntimeSpec(p))
+	if err != nil {
+		if e := codec.AsError(err); e.Code == codec.CodeRuntimeMissing {
+			e.With("pool", p.Name)
+		}
+		return nil, err
+	}
+	w.rt = rt
+	env := models.Env{
+		Runtime:  rt,
+		Session:  SessionConfig(p),
+		Images:   images.Policy{AllowedRoots: c.Security.AllowedRoots, MaxPixels: c.Security.MaxImagePixels},
+		SpoolDir: c.Security.SpoolDir,
+	}
+	for _, name := range p.Models {
+		mc := c.Models[name]
+		before := rssBytes()
+		t0 := time.Now()
+		m, err := models.Open(env, mc)
+		if err != nil {
+			w.Close()
+			if e, ok := err.(*codec.Error); ok {
+				return nil, e.With("pool", p.Name).With("model", name)
+			}
+			return nil, fmt.Errorf("pool %s: model %s: %w", p.Name, name, err)
+		}
+		w.models[name] = m
+		w.order = append(w.order, name)
+		st := codec.ModelStatus{Name: name, Kind: mc.Kind, Loaded: true, LoadMS: time.Since(t0).Milliseconds(), MaxBatch: p.MaxBatch}
+		if mc.Memory > 0 {
+			st.PeakBytes, st.PeakSource = int64(mc.Memory), "declared"
+		} else {
+			st.PeakBytes, st.PeakSource = max(0, rssBytes()-before), "rss"
+		}
+		w.stats = append(w.stats, st)
+		if s := m.Sessions(); len(s) > 0 {
+			w.ep = s[0].EP
+		}
+	}
+	w.q = newQueues(c.ClassNames(), p.QueueBound, p.MaxBatch, p.MaxDelay.D())
+	w.log.Info("worker loaded", "runtime", rt.Version, "library", rt.Path, "ep", w.ep, "models", w.order)
+	return w, nil
+}
+
+// RuntimeSpec is where a pool's runtime library is looked for: its runtime path, its
+// runtime_dirs, and ORT_DYLIB_PATH / LD_LIBRARY_PATH from the pool's env or, failing that,
+// from this process's environment.
+func RuntimeSpec(p *config.Pool) ort.Spec {
+	env := map[string]string{}
+	for _, k := range []string{"ORT_DYLIB_PATH", "LD_LIBRARY_PATH"} {
+		if v, ok := p.Env[k]; ok {
+			env[k] = v
+		} else if v := os.Getenv(k); v != "" {
+			env[k] = v
+		}
+	}
+	return ort.Spec{Path: p.Runtime, Dirs: p.RuntimeDirs, Env: env}
+}
+
+// SessionConfig is the pool's EP chain (EP then its fallbacks) and thread counts.
+func SessionConfig(p *config.Pool) ort.SessionConfig {
+	sc := ort.SessionConfig{IntraOpThreads: p.Threads, InterOpThreads: 1}
+	for i, ep := range append([]string{p.EP}, p.Fallback...) {
+		var o map[string]string
+		if i == 0 {
+			o = p.EPOptions
+		}
+		sc.Providers = append(sc.Providers, ort.Provider{Name: ep, Options: o})
+	}
+	return sc
+}
+
+// ID is the worker's id.
+func (w *Worker) ID() string { return w.id }
+
+// Close releases the models (the runtime stays loaded for the life of the process).
+func (w *Worker) Close() {
+	for _, m := range w.models {
+		m.Close()
+	}
+}
+
+// Serve connects to NATS at url, subscribes and serves until ctx is cancelled, then
+// drains: no new work, every queued item answered, a last heartbeat, and returns nil.
+func (w *Worker) Serve(ctx context.Context, url string, natsOpts ...nats.Option) error {
+	opts := append([]nats.Option{
+		nats.Name("ortworker " + w.id),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(100 * time.Millisecond),
+		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
+			w.log.Warn("nats error", "subject", subjectOf(s), "err", err)
+		}),
+	}, natsOpts...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS %s: %w", url, err)
+	}
+	defer nc.Close()
+	return w.ServeConn(ctx, nc)
+}
+
+// ServeConn serves on an existing connection (see Serve).
+func (w *Worker) ServeConn(ctx context.Context, nc *nats.Conn) error {
+	var subs []*nats.Subscription
+	for _, class := range w.pool.Classes {
+		s, err := w.subscribe(nc, class)
+		if err != nil {
+			return err
+		}
+		subs = append(subs, s)
+	}
+	ctl, err := w.control(nc)
+	if err != nil {
+		return err
+	}
+	pub, kick, err := w.heartbeats(nc)
+	if err != nil {
+		return err
+	}
+	hbCtx, stopHB := context.WithCancel(context.Background())
+	var hbDone sync.WaitGroup
+	hbDone.Add(1)
+	go func() { defer hbDone.Done(); pub.Run(hbCtx, kick) }()
+
+	var slots sync.WaitGroup
+	for i := 0; i < w.pool.Slots; i++ {
+		slots.Add(1)
+		go func() { defer slots.Done(); w.slot(nc) }()
+	}
+	nc.Flush()
+	w.log.Info("serving", "classes", w.pool.Classes, "slots", w.pool.Slots)
+
+	<-ctx.Done()
+
+	// Drain: stop taking work (pending messages already in the client are still
+	// delivered to the handler and queued or answered), finish what is queued, say so.
+	w.draining.Store(true)
+	for _, s := range subs {
+		s.Drain()
+	}
+	for _, s := range subs {
+		waitClosed(s)
+	}
+	w.q.idle()
+	w.q.close()
+	slots.Wait()
+	for _, s := range ctl {
+		s.Unsubscribe()
+	}
+	stopHB()
+	hbDone.Wait()
+	pub.Beat()
+	w.log.Info("drained", "served", w.served.Load(), "failed", w.failed.Load())
+	return nc.Flush()
+}
+
+// waitClosed waits until a draining subscription has handed over every pending message.
+func waitClosed(s *nats.Subscription) {
+	ch := s.StatusChanged(nats.SubscriptionClosed)
+	if !s.IsValid() {
+		return
+	}
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+	}
+}
+
+func subjectOf(s *nats.Subscription) string {
+	if s == nil {
+		return ""
+	}
+	return s.Subject
+}
+
+// modelFor picks the model for a request: the named one, or the pool's first model that
+// serves op (or, with no op either, the pool's first model and its first op).
+func (w *Worker) modelFor(name, op string) (models.Model, string, error) {
+	if name != "" {
+		m, ok := w.models[name]
+		if !ok {
+			return nil, "", codec.Errorf(codec.CodeUnknownModel, "model %q is not loaded by pool %s (it has %v)", name, w.pool.Name, w.order).With("pool", w.pool.Name)
+		}
+		if op == "" {
+			op = m.Ops()[0]
+		}
+		if !slices.Contains(m.Ops(), op) {
+			return nil, "", codec.Errorf(codec.CodeUnknownOp, "model %s does not serve op %q (it serves %v)", name, op, m.Ops())
+		}
+		return m, op, nil
+	}
+	for _, n := range w.order {
+		m := w.models[n]
+		if op == "" {
+			return m, m.Ops()[0], nil
+		}
+		if slices.Contains(m.Ops(), op) {
+			return m, op, nil
+		}
+	}
+	return nil, "", codec.Errorf(codec.CodeUnknownOp, "no model of pool %s serves op %q", w.pool.Name, op).With("pool", w.pool.Name)
+}
