@@ -18,7 +18,7 @@ func samples() []any {
 	req := Request{V: 1, ID: "r1", Model: "tagger", Path: "/srv/a.png", Class: "batch", Pool: "cuda", Device: "cuda:0", TimeoutMS: 500,
 		Thresholds: &Thresholds{General: f64(0.3), Character: f64(0.8)}, Conf: f64(0.25), IoU: f64(0.7), OutPath: "/srv/out.png",
 		Feature: FloatVec{1, 2.5, -3}, Candidates: []FloatVec{{1, 2, 3}, {4, 5, 6}},
-		Inputs:  map[string]*Tensor{"x": {Type: "float32", Shape: []int64{1, 2}, Data: Float32Bytes([]float32{1, 2})}}, Outputs: []string{"y"}}
+		Inputs: map[string]*Tensor{"x": {Type: "float32", Shape: []int64{1, 2}, Data: Float32Bytes([]float32{1, 2})}}, Outputs: []string{"y"}}
 	return []any{
 		&req,
 		&WorkItem{Request: req, Op: "tag", DeadlineUnixMS: 123, Attempt: 2, ClaimTo: "ortbus.claim.g", EnqueuedUnixUS: 9},

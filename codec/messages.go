@@ -80,6 +80,8 @@ type Timing struct {
 	QueueUS int64 `msgpack:"queue_us" json:"queue_us"`
 	InferUS int64 `msgpack:"infer_us" json:"infer_us"`
 	TotalUS int64 `msgpack:"total_us" json:"total_us"`
+	// Batch is how many requests shared the runtime call (dynamic batching); 1 when alone.
+	Batch int `msgpack:"batch,omitempty" json:"batch,omitempty"`
 }
 
 // Served says who answered a request: every reply carries it.

@@ -273,3 +273,14 @@ func typeName(t onnx.TensorElementDataType) string {
 	}
 	return "type" + strconv.Itoa(int(t))
 }
+
+// ProbeProvider reports whether provider p can be appended to fresh session options of
+// this runtime, returning the runtime's own error text when it cannot.
+func (r *Runtime) ProbeProvider(p Provider) error {
+	opts, err := onnx.NewSessionOptions()
+	if err != nil {
+		return err
+	}
+	defer opts.Destroy()
+	return appendProvider(opts, p)
+}

@@ -132,7 +132,7 @@ func (w *Worker) runUnit(unit []*job) {
 			// Cancelled or late while it ran: a result, if any, is discarded.
 			err = ctxError(j.ctx, "while running")
 		}
-		w.answerTimed(j, replies[i], err, t0, inferUS)
+		w.answerTimed(j, replies[i], err, t0, inferUS, len(ready))
 	}
 }
 
@@ -162,10 +162,11 @@ func ctxError(ctx context.Context, when string) error {
 	return codec.Errorf(codec.CodeCancelled, "request cancelled %s", when)
 }
 
-func (w *Worker) answerTimed(j *job, rep codec.Replier, err error, start time.Time, inferUS int64) {
+func (w *Worker) answerTimed(j *job, rep codec.Replier, err error, start time.Time, inferUS int64, batch int) {
 	if rep != nil {
 		s := rep.Meta()
 		s.Timing = timing(j, start, inferUS)
+		s.Timing.Batch = batch
 	}
 	w.answer(j, rep, err)
 }
@@ -263,9 +264,8 @@ func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
 }
 
 // heartbeats makes the worker's heartbeat publisher.
-func (w *Worker) heartbeats(nc *nats.Conn) (*health.Publisher, chan struct{}, error) {
-	p, err := health.NewPublisher(nc, w.pool.Name, w.id, w.cfg.Health.HeartbeatInterval.D(), w.snapshot)
-	return p, make(chan struct{}, 1), err
+func (w *Worker) heartbeats(nc *nats.Conn) (*health.Publisher, error) {
+	return health.NewPublisher(nc, w.pool.Name, w.id, w.cfg.Health.HeartbeatInterval.D(), w.snapshot)
 }
 
 // snapshot is the worker's state as a heartbeat.

@@ -22,6 +22,7 @@ import (
 	"github.com/ortbus/ortbus/images"
 	"github.com/ortbus/ortbus/models"
 	"github.com/ortbus/ortbus/ort"
+	"github.com/ortbus/ortbus/subjects"
 )
 
 // Options configure a worker.
@@ -31,6 +32,8 @@ type Options struct {
 	// ID is the worker id (a subject token); default: <pool>-<random>.
 	ID     string
 	Logger *slog.Logger
+	// OnReady is called once the worker is subscribed and serving.
+	OnReady func(*Worker)
 }
 
 // Worker is a loaded worker, ready to serve.
@@ -47,6 +50,7 @@ type Worker struct {
 	stats  []codec.ModelStatus
 	q      *queues
 	start  time.Time
+	ready  func(*Worker)
 
 	served, failed atomic.Uint64
 	draining       atomic.Bool
@@ -61,7 +65,7 @@ func New(opts Options) (*Worker, error) {
 	if !ok {
 		return nil, codec.Errorf(codec.CodeUnknownPool, "pool %q is not in the config", opts.Pool)
 	}
-	w := &Worker{cfg: c, pool: p, id: opts.ID, log: opts.Logger, models: map[string]models.Model{}, start: time.Now()}
+	w := &Worker{cfg: c, pool: p, id: opts.ID, log: opts.Logger, models: map[string]models.Model{}, start: time.Now(), ready: opts.OnReady}
 	if w.id == "" {
 		w.id = p.Name + "-" + nuid.Next()[16:]
 	}
@@ -145,6 +149,32 @@ func SessionConfig(p *config.Pool) ort.SessionConfig {
 // ID is the worker's id.
 func (w *Worker) ID() string { return w.id }
 
+// Runtime is the loaded runtime; EP the execution provider in use.
+func (w *Worker) Runtime() *ort.Runtime { return w.rt }
+
+// EP is the execution provider the worker's sessions use.
+func (w *Worker) EP() string { return w.ep }
+
+// ReportFailure publishes one failed heartbeat for a worker that could not start, so
+// gateways and operators see why (runtime_missing, provider_unavailable) on the bus.
+func ReportFailure(nc *nats.Conn, pool, id string, err error) error {
+	host, _ := os.Hostname()
+	hb := &codec.Heartbeat{V: codec.WireVersion, Worker: id, Pool: pool, Host: host, PID: pid, State: codec.StateFailed,
+		SentMS: time.Now().UnixMilli(), Error: codec.AsError(err)}
+	subj, serr := subjects.Heartbeat(pool, id)
+	if serr != nil {
+		return serr
+	}
+	b, merr := codec.Marshal(hb)
+	if merr != nil {
+		return merr
+	}
+	if perr := nc.Publish(subj, b); perr != nil {
+		return perr
+	}
+	return nc.FlushTimeout(500 * time.Millisecond)
+}
+
 // Close releases the models (the runtime stays loaded for the life of the process).
 func (w *Worker) Close() {
 	for _, m := range w.models {
@@ -185,22 +215,27 @@ func (w *Worker) ServeConn(ctx context.Context, nc *nats.Conn) error {
 	if err != nil {
 		return err
 	}
-	pub, kick, err := w.heartbeats(nc)
+	pub, err := w.heartbeats(nc)
 	if err != nil {
 		return err
 	}
 	hbCtx, stopHB := context.WithCancel(context.Background())
 	var hbDone sync.WaitGroup
 	hbDone.Add(1)
-	go func() { defer hbDone.Done(); pub.Run(hbCtx, kick) }()
+	go func() { defer hbDone.Done(); pub.Run(hbCtx, nil) }()
 
 	var slots sync.WaitGroup
 	for i := 0; i < w.pool.Slots; i++ {
 		slots.Add(1)
 		go func() { defer slots.Done(); w.slot(nc) }()
 	}
-	nc.Flush()
+	if err := nc.Flush(); err != nil {
+		w.log.Warn("NATS flush after subscribing failed; serving once reconnected", "err", err)
+	}
 	w.log.Info("serving", "classes", w.pool.Classes, "slots", w.pool.Slots)
+	if w.ready != nil {
+		w.ready(w)
+	}
 
 	<-ctx.Done()
 

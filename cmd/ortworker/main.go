@@ -1,0 +1,92 @@
+// Command ortworker is one resident ortbus worker: it loads one pool's ONNX Runtime
+// library, execution provider and models once, and serves infer.<pool>.<class> over NATS
+// until SIGTERM, when it drains (every queued item answered) and exits 0.
+//
+// On start-up failure (runtime_missing, provider_unavailable, a bad model) it prints one
+// JSON line {"event":"failed","error":{code,message,details}} on stdout, publishes a failed
+// heartbeat if NATS is reachable, and exits 3.
+//
+// Test-only: ORTBUS_FAULT_INJECT=1 makes a request whose path contains
+// __ortbus_fault_segv__ (or __ortbus_fault_abort__) crash the process natively.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/worker"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	cfgPath := flag.String("config", "", "ortbus config file (TOML)")
+	pool := flag.String("pool", "", "the pool this worker serves")
+	id := flag.String("id", "", "worker id (default: <pool>-<random>)")
+	natsURL := flag.String("nats", "", "NATS URL (default: from the config)")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *cfgPath == "" || *pool == "" {
+		fmt.Fprintln(os.Stderr, "usage: ortworker -config FILE -pool NAME [-id ID] [-nats URL]")
+		return 2
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	url := *natsURL
+	if url == "" {
+		url = NATSURL(cfg)
+	}
+	if *id == "" {
+		*id = *pool + "-" + nuid.Next()[16:]
+	}
+	w, err := worker.New(worker.Options{Config: cfg, Pool: *pool, ID: *id, Logger: log, OnReady: func(w *worker.Worker) {
+		emit(map[string]any{"event": "ready", "worker": w.ID(), "pool": *pool, "runtime": w.Runtime().Version, "ep": w.EP(), "pid": os.Getpid()})
+	}})
+	if err != nil {
+		e := codec.AsError(err)
+		emit(map[string]any{"event": "failed", "worker": *id, "pool": *pool, "error": e})
+		log.Error("worker failed to start", "code", e.Code, "err", e.Message)
+		if nc, cerr := nats.Connect(url, nats.Timeout(500*time.Millisecond), nats.Name("ortworker "+*id)); cerr == nil {
+			worker.ReportFailure(nc, *pool, *id, e)
+			nc.Close()
+		}
+		return 3
+	}
+	defer w.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := w.Serve(ctx, url); err != nil {
+		log.Error("worker stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// NATSURL is the URL a worker uses from the config: nats.url, or the embedded server's
+// listen address.
+func NATSURL(c *config.Config) string {
+	if c.NATS.URL != "" {
+		return c.NATS.URL
+	}
+	return "nats://" + c.NATS.Listen
+}
+
+func emit(v any) {
+	b, _ := json.Marshal(v)
+	fmt.Println(string(b))
+}
