@@ -11,9 +11,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/demo"
 	"github.com/ortbus/ortbus/doctor"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
@@ -23,6 +25,7 @@ func main() { os.Exit(run(os.Args[1:])) }
 const usage = `usage:
   ortbus doctor -config FILE [-json]    check each pool's runtime library and execution providers
   ortbus models gen DIR [-heavy N]      write the generated models (N compute layers in tagger-heavy)
+  ortbus demo -config FILE              run the system end to end and print a report
 `
 
 func run(args []string) int {
@@ -35,6 +38,8 @@ func run(args []string) int {
 		return doctorCmd(args[1:])
 	case "doctor-probe": // internal: one pool, in its own process
 		return probeCmd(args[1:])
+	case "demo":
+		return demoCmd(args[1:])
 	case "models":
 		if len(args) < 2 || args[1] != "gen" {
 			fmt.Fprint(os.Stderr, usage)
@@ -118,5 +123,25 @@ func genCmd(args []string) int {
 		fmt.Fprintln(os.Stderr, "ortbus:", err)
 		return 1
 	}
+	return 0
+}
+
+func demoCmd(args []string) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	cfgPath := fs.String("config", "deploy/local.toml", "ortbus config file")
+	workerBin := fs.String("worker", "", "ortworker binary (default: next to this one)")
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	if *workerBin == "" {
+		self, _ := os.Executable()
+		*workerBin = filepath.Join(filepath.Dir(self), "ortworker")
+	}
+	t0 := time.Now()
+	if err := demo.Run(demo.Options{Config: *cfgPath, WorkerBin: *workerBin, Out: os.Stdout}); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		return 1
+	}
+	fmt.Printf("\ndemo finished in %s\n", time.Since(t0).Round(time.Millisecond))
 	return 0
 }

@@ -1,0 +1,59 @@
+# ortbus — the two commands are `make demo` and `make test`; both work on a fresh clone.
+#
+#   make prepare   ONNX Runtime 1.30.0 and 1.24.3 (from npm, into .deps/) and the generated models
+#   make build     every binary into bin/
+#   make demo      the system end to end on deploy/local.toml, with a report
+#   make test      vet, gofmt, and every test (race detector on)
+#   make bench     benchmarks (see docs/BENCHMARKS.md)
+
+GO        ?= go
+DEPS      := .deps
+ORT_VERSIONS := 1.30.0 1.24.3
+ORT_LIBS  := $(foreach v,$(ORT_VERSIONS),$(DEPS)/ort-$(v)/lib/libonnxruntime.so.1)
+MODELS    := $(DEPS)/models/tagger/model.onnx
+BINARIES  := bin/ortbus bin/ortworker bin/natsembed
+GOFLAGS_TEST ?= -race -count=1 -timeout 30m
+
+.PHONY: all build prepare runtimes models demo test vet fmt-check fuzz bench clean
+all: build
+
+build: $(BINARIES)
+
+# Go decides what is stale; the phony dependency makes make always ask it.
+bin/%: FORCE
+	$(GO) build -o $@ ./cmd/$*
+FORCE:
+
+prepare: runtimes models
+
+runtimes: $(ORT_LIBS)
+$(DEPS)/ort-%/lib/libonnxruntime.so.1: scripts/fetch-runtime.sh
+	scripts/fetch-runtime.sh $(DEPS) $*
+
+models: $(MODELS)
+$(MODELS): bin/ortbus
+	bin/ortbus models gen $(DEPS)/models
+
+demo: build prepare
+	bin/ortbus demo -config deploy/local.toml
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.deps/*')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+test: prepare vet fmt-check
+	$(GO) test $(GOFLAGS_TEST) ./...
+
+# A longer fuzzing pass over the codec's decoders (the seed corpora run in `make test`).
+fuzz:
+	for f in FuzzDecodeRequest FuzzDecodeJSONRequest FuzzDecodeHeartbeat FuzzDecodeReply; do \
+		$(GO) test ./codec -run '^$$' -fuzz "^$$f$$" -fuzztime 30s || exit 1; done
+
+bench: build prepare
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./images/ ./codec/
+
+clean:
+	rm -rf bin
