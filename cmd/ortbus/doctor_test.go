@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// buildOrtbus builds this command into a temporary folder.
+func buildOrtbus(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "ortbus")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestDoctorMissingLibrary: a pool whose runtime library is missing is reported with the
+// pool's name and every searched path, and doctor exits non-zero within 2 s.
+func TestDoctorMissingLibrary(t *testing.T) {
+	bin := buildOrtbus(t)
+	dir := t.TempDir()
+	libDir := filepath.Join(dir, "nowhere")
+	cfg := filepath.Join(dir, "ortbus.toml")
+	os.WriteFile(filepath.Join(dir, "m.onnx"), []byte("x"), 0o644)
+	err := os.WriteFile(cfg, []byte(`
+[nats]
+url = "nats://127.0.0.1:1"
+[models.tiny]
+kind = "raw"
+dir = "."
+[pools.ghost]
+runtime = "`+filepath.Join(libDir, "libonnxruntime.so.1")+`"
+runtime_dirs = ["`+filepath.Join(dir, "prefix")+`"]
+classes = ["interactive"]
+models = ["tiny"]
+`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, bin, "doctor", "-config", cfg).CombinedOutput()
+	elapsed := time.Since(start)
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() == 0 {
+		t.Fatalf("doctor did not fail: %v\n%s", err, out)
+	}
+	if elapsed > 2*time.Second {
+		t.Fatalf("doctor took %s (limit 2 s)", elapsed)
+	}
+	text := string(out)
+	for _, want := range []string{
+		"pool ghost", "FAIL", "runtime_missing",
+		filepath.Join(libDir, "libonnxruntime.so.1"),
+		filepath.Join(dir, "prefix", "libonnxruntime.so.1"),
+		filepath.Join(dir, "prefix", "lib", "libonnxruntime.so.1"),
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, text)
+		}
+	}
+	t.Logf("doctor failed in %s as it should:\n%s", elapsed.Round(time.Millisecond), text)
+}
