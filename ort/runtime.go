@@ -1,7 +1,7 @@
 package ort
 
 import (
-	"fmt"
+	"os"
 	"sync"
 
 	onnx "github.com/yalue/onnxruntime_go"
@@ -28,10 +28,10 @@ func Load(path string) (*Runtime, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if current != nil {
-		if current.Path == path {
+		if sameFile(current.Path, path) {
 			return current, nil
 		}
-		return nil, fmt.Errorf("ort: this process already runs %s (%s); one runtime per process", current.Path, current.Version)
+		return nil, codec.Errorf(codec.CodeInternal, "cannot load %s: this process already runs %s (%s); one runtime per process", path, current.Path, current.Version)
 	}
 	if err := checkLibrary(path); err != nil {
 		return nil, codec.Errorf(codec.CodeRuntimeMissing, "ONNX Runtime library %s: %v", path, err).With("searched", []string{path})
@@ -69,4 +69,10 @@ func (r *Runtime) Close() error {
 	}
 	current = nil
 	return onnx.DestroyEnvironment()
+}
+
+func sameFile(a, b string) bool {
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }

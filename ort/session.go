@@ -2,9 +2,12 @@ package ort
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	onnx "github.com/yalue/onnxruntime_go"
@@ -46,7 +49,8 @@ type Session struct {
 	Inputs  []IOInfo
 	Outputs []IOInfo
 
-	s *onnx.DynamicAdvancedSession
+	mu sync.RWMutex // Run holds it shared, Close exclusively: no run outlives its session
+	s  *onnx.DynamicAdvancedSession
 }
 
 var sessionsCreated atomic.Uint64
@@ -57,6 +61,9 @@ func SessionsCreated() uint64 { return sessionsCreated.Load() }
 
 // NewSession loads the model at path with the first provider of cfg that can be used.
 func (r *Runtime) NewSession(path string, cfg SessionConfig) (*Session, error) {
+	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+		return nil, codec.Errorf(codec.CodeFileNotFound, "model file %s does not exist or is not a regular file", path).With("path", path)
+	}
 	ins, outs, err := onnx.GetInputOutputInfo(path)
 	if err != nil {
 		return nil, fmt.Errorf("read model %s: %w", path, err)
@@ -146,7 +153,12 @@ func withDefault(m map[string]string, k, v string) map[string]string {
 
 // Close releases the session.
 func (s *Session) Close() error {
-	if s == nil || s.s == nil {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.s == nil {
 		return nil
 	}
 	err := s.s.Destroy()
@@ -168,6 +180,11 @@ func (s *Session) Input(name string) (IOInfo, bool) {
 // ctx is cancelled the run is stopped through ONNX Runtime's terminate flag and Run
 // returns a cancelled *codec.Error.
 func (s *Session) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.s == nil {
+		return nil, codec.Errorf(codec.CodeInternal, "session of %s is closed", s.Path)
+	}
 	vals := make([]onnx.Value, len(s.Inputs))
 	defer func() {
 		for _, v := range vals {
@@ -235,6 +252,9 @@ func (s *Session) run(ctx context.Context, in, out []onnx.Value) error {
 	close(done)
 	<-stopped
 	if err != nil && ctx.Err() != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return codec.Errorf(codec.CodeDeadlineExceeded, "run terminated at the deadline")
+		}
 		return codec.Errorf(codec.CodeCancelled, "run terminated: %v", ctx.Err())
 	}
 	return err

@@ -2,6 +2,7 @@ package ort
 
 import (
 	"fmt"
+	"reflect"
 
 	onnx "github.com/yalue/onnxruntime_go"
 )
@@ -30,6 +31,16 @@ func findTensor(ts []Tensor, name string) (Tensor, bool) {
 }
 
 func (t Tensor) value() (onnx.Value, error) {
+	n := int64(1)
+	for _, d := range t.Shape {
+		if d < 0 {
+			return nil, fmt.Errorf("shape %v has a negative dimension", t.Shape)
+		}
+		n *= d
+	}
+	if l := int64(reflect.ValueOf(t.Data).Len()); l != n {
+		return nil, fmt.Errorf("shape %v needs %d values, got %d", t.Shape, n, l)
+	}
 	shape := onnx.NewShape(t.Shape...)
 	switch d := t.Data.(type) {
 	case []float32:
