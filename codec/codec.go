@@ -88,3 +88,11 @@ func checkVersion(v any) error {
 	}
 	return nil
 }
+
+// Header names: micro-style error replies carry the error's HTTP-like status and text;
+// Content-Type selects JSON.
+const (
+	HeaderErrorCode   = "Nats-Service-Error-Code"
+	HeaderError       = "Nats-Service-Error"
+	HeaderContentType = "Content-Type"
+)

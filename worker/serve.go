@@ -17,13 +17,6 @@ import (
 	"github.com/ortbus/ortbus/subjects"
 )
 
-// Header names of micro-style error replies.
-const (
-	HeaderErrorCode = "Nats-Service-Error-Code"
-	HeaderError     = "Nats-Service-Error"
-	HeaderContent   = "Content-Type"
-)
-
 // subscribe joins the pool's queue group on infer.<pool>.<class> with the configured
 // per-subscription pending limit (no byte limit: -1, since 0 is refused).
 func (w *Worker) subscribe(nc *nats.Conn, class string) (*nats.Subscription, error) {
@@ -46,7 +39,7 @@ func (w *Worker) subscribe(nc *nats.Conn, class string) (*nats.Subscription, err
 // or op, already past its deadline, or its class queue full (overloaded). It runs on the
 // subscription's goroutine, so it never blocks.
 func (w *Worker) accept(nc *nats.Conn, class string, m *nats.Msg) {
-	asJSON := m.Header.Get(HeaderContent) == codec.ContentTypeJSON
+	asJSON := m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON
 	j := &job{msg: m, class: class, asJSON: asJSON, received: time.Now(), item: &codec.WorkItem{}}
 	if err := codec.Decode(m.Data, j.item, asJSON); err != nil {
 		w.answer(j, nil, err)
@@ -190,7 +183,7 @@ func (w *Worker) answer(j *job, rep codec.Replier, err error) {
 	}
 	out := nats.NewMsg(j.msg.Reply)
 	if j.asJSON {
-		out.Header.Set(HeaderContent, codec.ContentTypeJSON)
+		out.Header.Set(codec.HeaderContentType, codec.ContentTypeJSON)
 	}
 	var body any = rep
 	if err == nil && rep == nil {
@@ -201,8 +194,8 @@ func (w *Worker) answer(j *job, rep codec.Replier, err error) {
 		if e.Code == codec.CodeInternal {
 			w.log.Error("request failed", "id", j.item.ID, "err", err)
 		}
-		out.Header.Set(HeaderErrorCode, strconv.Itoa(e.Code.Status()))
-		out.Header.Set(HeaderError, e.Message)
+		out.Header.Set(codec.HeaderErrorCode, strconv.Itoa(e.Code.Status()))
+		out.Header.Set(codec.HeaderError, e.Message)
 		body = e
 		w.failed.Add(1)
 	} else {
@@ -224,7 +217,7 @@ func (w *Worker) answer(j *job, rep codec.Replier, err error) {
 func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
 	cs, err := nc.Subscribe(subjects.Cancel, func(m *nats.Msg) {
 		var c codec.Cancel
-		if codec.Decode(m.Data, &c, m.Header.Get(HeaderContent) == codec.ContentTypeJSON) != nil || c.ID == "" {
+		if codec.Decode(m.Data, &c, m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON) != nil || c.ID == "" {
 			return
 		}
 		if j, found := w.q.cancel(c.ID); found {
@@ -251,7 +244,7 @@ func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
 			if verb == subjects.VerbDrain {
 				w.draining.Store(true)
 			}
-			asJSON := m.Header.Get(HeaderContent) == codec.ContentTypeJSON
+			asJSON := m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON
 			b, _ := codec.Encode(w.snapshot(), asJSON)
 			m.Respond(b)
 		})

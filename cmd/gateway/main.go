@@ -1,0 +1,65 @@
+// Command gateway runs an ortbus gateway: the client API (NATS micro service `ortbus`,
+// and HTTP), routing, scheduling, heartbeat tracking and the supervision of the config's
+// local worker pools; with `[nats] embedded = true` it also runs the NATS server, so one
+// command runs a whole machine. When ready it prints one JSON line on stdout:
+//
+//	{"event":"ready","nats_url":"nats://127.0.0.1:PORT","http":"127.0.0.1:PORT"}
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/gateway"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	cfgPath := flag.String("config", "", "ortbus config file (TOML)")
+	natsListen := flag.String("nats-listen", "", "embedded NATS listen address (port 0 = any free port)")
+	httpListen := flag.String("http-listen", "", "HTTP API address (port 0 = any free port; - = off)")
+	workerBin := flag.String("worker", "", "ortworker executable (default: next to this binary)")
+	check := flag.Bool("check", false, "validate the config and exit")
+	flag.Parse()
+	if *cfgPath == "" {
+		fmt.Fprintln(os.Stderr, "usage: gateway -config FILE [-nats-listen ADDR] [-http-listen ADDR]")
+		return 2
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if *check {
+		fmt.Println("config ok:", cfg.File)
+		return 0
+	}
+	if *workerBin == "" {
+		self, _ := os.Executable()
+		*workerBin = filepath.Join(filepath.Dir(self), "ortworker")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	err = gateway.Run(ctx, gateway.Options{
+		Config: cfg, NATSListen: *natsListen, HTTPListen: *httpListen, WorkerBin: *workerBin,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		OnReady: func(r gateway.Ready) {
+			b, _ := json.Marshal(r)
+			fmt.Println(string(b))
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,282 @@
+// Package gateway is ortbus's front door: the client API as the NATS micro service
+// `ortbus` (and over HTTP), routing of each request by class and pool, priority
+// scheduling (package sched), heartbeat tracking and claims of in-flight work (package
+// health), answering every request of a worker that dies, and supervision of the
+// worker processes of local pools.
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/health"
+	"github.com/ortbus/ortbus/natsd"
+	"github.com/ortbus/ortbus/sched"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// Options configure a gateway.
+type Options struct {
+	Config *config.Config
+	// NATSListen overrides the embedded server's listen address ("127.0.0.1:0" = any port).
+	NATSListen string
+	// HTTPListen overrides the HTTP address ("" keeps the config's; "-" turns HTTP off).
+	HTTPListen string
+	// WorkerBin is the ortworker executable for local pools.
+	WorkerBin string
+	Logger    *slog.Logger
+	// OnReady is called once NATS is up and every local worker is ready or has failed.
+	OnReady func(Ready)
+}
+
+// Ready is what the gateway announces when it is ready.
+type Ready struct {
+	Event   string `json:"event"`
+	NATSURL string `json:"nats_url"`
+	HTTP    string `json:"http,omitempty"`
+}
+
+// Gateway is a running gateway.
+type Gateway struct {
+	cfg     *config.Config
+	id      string
+	log     *slog.Logger
+	nc      *nats.Conn
+	srv     *natsd.Server
+	svc     micro.Service
+	queues  *sched.Queues
+	tracker *health.Tracker
+	metrics *metrics
+	http    *http.Server
+
+	supervisor   *supervisor
+	claimSubject string
+
+	mu       sync.Mutex
+	inflight map[string]*pending // accepted and not yet answered, by id
+	busy     map[string]int      // requests in flight per pool
+	kickCh   chan struct{}
+}
+
+// Run starts the gateway and serves until ctx is cancelled, then shuts down: no new
+// requests, queued and in-flight work answered (within the shutdown grace), workers
+// drained, NATS closed.
+func Run(ctx context.Context, o Options) error {
+	c := o.Config
+	g := &Gateway{cfg: c, log: o.Logger, inflight: map[string]*pending{}, busy: map[string]int{}, kickCh: make(chan struct{}, 1)}
+	if g.log == nil {
+		g.log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	g.id = c.Gateway.ID
+	if g.id == "" {
+		host, _ := os.Hostname()
+		g.id = fmt.Sprintf("%s-%d", sanitize(host), os.Getpid())
+	}
+	var err error
+	if g.claimSubject, err = subjects.Claim(g.id); err != nil {
+		return fmt.Errorf("gateway id: %w", err)
+	}
+	var classes []sched.Class
+	for _, name := range c.ClassNames() {
+		cl := c.Classes[name]
+		classes = append(classes, sched.Class{Name: name, Priority: cl.Priority, Bound: cl.QueueBound, Shed: cl.Shed})
+	}
+	g.queues = sched.New(classes)
+
+	url, err := g.connect(o.NATSListen)
+	if err != nil {
+		return err
+	}
+	defer g.closeNATS()
+
+	g.metrics = newMetrics(g)
+	g.tracker = &health.Tracker{MissCount: c.Health.MissCount, OnChange: g.kick, OnDead: func(w health.Worker) {
+		g.onDead(w.HB.Worker, w.HB.Pool, w.Why)
+	}}
+	g.supervisor = newSupervisor(g, o.WorkerBin, url)
+	if err := g.tracker.Start(g.nc); err != nil {
+		return err
+	}
+	defer g.tracker.Stop()
+	if _, err := g.nc.Subscribe(g.claimSubject, func(m *nats.Msg) {
+		var cl codec.Claim
+		if codec.Unmarshal(m.Data, &cl) == nil {
+			g.onClaim(cl)
+		}
+	}); err != nil {
+		return err
+	}
+	dispatchDone := make(chan struct{})
+	dispatchCtx, stopDispatch := context.WithCancel(context.Background())
+	go func() { defer close(dispatchDone); g.dispatchLoop(dispatchCtx) }()
+
+	for _, ch := range g.supervisor.start() {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
+	if err := g.serveAPI(); err != nil {
+		stopDispatch()
+		g.supervisor.stop(c.Gateway.ShutdownGrace.D())
+		return err
+	}
+	httpAddr, err := g.serveHTTP(o.HTTPListen)
+	if err != nil {
+		stopDispatch()
+		g.supervisor.stop(c.Gateway.ShutdownGrace.D())
+		return err
+	}
+	g.log.Info("gateway ready", "id", g.id, "nats", url, "http", httpAddr)
+	if o.OnReady != nil {
+		o.OnReady(Ready{Event: "ready", NATSURL: url, HTTP: httpAddr})
+	}
+
+	<-ctx.Done()
+	g.shutdown()
+	stopDispatch()
+	<-dispatchDone
+	return nil
+}
+
+// connect starts the embedded NATS server (if configured) and connects.
+func (g *Gateway) connect(listen string) (string, error) {
+	c := g.cfg
+	opts := []nats.Option{nats.Name("ortbus-gateway " + g.id), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
+	if !c.NATS.Embedded {
+		nc, err := nats.Connect(c.NATS.URL, opts...)
+		if err != nil {
+			return "", fmt.Errorf("connect to NATS %s: %w", c.NATS.URL, err)
+		}
+		g.nc = nc
+		return c.NATS.URL, nil
+	}
+	if listen == "" {
+		listen = c.NATS.Listen
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("nats listen address %q: %w", listen, err)
+	}
+	if port == "0" {
+		port = "-1"
+	}
+	args := []string{"-a", host, "-p", port}
+	if c.NATS.StoreDir != "" {
+		args = append(args, "-js", "-sd", c.NATS.StoreDir)
+	}
+	sopts, err := natsd.ParseArgs(args)
+	if err != nil {
+		return "", err
+	}
+	if g.srv, err = natsd.Start(sopts); err != nil {
+		return "", fmt.Errorf("embedded NATS: %w", err)
+	}
+	if g.nc, err = g.srv.ConnectInProcess(opts...); err != nil {
+		g.srv.Shutdown()
+		return "", err
+	}
+	return g.srv.ClientURL(), nil
+}
+
+func (g *Gateway) closeNATS() {
+	if g.nc != nil {
+		g.nc.Drain()
+		g.nc.Close()
+	}
+	if g.srv != nil {
+		g.srv.Shutdown()
+	}
+}
+
+// kick asks the dispatch loop for a pass.
+func (g *Gateway) kick() {
+	select {
+	case g.kickCh <- struct{}{}:
+	default:
+	}
+}
+
+// dispatchLoop runs a dispatch pass whenever something changed, and at least every 10 ms
+// so that deadlines of waiting items are noticed.
+func (g *Gateway) dispatchLoop(ctx context.Context) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.kickCh:
+		case <-tick.C:
+		}
+		out, failed := g.queues.Dispatch(time.Now(), g.route)
+		for _, f := range failed {
+			g.answer(f.Item.Value.(*pending), nil, codec.AsError(f.Err))
+		}
+		for _, a := range out {
+			go g.send(a.Item.Value.(*pending), a.Pool)
+		}
+	}
+}
+
+// shutdown stops taking requests, waits (up to the grace) for queued and in-flight work
+// to be answered, answers what is left, and drains the workers.
+func (g *Gateway) shutdown() {
+	g.log.Info("gateway shutting down")
+	if g.svc != nil {
+		g.svc.Stop()
+	}
+	if g.http != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		g.http.Shutdown(sctx)
+		cancel()
+	}
+	grace := g.cfg.Gateway.ShutdownGrace.D()
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		g.mu.Lock()
+		n := len(g.inflight)
+		g.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, it := range g.queues.Drain() {
+		g.answer(it.Value.(*pending), nil, codec.Errorf(codec.CodeNoWorker, "gateway shut down before the request was dispatched"))
+	}
+	g.supervisor.stop(grace)
+	g.mu.Lock()
+	var left []*pending
+	for _, p := range g.inflight {
+		left = append(left, p)
+	}
+	g.mu.Unlock()
+	for _, p := range left {
+		g.answer(p, nil, codec.Errorf(codec.CodeWorkerLost, "gateway shut down while the request was in flight"))
+	}
+}
+
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c == '.' || c == '*' || c == '>' || c <= ' ' {
+			b[i] = '-'
+		}
+	}
+	if len(b) == 0 {
+		return "gateway"
+	}
+	return string(b)
+}

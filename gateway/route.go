@@ -1,0 +1,126 @@
+package gateway
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/sched"
+)
+
+// opsOfKind are the ops each model kind serves (mirrors the worker's models package).
+var opsOfKind = map[string][]string{
+	"tagger-pixai": {"tag"}, "tagger-wd14": {"tag"}, "tagger-oppai": {"tag"},
+	"ccip": {"embed", "compare"}, "detect": {"detect"}, "segment": {"segment"}, "raw": {"infer"},
+}
+
+// poolsFor keeps the pools of a chain that load a model serving op (the named model, if
+// one is named), in chain order.
+func (g *Gateway) poolsFor(chain []string, op, model string) []string {
+	var out []string
+	for _, name := range chain {
+		for _, m := range g.cfg.Pools[name].Models {
+			if (model == "" || m == model) && slices.Contains(opsOfKind[g.cfg.Models[m].Kind], op) {
+				out = append(out, name)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// mapPaths checks that the request's path can be expressed on every candidate pool's
+// host (pools may map path prefixes between hosts).
+func (g *Gateway) mapPaths(p *pending, pools []string) *codec.Error {
+	if p.req.Path == "" {
+		return nil
+	}
+	for _, pool := range pools {
+		if _, ok := g.mapped(p, pool); !ok {
+			return codec.Errorf(codec.CodeForbiddenPath, "path %s is not under any prefix that pool %s maps", p.req.Path, pool).With("pool", pool)
+		}
+	}
+	return nil
+}
+
+// mapped returns the request's path as seen on pool's host: rewritten by the longest
+// matching prefix of the pool's path_map, or unchanged when the pool has no map.
+func (g *Gateway) mapped(p *pending, pool string) (string, bool) {
+	m := g.cfg.Pools[pool].PathMap
+	if len(m) == 0 || p.req.Path == "" {
+		return p.req.Path, true
+	}
+	best := ""
+	for from := range m {
+		if (p.req.Path == from || strings.HasPrefix(p.req.Path, strings.TrimSuffix(from, "/")+"/")) && len(from) > len(best) {
+			best = from
+		}
+	}
+	if best == "" {
+		return "", false
+	}
+	return m[best] + strings.TrimPrefix(p.req.Path, best), true
+}
+
+// room is how many more requests this gateway may have in flight on a pool: the free
+// slots of its live workers (a worker batching the batch class takes up to max_batch per
+// slot), less what is already in flight. Called with g.mu held.
+func (g *Gateway) room(pool, class string) int {
+	pc := g.cfg.Pools[pool]
+	per := 1
+	if class == "batch" && pc.MaxBatch > 1 {
+		per = pc.MaxBatch
+	}
+	capacity := 0
+	for _, w := range g.tracker.Live(pool) {
+		if slices.Contains(w.HB.Classes, class) {
+			capacity += max(1, w.HB.Slots) * per
+		}
+	}
+	return capacity - g.busy[pool]
+}
+
+// route is the sched.Router of a dispatch pass: the first candidate pool, in order, that
+// is not reserved by higher-priority waiting work and has room. An item waits while some
+// candidate pool can still come (live but full, or its workers starting); it fails with
+// no_worker, naming every pool and why it was skipped, when none can.
+func (g *Gateway) route(it *sched.Item, reserved map[string]bool) (string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, pool := range it.Pools {
+		if !reserved[pool] && g.room(pool, it.Class) > 0 {
+			g.busy[pool]++
+			return pool, nil
+		}
+	}
+	var why []string
+	for _, pool := range it.Pools {
+		if len(g.tracker.Live(pool)) > 0 {
+			return "", nil // busy: wait
+		}
+		reason, coming := g.supervisor.poolState(pool)
+		if coming {
+			return "", nil
+		}
+		why = append(why, fmt.Sprintf("%s: %s", pool, reason))
+	}
+	e := codec.Errorf(codec.CodeNoWorker, "no live pool for class %s: %s", it.Class, strings.Join(why, "; ")).
+		With("pools", it.Pools).With("reasons", why)
+	if pe := g.supervisor.poolError(it.Pools); pe != nil && len(it.Pools) == 1 {
+		// A chain of one whose runtime is missing: say exactly that.
+		e = &codec.Error{Code: pe.Code, Message: pe.Message, Details: pe.Details}
+	}
+	return "", e
+}
+
+// retryable reports whether some pool of the request's class could take a retry.
+func (g *Gateway) retryable(p *pending) bool { return len(g.retryPools(p)) > 0 }
+
+// retryPools are the pools a retry may go to: the explicit pool, or the class chain.
+func (g *Gateway) retryPools(p *pending) []string {
+	if p.req.Pool != "" {
+		return []string{p.req.Pool}
+	}
+	return g.poolsFor(g.cfg.Classes[p.class].Chain, p.op, p.req.Model)
+}

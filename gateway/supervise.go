@@ -1,0 +1,315 @@
+package gateway
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+)
+
+// supervisor runs the worker processes of local pools: spawned once (never per request),
+// restarted with exponential backoff when they die, given up on when a pool crash-loops
+// (CrashLoopCount deaths within CrashLoopWindow), and stopped cleanly at shutdown.
+type supervisor struct {
+	g      *Gateway
+	bin    string
+	url    string
+	log    *slog.Logger
+	mu     sync.Mutex
+	pools  map[string]*poolProcs
+	byID   map[string]*proc
+	closed bool
+	wg     sync.WaitGroup
+}
+
+type poolProcs struct {
+	cfg          *config.Pool
+	procs        []*proc
+	deaths       []time.Time
+	crashLooping bool
+	failed       *codec.Error // a start-up failure that a restart cannot fix (runtime_missing, ...)
+}
+
+type proc struct {
+	pool     string
+	slot     int
+	gen      int
+	id       string
+	cmd      *exec.Cmd
+	started  time.Time
+	ready    bool
+	restarts int
+	lastExit string
+	settled  chan struct{} // closed when ready or failed
+	exited   chan struct{}
+}
+
+func newSupervisor(g *Gateway, bin, url string) *supervisor {
+	return &supervisor{g: g, bin: bin, url: url, log: g.log, pools: map[string]*poolProcs{}, byID: map[string]*proc{}}
+}
+
+// start spawns every local pool's workers and returns a channel per worker that is closed
+// once the worker is ready or has failed.
+func (s *supervisor) start() []chan struct{} {
+	var settled []chan struct{}
+	for _, name := range s.g.cfg.PoolNames() {
+		pc := s.g.cfg.Pools[name]
+		if !pc.IsLocal() {
+			continue
+		}
+		pp := &poolProcs{cfg: pc}
+		s.pools[name] = pp
+		for i := 0; i < pc.Workers; i++ {
+			p := &proc{pool: name, slot: i}
+			pp.procs = append(pp.procs, p)
+			s.spawn(p)
+			settled = append(settled, p.settled)
+		}
+	}
+	return settled
+}
+
+// spawn starts (or restarts) one worker process.
+func (s *supervisor) spawn(p *proc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	pc := s.pools[p.pool].cfg
+	p.id = fmt.Sprintf("%s-%d", p.pool, p.slot)
+	if p.gen > 0 {
+		p.id = fmt.Sprintf("%s-%d-r%d", p.pool, p.slot, p.gen)
+	}
+	bin := s.bin
+	if pc.Worker != "" {
+		bin = pc.Worker
+	}
+	cmd := exec.Command(bin, "-config", s.g.cfg.File, "-pool", p.pool, "-id", p.id, "-nats", s.url)
+	cmd.Env = os.Environ()
+	for k, v := range pc.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the gateway
+	out, err := cmd.StdoutPipe()
+	p.cmd, p.ready, p.started = cmd, false, time.Now()
+	p.settled, p.exited = make(chan struct{}), make(chan struct{})
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		s.pools[p.pool].failed = codec.Errorf(codec.CodeInternal, "start worker %s: %v", bin, err).With("pool", p.pool)
+		close(p.settled)
+		close(p.exited)
+		return
+	}
+	s.byID[p.id] = p
+	s.wg.Add(1)
+	go s.watch(p, cmd, out)
+}
+
+// watch reads a worker's stdout events and waits for its exit.
+func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
+	defer s.wg.Done()
+	settled, exited := p.settled, p.exited
+	var once sync.Once
+	settle := func() { once.Do(func() { close(settled) }) }
+	var failure *codec.Error
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		var ev struct {
+			Event string       `json:"event"`
+			Error *codec.Error `json:"error"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+			continue
+		}
+		switch ev.Event {
+		case "ready":
+			s.mu.Lock()
+			p.ready = true
+			s.mu.Unlock()
+			settle()
+		case "failed":
+			failure = ev.Error
+		}
+	}
+	err := cmd.Wait()
+	why := exitReason(cmd, err)
+	s.log.Warn("worker exited", "worker", p.id, "pool", p.pool, "reason", why)
+	close(exited)
+	// The process is gone: every request it held is answered now, not after heartbeats.
+	s.g.tracker.MarkDead(p.id, why)
+	s.mu.Lock()
+	pp := s.pools[p.pool]
+	p.lastExit, p.ready = why, false
+	if failure != nil {
+		pp.failed = failure
+	}
+	now := time.Now()
+	pp.deaths = append(pp.deaths, now)
+	window := s.g.cfg.Gateway.CrashLoopWindow.D()
+	recent := pp.deaths[:0]
+	for _, t := range pp.deaths {
+		if now.Sub(t) <= window {
+			recent = append(recent, t)
+		}
+	}
+	pp.deaths = recent
+	if len(recent) >= s.g.cfg.Gateway.CrashLoopCount {
+		pp.crashLooping = true
+	}
+	restart := !s.closed && pp.failed == nil && !pp.crashLooping
+	backoff := s.backoff(len(recent))
+	s.mu.Unlock()
+	settle()
+	if !restart {
+		if pp.crashLooping {
+			s.log.Error("pool is crash-looping; not restarting", "pool", p.pool, "deaths", len(recent), "window", window)
+		}
+		return
+	}
+	time.AfterFunc(backoff, func() {
+		s.mu.Lock()
+		old := p.id
+		p.gen++
+		p.restarts++
+		s.mu.Unlock()
+		s.g.tracker.Forget(old)
+		s.spawn(p)
+	})
+}
+
+// backoff doubles from restart_backoff_min with each recent death, up to the max.
+func (s *supervisor) backoff(recent int) time.Duration {
+	d := s.g.cfg.Gateway.RestartBackoffMin.D()
+	for i := 1; i < recent && d < s.g.cfg.Gateway.RestartBackoffMax.D(); i++ {
+		d *= 2
+	}
+	return min(d, s.g.cfg.Gateway.RestartBackoffMax.D())
+}
+
+func exitReason(cmd *exec.Cmd, err error) string {
+	if st, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && st.Signaled() {
+		return "killed by signal " + st.Signal().String()
+	}
+	if cmd.ProcessState != nil {
+		return fmt.Sprintf("exit code %d", cmd.ProcessState.ExitCode())
+	}
+	return fmt.Sprint(err)
+}
+
+// workerDead is told by the tracker that a worker stopped heartbeating. A local worker
+// that is silent but still running (hung, stopped) is killed so that it is replaced.
+func (s *supervisor) workerDead(id, why string) {
+	s.mu.Lock()
+	p, ok := s.byID[id]
+	s.mu.Unlock()
+	if !ok || why != "heartbeat stopped" {
+		return
+	}
+	select {
+	case <-p.exited:
+	default:
+		s.log.Warn("killing a silent worker", "worker", id)
+		p.cmd.Process.Signal(syscall.SIGKILL)
+	}
+}
+
+// poolState says why a pool has no live worker, and whether one is still coming.
+func (s *supervisor) poolState(pool string) (reason string, coming bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pp, ok := s.pools[pool]
+	if !ok {
+		return "no live workers (remote pool: none heartbeating)", false
+	}
+	switch {
+	case pp.failed != nil:
+		return fmt.Sprintf("%s: %s", pp.failed.Code, pp.failed.Message), false
+	case pp.crashLooping:
+		return fmt.Sprintf("crash-looping (%d deaths within %s)", len(pp.deaths), s.g.cfg.Gateway.CrashLoopWindow.D()), false
+	case s.closed:
+		return "shutting down", false
+	case len(pp.procs) == 0:
+		return "no workers configured", false
+	}
+	return "workers starting", true
+}
+
+// poolError is the start-up failure of the first failed pool among pools.
+func (s *supervisor) poolError(pools []string) *codec.Error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, name := range pools {
+		if pp, ok := s.pools[name]; ok && pp.failed != nil {
+			return pp.failed
+		}
+	}
+	return nil
+}
+
+// procStatus is what status reports of a supervised worker.
+type procStatus struct {
+	restarts     int
+	lastExit     string
+	crashLooping bool
+}
+
+func (s *supervisor) status(id string) (procStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.byID[id]
+	if !ok {
+		return procStatus{}, false
+	}
+	return procStatus{restarts: p.restarts, lastExit: p.lastExit, crashLooping: s.pools[p.pool].crashLooping}, true
+}
+
+func (s *supervisor) poolInfo(pool string) (crashLooping bool, failed *codec.Error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pp, ok := s.pools[pool]; ok {
+		return pp.crashLooping, pp.failed
+	}
+	return false, nil
+}
+
+// stop drains every worker: SIGTERM, then SIGKILL after grace.
+func (s *supervisor) stop(grace time.Duration) {
+	s.mu.Lock()
+	s.closed = true
+	var running []*proc
+	for _, pp := range s.pools {
+		running = append(running, pp.procs...)
+	}
+	s.mu.Unlock()
+	for _, p := range running {
+		if p.cmd != nil && p.cmd.Process != nil {
+			p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	deadline := time.After(grace)
+	for _, p := range running {
+		select {
+		case <-p.exited:
+		case <-deadline:
+			for _, q := range running {
+				if q.cmd != nil && q.cmd.Process != nil {
+					q.cmd.Process.Kill()
+				}
+			}
+		}
+	}
+	s.wg.Wait()
+}

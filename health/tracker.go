@@ -1,0 +1,203 @@
+package health
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// Worker is what a tracker knows of one worker.
+type Worker struct {
+	HB   codec.Heartbeat
+	Seen time.Time // when its last heartbeat arrived
+	Dead bool
+	// Why is set when Dead: "heartbeat stopped", or the supervisor's exit reason.
+	Why string
+}
+
+// Live reports whether the worker may take new work.
+func (w *Worker) Live() bool { return !w.Dead && w.HB.State == codec.StateReady }
+
+// Tracker follows every worker's heartbeats on ortbus.hb.>. A worker whose heartbeat is
+// silent for MissCount of its own intervals is judged dead and OnDead is called once;
+// the supervisor of a local worker can also report its death at once with MarkDead.
+// A dead worker that beats again comes back as live.
+type Tracker struct {
+	// MissCount is how many intervals of silence mean death (default 3).
+	MissCount int
+	// OnDead is called (outside the tracker's lock) when a worker is judged dead.
+	OnDead func(w Worker)
+	// OnChange is called after every heartbeat or death (capacity may have changed).
+	OnChange func()
+
+	mu      sync.Mutex
+	workers map[string]*Worker
+	sub     *nats.Subscription
+	stop    chan struct{}
+	once    sync.Once
+}
+
+// Start subscribes to heartbeats and starts judging silence.
+func (t *Tracker) Start(nc *nats.Conn) error {
+	t.workers = map[string]*Worker{}
+	t.stop = make(chan struct{})
+	if t.MissCount <= 0 {
+		t.MissCount = 3
+	}
+	sub, err := nc.Subscribe(subjects.HBAll, func(m *nats.Msg) {
+		var hb codec.Heartbeat
+		if codec.Unmarshal(m.Data, &hb) != nil || hb.Worker == "" {
+			return
+		}
+		t.beat(hb)
+	})
+	if err != nil {
+		return err
+	}
+	t.sub = sub
+	go t.judge()
+	return nil
+}
+
+// Stop ends tracking.
+func (t *Tracker) Stop() {
+	t.once.Do(func() {
+		close(t.stop)
+		if t.sub != nil {
+			t.sub.Unsubscribe()
+		}
+	})
+}
+
+func (t *Tracker) beat(hb codec.Heartbeat) {
+	t.mu.Lock()
+	w, ok := t.workers[hb.Worker]
+	if !ok {
+		w = &Worker{}
+		t.workers[hb.Worker] = w
+	}
+	if ok && !w.Dead && hb.Seq != 0 && hb.Seq < w.HB.Seq && hb.PID == w.HB.PID {
+		t.mu.Unlock() // an old, reordered beat
+		return
+	}
+	w.HB, w.Seen = hb, time.Now()
+	if w.Dead && hb.State != codec.StateFailed {
+		w.Dead, w.Why = false, ""
+	}
+	t.mu.Unlock()
+	t.changed()
+}
+
+// judge checks for silent workers often enough that a death is seen well within a tenth
+// of an interval of its deadline.
+func (t *Tracker) judge() {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case now := <-tick.C:
+			var dead []Worker
+			t.mu.Lock()
+			for _, w := range t.workers {
+				if w.Dead || w.HB.State == codec.StateFailed {
+					continue
+				}
+				iv := time.Duration(w.HB.IntervalMS) * time.Millisecond
+				if iv <= 0 {
+					iv = time.Second
+				}
+				if now.Sub(w.Seen) > time.Duration(t.MissCount)*iv {
+					w.Dead, w.Why = true, "heartbeat stopped"
+					dead = append(dead, *w)
+				}
+			}
+			t.mu.Unlock()
+			for _, w := range dead {
+				t.died(w)
+			}
+		}
+	}
+}
+
+// MarkDead records that a worker is gone (its process exited), at once.
+func (t *Tracker) MarkDead(id, why string) {
+	t.mu.Lock()
+	w, ok := t.workers[id]
+	if !ok || w.Dead {
+		if !ok {
+			t.workers[id] = &Worker{HB: codec.Heartbeat{Worker: id}, Dead: true, Why: why}
+		}
+		t.mu.Unlock()
+		return
+	}
+	w.Dead, w.Why = true, why
+	c := *w
+	t.mu.Unlock()
+	t.died(c)
+}
+
+// Forget removes a worker from the listing (a replaced or stopped one).
+func (t *Tracker) Forget(id string) {
+	t.mu.Lock()
+	delete(t.workers, id)
+	t.mu.Unlock()
+}
+
+func (t *Tracker) died(w Worker) {
+	if t.OnDead != nil {
+		t.OnDead(w)
+	}
+	t.changed()
+}
+
+func (t *Tracker) changed() {
+	if t.OnChange != nil {
+		t.OnChange()
+	}
+}
+
+// Get returns one worker.
+func (t *Tracker) Get(id string) (Worker, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w, ok := t.workers[id]
+	if !ok {
+		return Worker{}, false
+	}
+	return *w, true
+}
+
+// Workers returns every known worker, sorted by pool and id.
+func (t *Tracker) Workers() []Worker {
+	t.mu.Lock()
+	out := make([]Worker, 0, len(t.workers))
+	for _, w := range t.workers {
+		out = append(out, *w)
+	}
+	t.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].HB.Pool != out[j].HB.Pool {
+			return out[i].HB.Pool < out[j].HB.Pool
+		}
+		return out[i].HB.Worker < out[j].HB.Worker
+	})
+	return out
+}
+
+// Live returns the live workers of a pool.
+func (t *Tracker) Live(pool string) []Worker {
+	var out []Worker
+	for _, w := range t.Workers() {
+		if w.HB.Pool == pool && w.Live() {
+			out = append(out, w)
+		}
+	}
+	return out
+}

@@ -1,0 +1,188 @@
+// Package sched holds the gateway's scheduling policy: per-class queues between a
+// request's arrival and its dispatch to a pool. Work waits here, not in NATS buffers or
+// worker queues, so that priority can still reorder it.
+//
+// The policy, each rule next to the code that enforces it below:
+//
+//  1. Strict priority between classes: a dispatch pass visits classes from the highest
+//     priority (lowest number) down, so an urgent request is always offered a pool before
+//     any queued interactive or batch request, and interactive before batch.
+//  2. FIFO within a class, without head-of-line blocking across pools: an item that must
+//     wait for its pool reserves that pool — no later item of its class or of a lower
+//     class may take it in the same pass — while items bound for other pools go on.
+//  3. Bounded queues, explicit backpressure: a full class queue refuses a new request at
+//     once (shed policy reject_new, answered overloaded) or drops its oldest waiting item
+//     to make room (drop_oldest, for camera-frame-like work where the freshest matters).
+//  4. Deadlines: an item whose deadline has passed is never dispatched; it is handed back
+//     to be answered deadline_exceeded before it spends any compute.
+package sched
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ortbus/ortbus/codec"
+)
+
+// Shed policies of a full class queue.
+const (
+	RejectNew  = "reject_new"
+	DropOldest = "drop_oldest"
+)
+
+// Class describes one latency class.
+type Class struct {
+	Name     string
+	Priority int // lower runs first
+	Bound    int // most items that may wait
+	Shed     string
+}
+
+// Item is one request waiting for dispatch.
+type Item struct {
+	ID       string
+	Class    string
+	Pools    []string  // candidate pools in order: the class's chain, or the one explicit pool
+	Deadline time.Time // zero = none
+	Value    any       // the gateway's own request state
+}
+
+// Queues are the per-class queues. The zero value is not usable; call New.
+type Queues struct {
+	mu      sync.Mutex
+	classes []Class
+	q       map[string][]*Item
+}
+
+// New makes queues for classes, kept in priority order.
+func New(classes []Class) *Queues {
+	cs := append([]Class(nil), classes...)
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].Priority < cs[j].Priority })
+	return &Queues{classes: cs, q: map[string][]*Item{}}
+}
+
+func (s *Queues) class(name string) (Class, bool) {
+	for _, c := range s.classes {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Class{}, false
+}
+
+// Push queues it at the back of its class. Rule 3: a full queue refuses it with an
+// overloaded error (reject_new), or admits it and returns the oldest item it dropped
+// (drop_oldest), which the caller answers overloaded.
+func (s *Queues) Push(it *Item) (dropped *Item, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.class(it.Class)
+	if !ok {
+		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q", it.Class)
+	}
+	q := s.q[it.Class]
+	if len(q) >= c.Bound {
+		if c.Shed != DropOldest || len(q) == 0 {
+			return nil, codec.Errorf(codec.CodeOverloaded, "class %s queue is full (%d waiting)", c.Name, len(q)).With("class", c.Name).With("bound", c.Bound)
+		}
+		dropped, q = q[0], q[1:]
+	}
+	s.q[it.Class] = append(q, it)
+	return dropped, nil
+}
+
+// PushFront queues it at the front of its class, beyond the bound: a retried request
+// keeps its place in line.
+func (s *Queues) PushFront(it *Item) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.q[it.Class] = append([]*Item{it}, s.q[it.Class]...)
+}
+
+// Remove takes the item with id out of its queue (a cancel), or returns nil.
+func (s *Queues) Remove(id string) *Item {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, q := range s.q {
+		for i, it := range q {
+			if it.ID == id {
+				s.q[name] = append(q[:i:i], q[i+1:]...)
+				return it
+			}
+		}
+	}
+	return nil
+}
+
+// Len is the number of items waiting in a class.
+func (s *Queues) Len(class string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.q[class])
+}
+
+// Drain empties every queue and returns what was waiting (for shutdown).
+func (s *Queues) Drain() []*Item {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*Item
+	for _, c := range s.classes {
+		out = append(out, s.q[c.Name]...)
+		s.q[c.Name] = nil
+	}
+	return out
+}
+
+// Router decides where an item goes in a dispatch pass. It returns the pool to dispatch
+// to (and counts it against that pool's room), or "" to keep the item waiting; reserved
+// names the pools that higher-priority waiting items hold and that it must not use. An
+// error answers the item now (no pool can ever serve it).
+type Router func(it *Item, reserved map[string]bool) (pool string, err error)
+
+// Assignment is an item leaving the queues for a pool.
+type Assignment struct {
+	Item *Item
+	Pool string
+}
+
+// Failure is an item leaving the queues with an error to answer.
+type Failure struct {
+	Item *Item
+	Err  error
+}
+
+// Dispatch runs one pass over the queues and removes what it dispatches or fails.
+func (s *Queues) Dispatch(now time.Time, route Router) (out []Assignment, failed []Failure) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	reserved := map[string]bool{}
+	for _, c := range s.classes { // rule 1: highest priority first
+		q := s.q[c.Name]
+		kept := q[:0]
+		for _, it := range q { // rule 2: FIFO within the class
+			if !it.Deadline.IsZero() && !now.Before(it.Deadline) { // rule 4
+				failed = append(failed, Failure{it, codec.Errorf(codec.CodeDeadlineExceeded, "deadline passed while queued in class %s", c.Name)})
+				continue
+			}
+			pool, err := route(it, reserved)
+			switch {
+			case err != nil:
+				failed = append(failed, Failure{it, err})
+			case pool != "":
+				out = append(out, Assignment{it, pool})
+			default:
+				// Rule 2: it waits, and keeps its candidate pools from everyone behind it.
+				for _, p := range it.Pools {
+					reserved[p] = true
+				}
+				kept = append(kept, it)
+			}
+		}
+		for i := len(kept); i < len(q); i++ {
+			q[i] = nil
+		}
+		s.q[c.Name] = kept
+	}
+	return out, failed
+}
