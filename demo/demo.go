@@ -1,6 +1,7 @@
-// Package demo runs ortbus end to end on one machine from a config file: an embedded NATS
-// server, one resident worker process per local pool worker, demo images written under
-// the spool directory, and a round of real requests of every op, printed as a report.
+// Package demo runs ortbus end to end on one machine from a config file: the gateway
+// (with its embedded NATS server and its local pools' resident workers), demo images
+// written under the spool directory, a round of real requests of every op through the
+// client API, and a burst of batch tagging beside interactive requests, printed as a report.
 // `make demo` runs it on deploy/local.toml.
 package demo
 
@@ -22,107 +23,78 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
+	"github.com/ortbus/ortbus/client"
 	"github.com/ortbus/ortbus/codec"
-	"github.com/ortbus/ortbus/config"
-	"github.com/ortbus/ortbus/natsd"
 	"github.com/ortbus/ortbus/subjects"
 )
 
 // Options for Run.
 type Options struct {
 	Config string
-	// WorkerBin is the ortworker executable.
-	WorkerBin string
-	Out       io.Writer
+	// GatewayBin is the gateway executable (it finds ortworker next to itself).
+	GatewayBin string
+	Out        io.Writer
 }
 
-// Run runs the demo and returns an error if any request failed.
+// Run starts a gateway on the config (embedded NATS on a free loopback port, its local
+// pools' workers), sends a round of real requests of every op through the client API,
+// prints a report, stops the gateway, and returns an error if any request failed.
 func Run(o Options) error {
-	cfg, err := config.Load(o.Config)
-	if err != nil {
-		return err
-	}
-	if cfg.Security.SpoolDir == "" {
-		return fmt.Errorf("the demo writes its images to security.spool_dir; set it in %s", o.Config)
-	}
-	opts, err := natsd.ParseArgs([]string{"-a", "127.0.0.1", "-p", "-1"})
-	if err != nil {
-		return err
-	}
-	srv, err := natsd.Start(opts)
-	if err != nil {
-		return err
-	}
-	defer srv.Shutdown()
-	url := srv.ClientURL()
-	fmt.Fprintf(o.Out, "NATS        %s (embedded, loopback)\n", url)
-
-	var procs []*exec.Cmd
-	defer func() {
-		for _, p := range procs {
-			p.Process.Signal(syscall.SIGTERM)
-			p.Wait()
-		}
-	}()
-	for _, name := range cfg.PoolNames() {
-		p := cfg.Pools[name]
-		if !p.IsLocal() {
-			continue
-		}
-		for i := 0; i < p.Workers; i++ {
-			cmd, ready, err := startWorker(o.WorkerBin, o.Config, name, fmt.Sprintf("%s-%d", name, i), url, p.Env)
-			if err != nil {
-				return err
-			}
-			procs = append(procs, cmd)
-			fmt.Fprintf(o.Out, "worker      %-10s pid %-7v ORT %-7v ep %v\n", ready["worker"], ready["pid"], ready["runtime"], ready["ep"])
-		}
-	}
-	imgs, err := writeImages(cfg.Security.SpoolDir)
-	if err != nil {
-		return err
-	}
-	nc, err := nats.Connect(url)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	return requests(o.Out, nc, cfg, imgs)
-}
-
-func startWorker(bin, cfgPath, pool, id, url string, env map[string]string) (*exec.Cmd, map[string]any, error) {
-	cmd := exec.Command(bin, "-config", cfgPath, "-pool", pool, "-id", id, "-nats", url)
-	cmd.Env = os.Environ()
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
+	cmd := exec.Command(o.GatewayBin, "-config", o.Config, "-nats-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0")
 	cmd.Stderr = io.Discard
+	if os.Getenv("ORTBUS_DEMO_VERBOSE") != "" {
+		cmd.Stderr = os.Stderr
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("start %s: %w", bin, err)
+		return fmt.Errorf("start %s: %w", o.GatewayBin, err)
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}()
+	var ready struct {
+		Event   string `json:"event"`
+		NATSURL string `json:"nats_url"`
+		HTTP    string `json:"http"`
 	}
 	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		var ev map[string]any
-		if json.Unmarshal(sc.Bytes(), &ev) != nil {
-			continue
-		}
-		switch ev["event"] {
-		case "ready":
-			go io.Copy(io.Discard, out)
-			return cmd, ev, nil
-		case "failed":
-			cmd.Wait()
-			return nil, nil, fmt.Errorf("worker of pool %s failed to start: %v", pool, ev["error"])
-		}
+	for ready.Event != "ready" && sc.Scan() {
+		json.Unmarshal(sc.Bytes(), &ready)
 	}
-	cmd.Wait()
-	return nil, nil, fmt.Errorf("worker of pool %s exited before it was ready", pool)
+	if ready.Event != "ready" {
+		return fmt.Errorf("the gateway exited before it was ready (run with ORTBUS_DEMO_VERBOSE=1 to see its log)")
+	}
+	go io.Copy(io.Discard, out)
+	fmt.Fprintf(o.Out, "gateway     NATS %s, HTTP %s\n", ready.NATSURL, ready.HTTP)
+	c, err := client.Connect(ready.NATSURL)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	for _, w := range st.Workers {
+		fmt.Fprintf(o.Out, "worker      %-10s pool %-6s pid %-7d ORT %-7s ep %s\n", w.Worker, w.Pool, w.PID, w.Runtime, w.EP)
+	}
+	if st.SpoolDir == "" {
+		return fmt.Errorf("the demo writes its images to security.spool_dir; set it in %s", o.Config)
+	}
+	imgs, err := writeImages(st.SpoolDir)
+	if err != nil {
+		return err
+	}
+	if err := requests(ctx, o.Out, c, imgs); err != nil {
+		return err
+	}
+	return collide(ctx, o.Out, c, imgs)
 }
 
 var demoColours = map[string]color.RGBA{
@@ -181,93 +153,105 @@ func writePNG(path string, w, h int, px func(x, y int) color.RGBA) error {
 	return f.Close()
 }
 
-// call sends one work item to infer.<pool>.<class> and decodes the reply into out.
-func call(nc *nats.Conn, pool, class string, item *codec.WorkItem, out codec.Replier) error {
-	subj, err := subjects.Infer(pool, class)
-	if err != nil {
-		return err
-	}
-	b, err := codec.Marshal(item)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	msg, err := nc.RequestWithContext(ctx, subj, b)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", subj, item.Op, err)
-	}
-	if msg.Header.Get("Nats-Service-Error-Code") != "" {
-		var e codec.Error
-		codec.Unmarshal(msg.Data, &e)
-		return &e
-	}
-	return codec.Unmarshal(msg.Data, out)
-}
-
-func requests(w io.Writer, nc *nats.Conn, cfg *config.Config, imgs map[string]string) error {
+func requests(ctx context.Context, w io.Writer, c *client.Client, imgs map[string]string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
 	fmt.Fprintln(tw, "\nop\tclass\tpool\tworker\tORT\tresult\tinfer_us\ttotal_us")
 	row := func(op, class string, s *codec.Served, result string) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", op, class, s.Pool, s.Worker, s.Runtime, result, s.Timing.InferUS, s.Timing.TotalUS)
 	}
-	interactive := firstPool(cfg, subjects.ClassInteractive)
-	batch := firstPool(cfg, subjects.ClassBatch)
-	for _, c := range []struct{ pool, class string }{{interactive, subjects.ClassInteractive}, {batch, subjects.ClassBatch}} {
-		if c.pool == "" {
-			continue
-		}
+	for _, class := range []string{subjects.ClassInteractive, subjects.ClassBatch} {
 		for _, name := range []string{"red", "blue", "split"} {
-			var r codec.TagReply
-			if err := call(nc, c.pool, c.class, &codec.WorkItem{Op: "tag", Request: codec.Request{Path: imgs[name]}}, &r); err != nil {
-				return err
+			r, err := c.Tag(ctx, codec.Request{Path: imgs[name], Class: class})
+			if err != nil {
+				return fmt.Errorf("tag %s (%s): %w", name, class, err)
 			}
-			row("tag "+name, c.class, &r.Served, tagSummary(&r))
+			row("tag "+name, class, &r.Served, tagSummary(r))
 		}
-	}
-	if interactive == "" {
-		return nil
 	}
 	feats := map[string]codec.FloatVec{}
 	for _, name := range []string{"red", "blue"} {
-		var r codec.EmbedReply
-		if err := call(nc, interactive, subjects.ClassInteractive, &codec.WorkItem{Op: "embed", Request: codec.Request{Path: imgs[name]}}, &r); err != nil {
-			return err
+		r, err := c.Embed(ctx, codec.Request{Path: imgs[name]})
+		if err != nil {
+			return fmt.Errorf("embed %s: %w", name, err)
 		}
 		feats[name] = r.Embedding
 		row("embed "+name, subjects.ClassInteractive, &r.Served, fmt.Sprintf("dim %d", r.Dim))
 	}
-	var cr codec.CompareReply
-	if err := call(nc, interactive, subjects.ClassInteractive, &codec.WorkItem{Op: "compare", Request: codec.Request{Feature: feats["red"], Candidates: []codec.FloatVec{feats["red"], feats["blue"]}}}, &cr); err != nil {
-		return err
+	cr, err := c.Compare(ctx, codec.Request{Feature: feats["red"], Candidates: []codec.FloatVec{feats["red"], feats["blue"]}})
+	if err != nil {
+		return fmt.Errorf("compare: %w", err)
 	}
 	row("compare red~[red,blue]", subjects.ClassInteractive, &cr.Served, fmt.Sprintf("diff %.3f %.3f same %v (thr %.3f)", cr.Differences[0], cr.Differences[1], cr.Same, cr.Threshold))
-	var dr codec.DetectReply
-	if err := call(nc, interactive, subjects.ClassInteractive, &codec.WorkItem{Op: "detect", Request: codec.Request{Path: imgs["person"]}}, &dr); err == nil {
-		res := "no boxes"
-		if len(dr.Boxes) > 0 {
-			b := dr.Boxes[0]
-			res = fmt.Sprintf("%s %.2f [%.0f %.0f %.0f %.0f]", b.Label, b.Score, b.X1, b.Y1, b.X2, b.Y2)
-		}
-		row("detect person", subjects.ClassInteractive, &dr.Served, res)
-	} else if codec.CodeOf(err) != codec.CodeUnknownOp {
-		return err
+	dr, err := c.Detect(ctx, codec.Request{Path: imgs["person"]})
+	if err != nil {
+		return fmt.Errorf("detect: %w", err)
 	}
-	var sr codec.SegmentReply
-	if err := call(nc, interactive, subjects.ClassInteractive, &codec.WorkItem{Op: "segment", Request: codec.Request{Path: imgs["person"]}}, &sr); err == nil {
-		row("segment person", subjects.ClassInteractive, &sr.Served, fmt.Sprintf("%dx%d -> %s", sr.Width, sr.Height, filepath.Base(sr.OutPath)))
-	} else if codec.CodeOf(err) != codec.CodeUnknownOp {
-		return err
+	res := "no boxes"
+	if len(dr.Boxes) > 0 {
+		b := dr.Boxes[0]
+		res = fmt.Sprintf("%s %.2f [%.0f %.0f %.0f %.0f]", b.Label, b.Score, b.X1, b.Y1, b.X2, b.Y2)
+	}
+	row("detect person", subjects.ClassInteractive, &dr.Served, res)
+	sr, err := c.Segment(ctx, codec.Request{Path: imgs["person"]})
+	if err != nil {
+		return fmt.Errorf("segment: %w", err)
+	}
+	row("segment person", subjects.ClassInteractive, &sr.Served, fmt.Sprintf("%dx%d -> %s", sr.Width, sr.Height, filepath.Base(sr.OutPath)))
+	_, err = c.Tag(ctx, codec.Request{Path: "/etc/passwd"})
+	fmt.Fprintf(tw, "tag /etc/passwd\tinteractive\t-\t-\t-\terror %s\t\t\n", codec.CodeOf(err))
+	if codec.CodeOf(err) != codec.CodeForbiddenPath {
+		return fmt.Errorf("a path outside the allowed roots was not refused: %v", err)
 	}
 	return nil
 }
 
-func firstPool(cfg *config.Config, class string) string {
-	if c, ok := cfg.Classes[class]; ok && len(c.Chain) > 0 {
-		return c.Chain[0]
+// collide runs a burst of batch tagging while interactive requests keep coming, and
+// reports who served what: interactive and batch work run on different pools (and
+// runtimes) at the same time.
+func collide(ctx context.Context, w io.Writer, c *client.Client, imgs map[string]string) error {
+	const nBatch, nInteractive = 200, 20
+	names := []string{"red", "green", "blue", "yellow", "cyan", "magenta", "white", "black"}
+	type res struct {
+		class, pool string
+		d           time.Duration
+		err         error
 	}
-	return ""
+	results := make(chan res, nBatch+nInteractive)
+	t0 := time.Now()
+	for i := 0; i < nBatch; i++ {
+		go func(i int) {
+			s := time.Now()
+			r, err := c.Tag(ctx, codec.Request{Path: imgs[names[i%len(names)]], Class: subjects.ClassBatch})
+			results <- res{subjects.ClassBatch, r.Pool, time.Since(s), err}
+		}(i)
+	}
+	for i := 0; i < nInteractive; i++ {
+		s := time.Now()
+		r, err := c.Tag(ctx, codec.Request{Path: imgs[names[i%len(names)]]})
+		results <- res{subjects.ClassInteractive, r.Pool, time.Since(s), err}
+	}
+	pools := map[string]map[string]int{}
+	lat := map[string][]time.Duration{}
+	for i := 0; i < nBatch+nInteractive; i++ {
+		r := <-results
+		if r.err != nil {
+			return fmt.Errorf("%s request failed: %w", r.class, r.err)
+		}
+		if pools[r.class] == nil {
+			pools[r.class] = map[string]int{}
+		}
+		pools[r.class][r.pool]++
+		lat[r.class] = append(lat[r.class], r.d)
+	}
+	elapsed := time.Since(t0)
+	fmt.Fprintf(w, "\nburst: %d batch + %d interactive tag requests at once, all answered in %s\n", nBatch, nInteractive, elapsed.Round(time.Millisecond))
+	for _, class := range []string{subjects.ClassInteractive, subjects.ClassBatch} {
+		d := lat[class]
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		fmt.Fprintf(w, "  %-12s served by %v   p50 %s   max %s\n", class, pools[class], d[len(d)/2].Round(time.Microsecond), d[len(d)-1].Round(time.Microsecond))
+	}
+	return nil
 }
 
 func tagSummary(r *codec.TagReply) string {

@@ -129,16 +129,16 @@ func genCmd(args []string) int {
 func demoCmd(args []string) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	cfgPath := fs.String("config", "deploy/local.toml", "ortbus config file")
-	workerBin := fs.String("worker", "", "ortworker binary (default: next to this one)")
+	gatewayBin := fs.String("gateway", "", "gateway binary (default: next to this one)")
 	if fs.Parse(args) != nil {
 		return 2
 	}
-	if *workerBin == "" {
+	if *gatewayBin == "" {
 		self, _ := os.Executable()
-		*workerBin = filepath.Join(filepath.Dir(self), "ortworker")
+		*gatewayBin = filepath.Join(filepath.Dir(self), "gateway")
 	}
 	t0 := time.Now()
-	if err := demo.Run(demo.Options{Config: *cfgPath, WorkerBin: *workerBin, Out: os.Stdout}); err != nil {
+	if err := demo.Run(demo.Options{Config: *cfgPath, GatewayBin: *gatewayBin, Out: os.Stdout}); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		return 1
 	}

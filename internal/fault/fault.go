@@ -7,8 +7,11 @@ package fault
 /*
 #include <stdlib.h>
 #include <signal.h>
-static void ortbus_segv(void) { volatile int *p = (int*)0; *p = 1; raise(SIGSEGV); }
-static void ortbus_abort(void) { abort(); }
+// The Go runtime handles SIGSEGV and SIGABRT itself and turns one raised in C code into
+// "fatal error: unexpected signal" and exit status 2; restore the default action first,
+// so that the process really dies of the signal (wait status: signaled).
+static void ortbus_segv(void) { signal(SIGSEGV, SIG_DFL); volatile int *p = (int*)0; *p = 1; raise(SIGSEGV); }
+static void ortbus_abort(void) { signal(SIGABRT, SIG_DFL); abort(); }
 */
 import "C"
 

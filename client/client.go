@@ -1,0 +1,156 @@
+// Package client is the Go client of the ortbus API (ortbus.v1.<op> over NATS). Each call
+// takes a context: its deadline becomes the request's timeout_ms, and cancelling it sends
+// ortbus.v1.cancel for the request, so the gateway drops it if queued or has the worker
+// stop it if running. Errors from ortbus are *codec.Error with the contract's stable code.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// Client calls the ortbus API over a NATS connection.
+type Client struct {
+	nc *nats.Conn
+	// Class and Pool are defaults for requests that leave them empty.
+	Class string
+	Pool  string
+}
+
+// New wraps an existing connection.
+func New(nc *nats.Conn) *Client { return &Client{nc: nc} }
+
+// Connect dials NATS at url.
+func Connect(url string, opts ...nats.Option) (*Client, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("ortbus client"), nats.MaxReconnects(-1)}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", url, err)
+	}
+	return New(nc), nil
+}
+
+// Conn is the underlying connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// Close closes the connection.
+func (c *Client) Close() { c.nc.Close() }
+
+// Tag tags the image at req.Path.
+func (c *Client) Tag(ctx context.Context, req codec.Request) (*codec.TagReply, error) {
+	var r codec.TagReply
+	return &r, c.Do(ctx, subjects.OpTag, &req, &r)
+}
+
+// Embed returns the embedding of the image at req.Path.
+func (c *Client) Embed(ctx context.Context, req codec.Request) (*codec.EmbedReply, error) {
+	var r codec.EmbedReply
+	return &r, c.Do(ctx, subjects.OpEmbed, &req, &r)
+}
+
+// Compare returns the differences of req.Feature to each of req.Candidates.
+func (c *Client) Compare(ctx context.Context, req codec.Request) (*codec.CompareReply, error) {
+	var r codec.CompareReply
+	return &r, c.Do(ctx, subjects.OpCompare, &req, &r)
+}
+
+// Detect returns the boxes found in the image at req.Path.
+func (c *Client) Detect(ctx context.Context, req codec.Request) (*codec.DetectReply, error) {
+	var r codec.DetectReply
+	return &r, c.Do(ctx, subjects.OpDetect, &req, &r)
+}
+
+// Segment writes the image's cut-out as an RGBA PNG and returns its path.
+func (c *Client) Segment(ctx context.Context, req codec.Request) (*codec.SegmentReply, error) {
+	var r codec.SegmentReply
+	return &r, c.Do(ctx, subjects.OpSegment, &req, &r)
+}
+
+// Infer runs a raw model on named tensors.
+func (c *Client) Infer(ctx context.Context, req codec.Request) (*codec.InferReply, error) {
+	var r codec.InferReply
+	return &r, c.Do(ctx, subjects.OpInfer, &req, &r)
+}
+
+// Status returns the system's status as the answering gateway sees it.
+func (c *Client) Status(ctx context.Context) (*codec.StatusReply, error) {
+	var r codec.StatusReply
+	return &r, c.Do(ctx, subjects.OpStatus, &codec.Request{}, &r)
+}
+
+// Health returns the answering gateway's health.
+func (c *Client) Health(ctx context.Context) (*codec.HealthReply, error) {
+	var r codec.HealthReply
+	return &r, c.Do(ctx, subjects.OpHealth, &codec.Request{}, &r)
+}
+
+// Cancel cancels a request by id.
+func (c *Client) Cancel(ctx context.Context, id string) (*codec.CancelReply, error) {
+	var r codec.CancelReply
+	return &r, c.do(ctx, subjects.OpCancel, &codec.Cancel{ID: id}, &r)
+}
+
+// Do sends req to ortbus.v1.<op> and decodes the reply into out. It fills in the
+// request's id, class, pool and timeout (from ctx's deadline) when they are empty.
+func (c *Client) Do(ctx context.Context, op string, req *codec.Request, out any) error {
+	if req.ID == "" {
+		req.ID = nuid.Next()
+	}
+	if req.Class == "" {
+		req.Class = c.Class
+	}
+	if req.Pool == "" {
+		req.Pool = c.Pool
+	}
+	if dl, ok := ctx.Deadline(); ok && req.TimeoutMS == 0 {
+		req.TimeoutMS = max(1, time.Until(dl).Milliseconds())
+	}
+	err := c.do(ctx, op, req, out)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// Tell the system to drop or stop it; the caller is no longer waiting.
+		if b, merr := codec.Marshal(&codec.Cancel{ID: req.ID}); merr == nil {
+			c.nc.Publish(subjects.APIPrefix+"."+subjects.OpCancel, b)
+		}
+	}
+	return err
+}
+
+func (c *Client) do(ctx context.Context, op string, req any, out any) error {
+	subj, err := subjects.API(op)
+	if err != nil {
+		return err
+	}
+	data, err := codec.Marshal(req)
+	if err != nil {
+		return err
+	}
+	msg, err := c.nc.RequestWithContext(ctx, subj, data)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return codec.Errorf(codec.CodeNoWorker, "no ortbus gateway is answering %s", subj)
+		}
+		return err
+	}
+	return Decode(msg, out)
+}
+
+// Decode reads a reply message: an error reply becomes a *codec.Error.
+func Decode(msg *nats.Msg, out any) error {
+	if code := msg.Header.Get(codec.HeaderErrorCode); code != "" {
+		var e codec.Error
+		if len(msg.Data) == 0 || codec.Unmarshal(msg.Data, &e) != nil || e.Code == "" {
+			n, _ := strconv.Atoi(code)
+			return &codec.Error{Code: codec.CodeInternal, Message: msg.Header.Get(codec.HeaderError), Details: map[string]any{"status": n}}
+		}
+		return &e
+	}
+	return codec.Unmarshal(msg.Data, out)
+}

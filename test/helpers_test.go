@@ -1,0 +1,583 @@
+package test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/models/onnxgen"
+)
+
+// Failure bounds: how long a test waits for an event before it gives up. They only bound
+// a failure; a passing run never waits them out.
+const (
+	startBound = 30 * time.Second // a worker's ready or failed line
+	replyBound = 20 * time.Second // one reply, claim or heartbeat
+	exitBound  = 20 * time.Second // a process exit that the test caused
+)
+
+// heavyLayers is the heavy tagger's extra layer count here: ~4.4 ms a layer on one core,
+// so one inference takes ~45 ms, well over the 20 ms the scheduling tests need to tell a
+// queued item from a running one.
+const heavyLayers = 10
+
+var heavyOnce struct {
+	sync.Once
+	err error
+}
+
+// modelsDir returns the generated models (testenv.Models); heavyDir the heavy tagger.
+func modelsDir(t testing.TB) string {
+	t.Helper()
+	return testenv.Models(t)
+}
+
+// heavyDir returns the folder of a heavy tagger with heavyLayers layers (testenv's has
+// one), written once into the package's temporary directory: its graph from onnxgen, its
+// label files copied from the plain tagger's.
+func heavyDir(t testing.TB) string {
+	t.Helper()
+	base := modelsDir(t)
+	hd := filepath.Join(pkgEnv.tmp, onnxgen.TaggerHeavyDir)
+	heavyOnce.Do(func() {
+		heavyOnce.err = func() error {
+			if err := os.MkdirAll(hd, 0o755); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(hd, onnxgen.ModelFile), onnxgen.TaggerGraph(heavyLayers).Bytes(), 0o644); err != nil {
+				return err
+			}
+			for _, f := range []string{onnxgen.SelectedTagsFile, onnxgen.ThresholdsFile} {
+				b, err := os.ReadFile(filepath.Join(base, onnxgen.TaggerDir, f))
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(hd, f), b, 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+	})
+	if heavyOnce.err != nil {
+		t.Fatalf("heavy tagger: %v", heavyOnce.err)
+	}
+	return hd
+}
+
+// poolCfg is one [pools.NAME] table of a test config.
+type poolCfg struct {
+	Name     string
+	Version  string // runtime version from .deps; ignored when Runtime is set
+	Runtime  string // explicit runtime path
+	EP       string
+	Fallback []string
+	Slots    int
+	MaxBatch int
+	MaxDelay string
+	Classes  []string
+	Models   []string
+}
+
+// allModels are the models every test config defines; a pool loads those it names.
+var allModels = []string{"tagger", "tagger_heavy", "ccip", "detector", "segmenter"}
+
+// writeConfig writes a config for the package's NATS server, with root as the only
+// allowed image root, every generated model defined and the given pools, into a temporary
+// directory of t, and returns its path.
+func writeConfig(t testing.TB, root string, pools ...poolCfg) string {
+	t.Helper()
+	return writeConfigIn(t, t.TempDir(), root, pools...)
+}
+
+// writeConfigIn is writeConfig into dir.
+func writeConfigIn(t testing.TB, dir, root string, pools ...poolCfg) string {
+	t.Helper()
+	md := modelsDir(t)
+	var b strings.Builder
+	q := strconv.Quote
+	fmt.Fprintf(&b, "[nats]\nurl = %s\n\n", q(pkgEnv.natsURL))
+	fmt.Fprintf(&b, "[health]\nheartbeat_interval = \"100ms\"\n\n")
+	fmt.Fprintf(&b, "[security]\nallowed_roots = [%s]\n\n", q(root))
+	for _, p := range pools {
+		rt := p.Runtime
+		if rt == "" {
+			rt = testenv.RuntimeLib(t, p.Version)
+		}
+		fmt.Fprintf(&b, "[pools.%s]\nruntime = %s\nep = %s\nthreads = 1\n", p.Name, q(rt), q(or(p.EP, "cpu")))
+		if len(p.Fallback) > 0 {
+			fmt.Fprintf(&b, "fallback = %s\n", list(p.Fallback))
+		}
+		fmt.Fprintf(&b, "slots = %d\n", max(p.Slots, 1))
+		if p.MaxBatch > 0 {
+			fmt.Fprintf(&b, "max_batch = %d\n", p.MaxBatch)
+		}
+		if p.MaxDelay != "" {
+			fmt.Fprintf(&b, "max_delay = %s\n", q(p.MaxDelay))
+		}
+		classes := p.Classes
+		if len(classes) == 0 {
+			classes = []string{"interactive", "batch"}
+		}
+		fmt.Fprintf(&b, "classes = %s\nmodels = %s\n\n", list(classes), list(p.Models))
+	}
+	dirs := map[string][2]string{
+		"tagger":       {"tagger-pixai", filepath.Join(md, onnxgen.TaggerDir)},
+		"tagger_heavy": {"tagger-pixai", heavyDir(t)},
+		"ccip":         {"ccip", filepath.Join(md, onnxgen.CCIPDir)},
+		"detector":     {"detect", filepath.Join(md, onnxgen.DetectorDir)},
+		"segmenter":    {"segment", filepath.Join(md, onnxgen.SegmenterDir)},
+	}
+	for _, name := range allModels {
+		d := dirs[name]
+		fmt.Fprintf(&b, "[models.%s]\nkind = %s\ndir = %s\n\n", name, q(d[0]), q(d[1]))
+	}
+	path := filepath.Join(dir, "ortbus.toml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func list(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// imageRoot makes an allowed image root for one test. Its path has its symlinks resolved,
+// so what the worker reports back compares equal to what the test wrote.
+func imageRoot(t testing.TB) string {
+	t.Helper()
+	d, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(d, "images")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// startEvent is the JSON line ortworker prints when it serves or fails to start.
+type startEvent struct {
+	Event   string       `json:"event"`
+	Worker  string       `json:"worker"`
+	Pool    string       `json:"pool"`
+	Runtime string       `json:"runtime"`
+	EP      string       `json:"ep"`
+	PID     int          `json:"pid"`
+	Error   *codec.Error `json:"error"`
+}
+
+// proc is one ortworker process.
+type proc struct {
+	ID, Pool string
+	Ready    startEvent // the ready line, once seen
+	cmd      *exec.Cmd
+	started  time.Time
+	events   chan startEvent
+	exited   chan struct{} // closed once Wait returned
+	state    *os.ProcessState
+	stderr   lockedBuffer
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// launch starts an ortworker for pool (id: pool + "-w") without waiting for it. The
+// process is killed and reaped when t ends, and its stderr logged if t failed.
+func launch(t testing.TB, cfgPath, pool string, extraEnv ...string) *proc {
+	t.Helper()
+	p := launchDetached(t, cfgPath, pool, extraEnv...)
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("stderr of worker %s:\n%s", p.ID, p.stderr.String())
+		}
+	})
+	return p
+}
+
+// launchDetached is launch without the cleanup; the caller must kill the process.
+func launchDetached(t testing.TB, cfgPath, pool string, extraEnv ...string) *proc {
+	t.Helper()
+	p := &proc{ID: pool + "-w", Pool: pool, events: make(chan startEvent, 1), exited: make(chan struct{})}
+	p.cmd = exec.Command(pkgEnv.bin, "-config", cfgPath, "-pool", pool, "-id", p.ID)
+	p.cmd.Env = append(os.Environ(), extraEnv...)
+	p.cmd.Stderr = &p.stderr
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.started = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start ortworker: %v", err)
+	}
+	// Read stdout to EOF before Wait (StdoutPipe's rule); the first event line is kept.
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		sc := bufio.NewScanner(out)
+		sent := false
+		for sc.Scan() {
+			var ev startEvent
+			if !sent && json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Event != "" {
+				p.events <- ev
+				sent = true
+			}
+		}
+	}()
+	go func() {
+		<-read
+		p.cmd.Wait()
+		p.state = p.cmd.ProcessState
+		close(p.exited)
+	}()
+	return p
+}
+
+// await waits for the process's ready or failed line.
+func (p *proc) await() (startEvent, error) {
+	select {
+	case ev := <-p.events:
+		return ev, nil
+	case <-p.exited:
+		select { // the line may have come just before the exit
+		case ev := <-p.events:
+			return ev, nil
+		default:
+		}
+		return startEvent{}, fmt.Errorf("worker %s exited (%v) without a ready or failed line; stderr:\n%s", p.ID, p.state, p.stderr.String())
+	case <-time.After(startBound):
+		return startEvent{}, fmt.Errorf("worker %s printed no ready or failed line within %v; stderr:\n%s", p.ID, startBound, p.stderr.String())
+	}
+}
+
+// awaitReady waits for the ready line and checks that it names this process.
+func (p *proc) awaitReady() (startEvent, error) {
+	ev, err := p.await()
+	if err != nil {
+		return ev, err
+	}
+	if ev.Event != "ready" {
+		return ev, fmt.Errorf("worker %s: want a ready line, got %+v (error %+v); stderr:\n%s", p.ID, ev, ev.Error, p.stderr.String())
+	}
+	if ev.Worker != p.ID || ev.Pool != p.Pool || ev.PID != p.cmd.Process.Pid {
+		return ev, fmt.Errorf("worker %s: ready line %+v does not name this worker (pid %d)", p.ID, ev, p.cmd.Process.Pid)
+	}
+	return ev, nil
+}
+
+// event waits for the process's ready or failed line.
+func (p *proc) event(t testing.TB) startEvent {
+	t.Helper()
+	ev, err := p.await()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// ready waits for the ready line and checks it.
+func (p *proc) ready(t testing.TB) startEvent {
+	t.Helper()
+	ev, err := p.awaitReady()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Ready = ev
+	return ev
+}
+
+// wait waits for the process to exit (bounded) and returns its state.
+func (p *proc) wait(t testing.TB) *os.ProcessState {
+	t.Helper()
+	select {
+	case <-p.exited:
+		return p.state
+	case <-time.After(exitBound):
+		t.Fatalf("worker %s did not exit within %v; stderr:\n%s", p.ID, exitBound, p.stderr.String())
+	}
+	return nil
+}
+
+// kill kills the process if it still runs, and reaps it.
+func (p *proc) kill() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-p.exited:
+	case <-time.After(exitBound):
+	}
+}
+
+// startWorker launches one worker and waits until it is ready.
+func startWorker(t testing.TB, cfgPath, pool string, extraEnv ...string) *proc {
+	t.Helper()
+	p := launch(t, cfgPath, pool, extraEnv...)
+	p.ready(t)
+	return p
+}
+
+// connect opens a NATS connection to the package's server, closed when t ends.
+func connect(t testing.TB) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(pkgEnv.natsURL, nats.Name(t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// inbox is one subscription on a wildcard inbox: every reply sent to one of its subjects
+// arrives on one channel, in the order the server delivered them.
+type inbox struct {
+	prefix string
+	ch     chan *nats.Msg
+}
+
+func newInbox(t testing.TB, nc *nats.Conn) *inbox {
+	t.Helper()
+	in := &inbox{prefix: nats.NewInbox(), ch: make(chan *nats.Msg, 4096)}
+	sub, err := nc.ChanSubscribe(in.prefix+".>", in.ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// subject is the inbox subject for key.
+func (in *inbox) subject(key string) string { return in.prefix + "." + key }
+
+// key is the key of a message's subject.
+func (in *inbox) key(m *nats.Msg) string { return strings.TrimPrefix(m.Subject, in.prefix+".") }
+
+// next returns the next message, failing t after replyBound.
+func (in *inbox) next(t testing.TB, what string) *nats.Msg {
+	t.Helper()
+	select {
+	case m := <-in.ch:
+		return m
+	case <-time.After(replyBound):
+		t.Fatalf("no %s within %v", what, replyBound)
+	}
+	return nil
+}
+
+// send publishes a work item on infer.<pool>.<class> with its reply going to the inbox
+// subject key.
+func send(t testing.TB, nc *nats.Conn, in *inbox, pool, class, key string, item *codec.WorkItem) {
+	t.Helper()
+	b, err := codec.Marshal(item)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendRaw(t, nc, in, pool, class, key, b, nil)
+}
+
+// sendRaw publishes raw bytes (and headers) as a work item.
+func sendRaw(t testing.TB, nc *nats.Conn, in *inbox, pool, class, key string, data []byte, hdr nats.Header) {
+	t.Helper()
+	m := &nats.Msg{Subject: "infer." + pool + "." + class, Reply: in.subject(key), Data: data, Header: hdr}
+	if err := nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// request sends one work item and waits for its one reply.
+func request(t testing.TB, nc *nats.Conn, pool, class string, item *codec.WorkItem) *nats.Msg {
+	t.Helper()
+	b, err := codec.Marshal(item)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nc.Request("infer."+pool+"."+class, b, replyBound)
+	if err != nil {
+		t.Fatalf("%s request to %s (%+v): %v", item.Op, pool, item.Request, err)
+	}
+	return m
+}
+
+// result decodes a successful reply into v, failing t on an error reply.
+func result(t testing.TB, m *nats.Msg, v codec.Replier) {
+	t.Helper()
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		var e codec.Error
+		codec.Unmarshal(m.Data, &e)
+		t.Fatalf("want a result, got error %s %q: %+v", code, m.Header.Get("Nats-Service-Error"), e)
+	}
+	if err := codec.Unmarshal(m.Data, v); err != nil {
+		t.Fatalf("decode reply: %v", err)
+	}
+}
+
+// replyError decodes an error reply (msgpack, or JSON when asJSON), checking its headers.
+func replyError(t testing.TB, m *nats.Msg, asJSON bool) *codec.Error {
+	t.Helper()
+	code := m.Header.Get("Nats-Service-Error-Code")
+	if code == "" {
+		t.Fatalf("want an error reply, got a result without Nats-Service-Error-Code: %q", m.Data)
+	}
+	var e codec.Error
+	if err := codec.Decode(m.Data, &e, asJSON); err != nil {
+		t.Fatalf("decode error body: %v (%q)", err, m.Data)
+	}
+	if code != strconv.Itoa(e.Code.Status()) {
+		t.Errorf("error %s: header Nats-Service-Error-Code %q, want %d", e.Code, code, e.Code.Status())
+	}
+	if m.Header.Get("Nats-Service-Error") == "" {
+		t.Errorf("error %s: no Nats-Service-Error header", e.Code)
+	}
+	return &e
+}
+
+// stats asks a worker for its state on ortbus.worker.<id>.stats.
+func stats(t testing.TB, nc *nats.Conn, id string) *codec.Heartbeat {
+	t.Helper()
+	m, err := nc.Request("ortbus.worker."+id+".stats", nil, replyBound)
+	if err != nil {
+		t.Fatalf("stats of %s: %v", id, err)
+	}
+	var hb codec.Heartbeat
+	if err := codec.Unmarshal(m.Data, &hb); err != nil {
+		t.Fatalf("stats of %s: %v", id, err)
+	}
+	return &hb
+}
+
+// heartbeats subscribes to ortbus.hb.> and returns a function that waits for the next
+// heartbeat of a worker that satisfies ok.
+func heartbeats(t testing.TB, nc *nats.Conn) func(worker string, ok func(*codec.Heartbeat) bool) *codec.Heartbeat {
+	t.Helper()
+	ch := make(chan *nats.Msg, 1024)
+	sub, err := nc.ChanSubscribe("ortbus.hb.>", ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func(worker string, ok func(*codec.Heartbeat) bool) *codec.Heartbeat {
+		t.Helper()
+		timeout := time.After(replyBound)
+		for {
+			select {
+			case m := <-ch:
+				var hb codec.Heartbeat
+				if err := codec.Unmarshal(m.Data, &hb); err != nil {
+					t.Fatalf("heartbeat on %s: %v", m.Subject, err)
+				}
+				if hb.Worker == worker && (ok == nil || ok(&hb)) {
+					return &hb
+				}
+			case <-timeout:
+				t.Fatalf("no matching heartbeat of %s within %v", worker, replyBound)
+				return nil
+			}
+		}
+	}
+}
+
+// writePNG writes a w×h PNG of px under root and returns its path.
+func writePNG(t testing.TB, root, name string, w, h int, px onnxgen.PixelFunc) string {
+	t.Helper()
+	img := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := 0; y < h; y++ {
+		for x := 0; x < w; x++ {
+			c := px(x, y)
+			img.SetNRGBA(x, y, color.NRGBA{c[0], c[1], c[2], 255})
+		}
+	}
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, img); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(root, name)
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// colourPNG writes a uniformly coloured 64×48 PNG of a corner colour.
+func colourPNG(t testing.TB, root, colour string) string {
+	t.Helper()
+	rgb, ok := onnxgen.ColourNames[colour]
+	if !ok {
+		t.Fatalf("no corner colour %q", colour)
+	}
+	return writePNG(t, root, colour+".png", 64, 48, onnxgen.Solid(rgb))
+}
+
+// tagItem is a tag work item for path.
+func tagItem(id, path string) *codec.WorkItem {
+	return &codec.WorkItem{Request: codec.Request{ID: id, Path: path}, Op: "tag"}
+}
+
+// checkColourTag checks a tag reply of a uniform corner-colour image: that colour as a
+// general tag with score >= 0.9, and no other colour tag.
+func checkColourTag(t testing.TB, r *codec.TagReply, colour string) {
+	t.Helper()
+	if s, ok := r.General[colour]; !ok || s < 0.9 {
+		t.Errorf("%s image: general[%s] = %v (present %v), want >= 0.9; general %v", colour, colour, s, ok, r.General)
+	}
+	for _, c := range onnxgen.Colours {
+		if c.Name != colour {
+			if s, ok := r.General[c.Name]; ok {
+				t.Errorf("%s image: also tagged %s (%v)", colour, c.Name, s)
+			}
+		}
+	}
+}

@@ -1,0 +1,70 @@
+// Package test holds the integration tests of ortbus: they build the real binaries, start
+// real processes on a real NATS server, load real ONNX Runtime libraries and the models
+// that onnxgen generates, and judge the system only by what crosses the bus and by how the
+// processes exit.
+//
+// Every wait is on an event (a reply, a heartbeat, a claim, a process exit) with a generous
+// deadline that only bounds a failure; nothing sleeps.
+package test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/natsd"
+)
+
+// pkgEnv is what TestMain prepares once for the whole package.
+var pkgEnv struct {
+	tmp     string // the package's temporary directory (symlinks resolved)
+	bin     string // the ortworker binary
+	natsURL string // the package's NATS server
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	tmp, err := os.MkdirTemp("", "ortbus-test-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test: temp dir:", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	if pkgEnv.tmp, err = filepath.EvalSymlinks(tmp); err != nil {
+		fmt.Fprintln(os.Stderr, "test: temp dir:", err)
+		return 1
+	}
+	defer testenv.CleanupModels()
+
+	// The binary under test, built once (without -race: only the test process needs it).
+	pkgEnv.bin = filepath.Join(tmp, "ortworker")
+	build := exec.Command("go", "build", "-o", pkgEnv.bin, "./cmd/ortworker")
+	build.Dir = ".." // the repository root: tests run in their package's directory
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "test: go build ./cmd/ortworker: %v\n%s", err, out)
+		return 1
+	}
+
+	opts, err := natsd.ParseArgs([]string{"-p", "-1"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test: NATS options:", err)
+		return 1
+	}
+	srv, err := natsd.Start(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test: NATS server:", err)
+		return 1
+	}
+	defer srv.Shutdown()
+	pkgEnv.natsURL = srv.ClientURL()
+
+	code := m.Run()
+	stopShared(code != 0)
+	return code
+}
