@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,4 +69,34 @@ models = ["tiny"]
 		}
 	}
 	t.Logf("doctor failed in %s as it should:\n%s", elapsed.Round(time.Millisecond), text)
+}
+
+// TestDoctorLocal: on the single-machine default, doctor finds each pool's own runtime,
+// reports the version that library says it is, and that cpu works while cuda does not.
+func TestDoctorLocal(t *testing.T) {
+	bin := buildOrtbus(t)
+	out, err := exec.Command(bin, "doctor", "-json", "-config", "../../deploy/local.toml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("doctor: %v\n%s", err, out)
+	}
+	var reports []struct {
+		Pool, Found, Version, Usable string
+		EPs                          map[string]string
+	}
+	if err := json.Unmarshal(out, &reports); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := map[string]string{"fast": "1.30.0", "bulk": "1.24.3"}
+	for _, r := range reports {
+		if v, ok := want[r.Pool]; !ok || r.Version != v || !strings.Contains(r.Found, "ort-"+v) {
+			t.Errorf("pool %s: found %s version %s", r.Pool, r.Found, r.Version)
+		}
+		if r.EPs["cpu"] != "ok" || r.Usable != "cpu" || r.EPs["cuda"] == "ok" || r.EPs["cuda"] == "" {
+			t.Errorf("pool %s: EPs %v usable %s", r.Pool, r.EPs, r.Usable)
+		}
+		delete(want, r.Pool)
+	}
+	if len(want) != 0 {
+		t.Errorf("pools not reported: %v", want)
+	}
 }

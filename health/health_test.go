@@ -1,0 +1,105 @@
+package health
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/natsd"
+)
+
+func conn(t *testing.T) *nats.Conn {
+	t.Helper()
+	opts, err := natsd.ParseArgs([]string{"-p", "-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := natsd.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func TestTrackerDeathAndRevival(t *testing.T) {
+	nc := conn(t)
+	dead := make(chan Worker, 4)
+	changed := make(chan struct{}, 100)
+	tr := &Tracker{MissCount: 3, OnDead: func(w Worker) { dead <- w }, OnChange: func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}}
+	if err := tr.Start(nc); err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Stop()
+	const interval = 50 * time.Millisecond
+	pub, err := NewPublisher(nc, "cpu", "w1", interval, func() *codec.Heartbeat {
+		return &codec.Heartbeat{Worker: "w1", Pool: "cpu", State: codec.StateReady, Slots: 2, Classes: []string{"batch"}}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub.Beat()
+	nc.Flush()
+	<-changed
+	if live := tr.Live("cpu"); len(live) != 1 || live[0].HB.Seq != 1 || live[0].HB.IntervalMS != 50 {
+		t.Fatalf("live after one beat: %+v", live)
+	}
+	// Silence: judged dead after 3 intervals, not before.
+	last := time.Now()
+	w := <-dead
+	if took := time.Since(last); took < 3*interval || took > 3*interval+200*time.Millisecond {
+		t.Fatalf("death judged after %s; want 3 x %s (+ tick)", took, interval)
+	}
+	if w.HB.Worker != "w1" || w.Why != "heartbeat stopped" || len(tr.Live("cpu")) != 0 {
+		t.Fatalf("dead worker %+v, live %v", w, tr.Live("cpu"))
+	}
+	// A dead worker that beats again is live again.
+	pub.Beat()
+	nc.Flush()
+	for len(tr.Live("cpu")) == 0 {
+		<-changed
+	}
+	// MarkDead is immediate and reported once.
+	tr.MarkDead("w1", "exit code 1")
+	w = <-dead
+	if w.Why != "exit code 1" {
+		t.Fatalf("MarkDead reason %q", w.Why)
+	}
+	tr.MarkDead("w1", "again")
+	select {
+	case w := <-dead:
+		t.Fatalf("second death reported: %+v", w)
+	default:
+	}
+}
+
+func TestTrackerIgnoresGarbageAndFailed(t *testing.T) {
+	nc := conn(t)
+	changed := make(chan struct{}, 10)
+	tr := &Tracker{OnChange: func() { changed <- struct{}{} }}
+	if err := tr.Start(nc); err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Stop()
+	nc.Publish("ortbus.hb.cpu.x", []byte("not msgpack"))
+	b, _ := codec.Marshal(&codec.Heartbeat{Worker: "f1", Pool: "cpu", State: codec.StateFailed, Error: codec.Errorf(codec.CodeRuntimeMissing, "gone")})
+	nc.Publish("ortbus.hb.cpu.f1", b)
+	nc.Flush()
+	<-changed
+	ws := tr.Workers()
+	if len(ws) != 1 || ws[0].HB.Worker != "f1" || ws[0].Live() || ws[0].HB.Error.Code != codec.CodeRuntimeMissing {
+		t.Fatalf("workers %+v", ws)
+	}
+}

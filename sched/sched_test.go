@@ -1,0 +1,135 @@
+package sched
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ortbus/ortbus/codec"
+)
+
+func classes() []Class {
+	return []Class{
+		{Name: "batch", Priority: 2, Bound: 100, Shed: RejectNew},
+		{Name: "urgent", Priority: 0, Bound: 2, Shed: DropOldest},
+		{Name: "interactive", Priority: 1, Bound: 3, Shed: RejectNew},
+	}
+}
+
+// rooms is a Router over pools with a fixed number of free slots.
+func rooms(free map[string]int) Router {
+	return func(it *Item, reserved map[string]bool) (string, error) {
+		for _, p := range it.Pools {
+			if !reserved[p] && free[p] > 0 {
+				free[p]--
+				return p, nil
+			}
+		}
+		return "", nil
+	}
+}
+
+func ids(as []Assignment) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, a.Item.ID)
+	}
+	return out
+}
+
+func TestStrictPriority(t *testing.T) {
+	q := New(classes())
+	for _, it := range []*Item{
+		{ID: "b1", Class: "batch", Pools: []string{"gpu"}},
+		{ID: "b2", Class: "batch", Pools: []string{"gpu"}},
+		{ID: "i1", Class: "interactive", Pools: []string{"gpu"}},
+		{ID: "u1", Class: "urgent", Pools: []string{"gpu"}},
+	} {
+		if _, err := q.Push(it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One slot: the urgent item goes first even though it arrived last.
+	out, _ := q.Dispatch(time.Now(), rooms(map[string]int{"gpu": 1}))
+	if got := ids(out); len(got) != 1 || got[0] != "u1" {
+		t.Fatalf("first dispatch %v, want [u1]", got)
+	}
+	out, _ = q.Dispatch(time.Now(), rooms(map[string]int{"gpu": 1}))
+	if got := ids(out); len(got) != 1 || got[0] != "i1" {
+		t.Fatalf("second dispatch %v, want [i1]", got)
+	}
+	out, _ = q.Dispatch(time.Now(), rooms(map[string]int{"gpu": 5}))
+	if got := ids(out); len(got) != 2 || got[0] != "b1" || got[1] != "b2" {
+		t.Fatalf("batch dispatch %v, want FIFO [b1 b2]", got)
+	}
+}
+
+func TestReservationAcrossPools(t *testing.T) {
+	q := New(classes())
+	q.Push(&Item{ID: "i1", Class: "interactive", Pools: []string{"gpu"}})
+	q.Push(&Item{ID: "b1", Class: "batch", Pools: []string{"gpu"}})
+	q.Push(&Item{ID: "b2", Class: "batch", Pools: []string{"cpu"}})
+	// gpu is full: i1 waits and reserves gpu, so b1 may not jump it when a gpu slot
+	// appears in the same pass; b2 is bound elsewhere and goes on.
+	free := map[string]int{"gpu": 0, "cpu": 1}
+	route := func(it *Item, reserved map[string]bool) (string, error) {
+		if it.ID == "b1" && !reserved["gpu"] {
+			t.Fatal("b1 was offered gpu while a higher-priority item waits for it")
+		}
+		return rooms(free)(it, reserved)
+	}
+	out, _ := q.Dispatch(time.Now(), route)
+	if got := ids(out); len(got) != 1 || got[0] != "b2" {
+		t.Fatalf("dispatch %v, want [b2]", got)
+	}
+	if q.Len("interactive") != 1 || q.Len("batch") != 1 {
+		t.Fatal("waiting items were lost")
+	}
+}
+
+func TestBoundsAndShed(t *testing.T) {
+	q := New(classes())
+	for i := 0; i < 3; i++ {
+		if _, err := q.Push(&Item{ID: string(rune('a' + i)), Class: "interactive"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := q.Push(&Item{ID: "x", Class: "interactive"})
+	if codec.CodeOf(err) != codec.CodeOverloaded {
+		t.Fatalf("full reject_new queue: %v", err)
+	}
+	q.Push(&Item{ID: "u1", Class: "urgent"})
+	q.Push(&Item{ID: "u2", Class: "urgent"})
+	dropped, err := q.Push(&Item{ID: "u3", Class: "urgent"})
+	if err != nil || dropped == nil || dropped.ID != "u1" {
+		t.Fatalf("drop_oldest: dropped %v, err %v", dropped, err)
+	}
+	if q.Len("urgent") != 2 {
+		t.Fatalf("urgent len %d", q.Len("urgent"))
+	}
+	if _, err := q.Push(&Item{ID: "z", Class: "nope"}); codec.CodeOf(err) != codec.CodeBadRequest {
+		t.Fatalf("unknown class: %v", err)
+	}
+}
+
+func TestDeadlinesAndRemove(t *testing.T) {
+	q := New(classes())
+	now := time.Now()
+	q.Push(&Item{ID: "late", Class: "batch", Pools: []string{"gpu"}, Deadline: now.Add(-time.Millisecond)})
+	q.Push(&Item{ID: "ok", Class: "batch", Pools: []string{"gpu"}, Deadline: now.Add(time.Hour)})
+	q.Push(&Item{ID: "gone", Class: "batch", Pools: []string{"gpu"}})
+	if it := q.Remove("gone"); it == nil || it.ID != "gone" {
+		t.Fatal("Remove")
+	}
+	out, failed := q.Dispatch(now, rooms(map[string]int{"gpu": 5}))
+	if len(failed) != 1 || failed[0].Item.ID != "late" || codec.CodeOf(failed[0].Err) != codec.CodeDeadlineExceeded {
+		t.Fatalf("failed %+v", failed)
+	}
+	if got := ids(out); len(got) != 1 || got[0] != "ok" {
+		t.Fatalf("out %v", got)
+	}
+	q.PushFront(&Item{ID: "retry", Class: "batch"})
+	q.Push(&Item{ID: "new", Class: "batch"})
+	if d := q.Drain(); len(d) != 2 || d[0].ID != "retry" {
+		t.Fatalf("drain %v", d)
+	}
+}
