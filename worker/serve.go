@@ -91,6 +91,7 @@ func (w *Worker) slot(nc *nats.Conn) {
 // runUnit prepares each job (deadline check, image decode), runs the ready ones as one
 // runtime call, and answers each exactly once.
 func (w *Worker) runUnit(unit []*job) {
+	taken := time.Now()
 	ready := unit[:0:0]
 	for _, j := range unit {
 		if err := j.ctx.Err(); err != nil {
@@ -125,7 +126,7 @@ func (w *Worker) runUnit(unit []*job) {
 			// Cancelled or late while it ran: a result, if any, is discarded.
 			err = ctxError(j.ctx, "while running")
 		}
-		w.answerTimed(j, replies[i], err, t0, inferUS, len(ready))
+		w.answerTimed(j, replies[i], err, taken, inferUS, len(ready))
 	}
 }
 
@@ -164,6 +165,8 @@ func (w *Worker) answerTimed(j *job, rep codec.Replier, err error, start time.Ti
 	w.answer(j, rep, err)
 }
 
+// timing: queue_us is the wait until a slot took the item (in the gateway and in the
+// worker), infer_us the runtime call, total_us everything since the gateway accepted it.
 func timing(j *job, start time.Time, inferUS int64) codec.Timing {
 	since := j.received
 	if j.item.EnqueuedUnixUS > 0 {

@@ -7,6 +7,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -14,10 +15,16 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/ortbus/ortbus/cli"
+	"github.com/ortbus/ortbus/client"
+	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/demo"
 	"github.com/ortbus/ortbus/doctor"
 	"github.com/ortbus/ortbus/models/onnxgen"
+	"github.com/ortbus/ortbus/subjects"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -26,6 +33,8 @@ const usage = `usage:
   ortbus doctor -config FILE [-json]    check each pool's runtime library and execution providers
   ortbus models gen DIR [-heavy N]      write the generated models (N compute layers in tagger-heavy)
   ortbus demo -config FILE              run the system end to end and print a report
+  ortbus status [-s URL] [-json]        pools, workers, devices and class queues, as tables
+  ortbus req [-s URL] OP JSON           one request to ortbus.v1.OP (e.g. req tag '{"path":"/srv/a.png"}')
 `
 
 func run(args []string) int {
@@ -40,6 +49,10 @@ func run(args []string) int {
 		return probeCmd(args[1:])
 	case "demo":
 		return demoCmd(args[1:])
+	case "status":
+		return statusCmd(args[1:])
+	case "req":
+		return reqCmd(args[1:])
 	case "models":
 		if len(args) < 2 || args[1] != "gen" {
 			fmt.Fprint(os.Stderr, usage)
@@ -143,5 +156,76 @@ func demoCmd(args []string) int {
 		return 1
 	}
 	fmt.Printf("\ndemo finished in %s\n", time.Since(t0).Round(time.Millisecond))
+	return 0
+}
+
+func natsURL(fs *flag.FlagSet) *string {
+	def := os.Getenv("NATS_URL")
+	if def == "" {
+		def = "nats://127.0.0.1:4222"
+	}
+	return fs.String("s", def, "NATS server URL (default $NATS_URL or nats://127.0.0.1:4222)")
+}
+
+func statusCmd(args []string) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	url := natsURL(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	c, err := client.Connect(*url, nats.Timeout(2*time.Second), nats.MaxReconnects(0))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ortbus:", err)
+		return 1
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.Status(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ortbus status:", err)
+		return 1
+	}
+	if *asJSON {
+		b, _ := json.MarshalIndent(st, "", "  ")
+		fmt.Println(string(b))
+		return 0
+	}
+	cli.PrintStatus(os.Stdout, st)
+	return 0
+}
+
+func reqCmd(args []string) int {
+	fs := flag.NewFlagSet("req", flag.ContinueOnError)
+	url := natsURL(fs)
+	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the reply")
+	if fs.Parse(args) != nil || fs.NArg() != 2 {
+		fmt.Fprintln(os.Stderr, "usage: ortbus req [-s URL] OP JSON")
+		return 2
+	}
+	nc, err := nats.Connect(*url, nats.Timeout(2*time.Second), nats.MaxReconnects(0))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ortbus:", err)
+		return 1
+	}
+	defer nc.Close()
+	subj, err := subjects.API(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ortbus:", err)
+		return 2
+	}
+	msg := nats.NewMsg(subj)
+	msg.Header.Set(codec.HeaderContentType, codec.ContentTypeJSON)
+	msg.Data = []byte(fs.Arg(1))
+	reply, err := nc.RequestMsg(msg, *timeout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ortbus req:", err)
+		return 1
+	}
+	fmt.Println(string(reply.Data))
+	if reply.Header.Get(codec.HeaderErrorCode) != "" {
+		return 1
+	}
 	return 0
 }
