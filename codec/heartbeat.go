@@ -53,7 +53,10 @@ type ModelStatus struct {
 	// PeakSource says where PeakBytes comes from: measured (rss or device) or declared.
 	PeakSource string `msgpack:"peak_source,omitempty" json:"peak_source,omitempty"`
 	MaxBatch   int    `msgpack:"max_batch,omitempty" json:"max_batch,omitempty"`
-	LoadMS     int64  `msgpack:"load_ms" json:"load_ms"`
+	// PerItemBytes is the extra memory one more item of a dynamic batch takes (measured
+	// between warm-ups at batch 1 and at max_batch), so a batch can be capped to fit.
+	PerItemBytes int64 `msgpack:"per_item_bytes,omitempty" json:"per_item_bytes,omitempty"`
+	LoadMS       int64 `msgpack:"load_ms" json:"load_ms"`
 }
 
 // StatusReply answers status: the whole system as the gateway sees it.

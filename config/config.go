@@ -59,6 +59,10 @@ type Gateway struct {
 	RestartBackoffMax Duration `toml:"restart_backoff_max"`
 	CrashLoopCount    int      `toml:"crash_loop_count"`
 	CrashLoopWindow   Duration `toml:"crash_loop_window"`
+	// Policy is the scheduling policy: "priority" (the default: strict class priority,
+	// batch held to one unit in flight on a device while higher classes are busy there,
+	// deadline feasibility) or "fifo" (arrival order, no sharing rule; for comparison).
+	Policy string `toml:"policy"`
 }
 
 // Health holds heartbeat settings shared by workers and gateways.

@@ -19,6 +19,12 @@ var KnownEPs = []string{"cpu", "cuda", "openvino", "tensorrt"}
 // Known model kinds.
 var KnownKinds = []string{"tagger-pixai", "tagger-wd14", "tagger-oppai", "ccip", "detect", "segment", "raw"}
 
+// Scheduling policies.
+const (
+	PolicyPriority = "priority"
+	PolicyFIFO     = "fifo"
+)
+
 // Shed policies.
 const (
 	ShedRejectNew  = "reject_new"

@@ -46,6 +46,9 @@ func (c *Config) applyDefaults() {
 	if g.CrashLoopWindow == 0 {
 		g.CrashLoopWindow = Duration(30 * time.Second)
 	}
+	if g.Policy == "" {
+		g.Policy = PolicyPriority
+	}
 	for name, m := range c.Models {
 		if m == nil {
 			m = &Model{}
@@ -155,6 +158,9 @@ func (c *Config) validate() error {
 	}
 	if c.NATS.URL == "" && !c.NATS.Embedded {
 		add(c.errf("nats", "set url (an external NATS server) or embedded = true"))
+	}
+	if p := c.Gateway.Policy; p != PolicyPriority && p != PolicyFIFO {
+		add(c.errf("gateway.policy", "want %q or %q, got %q", PolicyPriority, PolicyFIFO, p))
 	}
 	if c.Health.HeartbeatInterval < Duration(10*time.Millisecond) {
 		add(c.errf("health.heartbeat_interval", "must be at least 10ms"))

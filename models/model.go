@@ -37,6 +37,9 @@ type Model interface {
 	Run(ctx context.Context, op string, items []Item) ([]codec.Replier, []error)
 	// Sessions returns the model's runtime sessions (for the EP in use and accounting).
 	Sessions() []*ort.Session
+	// Warmup runs every session once on zero inputs with batch size n, so the runtime
+	// allocates what a batch of n needs and its peak memory can be measured.
+	Warmup(ctx context.Context, n int) error
 	// Close releases the sessions.
 	Close() error
 }
@@ -62,6 +65,8 @@ func Open(env Env, m *config.Model) (Model, error) {
 	switch m.Kind {
 	case "tagger-pixai", "tagger-wd14":
 		return openTagger(env, m, dir)
+	case "tagger-oppai":
+		return openOppai(env, m, dir)
 	case "ccip":
 		return openCCIP(env, m, dir)
 	case "detect":
@@ -95,6 +100,58 @@ func (b *base) Close() error {
 		}
 	}
 	return first
+}
+
+func (b *base) Warmup(ctx context.Context, n int) error {
+	for _, s := range b.sessions {
+		var ins []ort.Tensor
+		for _, in := range s.Inputs {
+			t, err := zeros(in, n)
+			if err != nil {
+				return fmt.Errorf("warm-up of %s: %w", b.name, err)
+			}
+			ins = append(ins, t)
+		}
+		if _, err := s.Run(ctx, ins); err != nil {
+			return fmt.Errorf("warm-up of %s at batch %d: %w", b.name, n, err)
+		}
+	}
+	return nil
+}
+
+// zeros is an all-zero input: symbolic batch dimension n, other symbolic dimensions 64.
+func zeros(in ort.IOInfo, n int) (ort.Tensor, error) {
+	shape := make([]int64, len(in.Shape))
+	size := 1
+	for i, d := range in.Shape {
+		switch {
+		case d > 0:
+			shape[i] = d
+		case i == 0:
+			shape[i] = int64(n)
+		default:
+			shape[i] = 64
+		}
+		size *= int(shape[i])
+	}
+	t := ort.Tensor{Name: in.Name, Shape: shape}
+	switch in.Type {
+	case "float32":
+		t.Data = make([]float32, size)
+	case "float64":
+		t.Data = make([]float64, size)
+	case "int64":
+		t.Data = make([]int64, size)
+	case "int32":
+		t.Data = make([]int32, size)
+	case "uint8":
+		t.Data = make([]uint8, size)
+	case "bool":
+		t.Data = make([]bool, size)
+	default:
+		return t, fmt.Errorf("input %s has type %s", in.Name, in.Type)
+	}
+	return t, nil
 }
 
 func (b *base) checkOp(op string) error {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/devices"
 	"github.com/ortbus/ortbus/images"
 	"github.com/ortbus/ortbus/models"
 	"github.com/ortbus/ortbus/ort"
@@ -52,6 +54,7 @@ type Worker struct {
 	start  time.Time
 	ready  func(*Worker)
 
+	rssBase        int64 // peak RSS before the next model's load
 	served, failed atomic.Uint64
 	draining       atomic.Bool
 }
@@ -82,15 +85,17 @@ func New(opts Options) (*Worker, error) {
 		return nil, err
 	}
 	w.rt = rt
+	w.rssBase = rssBytes()
 	env := models.Env{
 		Runtime:  rt,
 		Session:  SessionConfig(p),
 		Images:   images.Policy{AllowedRoots: c.Security.AllowedRoots, MaxPixels: c.Security.MaxImagePixels},
 		SpoolDir: c.Security.SpoolDir,
 	}
+	budget := memBudget()
+	var admitted int64
 	for _, name := range p.Models {
 		mc := c.Models[name]
-		before := rssBytes()
 		t0 := time.Now()
 		m, err := models.Open(env, mc)
 		if err != nil {
@@ -102,20 +107,70 @@ func New(opts Options) (*Worker, error) {
 		}
 		w.models[name] = m
 		w.order = append(w.order, name)
-		st := codec.ModelStatus{Name: name, Kind: mc.Kind, Loaded: true, LoadMS: time.Since(t0).Milliseconds(), MaxBatch: p.MaxBatch}
-		if mc.Memory > 0 {
-			st.PeakBytes, st.PeakSource = int64(mc.Memory), "declared"
-		} else {
-			st.PeakBytes, st.PeakSource = max(0, rssBytes()-before), "rss"
-		}
+		st := w.measure(m, mc, p)
+		st.LoadMS = time.Since(t0).Milliseconds()
 		w.stats = append(w.stats, st)
 		if s := m.Sessions(); len(s) > 0 {
 			w.ep = s[0].EP
+		}
+		// Memory admission: the gateway passes what this worker may use on its device.
+		admitted += st.PeakBytes
+		if budget > 0 && admitted > budget {
+			w.Close()
+			return nil, codec.Errorf(codec.CodeOverloaded, "memory admission refused on device %s: models up to %s need %s, over this worker's budget of %s",
+				p.Device, name, mib(admitted), mib(budget)).With("device", p.Device).With("sum_bytes", admitted).With("budget_bytes", budget).With("pool", p.Name)
 		}
 	}
 	w.q = newQueues(c.ClassNames(), p.QueueBound, p.MaxBatch, p.MaxDelay.D())
 	w.log.Info("worker loaded", "runtime", rt.Version, "library", rt.Path, "ep", w.ep, "models", w.order)
 	return w, nil
+}
+
+// MemBudgetEnv is the environment variable through which the supervisor tells a worker
+// how many bytes its models may take on its device (0 or unset: no limit).
+const MemBudgetEnv = "ORTBUS_MEM_BUDGET"
+
+func memBudget() int64 {
+	v, _ := strconv.ParseInt(os.Getenv(MemBudgetEnv), 10, 64)
+	return v
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }
+
+// measure finds a model's peak memory: declared in the config, or measured over loading
+// and a warm-up at the pool's largest batch — the device's used memory on a GPU with a
+// reader, else the growth of this process's peak RSS. A warm-up at batch 1 first gives
+// the extra memory per batch item.
+func (w *Worker) measure(m models.Model, mc *config.Model, p *config.Pool) codec.ModelStatus {
+	maxBatch := max(1, p.MaxBatch)
+	if mc.MaxBatch > 0 {
+		maxBatch = min(maxBatch, mc.MaxBatch)
+	}
+	st := codec.ModelStatus{Name: mc.Name, Kind: mc.Kind, Loaded: true, MaxBatch: maxBatch}
+	gpuBefore, onGPU := devices.Used(p.Device)
+	ctx := context.Background()
+	if err := m.Warmup(ctx, 1); err != nil {
+		w.log.Warn("warm-up failed; peak not measured", "model", mc.Name, "err", err)
+	}
+	one := hwmBytes()
+	if maxBatch > 1 {
+		if err := m.Warmup(ctx, maxBatch); err != nil {
+			w.log.Warn("warm-up at max batch failed", "model", mc.Name, "batch", maxBatch, "err", err)
+		} else {
+			st.PerItemBytes = max(0, hwmBytes()-one) / int64(maxBatch-1)
+		}
+	}
+	switch {
+	case mc.Memory > 0:
+		st.PeakBytes, st.PeakSource = int64(mc.Memory), "declared"
+	case onGPU:
+		after, _ := devices.Used(p.Device)
+		st.PeakBytes, st.PeakSource = max(0, after-gpuBefore), "device"
+	default:
+		st.PeakBytes, st.PeakSource = max(0, hwmBytes()-w.rssBase), "rss"
+		w.rssBase = hwmBytes()
+	}
+	return st
 }
 
 // RuntimeSpec is where a pool's runtime library is looked for: its runtime path, its
