@@ -43,6 +43,10 @@ type NATS struct {
 	CredsFile    string `toml:"creds_file"`
 	User         string `toml:"user"`
 	PasswordFile string `toml:"password_file"`
+	// TLS to the server: a CA file to trust, and a client certificate for mutual TLS.
+	TLSCA   string `toml:"tls_ca"`
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
 }
 
 // Gateway holds settings of the gateway process.

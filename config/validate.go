@@ -183,6 +183,7 @@ func (c *Config) validate() error {
 	c.NATS.StoreDir = c.Path(c.NATS.StoreDir)
 	c.NATS.CredsFile = c.Path(c.NATS.CredsFile)
 	c.NATS.PasswordFile = c.Path(c.NATS.PasswordFile)
+	c.NATS.TLSCA, c.NATS.TLSCert, c.NATS.TLSKey = c.Path(c.NATS.TLSCA), c.Path(c.NATS.TLSCert), c.Path(c.NATS.TLSKey)
 
 	for name, d := range c.Devices {
 		if d.SafeFraction == 0 {

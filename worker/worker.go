@@ -23,6 +23,7 @@ import (
 	"github.com/ortbus/ortbus/devices"
 	"github.com/ortbus/ortbus/images"
 	"github.com/ortbus/ortbus/models"
+	"github.com/ortbus/ortbus/natsconn"
 	"github.com/ortbus/ortbus/ort"
 	"github.com/ortbus/ortbus/subjects"
 )
@@ -240,14 +241,13 @@ func (w *Worker) Close() {
 // Serve connects to NATS at url, subscribes and serves until ctx is cancelled, then
 // drains: no new work, every queued item answered, a last heartbeat, and returns nil.
 func (w *Worker) Serve(ctx context.Context, url string, natsOpts ...nats.Option) error {
-	opts := append([]nats.Option{
-		nats.Name("ortworker " + w.id),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(100 * time.Millisecond),
-		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
-			w.log.Warn("nats error", "subject", subjectOf(s), "err", err)
-		}),
-	}, natsOpts...)
+	opts, err := natsconn.Options(w.cfg.NATS, "ortworker "+w.id)
+	if err != nil {
+		return err
+	}
+	opts = append(append(opts, nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
+		w.log.Warn("nats error", "subject", subjectOf(s), "err", err)
+	})), natsOpts...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS %s: %w", url, err)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/natsconn"
 	"github.com/ortbus/ortbus/worker"
 )
 
@@ -61,7 +62,8 @@ func run() int {
 		e := codec.AsError(err)
 		emit(map[string]any{"event": "failed", "worker": *id, "pool": *pool, "error": e})
 		log.Error("worker failed to start", "code", e.Code, "err", e.Message)
-		if nc, cerr := nats.Connect(url, nats.Timeout(500*time.Millisecond), nats.Name("ortworker "+*id)); cerr == nil {
+		opts, _ := natsconn.Options(cfg.NATS, "ortworker "+*id)
+		if nc, cerr := nats.Connect(url, append(opts, nats.Timeout(500*time.Millisecond), nats.MaxReconnects(0))...); cerr == nil {
 			worker.ReportFailure(nc, *pool, *id, e)
 			nc.Close()
 		}
