@@ -15,6 +15,9 @@
 //     to make room (drop_oldest, for camera-frame-like work where the freshest matters).
 //  4. Deadlines: an item whose deadline has passed is never dispatched; it is handed back
 //     to be answered deadline_exceeded before it spends any compute.
+//
+// With FIFO set (the "fifo" policy, kept for comparison in benchmarks) rule 1 is off:
+// a pass offers pools to items in arrival order whatever their class.
 package sched
 
 import (
@@ -46,13 +49,19 @@ type Item struct {
 	Pools    []string  // candidate pools in order: the class's chain, or the one explicit pool
 	Deadline time.Time // zero = none
 	Value    any       // the gateway's own request state
+
+	seq uint64 // arrival order, for FIFO
 }
 
 // Queues are the per-class queues. The zero value is not usable; call New.
 type Queues struct {
+	// FIFO turns strict class priority off (see the package comment).
+	FIFO bool
+
 	mu      sync.Mutex
 	classes []Class
 	q       map[string][]*Item
+	seq     uint64
 }
 
 // New makes queues for classes, kept in priority order.
@@ -88,6 +97,8 @@ func (s *Queues) Push(it *Item) (dropped *Item, err error) {
 		}
 		dropped, q = q[0], q[1:]
 	}
+	s.seq++
+	it.seq = s.seq
 	s.q[it.Class] = append(q, it)
 	return dropped, nil
 }
@@ -157,32 +168,54 @@ func (s *Queues) Dispatch(now time.Time, route Router) (out []Assignment, failed
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	reserved := map[string]bool{}
-	for _, c := range s.classes { // rule 1: highest priority first
-		q := s.q[c.Name]
-		kept := q[:0]
-		for _, it := range q { // rule 2: FIFO within the class
-			if !it.Deadline.IsZero() && !now.Before(it.Deadline) { // rule 4
-				failed = append(failed, Failure{it, codec.Errorf(codec.CodeDeadlineExceeded, "deadline passed while queued in class %s", c.Name)})
-				continue
+	leaves := map[*Item]bool{}
+	for _, it := range s.order() {
+		if !it.Deadline.IsZero() && !now.Before(it.Deadline) { // rule 4
+			failed = append(failed, Failure{it, codec.Errorf(codec.CodeDeadlineExceeded, "deadline passed while queued in class %s", it.Class)})
+			leaves[it] = true
+			continue
+		}
+		pool, err := route(it, reserved)
+		switch {
+		case err != nil:
+			failed = append(failed, Failure{it, err})
+			leaves[it] = true
+		case pool != "":
+			out = append(out, Assignment{it, pool})
+			leaves[it] = true
+		default:
+			// Rule 2: it waits, and keeps its candidate pools from everyone behind it.
+			for _, p := range it.Pools {
+				reserved[p] = true
 			}
-			pool, err := route(it, reserved)
-			switch {
-			case err != nil:
-				failed = append(failed, Failure{it, err})
-			case pool != "":
-				out = append(out, Assignment{it, pool})
-			default:
-				// Rule 2: it waits, and keeps its candidate pools from everyone behind it.
-				for _, p := range it.Pools {
-					reserved[p] = true
+		}
+	}
+	if len(leaves) > 0 {
+		for name, q := range s.q {
+			kept := q[:0]
+			for _, it := range q {
+				if !leaves[it] {
+					kept = append(kept, it)
 				}
-				kept = append(kept, it)
 			}
+			for i := len(kept); i < len(q); i++ {
+				q[i] = nil
+			}
+			s.q[name] = kept
 		}
-		for i := len(kept); i < len(q); i++ {
-			q[i] = nil
-		}
-		s.q[c.Name] = kept
 	}
 	return out, failed
+}
+
+// order is the order in which a pass visits the waiting items: by class priority, then
+// arrival (rule 1 and 2), or by arrival alone under FIFO. Called with mu held.
+func (s *Queues) order() []*Item {
+	var all []*Item
+	for _, c := range s.classes {
+		all = append(all, s.q[c.Name]...)
+	}
+	if s.FIFO {
+		sort.SliceStable(all, func(i, j int) bool { return all[i].seq < all[j].seq })
+	}
+	return all
 }

@@ -133,3 +133,20 @@ func TestDeadlinesAndRemove(t *testing.T) {
 		t.Fatalf("drain %v", d)
 	}
 }
+
+func TestFIFOPolicy(t *testing.T) {
+	q := New(classes())
+	q.FIFO = true
+	q.Push(&Item{ID: "b1", Class: "batch", Pools: []string{"gpu"}})
+	q.Push(&Item{ID: "u1", Class: "urgent", Pools: []string{"gpu"}})
+	out, _ := q.Dispatch(time.Now(), rooms(map[string]int{"gpu": 1}))
+	if got := ids(out); len(got) != 1 || got[0] != "b1" {
+		t.Fatalf("FIFO dispatch %v, want the first arrival [b1]", got)
+	}
+	// A retry pushed to the front keeps the front under FIFO too.
+	q.PushFront(&Item{ID: "r1", Class: "batch", Pools: []string{"gpu"}})
+	out, _ = q.Dispatch(time.Now(), rooms(map[string]int{"gpu": 1}))
+	if got := ids(out); len(got) != 1 || got[0] != "r1" {
+		t.Fatalf("FIFO after retry %v, want [r1]", got)
+	}
+}
