@@ -93,6 +93,9 @@ func Generate(dir string, opt Options) error {
 			return fmt.Errorf("onnxgen: generate %s: %w", f.path, err)
 		}
 	}
+	if err := GenerateOppai(dir); err != nil {
+		return err
+	}
 	return nil
 }
 

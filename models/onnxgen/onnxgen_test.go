@@ -58,6 +58,7 @@ func TestGenerateDeterministic(t *testing.T) {
 		"tagger-heavy/model.onnx", "tagger-heavy/selected_tags.csv", "tagger-heavy/thresholds.csv",
 		"ccip/model_feat.onnx", "ccip/model_metrics.onnx", "ccip/metrics.json",
 		"detector/model.onnx", "isnetis/model.onnx", "tiny/model.onnx",
+		"oppai/model.onnx", "oppai/vocabulary.json", "oppai/pr_thresholds.json",
 	}
 	if len(fa) != len(want) {
 		t.Errorf("generated %d files, want %d: %v", len(fa), len(want), keys(fa))
