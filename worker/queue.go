@@ -42,12 +42,13 @@ type queues struct {
 	held     map[string]*job // by request id: queued and running
 	bound    int
 	maxBatch int
+	caps     map[string]int // per model: its batch cap (memory admission), if lower
 	maxDelay time.Duration
 	closed   bool
 }
 
 func newQueues(order []string, bound, maxBatch int, maxDelay time.Duration) *queues {
-	q := &queues{order: order, q: map[string][]*job{}, running: map[string]int{}, held: map[string]*job{}, bound: bound, maxBatch: maxBatch, maxDelay: maxDelay}
+	q := &queues{order: order, q: map[string][]*job{}, running: map[string]int{}, held: map[string]*job{}, caps: map[string]int{}, bound: bound, maxBatch: maxBatch, maxDelay: maxDelay}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
@@ -96,6 +97,10 @@ func (q *queues) take() []*job {
 // for more to arrive. Called with mu held.
 func (q *queues) gather(unit []*job) []*job {
 	first := unit[0]
+	limit := q.maxBatch
+	if c := q.caps[first.model.Name()]; c > 0 {
+		limit = min(limit, c)
+	}
 	until := time.Now().Add(q.maxDelay)
 	timer := time.AfterFunc(q.maxDelay, func() {
 		q.mu.Lock()
@@ -104,7 +109,7 @@ func (q *queues) gather(unit []*job) []*job {
 	})
 	defer timer.Stop()
 	for {
-		for i := 0; i < len(q.q[first.class]) && len(unit) < q.maxBatch; {
+		for i := 0; i < len(q.q[first.class]) && len(unit) < limit; {
 			j := q.q[first.class][i]
 			if j.model == first.model && j.op == first.op {
 				unit = append(unit, q.pop(first.class, i))
@@ -112,7 +117,7 @@ func (q *queues) gather(unit []*job) []*job {
 			}
 			i++
 		}
-		if len(unit) >= q.maxBatch || q.closed || !time.Now().Before(until) || q.higherWaiting(first.class) {
+		if len(unit) >= limit || q.closed || !time.Now().Before(until) || q.higherWaiting(first.class) {
 			return unit
 		}
 		q.cond.Wait()

@@ -108,7 +108,7 @@ func New(opts Options) (*Worker, error) {
 		}
 		w.models[name] = m
 		w.order = append(w.order, name)
-		st := w.measure(m, mc, p)
+		st := w.measure(m, mc, p, budget-admitted, budget > 0)
 		st.LoadMS = time.Since(t0).Milliseconds()
 		w.stats = append(w.stats, st)
 		if s := m.Sessions(); len(s) > 0 {
@@ -123,6 +123,9 @@ func New(opts Options) (*Worker, error) {
 		}
 	}
 	w.q = newQueues(c.ClassNames(), p.QueueBound, p.MaxBatch, p.MaxDelay.D())
+	for _, st := range w.stats {
+		w.q.caps[st.Name] = st.MaxBatch
+	}
 	w.log.Info("worker loaded", "runtime", rt.Version, "library", rt.Path, "ep", w.ep, "models", w.order)
 	return w, nil
 }
@@ -142,7 +145,10 @@ func mib(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }
 // and a warm-up at the pool's largest batch — the device's used memory on a GPU with a
 // reader, else the growth of this process's peak RSS. A warm-up at batch 1 first gives
 // the extra memory per batch item.
-func (w *Worker) measure(m models.Model, mc *config.Model, p *config.Pool) codec.ModelStatus {
+//
+// With a budget (left bytes of it for this model), a dynamic batch whose peak would pass
+// it is capped to the largest batch that fits.
+func (w *Worker) measure(m models.Model, mc *config.Model, p *config.Pool, left int64, limited bool) codec.ModelStatus {
 	maxBatch := max(1, p.MaxBatch)
 	if mc.MaxBatch > 0 {
 		maxBatch = min(maxBatch, mc.MaxBatch)
@@ -169,6 +175,12 @@ func (w *Worker) measure(m models.Model, mc *config.Model, p *config.Pool) codec
 		st.PeakBytes, st.PeakSource = max(0, after-gpuBefore), "device"
 	default:
 		st.PeakBytes, st.PeakSource = max(0, hwmBytes()-w.rssBase), "rss"
+		peak1 := max(0, one-w.rssBase)
+		if limited && st.PeakBytes > left && peak1 <= left && st.PerItemBytes > 0 {
+			st.MaxBatch = min(maxBatch, 1+int((left-peak1)/st.PerItemBytes))
+			st.PeakBytes = peak1 + int64(st.MaxBatch-1)*st.PerItemBytes
+			w.log.Info("dynamic batch capped to fit the memory budget", "model", mc.Name, "max_batch", st.MaxBatch, "budget_left", mib(left))
+		}
 		w.rssBase = hwmBytes()
 	}
 	return st
