@@ -12,7 +12,7 @@ ORT_VERSIONS := 1.30.0 1.24.3
 ORT_LIBS  := $(foreach v,$(ORT_VERSIONS),$(DEPS)/ort-$(v)/lib/libonnxruntime.so.1)
 MODELS    := $(DEPS)/models/tagger/model.onnx
 BINARIES  := bin/ortbus bin/ortworker bin/natsembed bin/gateway
-GOFLAGS_TEST ?= -race -count=1 -timeout 30m
+GOFLAGS_TEST ?= -race -count=1 -p 1 -timeout 40m
 
 .PHONY: all build prepare runtimes models demo test vet fmt-check fuzz bench clean
 all: build

@@ -63,10 +63,14 @@ type Gateway struct {
 	supervisor   *supervisor
 	claimSubject string
 
-	mu       sync.Mutex
-	inflight map[string]*pending // accepted and not yet answered, by id
-	busy     map[string]int      // requests in flight per pool
-	kickCh   chan struct{}
+	mu        sync.Mutex
+	inflight  map[string]*pending  // accepted and not yet answered, by id
+	busy      map[string]int       // requests in flight per pool
+	load      deviceLoad           // requests in flight per device and class
+	est       estimator            // measured service times
+	lastDeath map[string]death     // the last worker death of each pool
+	cancelled map[string]time.Time // ids cancelled before they arrived (see rememberCancel)
+	kickCh    chan struct{}
 }
 
 // Run starts the gateway and serves until ctx is cancelled, then shuts down: no new
@@ -74,7 +78,7 @@ type Gateway struct {
 // drained, NATS closed.
 func Run(ctx context.Context, o Options) error {
 	c := o.Config
-	g := &Gateway{cfg: c, log: o.Logger, inflight: map[string]*pending{}, busy: map[string]int{}, kickCh: make(chan struct{}, 1)}
+	g := &Gateway{cfg: c, log: o.Logger, inflight: map[string]*pending{}, busy: map[string]int{}, load: deviceLoad{}, lastDeath: map[string]death{}, cancelled: map[string]time.Time{}, kickCh: make(chan struct{}, 1)}
 	if g.log == nil {
 		g.log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
@@ -137,6 +141,10 @@ func Run(ctx context.Context, o Options) error {
 		stopDispatch()
 		g.supervisor.stop(c.Gateway.ShutdownGrace.D())
 		return err
+	}
+	// Ready means a client may send requests now: the server has the API's subscriptions.
+	if err := g.nc.Flush(); err != nil {
+		g.log.Warn("NATS flush before ready failed", "err", err)
 	}
 	g.log.Info("gateway ready", "id", g.id, "nats", url, "http", httpAddr)
 	if o.OnReady != nil {

@@ -37,12 +37,32 @@ type pending struct {
 	pool    string // where it is in flight ("" while queued)
 	worker  string // the claiming worker, once known
 	cancel  context.CancelCauseFunc
+	// cancelAsked: the client cancelled it while it was between queues (accepted and
+	// not yet queued, or leaving the queue for a pool); it is answered cancelled there.
+	cancelAsked bool
 }
 
 // errLost is the cause of an in-flight request's cancellation when its worker died.
 type errLost struct{ worker, why string }
 
 func (e *errLost) Error() string { return "worker " + e.worker + " lost: " + e.why }
+
+// errUnclaimed is the cause of an in-flight request's cancellation when no worker claimed
+// it in time: a worker claims an item the moment it receives it, so an unclaimed one was
+// delivered to a worker that is gone (a dead worker's subscription lingers in the server
+// until the server notices the death). It is dispatched again; that is no worker's death.
+// (When a worker of the pool died after the dispatch, the request is taken as held by it
+// instead — a worker that crashes at once may die before its claim leaves it — and
+// cancelled with errLost.)
+type errUnclaimed struct{ after time.Duration }
+
+func (e *errUnclaimed) Error() string { return "not claimed within " + e.after.String() }
+
+// claimTimeout is how long a dispatched request may go unclaimed: one heartbeat interval,
+// and at least 100 ms.
+func (g *Gateway) claimTimeout() time.Duration {
+	return max(g.cfg.Health.HeartbeatInterval.D(), 100*time.Millisecond)
+}
 
 // answer sends the terminal reply once; later calls are ignored. It also clears the
 // request from the in-flight table.
@@ -118,6 +138,13 @@ func (g *Gateway) submit(op string, data []byte, asJSON bool, reply Reply) {
 		return
 	}
 	g.mu.Lock()
+	if _, ok := g.cancelled[p.id]; ok {
+		// Its cancel overtook it (each op is a subscription of its own).
+		delete(g.cancelled, p.id)
+		g.mu.Unlock()
+		g.answer(p, nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client before it arrived"))
+		return
+	}
 	g.inflight[p.id] = p
 	g.mu.Unlock()
 	dropped, err := g.queues.Push(&sched.Item{ID: p.id, Class: p.class, Pools: pools, Deadline: p.deadline, Value: p})
@@ -128,7 +155,19 @@ func (g *Gateway) submit(op string, data []byte, asJSON bool, reply Reply) {
 	if dropped != nil {
 		g.answer(dropped.Value.(*pending), nil, codec.Errorf(codec.CodeOverloaded, "dropped from the full %s queue for a newer request (drop_oldest)", p.class))
 	}
+	g.cancelIfAsked(p)
 	g.kick()
+}
+
+// cancelIfAsked answers p cancelled, taking it out of its queue, if the client cancelled
+// it before it got there.
+func (g *Gateway) cancelIfAsked(p *pending) {
+	g.mu.Lock()
+	asked := p.cancelAsked
+	g.mu.Unlock()
+	if asked && g.queues.Remove(p.id) != nil {
+		g.answer(p, nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))
+	}
 }
 
 func modelSuffix(m string) string {
@@ -146,6 +185,12 @@ func (g *Gateway) send(p *pending, pool string) {
 		item.Path = mapped
 	}
 	g.mu.Lock()
+	if p.cancelAsked {
+		g.mu.Unlock()
+		g.release(p, pool)
+		g.answer(p, nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))
+		return
+	}
 	p.attempt++
 	item.Attempt = p.attempt
 	p.pool, p.worker = pool, ""
@@ -153,8 +198,26 @@ func (g *Gateway) send(p *pending, pool string) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ctx, stop := context.WithDeadline(ctx, p.deadline.Add(time.Second))
 	p.cancel = cancel
+	attempt := p.attempt
 	g.mu.Unlock()
 	defer stop()
+	ct, sent := g.claimTimeout(), time.Now()
+	unclaimed := time.AfterFunc(ct, func() {
+		g.mu.Lock()
+		var c context.CancelCauseFunc
+		var cause error = &errUnclaimed{after: ct}
+		if p.attempt == attempt && p.worker == "" {
+			c = p.cancel
+			if d, ok := g.lastDeath[pool]; ok && d.at.After(sent) {
+				cause = &errLost{worker: d.worker, why: d.why + " (before its claim was sent)"}
+			}
+		}
+		g.mu.Unlock()
+		if c != nil {
+			c(cause)
+		}
+	})
+	defer unclaimed.Stop()
 
 	subj, _ := subjects.Infer(pool, p.class)
 	data, err := codec.Marshal(&item)
@@ -170,6 +233,8 @@ func (g *Gateway) send(p *pending, pool string) {
 		g.forward(p, msg)
 	case errors.As(cause, new(*errLost)):
 		g.lost(p, cause.(*errLost))
+	case errors.As(cause, new(*errUnclaimed)):
+		g.redispatch(p, pool)
 	case errors.Is(err, nats.ErrNoResponders):
 		g.answer(p, nil, codec.Errorf(codec.CodeNoWorker, "no worker is subscribed to %s", subj).With("pools", []string{pool}))
 	case errors.Is(err, context.DeadlineExceeded):
@@ -235,13 +300,37 @@ func (g *Gateway) lost(p *pending, cause *errLost) {
 	}
 	g.metrics.retries.Inc()
 	g.queues.PushFront(&sched.Item{ID: p.id, Class: p.class, Pools: g.retryPools(p), Deadline: p.deadline, Value: p})
+	g.cancelIfAsked(p)
 	g.kick()
+}
+
+// redispatch queues a request that no worker claimed again, at the front of its class.
+func (g *Gateway) redispatch(p *pending, pool string) {
+	g.log.Warn("request not claimed by any worker; dispatching it again", "id", p.id, "pool", pool, "after", g.claimTimeout())
+	if !time.Now().Before(p.deadline) {
+		g.answer(p, nil, codec.Errorf(codec.CodeDeadlineExceeded, "deadline passed before a worker took the request"))
+		return
+	}
+	g.queues.PushFront(&sched.Item{ID: p.id, Class: p.class, Pools: g.retryPools(p), Deadline: p.deadline, Value: p})
+	g.cancelIfAsked(p)
+	g.kick()
+}
+
+// death is the last worker death seen in a pool.
+type death struct {
+	worker, why string
+	at          time.Time
 }
 
 // onDead is called by the tracker when a worker is judged dead: every request it held is
 // cancelled with errLost, which sends it to lost.
 func (g *Gateway) onDead(id, pool, why string) {
+	// A silent local worker is killed first, and its requests retried once it is gone:
+	// while it lives its subscription stays in its pool's queue group, and a retry could
+	// be delivered to it again.
+	g.supervisor.workerDead(id, why)
 	g.mu.Lock()
+	g.lastDeath[pool] = death{worker: id, why: why, at: time.Now()}
 	var hit []*pending
 	others := 0
 	for _, w := range g.tracker.Live(pool) {
@@ -263,7 +352,6 @@ func (g *Gateway) onDead(id, pool, why string) {
 	for _, p := range hit {
 		p.cancel(&errLost{worker: id, why: why})
 	}
-	g.supervisor.workerDead(id, why)
 }
 
 // onClaim records which worker holds a request.
@@ -282,16 +370,47 @@ func (g *Gateway) cancelRequest(id string) bool {
 		return true
 	}
 	g.mu.Lock()
-	_, ok := g.inflight[id]
+	p, ok := g.inflight[id]
+	dispatched := false
+	if ok {
+		p.cancelAsked = true
+		dispatched = p.cancel != nil
+	} else {
+		g.rememberCancel(id)
+	}
 	g.mu.Unlock()
 	if !ok {
 		return false
+	}
+	if !dispatched {
+		// Between queues: out of its queue if it got there meanwhile, else answered
+		// where it goes next (cancelIfAsked, send).
+		g.cancelIfAsked(p)
+		return true
 	}
 	// Running: the worker holding it stops it (or discards its result) and answers it
 	// cancelled, and that answer reaches the client like any other.
 	b, _ := codec.Marshal(&codec.Cancel{ID: id})
 	g.nc.Publish(subjects.Cancel, b)
 	return true
+}
+
+// cancelMemory is how long a cancel of an unknown id is remembered, so that a request
+// that arrives after its own cancel is answered cancelled: the API's ops are separate
+// subscriptions, so a cancel sent right after its request is often handled first.
+const cancelMemory = 10 * time.Second
+
+// rememberCancel records a cancel of an id not seen (yet). Called with g.mu held.
+func (g *Gateway) rememberCancel(id string) {
+	now := time.Now()
+	for k, at := range g.cancelled {
+		if now.Sub(at) > cancelMemory {
+			delete(g.cancelled, k)
+		}
+	}
+	if len(g.cancelled) < 10000 {
+		g.cancelled[id] = now
+	}
 }
 
 func contains(list []string, s string) bool {

@@ -210,19 +210,29 @@ func exitReason(cmd *exec.Cmd, err error) string {
 }
 
 // workerDead is told by the tracker that a worker stopped heartbeating. A local worker
-// that is silent but still running (hung, stopped) is killed so that it is replaced.
+// that is silent but still running (hung, stopped) is killed so that it is replaced; it
+// returns once that process has exited (or after a second).
 func (s *supervisor) workerDead(id, why string) {
 	s.mu.Lock()
 	p, ok := s.byID[id]
+	var cmd *exec.Cmd
+	var exited chan struct{}
+	if ok && p.id == id { // not a replacement that reuses the slot
+		cmd, exited = p.cmd, p.exited
+	}
 	s.mu.Unlock()
-	if !ok || why != "heartbeat stopped" {
+	if cmd == nil || why != "heartbeat stopped" {
 		return
 	}
 	select {
-	case <-p.exited:
+	case <-exited:
 	default:
 		s.log.Warn("killing a silent worker", "worker", id)
-		p.cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Process.Signal(syscall.SIGKILL)
+		select {
+		case <-exited:
+		case <-time.After(time.Second):
+		}
 	}
 }
 

@@ -26,6 +26,7 @@ func (w *Worker) Live() bool { return !w.Dead && w.HB.State == codec.StateReady 
 // Tracker follows every worker's heartbeats on ortbus.hb.>. A worker whose heartbeat is
 // silent for MissCount of its own intervals is judged dead and OnDead is called once;
 // the supervisor of a local worker can also report its death at once with MarkDead.
+// Silence while the tracker's own connection is down (a NATS restart) is not counted.
 // A dead worker that beats again comes back as live.
 type Tracker struct {
 	// MissCount is how many intervals of silence mean death (default 3).
@@ -37,6 +38,10 @@ type Tracker struct {
 
 	mu      sync.Mutex
 	workers map[string]*Worker
+	nc      *nats.Conn
+	// offline is the last time the tracker's own connection was seen down: silence
+	// before it proves nothing (no heartbeat could arrive), so it is counted from then.
+	offline time.Time
 	sub     *nats.Subscription
 	stop    chan struct{}
 	once    sync.Once
@@ -45,6 +50,7 @@ type Tracker struct {
 // Start subscribes to heartbeats and starts judging silence.
 func (t *Tracker) Start(nc *nats.Conn) error {
 	t.workers = map[string]*Worker{}
+	t.nc = nc
 	t.stop = make(chan struct{})
 	if t.MissCount <= 0 {
 		t.MissCount = 3
@@ -103,6 +109,14 @@ func (t *Tracker) judge() {
 		case <-t.stop:
 			return
 		case now := <-tick.C:
+			if !t.nc.IsConnected() {
+				// Disconnected from NATS (a server restart): every worker is silent to
+				// us, none is judged until we hear again.
+				t.mu.Lock()
+				t.offline = now
+				t.mu.Unlock()
+				continue
+			}
 			var dead []Worker
 			t.mu.Lock()
 			for _, w := range t.workers {
@@ -113,7 +127,11 @@ func (t *Tracker) judge() {
 				if iv <= 0 {
 					iv = time.Second
 				}
-				if now.Sub(w.Seen) > time.Duration(t.MissCount)*iv {
+				since := w.Seen
+				if t.offline.After(since) {
+					since = t.offline
+				}
+				if now.Sub(since) > time.Duration(t.MissCount)*iv {
 					w.Dead, w.Why = true, "heartbeat stopped"
 					dead = append(dead, *w)
 				}

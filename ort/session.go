@@ -33,6 +33,9 @@ type SessionConfig struct {
 	// IntraOpThreads and InterOpThreads (0 = the runtime's default).
 	IntraOpThreads int
 	InterOpThreads int
+	// Entries are session configuration entries (AddSessionConfigEntry), e.g.
+	// session.intra_op.allow_spinning.
+	Entries map[string]string
 }
 
 // IOInfo describes one input or output of a model.
@@ -104,6 +107,11 @@ func newSession(path string, ins, outs []IOInfo, p Provider, cfg SessionConfig) 
 	if cfg.InterOpThreads > 0 {
 		if err := opts.SetInterOpNumThreads(cfg.InterOpThreads); err != nil {
 			return nil, err
+		}
+	}
+	for k, v := range cfg.Entries {
+		if err := opts.AddSessionConfigEntry(k, v); err != nil {
+			return nil, fmt.Errorf("session config %s=%s: %w", k, v, err)
 		}
 	}
 	if err := appendProvider(opts, p); err != nil {

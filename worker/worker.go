@@ -201,9 +201,12 @@ func RuntimeSpec(p *config.Pool) ort.Spec {
 	return ort.Spec{Path: p.Runtime, Dirs: p.RuntimeDirs, Env: env}
 }
 
-// SessionConfig is the pool's EP chain (EP then its fallbacks) and thread counts.
+// SessionConfig is the pool's EP chain (EP then its fallbacks) and thread counts. ONNX
+// Runtime's intra-op threads do not spin while idle: the worker shares the machine with
+// other pools' workers, and spinning threads would steal their CPU.
 func SessionConfig(p *config.Pool) ort.SessionConfig {
-	sc := ort.SessionConfig{IntraOpThreads: p.Threads, InterOpThreads: 1}
+	sc := ort.SessionConfig{IntraOpThreads: p.Threads, InterOpThreads: 1,
+		Entries: map[string]string{"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}}
 	for i, ep := range append([]string{p.EP}, p.Fallback...) {
 		var o map[string]string
 		if i == 0 {

@@ -1,0 +1,72 @@
+package gateway
+
+import (
+	"sort"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/devices"
+)
+
+// Memory admission. Pools that name the same device share its memory: capacity (from the
+// config's [devices.NAME] capacity, else read from the device) times its safe fraction is
+// the budget, and the peaks of the models that live workers report (measured at load
+// with a warm-up at the largest batch, or declared) are admitted against it. The
+// supervisor starts the workers of a device one after another and tells each how much of
+// the budget is left (ORTBUS_MEM_BUDGET); a worker refuses a model, or caps its dynamic
+// batch, that would pass it, and a pool whose worker cannot fit is reported with the
+// device, the sum and the budget.
+
+// deviceBudget returns a device's capacity, safe fraction and budget in bytes (0 when the
+// capacity is unknown: no admission on that device).
+func (g *Gateway) deviceBudget(device string) (capacity int64, fraction float64, budget int64) {
+	fraction = 0.85
+	if d, ok := g.cfg.Devices[device]; ok {
+		capacity, fraction = int64(d.Capacity), d.SafeFraction
+	}
+	if capacity == 0 {
+		capacity, _, _ = devices.Capacity(device)
+	}
+	return capacity, fraction, int64(float64(capacity) * fraction)
+}
+
+// admitted sums the model peaks of the live (or starting) workers on a device, except
+// the worker named except.
+func (g *Gateway) admitted(device, except string) int64 {
+	var sum int64
+	for _, w := range g.tracker.Workers() {
+		if w.Dead || w.HB.Worker == except || g.cfg.Pools[w.HB.Pool] == nil || g.cfg.Pools[w.HB.Pool].Device != device {
+			continue
+		}
+		for _, m := range w.HB.Models {
+			sum += m.PeakBytes
+		}
+	}
+	return sum
+}
+
+// remaining is the budget a new worker on device may use (ok false: no admission).
+func (g *Gateway) remaining(device, except string) (int64, bool) {
+	_, _, budget := g.deviceBudget(device)
+	if budget <= 0 {
+		return 0, false
+	}
+	return budget - g.admitted(device, except), true
+}
+
+// deviceStatus reports every device that a pool names.
+func (g *Gateway) deviceStatus() []codec.DeviceStatus {
+	byDevice := map[string][]string{}
+	for _, name := range g.cfg.PoolNames() {
+		d := g.cfg.Pools[name].Device
+		byDevice[d] = append(byDevice[d], name)
+	}
+	var out []codec.DeviceStatus
+	for d, pools := range byDevice {
+		capacity, fraction, budget := g.deviceBudget(d)
+		adm := g.admitted(d, "")
+		out = append(out, codec.DeviceStatus{Device: d, CapacityBytes: capacity, SafeFraction: fraction, BudgetBytes: budget,
+			AdmittedBytes: adm, FreeBytes: max(0, budget-adm), Pools: pools})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
+	return out
+}

@@ -1,0 +1,136 @@
+package gateway
+
+import (
+	"sync"
+	"time"
+
+	"github.com/ortbus/ortbus/config"
+)
+
+// The sharing policy of one device between classes (config gateway.policy = "priority").
+// sched orders the queues by class; these rules decide, per pool and device, whether an
+// item may go now:
+//
+//   - Background classes (priority 2 and below, i.e. batch) are held to one unit in flight
+//     on a device while any higher class has work queued for, or running on, that device:
+//     an urgent request then waits at most one batch unit. A unit is one request, or one
+//     dynamic batch of the pool (max_batch items). A class's min_share of the device's
+//     slots raises that floor, which bounds the starvation of batch.
+//   - Deadline feasibility: a pool whose measured service time for the request's model
+//     cannot finish before the request's deadline, even if dispatched now, is skipped; if
+//     every pool is infeasible the request is answered deadline_exceeded before it spends
+//     compute.
+//   - Degrade (per class): when the preferred pool's device is busy with other work, the
+//     expected completion counts the units ahead of it; if that misses the deadline the
+//     next pool of the chain is tried rather than waiting.
+//
+// Under gateway.policy = "fifo" none of these rules apply (the baseline for benchmarks).
+
+// backgroundPriority is the priority from which a class yields a shared device.
+const backgroundPriority = 2
+
+// deviceLoad counts requests in flight per device and class. Guarded by Gateway.mu.
+type deviceLoad map[string]map[string]int
+
+func (d deviceLoad) add(device, class string, n int) {
+	if d[device] == nil {
+		d[device] = map[string]int{}
+	}
+	d[device][class] += n
+}
+
+// policyOn reports whether the sharing policy applies.
+func (g *Gateway) policyOn() bool { return g.cfg.Gateway.Policy != config.PolicyFIFO }
+
+// shareAllows applies the one-unit rule to a background class on pool's device. Called
+// with g.mu held; reserved holds the pools that waiting higher-priority items keep.
+func (g *Gateway) shareAllows(pool, class string, reserved map[string]bool) bool {
+	cl := g.cfg.Classes[class]
+	if !g.policyOn() || cl.Priority < backgroundPriority {
+		return true
+	}
+	device := g.cfg.Pools[pool].Device
+	higher := false
+	for other, n := range g.load[device] {
+		if n > 0 && g.cfg.Classes[other].Priority < cl.Priority {
+			higher = true
+		}
+	}
+	for rp := range reserved {
+		if g.cfg.Pools[rp].Device == device {
+			higher = true
+		}
+	}
+	if !higher {
+		return true
+	}
+	unit := max(1, g.cfg.Pools[pool].MaxBatch)
+	units := 1
+	if cl.MinShare > 0 {
+		units = max(1, int(cl.MinShare*float64(g.deviceSlots(device))))
+	}
+	return g.load[device][class] < units*unit
+}
+
+// deviceSlots is the number of live slots on a device. Called with g.mu held.
+func (g *Gateway) deviceSlots(device string) int {
+	n := 0
+	for name, pc := range g.cfg.Pools {
+		if pc.Device != device {
+			continue
+		}
+		for _, w := range g.tracker.Live(name) {
+			n += max(1, w.HB.Slots)
+		}
+	}
+	return n
+}
+
+// estimator keeps a measured service time (moving average of the worker's time from
+// taking an item to answering it) per pool, op and model.
+type estimator struct {
+	mu sync.Mutex
+	m  map[estKey]time.Duration
+}
+
+type estKey struct{ pool, op, model string }
+
+func (e *estimator) observe(k estKey, d time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.m == nil {
+		e.m = map[estKey]time.Duration{}
+	}
+	if old, ok := e.m[k]; ok {
+		d = (old*7 + d) / 8
+	}
+	e.m[k] = d
+}
+
+func (e *estimator) get(k estKey) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.m[k]
+}
+
+// feasible reports whether p could finish on pool before its deadline if dispatched now,
+// counting, when degrade is on, the units already in flight on the pool's device. A pool
+// with no measurement yet is feasible. Called with g.mu held.
+func (g *Gateway) feasible(pool string, p *pending, now time.Time) bool {
+	if !g.policyOn() {
+		return true
+	}
+	est := g.est.get(estKey{pool, p.op, p.req.Model})
+	if est <= 0 {
+		return true
+	}
+	if g.cfg.Classes[p.class].Degrade {
+		busy := 0
+		for _, n := range g.load[g.cfg.Pools[pool].Device] {
+			busy += n
+		}
+		slots := max(1, g.deviceSlots(g.cfg.Pools[pool].Device))
+		est += est * time.Duration(busy) / time.Duration(slots)
+	}
+	return !now.Add(est).After(p.deadline)
+}

@@ -1,0 +1,655 @@
+package test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/models/onnxgen"
+)
+
+// Failure bounds of the gateway tests; a passing run never waits them out.
+const (
+	gwStartBound = 60 * time.Second // the gateway's ready line
+	gwReplyBound = 30 * time.Second // one reply, claim or status change
+	gwStopBound  = 20 * time.Second // the gateway's exit after SIGTERM
+)
+
+// gwHeavyLayers is the slow tagger's layer count in the gateway tests: ~4.4 ms a layer
+// on one core, so one inference takes ~110 ms: long enough that a request is certainly
+// still running (held) when a test stops or kills its worker, and that 30 queued batch
+// items keep a pool busy for seconds.
+const gwHeavyLayers = 25
+
+// Model names in every gateway test config.
+const (
+	gwTagger = "tagger"      // the plain generated tagger (fast)
+	gwSlow   = "tagger_slow" // the same tagger with gwHeavyLayers compute layers
+)
+
+// gwBins are the gateway and ortworker binaries, built once per test process.
+var gwBins struct {
+	once            sync.Once
+	gateway, worker string
+	err             error
+}
+
+// gatewayBinaries builds cmd/gateway and cmd/ortworker (without -race: only the test
+// process needs it) into the package's temporary directory, once.
+func gatewayBinaries(t testing.TB) (gateway, worker string) {
+	t.Helper()
+	gwBins.once.Do(func() {
+		dir := filepath.Join(pkgEnv.tmp, "gateway-bin")
+		if gwBins.err = os.MkdirAll(dir, 0o755); gwBins.err != nil {
+			return
+		}
+		build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/gateway", "./cmd/ortworker")
+		build.Dir = testenv.RepoRoot(t)
+		if out, err := build.CombinedOutput(); err != nil {
+			gwBins.err = fmt.Errorf("go build ./cmd/gateway ./cmd/ortworker: %v\n%s", err, out)
+			return
+		}
+		gwBins.gateway, gwBins.worker = filepath.Join(dir, "gateway"), filepath.Join(dir, "ortworker")
+	})
+	if gwBins.err != nil {
+		t.Fatal(gwBins.err)
+	}
+	return gwBins.gateway, gwBins.worker
+}
+
+var gwSlowModel struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// gwSlowTaggerDir writes (once) a tagger folder whose graph has gwHeavyLayers compute
+// layers, with the plain tagger's label files.
+func gwSlowTaggerDir(t testing.TB) string {
+	t.Helper()
+	base := testenv.Models(t)
+	gwSlowModel.once.Do(func() {
+		dir := filepath.Join(pkgEnv.tmp, "gateway-tagger-slow")
+		gwSlowModel.err = func() error {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, onnxgen.ModelFile), onnxgen.TaggerGraph(gwHeavyLayers).Bytes(), 0o644); err != nil {
+				return err
+			}
+			for _, f := range []string{onnxgen.SelectedTagsFile, onnxgen.ThresholdsFile} {
+				b, err := os.ReadFile(filepath.Join(base, onnxgen.TaggerDir, f))
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+		gwSlowModel.dir = dir
+	})
+	if gwSlowModel.err != nil {
+		t.Fatalf("slow tagger: %v", gwSlowModel.err)
+	}
+	return gwSlowModel.dir
+}
+
+// gwPool is one [pools.NAME] table of a gateway test config.
+type gwPool struct {
+	Name    string
+	Version string // runtime version from .deps; ignored when Runtime is set
+	Runtime string // explicit runtime path
+	Workers int
+	Slots   int
+	Classes []string
+	Models  []string
+	Env     map[string]string
+}
+
+// gwClass is one [classes.NAME] table.
+type gwClass struct {
+	Name       string
+	Chain      []string
+	QueueBound int
+	Timeout    string
+}
+
+// gwConfig is a whole gateway test config.
+type gwConfig struct {
+	NATSURL string // external NATS; "" = embedded
+	Root    string // the one allowed image root
+	Gateway string // extra lines of the [gateway] table
+	Pools   []gwPool
+	Classes []gwClass
+}
+
+// write writes the config into a fresh temporary directory of t and returns its path.
+// Heartbeats are fast (100 ms) so that loss of one is seen in 300 ms.
+func (c gwConfig) write(t testing.TB) string {
+	t.Helper()
+	q := strconv.Quote
+	var b strings.Builder
+	if c.NATSURL != "" {
+		fmt.Fprintf(&b, "[nats]\nurl = %s\n\n", q(c.NATSURL))
+	} else {
+		fmt.Fprintf(&b, "[nats]\nembedded = true\nlisten = \"127.0.0.1:0\"\n\n")
+	}
+	fmt.Fprintf(&b, "[gateway]\nshutdown_grace = \"3s\"\n%s\n\n", c.Gateway)
+	fmt.Fprintf(&b, "[health]\nheartbeat_interval = \"%s\"\nmiss_count = %d\n\n", gwHeartbeat, gwMissCount)
+	fmt.Fprintf(&b, "[security]\nallowed_roots = [%s]\n\n", q(c.Root))
+	for _, p := range c.Pools {
+		rt := p.Runtime
+		if rt == "" {
+			rt = testenv.RuntimeLib(t, p.Version)
+		}
+		fmt.Fprintf(&b, "[pools.%s]\nruntime = %s\nep = \"cpu\"\nthreads = 1\nworkers = %d\nslots = %d\n", p.Name, q(rt), max(p.Workers, 1), max(p.Slots, 1))
+		fmt.Fprintf(&b, "classes = %s\nmodels = %s\n", list(p.Classes), list(p.Models))
+		if len(p.Env) > 0 {
+			var kv []string
+			for k, v := range p.Env {
+				kv = append(kv, k+" = "+q(v))
+			}
+			fmt.Fprintf(&b, "env = { %s }\n", strings.Join(kv, ", "))
+		}
+		b.WriteString("\n")
+	}
+	for _, cl := range c.Classes {
+		fmt.Fprintf(&b, "[classes.%s]\nchain = %s\n", cl.Name, list(cl.Chain))
+		if cl.QueueBound > 0 {
+			fmt.Fprintf(&b, "queue_bound = %d\n", cl.QueueBound)
+		}
+		if cl.Timeout != "" {
+			fmt.Fprintf(&b, "timeout = %s\n", q(cl.Timeout))
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "[models.%s]\nkind = \"tagger-pixai\"\ndir = %s\n\n", gwTagger, q(filepath.Join(testenv.Models(t), onnxgen.TaggerDir)))
+	fmt.Fprintf(&b, "[models.%s]\nkind = \"tagger-pixai\"\ndir = %s\n", gwSlow, q(gwSlowTaggerDir(t)))
+	path := filepath.Join(t.TempDir(), "gateway.toml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// gwReady is the gateway's ready line.
+type gwReady struct {
+	Event   string `json:"event"`
+	NATSURL string `json:"nats_url"`
+	HTTP    string `json:"http"`
+}
+
+// gatewayProc is a running gateway process and a NATS connection to its bus.
+type gatewayProc struct {
+	Ready   gwReady
+	NC      *nats.Conn
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan struct{}
+}
+
+// startGateway runs `gateway -config cfgPath` on any free ports, waits for its ready
+// line and connects to the NATS URL it names. The gateway (and with it its workers) is
+// stopped when t ends; its log (its own and its workers' stderr) is shown if t failed.
+func startGateway(t testing.TB, cfgPath string) *gatewayProc {
+	t.Helper()
+	gwBin, workerBin := gatewayBinaries(t)
+	g := &gatewayProc{logPath: filepath.Join(filepath.Dir(cfgPath), "gateway.log"), exited: make(chan struct{})}
+	logf, err := os.Create(g.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close() // the child has its own descriptor
+	g.cmd = exec.Command(gwBin, "-config", cfgPath, "-nats-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-worker", workerBin)
+	g.cmd.Stderr = logf
+	out, err := g.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.cmd.Start(); err != nil {
+		t.Fatalf("start gateway: %v", err)
+	}
+	ready := make(chan gwReady, 1)
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		sc := bufio.NewScanner(out)
+		sent := false
+		for sc.Scan() {
+			var r gwReady
+			if !sent && json.Unmarshal(sc.Bytes(), &r) == nil && r.Event == "ready" {
+				ready <- r
+				sent = true
+			}
+		}
+	}()
+	go func() {
+		<-read
+		g.cmd.Wait()
+		close(g.exited)
+	}()
+	t.Cleanup(func() {
+		g.stop(t)
+		if t.Failed() {
+			t.Logf("gateway log (%s):\n%s", g.logPath, g.log())
+		}
+	})
+	select {
+	case g.Ready = <-ready:
+	case <-g.exited:
+		t.Fatalf("gateway exited (%v) before its ready line; log:\n%s", g.cmd.ProcessState, g.log())
+	case <-time.After(gwStartBound):
+		t.Fatalf("no ready line from the gateway within %v; log:\n%s", gwStartBound, g.log())
+	}
+	if g.Ready.NATSURL == "" || g.Ready.HTTP == "" {
+		t.Fatalf("ready line without nats_url or http: %+v", g.Ready)
+	}
+	g.NC, err = nats.Connect(g.Ready.NATSURL, nats.Name(t.Name()), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("connect to the gateway's NATS %s: %v", g.Ready.NATSURL, err)
+	}
+	t.Cleanup(g.NC.Close)
+	return g
+}
+
+func (g *gatewayProc) log() string {
+	b, _ := os.ReadFile(g.logPath)
+	return string(b)
+}
+
+// stop sends SIGTERM (the gateway drains its workers and exits 0), and SIGKILL if it has
+// not exited within gwStopBound. Its workers die with it (they are started with a parent
+// death signal), so nothing outlives the test.
+func (g *gatewayProc) stop(t testing.TB) {
+	select {
+	case <-g.exited:
+		return
+	default:
+	}
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.exited:
+		// A clean shutdown: workers drained, exit status 0.
+		if st := g.cmd.ProcessState; st == nil || !st.Success() {
+			t.Errorf("gateway exited with %v after SIGTERM, want status 0; log:\n%s", st, g.log())
+		}
+	case <-time.After(gwStopBound):
+		t.Errorf("gateway did not exit within %v of SIGTERM; killing it", gwStopBound)
+		g.cmd.Process.Kill()
+		<-g.exited
+	}
+}
+
+// alive reports whether the gateway process still runs.
+func (g *gatewayProc) alive() bool {
+	select {
+	case <-g.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// gwReply is one answer of the gateway: a result body or an error.
+type gwReply struct {
+	Msg *nats.Msg
+	Err *codec.Error // nil for a result
+	At  time.Time    // when it was read
+}
+
+// gwDecode reads a gateway answer: an error (micro headers and a {code, message,
+// details} body, whose code must match the header) or a result.
+func gwDecode(t testing.TB, m *nats.Msg) gwReply {
+	t.Helper()
+	r := gwReply{Msg: m, At: time.Now()}
+	if m.Header.Get(codec.HeaderErrorCode) != "" {
+		r.Err = replyError(t, m, m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON)
+	}
+	return r
+}
+
+// tag decodes a tag result, failing t on an error.
+func (r gwReply) tag(t testing.TB) *codec.TagReply {
+	t.Helper()
+	if r.Err != nil {
+		t.Fatalf("want a tag result, got %s: %s (details %v)", r.Err.Code, r.Err.Message, r.Err.Details)
+	}
+	var tr codec.TagReply
+	if err := codec.Unmarshal(r.Msg.Data, &tr); err != nil {
+		t.Fatalf("decode tag reply: %v", err)
+	}
+	return &tr
+}
+
+// code is the reply's error code, or "ok".
+func (r gwReply) code() string {
+	if r.Err == nil {
+		return "ok"
+	}
+	return string(r.Err.Code)
+}
+
+// call sends one client request to ortbus.v1.<op> (msgpack) and waits for its answer.
+func (g *gatewayProc) call(t testing.TB, op string, req *codec.Request, timeout time.Duration) gwReply {
+	t.Helper()
+	b, err := codec.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := g.NC.Request("ortbus.v1."+op, b, timeout)
+	if err != nil {
+		t.Fatalf("%s request %+v: %v", op, req, err)
+	}
+	return gwDecode(t, m)
+}
+
+// post publishes a client request to ortbus.v1.<op> whose answer goes to the inbox
+// subject key; it returns when the server has it.
+func (g *gatewayProc) post(t testing.TB, in *inbox, op, key string, req *codec.Request) time.Time {
+	t.Helper()
+	b, err := codec.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.NC.PublishRequest("ortbus.v1."+op, in.subject(key), b); err != nil {
+		t.Fatal(err)
+	}
+	return time.Now()
+}
+
+// gwCollect reads n answers from the inbox, in arrival order, keyed by inbox key.
+func gwCollect(t testing.TB, in *inbox, n int) (order []string, got map[string]gwReply) {
+	t.Helper()
+	got = map[string]gwReply{}
+	for len(order) < n {
+		m := in.next(t, fmt.Sprintf("answer %d of %d", len(order)+1, n))
+		k := in.key(m)
+		if _, dup := got[k]; dup {
+			t.Errorf("a second answer for %s", k)
+			continue
+		}
+		order = append(order, k)
+		got[k] = gwDecode(t, m)
+	}
+	return order, got
+}
+
+// status asks the gateway for its status.
+func (g *gatewayProc) status(t testing.TB) *codec.StatusReply {
+	t.Helper()
+	m, err := g.NC.Request("ortbus.v1.status", []byte{0x80}, 5*time.Second) // an empty msgpack map
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	var st codec.StatusReply
+	if err := codec.Unmarshal(m.Data, &st); err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	return &st
+}
+
+// waitStatus polls status (a request each 20 ms: there is no push event for a change of
+// state) until ok accepts it, failing t after gwReplyBound.
+func (g *gatewayProc) waitStatus(t testing.TB, what string, ok func(*codec.StatusReply) bool) *codec.StatusReply {
+	t.Helper()
+	deadline := time.Now().Add(gwReplyBound)
+	for {
+		st := g.status(t)
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.MarshalIndent(st, "", "  ")
+			t.Fatalf("status never showed %s within %v; last:\n%s", what, gwReplyBound, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// gwLive returns the ready workers of pool in a status, by id.
+func gwLive(st *codec.StatusReply, pool string) map[string]codec.WorkerStatus {
+	out := map[string]codec.WorkerStatus{}
+	for _, w := range st.Workers {
+		if w.Pool == pool && w.State == codec.StateReady {
+			out[w.Worker] = w
+		}
+	}
+	return out
+}
+
+// waitLive waits until pool has n live workers, and returns them.
+func (g *gatewayProc) waitLive(t testing.TB, pool string, n int) map[string]codec.WorkerStatus {
+	t.Helper()
+	st := g.waitStatus(t, fmt.Sprintf("%d live workers in pool %s", n, pool), func(st *codec.StatusReply) bool {
+		return len(gwLive(st, pool)) == n
+	})
+	return gwLive(st, pool)
+}
+
+// gwSpy is a plain subscription that records every message on a subject (not in any queue
+// group, so it takes nothing from the real subscribers).
+type gwSpy struct {
+	ch   chan *nats.Msg
+	seen []*nats.Msg
+}
+
+func newGWSpy(t testing.TB, nc *nats.Conn, subject string) *gwSpy {
+	t.Helper()
+	s := &gwSpy{ch: make(chan *nats.Msg, 8192)}
+	sub, err := nc.ChanSubscribe(subject, s.ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// until reads messages until ok accepts one and returns it (earlier ones stay in seen).
+func (s *gwSpy) until(t testing.TB, what string, ok func(*nats.Msg) bool) *nats.Msg {
+	t.Helper()
+	for _, m := range s.seen {
+		if ok(m) {
+			return m
+		}
+	}
+	timeout := time.After(gwReplyBound)
+	for {
+		select {
+		case m := <-s.ch:
+			s.seen = append(s.seen, m)
+			if ok(m) {
+				return m
+			}
+		case <-timeout:
+			t.Fatalf("never saw %s within %v", what, gwReplyBound)
+			return nil
+		}
+	}
+}
+
+// drain takes what has arrived so far, after a flush round trip on nc, so that every
+// message the server sent before the flush is in seen.
+func (s *gwSpy) drain(t testing.TB, nc *nats.Conn) []*nats.Msg {
+	t.Helper()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case m := <-s.ch:
+			s.seen = append(s.seen, m)
+		default:
+			return s.seen
+		}
+	}
+}
+
+// gwClaimOf waits for the claim of request id (on ortbus.claim.>) and returns it.
+func gwClaimOf(t testing.TB, s *gwSpy, id string) codec.Claim {
+	t.Helper()
+	var c codec.Claim
+	s.until(t, "the claim of "+id, func(m *nats.Msg) bool {
+		var x codec.Claim
+		if codec.Unmarshal(m.Data, &x) == nil && x.ID == id && x.State == codec.ClaimTaken {
+			c = x
+			return true
+		}
+		return false
+	})
+	return c
+}
+
+// gwDispatchedIDs decodes the work items a spy on infer.> saw, in order.
+func gwDispatchedIDs(t testing.TB, msgs []*nats.Msg) []string {
+	t.Helper()
+	var ids []string
+	for _, m := range msgs {
+		var it codec.WorkItem
+		if err := codec.Unmarshal(m.Data, &it); err != nil {
+			t.Fatalf("work item on %s: %v", m.Subject, err)
+		}
+		ids = append(ids, it.ID)
+	}
+	return ids
+}
+
+// gwMetricLine matches one sample of ortbus_requests_total.
+var gwMetricLine = regexp.MustCompile(`^ortbus_requests_total\{([^}]*)\} (\S+)$`)
+
+// gwRequestCounts scrapes GET /metrics and returns ortbus_requests_total by its label set,
+// written as "op=...,class=...,pool=...,model=...,code=...".
+func gwRequestCounts(t testing.TB, httpAddr string) map[string]float64 {
+	t.Helper()
+	body := gwScrape(t, httpAddr)
+	out := map[string]float64{}
+	for _, line := range strings.Split(body, "\n") {
+		m := gwMetricLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		labels := map[string]string{}
+		for _, kv := range strings.Split(m[1], ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			labels[k], _ = strconv.Unquote(v)
+		}
+		v, err := strconv.ParseFloat(m[2], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		out[gwMetricKey(labels["op"], labels["class"], labels["pool"], labels["model"], labels["code"])] = v
+	}
+	if !strings.Contains(body, "# TYPE ortbus_requests_total counter") {
+		t.Errorf("/metrics has no ortbus_requests_total counter:\n%s", body)
+	}
+	return out
+}
+
+// gwHeartbeatAge reads ortbus_worker_heartbeat_age_seconds of a worker from /metrics; ok is
+// false when the worker is not listed (not live).
+func gwHeartbeatAge(t testing.TB, httpAddr, worker string) (age time.Duration, ok bool) {
+	t.Helper()
+	for _, line := range strings.Split(gwScrape(t, httpAddr), "\n") {
+		if strings.HasPrefix(line, "ortbus_worker_heartbeat_age_seconds{") && strings.Contains(line, `worker="`+worker+`"`) {
+			f := strings.Fields(line)
+			s, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", line, err)
+			}
+			return time.Duration(s * float64(time.Second)), true
+		}
+	}
+	return 0, false
+}
+
+// gwScrape returns the text of GET /metrics.
+func gwScrape(t testing.TB, httpAddr string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
+	}
+	return string(body)
+}
+
+func gwMetricKey(op, class, pool, model, code string) string {
+	return "op=" + op + ",class=" + class + ",pool=" + pool + ",model=" + model + ",code=" + code
+}
+
+// gwChildPIDs lists the processes whose parent is pid (from /proc).
+func gwChildPIDs(t testing.TB, pid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) > 1 {
+			if ppid, _ := strconv.Atoi(f[1]); ppid == pid {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// gwProcessGone reports whether pid no longer exists (or is a zombie).
+func gwProcessGone(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[i+1:])
+	return len(f) > 0 && f[0] == "Z"
+}
