@@ -196,6 +196,10 @@ type Model struct {
 	Name string `toml:"-"`
 }
 
+// MemBudgetEnv is the environment variable through which the gateway's supervisor tells
+// a worker how many bytes its models may take on its device (unset: no limit).
+const MemBudgetEnv = "ORTBUS_MEM_BUDGET"
+
 // Defaults used when the file leaves a value out.
 const (
 	DefaultHeartbeat      = time.Second

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/ortbus/ortbus/codec"
@@ -52,6 +53,18 @@ func (g *Gateway) remaining(device, except string) (int64, bool) {
 	}
 	return budget - g.admitted(device, except), true
 }
+
+// admissionError is the refusal of a pool on a device whose budget cannot hold it: it
+// names the device, the sum that would be admitted, and the budget.
+func (g *Gateway) admissionError(device, pool string, need int64) *codec.Error {
+	capacity, fraction, budget := g.deviceBudget(device)
+	adm := g.admitted(device, "")
+	return codec.Errorf(codec.CodeOverloaded, "memory admission refused pool %s on device %s: admitted %s + %s needed = %s, over the budget of %s (capacity %s x %.2f)",
+		pool, device, mb(adm), mb(need), mb(adm+need), mb(budget), mb(capacity), fraction).
+		With("device", device).With("pool", pool).With("sum_bytes", adm+need).With("budget_bytes", budget).With("capacity_bytes", capacity)
+}
+
+func mb(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }
 
 // deviceStatus reports every device that a pool names.
 func (g *Gateway) deviceStatus() []codec.DeviceStatus {

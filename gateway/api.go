@@ -106,7 +106,7 @@ func (g *Gateway) health() *codec.HealthReply {
 
 // status is the whole system as this gateway sees it.
 func (g *Gateway) status() *codec.StatusReply {
-	st := &codec.StatusReply{Gateway: g.id, AllowedRoots: g.cfg.Security.AllowedRoots, SpoolDir: g.cfg.Security.SpoolDir}
+	st := &codec.StatusReply{Gateway: g.id, AllowedRoots: g.cfg.Security.AllowedRoots, SpoolDir: g.cfg.Security.SpoolDir, Devices: g.deviceStatus()}
 	now := time.Now()
 	for _, name := range g.cfg.PoolNames() {
 		pc := g.cfg.Pools[name]

@@ -21,6 +21,7 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
+	"github.com/ortbus/ortbus/natsconn"
 	"github.com/ortbus/ortbus/natsd"
 	"github.com/ortbus/ortbus/sched"
 	"github.com/ortbus/ortbus/subjects"
@@ -97,6 +98,7 @@ func Run(ctx context.Context, o Options) error {
 		classes = append(classes, sched.Class{Name: name, Priority: cl.Priority, Bound: cl.QueueBound, Shed: cl.Shed})
 	}
 	g.queues = sched.New(classes)
+	g.queues.FIFO = c.Gateway.Policy == config.PolicyFIFO
 
 	url, err := g.connect(o.NATSListen)
 	if err != nil {
@@ -125,11 +127,9 @@ func Run(ctx context.Context, o Options) error {
 	dispatchCtx, stopDispatch := context.WithCancel(context.Background())
 	go func() { defer close(dispatchDone); g.dispatchLoop(dispatchCtx) }()
 
-	for _, ch := range g.supervisor.start() {
-		select {
-		case <-ch:
-		case <-ctx.Done():
-		}
+	select {
+	case <-g.supervisor.start():
+	case <-ctx.Done():
 	}
 	if err := g.serveAPI(); err != nil {
 		stopDispatch()
@@ -161,7 +161,10 @@ func Run(ctx context.Context, o Options) error {
 // connect starts the embedded NATS server (if configured) and connects.
 func (g *Gateway) connect(listen string) (string, error) {
 	c := g.cfg
-	opts := []nats.Option{nats.Name("ortbus-gateway " + g.id), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
+	opts, err := natsconn.Options(c.NATS, "ortbus-gateway "+g.id)
+	if err != nil {
+		return "", err
+	}
 	if !c.NATS.Embedded {
 		nc, err := nats.Connect(c.NATS.URL, opts...)
 		if err != nil {

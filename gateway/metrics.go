@@ -49,14 +49,15 @@ func (m *metrics) observe(p *pending, outcome string) {
 	m.requests.WithLabelValues(p.op, p.class, p.pool, p.req.Model, outcome).Inc()
 }
 
-// timing records the worker's timing of a successful reply.
-func (m *metrics) timing(p *pending, body []byte) {
+// timing records the worker's timing of a successful reply and returns it.
+func (m *metrics) timing(p *pending, body []byte) (codec.Timing, bool) {
 	var s codec.Served
 	if codec.Unmarshal(body, &s) != nil {
-		return
+		return codec.Timing{}, false
 	}
 	m.queueWait.WithLabelValues(p.class, p.pool).Observe(float64(s.Timing.QueueUS) / 1e6)
 	m.inference.WithLabelValues(p.class, p.pool, s.Model).Observe(float64(s.Timing.InferUS) / 1e6)
+	return s.Timing, true
 }
 
 // stateCollector reports gauges read from the gateway's state at scrape time.

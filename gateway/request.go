@@ -248,6 +248,7 @@ func (g *Gateway) send(p *pending, pool string) {
 func (g *Gateway) release(p *pending, pool string) {
 	g.mu.Lock()
 	g.busy[pool]--
+	g.load.add(g.cfg.Pools[pool].Device, p.class, -1)
 	p.cancel = nil
 	g.mu.Unlock()
 	g.kick()
@@ -264,8 +265,11 @@ func (g *Gateway) forward(p *pending, msg *nats.Msg) {
 		g.answer(p, nil, &e)
 		return
 	}
+	if t, ok := g.metrics.timing(p, msg.Data); ok {
+		// The worker's own time for the item: what the next one of its kind will cost.
+		g.est.observe(estKey{p.pool, p.op, p.req.Model}, time.Duration(t.TotalUS-t.QueueUS)*time.Microsecond)
+	}
 	if !p.asJSON {
-		g.metrics.timing(p, msg.Data)
 		g.answer(p, msg.Data, nil)
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/sched"
@@ -88,11 +89,23 @@ func (g *Gateway) room(pool, class string) int {
 func (g *Gateway) route(it *sched.Item, reserved map[string]bool) (string, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	p := it.Value.(*pending)
+	now := time.Now()
+	infeasible := 0
 	for _, pool := range it.Pools {
-		if !reserved[pool] && g.room(pool, it.Class) > 0 {
-			g.busy[pool]++
-			return pool, nil
+		if reserved[pool] || g.room(pool, it.Class) <= 0 || !g.shareAllows(pool, it.Class, reserved) {
+			continue
 		}
+		if !g.feasible(pool, p, now) {
+			infeasible++
+			continue
+		}
+		g.busy[pool]++
+		g.load.add(g.cfg.Pools[pool].Device, it.Class, 1)
+		return pool, nil
+	}
+	if infeasible > 0 && infeasible == len(it.Pools) {
+		return "", codec.Errorf(codec.CodeDeadlineExceeded, "cannot finish before its deadline on any of %v even if run now (measured service time)", it.Pools)
 	}
 	var why []string
 	for _, pool := range it.Pools {

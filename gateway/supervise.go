@@ -57,10 +57,13 @@ func newSupervisor(g *Gateway, bin, url string) *supervisor {
 	return &supervisor{g: g, bin: bin, url: url, log: g.log, pools: map[string]*poolProcs{}, byID: map[string]*proc{}}
 }
 
-// start spawns every local pool's workers and returns a channel per worker that is closed
-// once the worker is ready or has failed.
-func (s *supervisor) start() []chan struct{} {
-	var settled []chan struct{}
+// start spawns every local pool's workers and returns a channel closed once each of them
+// is ready or has failed. Workers that share a device start one after another, so each
+// is told (ORTBUS_MEM_BUDGET) how much of the device's memory budget the ones before it
+// left, as their heartbeats report it.
+func (s *supervisor) start() <-chan struct{} {
+	byDevice := map[string][]*proc{}
+	var devicesInOrder []string
 	for _, name := range s.g.cfg.PoolNames() {
 		pc := s.g.cfg.Pools[name]
 		if !pc.IsLocal() {
@@ -71,11 +74,48 @@ func (s *supervisor) start() []chan struct{} {
 		for i := 0; i < pc.Workers; i++ {
 			p := &proc{pool: name, slot: i}
 			pp.procs = append(pp.procs, p)
-			s.spawn(p)
-			settled = append(settled, p.settled)
+			if _, seen := byDevice[pc.Device]; !seen {
+				devicesInOrder = append(devicesInOrder, pc.Device)
+			}
+			byDevice[pc.Device] = append(byDevice[pc.Device], p)
 		}
 	}
-	return settled
+	all := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, d := range devicesInOrder {
+		wg.Add(1)
+		go func(procs []*proc) {
+			defer wg.Done()
+			for _, p := range procs {
+				s.spawn(p)
+				s.mu.Lock()
+				settled := p.settled
+				s.mu.Unlock()
+				<-settled
+				s.waitHeartbeat(p)
+			}
+		}(byDevice[d])
+	}
+	go func() { wg.Wait(); close(all) }()
+	return all
+}
+
+// waitHeartbeat waits (a bounded time) until the tracker has heard a ready worker, so its
+// measured memory counts when the next worker's budget is computed.
+func (s *supervisor) waitHeartbeat(p *proc) {
+	s.mu.Lock()
+	id, ready := p.id, p.ready
+	s.mu.Unlock()
+	if !ready {
+		return
+	}
+	deadline := time.Now().Add(2 * s.g.cfg.Health.HeartbeatInterval.D())
+	for time.Now().Before(deadline) {
+		if w, ok := s.g.tracker.Get(id); ok && len(w.HB.Models) > 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // spawn starts (or restarts) one worker process.
@@ -98,6 +138,17 @@ func (s *supervisor) spawn(p *proc) {
 	cmd.Env = os.Environ()
 	for k, v := range pc.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	// Memory admission: the worker may use what the device's budget has left.
+	if left, ok := s.g.remaining(pc.Device, p.id); ok {
+		if left <= 0 {
+			s.pools[p.pool].failed = s.g.admissionError(pc.Device, p.pool, 0)
+			p.settled, p.exited = make(chan struct{}), make(chan struct{})
+			close(p.settled)
+			close(p.exited)
+			return
+		}
+		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", config.MemBudgetEnv, left))
 	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the gateway
@@ -154,6 +205,13 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 	pp := s.pools[p.pool]
 	p.lastExit, p.ready = why, false
 	if failure != nil {
+		if failure.Code == codec.CodeOverloaded && failure.Details["device"] != nil {
+			need, _ := failure.Details["sum_bytes"].(int64)
+			if f, ok := failure.Details["sum_bytes"].(float64); ok {
+				need = int64(f)
+			}
+			failure = s.g.admissionError(pp.cfg.Device, p.pool, need)
+		}
 		pp.failed = failure
 	}
 	now := time.Now()

@@ -130,12 +130,8 @@ func New(opts Options) (*Worker, error) {
 	return w, nil
 }
 
-// MemBudgetEnv is the environment variable through which the supervisor tells a worker
-// how many bytes its models may take on its device (0 or unset: no limit).
-const MemBudgetEnv = "ORTBUS_MEM_BUDGET"
-
 func memBudget() int64 {
-	v, _ := strconv.ParseInt(os.Getenv(MemBudgetEnv), 10, 64)
+	v, _ := strconv.ParseInt(os.Getenv(config.MemBudgetEnv), 10, 64)
 	return v
 }
 
