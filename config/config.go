@@ -67,6 +67,9 @@ type Gateway struct {
 	// batch held to one unit in flight on a device while higher classes are busy there,
 	// deadline feasibility) or "fifo" (arrival order, no sharing rule; for comparison).
 	Policy string `toml:"policy"`
+	// Failover: this gateway journals the requests it accepts on the bus and takes over
+	// those of a peer gateway (same queue group) whose heartbeat stops.
+	Failover bool `toml:"failover"`
 }
 
 // Health holds heartbeat settings shared by workers and gateways.

@@ -1,14 +1,21 @@
 package config
 
 import (
+	"io/fs"
 	"path/filepath"
 	"testing"
 )
 
 // TestDeployConfigs: every example config in deploy/ parses and validates.
 func TestDeployConfigs(t *testing.T) {
-	files, err := filepath.Glob("../deploy/*.toml")
-	if err != nil || len(files) == 0 {
+	var files []string
+	err := filepath.WalkDir("../deploy", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && filepath.Ext(p) == ".toml" {
+			files = append(files, p)
+		}
+		return err
+	})
+	if err != nil || len(files) < 4 {
 		t.Fatalf("no deploy configs found: %v", err)
 	}
 	for _, f := range files {

@@ -59,11 +59,16 @@ func (g *Gateway) handle(op string, r micro.Request) {
 		}
 		r.Respond(body, opts...)
 	}
-	g.serve(op, r.Data(), asJSON, reply)
+	g.serveFrom(op, r.Data(), asJSON, r.Reply(), reply)
 }
 
-// serve dispatches one request of op, from NATS or HTTP.
+// serve dispatches one request of op from HTTP.
 func (g *Gateway) serve(op string, data []byte, asJSON bool, reply Reply) {
+	g.serveFrom(op, data, asJSON, "", reply)
+}
+
+// serveFrom dispatches one request of op; replyTo is its NATS reply subject, if any.
+func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo string, reply Reply) {
 	encode := func(v any) {
 		b, err := codec.Encode(v, asJSON)
 		if err != nil {
@@ -85,7 +90,7 @@ func (g *Gateway) serve(op string, data []byte, asJSON bool, reply Reply) {
 		}
 		encode(&codec.CancelReply{ID: c.ID, Found: g.cancelRequest(c.ID)})
 	case subjects.OpTag, subjects.OpEmbed, subjects.OpCompare, subjects.OpDetect, subjects.OpSegment, subjects.OpInfer:
-		g.submit(op, data, asJSON, reply)
+		g.submitFrom(op, data, asJSON, replyTo, reply)
 	default:
 		reply(nil, codec.Errorf(codec.CodeUnknownOp, "unknown op %q", op))
 	}

@@ -62,6 +62,7 @@ type Gateway struct {
 	http    *http.Server
 
 	supervisor   *supervisor
+	failover     *failover // nil unless gateway.failover
 	claimSubject string
 
 	mu        sync.Mutex
@@ -123,6 +124,10 @@ func Run(ctx context.Context, o Options) error {
 	}); err != nil {
 		return err
 	}
+	if err := g.startFailover(); err != nil {
+		return err
+	}
+	defer g.failover.close()
 	dispatchDone := make(chan struct{})
 	dispatchCtx, stopDispatch := context.WithCancel(context.Background())
 	go func() { defer close(dispatchDone); g.dispatchLoop(dispatchCtx) }()
@@ -161,11 +166,19 @@ func Run(ctx context.Context, o Options) error {
 // connect starts the embedded NATS server (if configured) and connects.
 func (g *Gateway) connect(listen string) (string, error) {
 	c := g.cfg
-	opts, err := natsconn.Options(c.NATS, "ortbus-gateway "+g.id)
-	if err != nil {
-		return "", err
-	}
+	logErr := nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
+		subj := ""
+		if s != nil {
+			subj = s.Subject
+		}
+		g.log.Warn("nats error", "subject", subj, "err", err)
+	})
 	if !c.NATS.Embedded {
+		opts, err := natsconn.Options(c.NATS, "ortbus-gateway "+g.id)
+		if err != nil {
+			return "", err
+		}
+		opts = append(opts, logErr)
 		nc, err := nats.Connect(c.NATS.URL, opts...)
 		if err != nil {
 			return "", fmt.Errorf("connect to NATS %s: %w", c.NATS.URL, err)
@@ -194,6 +207,8 @@ func (g *Gateway) connect(listen string) (string, error) {
 	if g.srv, err = natsd.Start(sopts); err != nil {
 		return "", fmt.Errorf("embedded NATS: %w", err)
 	}
+	// In-process: no TLS or credentials (the embedded server is loopback-only and open).
+	opts := []nats.Option{nats.Name("ortbus-gateway " + g.id), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), logErr}
 	if g.nc, err = g.srv.ConnectInProcess(opts...); err != nil {
 		g.srv.Shutdown()
 		return "", err

@@ -29,7 +29,10 @@ type pending struct {
 	accepted time.Time
 	deadline time.Time
 	reply    Reply
-	once     sync.Once
+	replyTo  string // the client's NATS reply subject ("" over HTTP), for failover
+	// journaled: the request is in this gateway's failover journal.
+	journaled bool
+	once      sync.Once
 
 	// Guarded by Gateway.mu.
 	attempt int    // dispatches so far
@@ -77,12 +80,20 @@ func (g *Gateway) answer(p *pending, body []byte, err *codec.Error) {
 		}
 		g.metrics.observe(p, outcome)
 		p.reply(body, err)
+		if p.journaled {
+			g.failover.record(p, codec.JournalDone, nil)
+		}
 	})
 }
 
 // submit accepts a client request for op: decode, validate, route check, queue.
 func (g *Gateway) submit(op string, data []byte, asJSON bool, reply Reply) {
-	p := &pending{op: op, asJSON: asJSON, accepted: time.Now(), reply: reply}
+	g.submitFrom(op, data, asJSON, "", reply)
+}
+
+// submitFrom is submit for a request that came over NATS with reply subject replyTo.
+func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo string, reply Reply) {
+	p := &pending{op: op, asJSON: asJSON, accepted: time.Now(), reply: reply, replyTo: replyTo}
 	if err := codec.Decode(data, &p.req, asJSON); err != nil {
 		g.answer(p, nil, codec.AsError(err))
 		return
@@ -147,6 +158,11 @@ func (g *Gateway) submit(op string, data []byte, asJSON bool, reply Reply) {
 	}
 	g.inflight[p.id] = p
 	g.mu.Unlock()
+	if g.failover != nil && p.replyTo != "" {
+		// Journaled before it can be dispatched, so peers see accepted before dispatched.
+		g.failover.record(p, codec.JournalAccepted, data)
+		p.journaled = true
+	}
 	dropped, err := g.queues.Push(&sched.Item{ID: p.id, Class: p.class, Pools: pools, Deadline: p.deadline, Value: p})
 	if err != nil {
 		g.answer(p, nil, codec.AsError(err))
@@ -225,6 +241,9 @@ func (g *Gateway) send(p *pending, pool string) {
 		g.release(p, pool)
 		g.answer(p, nil, codec.Errorf(codec.CodeInternal, "encode work item: %v", err))
 		return
+	}
+	if p.journaled {
+		g.failover.record(p, codec.JournalDispatched, nil)
 	}
 	msg, err := g.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subj, Data: data})
 	g.release(p, pool)

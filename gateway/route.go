@@ -128,7 +128,19 @@ func (g *Gateway) route(it *sched.Item, reserved map[string]bool) (string, error
 }
 
 // retryable reports whether some pool of the request's class could take a retry.
-func (g *Gateway) retryable(p *pending) bool { return len(g.retryPools(p)) > 0 }
+// retryable reports whether a retry of p could run: some pool it may go to has a live
+// worker, or local workers on their way.
+func (g *Gateway) retryable(p *pending) bool {
+	for _, pool := range g.retryPools(p) {
+		if len(g.tracker.Live(pool)) > 0 {
+			return true
+		}
+		if _, coming := g.supervisor.poolState(pool); coming {
+			return true
+		}
+	}
+	return false
+}
 
 // retryPools are the pools a retry may go to: the explicit pool, or the class chain.
 func (g *Gateway) retryPools(p *pending) []string {

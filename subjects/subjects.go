@@ -7,6 +7,8 @@
 //	ortbus.cancel                     cancellation of one request id, heard by workers
 //	ortbus.worker.<worker>.<verb>     control of one worker (drain, stats)
 //	ortbus.claim.<gateway>            claims: a worker tells the dispatching gateway it took an item
+//	ortbus.gw.<gateway>.hb            a gateway's own heartbeat (failover between gateways)
+//	ortbus.gw.<gateway>.log           a gateway's journal of accepted requests (failover)
 //
 // The version of the client API is in its subjects (v1); a new wire generation gets new
 // subjects and both can be served side by side.
@@ -25,6 +27,9 @@ const (
 	Cancel       = "ortbus.cancel"
 	WorkerPrefix = "ortbus.worker"
 	ClaimPrefix  = "ortbus.claim"
+	GWPrefix     = "ortbus.gw"
+	// GWAll matches every gateway heartbeat and journal subject.
+	GWAll = GWPrefix + ".>"
 
 	// HBAll matches every heartbeat.
 	HBAll = HBPrefix + ".>"
@@ -139,6 +144,22 @@ func Claim(gateway string) (string, error) {
 	return ClaimPrefix + "." + gateway, nil
 }
 
+// GatewayBeat is the heartbeat subject of a gateway: ortbus.gw.<gateway>.hb.
+func GatewayBeat(gateway string) (string, error) {
+	if err := ValidateToken("gateway", gateway); err != nil {
+		return "", err
+	}
+	return GWPrefix + "." + gateway + ".hb", nil
+}
+
+// GatewayLog is the journal subject of a gateway: ortbus.gw.<gateway>.log.
+func GatewayLog(gateway string) (string, error) {
+	if err := ValidateToken("gateway", gateway); err != nil {
+		return "", err
+	}
+	return GWPrefix + "." + gateway + ".log", nil
+}
+
 // Parsed is a subject taken apart by Parse.
 type Parsed struct {
 	Kind   Kind
@@ -161,6 +182,7 @@ const (
 	KindCancel
 	KindWorker
 	KindClaim
+	KindGateway
 )
 
 // Parse takes an ortbus subject apart, validating each token.
@@ -188,6 +210,8 @@ func Parse(subject string) (Parsed, error) {
 		return Parsed{Kind: KindCancel}, nil
 	case len(t) == 4 && t[0] == "ortbus" && t[1] == "worker":
 		return check(Parsed{Kind: KindWorker, Worker: t[2], Verb: t[3]}, "worker", t[2], "verb", t[3])
+	case len(t) == 4 && t[0] == "ortbus" && t[1] == "gw" && (t[3] == "hb" || t[3] == "log"):
+		return check(Parsed{Kind: KindGateway, Worker: t[2], Verb: t[3]}, "gateway", t[2])
 	case len(t) == 3 && t[0] == "ortbus" && t[1] == "claim":
 		return check(Parsed{Kind: KindClaim, Worker: t[2]}, "gateway", t[2])
 	}

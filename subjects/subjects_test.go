@@ -17,6 +17,8 @@ func TestBuildAndParse(t *testing.T) {
 		{func() (string, error) { return Worker("w-1", VerbDrain) }, "ortbus.worker.w-1.drain", Parsed{Kind: KindWorker, Worker: "w-1", Verb: "drain"}},
 		{func() (string, error) { return Claim("gw1") }, "ortbus.claim.gw1", Parsed{Kind: KindClaim, Worker: "gw1"}},
 		{func() (string, error) { return Cancel, nil }, "ortbus.cancel", Parsed{Kind: KindCancel}},
+		{func() (string, error) { return GatewayBeat("gw1") }, "ortbus.gw.gw1.hb", Parsed{Kind: KindGateway, Worker: "gw1", Verb: "hb"}},
+		{func() (string, error) { return GatewayLog("gw1") }, "ortbus.gw.gw1.log", Parsed{Kind: KindGateway, Worker: "gw1", Verb: "log"}},
 	}
 	for _, c := range cases {
 		s, err := c.build()
