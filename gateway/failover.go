@@ -91,6 +91,7 @@ func (f *failover) hear(m *nats.Msg) {
 	if pr == nil {
 		pr = &peer{pending: map[string]*codec.JournalEntry{}, interval: f.g.cfg.Health.HeartbeatInterval.D()}
 		f.peers[ps.Worker] = pr
+		f.g.log.Info("peer gateway heard", "gateway", ps.Worker)
 	}
 	switch ps.Verb {
 	case "hb":
@@ -178,6 +179,9 @@ func (f *failover) judge(now time.Time) {
 		f.peers[id].pending = map[string]*codec.JournalEntry{}
 	}
 	f.mu.Unlock()
+	for _, id := range died {
+		f.g.log.Warn("peer gateway silent: judged dead", "gateway", id, "unanswered", len(work), "taking_over", mine)
+	}
 	if !mine {
 		return
 	}

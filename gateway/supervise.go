@@ -20,15 +20,16 @@ import (
 // restarted with exponential backoff when they die, given up on when a pool crash-loops
 // (CrashLoopCount deaths within CrashLoopWindow), and stopped cleanly at shutdown.
 type supervisor struct {
-	g      *Gateway
-	bin    string
-	url    string
-	log    *slog.Logger
-	mu     sync.Mutex
-	pools  map[string]*poolProcs
-	byID   map[string]*proc
-	closed bool
-	wg     sync.WaitGroup
+	g       *Gateway
+	bin     string
+	url     string
+	log     *slog.Logger
+	mu      sync.Mutex
+	pools   map[string]*poolProcs
+	byID    map[string]*proc
+	closed  bool
+	started time.Time
+	wg      sync.WaitGroup
 }
 
 type poolProcs struct {
@@ -54,7 +55,7 @@ type proc struct {
 }
 
 func newSupervisor(g *Gateway, bin, url string) *supervisor {
-	return &supervisor{g: g, bin: bin, url: url, log: g.log, pools: map[string]*poolProcs{}, byID: map[string]*proc{}}
+	return &supervisor{g: g, bin: bin, url: url, log: g.log, pools: map[string]*poolProcs{}, byID: map[string]*proc{}, started: time.Now()}
 }
 
 // start spawns every local pool's workers and returns a channel closed once each of them
@@ -300,6 +301,11 @@ func (s *supervisor) poolState(pool string) (reason string, coming bool) {
 	defer s.mu.Unlock()
 	pp, ok := s.pools[pool]
 	if !ok {
+		// A remote pool is known by its heartbeats only: right after the gateway starts,
+		// give its workers the time of a death verdict to be heard before giving up.
+		if time.Since(s.started) < time.Duration(s.g.cfg.Health.MissCount)*s.g.cfg.Health.HeartbeatInterval.D() {
+			return "remote workers not heard yet", true
+		}
 		return "no live workers (remote pool: none heartbeating)", false
 	}
 	switch {
