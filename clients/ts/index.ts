@@ -1,0 +1,1127 @@
+// @ortbus/client: the TypeScript client of ortbus (ONNX Runtime inference routed over NATS
+// to resident worker processes), and OrtbusAiClient, a drop-in for an app's in-process AI
+// client. ESM, typed, no build step: Bun (and any runtime that strips types) imports this
+// file directly.
+//
+// Wire contract (shared/DESIGN.md): requests are msgpack maps sent to `ortbus.v1.<op>`;
+// replies are msgpack maps; an error reply carries the headers Nats-Service-Error-Code /
+// Nats-Service-Error and a body {code, message, details} whose `code` is one of
+// ORTBUS_ERROR_CODES. Float vectors travel as msgpack bin of little-endian float32.
+
+import { randomUUID } from "node:crypto";
+import { mkdir, readFile, unlink, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+
+import { Decoder, Encoder } from "@msgpack/msgpack";
+import { connect as natsConnect } from "@nats-io/transport-node";
+import type { Msg, NatsConnection } from "@nats-io/transport-node";
+
+// ---------------------------------------------------------------------------------------
+// Errors
+
+/** Every stable error code of the ortbus contract; clients switch on these. */
+export const ORTBUS_ERROR_CODES = [
+  "bad_request",
+  "unknown_op",
+  "unknown_model",
+  "unknown_pool",
+  "file_not_found",
+  "forbidden_path",
+  "unsupported_image",
+  "image_too_large",
+  "runtime_missing",
+  "provider_unavailable",
+  "no_worker",
+  "overloaded",
+  "deadline_exceeded",
+  "cancelled",
+  "worker_lost",
+  "poison_input",
+  "internal",
+] as const;
+
+/** A stable ortbus error code. */
+export type OrtbusErrorCode = (typeof ORTBUS_ERROR_CODES)[number];
+
+const KNOWN_CODES: ReadonlySet<string> = new Set(ORTBUS_ERROR_CODES);
+
+/** HTTP-like status of each code, as the gateway sends it in Nats-Service-Error-Code. */
+export function statusOf(code: OrtbusErrorCode): number {
+  switch (code) {
+    case "bad_request":
+    case "unsupported_image":
+      return 400;
+    case "forbidden_path":
+      return 403;
+    case "unknown_op":
+    case "unknown_model":
+    case "unknown_pool":
+    case "file_not_found":
+      return 404;
+    case "image_too_large":
+      return 413;
+    case "poison_input":
+      return 422;
+    case "overloaded":
+      return 429;
+    case "cancelled":
+      return 499;
+    case "runtime_missing":
+    case "provider_unavailable":
+    case "no_worker":
+    case "worker_lost":
+      return 503;
+    case "deadline_exceeded":
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+/**
+ * The one error type every OrtbusClient / OrtbusAiClient call rejects with. `code` is a
+ * stable contract code; `details` is what the gateway attached (pool, worker, paths
+ * searched, ...); `status` is the HTTP-like number of the reply header (or of the code,
+ * for errors the client itself raises: a local timeout, an abort, no gateway).
+ */
+export class OrtbusError extends Error {
+  readonly code: OrtbusErrorCode;
+  readonly details?: Record<string, unknown>;
+  readonly status?: number;
+  /** The request id the error belongs to, when there was one. */
+  readonly requestId?: string;
+
+  constructor(
+    code: OrtbusErrorCode,
+    message: string,
+    opts: { details?: Record<string, unknown>; status?: number; requestId?: string; cause?: unknown } = {},
+  ) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = "OrtbusError";
+    this.code = code;
+    if (opts.details !== undefined) this.details = opts.details;
+    this.status = opts.status ?? statusOf(code);
+    if (opts.requestId !== undefined) this.requestId = opts.requestId;
+  }
+}
+
+/** Reports whether e is an OrtbusError (with the given code, if one is named). */
+export function isOrtbusError(e: unknown, code?: OrtbusErrorCode): e is OrtbusError {
+  return e instanceof OrtbusError && (code === undefined || e.code === code);
+}
+
+// ---------------------------------------------------------------------------------------
+// Messages (codec/messages.go)
+
+/** A latency class: "urgent", "interactive", "batch", or one the gateway's config adds. */
+export type OrtbusClass = "urgent" | "interactive" | "batch" | (string & {});
+
+/** Timing of a reply, in microseconds. */
+export interface Timing {
+  queue_us: number;
+  infer_us: number;
+  total_us: number;
+  /** How many requests shared the runtime call (dynamic batching). */
+  batch?: number;
+}
+
+/** Who served a reply; every inference reply carries it. */
+export interface Served {
+  id: string;
+  model: string;
+  pool: string;
+  worker: string;
+  /** ONNX Runtime version of the worker. */
+  runtime?: string;
+  /** Execution provider in use. */
+  ep?: string;
+  timing: Timing;
+}
+
+export interface TagReply extends Served {
+  general: Record<string, number>;
+  character: Record<string, number>;
+  rating: Record<string, number>;
+  ips: string[];
+  ips_mapping: Record<string, string[]>;
+}
+
+export interface EmbedReply extends Served {
+  dim: number;
+  /** The embedding, decoded from msgpack bin (little-endian float32). */
+  embedding: Float32Array;
+}
+
+export interface CompareReply extends Served {
+  /** The feature's difference to each candidate, in candidate order. */
+  differences: number[];
+  /** The model's threshold: same character when difference <= threshold. */
+  threshold: number;
+  same: boolean[];
+}
+
+export interface Box {
+  x1: number;
+  y1: number;
+  x2: number;
+  y2: number;
+  label: string;
+  score: number;
+}
+
+export interface DetectReply extends Served {
+  boxes: Box[];
+}
+
+export interface SegmentReply extends Served {
+  /** Where the RGBA PNG cut-out was written. */
+  out_path: string;
+  width: number;
+  height: number;
+}
+
+export type TensorType = "float32" | "float64" | "int64" | "int32" | "uint8" | "bool";
+
+/** A raw tensor of the infer op: little-endian element bytes of `type`. */
+export interface Tensor {
+  type: TensorType;
+  shape: number[];
+  data: Uint8Array;
+}
+
+export interface InferReply extends Served {
+  outputs: Record<string, Tensor>;
+}
+
+export interface CancelReply {
+  id: string;
+  /** True when the request was queued or running and is now being cancelled. */
+  found: boolean;
+}
+
+export interface HealthReply {
+  status: "ok" | "degraded" | (string & {});
+  workers: number;
+  pools: number;
+}
+
+export interface ModelStatus {
+  name: string;
+  kind: string;
+  loaded: boolean;
+  peak_bytes: number;
+  peak_source?: string;
+  max_batch?: number;
+  load_ms: number;
+}
+
+export interface WorkerStatus {
+  worker: string;
+  pool: string;
+  host: string;
+  pid: number;
+  seq: number;
+  sent_unix_ms: number;
+  state: string;
+  runtime: string;
+  library?: string;
+  ep: string;
+  device?: string;
+  interval_ms: number;
+  classes: string[];
+  models: ModelStatus[];
+  slots: number;
+  queued: Record<string, number>;
+  running: Record<string, number>;
+  held: string[];
+  served: number;
+  failed: number;
+  sessions_created: number;
+  rss_bytes: number;
+  uptime_ms: number;
+  error?: { code: string; message: string; details?: Record<string, unknown> };
+  heartbeat_age_ms: number;
+  restarts: number;
+  last_exit?: string;
+}
+
+export interface PoolStatus {
+  name: string;
+  ep: string;
+  device: string;
+  local: boolean;
+  classes: string[];
+  workers: number;
+  live: number;
+  crash_looping: boolean;
+  error?: { code: string; message: string; details?: Record<string, unknown> };
+}
+
+export interface ClassStatus {
+  name: string;
+  priority: number;
+  queued: number;
+  running: number;
+  bound: number;
+  chain: string[];
+}
+
+export interface StatusReply {
+  gateway: string;
+  allowed_roots: string[];
+  spool_dir: string;
+  pools: PoolStatus[];
+  workers: WorkerStatus[];
+  devices: Record<string, unknown>[];
+  classes: ClassStatus[];
+}
+
+// ---------------------------------------------------------------------------------------
+// Options
+
+/** Options of OrtbusClient.connect and OrtbusAiClient.connect. */
+export interface ConnectOptions {
+  /** NATS server URL(s), e.g. "nats://127.0.0.1:4222". */
+  servers: string | string[];
+  /** Default class of every request (the gateway's default, interactive, when unset). */
+  class?: OrtbusClass;
+  /** Default pool (strict: the request goes there or fails). */
+  pool?: string;
+  /**
+   * Default timeout of every request in milliseconds (default 30000). It is sent as the
+   * request's `timeout_ms` (the gateway caps it by the class's max_timeout and answers
+   * deadline_exceeded), and bounds the wait in the client too (timeout + 2 s grace), so
+   * no call waits forever even when no gateway answers.
+   */
+  timeoutMs?: number;
+  /** NATS connection name (default "ortbus ts client"). */
+  name?: string;
+  /** Milliseconds between reconnect attempts (default 250); reconnects never give up. */
+  reconnectTimeWaitMs?: number;
+}
+
+/** Per-call options of every OrtbusClient method. */
+export interface CallOptions {
+  class?: OrtbusClass;
+  pool?: string;
+  timeoutMs?: number;
+  /** Aborting sends ortbus.v1.cancel for the request and rejects with code "cancelled". */
+  signal?: AbortSignal;
+  /** Model name (default: the class's default model for the op). */
+  model?: string;
+  /** Request id (default: a random UUID); what `cancel(id)` names. */
+  id?: string;
+}
+
+export interface TagOptions extends CallOptions {
+  thresholds?: { general?: number; character?: number };
+}
+
+export interface DetectOptions extends CallOptions {
+  conf?: number;
+  iou?: number;
+}
+
+export interface SegmentOptions extends CallOptions {
+  /** Where to write the PNG (inside the allowed roots); default: the gateway's spool dir. */
+  outPath?: string;
+}
+
+export interface InferOptions extends CallOptions {
+  /** Output names wanted (all when unset). */
+  outputs?: string[];
+}
+
+/** A float vector as a client may pass it. */
+export type FloatVector = Float32Array | Float64Array | ArrayLike<number>;
+
+/** A tensor as a client may pass it to infer: raw bytes or a typed array of its type. */
+export interface TensorInput {
+  type: TensorType;
+  shape: number[];
+  data: Uint8Array | Float32Array | Float64Array | Int32Array | BigInt64Array | ArrayLike<number> | ArrayLike<boolean>;
+}
+
+// ---------------------------------------------------------------------------------------
+// Encoding helpers
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+/**
+ * A copy of b's bytes in a fresh ArrayBuffer (byteOffset 0). Not b.slice(): a Node/Bun
+ * Buffer's slice is a view into the same memory, and what msgpack decodes from a NATS
+ * message is such a view into the whole message.
+ */
+export function copyBytes(b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(b.byteLength);
+  out.set(b);
+  return out;
+}
+
+// Go's codec writes small ints compactly; a true int64/uint64 decodes as a JS number
+// (never a bigint), exact up to 2^53.
+const decoder = new Decoder({ useBigInt64: false });
+const encoder = new Encoder({ ignoreUndefined: true, useBigInt64: false });
+
+/** msgpack-encodes v (undefined fields are left out). */
+export function encodeMsg(v: unknown): Uint8Array {
+  return encoder.encode(v);
+}
+
+/** msgpack-decodes b; int64 values come back as numbers. */
+export function decodeMsg<T = unknown>(b: Uint8Array): T {
+  return decoder.decode(b) as T;
+}
+
+/** Little-endian float32 bytes of a vector (what msgpack sends as bin). */
+export function float32Bytes(v: FloatVector): Uint8Array {
+  if (v instanceof Float32Array && LITTLE_ENDIAN) {
+    // A copy of exactly the view's bytes, whatever its offset in its buffer.
+    return copyBytes(new Uint8Array(v.buffer, v.byteOffset, v.byteLength));
+  }
+  const out = new Uint8Array(4 * v.length);
+  const dv = new DataView(out.buffer);
+  for (let i = 0; i < v.length; i++) dv.setFloat32(4 * i, Number(v[i]), true);
+  return out;
+}
+
+/**
+ * A Float32Array from little-endian float32 bytes. The bytes are copied first: a msgpack
+ * bin arrives as a view into the message whose byteOffset need not be a multiple of 4.
+ * A number array (a JSON reply, a Go []float32) is accepted too.
+ */
+export function float32FromBytes(raw: unknown): Float32Array {
+  if (raw == null) return new Float32Array(0);
+  if (Array.isArray(raw)) return Float32Array.from(raw as number[]);
+  if (!(raw instanceof Uint8Array)) {
+    throw new OrtbusError("internal", `float vector: want bin or number array, got ${typeof raw}`);
+  }
+  if (raw.byteLength % 4 !== 0) {
+    throw new OrtbusError("internal", `float32 bin of ${raw.byteLength} bytes is not a multiple of 4`);
+  }
+  const n = raw.byteLength / 4;
+  if (LITTLE_ENDIAN) {
+    const copy = copyBytes(raw); // own buffer, byteOffset 0
+    return new Float32Array(copy.buffer, 0, n);
+  }
+  const out = new Float32Array(n);
+  const dv = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
+  for (let i = 0; i < n; i++) out[i] = dv.getFloat32(4 * i, true);
+  return out;
+}
+
+const ELEM_SIZE: Record<TensorType, number> = { float32: 4, float64: 8, int64: 8, int32: 4, uint8: 1, bool: 1 };
+
+/** Encodes a tensor for infer: its values as little-endian bytes of its type. */
+export function tensorBytes(t: TensorInput): Tensor {
+  const size = ELEM_SIZE[t.type];
+  if (size === undefined) throw new OrtbusError("bad_request", `tensor type ${String(t.type)} is not one of ${Object.keys(ELEM_SIZE).join(", ")}`);
+  const shape = t.shape.map((d) => Number(d));
+  const d = t.data;
+  if (d instanceof Uint8Array && t.type !== "uint8" && t.type !== "bool") {
+    return { type: t.type, shape, data: copyBytes(d) }; // already raw bytes
+  }
+  const n = (d as ArrayLike<unknown>).length;
+  const out = new Uint8Array(n * size);
+  const dv = new DataView(out.buffer);
+  for (let i = 0; i < n; i++) {
+    const v = (d as ArrayLike<unknown>)[i];
+    switch (t.type) {
+      case "float32":
+        dv.setFloat32(4 * i, Number(v), true);
+        break;
+      case "float64":
+        dv.setFloat64(8 * i, Number(v), true);
+        break;
+      case "int64":
+        dv.setBigInt64(8 * i, typeof v === "bigint" ? v : BigInt(Math.trunc(Number(v))), true);
+        break;
+      case "int32":
+        dv.setInt32(4 * i, Number(v), true);
+        break;
+      case "uint8":
+        dv.setUint8(i, Number(v));
+        break;
+      case "bool":
+        dv.setUint8(i, v ? 1 : 0);
+        break;
+    }
+  }
+  return { type: t.type, shape, data: out };
+}
+
+/**
+ * The values of a tensor: Float32Array, Float64Array, Int32Array or Uint8Array for those
+ * types; int64 as a number array (exact up to 2^53, never bigints); bool as booleans.
+ */
+export function tensorValues(t: Tensor): Float32Array | Float64Array | Int32Array | Uint8Array | number[] | boolean[] {
+  const size = ELEM_SIZE[t.type];
+  if (size === undefined) throw new OrtbusError("internal", `unknown tensor type ${String(t.type)}`);
+  const n = Math.floor(t.data.byteLength / size);
+  const dv = new DataView(t.data.buffer, t.data.byteOffset, t.data.byteLength);
+  switch (t.type) {
+    case "float32": {
+      const out = new Float32Array(n);
+      for (let i = 0; i < n; i++) out[i] = dv.getFloat32(4 * i, true);
+      return out;
+    }
+    case "float64": {
+      const out = new Float64Array(n);
+      for (let i = 0; i < n; i++) out[i] = dv.getFloat64(8 * i, true);
+      return out;
+    }
+    case "int64": {
+      const out: number[] = new Array(n);
+      for (let i = 0; i < n; i++) out[i] = Number(dv.getBigInt64(8 * i, true));
+      return out;
+    }
+    case "int32": {
+      const out = new Int32Array(n);
+      for (let i = 0; i < n; i++) out[i] = dv.getInt32(4 * i, true);
+      return out;
+    }
+    case "uint8":
+      return copyBytes(t.data);
+    case "bool":
+      return Array.from(t.data, (b) => b !== 0);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// OrtbusClient
+
+/** Subject prefix of the client API. */
+export const API_PREFIX = "ortbus.v1";
+
+/** The client API's ops. */
+export type Op = "tag" | "embed" | "compare" | "detect" | "segment" | "infer" | "cancel" | "status" | "health";
+
+const DEFAULT_TIMEOUT_MS = 30_000;
+/** How much longer than a request's timeout the client waits for the gateway's own answer. */
+const GRACE_MS = 2_000;
+
+/**
+ * After a reconnect, a request that finds no subscriber (the gateway has not resubscribed
+ * yet) is tried again every RETRY_MS for this long, within its own timeout.
+ */
+const SETTLE_MS = 5_000;
+const RETRY_MS = 100;
+
+const HEADER_ERROR_CODE = "Nats-Service-Error-Code";
+const HEADER_ERROR = "Nats-Service-Error";
+
+/** Wire request fields (codec.Request), snake_case. */
+interface WireRequest {
+  id?: string;
+  model?: string;
+  path?: string;
+  class?: string;
+  pool?: string;
+  timeout_ms?: number;
+  thresholds?: { general?: number; character?: number };
+  conf?: number;
+  iou?: number;
+  out_path?: string;
+  feature?: Uint8Array;
+  candidates?: Uint8Array[];
+  inputs?: Record<string, Tensor>;
+  outputs?: string[];
+}
+
+/**
+ * The ortbus API over NATS: one method per op. Every method rejects only with OrtbusError.
+ *
+ *   const c = await OrtbusClient.connect({ servers: "nats://127.0.0.1:4222" });
+ *   const r = await c.tag("/srv/images/a.png", { class: "batch" });
+ */
+export class OrtbusClient {
+  readonly nc: NatsConnection;
+  /** Defaults for requests that leave them unset. */
+  class?: OrtbusClass;
+  pool?: string;
+  timeoutMs: number;
+
+  // Connection state, from the connection's status events: a request is not published
+  // while the connection is down (nats.js would lose it, or its reply, around the
+  // reconnect); it waits for the reconnect, within its own timeout.
+  private connected = true;
+  private reconnected: Promise<void> = Promise.resolve();
+  private onReconnected: () => void = () => {};
+  private lastReconnect = 0;
+  // Resolved at the next disconnect: a request published before it may have been lost
+  // with the server (at most once), so it is sent again after the reconnect.
+  private nextDisconnect: Promise<void>;
+  private onDisconnect: () => void = () => {};
+
+  constructor(nc: NatsConnection, defaults: { class?: OrtbusClass; pool?: string; timeoutMs?: number } = {}) {
+    this.nc = nc;
+    if (defaults.class !== undefined) this.class = defaults.class;
+    if (defaults.pool !== undefined) this.pool = defaults.pool;
+    this.timeoutMs = defaults.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    this.nextDisconnect = new Promise((res) => (this.onDisconnect = res));
+    void this.watch();
+  }
+
+  private async watch(): Promise<void> {
+    try {
+      for await (const s of this.nc.status()) {
+        if (s.type === "disconnect" && this.connected) {
+          this.connected = false;
+          this.reconnected = new Promise((res) => (this.onReconnected = res));
+          const fire = this.onDisconnect;
+          this.nextDisconnect = new Promise((res) => (this.onDisconnect = res));
+          fire();
+        } else if (s.type === "reconnect") {
+          this.connected = true;
+          this.lastReconnect = performance.now();
+          this.onReconnected();
+        }
+      }
+    } catch {
+      // the status iterator ends with the connection
+    } finally {
+      this.connected = true; // closed: requests fail at once with the connection's error
+      this.onReconnected();
+    }
+  }
+
+  /** Waits (at most ms) until the connection is up. */
+  private async whenConnected(ms: number): Promise<void> {
+    if (this.connected || ms <= 0) return;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([this.reconnected, new Promise<void>((res) => (timer = setTimeout(res, ms)))]);
+    if (timer) clearTimeout(timer);
+  }
+
+  /** Connects to NATS (reconnecting forever after a loss) and returns a client. */
+  static async connect(opts: ConnectOptions): Promise<OrtbusClient> {
+    let nc: NatsConnection;
+    try {
+      nc = await natsConnect({
+        servers: opts.servers,
+        name: opts.name ?? "ortbus ts client",
+        maxReconnectAttempts: -1,
+        reconnectTimeWait: opts.reconnectTimeWaitMs ?? 250,
+        reconnectJitter: 50,
+        waitOnFirstConnect: false,
+      });
+    } catch (e) {
+      throw new OrtbusError("no_worker", `cannot connect to NATS at ${String(opts.servers)}: ${errText(e)}`, {
+        details: { servers: opts.servers },
+        cause: e,
+      });
+    }
+    const d: { class?: OrtbusClass; pool?: string; timeoutMs?: number } = {};
+    if (opts.class !== undefined) d.class = opts.class;
+    if (opts.pool !== undefined) d.pool = opts.pool;
+    if (opts.timeoutMs !== undefined) d.timeoutMs = opts.timeoutMs;
+    return new OrtbusClient(nc, d);
+  }
+
+  /**
+   * Drains the connection (replies already on their way are still delivered) and closes
+   * it; bounded: after 5 s (say, while the server is unreachable) it just closes.
+   */
+  async close(): Promise<void> {
+    if (this.nc.isClosed()) return;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      await Promise.race([
+        this.nc.drain(),
+        new Promise<void>((_, rej) => {
+          timer = setTimeout(() => rej(new Error("drain timed out")), 5_000);
+        }),
+      ]);
+    } catch {
+      await this.nc.close().catch(() => {});
+    } finally {
+      if (timer) clearTimeout(timer);
+    }
+  }
+
+  /** Tags the image at path (absolute, inside the gateway's allowed roots). */
+  tag(path: string, opts: TagOptions = {}): Promise<TagReply> {
+    const req: WireRequest = { path };
+    if (opts.thresholds) req.thresholds = { ...opts.thresholds };
+    return this.request<TagReply>("tag", req, opts).then(normTag);
+  }
+
+  /** The embedding (e.g. CCIP feature) of the image at path, as a Float32Array. */
+  async embed(path: string, opts: CallOptions = {}): Promise<EmbedReply> {
+    const r = await this.request<Omit<EmbedReply, "embedding"> & { embedding: unknown }>("embed", { path }, opts);
+    return { ...r, embedding: float32FromBytes(r.embedding) };
+  }
+
+  /** Differences of one feature to each candidate, in one request (N = 1: pairwise). */
+  async compare(feature: FloatVector, candidates: FloatVector[], opts: CallOptions = {}): Promise<CompareReply> {
+    const req: WireRequest = { feature: float32Bytes(feature), candidates: candidates.map(float32Bytes) };
+    const r = await this.request<CompareReply>("compare", req, opts);
+    return { ...r, differences: (r.differences ?? []).map(Number), same: r.same ?? [] };
+  }
+
+  /** Boxes found in the image at path. */
+  detect(path: string, opts: DetectOptions = {}): Promise<DetectReply> {
+    const req: WireRequest = { path };
+    if (opts.conf !== undefined) req.conf = opts.conf;
+    if (opts.iou !== undefined) req.iou = opts.iou;
+    return this.request<DetectReply>("detect", req, opts).then((r) => ({ ...r, boxes: r.boxes ?? [] }));
+  }
+
+  /** Writes the image's cut-out (RGBA PNG) and returns where. */
+  segment(path: string, opts: SegmentOptions = {}): Promise<SegmentReply> {
+    const req: WireRequest = { path };
+    if (opts.outPath !== undefined) req.out_path = opts.outPath;
+    return this.request<SegmentReply>("segment", req, opts);
+  }
+
+  /** Runs a raw model on named tensors. */
+  async infer(inputs: Record<string, TensorInput>, opts: InferOptions = {}): Promise<InferReply> {
+    const wire: Record<string, Tensor> = {};
+    for (const [k, v] of Object.entries(inputs)) wire[k] = tensorBytes(v);
+    const req: WireRequest = { inputs: wire };
+    if (opts.outputs) req.outputs = [...opts.outputs];
+    const r = await this.request<InferReply>("infer", req, opts);
+    const outputs: Record<string, Tensor> = {};
+    for (const [k, t] of Object.entries(r.outputs ?? {})) {
+      outputs[k] = { type: t.type, shape: (t.shape ?? []).map(Number), data: t.data instanceof Uint8Array ? copyBytes(t.data) : new Uint8Array(0) };
+    }
+    return { ...r, outputs };
+  }
+
+  /** Cancels a request by id: dropped if queued, stopped if running. */
+  cancel(id: string, opts: Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<CancelReply> {
+    return this.send<CancelReply>("cancel", { id }, id, opts);
+  }
+
+  /** The system as the answering gateway sees it (pools, workers, classes, spool_dir). */
+  status(opts: Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<StatusReply> {
+    return this.send<StatusReply>("status", {}, undefined, opts);
+  }
+
+  /** The answering gateway's health. */
+  health(opts: Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<HealthReply> {
+    return this.send<HealthReply>("health", {}, undefined, opts);
+  }
+
+  /** Sends an inference request of op, filling id, class, pool, model and timeout. */
+  private request<T>(op: Op, req: WireRequest, opts: CallOptions): Promise<T> {
+    const id = opts.id ?? randomUUID();
+    const full: WireRequest = { ...req, id };
+    const cls = opts.class ?? this.class;
+    if (cls !== undefined) full.class = cls;
+    const pool = opts.pool ?? this.pool;
+    if (pool !== undefined) full.pool = pool;
+    if (opts.model !== undefined) full.model = opts.model;
+    full.timeout_ms = Math.max(1, Math.ceil(opts.timeoutMs ?? this.timeoutMs));
+    return this.send<T>(op, full, id, { ...opts, timeoutMs: full.timeout_ms });
+  }
+
+  /**
+   * One request/reply on ortbus.v1.<op>. The wait is bounded by timeoutMs + grace; on an
+   * abort or a local timeout the request is cancelled on the gateway (fire and forget).
+   */
+  private send<T>(op: Op, body: object, id: string | undefined, opts: Pick<CallOptions, "timeoutMs" | "signal">): Promise<T> {
+    const subject = `${API_PREFIX}.${op}`;
+    const timeoutMs = Math.max(1, opts.timeoutMs ?? this.timeoutMs);
+    const signal = opts.signal;
+    const withId = (o: { details?: Record<string, unknown>; status?: number; cause?: unknown }) =>
+      id === undefined ? o : { ...o, requestId: id };
+    if (signal?.aborted) {
+      return Promise.reject(new OrtbusError("cancelled", `${op} aborted before it was sent`, withId({ cause: signal.reason })));
+    }
+    let data: Uint8Array;
+    try {
+      data = encodeMsg(body);
+    } catch (e) {
+      return Promise.reject(new OrtbusError("bad_request", `encode ${op} request: ${errText(e)}`, withId({ cause: e })));
+    }
+    return new Promise<T>((resolve, reject) => {
+      let settled = false;
+      const finish = (fn: () => void) => {
+        if (settled) return;
+        settled = true;
+        signal?.removeEventListener("abort", onAbort);
+        fn();
+      };
+      const onAbort = () => {
+        finish(() => {
+          if (id !== undefined && op !== "cancel") this.publishCancel(id);
+          reject(new OrtbusError("cancelled", `${op} ${id ?? ""} aborted by the caller`.trim(), withId({ cause: signal?.reason })));
+        });
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      const deadline = performance.now() + timeoutMs + GRACE_MS;
+      const resendable = op !== "cancel";
+      const settling = () => this.lastReconnect > 0 && performance.now() - this.lastReconnect < SETTLE_MS;
+      const attempt = async (): Promise<T> => {
+        for (;;) {
+          await this.whenConnected(deadline - performance.now());
+          const left = Math.ceil(deadline - performance.now());
+          if (left <= 0) throw new TimeoutLocal();
+          let msg: Msg;
+          try {
+            const lost = this.nextDisconnect;
+            const req = this.nc.request(subject, data, { timeout: left });
+            if (!resendable) {
+              msg = await req;
+            } else {
+              const got = await Promise.race([req, lost.then(() => null)]);
+              if (got === null) {
+                // The connection went down with the request out: it (or its reply) may be
+                // gone with the server. Inference is idempotent: send it again once
+                // reconnected.
+                req.catch(() => {});
+                if (settled) throw new TimeoutLocal();
+                continue;
+              }
+              msg = got;
+            }
+          } catch (e) {
+            // Nobody subscribed just after a reconnect: the gateway is still resubscribing.
+            if (!settled && settling() && isNoResponders(e) && deadline - performance.now() > RETRY_MS) {
+              await new Promise((r) => setTimeout(r, RETRY_MS));
+              continue;
+            }
+            throw e;
+          }
+          try {
+            return decodeReply<T>(op, msg, id);
+          } catch (e) {
+            // Just after a reconnect the gateway may be back before the workers are: its
+            // no_worker then means "not yet"; the request never ran, so it is sent again.
+            if (!settled && resendable && settling() && isOrtbusError(e, "no_worker") && deadline - performance.now() > RETRY_MS) {
+              await new Promise((r) => setTimeout(r, RETRY_MS));
+              continue;
+            }
+            throw e;
+          }
+        }
+      };
+      attempt().then(
+        (v) => finish(() => resolve(v)),
+        (e) =>
+          finish(() => {
+            const err = transportError(op, e, timeoutMs, withId);
+            if (err.code === "deadline_exceeded" && id !== undefined && op !== "cancel") this.publishCancel(id);
+            reject(err);
+          }),
+      );
+    });
+  }
+
+  private publishCancel(id: string): void {
+    try {
+      if (!this.nc.isClosed()) this.nc.publish(`${API_PREFIX}.cancel`, encodeMsg({ id }));
+    } catch {
+      // The connection is gone: nothing runs for a client that cannot reach the bus.
+    }
+  }
+}
+
+function normTag(r: TagReply): TagReply {
+  return {
+    ...r,
+    general: r.general ?? {},
+    character: r.character ?? {},
+    rating: r.rating ?? {},
+    ips: r.ips ?? [],
+    ips_mapping: r.ips_mapping ?? {},
+  };
+}
+
+function errText(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}
+
+/** Reads a reply: an error reply (micro headers) becomes an OrtbusError. */
+function decodeReply<T>(op: Op, msg: Msg, id: string | undefined): T {
+  const h = msg.headers;
+  const codeHeader = h?.get(HEADER_ERROR_CODE) ?? "";
+  if (codeHeader !== "") {
+    const status = Number.parseInt(codeHeader, 10);
+    const text = h?.get(HEADER_ERROR) ?? "";
+    let body: { code?: unknown; message?: unknown; details?: unknown } | undefined;
+    if (msg.data.length > 0) {
+      try {
+        body = decodeMsg(msg.data);
+      } catch {
+        body = undefined;
+      }
+    }
+    const o: { details?: Record<string, unknown>; status?: number; requestId?: string } = {};
+    if (Number.isFinite(status)) o.status = status;
+    if (id !== undefined) o.requestId = id;
+    if (body && typeof body.code === "string" && KNOWN_CODES.has(body.code)) {
+      if (body.details && typeof body.details === "object") o.details = body.details as Record<string, unknown>;
+      return throwErr(new OrtbusError(body.code as OrtbusErrorCode, String(body.message ?? text), o));
+    }
+    o.details = { status, ...(body && typeof body.code === "string" ? { original_code: body.code } : {}) };
+    return throwErr(new OrtbusError("internal", text || `${op} failed with status ${codeHeader}`, o));
+  }
+  try {
+    return decodeMsg<T>(msg.data);
+  } catch (e) {
+    throw new OrtbusError("internal", `decode ${op} reply: ${errText(e)}`, id === undefined ? { cause: e } : { cause: e, requestId: id });
+  }
+}
+
+function throwErr(e: OrtbusError): never {
+  throw e;
+}
+
+/** The client's own wait ran out before a request could be sent. */
+class TimeoutLocal extends Error {
+  constructor() {
+    super("timeout waiting for the connection");
+    this.name = "TimeoutError";
+  }
+}
+
+function isNoResponders(e: unknown): boolean {
+  const name = e instanceof Error ? e.name : "";
+  const cause = e instanceof Error ? (e as Error & { cause?: unknown }).cause : undefined;
+  const causeName = cause instanceof Error ? cause.name : "";
+  return (
+    name === "NoRespondersError" ||
+    causeName === "NoRespondersError" ||
+    (typeof (e as { isNoResponders?: () => boolean })?.isNoResponders === "function" &&
+      (e as { isNoResponders: () => boolean }).isNoResponders()) ||
+    /no responders/i.test(errText(e))
+  );
+}
+
+/** Maps a nats.js request failure to an OrtbusError. */
+function transportError(
+  op: Op,
+  e: unknown,
+  timeoutMs: number,
+  withId: (o: { details?: Record<string, unknown>; status?: number; cause?: unknown }) => object,
+): OrtbusError {
+  if (e instanceof OrtbusError) return e;
+  const name = e instanceof Error ? e.name : "";
+  const msg = errText(e);
+  const cause = e instanceof Error ? (e as Error & { cause?: unknown }).cause : undefined;
+  const causeName = cause instanceof Error ? cause.name : "";
+  if (isNoResponders(e)) {
+    return new OrtbusError("no_worker", `no ortbus gateway is answering ${API_PREFIX}.${op}`, withId({ cause: e }));
+  }
+  if (name === "TimeoutError" || causeName === "TimeoutError" || /timeout/i.test(msg)) {
+    return new OrtbusError(
+      "deadline_exceeded",
+      `no answer to ${op} within ${timeoutMs + GRACE_MS} ms (timeout ${timeoutMs} ms + ${GRACE_MS} ms grace)`,
+      withId({ details: { client_timeout_ms: timeoutMs + GRACE_MS }, cause: e }),
+    );
+  }
+  return new OrtbusError("internal", `${op} request failed: ${msg}`, withId({ details: { transport: name || "error" }, cause: e }));
+}
+
+// ---------------------------------------------------------------------------------------
+// OrtbusAiClient: the app's IAiClient
+
+/** The app's tagging result. */
+export interface TaggingResponse {
+  general: Record<string, number>;
+  character: Record<string, number>;
+  ips: string[];
+  ips_mapping: Record<string, string[]>;
+}
+
+/** The app's OppaiOracle result. */
+export interface OppaiOracleResponse {
+  general: Record<string, number>;
+  rating: Record<string, number>;
+  /** Every tag returned, general, character and rating together. */
+  tag: Record<string, number>;
+}
+
+export interface CcipFeatureResponse {
+  feature: number[];
+}
+
+export interface CcipDifferenceResponse {
+  difference: number;
+}
+
+export interface PersonDetection {
+  bbox: { x1: number; y1: number; x2: number; y2: number };
+  label: string;
+  score: number;
+}
+
+/** The app's AI client interface, as its in-process implementation has it. */
+export interface IAiClient {
+  healthCheck(): Promise<boolean>;
+  tagImage(imageBuffer: ArrayBuffer): Promise<TaggingResponse>;
+  tagImageByPath(path: string): Promise<TaggingResponse>;
+  tagImageOppaiOracleByPath(path: string): Promise<OppaiOracleResponse>;
+  extractCcipFeature(imageBuffer: ArrayBuffer): Promise<CcipFeatureResponse>;
+  extractCcipFeatureByPath(path: string): Promise<CcipFeatureResponse>;
+  calculateCcipDifference(feature1: number[], feature2: number[]): Promise<CcipDifferenceResponse>;
+  calculateCcipDistances(feature: number[], candidates: number[][]): Promise<number[]>;
+}
+
+/** Options of OrtbusAiClient.connect. */
+export interface AiConnectOptions extends ConnectOptions {
+  /** Model of tagImageOppaiOracleByPath (default "oppai"). */
+  oppaiModel?: string;
+  /** Models for the other methods (default: the class's default model of each op). */
+  tagModel?: string;
+  ccipModel?: string;
+  detectModel?: string;
+  segmentModel?: string;
+}
+
+/** Per-call options of the AI client's methods. */
+export type AiCallOptions = Pick<CallOptions, "class" | "pool" | "timeoutMs" | "signal">;
+
+/**
+ * The app's IAiClient on top of ortbus: every method is one request (two for the buffer
+ * variants: status once, to learn the spool dir). Defaults to the interactive class; pass
+ * `{ class: "batch" }` per call (or `class` at connect) for library-wide jobs.
+ */
+export class OrtbusAiClient implements IAiClient {
+  readonly client: OrtbusClient;
+  private readonly opts: AiConnectOptions;
+  private spool: Promise<string> | undefined;
+
+  constructor(client: OrtbusClient, opts: Omit<AiConnectOptions, "servers"> = {}) {
+    this.client = client;
+    this.opts = { servers: [], ...opts };
+    if (client.class === undefined) client.class = "interactive";
+  }
+
+  static async connect(opts: AiConnectOptions): Promise<OrtbusAiClient> {
+    const c = await OrtbusClient.connect(opts);
+    return new OrtbusAiClient(c, opts);
+  }
+
+  close(): Promise<void> {
+    return this.client.close();
+  }
+
+  /** True when the gateway answers and every pool has a live worker. */
+  async healthCheck(opts: AiCallOptions = {}): Promise<boolean> {
+    try {
+      const h = await this.client.health({ timeoutMs: opts.timeoutMs ?? 5_000, ...(opts.signal ? { signal: opts.signal } : {}) });
+      return h.status === "ok";
+    } catch {
+      return false;
+    }
+  }
+
+  async tagImageByPath(path: string, opts: AiCallOptions = {}): Promise<TaggingResponse> {
+    const r = await this.client.tag(path, this.call(opts, this.opts.tagModel));
+    return { general: r.general, character: r.character, ips: r.ips, ips_mapping: r.ips_mapping };
+  }
+
+  tagImage(imageBuffer: ArrayBuffer | ArrayBufferView, opts: AiCallOptions = {}): Promise<TaggingResponse> {
+    return this.withSpooled(imageBuffer, (p) => this.tagImageByPath(p, opts));
+  }
+
+  /** OppaiOracle tags (model `oppaiModel`, default "oppai", of kind tagger-oppai). */
+  async tagImageOppaiOracleByPath(path: string, opts: AiCallOptions = {}): Promise<OppaiOracleResponse> {
+    const r = await this.client.tag(path, this.call(opts, this.opts.oppaiModel ?? "oppai"));
+    return { general: r.general, rating: r.rating, tag: { ...r.general, ...r.character, ...r.rating } };
+  }
+
+  async extractCcipFeatureByPath(path: string, opts: AiCallOptions = {}): Promise<CcipFeatureResponse> {
+    const r = await this.client.embed(path, this.call(opts, this.opts.ccipModel));
+    return { feature: Array.from(r.embedding) };
+  }
+
+  extractCcipFeature(imageBuffer: ArrayBuffer | ArrayBufferView, opts: AiCallOptions = {}): Promise<CcipFeatureResponse> {
+    return this.withSpooled(imageBuffer, (p) => this.extractCcipFeatureByPath(p, opts));
+  }
+
+  async calculateCcipDifference(feature1: number[], feature2: number[], opts: AiCallOptions = {}): Promise<CcipDifferenceResponse> {
+    const r = await this.client.compare(feature1, [feature2], this.call(opts, this.opts.ccipModel));
+    const d = r.differences[0];
+    if (d === undefined) throw new OrtbusError("internal", "compare returned no difference");
+    return { difference: d };
+  }
+
+  /** Differences of feature to every candidate, in ONE compare request. */
+  async calculateCcipDistances(feature: number[], candidates: number[][], opts: AiCallOptions = {}): Promise<number[]> {
+    if (candidates.length === 0) return [];
+    const r = await this.client.compare(feature, candidates, this.call(opts, this.opts.ccipModel));
+    return r.differences;
+  }
+
+  /** Person boxes in the image at path. */
+  async detectPersons(path: string, opts: AiCallOptions & { conf?: number; iou?: number } = {}): Promise<PersonDetection[]> {
+    const o: DetectOptions = this.call(opts, this.opts.detectModel);
+    if (opts.conf !== undefined) o.conf = opts.conf;
+    if (opts.iou !== undefined) o.iou = opts.iou;
+    const r = await this.client.detect(path, o);
+    return r.boxes.map((b) => ({ bbox: { x1: b.x1, y1: b.y1, x2: b.x2, y2: b.y2 }, label: b.label, score: b.score }));
+  }
+
+  /**
+   * isnetis background removal: writes the RGBA PNG to outPath (default: a file in the
+   * gateway's spool dir) and returns its path.
+   */
+  async removeBackground(path: string, outPath?: string, opts: AiCallOptions = {}): Promise<string> {
+    const o: SegmentOptions = this.call(opts, this.opts.segmentModel);
+    if (outPath !== undefined) o.outPath = outPath;
+    const r = await this.client.segment(path, o);
+    return r.out_path;
+  }
+
+  /** isnetis background removal returning the PNG's bytes (the spool file is removed). */
+  async removeBackgroundToBuffer(path: string, opts: AiCallOptions = {}): Promise<Uint8Array> {
+    const out = await this.removeBackground(path, undefined, opts);
+    try {
+      return new Uint8Array(await readFile(out));
+    } finally {
+      await unlink(out).catch(() => {});
+    }
+  }
+
+  private call(opts: AiCallOptions, model: string | undefined): CallOptions {
+    const o: CallOptions = {};
+    if (opts.class !== undefined) o.class = opts.class;
+    if (opts.pool !== undefined) o.pool = opts.pool;
+    if (opts.timeoutMs !== undefined) o.timeoutMs = opts.timeoutMs;
+    if (opts.signal !== undefined) o.signal = opts.signal;
+    if (model !== undefined) o.model = model;
+    return o;
+  }
+
+  /** The gateway's spool dir (asked once; asked again after a failure). */
+  private spoolDir(): Promise<string> {
+    if (!this.spool) {
+      this.spool = this.client.status({ timeoutMs: 5_000 }).then((st) => {
+        if (!st.spool_dir) {
+          throw new OrtbusError("bad_request", "the gateway has no spool_dir configured ([security] spool_dir): pass image paths instead of buffers");
+        }
+        return st.spool_dir;
+      });
+      this.spool.catch(() => {
+        this.spool = undefined;
+      });
+    }
+    return this.spool;
+  }
+
+  /** Writes buf to a fresh file in the spool dir, runs fn on its path, removes the file. */
+  private async withSpooled<T>(buf: ArrayBuffer | ArrayBufferView, fn: (path: string) => Promise<T>): Promise<T> {
+    const dir = await this.spoolDir();
+    const bytes = ArrayBuffer.isView(buf) ? new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength) : new Uint8Array(buf);
+    const path = join(dir, `ortbus-${randomUUID()}.img`);
+    try {
+      await mkdir(dir, { recursive: true });
+      await writeFile(path, bytes, { mode: 0o644 });
+    } catch (e) {
+      throw new OrtbusError(
+        "bad_request",
+        `cannot write the image to the gateway's spool dir ${dir} (the client must share the workers' filesystem, or send paths): ${errText(e)}`,
+        { details: { spool_dir: dir, ...(typeof (e as { code?: unknown })?.code === "string" ? { errno: (e as { code: string }).code } : {}) }, cause: e },
+      );
+    }
+    try {
+      return await fn(path);
+    } finally {
+      await unlink(path).catch(() => {});
+    }
+  }
+}
