@@ -162,6 +162,9 @@ type Pool struct {
 	PathMap map[string]string `toml:"path_map"`
 	// Worker is the ortworker binary to run (default: next to the gateway binary).
 	Worker string `toml:"worker"`
+	// Nice is the CPU scheduling niceness of local workers (0..19): a batch pool that
+	// shares the CPU with interactive pools runs niced so that they keep their latency.
+	Nice int `toml:"nice"`
 
 	// Name is the pool's key in the file.
 	Name string `toml:"-"`

@@ -283,6 +283,9 @@ func (c *Config) validatePool(name string, p *Pool) error {
 	if p.MaxBatch < 0 {
 		return c.errf(key+".max_batch", "must not be negative")
 	}
+	if p.Nice < 0 || p.Nice > 19 {
+		return c.errf(key+".nice", "must be in 0..19")
+	}
 	return nil
 }
 

@@ -69,6 +69,7 @@ type Gateway struct {
 	inflight  map[string]*pending  // accepted and not yet answered, by id
 	busy      map[string]int       // requests in flight per pool
 	load      deviceLoad           // requests in flight per device and class
+	full      map[string]bool      // pool+class found full in the current dispatch pass
 	est       estimator            // measured service times
 	lastDeath map[string]death     // the last worker death of each pool
 	cancelled map[string]time.Time // ids cancelled before they arrived (see rememberCancel)
@@ -112,6 +113,7 @@ func Run(ctx context.Context, o Options) error {
 		g.onDead(w.HB.Worker, w.HB.Pool, w.Why)
 	}}
 	g.supervisor = newSupervisor(g, o.WorkerBin, url)
+	g.tracker.Running = g.supervisor.running
 	if err := g.tracker.Start(g.nc); err != nil {
 		return err
 	}
@@ -246,6 +248,9 @@ func (g *Gateway) dispatchLoop(ctx context.Context) {
 		case <-g.kickCh:
 		case <-tick.C:
 		}
+		g.mu.Lock()
+		g.full = map[string]bool{}
+		g.mu.Unlock()
 		out, failed := g.queues.Dispatch(time.Now(), g.route)
 		for _, f := range failed {
 			g.answer(f.Item.Value.(*pending), nil, codec.AsError(f.Err))

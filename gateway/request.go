@@ -156,6 +156,11 @@ func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo string
 		g.answer(p, nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client before it arrived"))
 		return
 	}
+	if _, dup := g.inflight[p.id]; dup {
+		g.mu.Unlock()
+		g.answer(&pending{id: p.id, op: p.op, class: p.class, reply: p.reply}, nil, codec.Errorf(codec.CodeBadRequest, "a request with id %q is already in progress", p.id))
+		return
+	}
 	g.inflight[p.id] = p
 	g.mu.Unlock()
 	if g.failover != nil && p.replyTo != "" {
@@ -254,6 +259,10 @@ func (g *Gateway) send(p *pending, pool string) {
 		g.lost(p, cause.(*errLost))
 	case errors.As(cause, new(*errUnclaimed)):
 		g.redispatch(p, pool)
+	case errors.Is(err, nats.ErrNoResponders) && time.Until(p.deadline) > 100*time.Millisecond && g.tracker.HasLive(pool):
+		// The pool's workers are alive but not subscribed right now (they resubscribe
+		// after a NATS restart): try again shortly rather than fail.
+		time.AfterFunc(50*time.Millisecond, func() { g.redispatch(p, pool) })
 	case errors.Is(err, nats.ErrNoResponders):
 		g.answer(p, nil, codec.Errorf(codec.CodeNoWorker, "no worker is subscribed to %s", subj).With("pools", []string{pool}))
 	case errors.Is(err, context.DeadlineExceeded):

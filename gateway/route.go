@@ -93,7 +93,13 @@ func (g *Gateway) route(it *sched.Item, reserved map[string]bool) (string, error
 	now := time.Now()
 	infeasible := 0
 	for _, pool := range it.Pools {
-		if reserved[pool] || g.room(pool, it.Class) <= 0 || !g.shareAllows(pool, it.Class, reserved) {
+		key := pool + "\x00" + it.Class
+		if reserved[pool] || g.full[key] {
+			continue
+		}
+		if g.room(pool, it.Class) <= 0 || !g.shareAllows(pool, it.Class, reserved) {
+			// Full for this class for the rest of the pass: later items skip it cheaply.
+			g.full[key] = true
 			continue
 		}
 		if !g.feasible(pool, p, now) {
@@ -109,7 +115,7 @@ func (g *Gateway) route(it *sched.Item, reserved map[string]bool) (string, error
 	}
 	var why []string
 	for _, pool := range it.Pools {
-		if len(g.tracker.Live(pool)) > 0 {
+		if g.tracker.HasLive(pool) {
 			return "", nil // busy: wait
 		}
 		reason, coming := g.supervisor.poolState(pool)

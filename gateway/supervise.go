@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -164,6 +165,11 @@ func (s *supervisor) spawn(p *proc) {
 		close(p.settled)
 		close(p.exited)
 		return
+	}
+	if pc.Nice > 0 {
+		if err := syscall.Setpriority(syscall.PRIO_PROCESS, cmd.Process.Pid, pc.Nice); err != nil {
+			s.log.Warn("cannot renice worker", "worker", p.id, "nice", pc.Nice, "err", err)
+		}
 	}
 	s.byID[p.id] = p
 	s.wg.Add(1)
@@ -386,4 +392,33 @@ func (s *supervisor) stop(grace time.Duration) {
 		}
 	}
 	s.wg.Wait()
+}
+
+// running reports whether a supervised worker's process exists and is not stopped
+// (state R, S or D in /proc/PID/stat): a silent worker that is running is probably
+// starved of CPU, one that is stopped (T) or a zombie is dead for all purposes.
+func (s *supervisor) running(id string) bool {
+	s.mu.Lock()
+	p, ok := s.byID[id]
+	var pid int
+	if ok && p.cmd != nil && p.cmd.Process != nil {
+		pid = p.cmd.Process.Pid
+	}
+	s.mu.Unlock()
+	if pid == 0 {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	switch b[i+2] {
+	case 'R', 'S', 'D':
+		return true
+	}
+	return false
 }

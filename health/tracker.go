@@ -35,6 +35,11 @@ type Tracker struct {
 	OnDead func(w Worker)
 	// OnChange is called after every heartbeat or death (capacity may have changed).
 	OnChange func()
+	// Running, if set, reports whether a silent worker's process is known to be running
+	// (a local process that is neither stopped nor gone): such a worker is likely starved
+	// of CPU rather than dead, and is given MissCount more intervals before the verdict.
+	// A stopped, hung-in-the-kernel-stop or remote worker gets the normal bound.
+	Running func(worker string) bool
 
 	mu      sync.Mutex
 	workers map[string]*Worker
@@ -117,9 +122,11 @@ func (t *Tracker) judge() {
 				t.mu.Unlock()
 				continue
 			}
-			var dead []Worker
+			// Silent workers past the bound; those past it but within twice it are
+			// spared if their process is known to be running (checked outside the lock).
+			var silent, spare []string
 			t.mu.Lock()
-			for _, w := range t.workers {
+			for id, w := range t.workers {
 				if w.Dead || w.HB.State == codec.StateFailed {
 					continue
 				}
@@ -131,7 +138,24 @@ func (t *Tracker) judge() {
 				if t.offline.After(since) {
 					since = t.offline
 				}
-				if now.Sub(since) > time.Duration(t.MissCount)*iv {
+				bound := time.Duration(t.MissCount) * iv
+				switch late := now.Sub(since); {
+				case late > 2*bound || (late > bound && t.Running == nil):
+					silent = append(silent, id)
+				case late > bound:
+					spare = append(spare, id)
+				}
+			}
+			t.mu.Unlock()
+			for _, id := range spare {
+				if !t.Running(id) {
+					silent = append(silent, id)
+				}
+			}
+			var dead []Worker
+			t.mu.Lock()
+			for _, id := range silent {
+				if w, ok := t.workers[id]; ok && !w.Dead && !w.Seen.After(now) {
 					w.Dead, w.Why = true, "heartbeat stopped"
 					dead = append(dead, *w)
 				}
@@ -218,4 +242,16 @@ func (t *Tracker) Live(pool string) []Worker {
 		}
 	}
 	return out
+}
+
+// HasLive reports whether a pool has a live worker, without copying the listing.
+func (t *Tracker) HasLive(pool string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, w := range t.workers {
+		if w.HB.Pool == pool && w.Live() {
+			return true
+		}
+	}
+	return false
 }
