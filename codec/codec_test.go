@@ -39,6 +39,8 @@ func samples() []any {
 		&StatusReply{Gateway: "g", AllowedRoots: []string{"/srv"}, SpoolDir: "/srv/spool", Pools: []PoolStatus{{Name: "cpu", Classes: []string{"batch"}}},
 			Workers: []WorkerStatus{{Heartbeat: Heartbeat{Worker: "w1"}, HeartbeatAgeMS: 5}}, Devices: []DeviceStatus{{Device: "cpu", BudgetBytes: 5}}, Classes: []ClassStatus{{Name: "batch", Chain: []string{"cpu"}}}},
 		&Error{Code: CodeNoWorker, Message: "no live pool", Details: map[string]any{"pools": "cpu"}},
+		&GatewayBeat{Gateway: "g1", Seq: 3, IntervalMS: 1000},
+		&JournalEntry{ID: "r1", State: JournalAccepted, Op: "tag", Reply: "_INBOX.x", JSON: true, Request: []byte{0x80}},
 	}
 }
 
