@@ -85,27 +85,9 @@ var gwSlowModel struct {
 // layers, with the plain tagger's label files.
 func gwSlowTaggerDir(t testing.TB) string {
 	t.Helper()
-	base := testenv.Models(t)
 	gwSlowModel.once.Do(func() {
 		dir := filepath.Join(pkgEnv.tmp, "gateway-tagger-slow")
-		gwSlowModel.err = func() error {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return err
-			}
-			if err := os.WriteFile(filepath.Join(dir, onnxgen.ModelFile), onnxgen.TaggerGraph(gwHeavyLayers).Bytes(), 0o644); err != nil {
-				return err
-			}
-			for _, f := range []string{onnxgen.SelectedTagsFile, onnxgen.ThresholdsFile} {
-				b, err := os.ReadFile(filepath.Join(base, onnxgen.TaggerDir, f))
-				if err != nil {
-					return err
-				}
-				if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-					return err
-				}
-			}
-			return nil
-		}()
+		gwSlowModel.err = onnxgen.GenerateTagger(dir, gwHeavyLayers)
 		gwSlowModel.dir = dir
 	})
 	if gwSlowModel.err != nil {

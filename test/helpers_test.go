@@ -54,27 +54,9 @@ func modelsDir(t testing.TB) string {
 // label files copied from the plain tagger's.
 func heavyDir(t testing.TB) string {
 	t.Helper()
-	base := modelsDir(t)
 	hd := filepath.Join(pkgEnv.tmp, onnxgen.TaggerHeavyDir)
 	heavyOnce.Do(func() {
-		heavyOnce.err = func() error {
-			if err := os.MkdirAll(hd, 0o755); err != nil {
-				return err
-			}
-			if err := os.WriteFile(filepath.Join(hd, onnxgen.ModelFile), onnxgen.TaggerGraph(heavyLayers).Bytes(), 0o644); err != nil {
-				return err
-			}
-			for _, f := range []string{onnxgen.SelectedTagsFile, onnxgen.ThresholdsFile} {
-				b, err := os.ReadFile(filepath.Join(base, onnxgen.TaggerDir, f))
-				if err != nil {
-					return err
-				}
-				if err := os.WriteFile(filepath.Join(hd, f), b, 0o644); err != nil {
-					return err
-				}
-			}
-			return nil
-		}()
+		heavyOnce.err = onnxgen.GenerateTagger(hd, heavyLayers)
 	})
 	if heavyOnce.err != nil {
 		t.Fatalf("heavy tagger: %v", heavyOnce.err)

@@ -371,3 +371,26 @@ func TinyGraph() *Graph {
 	g.AddNode("Add", []string{g.Op("Mul", []string{"x", g.Scalar(tinyMul)}), g.Scalar(tinyAdd)}, []string{"y"})
 	return g
 }
+
+// GenerateTagger writes a tagger with computeLayers extra layers (see TaggerGraph) and its
+// label files into dir: a tagger of any cost, for tests and benchmarks that need one
+// slower than tagger-heavy.
+func GenerateTagger(dir string, computeLayers int) error {
+	tagCSV, err := selectedTagsCSV()
+	if err != nil {
+		return err
+	}
+	thrCSV, err := thresholdsCSV()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("onnxgen: %w", err)
+	}
+	for name, data := range map[string][]byte{ModelFile: TaggerGraph(computeLayers).Bytes(), SelectedTagsFile: tagCSV, ThresholdsFile: thrCSV} {
+		if err := writeIfChanged(filepath.Join(dir, name), data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
