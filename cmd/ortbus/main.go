@@ -33,6 +33,7 @@ const usage = `usage:
   ortbus doctor -config FILE [-json]    check each pool's runtime library and execution providers
   ortbus models gen DIR [-heavy N]      write the generated models (N compute layers in tagger-heavy)
   ortbus demo -config FILE              run the system end to end and print a report
+  ortbus bench NAME [-out FILE.json]    overhead|throughput|collision|failure (docs/BENCHMARKS.md)
   ortbus status [-s URL] [-json]        pools, workers, devices and class queues, as tables
   ortbus req [-s URL] OP JSON           one request to ortbus.v1.OP (e.g. req tag '{"path":"/srv/a.png"}')
 `
@@ -49,6 +50,8 @@ func run(args []string) int {
 		return probeCmd(args[1:])
 	case "demo":
 		return demoCmd(args[1:])
+	case "bench":
+		return benchCmd(args[1:])
 	case "status":
 		return statusCmd(args[1:])
 	case "req":

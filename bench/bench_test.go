@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ortbus/ortbus/internal/testenv"
+)
+
+// TestCollisionPolicyEffect runs the short collision scenario (one CPU pool serving
+// urgent, interactive and a batch flood; a few seconds per run) under the sharing policy
+// and under FIFO, and checks the policy's qualitative effect only: interactive p95 is
+// lower under the policy than under FIFO, and no urgent request misses its 200 ms
+// deadline under the policy. Figures are in docs/BENCHMARKS.md, from the full benches.
+func TestCollisionPolicyEffect(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a gateway and workers twice; skipped with -short")
+	}
+	root := testenv.RepoRoot(t)
+	testenv.RuntimeLib(t, RuntimeVersion) // fails with the command to fetch it
+	bin := buildSystem(t, root)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	// The machine may be busy with other tests (make test runs packages in parallel), so a
+	// second attempt is allowed: the effect must show in one whole run.
+	var problems []string
+	for attempt := 1; attempt <= 2; attempt++ {
+		problems = collisionAttempt(t, ctx, root, bin, attempt)
+		if len(problems) == 0 {
+			return
+		}
+		t.Logf("attempt %d: %s", attempt, strings.Join(problems, "; "))
+	}
+	t.Error(strings.Join(problems, "\n"))
+}
+
+// collisionAttempt runs the short scenario under the policy and FIFO once and returns
+// what is wrong with the outcome.
+func collisionAttempt(t *testing.T, ctx context.Context, root, bin string, attempt int) []string {
+	var table bytes.Buffer
+	rep, err := Collision(ctx, Options{Repo: root, BinDir: bin, Scenario: "short", SkipSolo: true, Out: &table,
+		Chart: filepath.Join(t.TempDir(), "collision.png")})
+	t.Logf("collision, short scenario, attempt %d (load average %s):\n%s", attempt, loadAvg(), table.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := rep.Results.(*CollisionResults)
+	if res.PolicyKey != "ok" || res.FIFO == nil {
+		t.Fatalf("no FIFO run: the gateway did not take [gateway] policy (%s)", res.PolicyKey)
+	}
+	var problems []string
+	for run, m := range map[string]*CollisionRun{"policy": res.Policy, "fifo": res.FIFO} {
+		for class, s := range m.Classes {
+			if s.Unanswered > 0 {
+				t.Errorf("%s run: %d %s requests unanswered", run, s.Unanswered, class)
+			}
+		}
+	}
+	pi, fi := res.Policy.Classes["interactive"], res.FIFO.Classes["interactive"]
+	if pi.OK == 0 || fi.OK == 0 || pi.P95MS >= fi.P95MS {
+		problems = append(problems, fmt.Sprintf("interactive p95: policy %.1f ms (%d ok), fifo %.1f ms (%d ok); want policy < fifo", pi.P95MS, pi.OK, fi.P95MS, fi.OK))
+	}
+	if u := res.Policy.Classes["urgent"]; u.DeadlineMisses != 0 || u.OK != u.Count {
+		problems = append(problems, fmt.Sprintf("urgent under the policy: %d deadline misses, %d of %d ok (errors %v); want 0 misses, all ok", u.DeadlineMisses, u.OK, u.Count, u.Errors))
+	}
+	return problems
+}
+
+// buildSystem builds the gateway and ortworker (without -race: they are measured, and
+// only this test process needs the race detector) into a temporary directory; or, when
+// ORTBUS_BENCH_BIN names a directory, uses the binaries in it.
+func buildSystem(t *testing.T, root string) string {
+	t.Helper()
+	if dir := os.Getenv("ORTBUS_BENCH_BIN"); dir != "" {
+		return dir
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/gateway", "./cmd/ortworker")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/gateway ./cmd/ortworker: %v\n%s", err, out)
+	}
+	return dir
+}
+
+func TestScenariosParse(t *testing.T) {
+	for _, name := range []string{"default", "onepool", "short"} {
+		sc, err := LoadScenario(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := sc.Schedule(), sc.Schedule()
+		if len(a) == 0 || len(a) != len(b) {
+			t.Fatalf("%s: schedule of %d then %d arrivals", name, len(a), len(b))
+		}
+		counts := map[string]int{}
+		for i := range a {
+			if a[i] != b[i] {
+				t.Fatalf("%s: schedule differs at %d: %v vs %v (not deterministic)", name, i, a[i], b[i])
+			}
+			if i > 0 && a[i].At < a[i-1].At {
+				t.Fatalf("%s: schedule not in time order at %d", name, i)
+			}
+			counts[sc.Classes[a[i].Class].Name]++
+		}
+		if name == "default" || name == "onepool" {
+			if counts["urgent"] < 500 {
+				t.Errorf("%s: %d urgent requests, want >= 500 (the target is about >= 500)", name, counts["urgent"])
+			}
+			if counts["batch"] < 100 || counts["interactive"] == 0 {
+				t.Errorf("%s: counts %v", name, counts)
+			}
+		}
+	}
+}
+
+func TestScenarioErrors(t *testing.T) {
+	for _, bad := range []string{
+		"window = \"1s\"\nbogus = 1\n",
+		"window = \"1s\"\n[[pool]]\nname = \"p\"\nclasses = [\"urgent\"]\nmodels = [\"tiny\"]\n[[class]]\nname = \"urgent\"\nop = \"tag\"\nmodel = \"tiny\"\ntimeout = \"1s\"\narrival = \"periodic\"\ninterval = \"1s\"\n",
+		"window = \"1s\"\n[[pool]]\nname = \"p\"\nclasses = [\"urgent\"]\nmodels = [\"tiny\"]\n[[class]]\nname = \"urgent\"\nop = \"infer\"\nmodel = \"tiny\"\ntimeout = \"1s\"\narrival = \"sometimes\"\n",
+	} {
+		if _, err := ParseScenario([]byte(bad), "bad.toml"); err == nil {
+			t.Errorf("accepted:\n%s", bad)
+		}
+	}
+}
+
+func TestClassStatsAndReportShape(t *testing.T) {
+	start := time.Now()
+	end := start.Add(time.Second)
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	calls := []call{
+		{Class: "urgent", Sent: at(0), Recv: at(10 * time.Millisecond), Done: true, Deadline: 200 * time.Millisecond, QueueUS: 1000},
+		{Class: "urgent", Sent: at(0), Recv: at(300 * time.Millisecond), Done: true, Deadline: 200 * time.Millisecond},
+		{Class: "urgent", Sent: at(0), Recv: at(5 * time.Millisecond), Done: true, Code: "deadline_exceeded", Deadline: 200 * time.Millisecond},
+		{Class: "urgent", Sent: at(0), Recv: at(5 * time.Millisecond), Done: true, Code: "overloaded"},
+		{Class: "urgent", Sent: at(0)},
+	}
+	s := classStats(calls, start, end)
+	if s.Count != 5 || s.OK != 2 || s.DeadlineMisses != 2 || s.Late != 1 || s.Overloaded != 1 || s.Unanswered != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	// Latencies: 10 ms, 300 ms (late) and the deadline_exceeded answer as its 200 ms deadline.
+	if s.P50MS != 200 || s.P99MS != 300 || s.ThroughputPerS != round(2/0.3, 2) || s.WindowThroughputPerS != round(2/0.3, 2) {
+		t.Fatalf("percentiles/throughput %+v", s)
+	}
+	res := &CollisionResults{Scenario: &Scenario{Name: "x", Classes: []ScenarioClass{{Name: "urgent"}}},
+		Solo:   map[string]*ClassStats{"urgent": s},
+		Policy: &CollisionRun{Classes: map[string]*ClassStats{"urgent": s}, DrainMS: 12.5},
+	}
+	res.ratios()
+	rep := &Report{Bench: "collision", Machine: describeMachine(), Results: res}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]any
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	r := back["results"].(map[string]any)
+	pol := r["policy"].(map[string]any)
+	if pol["drain_ms"].(float64) != 12.5 || pol["urgent"].(map[string]any)["queue_wait_p95_ms"] == nil {
+		t.Fatalf("policy run JSON: %s", b)
+	}
+	for _, k := range []string{"count", "window_throughput_per_s", "p50_ms", "p95_ms", "p99_ms", "queue_wait_p95_ms", "deadline_misses", "overloaded", "throughput_per_s"} {
+		if _, ok := r["solo"].(map[string]any)["urgent"].(map[string]any)[k]; !ok {
+			t.Errorf("class stats lack %q", k)
+		}
+	}
+	if r["fifo"] != nil {
+		t.Errorf("fifo = %v, want null when not run", r["fifo"])
+	}
+	if m := back["machine"].(map[string]any); m["cores"].(float64) < 1 || m["go_version"] == "" {
+		t.Errorf("machine %v", m)
+	}
+
+	chart := filepath.Join(t.TempDir(), "c.png")
+	res.Scenario.Classes[0].Timeout = 0
+	if err := writeChart(chart, res); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(chart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if img, err := png.Decode(f); err != nil || img.Bounds().Dx() < 500 {
+		t.Fatalf("chart: %v", err)
+	}
+}
+
+func TestRunUnknown(t *testing.T) {
+	if _, err := Run(context.Background(), "nope", Options{}); err == nil || !strings.Contains(err.Error(), "overhead") {
+		t.Fatalf("err = %v", err)
+	}
+}

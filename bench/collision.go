@@ -1,0 +1,532 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"io"
+	"path/filepath"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nuid"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/models/onnxgen"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// CollisionResults are the results of `bench collision`: per class statistics of the same
+// arrival schedule run with each class alone (solo), with the gateway's sharing policy
+// (policy) and with plain FIFO (fifo).
+type CollisionResults struct {
+	Scenario *Scenario `json:"scenario"`
+	// Counts are the requests of each class in the schedule.
+	Counts map[string]int `json:"counts"`
+	// Solo maps each class to its statistics when it ran alone (nil when skipped).
+	Solo map[string]*ClassStats `json:"solo"`
+	// Policy and FIFO map each class to its statistics, plus drain_ms (nil when the run
+	// could not be made).
+	Policy *CollisionRun   `json:"policy"`
+	FIFO   *CollisionRun   `json:"fifo"`
+	Ratios CollisionRatios `json:"ratios"`
+	// PolicyKey says whether the gateway took `[gateway] policy` ("ok"), or why not.
+	PolicyKey string `json:"policy_key"`
+}
+
+// CollisionRun is one run of every class at once.
+type CollisionRun struct {
+	Classes map[string]*ClassStats
+	// DrainMS is the time from the end of arrivals (the window) until the batch backlog
+	// is empty (its last answer); 0 when it emptied within the window.
+	DrainMS float64
+}
+
+// MarshalJSON writes the classes and drain_ms side by side, as the report schema has it.
+func (r *CollisionRun) MarshalJSON() ([]byte, error) {
+	m := map[string]any{"drain_ms": r.DrainMS}
+	for k, v := range r.Classes {
+		m[k] = v
+	}
+	return json.Marshal(m)
+}
+
+// ClassStats are one class's statistics in one run. Latency percentiles are over the
+// results and the deadline misses (a deadline_exceeded answer counts as its deadline, or
+// its answer time if that was later); overloaded and other errors are counted apart.
+// Queue wait is the results' timing.queue_us.
+type ClassStats struct {
+	Count    int     `json:"count"`
+	OK       int     `json:"ok"`
+	P50MS    float64 `json:"p50_ms"`
+	P95MS    float64 `json:"p95_ms"`
+	P99MS    float64 `json:"p99_ms"`
+	MaxMS    float64 `json:"max_ms"`
+	QueueP95 float64 `json:"queue_wait_p95_ms"`
+	// DeadlineMisses are deadline_exceeded answers plus results that came after the
+	// request's deadline (its timeout_ms).
+	DeadlineMisses int `json:"deadline_misses"`
+	Late           int `json:"late"`
+	Overloaded     int `json:"overloaded"`
+	// ThroughputPerS is results per second from the run's start to the class's last
+	// result.
+	ThroughputPerS float64 `json:"throughput_per_s"`
+	// WindowThroughputPerS is results per second during the arrival window: results
+	// received until the window's end (or the class's last result, if that came first)
+	// over that time. For the batch flood this is its throughput during the collision.
+	WindowThroughputPerS float64        `json:"window_throughput_per_s"`
+	Errors               map[string]int `json:"errors,omitempty"`
+	Unanswered           int            `json:"unanswered"`
+
+	latencies []time.Duration // sorted; for the chart
+}
+
+// CollisionRatios are the figures the targets are about.
+type CollisionRatios struct {
+	InteractiveP95PolicyOverSolo float64 `json:"interactive_p95_policy_over_solo"`
+	InteractiveP95FIFOOverSolo   float64 `json:"interactive_p95_fifo_over_solo"`
+	InteractiveP95FIFOOverPolicy float64 `json:"interactive_p95_fifo_over_policy"`
+	UrgentCountPolicy            int     `json:"urgent_count_policy"`
+	UrgentMissesPolicy           int     `json:"urgent_deadline_misses_policy"`
+	UrgentMissesFIFO             int     `json:"urgent_deadline_misses_fifo"`
+	// Batch throughputs compare window_throughput_per_s: the flood's rate during the
+	// arrival window.
+	BatchThroughputPolicyOverSolo float64 `json:"batch_throughput_policy_over_solo"`
+	BatchThroughputFIFOOverSolo   float64 `json:"batch_throughput_fifo_over_solo"`
+	DrainMSPolicy                 float64 `json:"drain_ms_policy"`
+	DrainMSFIFO                   float64 `json:"drain_ms_fifo"`
+}
+
+// Collision runs the collision scenario: solo runs of each class, then every class at
+// once under the sharing policy, then under FIFO, with the same arrival schedule.
+func Collision(ctx context.Context, o Options) (*Report, error) {
+	if err := o.resolve(); err != nil {
+		return nil, err
+	}
+	sc, err := LoadScenario(o.Scenario)
+	if err != nil {
+		return nil, err
+	}
+	if o.Duration > 0 {
+		sc.Window = config.Duration(o.Duration)
+	}
+	lib, err := o.runtimeLib(RuntimeVersion)
+	if err != nil {
+		return nil, err
+	}
+	w, err := newWorkdir(&o, sc.HeavyLayers)
+	if err != nil {
+		return nil, err
+	}
+	defer w.close()
+	rep := newReport("collision")
+	defer rep.finish()
+	sched := sc.Schedule()
+	res := &CollisionResults{Scenario: sc, Counts: map[string]int{}, PolicyKey: "ok"}
+	for _, a := range sched {
+		res.Counts[sc.Classes[a.Class].Name]++
+	}
+	rep.Results = res
+
+	// The requests of each class.
+	reqs := make([]func() codec.Request, len(sc.Classes))
+	colours := []color.RGBA{{R: 255, A: 255}, {G: 255, A: 255}, {B: 255, A: 255}}
+	for i, c := range sc.Classes {
+		c := c
+		switch c.Op {
+		case subjects.OpInfer:
+			x := &codec.Tensor{Type: "float32", Shape: []int64{1, onnxgen.TinyDim}, Data: codec.Float32Bytes([]float32{1, 2, 3, 4})}
+			reqs[i] = func() codec.Request {
+				return codec.Request{Model: c.Model, Class: c.Name, Inputs: map[string]*codec.Tensor{"x": x}, TimeoutMS: c.Timeout.D().Milliseconds()}
+			}
+		case subjects.OpTag:
+			p, err := w.solidPNG(c.Name, c.Image, colours[i%len(colours)])
+			if err != nil {
+				return nil, err
+			}
+			reqs[i] = func() codec.Request {
+				return codec.Request{Model: c.Model, Class: c.Name, Path: p, TimeoutMS: c.Timeout.D().Milliseconds()}
+			}
+		}
+	}
+
+	base := collisionConfig(sc, w, lib)
+	base.Policy = config.PolicyPriority
+	policyCfg, err := w.writeConfig(&o, "policy", base)
+	if policyRefused(err) {
+		res.PolicyKey = "refused: " + err.Error()
+		rep.note("the gateway's config has no [gateway] policy key yet (%v): the policy run used its built-in policy, and there is no FIFO run", err)
+		base.Policy = ""
+		policyCfg, err = w.writeConfig(&o, "policy", base)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := o.out()
+	fmt.Fprintf(out, "collision: scenario %s, seed %d, window %v; requests: %s\n", sc.Name, sc.Seed, sc.Window.D(), countsLine(sc, res.Counts))
+
+	sys, err := startSystem(ctx, &o, w, "policy", policyCfg)
+	if err != nil {
+		return nil, err
+	}
+	sys.runtimes(ctx, &rep.Machine.Runtimes)
+	if err := warmUp(ctx, sys, sc, reqs); err != nil {
+		sys.stop()
+		return nil, err
+	}
+	if !o.SkipSolo {
+		res.Solo = map[string]*ClassStats{}
+		for ci, c := range sc.Classes {
+			var only []arrival
+			for _, a := range sched {
+				if a.Class == ci {
+					only = append(only, a)
+				}
+			}
+			fmt.Fprintf(out, "  solo %s ...\n", c.Name)
+			run, err := runSchedule(ctx, sys, sc, only, reqs)
+			if err != nil {
+				sys.stop()
+				return nil, fmt.Errorf("solo %s: %w", c.Name, err)
+			}
+			res.Solo[c.Name] = run.Classes[c.Name]
+		}
+	}
+	fmt.Fprintf(out, "  policy ...\n")
+	res.Policy, err = runSchedule(ctx, sys, sc, sched, reqs)
+	sys.stop()
+	if err != nil {
+		return nil, fmt.Errorf("policy run: %w", err)
+	}
+
+	if res.PolicyKey == "ok" {
+		base.Policy = config.PolicyFIFO
+		fifoCfg, err := w.writeConfig(&o, "fifo", base)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(out, "  fifo ...\n")
+		fsys, err := startSystem(ctx, &o, w, "fifo", fifoCfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := warmUp(ctx, fsys, sc, reqs); err != nil {
+			fsys.stop()
+			return nil, err
+		}
+		res.FIFO, err = runSchedule(ctx, fsys, sc, sched, reqs)
+		fsys.stop()
+		if err != nil {
+			return nil, fmt.Errorf("fifo run: %w", err)
+		}
+	}
+	res.ratios()
+	res.print(out, rep)
+	if o.Chart != "" {
+		if err := writeChart(o.Chart, res); err != nil {
+			return nil, fmt.Errorf("chart: %w", err)
+		}
+	}
+	return rep, nil
+}
+
+// collisionConfig is the gateway config of a scenario (without its policy).
+func collisionConfig(sc *Scenario, w *workdir, lib string) sysConfig {
+	c := sysConfig{Images: w.images}
+	for _, p := range sc.Pools {
+		c.Pools = append(c.Pools, poolSpec{Name: p.Name, Runtime: lib, Workers: p.Workers, Slots: p.Slots, Threads: p.Threads,
+			Device: p.Device, Classes: p.Classes, Models: p.Models, MaxBatch: p.MaxBatch, MaxDelay: p.MaxDelay.D(), Nice: p.Nice})
+	}
+	for _, cl := range sc.Classes {
+		var chain []string
+		for _, p := range sc.Pools {
+			if slices.Contains(p.Classes, cl.Name) {
+				chain = append(chain, p.Name)
+			}
+		}
+		c.Classes = append(c.Classes, classSpec{Name: cl.Name, Chain: chain, Timeout: cl.Timeout.D(), MaxTimeout: cl.Timeout.D(), QueueBound: cl.QueueBound})
+	}
+	dirs := map[string]modelSpec{
+		"tiny":   {Name: "tiny", Kind: "raw", Dir: filepath.Join(w.models, onnxgen.TinyDir)},
+		"tagger": {Name: "tagger", Kind: "tagger-pixai", Dir: filepath.Join(w.models, onnxgen.TaggerDir)},
+		"heavy":  {Name: "heavy", Kind: "tagger-pixai", Dir: filepath.Join(w.models, onnxgen.TaggerHeavyDir)},
+	}
+	used := map[string]bool{}
+	for _, p := range sc.Pools {
+		for _, m := range p.Models {
+			used[m] = true
+		}
+	}
+	for _, name := range []string{"tiny", "tagger", "heavy"} {
+		if used[name] {
+			c.Models = append(c.Models, dirs[name])
+		}
+	}
+	return c
+}
+
+// warmUp sends a few requests of each class, one at a time, so that no measured run pays
+// for first runs.
+func warmUp(ctx context.Context, sys *system, sc *Scenario, reqs []func() codec.Request) error {
+	for i, c := range sc.Classes {
+		for j := 0; j < 3; j++ {
+			req := reqs[i]()
+			req.ID = nuid.Next()
+			req.TimeoutMS = max(req.TimeoutMS, 30_000)
+			cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			err := sys.cl.Do(cctx, c.Op, &req, new(served))
+			cancel()
+			if err != nil {
+				return fmt.Errorf("warm-up of %s: %w", c.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// runSchedule sends the schedule's requests at their times, waits for every answer (up
+// to the scenario's drain timeout after the window) and computes each class's statistics.
+func runSchedule(ctx context.Context, sys *system, sc *Scenario, sched []arrival, reqs []func() codec.Request) (*CollisionRun, error) {
+	cl, err := newCaller(sys.nc)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.close()
+	start := time.Now().Add(50 * time.Millisecond)
+	for _, a := range sched {
+		if d := time.Until(start.Add(a.At)); d > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(d):
+			}
+		}
+		req := reqs[a.Class]()
+		req.ID = nuid.Next()
+		if _, err := cl.send(sc.Classes[a.Class].Op, &req); err != nil {
+			return nil, err
+		}
+	}
+	windowEnd := start.Add(sc.Window.D())
+	if d := time.Until(windowEnd); d > 0 {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(d):
+		}
+	}
+	cl.wait(ctx, sc.DrainTimeout.D())
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	calls := cl.snapshot()
+	run := &CollisionRun{Classes: map[string]*ClassStats{}}
+	for _, c := range sc.Classes {
+		var mine []call
+		for _, k := range calls {
+			if k.Class == c.Name {
+				mine = append(mine, k)
+			}
+		}
+		if len(mine) == 0 {
+			continue
+		}
+		run.Classes[c.Name] = classStats(mine, start, windowEnd)
+		if c.Name == subjects.ClassBatch {
+			var last time.Time
+			for _, k := range mine {
+				if k.Done && k.Recv.After(last) {
+					last = k.Recv
+				}
+			}
+			run.DrainMS = ms(max(0, last.Sub(windowEnd)))
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // let the system settle before the next run
+	return run, nil
+}
+
+// classStats summarises one class's calls.
+func classStats(calls []call, start, windowEnd time.Time) *ClassStats {
+	s := &ClassStats{Count: len(calls), Errors: map[string]int{}}
+	var lat, queue []time.Duration
+	var lastOK time.Time
+	for _, k := range calls {
+		if !k.Done {
+			s.Unanswered++
+			continue
+		}
+		switch k.Code {
+		case "":
+			s.OK++
+			lat = append(lat, k.Latency())
+			queue = append(queue, time.Duration(k.QueueUS)*time.Microsecond)
+			if k.Late() {
+				s.Late++
+				s.DeadlineMisses++
+			}
+			if k.Recv.After(lastOK) {
+				lastOK = k.Recv
+			}
+		case string(codec.CodeDeadlineExceeded):
+			s.DeadlineMisses++
+			s.Errors[k.Code]++
+			// A miss counts in the latencies as at least its deadline: it was not served
+			// in time, however early the system said so.
+			lat = append(lat, max(k.Latency(), k.Deadline))
+		case string(codec.CodeOverloaded):
+			s.Overloaded++
+			s.Errors[k.Code]++
+		default:
+			s.Errors[k.Code]++
+		}
+	}
+	if len(s.Errors) == 0 {
+		s.Errors = nil
+	}
+	l, q := summarize(lat), summarize(queue)
+	s.P50MS, s.P95MS, s.P99MS, s.MaxMS, s.QueueP95 = ms(l.P50), ms(l.P95), ms(l.P99), ms(l.Max), ms(q.P95)
+	s.latencies = lat
+	if span := lastOK.Sub(start); !lastOK.IsZero() && span > 0 {
+		s.ThroughputPerS = round(float64(s.OK)/span.Seconds(), 2)
+	}
+	end := windowEnd
+	if !lastOK.IsZero() && lastOK.Before(end) {
+		end = lastOK
+	}
+	n := 0
+	for _, k := range calls {
+		if k.Done && k.Code == "" && !k.Recv.After(end) {
+			n++
+		}
+	}
+	if span := end.Sub(start); span > 0 {
+		s.WindowThroughputPerS = round(float64(n)/span.Seconds(), 2)
+	}
+	return s
+}
+
+func (r *CollisionResults) ratios() {
+	get := func(m map[string]*ClassStats, class string) *ClassStats {
+		if m == nil || m[class] == nil {
+			return &ClassStats{}
+		}
+		return m[class]
+	}
+	var pol, fifo map[string]*ClassStats
+	if r.Policy != nil {
+		pol = r.Policy.Classes
+		r.Ratios.DrainMSPolicy = r.Policy.DrainMS
+	}
+	if r.FIFO != nil {
+		fifo = r.FIFO.Classes
+		r.Ratios.DrainMSFIFO = r.FIFO.DrainMS
+	}
+	const i, u, b = subjects.ClassInteractive, subjects.ClassUrgent, subjects.ClassBatch
+	r.Ratios.InteractiveP95PolicyOverSolo = ratio(get(pol, i).P95MS, get(r.Solo, i).P95MS)
+	r.Ratios.InteractiveP95FIFOOverSolo = ratio(get(fifo, i).P95MS, get(r.Solo, i).P95MS)
+	r.Ratios.InteractiveP95FIFOOverPolicy = ratio(get(fifo, i).P95MS, get(pol, i).P95MS)
+	r.Ratios.UrgentCountPolicy = get(pol, u).Count
+	r.Ratios.UrgentMissesPolicy = get(pol, u).DeadlineMisses
+	r.Ratios.UrgentMissesFIFO = get(fifo, u).DeadlineMisses
+	r.Ratios.BatchThroughputPolicyOverSolo = ratio(get(pol, b).WindowThroughputPerS, get(r.Solo, b).WindowThroughputPerS)
+	r.Ratios.BatchThroughputFIFOOverSolo = ratio(get(fifo, b).WindowThroughputPerS, get(r.Solo, b).WindowThroughputPerS)
+}
+
+func countsLine(sc *Scenario, counts map[string]int) string {
+	s := ""
+	for _, c := range sc.Classes {
+		if s != "" {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s %d (%s)", c.Name, counts[c.Name], c.Arrival)
+	}
+	return s
+}
+
+func (r *CollisionResults) print(out io.Writer, rep *Report) {
+	tw := table(out)
+	fmt.Fprintln(tw, "run\tclass\tcount\tok\tp50 ms\tp95 ms\tp99 ms\tqueue p95 ms\tmisses\toverloaded\tthroughput/s\tin window/s\terrors\t")
+	row := func(run string, m map[string]*ClassStats) {
+		var names []string
+		for _, c := range r.Scenario.Classes {
+			if m[c.Name] != nil {
+				names = append(names, c.Name)
+			}
+		}
+		for _, n := range names {
+			s := m[n]
+			errs := ""
+			keys := make([]string, 0, len(s.Errors))
+			for k := range s.Errors {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				errs += fmt.Sprintf("%s:%d ", k, s.Errors[k])
+			}
+			if s.Unanswered > 0 {
+				errs += fmt.Sprintf("unanswered:%d", s.Unanswered)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%.2f\t%.2f\t%s\t\n", run, n, s.Count, s.OK, s.P50MS, s.P95MS, s.P99MS, s.QueueP95, s.DeadlineMisses, s.Overloaded, s.ThroughputPerS, s.WindowThroughputPerS, errs)
+		}
+	}
+	if r.Solo != nil {
+		row("solo", r.Solo)
+	}
+	if r.Policy != nil {
+		row("policy", r.Policy.Classes)
+	}
+	if r.FIFO != nil {
+		row("fifo", r.FIFO.Classes)
+	}
+	tw.Flush()
+	q := r.Ratios
+	if r.Policy != nil {
+		fmt.Fprintf(out, "batch drain after the window: policy %.0f ms", q.DrainMSPolicy)
+		if r.FIFO != nil {
+			fmt.Fprintf(out, ", fifo %.0f ms", q.DrainMSFIFO)
+		}
+		fmt.Fprintln(out)
+	}
+	if r.Solo != nil && r.Policy != nil {
+		ok := q.InteractiveP95PolicyOverSolo <= 1.5
+		fmt.Fprintf(out, "interactive p95 policy/solo: %.2fx (target <= 1.5x: %s)\n", q.InteractiveP95PolicyOverSolo, verdict(ok))
+		if !ok {
+			rep.note("target missed: interactive p95 under the policy is %.2fx solo (target <= 1.5x)", q.InteractiveP95PolicyOverSolo)
+		}
+		if r.FIFO != nil {
+			ok := q.InteractiveP95FIFOOverSolo >= 3
+			fmt.Fprintf(out, "interactive p95 fifo/solo: %.2fx (target >= 3x: %s)\n", q.InteractiveP95FIFOOverSolo, verdict(ok))
+			if !ok {
+				rep.note("target missed: interactive p95 under FIFO is %.2fx solo (target >= 3x)", q.InteractiveP95FIFOOverSolo)
+			}
+		}
+		ok = q.BatchThroughputPolicyOverSolo >= 0.6
+		fmt.Fprintf(out, "batch throughput in the window, policy/solo: %.2fx", q.BatchThroughputPolicyOverSolo)
+		if r.FIFO != nil {
+			fmt.Fprintf(out, ", fifo/solo: %.2fx", q.BatchThroughputFIFOOverSolo)
+		}
+		fmt.Fprintf(out, " (target policy >= 0.6x: %s)\n", verdict(ok))
+		if !ok {
+			rep.note("target missed: batch throughput under the policy is %.2fx solo (target >= 0.6x)", q.BatchThroughputPolicyOverSolo)
+		}
+	}
+	if r.Policy != nil && r.FIFO != nil {
+		fmt.Fprintf(out, "interactive p95 fifo/policy: %.2fx\n", q.InteractiveP95FIFOOverPolicy)
+	}
+	if r.Policy != nil {
+		ok := q.UrgentMissesPolicy == 0 && q.UrgentCountPolicy >= 500
+		fmt.Fprintf(out, "urgent deadline misses: policy %d of %d", q.UrgentMissesPolicy, q.UrgentCountPolicy)
+		if r.FIFO != nil {
+			fmt.Fprintf(out, ", fifo %d", q.UrgentMissesFIFO)
+		}
+		fmt.Fprintf(out, " (target 0 of >= 500: %s)\n", verdict(ok))
+		if !ok {
+			rep.note("target missed: %d urgent deadline misses of %d urgent requests under the policy (target 0 of >= 500)", q.UrgentMissesPolicy, q.UrgentCountPolicy)
+		}
+	}
+}

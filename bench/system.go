@@ -1,0 +1,555 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/ortbus/ortbus/config"
+	"image"
+	"image/color"
+	"image/png"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ortbus/ortbus/client"
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/models/onnxgen"
+)
+
+// Bounds of starting and stopping a system; a healthy run never waits them out.
+const (
+	startBound = 90 * time.Second
+	stopBound  = 20 * time.Second
+)
+
+// workdir is a bench's temporary directory: configs, generated models, images, logs.
+type workdir struct {
+	dir    string
+	models string // generated models (onnxgen)
+	images string // the one allowed image root
+	keep   bool
+}
+
+// newWorkdir makes the temporary directory and generates the models into it, the heavy
+// tagger with heavyLayers compute layers (0 = none).
+func newWorkdir(o *Options, heavyLayers int) (*workdir, error) {
+	dir, err := os.MkdirTemp("", "ortbus-bench-")
+	if err != nil {
+		return nil, err
+	}
+	w := &workdir{dir: dir, models: filepath.Join(dir, "models"), images: filepath.Join(dir, "images"), keep: o.KeepTemp}
+	if err := os.MkdirAll(w.images, 0o755); err != nil {
+		w.close()
+		return nil, err
+	}
+	if err := onnxgen.Generate(w.models, onnxgen.Options{TaggerComputeLayers: heavyLayers}); err != nil {
+		w.close()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *workdir) close() {
+	if w == nil {
+		return
+	}
+	if w.keep {
+		fmt.Fprintf(os.Stderr, "bench: kept %s\n", w.dir)
+		return
+	}
+	os.RemoveAll(w.dir)
+}
+
+// solidPNG writes a size x size PNG of one colour into the image root and returns its path.
+func (w *workdir) solidPNG(name string, size int, c color.RGBA) (string, error) {
+	img := image.NewRGBA(image.Rect(0, 0, size, size))
+	for i := 0; i < len(img.Pix); i += 4 {
+		img.Pix[i], img.Pix[i+1], img.Pix[i+2], img.Pix[i+3] = c.R, c.G, c.B, 255
+	}
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, img); err != nil {
+		return "", err
+	}
+	p := filepath.Join(w.images, name+".png")
+	return p, os.WriteFile(p, buf.Bytes(), 0o644)
+}
+
+// poolSpec is one [pools.NAME] table of a generated config.
+type poolSpec struct {
+	Name     string
+	Runtime  string // absolute library path
+	Workers  int
+	Slots    int
+	Threads  int
+	Device   string
+	Classes  []string
+	Models   []string
+	MaxBatch int
+	MaxDelay time.Duration
+	Nice     int // written only under the priority policy: part of the CPU sharing rule
+}
+
+// classSpec is one [classes.NAME] table.
+type classSpec struct {
+	Name       string
+	Chain      []string
+	Timeout    time.Duration
+	MaxTimeout time.Duration
+	QueueBound int
+}
+
+// modelSpec is one [models.NAME] table.
+type modelSpec struct {
+	Name, Kind, Dir string
+}
+
+// sysConfig is a whole generated config.
+type sysConfig struct {
+	// Policy is the [gateway] policy ("" = leave the key out).
+	Policy  string
+	Images  string
+	Pools   []poolSpec
+	Classes []classSpec
+	Models  []modelSpec
+	// Heartbeat interval (default 250ms).
+	Heartbeat time.Duration
+}
+
+func tomlList(xs []string) string {
+	q := make([]string, len(xs))
+	for i, x := range xs {
+		q[i] = strconv.Quote(x)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+func tomlDur(d time.Duration) string { return strconv.Quote(d.String()) }
+
+// text renders the config as TOML.
+func (c sysConfig) text() string {
+	var b strings.Builder
+	b.WriteString("# written by ortbus bench\n[nats]\nembedded = true\nlisten = \"127.0.0.1:0\"\n\n")
+	b.WriteString("[gateway]\nshutdown_grace = \"5s\"\nrestart_backoff_min = \"50ms\"\n")
+	if c.Policy != "" {
+		fmt.Fprintf(&b, "policy = %q\n", c.Policy)
+	}
+	hb := c.Heartbeat
+	if hb == 0 {
+		hb = 250 * time.Millisecond
+	}
+	fmt.Fprintf(&b, "\n[health]\nheartbeat_interval = %s\nmiss_count = 3\n\n", tomlDur(hb))
+	fmt.Fprintf(&b, "[security]\nallowed_roots = [%q]\n\n", c.Images)
+	for _, cl := range c.Classes {
+		fmt.Fprintf(&b, "[classes.%s]\nchain = %s\n", cl.Name, tomlList(cl.Chain))
+		if cl.Timeout > 0 {
+			fmt.Fprintf(&b, "timeout = %s\n", tomlDur(cl.Timeout))
+		}
+		if cl.MaxTimeout > 0 {
+			fmt.Fprintf(&b, "max_timeout = %s\n", tomlDur(cl.MaxTimeout))
+		}
+		if cl.QueueBound > 0 {
+			fmt.Fprintf(&b, "queue_bound = %d\n", cl.QueueBound)
+		}
+		b.WriteString("\n")
+	}
+	for _, p := range c.Pools {
+		fmt.Fprintf(&b, "[pools.%s]\nruntime = %q\nep = \"cpu\"\ndevice = %q\n", p.Name, p.Runtime, orDefault(p.Device, "cpu"))
+		fmt.Fprintf(&b, "workers = %d\nslots = %d\nthreads = %d\n", max(p.Workers, 1), max(p.Slots, 1), max(p.Threads, 1))
+		fmt.Fprintf(&b, "classes = %s\nmodels = %s\n", tomlList(p.Classes), tomlList(p.Models))
+		if p.MaxBatch > 0 {
+			fmt.Fprintf(&b, "max_batch = %d\n", p.MaxBatch)
+		}
+		if p.MaxDelay > 0 {
+			fmt.Fprintf(&b, "max_delay = %s\n", tomlDur(p.MaxDelay))
+		}
+		if p.Nice > 0 && c.Policy != config.PolicyFIFO {
+			fmt.Fprintf(&b, "nice = %d\n", p.Nice)
+		}
+		b.WriteString("\n")
+	}
+	for _, m := range c.Models {
+		fmt.Fprintf(&b, "[models.%s]\nkind = %q\ndir = %q\n\n", m.Name, m.Kind, m.Dir)
+	}
+	return b.String()
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// writeConfig writes the config as dir/name.toml and checks that the bench's gateway
+// binary takes it (`gateway -check`), so that a key the binary does not know yet is
+// reported as such.
+func (w *workdir) writeConfig(o *Options, name string, c sysConfig) (string, error) {
+	path := filepath.Join(w.dir, name+".toml")
+	if err := os.WriteFile(path, []byte(c.text()), 0o644); err != nil {
+		return "", err
+	}
+	out, err := exec.Command(filepath.Join(o.BinDir, "gateway"), "-check", "-config", path).CombinedOutput()
+	if err != nil {
+		return path, fmt.Errorf("%s refuses the config: %s", filepath.Join(o.BinDir, "gateway"), strings.TrimSpace(string(out)))
+	}
+	return path, nil
+}
+
+// policyRefused reports whether a config error is the gateway refusing the policy key
+// (a gateway older than `[gateway] policy`).
+func policyRefused(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "policy")
+}
+
+// system is a running gateway (with its embedded NATS server and local workers) and a
+// client connection to its bus.
+type system struct {
+	name  string
+	cmd   *exec.Cmd
+	ready struct {
+		NATSURL string `json:"nats_url"`
+	}
+	nc     *nats.Conn
+	cl     *client.Client
+	log    *logBuffer
+	exited chan struct{}
+}
+
+// logBuffer keeps the tail of a process's stderr (and copies it to an optional writer).
+type logBuffer struct {
+	mu   sync.Mutex
+	file *os.File
+	tee  io.Writer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tee != nil {
+		l.tee.Write(p)
+	}
+	return l.file.Write(p)
+}
+
+// tail is the last n lines of the log.
+func (l *logBuffer) tail(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, _ := os.ReadFile(l.file.Name())
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// startSystem runs `gateway -config cfg` on a free port with HTTP off and the bench's
+// ortworker, waits for its ready line, connects, and checks that every pool has all its
+// workers live.
+func startSystem(ctx context.Context, o *Options, w *workdir, name, cfg string) (*system, error) {
+	lf, err := os.Create(filepath.Join(w.dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	s := &system{name: name, log: &logBuffer{file: lf, tee: o.Logs}, exited: make(chan struct{})}
+	s.cmd = exec.Command(filepath.Join(o.BinDir, "gateway"), "-config", cfg, "-nats-listen", "127.0.0.1:0",
+		"-http-listen", "-", "-worker", filepath.Join(o.BinDir, "ortworker"))
+	s.cmd.Stderr = s.log
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the bench
+	out, err := s.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start gateway: %w", err)
+	}
+	readyCh := make(chan []byte, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sent := false
+		for sc.Scan() {
+			var ev struct{ Event string }
+			if !sent && json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Event == "ready" {
+				readyCh <- append([]byte(nil), sc.Bytes()...)
+				sent = true
+			}
+		}
+		s.cmd.Wait()
+		close(s.exited)
+	}()
+	select {
+	case line := <-readyCh:
+		json.Unmarshal(line, &s.ready)
+	case <-s.exited:
+		return nil, fmt.Errorf("gateway %s exited (%v) before it was ready; log tail:\n%s", name, s.cmd.ProcessState, s.log.tail(30))
+	case <-time.After(startBound):
+		s.kill()
+		return nil, fmt.Errorf("gateway %s: no ready line within %v; log tail:\n%s", name, startBound, s.log.tail(30))
+	case <-ctx.Done():
+		s.kill()
+		return nil, ctx.Err()
+	}
+	s.nc, err = nats.Connect(s.ready.NATSURL, nats.Name("ortbus bench"), nats.MaxReconnects(-1))
+	if err != nil {
+		s.stop()
+		return nil, fmt.Errorf("connect to %s: %w", s.ready.NATSURL, err)
+	}
+	s.cl = client.New(s.nc)
+	if err := s.awaitWorkers(ctx, 30*time.Second); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// awaitWorkers waits until every pool has as many live workers as configured.
+func (s *system) awaitWorkers(ctx context.Context, bound time.Duration) error {
+	until := time.Now().Add(bound)
+	for {
+		st, err := s.status(ctx)
+		if err == nil {
+			ok := true
+			for _, p := range st.Pools {
+				if p.Error != nil {
+					return fmt.Errorf("pool %s failed: %s: %s; log tail:\n%s", p.Name, p.Error.Code, p.Error.Message, s.log.tail(30))
+				}
+				if p.Live < p.Workers {
+					ok = false
+				}
+			}
+			if ok {
+				return nil
+			}
+		}
+		if time.Now().After(until) {
+			return fmt.Errorf("gateway %s: pools not live within %v (last status error: %v); log tail:\n%s", s.name, bound, err, s.log.tail(30))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (s *system) status(ctx context.Context) (*codec.StatusReply, error) {
+	c, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return s.cl.Status(c)
+}
+
+// runtimes adds the workers' runtime versions to rt.
+func (s *system) runtimes(ctx context.Context, rt *Runtimes) {
+	if st, err := s.status(ctx); err == nil {
+		for _, w := range st.Workers {
+			rt.addWorker(w.Runtime)
+		}
+	}
+}
+
+// stop closes the connection and stops the gateway (SIGTERM: it drains its workers),
+// killing it if it does not exit in time.
+func (s *system) stop() {
+	if s == nil {
+		return
+	}
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	select {
+	case <-s.exited:
+	default:
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exited:
+		case <-time.After(stopBound):
+			s.kill()
+		}
+	}
+	s.log.file.Close()
+}
+
+func (s *system) kill() {
+	s.cmd.Process.Kill()
+	<-s.exited
+}
+
+// caller sends requests asynchronously (publish with a reply subject) and records each
+// one's terminal reply, so thousands can be outstanding without a goroutine each.
+type caller struct {
+	nc     *nats.Conn
+	sub    *nats.Subscription
+	prefix string
+
+	mu      sync.Mutex
+	calls   map[string]*call
+	pending int
+	idle    *sync.Cond
+	// onReply, when set (setOnReply), is called outside mu for every reply.
+	onReply func(*call)
+}
+
+// setOnReply sets a function called for every reply (on the subscription's goroutine).
+func (c *caller) setOnReply(f func(*call)) {
+	c.mu.Lock()
+	c.onReply = f
+	c.mu.Unlock()
+}
+
+// call is one request and its outcome.
+type call struct {
+	ID       string
+	Class    string
+	Sent     time.Time
+	Deadline time.Duration // the request's timeout (0 = the class default)
+	Done     bool
+	Recv     time.Time
+	Code     string // "" = a result
+	QueueUS  int64
+	Worker   string
+	Runtime  string
+}
+
+// Latency is the time from sending to the reply.
+func (c *call) Latency() time.Duration { return c.Recv.Sub(c.Sent) }
+
+// Late reports whether a result arrived after the request's deadline.
+func (c *call) Late() bool { return c.Code == "" && c.Deadline > 0 && c.Latency() > c.Deadline }
+
+func newCaller(nc *nats.Conn) (*caller, error) {
+	c := &caller{nc: nc, prefix: nc.NewRespInbox() + ".", calls: map[string]*call{}}
+	c.idle = sync.NewCond(&c.mu)
+	sub, err := nc.Subscribe(c.prefix+"*", c.handle)
+	if err != nil {
+		return nil, err
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		sub.Unsubscribe()
+		return nil, err
+	}
+	c.sub = sub
+	return c, nil
+}
+
+// served is the part every result shares.
+type served struct {
+	codec.Served `msgpack:",inline"`
+}
+
+func (c *caller) handle(m *nats.Msg) {
+	now := time.Now()
+	id := strings.TrimPrefix(m.Subject, c.prefix)
+	var code string
+	var sv served
+	if err := client.Decode(m, &sv); err != nil {
+		code = string(codec.AsError(err).Code)
+	}
+	c.mu.Lock()
+	k, ok := c.calls[id]
+	if !ok || k.Done {
+		c.mu.Unlock()
+		return
+	}
+	k.Done, k.Recv, k.Code = true, now, code
+	k.QueueUS, k.Worker, k.Runtime = sv.Timing.QueueUS, sv.Worker, sv.Runtime
+	c.pending--
+	if c.pending == 0 {
+		c.idle.Broadcast()
+	}
+	f := c.onReply
+	c.mu.Unlock()
+	if f != nil {
+		f(k)
+	}
+}
+
+// send publishes req (its ID set) to ortbus.v1.<op>.
+func (c *caller) send(op string, req *codec.Request) (*call, error) {
+	data, err := codec.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	k := &call{ID: req.ID, Class: req.Class, Deadline: time.Duration(req.TimeoutMS) * time.Millisecond}
+	c.mu.Lock()
+	if _, dup := c.calls[k.ID]; dup {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("duplicate request id %s", k.ID)
+	}
+	c.calls[k.ID] = k
+	c.pending++
+	k.Sent = time.Now()
+	c.mu.Unlock()
+	if err := c.nc.PublishRequest("ortbus.v1."+op, c.prefix+k.ID, data); err != nil {
+		c.mu.Lock()
+		k.Done, k.Recv, k.Code = true, time.Now(), "publish_failed"
+		c.pending--
+		c.mu.Unlock()
+		return k, err
+	}
+	return k, nil
+}
+
+// wait waits until every call is answered or bound passes; it returns how many are
+// still unanswered.
+func (c *caller) wait(ctx context.Context, bound time.Duration) int {
+	done := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { c.mu.Lock(); c.idle.Broadcast(); c.mu.Unlock() })
+	defer stop()
+	timer := time.AfterFunc(bound, func() { close(done); c.mu.Lock(); c.idle.Broadcast(); c.mu.Unlock() })
+	defer timer.Stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.pending > 0 {
+		select {
+		case <-done:
+			return c.pending
+		default:
+		}
+		if ctx.Err() != nil {
+			return c.pending
+		}
+		c.idle.Wait()
+	}
+	return 0
+}
+
+// snapshot returns copies of every call.
+func (c *caller) snapshot() []call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]call, 0, len(c.calls))
+	for _, k := range c.calls {
+		out = append(out, *k)
+	}
+	return out
+}
+
+func (c *caller) close() {
+	if c.sub != nil {
+		c.sub.Unsubscribe()
+	}
+}
+
+// errCode is the stable code of an error from the client, or "error".
+func errCode(err error) string {
+	var e *codec.Error
+	if errors.As(err, &e) {
+		return string(e.Code)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "client_timeout"
+	}
+	return "error"
+}

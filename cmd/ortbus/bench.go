@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ortbus/ortbus/bench"
+)
+
+const benchUsage = `usage: ortbus bench NAME [flags]
+  NAME: overhead | throughput | collision | failure
+  -out FILE.json   write the JSON report here (default <repo>/bench-out/NAME.json)
+  -n N             overhead: timed calls per path (default 3000)
+  -duration D      throughput: measured time per path (default 8s); failure: load before the kill
+                   (default 2s); collision: overrides the scenario's arrival window
+  -inflight N      throughput, failure: requests kept outstanding (default 32, 8)
+  -scenario S      collision: a scenario TOML file, or a built-in one: default (two pools
+                   sharing the CPU: bench/scenarios/collision.toml), onepool, short
+  -chart FILE.png  collision: latency chart (default: next to -out, NAME.png; "-" = none)
+  -no-solo         collision: skip the solo runs
+  -repo DIR        repository root (default: found from this binary or the working directory)
+  -bin DIR         gateway and ortworker binaries (default: next to this binary, else <repo>/bin)
+  -v               show the gateway's and workers' logs
+  -keep            keep the temporary directory
+`
+
+// benchCmd runs one benchmark: it prints a table and writes the JSON report.
+func benchCmd(args []string) int {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprint(os.Stderr, benchUsage)
+		return 2
+	}
+	name, args := args[0], args[1:]
+	fs := flag.NewFlagSet("bench "+name, flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage) }
+	out := fs.String("out", "", "")
+	n := fs.Int("n", 0, "")
+	dur := fs.Duration("duration", 0, "")
+	inflight := fs.Int("inflight", 0, "")
+	scenario := fs.String("scenario", "", "")
+	chart := fs.String("chart", "", "")
+	noSolo := fs.Bool("no-solo", false, "")
+	repo := fs.String("repo", "", "")
+	bin := fs.String("bin", "", "")
+	verbose := fs.Bool("v", false, "")
+	keep := fs.Bool("keep", false, "")
+	if fs.Parse(args) != nil || fs.NArg() != 0 {
+		fmt.Fprint(os.Stderr, benchUsage)
+		return 2
+	}
+	o := bench.Options{Repo: *repo, BinDir: *bin, N: *n, Duration: *dur, InFlight: *inflight,
+		Scenario: *scenario, SkipSolo: *noSolo, Out: os.Stdout, KeepTemp: *keep}
+	if *verbose {
+		o.Logs = os.Stderr
+	}
+	if o.Repo == "" {
+		r, err := bench.FindRepo()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ortbus bench:", err)
+			return 1
+		}
+		o.Repo = r
+	}
+	if *out == "" {
+		*out = filepath.Join(o.Repo, "bench-out", name+".json")
+	}
+	if name == "collision" && *chart != "-" {
+		o.Chart = *chart
+		if o.Chart == "" {
+			o.Chart = strings.TrimSuffix(*out, ".json") + ".png"
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	t0 := time.Now()
+	rep, err := bench.Run(ctx, name, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ortbus bench "+name+":", err)
+		return 1
+	}
+	if err := rep.WriteJSON(*out); err != nil {
+		fmt.Fprintln(os.Stderr, "ortbus bench:", err)
+		return 1
+	}
+	m := rep.Machine
+	fmt.Printf("machine: %d cores (%s), %s, ORT %s / workers %v, load average %s -> %s\n",
+		m.Cores, m.CPUModel, m.GoVersion, orNone(m.Runtimes.BenchProcess), m.Runtimes.Workers, m.LoadAvgStart, m.LoadAvgEnd)
+	for _, n := range rep.Notes {
+		fmt.Println("note:", n)
+	}
+	fmt.Printf("report: %s", *out)
+	if o.Chart != "" {
+		fmt.Printf(", chart: %s", o.Chart)
+	}
+	fmt.Printf(" (%s)\n", time.Since(t0).Round(time.Millisecond))
+	return 0
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
