@@ -41,11 +41,30 @@ func (p *Publisher) Beat() error {
 	hb.Seq = p.seq
 	hb.SentMS = time.Now().UnixMilli()
 	hb.IntervalMS = p.interval.Milliseconds()
-	b, err := codec.Marshal(hb)
+	m, err := Message(p.subject, hb)
 	if err != nil {
 		return err
 	}
-	return p.nc.Publish(p.subject, b)
+	return p.nc.PublishMsg(m)
+}
+
+// Message encodes a heartbeat for subject. Heartbeats travel as JSON with the header
+// Content-Type: application/json, so that `nats sub 'ortbus.hb.>'` shows them readably
+// (one a second per worker: the size does not matter); Decode also reads msgpack.
+func Message(subject string, hb *codec.Heartbeat) (*nats.Msg, error) {
+	b, err := codec.Encode(hb, true)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(subject)
+	m.Header.Set(codec.HeaderContentType, codec.ContentTypeJSON)
+	m.Data = b
+	return m, nil
+}
+
+// Decode reads a heartbeat message, JSON or msgpack as its Content-Type header says.
+func Decode(m *nats.Msg, hb *codec.Heartbeat) error {
+	return codec.Decode(m.Data, hb, m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON)
 }
 
 // Run beats every interval until ctx ends. It is not safe to call Beat concurrently with

@@ -62,7 +62,7 @@ func (t *Tracker) Start(nc *nats.Conn) error {
 	}
 	sub, err := nc.Subscribe(subjects.HBAll, func(m *nats.Msg) {
 		var hb codec.Heartbeat
-		if codec.Unmarshal(m.Data, &hb) != nil || hb.Worker == "" {
+		if Decode(m, &hb) != nil || hb.Worker == "" {
 			return
 		}
 		t.beat(hb)

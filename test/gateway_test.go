@@ -484,6 +484,13 @@ func TestGateway(t *testing.T) {
 		if tr.Pool != "ia" || tr.Model != gwTagger {
 			t.Errorf("nats req reply: pool %s model %s", tr.Pool, tr.Model)
 		}
+
+		// A heartbeat as an operator sees it: readable JSON naming the worker and its runtime.
+		out = run("sub", "ortbus.hb.ia.>", "--count", "1", "--raw")
+		var hb codec.Heartbeat
+		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &hb); err != nil || hb.Pool != "ia" || hb.Runtime != "1.30.0" || hb.State != codec.StateReady {
+			t.Errorf("nats sub ortbus.hb.ia.>: not a readable heartbeat of pool ia (%v):\n%s", err, out)
+		}
 	})
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
@@ -498,7 +499,7 @@ func heartbeats(t testing.TB, nc *nats.Conn) func(worker string, ok func(*codec.
 			select {
 			case m := <-ch:
 				var hb codec.Heartbeat
-				if err := codec.Unmarshal(m.Data, &hb); err != nil {
+				if err := health.Decode(m, &hb); err != nil {
 					t.Fatalf("heartbeat on %s: %v", m.Subject, err)
 				}
 				if hb.Worker == worker && (ok == nil || ok(&hb)) {

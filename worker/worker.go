@@ -21,6 +21,7 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/devices"
+	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/images"
 	"github.com/ortbus/ortbus/models"
 	"github.com/ortbus/ortbus/natsconn"
@@ -232,11 +233,11 @@ func ReportFailure(nc *nats.Conn, pool, id string, err error) error {
 	if serr != nil {
 		return serr
 	}
-	b, merr := codec.Marshal(hb)
+	m, merr := health.Message(subj, hb)
 	if merr != nil {
 		return merr
 	}
-	if perr := nc.Publish(subj, b); perr != nil {
+	if perr := nc.PublishMsg(m); perr != nil {
 		return perr
 	}
 	return nc.FlushTimeout(500 * time.Millisecond)
