@@ -132,7 +132,7 @@ path_map = { %s = %s }
 %s`, q(u1), q(tc.CA), q(root), q(testenv.RuntimeLib(t, "1.30.0")), gwTagger, gwTagger, gwSlow, q(clusterClientRoot), q(root), models))
 
 	remote := launch(t, workerCfg, "cuda", "ORTBUS_NATS_PASSWORD="+sec["worker-cuda"])
-	g := clusterStartGateway(t, gwCfg, "SSL_CERT_FILE="+tc.CA)
+	g := launchGateway(t, gwCfg, false, "SSL_CERT_FILE="+tc.CA)
 	remote.ready(t)
 	client := clusterConnect(t, n1.URL, sec, "client", tc.CA)
 	st := clusterWaitStatus(t, client.Conn, "the local and the remote worker live", func(st *codec.StatusReply) bool {

@@ -195,6 +195,13 @@ type gatewayProc struct {
 // stopped when t ends; its log (its own and its workers' stderr) is shown if t failed.
 func startGateway(t testing.TB, cfgPath string) *gatewayProc {
 	t.Helper()
+	return launchGateway(t, cfgPath, true)
+}
+
+// launchGateway is startGateway with extra environment (KEY=value), and without the
+// connection to its NATS when connect is false (a TLS cluster the test reaches otherwise).
+func launchGateway(t testing.TB, cfgPath string, connect bool, env ...string) *gatewayProc {
+	t.Helper()
 	gwBin, workerBin := gatewayBinaries(t)
 	g := &gatewayProc{logPath: filepath.Join(filepath.Dir(cfgPath), "gateway.log"), exited: make(chan struct{})}
 	logf, err := os.Create(g.logPath)
@@ -203,6 +210,7 @@ func startGateway(t testing.TB, cfgPath string) *gatewayProc {
 	}
 	defer logf.Close() // the child has its own descriptor
 	g.cmd = exec.Command(gwBin, "-config", cfgPath, "-nats-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-worker", workerBin)
+	g.cmd.Env = append(os.Environ(), env...)
 	g.cmd.Stderr = logf
 	out, err := g.cmd.StdoutPipe()
 	if err != nil {
@@ -245,6 +253,9 @@ func startGateway(t testing.TB, cfgPath string) *gatewayProc {
 	}
 	if g.Ready.NATSURL == "" || g.Ready.HTTP == "" {
 		t.Fatalf("ready line without nats_url or http: %+v", g.Ready)
+	}
+	if !connect {
+		return g
 	}
 	g.NC, err = nats.Connect(g.Ready.NATSURL, nats.Name(t.Name()), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
