@@ -93,14 +93,14 @@ func (f *failover) hear(m *nats.Msg) {
 		f.peers[ps.Worker] = pr
 		f.g.log.Info("peer gateway heard", "gateway", ps.Worker)
 	}
+	// Any message of a peer is a sign of life: a peer that dies before its next beat,
+	// known so far only from its journal, must still be judged.
+	pr.seen, pr.dead = time.Now(), false
 	switch ps.Verb {
 	case "hb":
 		var b codec.GatewayBeat
-		if codec.Unmarshal(m.Data, &b) == nil {
-			pr.seen, pr.dead = time.Now(), false
-			if b.IntervalMS > 0 {
-				pr.interval = time.Duration(b.IntervalMS) * time.Millisecond
-			}
+		if codec.Unmarshal(m.Data, &b) == nil && b.IntervalMS > 0 {
+			pr.interval = time.Duration(b.IntervalMS) * time.Millisecond
 		}
 	case "log":
 		var e codec.JournalEntry
@@ -157,7 +157,7 @@ func (f *failover) judge(now time.Time) {
 	var died []string
 	live := []string{f.g.id}
 	for id, pr := range f.peers {
-		if pr.dead || pr.seen.IsZero() {
+		if pr.dead {
 			continue
 		}
 		if now.Sub(pr.seen) > time.Duration(f.g.cfg.Health.MissCount)*pr.interval {
