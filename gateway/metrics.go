@@ -18,6 +18,8 @@ import (
 //	ortbus_inflight{pool}                             requests dispatched and not yet answered
 //	ortbus_worker_heartbeat_age_seconds{pool,worker}  time since each worker's last heartbeat
 //	ortbus_worker_restarts_total{pool,worker}         restarts of supervised workers
+//	ortbus_device_budget_bytes{device}                capacity x safe fraction of a device
+//	ortbus_device_admitted_bytes{device}              model peaks admitted on a device
 type metrics struct {
 	reg       *prometheus.Registry
 	requests  *prometheus.CounterVec
@@ -68,6 +70,8 @@ var (
 	descInflight = prometheus.NewDesc("ortbus_inflight", "Requests dispatched to a pool and not yet answered.", []string{"pool"}, nil)
 	descHBAge    = prometheus.NewDesc("ortbus_worker_heartbeat_age_seconds", "Time since the worker's last heartbeat.", []string{"pool", "worker"}, nil)
 	descRestarts = prometheus.NewDesc("ortbus_worker_restarts_total", "Restarts of a supervised worker.", []string{"pool", "worker"}, nil)
+	descBudget   = prometheus.NewDesc("ortbus_device_budget_bytes", "Memory budget of a device: capacity x safe fraction.", []string{"device"}, nil)
+	descAdmitted = prometheus.NewDesc("ortbus_device_admitted_bytes", "Model peak memory admitted on a device.", []string{"device"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -75,6 +79,8 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descInflight
 	ch <- descHBAge
 	ch <- descRestarts
+	ch <- descBudget
+	ch <- descAdmitted
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -87,6 +93,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(g.busy[pool]), pool)
 	}
 	g.mu.Unlock()
+	for _, d := range g.deviceStatus() {
+		ch <- prometheus.MustNewConstMetric(descBudget, prometheus.GaugeValue, float64(d.BudgetBytes), d.Device)
+		ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.GaugeValue, float64(d.AdmittedBytes), d.Device)
+	}
 	now := time.Now()
 	for _, w := range g.tracker.Workers() {
 		if w.Dead {

@@ -97,6 +97,22 @@ models = ["more"]
 			t.Errorf("refusal %q does not name %q", second.Error.Message, want)
 		}
 	}
+	// The same figures on /metrics.
+	metrics := gwScrape(t, g.Ready.HTTP)
+	for name, want := range map[string]float64{
+		`ortbus_device_budget_bytes{device="cpu"}`:   float64(dev.BudgetBytes),
+		`ortbus_device_admitted_bytes{device="cpu"}`: 200 << 20,
+	} {
+		got := -1.0
+		for _, line := range strings.Split(metrics, "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				got, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		if got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
 	// The pool that fits serves; the refused one answers with its refusal, not a hang.
 	path := colourPNG(t, root, "red")
 	if r := g.call(t, "tag", &codec.Request{Path: path}, 10*time.Second); r.Err != nil {
