@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -245,34 +244,10 @@ func clusterWriteFile(t testing.TB, path, content string) string {
 	return path
 }
 
-var clusterBin struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// clusterNatsembed builds cmd/natsembed once (without -race) into the package's
-// temporary directory.
+// clusterNatsembed is the natsembed binary, built once per test process.
 func clusterNatsembed(t testing.TB) string {
 	t.Helper()
-	clusterBin.once.Do(func() {
-		dir := filepath.Join(pkgEnv.tmp, "cluster-bin")
-		if clusterBin.err = os.MkdirAll(dir, 0o755); clusterBin.err != nil {
-			return
-		}
-		p := filepath.Join(dir, "natsembed")
-		build := exec.Command("go", "build", "-o", p, "./cmd/natsembed")
-		build.Dir = testenv.RepoRoot(t)
-		if out, err := build.CombinedOutput(); err != nil {
-			clusterBin.err = fmt.Errorf("go build ./cmd/natsembed: %v\n%s", err, out)
-			return
-		}
-		clusterBin.path = p
-	})
-	if clusterBin.err != nil {
-		t.Fatal(clusterBin.err)
-	}
-	return clusterBin.path
+	return testBinary(t, "natsembed")
 }
 
 // clusterNode is a running natsembed process.

@@ -45,34 +45,10 @@ const (
 	gwSlow   = "tagger_slow" // the same tagger with gwHeavyLayers compute layers
 )
 
-// gwBins are the gateway and ortworker binaries, built once per test process.
-var gwBins struct {
-	once            sync.Once
-	gateway, worker string
-	err             error
-}
-
-// gatewayBinaries builds cmd/gateway and cmd/ortworker (without -race: only the test
-// process needs it) into the package's temporary directory, once.
+// gatewayBinaries are the gateway and ortworker binaries, built once per test process.
 func gatewayBinaries(t testing.TB) (gateway, worker string) {
 	t.Helper()
-	gwBins.once.Do(func() {
-		dir := filepath.Join(pkgEnv.tmp, "gateway-bin")
-		if gwBins.err = os.MkdirAll(dir, 0o755); gwBins.err != nil {
-			return
-		}
-		build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/gateway", "./cmd/ortworker")
-		build.Dir = testenv.RepoRoot(t)
-		if out, err := build.CombinedOutput(); err != nil {
-			gwBins.err = fmt.Errorf("go build ./cmd/gateway ./cmd/ortworker: %v\n%s", err, out)
-			return
-		}
-		gwBins.gateway, gwBins.worker = filepath.Join(dir, "gateway"), filepath.Join(dir, "ortworker")
-	})
-	if gwBins.err != nil {
-		t.Fatal(gwBins.err)
-	}
-	return gwBins.gateway, gwBins.worker
+	return testBinary(t, "gateway"), testBinary(t, "ortworker")
 }
 
 var gwSlowModel struct {

@@ -564,3 +564,49 @@ func checkColourTag(t testing.TB, r *codec.TagReply, colour string) {
 		}
 	}
 }
+
+// built holds the binaries of cmd/<name> built by testBinary, once per test process.
+var built struct {
+	mu   sync.Mutex
+	bins map[string]*builtBin
+}
+
+type builtBin struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// testBinary builds ./cmd/<name> once per test process (without -race) into the
+// package's temporary directory and returns its path.
+func testBinary(t testing.TB, name string) string {
+	t.Helper()
+	built.mu.Lock()
+	if built.bins == nil {
+		built.bins = map[string]*builtBin{}
+	}
+	b := built.bins[name]
+	if b == nil {
+		b = &builtBin{}
+		built.bins[name] = b
+	}
+	built.mu.Unlock()
+	b.once.Do(func() {
+		dir := filepath.Join(pkgEnv.tmp, "bin")
+		if b.err = os.MkdirAll(dir, 0o755); b.err != nil {
+			return
+		}
+		p := filepath.Join(dir, name)
+		build := exec.Command("go", "build", "-o", p, "./cmd/"+name)
+		build.Dir = testenv.RepoRoot(t)
+		if out, err := build.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build ./cmd/%s: %v\n%s", name, err, out)
+			return
+		}
+		b.path = p
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
