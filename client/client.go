@@ -8,13 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/internal/reply"
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -29,7 +29,16 @@ type Client struct {
 // New wraps an existing connection.
 func New(nc *nats.Conn) *Client { return &Client{nc: nc} }
 
-// Connect dials NATS at url.
+// Connect dials NATS at url with opts (credentials, TLS, ...).
+//
+// A server that gives each user its own inbox prefix (deploy/cluster/permissions.conf: the
+// client role may subscribe only to _INBOX_client.>) needs the prefix among opts, or no
+// reply can reach the client:
+//
+//	c, err := client.Connect(url, nats.UserInfo("client", pw), nats.RootCAs(ca),
+//		nats.CustomInboxPrefix("_INBOX_client"))
+//
+// New takes a connection dialled with the same option.
 func Connect(url string, opts ...nats.Option) (*Client, error) {
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("ortbus client"), nats.MaxReconnects(-1)}, opts...)...)
 	if err != nil {
@@ -116,8 +125,10 @@ func (c *Client) Do(ctx context.Context, op string, req *codec.Request, out any)
 	err := c.do(ctx, op, req, out)
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// Tell the system to drop or stop it; the caller is no longer waiting.
+		// Sent with a reply subject of this connection's own inbox: the gateway honours a
+		// cancel only from the connection that sent the request.
 		if b, merr := codec.Marshal(&codec.Cancel{ID: req.ID}); merr == nil {
-			c.nc.Publish(subjects.APIPrefix+"."+subjects.OpCancel, b)
+			c.nc.PublishRequest(subjects.APIPrefix+"."+subjects.OpCancel, c.nc.NewRespInbox(), b)
 		}
 	}
 	return err
@@ -144,13 +155,8 @@ func (c *Client) do(ctx context.Context, op string, req any, out any) error {
 
 // Decode reads a reply message: an error reply becomes a *codec.Error.
 func Decode(msg *nats.Msg, out any) error {
-	if code := msg.Header.Get(codec.HeaderErrorCode); code != "" {
-		var e codec.Error
-		if len(msg.Data) == 0 || codec.Unmarshal(msg.Data, &e) != nil || e.Code == "" {
-			n, _ := strconv.Atoi(code)
-			return &codec.Error{Code: codec.CodeInternal, Message: msg.Header.Get(codec.HeaderError), Details: map[string]any{"status": n}}
-		}
-		return &e
+	if e := reply.ErrorOf(msg); e != nil {
+		return e
 	}
-	return codec.Unmarshal(msg.Data, out)
+	return codec.Decode(msg.Data, out, msg.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON)
 }

@@ -30,8 +30,9 @@ func Marshal(v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// Unmarshal decodes msgpack bytes into v. Any failure, including a panic inside the
-// decoder on hostile input, is returned as a bad_request *Error.
+// Unmarshal decodes msgpack bytes into v, after the bounds walk of bound.go. Any failure,
+// including a panic inside the decoder on hostile input, is returned as a bad_request
+// *Error.
 func Unmarshal(data []byte, v any) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -40,6 +41,9 @@ func Unmarshal(data []byte, v any) (err error) {
 	}()
 	if len(data) == 0 {
 		return Errorf(CodeBadRequest, "empty message body")
+	}
+	if err := checkMsgpack(data); err != nil {
+		return Errorf(CodeBadRequest, "malformed msgpack: %v", err)
 	}
 	dec := msgpack.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(v); err != nil {
@@ -67,6 +71,9 @@ func Decode(data []byte, v any, asJSON bool) error {
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return Errorf(CodeBadRequest, "empty message body")
+	}
+	if err := checkJSON(data); err != nil {
+		return Errorf(CodeBadRequest, "malformed JSON: %v", err)
 	}
 	if err := json.Unmarshal(data, v); err != nil {
 		return Errorf(CodeBadRequest, "malformed JSON: %v", err)

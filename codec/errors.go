@@ -27,7 +27,10 @@ const (
 	CodeCancelled           Code = "cancelled"
 	CodeWorkerLost          Code = "worker_lost"
 	CodePoisonInput         Code = "poison_input"
-	CodeInternal            Code = "internal"
+	// CodeReplyTooLarge: the result exists but its encoding is over the NATS server's
+	// max_payload (or the HTTP reply limit); it is answered as this error, never dropped.
+	CodeReplyTooLarge Code = "reply_too_large"
+	CodeInternal      Code = "internal"
 )
 
 // Codes lists every stable code, for documentation and tests.
@@ -35,7 +38,7 @@ var Codes = []Code{
 	CodeBadRequest, CodeUnknownOp, CodeUnknownModel, CodeUnknownPool, CodeFileNotFound,
 	CodeForbiddenPath, CodeUnsupportedImage, CodeImageTooLarge, CodeRuntimeMissing,
 	CodeProviderUnavailable, CodeNoWorker, CodeOverloaded, CodeDeadlineExceeded,
-	CodeCancelled, CodeWorkerLost, CodePoisonInput, CodeInternal,
+	CodeCancelled, CodeWorkerLost, CodePoisonInput, CodeReplyTooLarge, CodeInternal,
 }
 
 // Status is the HTTP-like number sent in the Nats-Service-Error-Code header (and used as

@@ -30,6 +30,10 @@ type Heartbeat struct {
 	SessionsCreated uint64 `msgpack:"sessions_created" json:"sessions_created"`
 	RSSBytes        int64  `msgpack:"rss_bytes" json:"rss_bytes"`
 	UptimeMS        int64  `msgpack:"uptime_ms" json:"uptime_ms"`
+	// Panics is how many panics the worker recovered (each answered internal);
+	// PublishErrors how many replies, claims or beats it could not send.
+	Panics        uint64 `msgpack:"panics,omitempty" json:"panics,omitempty"`
+	PublishErrors uint64 `msgpack:"publish_errors,omitempty" json:"publish_errors,omitempty"`
 
 	// Error is set when State is failed: why the worker cannot serve (runtime_missing,
 	// provider_unavailable, ...).
@@ -86,9 +90,11 @@ type PoolStatus struct {
 // WorkerStatus is one worker in a status reply.
 type WorkerStatus struct {
 	Heartbeat      `msgpack:",inline"`
-	HeartbeatAgeMS int64  `msgpack:"heartbeat_age_ms" json:"heartbeat_age_ms"`
-	Restarts       int    `msgpack:"restarts" json:"restarts"`
-	LastExit       string `msgpack:"last_exit,omitempty" json:"last_exit,omitempty"`
+	HeartbeatAgeMS int64 `msgpack:"heartbeat_age_ms" json:"heartbeat_age_ms"`
+	// HeldCount is how many requests the worker holds (their ids are not listed).
+	HeldCount int    `msgpack:"held_count" json:"held_count"`
+	Restarts  int    `msgpack:"restarts" json:"restarts"`
+	LastExit  string `msgpack:"last_exit,omitempty" json:"last_exit,omitempty"`
 }
 
 // DeviceStatus is one device group's memory budget in a status reply.

@@ -47,6 +47,20 @@ type NATS struct {
 	TLSCA   string `toml:"tls_ca"`
 	TLSCert string `toml:"tls_cert"`
 	TLSKey  string `toml:"tls_key"`
+	// InboxPrefix replaces nats.go's _INBOX as the prefix of this process's reply
+	// subjects. A server that lets each user subscribe only to its own prefix (the
+	// gateway role of deploy/cluster/permissions.conf: _INBOX_gateway.>) keeps one user
+	// from reading another's replies.
+	InboxPrefix string `toml:"inbox_prefix"`
+}
+
+// Credentials is a NATS identity of its own, with the keys of [nats]: a credentials file,
+// or a user whose password is the first line of password_file (never a secret written in
+// the config; the environment's ORTBUS_NATS_PASSWORD is the gateway's, not the pool's).
+type Credentials struct {
+	CredsFile    string `toml:"creds_file"`
+	User         string `toml:"user"`
+	PasswordFile string `toml:"password_file"`
 }
 
 // Gateway holds settings of the gateway process.
@@ -70,6 +84,20 @@ type Gateway struct {
 	// Failover: this gateway journals the requests it accepts on the bus and takes over
 	// those of a peer gateway (same queue group) whose heartbeat stops.
 	Failover bool `toml:"failover"`
+
+	// The HTTP API's guards. HTTPHosts are extra names (host or host:port) a request's
+	// Host header may carry besides the listen address (and, on loopback, localhost,
+	// 127.0.0.1 and [::1] with its port); any other Host is refused (DNS rebinding).
+	HTTPHosts []string `toml:"http_hosts"`
+	// HTTPTokenFile is a file holding a bearer token (never the token itself in this
+	// file; ORTBUS_HTTP_TOKEN when unset): with a token, every route but /healthz needs
+	// `Authorization: Bearer TOKEN`.
+	HTTPTokenFile string `toml:"http_token_file"`
+	// HTTPMaxBody bounds a request body (default 8MiB); a larger one is answered 413.
+	HTTPMaxBody Bytes `toml:"http_max_body"`
+	// HTTPMaxConcurrent bounds the API requests served at once (default 256); one more
+	// is answered 429 overloaded at once.
+	HTTPMaxConcurrent int `toml:"http_max_concurrent"`
 }
 
 // Health holds heartbeat settings shared by workers and gateways.
@@ -87,6 +115,24 @@ type Security struct {
 	SpoolDir string `toml:"spool_dir"`
 	// MaxImagePixels refuses larger images before decoding them.
 	MaxImagePixels int64 `toml:"max_image_pixels"`
+	// MaxImageBytes refuses larger image files before reading them (and bounds the read).
+	MaxImageBytes Bytes `toml:"max_image_bytes"`
+	// OutputRoots are directories, besides SpoolDir, under which a request's out_path may
+	// be written. Outputs are never written anywhere else, not even under AllowedRoots.
+	OutputRoots []string `toml:"output_roots"`
+	// SpoolMaxAge is the age past which the gateway removes files from SpoolDir
+	// (default 1h; "0s" keeps them forever).
+	SpoolMaxAge Duration `toml:"spool_max_age"`
+}
+
+// WriteRoots are the directories under which outputs may be written: SpoolDir (if set)
+// and OutputRoots.
+func (s *Security) WriteRoots() []string {
+	var out []string
+	if s.SpoolDir != "" {
+		out = append(out, s.SpoolDir)
+	}
+	return append(out, s.OutputRoots...)
 }
 
 // Device is a physical device shared by the pools that name it, with a memory budget.
@@ -106,6 +152,10 @@ type Class struct {
 	MaxTimeout Duration `toml:"max_timeout"`
 	// QueueBound is how many requests may wait in the gateway's queue of this class.
 	QueueBound int `toml:"queue_bound"`
+	// QueueBytes bounds the size of the requests waiting in the class's queue too
+	// (default DefaultQueueBytes), so that a flood of large requests is refused
+	// (overloaded) before it fills the gateway's memory.
+	QueueBytes Bytes `toml:"queue_bytes"`
 	// Chain is the ordered list of pools that may serve the class.
 	Chain []string `toml:"chain"`
 	// Shed is what a full queue does: reject_new (answer overloaded) or drop_oldest.
@@ -165,6 +215,10 @@ type Pool struct {
 	// Nice is the CPU scheduling niceness of local workers (0..19): a batch pool that
 	// shares the CPU with interactive pools runs niced so that they keep their latency.
 	Nice int `toml:"nice"`
+	// NATS is the pool's own NATS identity ([pools.NAME.nats]): its workers log in with it
+	// instead of [nats]'s user, so the gateway's local workers never hold the gateway's
+	// credentials (deploy/cluster: user worker-NAME). Unset: [nats]'s.
+	NATS *Credentials `toml:"nats"`
 
 	// Name is the pool's key in the file.
 	Name string `toml:"-"`
@@ -172,6 +226,24 @@ type Pool struct {
 
 // IsLocal reports whether the gateway supervises this pool's workers (default true).
 func (p *Pool) IsLocal() bool { return p.Local == nil || *p.Local }
+
+// HasCredentials reports whether the pool's workers log in with their own NATS identity.
+func (p *Pool) HasCredentials() bool {
+	return p.NATS != nil && (p.NATS.CredsFile != "" || p.NATS.User != "")
+}
+
+// WorkerNATS is the NATS section a worker of the named pool connects with: [nats], with
+// the pool's own credentials in place of [nats]'s when it has them (and then no inbox
+// prefix, which is the gateway's: a worker answers through the requests' reply subjects
+// and makes no requests of its own).
+func (c *Config) WorkerNATS(pool string) NATS {
+	n := c.NATS
+	if p := c.Pools[pool]; p != nil && p.HasCredentials() {
+		n.CredsFile, n.User, n.PasswordFile = p.NATS.CredsFile, p.NATS.User, p.NATS.PasswordFile
+		n.InboxPrefix = ""
+	}
+	return n
+}
 
 // Model is one model a pool may load.
 type Model struct {
@@ -206,10 +278,14 @@ type Model struct {
 // a worker how many bytes its models may take on its device (unset: no limit).
 const MemBudgetEnv = "ORTBUS_MEM_BUDGET"
 
-// Defaults used when the file leaves a value out.
+// Defaults used when the file leaves a value out. DefaultMaxImagePixels (16384×8192, 128 Mi
+// pixels: a 100 MP camera photo of 11648×8736 fits, 512 MiB once decoded as RGBA) and
+// DefaultMaxImageBytes are images.DefaultMaxPixels and images.DefaultMaxBytes.
 const (
 	DefaultHeartbeat      = time.Second
 	DefaultMissCount      = 3
-	DefaultMaxImagePixels = 100_000_000
+	DefaultMaxImagePixels = 16384 * 8192
+	DefaultMaxImageBytes  = 128 << 20
+	DefaultSpoolMaxAge    = time.Hour
 	DefaultSafeFraction   = 0.85
 )

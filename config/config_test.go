@@ -140,3 +140,42 @@ func TestBytes(t *testing.T) {
 		t.Fatal("bad size accepted")
 	}
 }
+
+func TestPoolCredentialsAndInboxPrefix(t *testing.T) {
+	text := strings.Replace(good, "listen = \"127.0.0.1:0\"", "listen = \"127.0.0.1:0\"\nuser = \"gateway\"\ninbox_prefix = \"_INBOX_gateway\"", 1) +
+		"\n[pools.cpu.nats]\nuser = \"worker-cpu\"\npassword_file = \"secrets/worker-cpu.pass\"\n"
+	p := write(t, text)
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NATS.InboxPrefix != "_INBOX_gateway" {
+		t.Fatalf("inbox_prefix = %q", c.NATS.InboxPrefix)
+	}
+	w := c.WorkerNATS("cpu")
+	if w.User != "worker-cpu" || w.PasswordFile != filepath.Join(filepath.Dir(p), "secrets", "worker-cpu.pass") || w.InboxPrefix != "" || w.Listen != c.NATS.Listen {
+		t.Fatalf("pool cpu's NATS section %+v", w)
+	}
+	if w := c.WorkerNATS("cuda"); w != c.NATS {
+		t.Fatalf("a pool without credentials gets %+v, want [nats] %+v", w, c.NATS)
+	}
+	for i, tc := range []struct{ edit, want string }{
+		{"\n[pools.cpu.nats]\nuser = \"worker-cpu\"\n", "needs a password_file"},
+		{"\n[pools.cpu.nats]\npassword_file = \"p\"\n", "set user"},
+		{"\n[pools.cpu.nats]\ncreds_file = \"c\"\nuser = \"u\"\npassword_file = \"p\"\n", "not both"},
+		{"\n[pools.cpu.nats]\nurl = \"nats://x\"\n", "unknown key"},
+	} {
+		if _, err := Load(write(t, good+tc.edit)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("case %d: %v, want an error with %q", i, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"_INBOX.>", "_INBOX_a.*", "_INBOX_a.", "a b"} {
+		_, err := Load(write(t, strings.Replace(good, "[nats]", "[nats]\ninbox_prefix = \""+bad+"\"", 1)))
+		if err == nil || !strings.Contains(err.Error(), "nats.inbox_prefix") {
+			t.Errorf("inbox_prefix %q: %v, want refused", bad, err)
+		}
+	}
+	if _, err := Load(write(t, good+"\n[pools.cpu.nats]\ncreds_file = \"worker-cpu.creds\"\n")); err != nil {
+		t.Errorf("creds_file alone: %v", err)
+	}
+}

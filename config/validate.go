@@ -10,6 +10,9 @@ import (
 	"github.com/ortbus/ortbus/subjects"
 )
 
+// DefaultQueueBytes is a class queue's default bound in bytes of waiting requests.
+const DefaultQueueBytes = 256 << 20
+
 // defaultClasses are used for any of the three standard classes the file leaves out.
 var defaultClasses = map[string]Class{
 	subjects.ClassUrgent:      {Priority: 0, Timeout: Duration(200 * time.Millisecond), MaxTimeout: Duration(2 * time.Second), QueueBound: 64, Shed: ShedRejectNew},
@@ -26,6 +29,12 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Security.MaxImagePixels == 0 {
 		c.Security.MaxImagePixels = DefaultMaxImagePixels
+	}
+	if c.Security.MaxImageBytes == 0 {
+		c.Security.MaxImageBytes = DefaultMaxImageBytes
+	}
+	if _, written := c.lines["security.spool_max_age"]; !written {
+		c.Security.SpoolMaxAge = Duration(DefaultSpoolMaxAge)
 	}
 	if c.NATS.Embedded && c.NATS.Listen == "" {
 		c.NATS.Listen = "127.0.0.1:4222"
@@ -48,6 +57,12 @@ func (c *Config) applyDefaults() {
 	}
 	if g.Policy == "" {
 		g.Policy = PolicyPriority
+	}
+	if g.HTTPMaxBody == 0 {
+		g.HTTPMaxBody = DefaultHTTPMaxBody
+	}
+	if g.HTTPMaxConcurrent == 0 {
+		g.HTTPMaxConcurrent = DefaultHTTPMaxConcurrent
 	}
 	for name, m := range c.Models {
 		if m == nil {
@@ -111,6 +126,9 @@ func (c *Config) applyDefaults() {
 		if cl.MaxTimeout == 0 {
 			cl.MaxTimeout = max(cl.Timeout, pick(std, def.MaxTimeout, cl.Timeout))
 		}
+		if cl.QueueBytes == 0 {
+			cl.QueueBytes = DefaultQueueBytes
+		}
 		if cl.QueueBound == 0 {
 			cl.QueueBound = pick(std, def.QueueBound, 256)
 		}
@@ -162,6 +180,7 @@ func (c *Config) validate() error {
 	if p := c.Gateway.Policy; p != PolicyPriority && p != PolicyFIFO {
 		add(c.errf("gateway.policy", "want %q or %q, got %q", PolicyPriority, PolicyFIFO, p))
 	}
+	add(c.validateHTTP())
 	if c.Health.HeartbeatInterval < Duration(10*time.Millisecond) {
 		add(c.errf("health.heartbeat_interval", "must be at least 10ms"))
 	}
@@ -171,8 +190,24 @@ func (c *Config) validate() error {
 	if c.Security.MaxImagePixels < 1 {
 		add(c.errf("security.max_image_pixels", "must be positive"))
 	}
+	if c.Security.MaxImageBytes < 1 {
+		add(c.errf("security.max_image_bytes", "must be positive"))
+	}
+	if c.Security.SpoolMaxAge < 0 {
+		add(c.errf("security.spool_max_age", "must not be negative (0 keeps spool files forever)"))
+	}
 	for i, r := range c.Security.AllowedRoots {
 		c.Security.AllowedRoots[i] = c.Path(r)
+	}
+	for i, r := range c.Security.OutputRoots {
+		if r == "" {
+			add(c.errf("security.output_roots", "an output root must not be empty"))
+			continue
+		}
+		c.Security.OutputRoots[i] = c.Path(r)
+		if c.Security.OutputRoots[i] == "/" {
+			add(c.errf("security.output_roots", "the filesystem root cannot be an output root"))
+		}
 	}
 	if c.Security.SpoolDir != "" {
 		c.Security.SpoolDir = c.Path(c.Security.SpoolDir)
@@ -184,6 +219,9 @@ func (c *Config) validate() error {
 	c.NATS.CredsFile = c.Path(c.NATS.CredsFile)
 	c.NATS.PasswordFile = c.Path(c.NATS.PasswordFile)
 	c.NATS.TLSCA, c.NATS.TLSCert, c.NATS.TLSKey = c.Path(c.NATS.TLSCA), c.Path(c.NATS.TLSCert), c.Path(c.NATS.TLSKey)
+	if err := checkInboxPrefix(c.NATS.InboxPrefix); err != nil {
+		add(c.errf("nats.inbox_prefix", "%v", err))
+	}
 
 	for name, d := range c.Devices {
 		if d.SafeFraction == 0 {
@@ -285,6 +323,31 @@ func (c *Config) validatePool(name string, p *Pool) error {
 	}
 	if p.Nice < 0 || p.Nice > 19 {
 		return c.errf(key+".nice", "must be in 0..19")
+	}
+	if n := p.NATS; n != nil {
+		switch {
+		case n.CredsFile == "" && n.User == "":
+			return c.errf(key+".nats", "set user (with password_file) or creds_file: the pool's workers' own NATS identity")
+		case n.CredsFile != "" && (n.User != "" || n.PasswordFile != ""):
+			return c.errf(key+".nats", "set creds_file, or user with password_file, not both")
+		case n.User != "" && n.PasswordFile == "":
+			// ORTBUS_NATS_PASSWORD is the gateway's own password, which its local workers
+			// do not get.
+			return c.errf(key+".nats", "user %q needs a password_file (ORTBUS_NATS_PASSWORD is [nats]'s password)", n.User)
+		}
+		n.CredsFile, n.PasswordFile = c.Path(n.CredsFile), c.Path(n.PasswordFile)
+	}
+	return nil
+}
+
+// checkInboxPrefix refuses an inbox prefix that is not a plain subject (nats.go would
+// refuse it at connect time, or the server would never match it).
+func checkInboxPrefix(p string) error {
+	if p == "" {
+		return nil
+	}
+	if strings.ContainsAny(p, "*> \t\r\n") || strings.HasPrefix(p, ".") || strings.HasSuffix(p, ".") || strings.Contains(p, "..") {
+		return errors.New("want a subject without wildcards, spaces or empty tokens, e.g. \"_INBOX_gateway\"")
 	}
 	return nil
 }

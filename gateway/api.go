@@ -1,17 +1,14 @@
 package gateway
 
 import (
-	"encoding/json"
-	"io"
-	"net"
-	"net/http"
 	"strconv"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -19,7 +16,8 @@ import (
 const Version = "0.1.0"
 
 // serveAPI registers the client API as the micro service `ortbus` in the queue group
-// ortbus-gateway, one endpoint per op on ortbus.v1.<op>.
+// ortbus-gateway, one endpoint per op on ortbus.v1.<op>, and the operators' cancel on
+// ortbus.ops.cancel.
 func (g *Gateway) serveAPI() error {
 	svc, err := micro.AddService(g.nc, micro.Config{
 		Name:        subjects.ServiceName,
@@ -32,43 +30,77 @@ func (g *Gateway) serveAPI() error {
 		return err
 	}
 	g.svc = svc
+	// Pending limits: a burst of requests waits in the subscription (up to 64 Ki
+	// messages or apiPendingBytes), not in an unbounded buffer.
+	limits := micro.WithEndpointPendingLimits(65536, apiPendingBytes)
 	grp := svc.AddGroup(subjects.APIPrefix)
 	for _, op := range subjects.Ops {
 		op := op
-		if err := grp.AddEndpoint(op, micro.HandlerFunc(func(r micro.Request) { g.handle(op, r) }),
-			micro.WithEndpointPendingLimits(65536, -1)); err != nil {
+		if err := grp.AddEndpoint(op, micro.HandlerFunc(func(r micro.Request) { g.handle(op, r, false) }), limits); err != nil {
 			return err
 		}
 	}
-	return nil
+	return svc.AddEndpoint("ops-cancel", micro.HandlerFunc(func(r micro.Request) { g.handle(subjects.OpCancel, r, true) }),
+		micro.WithEndpointSubject(subjects.OpsCancel), limits)
 }
 
-// handle serves one micro request. It never blocks: inference ops are queued and
-// answered later from the dispatcher.
-func (g *Gateway) handle(op string, r micro.Request) {
+// apiPendingBytes bounds the bytes of requests waiting in each API subscription.
+const apiPendingBytes = 256 << 20
+
+// handle serves one micro request (ops: it came on the operators' subject). It never
+// blocks: inference ops are queued and answered later from the dispatcher. A panic in it
+// is answered internal; a reply too large for the bus is answered reply_too_large; a
+// reply that cannot be sent is counted and logged.
+func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 	asJSON := r.Headers().Get(codec.HeaderContentType) == codec.ContentTypeJSON
+	var once sync.Once
 	reply := func(body []byte, e *codec.Error) {
-		var opts []micro.RespondOpt
-		if asJSON {
-			opts = append(opts, micro.WithHeaders(micro.Headers{codec.HeaderContentType: {codec.ContentTypeJSON}}))
-		}
-		if e != nil {
-			b, _ := codec.Encode(e, asJSON)
-			r.Error(strconv.Itoa(e.Code.Status()), e.Message, b, opts...)
-			return
-		}
-		r.Respond(body, opts...)
+		once.Do(func() {
+			var opts []micro.RespondOpt
+			if asJSON {
+				opts = append(opts, micro.WithHeaders(micro.Headers{codec.HeaderContentType: {codec.ContentTypeJSON}}))
+			}
+			if limit := g.nc.MaxPayload() - replyHeaderRoom; e == nil && int64(len(body)) > limit {
+				e = codec.Errorf(codec.CodeReplyTooLarge, "the reply is %d bytes, over the bus's limit of %d", len(body), limit).
+					With("bytes", len(body)).With("max_bytes", limit)
+			}
+			var err error
+			if e != nil {
+				b, _ := codec.Encode(e, asJSON)
+				err = r.Error(strconv.Itoa(e.Code.Status()), e.Message, b, opts...)
+			} else {
+				err = r.Respond(body, opts...)
+			}
+			if err != nil {
+				g.publishFailed("reply", err)
+			}
+		})
 	}
-	g.serveFrom(op, r.Data(), asJSON, r.Reply(), reply)
+	defer guard.Recover(g.log, "api "+op, func(e *codec.Error) { reply(nil, e) })
+	if r.Reply() == "" && !ops {
+		// Published without a reply subject: nobody to answer, and no owner to check.
+		g.metrics.bad("request")
+		return
+	}
+	by := r.Reply()
+	if ops {
+		by = "" // an operator may cancel any request
+	}
+	g.serveFrom(op, r.Data(), asJSON, r.Reply(), by, reply)
 }
+
+// replyHeaderRoom is what a reply keeps free of the server's max_payload for headers.
+const replyHeaderRoom = 4096
 
 // serve dispatches one request of op from HTTP.
 func (g *Gateway) serve(op string, data []byte, asJSON bool, reply Reply) {
-	g.serveFrom(op, data, asJSON, "", reply)
+	g.serveFrom(op, data, asJSON, "", ownerHTTP, reply)
 }
 
-// serveFrom dispatches one request of op; replyTo is its NATS reply subject, if any.
-func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo string, reply Reply) {
+// serveFrom dispatches one request of op. replyTo is its NATS reply subject ("" over
+// HTTP); by is who sent it, for cancel's ownership check (see canCancel): its reply
+// subject, ownerHTTP, or "" for an operator.
+func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by string, reply Reply) {
 	encode := func(v any) {
 		b, err := codec.Encode(v, asJSON)
 		if err != nil {
@@ -84,13 +116,17 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo string,
 		encode(g.health())
 	case subjects.OpCancel:
 		var c codec.Cancel
-		if err := codec.Decode(data, &c, asJSON); err != nil || c.ID == "" {
-			reply(nil, codec.Errorf(codec.CodeBadRequest, "cancel needs {id}"))
+		if err := codec.Decode(data, &c, asJSON); err != nil {
+			reply(nil, codec.AsError(err))
 			return
 		}
-		encode(&codec.CancelReply{ID: c.ID, Found: g.cancelRequest(c.ID)})
+		if err := codec.CheckID("id", c.ID); err != nil {
+			reply(nil, codec.Errorf(codec.CodeBadRequest, "cancel needs {id}: %v", err).With("field", "id"))
+			return
+		}
+		encode(&codec.CancelReply{ID: c.ID, Found: g.cancelAs(c.ID, by)})
 	case subjects.OpTag, subjects.OpEmbed, subjects.OpCompare, subjects.OpDetect, subjects.OpSegment, subjects.OpInfer:
-		g.submitFrom(op, data, asJSON, replyTo, reply)
+		g.submitFrom(op, data, asJSON, replyTo, ownerOf(by), reply)
 	default:
 		reply(nil, codec.Errorf(codec.CodeUnknownOp, "unknown op %q", op))
 	}
@@ -121,6 +157,10 @@ func (g *Gateway) status() *codec.StatusReply {
 	}
 	for _, w := range g.tracker.Workers() {
 		ws := codec.WorkerStatus{Heartbeat: w.HB, HeartbeatAgeMS: now.Sub(w.Seen).Milliseconds()}
+		// The ids a worker holds are other clients' requests (and cancel capabilities):
+		// status, which every client may ask, gives only their number. Operators see
+		// them in the heartbeats (ortbus.hb.>, which the client role cannot read).
+		ws.HeldCount, ws.Held = len(ws.Held), nil
 		if w.Dead {
 			ws.State = "dead"
 			ws.LastExit = w.Why
@@ -146,59 +186,4 @@ func (g *Gateway) status() *codec.StatusReply {
 		st.Classes = append(st.Classes, codec.ClassStatus{Name: name, Priority: cl.Priority, Queued: g.queues.Len(name), Running: running[name], Bound: cl.QueueBound, Chain: cl.Chain})
 	}
 	return st
-}
-
-// serveHTTP serves the same API as JSON over HTTP on a loopback address:
-// POST /v1/<op>, GET /v1/status, GET /healthz, GET /readyz, GET /metrics.
-func (g *Gateway) serveHTTP(override string) (string, error) {
-	addr := g.cfg.Gateway.HTTPListen
-	if override != "" {
-		addr = override
-	}
-	if addr == "" || addr == "-" {
-		return "", nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", err
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if h := g.health(); h.Workers == 0 {
-			http.Error(w, "no live workers", http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(w, "ready\n")
-	})
-	mux.Handle("GET /metrics", promHandler(g.metrics.reg))
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { g.httpOp(w, r, subjects.OpStatus) })
-	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) { g.httpOp(w, r, subjects.OpHealth) })
-	mux.HandleFunc("POST /v1/{op}", func(w http.ResponseWriter, r *http.Request) { g.httpOp(w, r, r.PathValue("op")) })
-	g.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go g.http.Serve(ln)
-	return ln.Addr().String(), nil
-}
-
-func (g *Gateway) httpOp(w http.ResponseWriter, r *http.Request, op string) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	if len(strings.TrimSpace(string(body))) == 0 {
-		body = []byte("{}")
-	}
-	done := make(chan struct{})
-	g.serve(op, body, true, func(b []byte, e *codec.Error) {
-		defer close(done)
-		w.Header().Set(codec.HeaderContentType, codec.ContentTypeJSON)
-		if e != nil {
-			w.WriteHeader(e.Code.Status())
-			json.NewEncoder(w).Encode(e)
-			return
-		}
-		w.Write(b)
-	})
-	<-done
 }

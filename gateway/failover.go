@@ -1,14 +1,17 @@
 package gateway
 
 import (
+	"slices"
 	"sort"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/internal/guard"
+	"github.com/ortbus/ortbus/internal/reply"
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -43,6 +46,46 @@ type peer struct {
 	interval time.Duration
 	dead     bool
 	pending  map[string]*codec.JournalEntry
+	bytes    int64 // raw request bytes held in pending
+}
+
+// Bounds on what peers' journals may make this gateway hold: a forged or runaway journal
+// is dropped past them (and counted as bad journal messages), never grows memory.
+const (
+	maxPeers        = 16
+	maxPeerPending  = 100000
+	maxPeerBytes    = 256 << 20
+	maxJournalReply = 256
+)
+
+// validJournal checks a journal entry from the wire: a valid id, a known state, and for
+// an accepted request an API op and a reply subject that is an inbox — never a subject of
+// ortbus's own (a forged entry must not make this gateway publish work or heartbeats).
+func validJournal(e *codec.JournalEntry) bool {
+	if codec.CheckID("id", e.ID) != nil {
+		return false
+	}
+	switch e.State {
+	case codec.JournalDispatched, codec.JournalDone:
+		return true
+	case codec.JournalAccepted:
+	default:
+		return false
+	}
+	if _, err := subjects.API(e.Op); err != nil || !slices.Contains(subjects.Ops, e.Op) {
+		return false
+	}
+	r := e.Reply
+	if r == "" || len(r) > maxJournalReply || strings.ContainsAny(r, "*> \t\r\n") || strings.HasPrefix(r, "$") ||
+		strings.HasPrefix(r, "ortbus.") || strings.HasPrefix(r, subjects.InferPrefix+".") {
+		return false
+	}
+	for _, tok := range strings.Split(r, ".") {
+		if subjects.ValidateToken("reply", tok) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func (g *Gateway) startFailover() error {
@@ -57,7 +100,7 @@ func (g *Gateway) startFailover() error {
 	if f.beat, err = subjects.GatewayBeat(g.id); err != nil {
 		return err
 	}
-	if _, err := g.nc.Subscribe(subjects.GWAll, f.hear); err != nil {
+	if _, err := g.nc.Subscribe(subjects.GWAll, guard.Msg(g.log, "failover", g.nc, f.hear)); err != nil {
 		return err
 	}
 	g.failover = f
@@ -75,7 +118,9 @@ func (f *failover) record(p *pending, state string, raw []byte) {
 		e.Op, e.Reply, e.JSON, e.Request = p.op, p.replyTo, p.asJSON, raw
 	}
 	if b, err := codec.Marshal(&e); err == nil {
-		f.g.nc.Publish(f.log, b)
+		if err := f.g.nc.Publish(f.log, b); err != nil {
+			f.g.publishFailed("journal", err)
+		}
 	}
 }
 
@@ -89,6 +134,10 @@ func (f *failover) hear(m *nats.Msg) {
 	defer f.mu.Unlock()
 	pr := f.peers[ps.Worker]
 	if pr == nil {
+		if len(f.peers) >= maxPeers {
+			f.g.metrics.bad("journal")
+			return
+		}
 		pr = &peer{pending: map[string]*codec.JournalEntry{}, interval: f.g.cfg.Health.HeartbeatInterval.D()}
 		f.peers[ps.Worker] = pr
 		f.g.log.Info("peer gateway heard", "gateway", ps.Worker)
@@ -99,23 +148,36 @@ func (f *failover) hear(m *nats.Msg) {
 	switch ps.Verb {
 	case "hb":
 		var b codec.GatewayBeat
-		if codec.Unmarshal(m.Data, &b) == nil && b.IntervalMS > 0 {
+		if codec.Unmarshal(m.Data, &b) == nil && b.IntervalMS > 0 && b.IntervalMS <= time.Hour.Milliseconds() {
 			pr.interval = time.Duration(b.IntervalMS) * time.Millisecond
 		}
 	case "log":
 		var e codec.JournalEntry
-		if codec.Unmarshal(m.Data, &e) != nil {
+		if codec.Unmarshal(m.Data, &e) != nil || !validJournal(&e) {
+			f.g.metrics.bad("journal")
 			return
 		}
 		switch e.State {
 		case codec.JournalAccepted:
+			if x := pr.pending[e.ID]; x != nil {
+				pr.bytes -= int64(len(x.Request))
+				delete(pr.pending, e.ID)
+			}
+			if len(pr.pending) >= maxPeerPending || pr.bytes+int64(len(e.Request)) > maxPeerBytes {
+				f.g.metrics.bad("journal")
+				return
+			}
 			pr.pending[e.ID] = &e
+			pr.bytes += int64(len(e.Request))
 		case codec.JournalDispatched:
 			if x := pr.pending[e.ID]; x != nil {
 				x.State = e.State
 			}
 		case codec.JournalDone:
-			delete(pr.pending, e.ID)
+			if x := pr.pending[e.ID]; x != nil {
+				pr.bytes -= int64(len(x.Request))
+				delete(pr.pending, e.ID)
+			}
 		}
 	}
 }
@@ -176,7 +238,7 @@ func (f *failover) judge(now time.Time) {
 			work = append(work, e)
 			dead[e] = id
 		}
-		f.peers[id].pending = map[string]*codec.JournalEntry{}
+		f.peers[id].pending, f.peers[id].bytes = map[string]*codec.JournalEntry{}, 0
 	}
 	f.mu.Unlock()
 	for _, id := range died {
@@ -195,7 +257,7 @@ func (f *failover) takeOver(e *codec.JournalEntry, from string) {
 	reply := func(body []byte, err *codec.Error) { publishReply(g.nc, e.Reply, e.JSON, body, err) }
 	if e.State == codec.JournalAccepted {
 		g.log.Warn("taking over a queued request of a dead gateway", "gateway", from, "id", e.ID)
-		g.submitFrom(e.Op, e.Request, e.JSON, e.Reply, reply)
+		g.submitFrom(e.Op, e.Request, e.JSON, e.Reply, ownerOf(e.Reply), reply)
 		return
 	}
 	g.log.Warn("answering an in-flight request of a dead gateway", "gateway", from, "id", e.ID)
@@ -211,16 +273,9 @@ func (f *failover) close() {
 
 // publishReply sends a terminal reply to a client's reply subject the way the micro
 // service would: the body, or an error with its headers.
-func publishReply(nc *nats.Conn, subject string, asJSON bool, body []byte, e *codec.Error) {
-	m := nats.NewMsg(subject)
-	if asJSON {
-		m.Header.Set(codec.HeaderContentType, codec.ContentTypeJSON)
-	}
+func publishReply(nc *nats.Conn, subject string, asJSON bool, body []byte, e *codec.Error) error {
 	if e != nil {
-		m.Header.Set(codec.HeaderErrorCode, strconv.Itoa(e.Code.Status()))
-		m.Header.Set(codec.HeaderError, e.Message)
-		body, _ = codec.Encode(e, asJSON)
+		return reply.Send(nc, reply.Error(subject, e, asJSON))
 	}
-	m.Data = body
-	nc.PublishMsg(m)
+	return reply.Send(nc, reply.Result(subject, body, asJSON))
 }

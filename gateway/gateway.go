@@ -21,6 +21,7 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
+	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/natsconn"
 	"github.com/ortbus/ortbus/natsd"
 	"github.com/ortbus/ortbus/sched"
@@ -66,13 +67,13 @@ type Gateway struct {
 	claimSubject string
 
 	mu        sync.Mutex
-	inflight  map[string]*pending  // accepted and not yet answered, by id
-	busy      map[string]int       // requests in flight per pool
-	load      deviceLoad           // requests in flight per device and class
-	full      map[string]bool      // pool+class found full in the current dispatch pass
-	est       estimator            // measured service times
-	lastDeath map[string]death     // the last worker death of each pool
-	cancelled map[string]time.Time // ids cancelled before they arrived (see rememberCancel)
+	inflight  map[string]*pending    // accepted and not yet answered, by id
+	busy      map[string]int         // requests in flight per pool
+	load      deviceLoad             // requests in flight per device and class
+	full      map[string]bool        // pool+class found full in the current dispatch pass
+	est       estimator              // measured service times
+	lastDeath map[string]death       // the last worker death of each pool
+	cancelled map[string]earlyCancel // ids cancelled before they arrived (see rememberCancel)
 	kickCh    chan struct{}
 }
 
@@ -81,7 +82,7 @@ type Gateway struct {
 // drained, NATS closed.
 func Run(ctx context.Context, o Options) error {
 	c := o.Config
-	g := &Gateway{cfg: c, log: o.Logger, inflight: map[string]*pending{}, busy: map[string]int{}, load: deviceLoad{}, lastDeath: map[string]death{}, cancelled: map[string]time.Time{}, kickCh: make(chan struct{}, 1)}
+	g := &Gateway{cfg: c, log: o.Logger, inflight: map[string]*pending{}, busy: map[string]int{}, load: deviceLoad{}, lastDeath: map[string]death{}, cancelled: map[string]earlyCancel{}, kickCh: make(chan struct{}, 1)}
 	if g.log == nil {
 		g.log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
@@ -107,23 +108,23 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer g.closeNATS()
+	defer g.startSpoolSweeper()() // spool files older than security.spool_max_age go
 
 	g.metrics = newMetrics(g)
+	pools := map[string]bool{}
+	for _, name := range c.PoolNames() {
+		pools[name] = true
+	}
 	g.tracker = &health.Tracker{MissCount: c.Health.MissCount, OnChange: g.kick, OnDead: func(w health.Worker) {
 		g.onDead(w.HB.Worker, w.HB.Pool, w.Why)
-	}}
+	}, Pools: pools, OnDrop: func(string) { g.metrics.bad("heartbeat") }, Log: g.log}
 	g.supervisor = newSupervisor(g, o.WorkerBin, url)
 	g.tracker.Running = g.supervisor.running
 	if err := g.tracker.Start(g.nc); err != nil {
 		return err
 	}
 	defer g.tracker.Stop()
-	if _, err := g.nc.Subscribe(g.claimSubject, func(m *nats.Msg) {
-		var cl codec.Claim
-		if codec.Unmarshal(m.Data, &cl) == nil {
-			g.onClaim(cl)
-		}
-	}); err != nil {
+	if _, err := g.nc.Subscribe(g.claimSubject+".>", guard.Msg(g.log, "claim", g.nc, g.onClaim)); err != nil {
 		return err
 	}
 	if err := g.startFailover(); err != nil {
@@ -211,6 +212,9 @@ func (g *Gateway) connect(listen string) (string, error) {
 	}
 	// In-process: no TLS or credentials (the embedded server is loopback-only and open).
 	opts := []nats.Option{nats.Name("ortbus-gateway " + g.id), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), logErr}
+	if c.NATS.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.NATS.InboxPrefix))
+	}
 	if g.nc, err = g.srv.ConnectInProcess(opts...); err != nil {
 		g.srv.Shutdown()
 		return "", err
@@ -248,16 +252,22 @@ func (g *Gateway) dispatchLoop(ctx context.Context) {
 		case <-g.kickCh:
 		case <-tick.C:
 		}
-		g.mu.Lock()
-		g.full = map[string]bool{}
-		g.mu.Unlock()
-		out, failed := g.queues.Dispatch(time.Now(), g.route)
-		for _, f := range failed {
-			g.answer(f.Item.Value.(*pending), nil, codec.AsError(f.Err))
-		}
-		for _, a := range out {
-			go g.send(a.Item.Value.(*pending), a.Pool)
-		}
+		g.dispatchPass()
+	}
+}
+
+// dispatchPass runs one pass of the scheduler and sends what it assigns.
+func (g *Gateway) dispatchPass() {
+	defer guard.Recover(g.log, "dispatch pass", nil)
+	g.mu.Lock()
+	g.full = map[string]bool{}
+	g.mu.Unlock()
+	out, failed := g.queues.Dispatch(time.Now(), g.route)
+	for _, f := range failed {
+		g.answer(f.Item.Value.(*pending), nil, codec.AsError(f.Err))
+	}
+	for _, a := range out {
+		go g.send(a.Item.Value.(*pending), a.Pool)
 	}
 }
 

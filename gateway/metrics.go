@@ -6,6 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/internal/guard"
+	"github.com/ortbus/ortbus/subjects"
 )
 
 // metrics are the gateway's Prometheus series (served at GET /metrics). Names and labels:
@@ -20,12 +22,34 @@ import (
 //	ortbus_worker_restarts_total{pool,worker}         restarts of supervised workers
 //	ortbus_device_budget_bytes{device}                capacity x safe fraction of a device
 //	ortbus_device_admitted_bytes{device}              model peaks admitted on a device
+//	ortbus_panics_total                               panics recovered in this gateway (each answered internal)
+//	ortbus_bad_messages_total{kind}                   bus messages dropped as malformed or forged (heartbeat, claim, journal, request)
+//	ortbus_publish_errors_total{what}                 replies and messages that could not be sent (reply, cancel, journal)
+//
+// Names from the wire are data, never structure: every label value is a configured name
+// (pool, class, model), an op, a stable code, or a fixed word; anything else is counted
+// as "other" (labelOf). Worker ids come only from the tracker, which keeps only
+// heartbeats whose ids are valid tokens of bounded length, a bounded number per pool.
 type metrics struct {
 	reg       *prometheus.Registry
 	requests  *prometheus.CounterVec
 	queueWait *prometheus.HistogramVec
 	inference *prometheus.HistogramVec
 	retries   prometheus.Counter
+	badMsgs   *prometheus.CounterVec
+	pubErrs   *prometheus.CounterVec
+	known     map[string]bool // every configured pool, class and model, op and code
+}
+
+// labelOther stands for any label value that is not a configured name.
+const labelOther = "other"
+
+// labelOf returns v when it is a configured name (or empty), else labelOther.
+func (m *metrics) labelOf(v string) string {
+	if v == "" || m.known[v] {
+		return v
+	}
+	return labelOther
 }
 
 var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
@@ -41,14 +65,41 @@ func newMetrics(g *Gateway) *metrics {
 			Help: "Inference time reported by the worker.", Buckets: latencyBuckets}, []string{"class", "pool", "model"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "ortbus_retries_total",
 			Help: "Requests retried on another worker after their worker died."}),
+		badMsgs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ortbus_bad_messages_total",
+			Help: "Bus messages dropped as malformed or forged, by kind."}, []string{"kind"}),
+		pubErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ortbus_publish_errors_total",
+			Help: "Replies and messages that could not be sent, by what they were."}, []string{"what"}),
+		known: map[string]bool{"ok": true},
 	}
-	m.reg.MustRegister(m.requests, m.queueWait, m.inference, m.retries, &stateCollector{g: g})
+	panics := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ortbus_panics_total",
+		Help: "Panics recovered in the gateway (each answered internal where a reply was due)."}, func() float64 { return float64(guard.Panics()) })
+	for _, set := range [][]string{g.cfg.PoolNames(), g.cfg.ClassNames(), subjects.Ops} {
+		for _, v := range set {
+			m.known[v] = true
+		}
+	}
+	for name := range g.cfg.Models {
+		m.known[name] = true
+	}
+	for _, c := range codec.Codes {
+		m.known[string(c)] = true
+	}
+	m.reg.MustRegister(m.requests, m.queueWait, m.inference, m.retries, m.badMsgs, m.pubErrs, panics, &stateCollector{g: g})
 	return m
+}
+
+// bad counts a dropped message of a kind (a fixed word).
+func (m *metrics) bad(kind string) { m.badMsgs.WithLabelValues(kind).Inc() }
+
+// publishFailed counts and logs a message the gateway could not send.
+func (g *Gateway) publishFailed(what string, err error) {
+	g.metrics.pubErrs.WithLabelValues(what).Inc()
+	g.log.Warn("publish failed", "what", what, "err", err)
 }
 
 // observe counts a terminal reply.
 func (m *metrics) observe(p *pending, outcome string) {
-	m.requests.WithLabelValues(p.op, p.class, p.pool, p.req.Model, outcome).Inc()
+	m.requests.WithLabelValues(m.labelOf(p.op), m.labelOf(p.class), m.labelOf(p.pool), m.labelOf(p.req.Model), m.labelOf(outcome)).Inc()
 }
 
 // timing records the worker's timing of a successful reply and returns it.
@@ -57,8 +108,8 @@ func (m *metrics) timing(p *pending, body []byte) (codec.Timing, bool) {
 	if codec.Unmarshal(body, &s) != nil {
 		return codec.Timing{}, false
 	}
-	m.queueWait.WithLabelValues(p.class, p.pool).Observe(float64(s.Timing.QueueUS) / 1e6)
-	m.inference.WithLabelValues(p.class, p.pool, s.Model).Observe(float64(s.Timing.InferUS) / 1e6)
+	m.queueWait.WithLabelValues(m.labelOf(p.class), m.labelOf(p.pool)).Observe(float64(s.Timing.QueueUS) / 1e6)
+	m.inference.WithLabelValues(m.labelOf(p.class), m.labelOf(p.pool), m.labelOf(s.Model)).Observe(float64(s.Timing.InferUS) / 1e6)
 	return s.Timing, true
 }
 

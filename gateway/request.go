@@ -3,7 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/internal/guard"
+	"github.com/ortbus/ortbus/internal/reply"
 	"github.com/ortbus/ortbus/sched"
 	"github.com/ortbus/ortbus/subjects"
 )
@@ -30,6 +32,8 @@ type pending struct {
 	deadline time.Time
 	reply    Reply
 	replyTo  string // the client's NATS reply subject ("" over HTTP), for failover
+	owner    string // who may cancel it (see canCancel)
+	size     int64  // the request's encoded size, counted against its class queue's bytes
 	// journaled: the request is in this gateway's failover journal.
 	journaled bool
 	once      sync.Once
@@ -86,15 +90,15 @@ func (g *Gateway) answer(p *pending, body []byte, err *codec.Error) {
 	})
 }
 
-// submit accepts a client request for op: decode, validate, route check, queue.
-func (g *Gateway) submit(op string, data []byte, asJSON bool, reply Reply) {
-	g.submitFrom(op, data, asJSON, "", reply)
-}
-
-// submitFrom is submit for a request that came over NATS with reply subject replyTo.
-func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo string, reply Reply) {
-	p := &pending{op: op, asJSON: asJSON, accepted: time.Now(), reply: reply, replyTo: replyTo}
+// submitFrom accepts a client request for op: decode, validate, route check, queue.
+// replyTo is its NATS reply subject ("" over HTTP), owner who may cancel it.
+func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner string, reply Reply) {
+	p := &pending{op: op, asJSON: asJSON, accepted: time.Now(), reply: reply, replyTo: replyTo, owner: owner, size: int64(len(data))}
 	if err := codec.Decode(data, &p.req, asJSON); err != nil {
+		g.answer(p, nil, codec.AsError(err))
+		return
+	}
+	if err := p.req.Validate(); err != nil {
 		g.answer(p, nil, codec.AsError(err))
 		return
 	}
@@ -114,7 +118,11 @@ func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo string
 	}
 	timeout := cl.Timeout.D()
 	if p.req.TimeoutMS > 0 {
-		timeout = min(time.Duration(p.req.TimeoutMS)*time.Millisecond, cl.MaxTimeout.D())
+		// Compared in ms first: a huge timeout_ms would overflow a Duration.
+		timeout = cl.MaxTimeout.D()
+		if p.req.TimeoutMS < timeout.Milliseconds() {
+			timeout = time.Duration(p.req.TimeoutMS) * time.Millisecond
+		}
 	}
 	p.deadline = p.accepted.Add(timeout)
 	if p.req.Model == "" {
@@ -149,7 +157,7 @@ func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo string
 		return
 	}
 	g.mu.Lock()
-	if _, ok := g.cancelled[p.id]; ok {
+	if c, ok := g.cancelled[p.id]; ok && canCancel(p.owner, c.by) {
 		// Its cancel overtook it (each op is a subscription of its own).
 		delete(g.cancelled, p.id)
 		g.mu.Unlock()
@@ -168,13 +176,13 @@ func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo string
 		g.failover.record(p, codec.JournalAccepted, data)
 		p.journaled = true
 	}
-	dropped, err := g.queues.Push(&sched.Item{ID: p.id, Class: p.class, Pools: pools, Deadline: p.deadline, Value: p})
+	dropped, err := g.queues.Push(&sched.Item{ID: p.id, Class: p.class, Pools: pools, Deadline: p.deadline, Bytes: p.size, Value: p})
 	if err != nil {
 		g.answer(p, nil, codec.AsError(err))
 		return
 	}
-	if dropped != nil {
-		g.answer(dropped.Value.(*pending), nil, codec.Errorf(codec.CodeOverloaded, "dropped from the full %s queue for a newer request (drop_oldest)", p.class))
+	for _, d := range dropped {
+		g.answer(d.Value.(*pending), nil, codec.Errorf(codec.CodeOverloaded, "dropped from the full %s queue for a newer request (drop_oldest)", p.class))
 	}
 	g.cancelIfAsked(p)
 	g.kick()
@@ -198,12 +206,17 @@ func modelSuffix(m string) string {
 	return " (model " + m + ")"
 }
 
-// send dispatches one request to pool and handles what comes back.
+// send dispatches one request to pool and handles what comes back. A panic in it
+// answers the request internal.
 func (g *Gateway) send(p *pending, pool string) {
+	defer guard.Recover(g.log, "dispatch", func(e *codec.Error) { g.answer(p, nil, e) })
 	item := codec.WorkItem{Request: p.req, Op: p.op, DeadlineUnixMS: p.deadline.UnixMilli(), ClaimTo: g.claimSubject, EnqueuedUnixUS: p.accepted.UnixMicro()}
 	item.Class, item.Pool = p.class, pool
 	if mapped, ok := g.mapped(p, pool); ok {
 		item.Path = mapped
+	}
+	if out, ok := g.mappedOut(p, pool); ok {
+		item.OutPath = out
 	}
 	g.mu.Lock()
 	if p.cancelAsked {
@@ -284,18 +297,16 @@ func (g *Gateway) release(p *pending, pool string) {
 
 // forward relays a worker's reply to the client, re-encoded as JSON if the client asked.
 func (g *Gateway) forward(p *pending, msg *nats.Msg) {
-	if code := msg.Header.Get(codec.HeaderErrorCode); code != "" {
-		var e codec.Error
-		if err := codec.Unmarshal(msg.Data, &e); err != nil || !e.Code.Known() {
-			n, _ := strconv.Atoi(code)
-			e = codec.Error{Code: codec.CodeInternal, Message: msg.Header.Get(codec.HeaderError), Details: map[string]any{"status": n}}
-		}
-		g.answer(p, nil, &e)
+	if e := reply.ErrorOf(msg); e != nil {
+		g.answer(p, nil, e)
 		return
 	}
 	if t, ok := g.metrics.timing(p, msg.Data); ok {
 		// The worker's own time for the item: what the next one of its kind will cost.
 		g.est.observe(estKey{p.pool, p.op, p.req.Model}, time.Duration(t.TotalUS-t.QueueUS)*time.Microsecond)
+	}
+	if p.op == "segment" {
+		msg.Data = g.unmapReply(p.pool, msg.Data) // out_path back to the client's view
 	}
 	if !p.asJSON {
 		g.answer(p, msg.Data, nil)
@@ -331,7 +342,7 @@ func (g *Gateway) lost(p *pending, cause *errLost) {
 		return
 	}
 	g.metrics.retries.Inc()
-	g.queues.PushFront(&sched.Item{ID: p.id, Class: p.class, Pools: g.retryPools(p), Deadline: p.deadline, Value: p})
+	g.queues.PushFront(&sched.Item{ID: p.id, Class: p.class, Pools: g.retryPools(p), Deadline: p.deadline, Bytes: p.size, Value: p})
 	g.cancelIfAsked(p)
 	g.kick()
 }
@@ -343,7 +354,7 @@ func (g *Gateway) redispatch(p *pending, pool string) {
 		g.answer(p, nil, codec.Errorf(codec.CodeDeadlineExceeded, "deadline passed before a worker took the request"))
 		return
 	}
-	g.queues.PushFront(&sched.Item{ID: p.id, Class: p.class, Pools: g.retryPools(p), Deadline: p.deadline, Value: p})
+	g.queues.PushFront(&sched.Item{ID: p.id, Class: p.class, Pools: g.retryPools(p), Deadline: p.deadline, Bytes: p.size, Value: p})
 	g.cancelIfAsked(p)
 	g.kick()
 }
@@ -386,8 +397,24 @@ func (g *Gateway) onDead(id, pool, why string) {
 	}
 }
 
-// onClaim records which worker holds a request.
-func (g *Gateway) onClaim(c codec.Claim) {
+// onClaim records which worker holds a request. A claim is dropped unless its body
+// names the pool and worker of its subject (ortbus.claim.<gateway>.<pool>.<worker>),
+// which under the cluster permissions only that pool's workers may publish; and it only
+// counts for the request's current dispatch (its pool and attempt).
+func (g *Gateway) onClaim(m *nats.Msg) {
+	var c codec.Claim
+	ps, err := subjects.Parse(m.Subject)
+	switch {
+	case err != nil || ps.Kind != subjects.KindClaim:
+		g.metrics.bad("claim")
+		return
+	case codec.Unmarshal(m.Data, &c) != nil:
+		g.metrics.bad("claim")
+		return
+	case c.Pool != ps.Pool || c.Worker != ps.Worker:
+		g.metrics.bad("claim")
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if p, ok := g.inflight[c.ID]; ok && p.attempt == c.Attempt && p.pool == c.Pool {
@@ -395,20 +422,63 @@ func (g *Gateway) onClaim(c codec.Claim) {
 	}
 }
 
-// cancelRequest cancels a queued or in-flight request by id.
-func (g *Gateway) cancelRequest(id string) bool {
+// cancelRequest cancels a queued or in-flight request by id, whoever sent it.
+func (g *Gateway) cancelRequest(id string) bool { return g.cancelAs(id, "") }
+
+// ownerHTTP owns the requests that came over HTTP: only an HTTP cancel may cancel them.
+const ownerHTTP = "http"
+
+// ownerOf is the owner of a request sent by by (its reply subject, or ownerHTTP): the
+// connection's inbox, i.e. every token of the reply subject but the last. NATS clients
+// answer all requests of a connection under <inbox prefix>.<connection nuid>., which
+// with per-user inbox prefixes and subscribe permissions no other user can read, and
+// without them no other client can guess.
+func ownerOf(by string) string {
+	if by == ownerHTTP {
+		return by
+	}
+	if o := subjects.InboxOwner(by); o != "" {
+		return o
+	}
+	return by
+}
+
+// canCancel reports whether a cancel sent by by may cancel a request of owner: an
+// operator (by ""), the HTTP API for its own requests, or a cancel whose reply subject
+// is under the request's owner (the same connection's inbox).
+func canCancel(owner, by string) bool {
+	switch {
+	case by == "":
+		return true
+	case by == ownerHTTP || owner == ownerHTTP:
+		return by == owner
+	}
+	return strings.HasPrefix(by, owner+".")
+}
+
+// cancelAs cancels a queued or in-flight request by id for the sender by (see
+// canCancel). A cancel that may not cancel the request finds nothing, as if the id were
+// unknown.
+func (g *Gateway) cancelAs(id, by string) bool {
+	g.mu.Lock()
+	p, ok := g.inflight[id]
+	if ok && !canCancel(p.owner, by) {
+		g.mu.Unlock()
+		return false
+	}
+	g.mu.Unlock()
 	if it := g.queues.Remove(id); it != nil {
 		g.answer(it.Value.(*pending), nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))
 		return true
 	}
 	g.mu.Lock()
-	p, ok := g.inflight[id]
+	p, ok = g.inflight[id]
 	dispatched := false
 	if ok {
 		p.cancelAsked = true
 		dispatched = p.cancel != nil
 	} else {
-		g.rememberCancel(id)
+		g.rememberCancel(id, by)
 	}
 	g.mu.Unlock()
 	if !ok {
@@ -423,7 +493,9 @@ func (g *Gateway) cancelRequest(id string) bool {
 	// Running: the worker holding it stops it (or discards its result) and answers it
 	// cancelled, and that answer reaches the client like any other.
 	b, _ := codec.Marshal(&codec.Cancel{ID: id})
-	g.nc.Publish(subjects.Cancel, b)
+	if err := g.nc.Publish(subjects.Cancel, b); err != nil {
+		g.publishFailed("cancel", err)
+	}
 	return true
 }
 
@@ -432,16 +504,23 @@ func (g *Gateway) cancelRequest(id string) bool {
 // subscriptions, so a cancel sent right after its request is often handled first.
 const cancelMemory = 10 * time.Second
 
-// rememberCancel records a cancel of an id not seen (yet). Called with g.mu held.
-func (g *Gateway) rememberCancel(id string) {
+// earlyCancel is a cancel of an id not seen yet, and who sent it.
+type earlyCancel struct {
+	at time.Time
+	by string
+}
+
+// rememberCancel records a cancel of an id not seen (yet), at most 10000 at a time.
+// Called with g.mu held.
+func (g *Gateway) rememberCancel(id, by string) {
 	now := time.Now()
-	for k, at := range g.cancelled {
-		if now.Sub(at) > cancelMemory {
+	for k, c := range g.cancelled {
+		if now.Sub(c.at) > cancelMemory {
 			delete(g.cancelled, k)
 		}
 	}
 	if len(g.cancelled) < 10000 {
-		g.cancelled[id] = now
+		g.cancelled[id] = earlyCancel{at: now, by: by}
 	}
 }
 

@@ -31,15 +31,15 @@ func (g *Gateway) poolsFor(chain []string, op, model string) []string {
 	return out
 }
 
-// mapPaths checks that the request's path can be expressed on every candidate pool's
-// host (pools may map path prefixes between hosts).
+// mapPaths checks that the request's path and out_path can be expressed on every
+// candidate pool's host (pools may map path prefixes between hosts).
 func (g *Gateway) mapPaths(p *pending, pools []string) *codec.Error {
-	if p.req.Path == "" {
-		return nil
-	}
 	for _, pool := range pools {
 		if _, ok := g.mapped(p, pool); !ok {
 			return codec.Errorf(codec.CodeForbiddenPath, "path %s is not under any prefix that pool %s maps", p.req.Path, pool).With("pool", pool)
+		}
+		if _, ok := g.mappedOut(p, pool); !ok {
+			return codec.Errorf(codec.CodeForbiddenPath, "out_path %s is not under any prefix that pool %s maps", p.req.OutPath, pool).With("pool", pool)
 		}
 	}
 	return nil
@@ -48,20 +48,7 @@ func (g *Gateway) mapPaths(p *pending, pools []string) *codec.Error {
 // mapped returns the request's path as seen on pool's host: rewritten by the longest
 // matching prefix of the pool's path_map, or unchanged when the pool has no map.
 func (g *Gateway) mapped(p *pending, pool string) (string, bool) {
-	m := g.cfg.Pools[pool].PathMap
-	if len(m) == 0 || p.req.Path == "" {
-		return p.req.Path, true
-	}
-	best := ""
-	for from := range m {
-		if (p.req.Path == from || strings.HasPrefix(p.req.Path, strings.TrimSuffix(from, "/")+"/")) && len(from) > len(best) {
-			best = from
-		}
-	}
-	if best == "" {
-		return "", false
-	}
-	return m[best] + strings.TrimPrefix(p.req.Path, best), true
+	return mapPrefix(g.cfg.Pools[pool].PathMap, p.req.Path)
 }
 
 // room is how many more requests this gateway may have in flight on a pool: the free

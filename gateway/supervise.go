@@ -9,12 +9,14 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/natsconn"
 )
 
 // supervisor runs the worker processes of local pools: spawned once (never per request),
@@ -136,8 +138,15 @@ func (s *supervisor) spawn(p *proc) {
 	if pc.Worker != "" {
 		bin = pc.Worker
 	}
-	cmd := exec.Command(bin, "-config", s.g.cfg.File, "-pool", p.pool, "-id", p.id, "-nats", s.url)
-	cmd.Env = os.Environ()
+	url, env := s.url, os.Environ()
+	if pc.HasCredentials() {
+		// The pool's workers log in as their own NATS user ([pools.NAME.nats], read by the
+		// worker from the same config file): none of the gateway's credentials reach them,
+		// neither its password in the environment nor a user:password in the URL.
+		url, env = natsconn.StripUserInfo(url), withoutEnv(env, natsconn.PasswordEnv)
+	}
+	cmd := exec.Command(bin, "-config", s.g.cfg.File, "-pool", p.pool, "-id", p.id, "-nats", url)
+	cmd.Env = env
 	for k, v := range pc.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -174,6 +183,17 @@ func (s *supervisor) spawn(p *proc) {
 	s.byID[p.id] = p
 	s.wg.Add(1)
 	go s.watch(p, cmd, out)
+}
+
+// withoutEnv is env (KEY=VALUE entries) without the variable key.
+func withoutEnv(env []string, key string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, key+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // watch reads a worker's stdout events and waits for its exit.

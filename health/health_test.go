@@ -103,3 +103,62 @@ func TestTrackerIgnoresGarbageAndFailed(t *testing.T) {
 		t.Fatalf("workers %+v", ws)
 	}
 }
+
+// Forged and broken heartbeats are dropped with a fixed reason and never tracked: a body
+// naming another pool or worker than its subject, an untracked pool, a non-UTF-8 or
+// over-long id, an unknown state, numbers out of range, and new ids past MaxPerPool.
+func TestTrackerDropsForgedHeartbeats(t *testing.T) {
+	nc := conn(t)
+	drops := make(chan string, 100)
+	tr := &Tracker{MissCount: 3, Pools: map[string]bool{"cpu": true}, MaxPerPool: 2, OnDrop: func(r string) { drops <- r }}
+	if err := tr.Start(nc); err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Stop()
+	good := func() *codec.Heartbeat {
+		return &codec.Heartbeat{Worker: "w1", Pool: "cpu", State: codec.StateReady, Slots: 1, IntervalMS: 1000}
+	}
+	send := func(subject string, hb *codec.Heartbeat) {
+		t.Helper()
+		m, err := Message(subject, hb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		subject string
+		edit    func(*codec.Heartbeat)
+		reason  string
+	}{
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.Pool = "cuda" }, "identity"},
+		{"ortbus.hb.cpu.w2", func(h *codec.Heartbeat) {}, "identity"},
+		{"ortbus.hb.cuda.w1", func(h *codec.Heartbeat) { h.Pool = "cuda" }, "pool"},
+		{"ortbus.hb.cpu.w\xff", func(h *codec.Heartbeat) { h.Worker = "w\xff" }, "subject"}, // a subject token that is not UTF-8
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.State = "bogus" }, "state"},
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.Slots = 1 << 30 }, "range"},
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.IntervalMS = -5 }, "range"},
+	}
+	for _, c := range cases {
+		hb := good()
+		c.edit(hb)
+		send(c.subject, hb)
+		if got := <-drops; got != c.reason {
+			t.Fatalf("%s %+v: dropped as %q, want %q", c.subject, hb, got, c.reason)
+		}
+	}
+	// Two ids fill the pool's bound; a third is dropped.
+	for _, id := range []string{"a", "b", "c"} {
+		hb := good()
+		hb.Worker = id
+		send("ortbus.hb.cpu."+id, hb)
+	}
+	if got := <-drops; got != "too_many_workers" {
+		t.Fatalf("third id dropped as %q", got)
+	}
+	if ws := tr.Workers(); len(ws) != 2 || ws[0].HB.Worker != "a" || ws[1].HB.Worker != "b" {
+		t.Fatalf("tracked %+v", ws)
+	}
+}

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -40,6 +42,16 @@ type Tracker struct {
 	// of CPU rather than dead, and is given MissCount more intervals before the verdict.
 	// A stopped, hung-in-the-kernel-stop or remote worker gets the normal bound.
 	Running func(worker string) bool
+	// Pools, when set, are the pools tracked: a heartbeat of any other pool is dropped.
+	Pools map[string]bool
+	// MaxPerPool bounds the workers tracked per pool (default DefaultMaxPerPool): a
+	// heartbeat of a new worker id beyond it is dropped, so forged ids cannot grow the
+	// tracker without bound.
+	MaxPerPool int
+	// OnDrop, if set, is called with a fixed reason for every heartbeat dropped.
+	OnDrop func(reason string)
+	// Log receives panics recovered in the tracker's callbacks.
+	Log *slog.Logger
 
 	mu      sync.Mutex
 	workers map[string]*Worker
@@ -60,13 +72,21 @@ func (t *Tracker) Start(nc *nats.Conn) error {
 	if t.MissCount <= 0 {
 		t.MissCount = 3
 	}
-	sub, err := nc.Subscribe(subjects.HBAll, func(m *nats.Msg) {
+	if t.MaxPerPool <= 0 {
+		t.MaxPerPool = DefaultMaxPerPool
+	}
+	sub, err := nc.Subscribe(subjects.HBAll, guard.Msg(t.Log, "heartbeat", nc, func(m *nats.Msg) {
 		var hb codec.Heartbeat
-		if Decode(m, &hb) != nil || hb.Worker == "" {
+		if Decode(m, &hb) != nil {
+			t.drop("malformed")
+			return
+		}
+		if reason := t.check(m.Subject, &hb); reason != "" {
+			t.drop(reason)
 			return
 		}
 		t.beat(hb)
-	})
+	}))
 	if err != nil {
 		return err
 	}
@@ -85,12 +105,69 @@ func (t *Tracker) Stop() {
 	})
 }
 
+// DefaultMaxPerPool is the default bound on workers tracked per pool.
+const DefaultMaxPerPool = 256
+
+// Limits of a heartbeat's numbers; a beat outside them is dropped as forged or broken.
+const (
+	maxSlots    = 4096
+	maxInterval = time.Hour
+)
+
+// check returns why a heartbeat must be dropped, or "": its body must name the pool and
+// worker of its subject (ortbus.hb.<pool>.<worker>), a tracked pool, a known state, and
+// numbers within bounds.
+func (t *Tracker) check(subject string, hb *codec.Heartbeat) string {
+	ps, err := subjects.Parse(subject)
+	switch {
+	case err != nil || ps.Kind != subjects.KindHeartbeat:
+		return "subject"
+	case hb.Pool != ps.Pool || hb.Worker != ps.Worker:
+		return "identity"
+	case t.Pools != nil && !t.Pools[hb.Pool]:
+		return "pool"
+	case codec.CheckID("worker", hb.Worker) != nil:
+		return "worker_id"
+	}
+	switch hb.State {
+	case codec.StateStarting, codec.StateReady, codec.StateDraining, codec.StateFailed:
+	default:
+		return "state"
+	}
+	if hb.Slots < 0 || hb.Slots > maxSlots || hb.IntervalMS < 0 || hb.IntervalMS > maxInterval.Milliseconds() {
+		return "range"
+	}
+	return ""
+}
+
+func (t *Tracker) drop(reason string) {
+	if t.OnDrop != nil {
+		t.OnDrop(reason)
+	}
+}
+
 func (t *Tracker) beat(hb codec.Heartbeat) {
 	t.mu.Lock()
 	w, ok := t.workers[hb.Worker]
 	if !ok {
+		n := 0
+		for _, x := range t.workers {
+			if x.HB.Pool == hb.Pool {
+				n++
+			}
+		}
+		if n >= t.MaxPerPool {
+			t.mu.Unlock()
+			t.drop("too_many_workers")
+			return
+		}
 		w = &Worker{}
 		t.workers[hb.Worker] = w
+	}
+	if ok && w.HB.Pool != hb.Pool {
+		t.mu.Unlock() // one worker id cannot move between pools
+		t.drop("identity")
+		return
 	}
 	if ok && !w.Dead && hb.Seq != 0 && hb.Seq < w.HB.Seq && hb.PID == w.HB.PID {
 		t.mu.Unlock() // an old, reordered beat
@@ -114,57 +191,63 @@ func (t *Tracker) judge() {
 		case <-t.stop:
 			return
 		case now := <-tick.C:
-			if !t.nc.IsConnected() {
-				// Disconnected from NATS (a server restart): every worker is silent to
-				// us, none is judged until we hear again.
-				t.mu.Lock()
-				t.offline = now
-				t.mu.Unlock()
-				continue
-			}
-			// Silent workers past the bound; those past it but within twice it are
-			// spared if their process is known to be running (checked outside the lock).
-			var silent, spare []string
-			t.mu.Lock()
-			for id, w := range t.workers {
-				if w.Dead || w.HB.State == codec.StateFailed {
-					continue
-				}
-				iv := time.Duration(w.HB.IntervalMS) * time.Millisecond
-				if iv <= 0 {
-					iv = time.Second
-				}
-				since := w.Seen
-				if t.offline.After(since) {
-					since = t.offline
-				}
-				bound := time.Duration(t.MissCount) * iv
-				switch late := now.Sub(since); {
-				case late > 2*bound || (late > bound && t.Running == nil):
-					silent = append(silent, id)
-				case late > bound:
-					spare = append(spare, id)
-				}
-			}
-			t.mu.Unlock()
-			for _, id := range spare {
-				if !t.Running(id) {
-					silent = append(silent, id)
-				}
-			}
-			var dead []Worker
-			t.mu.Lock()
-			for _, id := range silent {
-				if w, ok := t.workers[id]; ok && !w.Dead && !w.Seen.After(now) {
-					w.Dead, w.Why = true, "heartbeat stopped"
-					dead = append(dead, *w)
-				}
-			}
-			t.mu.Unlock()
-			for _, w := range dead {
-				t.died(w)
-			}
+			t.judgeAt(now)
 		}
+	}
+}
+
+// judgeAt is one judging pass.
+func (t *Tracker) judgeAt(now time.Time) {
+	defer guard.Recover(t.Log, "heartbeat judge", nil)
+	if !t.nc.IsConnected() {
+		// Disconnected from NATS (a server restart): every worker is silent to
+		// us, none is judged until we hear again.
+		t.mu.Lock()
+		t.offline = now
+		t.mu.Unlock()
+		return
+	}
+	// Silent workers past the bound; those past it but within twice it are
+	// spared if their process is known to be running (checked outside the lock).
+	var silent, spare []string
+	t.mu.Lock()
+	for id, w := range t.workers {
+		if w.Dead || w.HB.State == codec.StateFailed {
+			continue
+		}
+		iv := time.Duration(w.HB.IntervalMS) * time.Millisecond
+		if iv <= 0 {
+			iv = time.Second
+		}
+		since := w.Seen
+		if t.offline.After(since) {
+			since = t.offline
+		}
+		bound := time.Duration(t.MissCount) * iv
+		switch late := now.Sub(since); {
+		case late > 2*bound || (late > bound && t.Running == nil):
+			silent = append(silent, id)
+		case late > bound:
+			spare = append(spare, id)
+		}
+	}
+	t.mu.Unlock()
+	for _, id := range spare {
+		if !t.Running(id) {
+			silent = append(silent, id)
+		}
+	}
+	var dead []Worker
+	t.mu.Lock()
+	for _, id := range silent {
+		if w, ok := t.workers[id]; ok && !w.Dead && !w.Seen.After(now) {
+			w.Dead, w.Why = true, "heartbeat stopped"
+			dead = append(dead, *w)
+		}
+	}
+	t.mu.Unlock()
+	for _, w := range dead {
+		t.died(w)
 	}
 }
 

@@ -3,9 +3,11 @@
 //
 // Paths arrive from clients on the bus, so every path goes through a [Policy] before a
 // byte of it is read: it must be absolute and clean, lie inside an allowed root both
-// lexically and after symlinks are resolved, and name a regular file. The header is read
-// before the pixels so that a hostile "100000×100000" PNG is refused without allocating
-// anything. Every refusal is a *codec.Error with one of the contract's stable codes
+// lexically and after symlinks are resolved, and name a regular file. The file is read
+// once, into a buffer bounded by [Policy.MaxBytes], and its header is decoded before its
+// pixels, from that same buffer, so that a hostile "100000×100000" PNG is refused without
+// allocating pixel memory. Outputs are written only as new files under the output roots,
+// through an os.Root ([Policy.CreatePNG]). Every refusal is a *codec.Error with one of the contract's stable codes
 // (bad_request, forbidden_path, file_not_found, unsupported_image, image_too_large), so a
 // worker can put it on the bus as it is.
 //

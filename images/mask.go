@@ -1,13 +1,9 @@
 package images
 
 import (
-	"bufio"
 	"fmt"
 	"image"
-	"image/png"
 	"math"
-	"os"
-	"path/filepath"
 
 	"golang.org/x/image/draw"
 )
@@ -65,48 +61,4 @@ func MaskToRGBA(img image.Image, mask []float32, mw, mh int) *image.NRGBA {
 		}
 	}
 	return out
-}
-
-// WritePNG encodes img as PNG to path atomically: it writes a temporary file in the same
-// directory, syncs it, makes it world-readable (0644, for the client that asked for it),
-// and renames it over path, so a reader never sees a partial file and a symlink at path
-// is replaced rather than written through. Compression favours speed: these are transient
-// results. Check path with Policy.CheckWritable first.
-func WritePNG(path string, img image.Image) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("images: write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	bw := bufio.NewWriterSize(f, 1<<16)
-	enc := png.Encoder{CompressionLevel: png.BestSpeed}
-	if err := enc.Encode(bw, img); err != nil {
-		return fmt.Errorf("images: encode %s: %w", path, err)
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("images: write %s: %w", path, err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return fmt.Errorf("images: chmod %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("images: sync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("images: close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("images: rename into %s: %w", path, err)
-	}
-	return nil
 }

@@ -1,7 +1,7 @@
 package images
 
 import (
-	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"image"
@@ -46,8 +46,14 @@ var formats = map[string]bool{"png": true, "jpeg": true, "gif": true, "bmp": tru
 //   - file_not_found: inside a root but missing;
 //   - unsupported_image: a directory or other non-regular file, an unknown format, or a
 //     truncated or corrupt file (the message carries the decoder's error);
-//   - image_too_large: width*height over MaxPixels, found from the header alone, before
-//     any pixel memory is allocated (details: width, height, max_pixels).
+//   - image_too_large: a file over MaxBytes, found from its size before reading it and
+//     enforced while reading it (details: bytes, max_bytes); or width*height over
+//     MaxPixels, found from the header alone, before any pixel memory is allocated
+//     (details: width, height, max_pixels).
+//
+// The file is read once, into memory, and both the header and the pixels are decoded
+// from that one copy, so a file rewritten while it is read cannot pass the header check
+// with one content and be decoded with another.
 //
 // A GIF gives its first frame, placed on a canvas of the GIF's logical screen size.
 func (p Policy) Open(path string) (image.Image, Info, error) {
@@ -64,7 +70,15 @@ func (p Policy) Open(path string) (image.Image, Info, error) {
 		return nil, Info{}, err
 	}
 	defer f.Close()
-	img, info, err := decode(f, p.maxPixels(), path)
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, Info{}, resolveError(err, path)
+	}
+	data, err := readBounded(f, fi.Size(), p.maxBytes(), path)
+	if err != nil {
+		return nil, Info{}, withPath(err, path)
+	}
+	img, info, err := decode(data, p.maxPixels(), path)
 	if err != nil {
 		return nil, Info{}, withPath(err, path)
 	}
@@ -72,14 +86,49 @@ func (p Policy) Open(path string) (image.Image, Info, error) {
 	return img, info, nil
 }
 
-// Decode decodes an image from r with the same format set, size limit (maxPixels <= 0
-// means DefaultMaxPixels) and error codes as Open. r is read twice: once for the header,
-// then from the start for the pixels.
-func Decode(r io.ReadSeeker, maxPixels int64) (image.Image, Info, error) {
+// Decode decodes an image from r with the same format set, size limits (maxPixels <= 0
+// means DefaultMaxPixels; at most DefaultMaxBytes are read) and error codes as Open. r is
+// read once, to its end, and never seeked.
+func Decode(r io.Reader, maxPixels int64) (image.Image, Info, error) {
 	if maxPixels <= 0 {
 		maxPixels = DefaultMaxPixels
 	}
-	return decode(r, maxPixels, "image")
+	data, err := readBounded(r, 0, DefaultMaxBytes, "image")
+	if err != nil {
+		return nil, Info{}, err
+	}
+	return decode(data, maxPixels, "image")
+}
+
+// readBounded reads r to its end into one buffer, refusing more than limit bytes with
+// image_too_large: at once when size (the file's size from fstat, 0 when unknown) is
+// over limit, and while reading, through a LimitReader of limit+1 bytes, when the file is
+// longer than it said (it grew after the fstat, or size was unknown). The buffer is sized
+// from size, so a file that keeps its size is read without copying.
+func readBounded(r io.Reader, size, limit int64, name string) ([]byte, error) {
+	if size > limit {
+		return nil, codec.Errorf(codec.CodeImageTooLarge, "%s is %d bytes, over the limit of %d bytes", name, size, limit).
+			With("bytes", size).With("max_bytes", limit)
+	}
+	buf := make([]byte, 0, min(max(size+1, 512), limit+1))
+	lr := io.LimitReader(r, limit+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // grow
+		}
+		n, err := lr.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, codec.Errorf(codec.CodeImageTooLarge, "%s is more than %d bytes, over the limit", name, limit).
+				With("bytes", int64(len(buf))).With("max_bytes", limit)
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, codec.Errorf(codec.CodeUnsupportedImage, "cannot read %s: %v", name, err)
+		}
+	}
 }
 
 // openRegular opens resolved for reading, refusing anything but a regular file. The
@@ -132,8 +181,9 @@ func regular(fi fs.FileInfo, name string) error {
 	return nil
 }
 
-// decode reads the header, enforces the format set and the pixel limit, then decodes.
-func decode(r io.ReadSeeker, maxPixels int64, name string) (img image.Image, info Info, err error) {
+// decode reads the header from data, enforces the format set and the pixel limit, then
+// decodes the same bytes and checks that the image is the size its header declared.
+func decode(data []byte, maxPixels int64, name string) (img image.Image, info Info, err error) {
 	defer func() {
 		// The decoders see hostile bytes; a panic in one must fail this image, not the worker.
 		if v := recover(); v != nil {
@@ -141,7 +191,7 @@ func decode(r io.ReadSeeker, maxPixels int64, name string) (img image.Image, inf
 			err = codec.Errorf(codec.CodeUnsupportedImage, "cannot decode %s: decoder failed: %v", name, v)
 		}
 	}()
-	cfg, format, err := image.DecodeConfig(bufio.NewReader(r))
+	cfg, format, err := image.DecodeConfig(bytes.NewReader(data))
 	if err != nil {
 		if errors.Is(err, image.ErrFormat) {
 			return nil, Info{}, codec.Errorf(codec.CodeUnsupportedImage,
@@ -163,17 +213,35 @@ func decode(r io.ReadSeeker, maxPixels int64, name string) (img image.Image, inf
 			"%s is %dx%d = %d pixels, over the limit of %d", name, cfg.Width, cfg.Height, px, maxPixels).
 			With("width", cfg.Width).With("height", cfg.Height).With("max_pixels", maxPixels)
 	}
-	if _, err := r.Seek(0, io.SeekStart); err != nil {
-		return nil, Info{}, codec.Errorf(codec.CodeInternal, "cannot rewind %s: %v", name, err)
-	}
-	img, format2, err := image.Decode(bufio.NewReader(r))
+	img, format2, err := image.Decode(bytes.NewReader(data))
 	if err != nil {
 		return nil, Info{}, codec.Errorf(codec.CodeUnsupportedImage, "cannot decode %s image %s: %v", format, name, err)
 	}
 	if format2 != format {
 		return nil, Info{}, codec.Errorf(codec.CodeUnsupportedImage, "%s changed format while being read", name)
 	}
+	if err := checkDecoded(img.Bounds(), format, cfg.Width, cfg.Height, maxPixels, name); err != nil {
+		return nil, Info{}, err
+	}
 	return onCanvas(img, cfg.Width, cfg.Height), info, nil
+}
+
+// checkDecoded checks a decoded image's bounds against the header's size: equal to it, or
+// for a GIF (whose first frame may cover part of the logical screen) inside it; and its
+// pixels against the limit, so a decoder that disagrees with its own header cannot hand
+// on more than the header check let through.
+func checkDecoded(b image.Rectangle, format string, w, h int, maxPixels int64, name string) error {
+	header := image.Rect(0, 0, w, h)
+	if px := int64(b.Dx()) * int64(b.Dy()); px > maxPixels {
+		return codec.Errorf(codec.CodeImageTooLarge,
+			"%s decoded to %dx%d = %d pixels, over the limit of %d", name, b.Dx(), b.Dy(), px, maxPixels).
+			With("width", b.Dx()).With("height", b.Dy()).With("max_pixels", maxPixels)
+	}
+	if b == header || (format == "gif" && !b.Empty() && b.In(header)) {
+		return nil
+	}
+	return codec.Errorf(codec.CodeUnsupportedImage,
+		"%s decoded to bounds %v, not the %dx%d its header declares", name, b, w, h)
 }
 
 // onCanvas returns img unchanged when its bounds are (0,0)-(w,h), as for every format but

@@ -13,14 +13,19 @@ import (
 )
 
 // DefaultMaxPixels is the pixel limit used when Policy.MaxPixels is zero or negative:
-// 8192×8192. A decoded image of that size takes 256 MiB as RGBA, before any resizing.
-const DefaultMaxPixels int64 = 8192 * 8192
+// 16384×8192 (128 Mi pixels), so that a 100 MP camera photo (11648×8736) is accepted. A
+// decoded image of that size takes 512 MiB as RGBA, before any resizing.
+const DefaultMaxPixels int64 = 16384 * 8192
+
+// DefaultMaxBytes is the file size limit used when Policy.MaxBytes is zero or negative:
+// 128 MiB, more than a 100 MP JPEG. Open holds the whole file in memory while decoding.
+const DefaultMaxBytes int64 = 128 << 20
 
 // maxLinks bounds the symlinks followed while locating a missing path, as the kernel does.
 const maxLinks = 255
 
-// Policy says which image paths a worker may read (and which output paths it may write)
-// and how big an image it may decode. The zero Policy allows no path at all.
+// Policy says which image paths a worker may read, which output paths it may write, and
+// how big an image it may read and decode. The zero Policy allows no path at all.
 //
 // Roots are compared component-wise, both as configured and with their symlinks resolved,
 // so a root that is itself a symlink (/srv/img -> /data/img) accepts paths under either
@@ -28,8 +33,21 @@ const maxLinks = 255
 type Policy struct {
 	// AllowedRoots are the directories under which paths are accepted.
 	AllowedRoots []string
+	// OutputRoots are the directories under which outputs may be written (the spool
+	// directory and security.output_roots); AllowedRoots give no right to write.
+	OutputRoots []string
 	// MaxPixels is the largest width*height that Open decodes; <= 0 means DefaultMaxPixels.
 	MaxPixels int64
+	// MaxBytes is the largest file that Open reads; <= 0 means DefaultMaxBytes.
+	MaxBytes int64
+}
+
+// maxBytes returns the effective file size limit.
+func (p Policy) maxBytes() int64 {
+	if p.MaxBytes <= 0 {
+		return DefaultMaxBytes
+	}
+	return p.MaxBytes
 }
 
 // maxPixels returns the effective pixel limit.
@@ -79,14 +97,15 @@ func (p Policy) Check(path string) (resolved string, err error) {
 	return resolveInside(path, roots)
 }
 
-// CheckWritable checks an output path (for example a segmentation mask's out_path) whose
-// file may not exist yet: path is absolute and clean, lies inside an allowed root, its
-// directory exists and resolves inside an allowed root, and if the file exists it is not a
-// directory and it too resolves inside a root. It returns the path to write: the resolved
-// directory joined with the file name. Write it with WritePNG, which replaces the name
-// atomically and so never writes through a symlink.
+// CheckWritable checks an output path (for example a segmentation mask's out_path) before
+// the work that produces the output, so a bad path is refused early: path is absolute and
+// clean, lies inside an output root (OutputRoots; AllowedRoots do not count), its
+// directory exists and resolves inside an output root, and nothing exists at path yet
+// (forbidden_path: an output never replaces a file). It returns the resolved directory
+// joined with the file name. It is only a check: write with CreatePNG, which checks again
+// and writes through an os.Root, so that what changes in between cannot redirect it.
 func (p Policy) CheckWritable(path string) (string, error) {
-	roots, err := p.admit(path)
+	roots, err := p.admitOutput(path)
 	if err != nil {
 		return "", err
 	}
@@ -97,12 +116,15 @@ func (p Policy) CheckWritable(path string) (string, error) {
 	dir = filepath.Clean(dir)
 	if !insideAny(roots, dir) {
 		// The root itself was named: its parent is outside every root.
-		return "", forbidden(path)
+		return "", forbiddenOutput(path)
 	}
 	rdir, err := resolveInside(dir, roots)
 	if err != nil {
-		if codec.CodeOf(err) == codec.CodeFileNotFound {
+		switch codec.CodeOf(err) {
+		case codec.CodeFileNotFound:
 			return "", codec.Errorf(codec.CodeFileNotFound, "output directory %q does not exist", dir).With("path", path)
+		case codec.CodeForbiddenPath:
+			return "", forbiddenOutput(path)
 		}
 		return "", withPath(err, path)
 	}
@@ -118,14 +140,8 @@ func (p Policy) CheckWritable(path string) (string, error) {
 		return "", resolveError(err, path)
 	case fi.IsDir():
 		return "", codec.Errorf(codec.CodeBadRequest, "output path %q is a directory", path).With("path", path)
-	case fi.Mode()&fs.ModeSymlink != 0:
-		// Replacing the link is harmless, but a link leading out of the roots is a sign
-		// of someone probing; refuse it like any other escape.
-		if _, err := resolveInside(out, roots); err != nil && codec.CodeOf(err) == codec.CodeForbiddenPath {
-			return "", forbidden(path)
-		}
 	}
-	return out, nil
+	return "", exists(path)
 }
 
 // admit does the lexical checks that need no filesystem access: the path must be absolute
@@ -133,29 +149,49 @@ func (p Policy) CheckWritable(path string) (string, error) {
 // these first means a client learns nothing about files outside the roots. It returns the
 // roots to compare resolved paths against: each configured root and its resolution.
 func (p Policy) admit(path string) ([]string, error) {
-	switch {
-	case path == "":
-		return nil, codec.Errorf(codec.CodeBadRequest, "empty path")
-	case strings.IndexByte(path, 0) >= 0:
-		return nil, codec.Errorf(codec.CodeBadRequest, "path contains a NUL byte").With("path", path)
-	case !filepath.IsAbs(path):
-		return nil, codec.Errorf(codec.CodeBadRequest, "path %q is not absolute", path).With("path", path)
-	case filepath.Clean(path) != path:
-		return nil, codec.Errorf(codec.CodeBadRequest, "path %q is not clean (it should be %q)", path, filepath.Clean(path)).With("path", path)
+	if err := lexical(path); err != nil {
+		return nil, err
 	}
-	roots := p.roots()
+	roots := rootsOf(p.AllowedRoots)
 	if !insideAny(roots, path) {
 		return nil, forbidden(path)
 	}
 	return roots, nil
 }
 
-// roots returns every usable root, as configured (cleaned) and symlink-resolved. A
-// resolved path is inside a configured root only if that root contains no symlink, so
+// admitOutput is admit for an output path, against the output roots.
+func (p Policy) admitOutput(path string) ([]string, error) {
+	if err := lexical(path); err != nil {
+		return nil, err
+	}
+	roots := rootsOf(p.OutputRoots)
+	if !insideAny(roots, path) {
+		return nil, forbiddenOutput(path)
+	}
+	return roots, nil
+}
+
+// lexical refuses a path that is empty, has a NUL byte, or is not absolute and clean.
+func lexical(path string) error {
+	switch {
+	case path == "":
+		return codec.Errorf(codec.CodeBadRequest, "empty path")
+	case strings.IndexByte(path, 0) >= 0:
+		return codec.Errorf(codec.CodeBadRequest, "path contains a NUL byte").With("path", path)
+	case !filepath.IsAbs(path):
+		return codec.Errorf(codec.CodeBadRequest, "path %q is not absolute", path).With("path", path)
+	case filepath.Clean(path) != path:
+		return codec.Errorf(codec.CodeBadRequest, "path %q is not clean (it should be %q)", path, filepath.Clean(path)).With("path", path)
+	}
+	return nil
+}
+
+// rootsOf returns every usable root of list, as configured (cleaned) and symlink-resolved.
+// A resolved path is inside a configured root only if that root contains no symlink, so
 // comparing against both spellings never admits more than the resolved roots would.
-func (p Policy) roots() []string {
-	out := make([]string, 0, 2*len(p.AllowedRoots))
-	for _, r := range p.AllowedRoots {
+func rootsOf(list []string) []string {
+	out := make([]string, 0, 2*len(list))
+	for _, r := range list {
 		if !filepath.IsAbs(r) {
 			continue
 		}
@@ -299,6 +335,16 @@ func resolveError(err error, path string) error {
 // forbidden is the one message for every escape, so it never reveals where a link leads.
 func forbidden(path string) *codec.Error {
 	return codec.Errorf(codec.CodeForbiddenPath, "path %q is outside the allowed roots", path).With("path", path)
+}
+
+// forbiddenOutput is forbidden for an output path.
+func forbiddenOutput(path string) *codec.Error {
+	return codec.Errorf(codec.CodeForbiddenPath, "output path %q is outside the output roots (spool_dir, output_roots)", path).With("path", path)
+}
+
+// exists refuses an output path at which something already exists.
+func exists(path string) *codec.Error {
+	return codec.Errorf(codec.CodeForbiddenPath, "output path %q already exists; an output never replaces a file", path).With("path", path)
 }
 
 // withPath makes an error from a helper that saw a derived path (a parent directory)

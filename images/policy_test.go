@@ -130,7 +130,7 @@ func TestValidate(t *testing.T) {
 
 func TestCheckWritable(t *testing.T) {
 	f := newFixture(t)
-	pol := Policy{AllowedRoots: []string{f.root, f.p("rootlink")}}
+	pol := Policy{OutputRoots: []string{f.root, f.p("rootlink")}}
 	tests := []struct {
 		name string
 		path string
@@ -139,9 +139,9 @@ func TestCheckWritable(t *testing.T) {
 	}{
 		{"new file", f.p("img/out.png"), "", f.p("img/out.png")},
 		{"new file in subdir", f.p("img/sub/out.png"), "", f.p("img/sub/out.png")},
-		{"existing file", f.p("img/a.png"), "", f.p("img/a.png")},
+		{"existing file (never replaced)", f.p("img/a.png"), codec.CodeForbiddenPath, ""},
 		{"through linked root", f.p("rootlink/out.png"), "", f.p("img/out.png")},
-		{"symlink in (replaced, not followed)", f.p("img/link_in.png"), "", f.p("img/link_in.png")},
+		{"existing symlink in (never replaced)", f.p("img/link_in.png"), codec.CodeForbiddenPath, ""},
 		{"relative", "out.png", codec.CodeBadRequest, ""},
 		{"not clean", f.root + "/sub/../out.png", codec.CodeBadRequest, ""},
 		{"existing directory", f.p("img/sub"), codec.CodeBadRequest, ""},
@@ -163,6 +163,10 @@ func TestCheckWritable(t *testing.T) {
 				t.Fatalf("CheckWritable(%q) = %q, want %q", tt.path, got, tt.want)
 			}
 		})
+	}
+	// An allowed (readable) root gives no right to write.
+	if _, err := (Policy{AllowedRoots: []string{f.root}}).CheckWritable(f.p("img/out.png")); codeOf(t, err) != codec.CodeForbiddenPath {
+		t.Errorf("CheckWritable under an allowed root that is no output root: %v, want forbidden_path", err)
 	}
 	// Nothing was created by checking.
 	if _, err := os.Lstat(filepath.Join(f.root, "out.png")); !os.IsNotExist(err) {

@@ -17,8 +17,9 @@ import (
 
 // segmenter serves segment for isnetis-style background removal: the image (over white)
 // is resized to the model's square input (1024), x/255 RGB NCHW; the [0,1] mask output is
-// resized back to the image and written as the alpha channel of an RGBA PNG at the
-// request's out_path (which must be inside the allowed roots) or in the spool directory.
+// resized back to the image and written as the alpha channel of an RGBA PNG, as a new file,
+// at the request's out_path (which must be inside the spool directory or an output root,
+// and must not exist) or under a fresh name in the spool directory.
 type segmenter struct {
 	base
 	sess  *ort.Session
@@ -54,11 +55,10 @@ func (s *segmenter) Prepare(op string, req *codec.WorkItem) (Item, error) {
 	}
 	out := req.OutPath
 	if out != "" {
-		p, err := s.env.Images.CheckWritable(out)
-		if err != nil {
+		// Refused before the work; CreatePNG checks again when it writes.
+		if _, err := s.env.Images.CheckWritable(out); err != nil {
 			return nil, err
 		}
-		out = p
 	}
 	img, err := s.image(req)
 	if err != nil {
@@ -100,15 +100,11 @@ func (s *segmenter) one(ctx context.Context, it *segItem) (codec.Replier, error)
 		if dir == "" {
 			dir = os.TempDir()
 		}
-		f, err := os.CreateTemp(dir, "ortbus-segment-*.png")
-		if err != nil {
-			return nil, fmt.Errorf("segment output file: %w", err)
+		if out, err = images.CreatePNGIn(dir, "ortbus-segment-", rgba); err != nil {
+			return nil, fmt.Errorf("write segment mask: %w", err)
 		}
-		out = f.Name()
-		f.Close()
-	}
-	if err := images.WritePNG(out, rgba); err != nil {
-		return nil, fmt.Errorf("write segment mask: %w", err)
+	} else if err := s.env.Images.CreatePNG(out, rgba); err != nil {
+		return nil, err
 	}
 	b := it.img.Bounds()
 	return &codec.SegmentReply{OutPath: out, Width: b.Dx(), Height: b.Dy()}, nil

@@ -11,8 +11,10 @@
 //     wait for its pool reserves that pool — no later item of its class or of a lower
 //     class may take it in the same pass — while items bound for other pools go on.
 //  3. Bounded queues, explicit backpressure: a full class queue refuses a new request at
-//     once (shed policy reject_new, answered overloaded) or drops its oldest waiting item
+//     once (shed policy reject_new, answered overloaded) or drops its oldest waiting items
 //     to make room (drop_oldest, for camera-frame-like work where the freshest matters).
+//     A queue is full at Bound items or at MaxBytes bytes of requests, whichever comes
+//     first, so a flood of large requests cannot grow the gateway's memory either.
 //  4. Deadlines: an item whose deadline has passed is never dispatched; it is handed back
 //     to be answered deadline_exceeded before it spends any compute.
 //
@@ -37,8 +39,9 @@ const (
 // Class describes one latency class.
 type Class struct {
 	Name     string
-	Priority int // lower runs first
-	Bound    int // most items that may wait
+	Priority int   // lower runs first
+	Bound    int   // most items that may wait
+	MaxBytes int64 // most request bytes that may wait (0: no byte bound)
 	Shed     string
 }
 
@@ -48,6 +51,7 @@ type Item struct {
 	Class    string
 	Pools    []string  // candidate pools in order: the class's chain, or the one explicit pool
 	Deadline time.Time // zero = none
+	Bytes    int64     // the request's size, counted against the class's MaxBytes
 	Value    any       // the gateway's own request state
 
 	seq uint64 // arrival order, for FIFO
@@ -61,6 +65,7 @@ type Queues struct {
 	mu      sync.Mutex
 	classes []Class
 	q       map[string][]*Item
+	bytes   map[string]int64 // bytes waiting per class
 	seq     uint64
 }
 
@@ -68,7 +73,7 @@ type Queues struct {
 func New(classes []Class) *Queues {
 	cs := append([]Class(nil), classes...)
 	sort.SliceStable(cs, func(i, j int) bool { return cs[i].Priority < cs[j].Priority })
-	return &Queues{classes: cs, q: map[string][]*Item{}}
+	return &Queues{classes: cs, q: map[string][]*Item{}, bytes: map[string]int64{}}
 }
 
 func (s *Queues) class(name string) (Class, bool) {
@@ -80,10 +85,10 @@ func (s *Queues) class(name string) (Class, bool) {
 	return Class{}, false
 }
 
-// Push queues it at the back of its class. Rule 3: a full queue refuses it with an
-// overloaded error (reject_new), or admits it and returns the oldest item it dropped
-// (drop_oldest), which the caller answers overloaded.
-func (s *Queues) Push(it *Item) (dropped *Item, err error) {
+// Push queues it at the back of its class. Rule 3: a full queue (by count or by bytes)
+// refuses it with an overloaded error (reject_new), or admits it and returns the oldest
+// items it dropped to make room (drop_oldest), which the caller answers overloaded.
+func (s *Queues) Push(it *Item) (dropped []*Item, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.class(it.Class)
@@ -91,24 +96,33 @@ func (s *Queues) Push(it *Item) (dropped *Item, err error) {
 		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q", it.Class)
 	}
 	q := s.q[it.Class]
-	if len(q) >= c.Bound {
-		if c.Shed != DropOldest || len(q) == 0 {
-			return nil, codec.Errorf(codec.CodeOverloaded, "class %s queue is full (%d waiting)", c.Name, len(q)).With("class", c.Name).With("bound", c.Bound)
-		}
-		dropped, q = q[0], q[1:]
+	full := func() bool {
+		return len(q) >= c.Bound || (c.MaxBytes > 0 && s.bytes[it.Class]+it.Bytes > c.MaxBytes)
+	}
+	if full() && (c.Shed != DropOldest || len(q) == 0 || (c.MaxBytes > 0 && it.Bytes > c.MaxBytes)) {
+		return nil, codec.Errorf(codec.CodeOverloaded, "class %s queue is full (%d waiting, %d bytes)", c.Name, len(q), s.bytes[it.Class]).
+			With("class", c.Name).With("bound", c.Bound).With("max_bytes", c.MaxBytes)
+	}
+	for full() && len(q) > 0 {
+		dropped = append(dropped, q[0])
+		s.bytes[it.Class] -= q[0].Bytes
+		q[0] = nil
+		q = q[1:]
 	}
 	s.seq++
 	it.seq = s.seq
 	s.q[it.Class] = append(q, it)
+	s.bytes[it.Class] += it.Bytes
 	return dropped, nil
 }
 
-// PushFront queues it at the front of its class, beyond the bound: a retried request
+// PushFront queues it at the front of its class, beyond the bounds: a retried request
 // keeps its place in line.
 func (s *Queues) PushFront(it *Item) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.q[it.Class] = append([]*Item{it}, s.q[it.Class]...)
+	s.bytes[it.Class] += it.Bytes
 }
 
 // Remove takes the item with id out of its queue (a cancel), or returns nil.
@@ -119,11 +133,19 @@ func (s *Queues) Remove(id string) *Item {
 		for i, it := range q {
 			if it.ID == id {
 				s.q[name] = append(q[:i:i], q[i+1:]...)
+				s.bytes[name] -= it.Bytes
 				return it
 			}
 		}
 	}
 	return nil
+}
+
+// Bytes is the size of the requests waiting in a class.
+func (s *Queues) Bytes(class string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes[class]
 }
 
 // Len is the number of items waiting in a class.
@@ -141,6 +163,7 @@ func (s *Queues) Drain() []*Item {
 	for _, c := range s.classes {
 		out = append(out, s.q[c.Name]...)
 		s.q[c.Name] = nil
+		s.bytes[c.Name] = 0
 	}
 	return out
 }
@@ -196,6 +219,8 @@ func (s *Queues) Dispatch(now time.Time, route Router) (out []Assignment, failed
 			for _, it := range q {
 				if !leaves[it] {
 					kept = append(kept, it)
+				} else {
+					s.bytes[name] -= it.Bytes
 				}
 			}
 			for i := len(kept); i < len(q); i++ {

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -100,7 +101,7 @@ func TestBoundsAndShed(t *testing.T) {
 	q.Push(&Item{ID: "u1", Class: "urgent"})
 	q.Push(&Item{ID: "u2", Class: "urgent"})
 	dropped, err := q.Push(&Item{ID: "u3", Class: "urgent"})
-	if err != nil || dropped == nil || dropped.ID != "u1" {
+	if err != nil || len(dropped) != 1 || dropped[0].ID != "u1" {
 		t.Fatalf("drop_oldest: dropped %v, err %v", dropped, err)
 	}
 	if q.Len("urgent") != 2 {
@@ -108,6 +109,42 @@ func TestBoundsAndShed(t *testing.T) {
 	}
 	if _, err := q.Push(&Item{ID: "z", Class: "nope"}); codec.CodeOf(err) != codec.CodeBadRequest {
 		t.Fatalf("unknown class: %v", err)
+	}
+}
+
+// Rule 3 by bytes: a class is also full at MaxBytes of waiting requests; an item leaving
+// the queue (dispatched, removed, dropped) gives its bytes back.
+func TestByteBound(t *testing.T) {
+	q := New([]Class{{Name: "batch", Priority: 2, Bound: 100, MaxBytes: 1000, Shed: RejectNew},
+		{Name: "urgent", Priority: 0, Bound: 100, MaxBytes: 1000, Shed: DropOldest}})
+	for i := 0; i < 3; i++ {
+		if _, err := q.Push(&Item{ID: fmt.Sprint("b", i), Class: "batch", Bytes: 300}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := q.Push(&Item{ID: "b3", Class: "batch", Bytes: 200}); codec.CodeOf(err) != codec.CodeOverloaded {
+		t.Fatalf("1100 bytes in a 1000-byte queue: %v", err)
+	}
+	if q.Bytes("batch") != 900 || q.Len("batch") != 3 {
+		t.Fatalf("refused item counted: %d bytes, %d items", q.Bytes("batch"), q.Len("batch"))
+	}
+	q.Remove("b0")
+	if _, err := q.Push(&Item{ID: "b3", Class: "batch", Bytes: 400}); err != nil {
+		t.Fatalf("room after a remove: %v", err)
+	}
+	out, _ := q.Dispatch(time.Now(), func(it *Item, _ map[string]bool) (string, error) { return "p", nil })
+	if len(out) != 3 || q.Bytes("batch") != 0 {
+		t.Fatalf("dispatched %d, %d bytes left", len(out), q.Bytes("batch"))
+	}
+	// drop_oldest drops as many as it takes; an item alone over the bound is refused.
+	q.Push(&Item{ID: "u1", Class: "urgent", Bytes: 400})
+	q.Push(&Item{ID: "u2", Class: "urgent", Bytes: 400})
+	dropped, err := q.Push(&Item{ID: "u3", Class: "urgent", Bytes: 900})
+	if err != nil || len(dropped) != 2 || q.Bytes("urgent") != 900 {
+		t.Fatalf("drop_oldest by bytes: dropped %d, err %v, %d bytes", len(dropped), err, q.Bytes("urgent"))
+	}
+	if _, err := q.Push(&Item{ID: "u4", Class: "urgent", Bytes: 1001}); codec.CodeOf(err) != codec.CodeOverloaded || q.Len("urgent") != 1 {
+		t.Fatalf("an item over the whole bound: %v, %d left", err, q.Len("urgent"))
 	}
 }
 

@@ -6,7 +6,8 @@
 //	ortbus.hb.<pool>.<worker>         heartbeats, published by each worker
 //	ortbus.cancel                     cancellation of one request id, heard by workers
 //	ortbus.worker.<worker>.<verb>     control of one worker (drain, stats)
-//	ortbus.claim.<gateway>            claims: a worker tells the dispatching gateway it took an item
+//	ortbus.claim.<gateway>.<pool>.<worker>  claims: a worker tells the dispatching gateway it took an item
+//	ortbus.ops.cancel                 an operator's cancel of any request (ops role only)
 //	ortbus.gw.<gateway>.hb            a gateway's own heartbeat (failover between gateways)
 //	ortbus.gw.<gateway>.log           a gateway's journal of accepted requests (failover)
 //
@@ -17,6 +18,7 @@ package subjects
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Prefixes and fixed subjects.
@@ -28,6 +30,9 @@ const (
 	WorkerPrefix = "ortbus.worker"
 	ClaimPrefix  = "ortbus.claim"
 	GWPrefix     = "ortbus.gw"
+	// OpsCancel is the operators' cancel: honoured for any request, where ortbus.v1.cancel
+	// is honoured only for the connection that sent the request.
+	OpsCancel = "ortbus.ops.cancel"
 	// GWAll matches every gateway heartbeat and journal subject.
 	GWAll = GWPrefix + ".>"
 
@@ -73,11 +78,21 @@ const (
 	ClassBatch       = "batch"
 )
 
+// MaxTokenLen bounds one token of a subject built or parsed here.
+const MaxTokenLen = 128
+
 // ValidateToken checks that s can stand as one subject token (a pool, class, worker id,
-// op or verb): non-empty, and without dots, wildcards, whitespace or control characters.
+// op or verb): 1 to MaxTokenLen bytes of valid UTF-8, without dots, wildcards,
+// whitespace or control characters.
 func ValidateToken(kind, s string) error {
 	if s == "" {
 		return fmt.Errorf("%s name is empty", kind)
+	}
+	if len(s) > MaxTokenLen {
+		return fmt.Errorf("%s name is %d bytes long, over the limit of %d", kind, len(s), MaxTokenLen)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%s name %q is not valid UTF-8", kind, s)
 	}
 	for _, r := range s {
 		switch {
@@ -136,12 +151,48 @@ func Worker(worker, verb string) (string, error) {
 	return WorkerPrefix + "." + worker + "." + verb, nil
 }
 
-// Claim is the subject on which a gateway hears claims of the work it dispatched.
+// Claim is the subject prefix on which a gateway hears claims of the work it dispatched
+// (it subscribes to Claim(gw)+".>"); a work item carries it as claim_to.
 func Claim(gateway string) (string, error) {
 	if err := ValidateToken("gateway", gateway); err != nil {
 		return "", err
 	}
 	return ClaimPrefix + "." + gateway, nil
+}
+
+// ClaimFrom is the subject a worker of pool publishes its claim on, given the claim_to
+// of a work item: <claim_to>.<pool>.<worker>. The claim_to must be a gateway's claim
+// prefix (ortbus.claim.<gateway>), so that a forged work item cannot make a worker
+// publish anywhere else; the pool and worker tokens tie the claim to its sender (the
+// cluster permissions let each pool's workers publish only ortbus.claim.*.<pool>.*).
+func ClaimFrom(claimTo, pool, worker string) (string, error) {
+	t := strings.Split(claimTo, ".")
+	if len(t) != 3 || t[0]+"."+t[1] != ClaimPrefix {
+		return "", fmt.Errorf("claim_to %q is not a claim subject (%s.<gateway>)", claimTo, ClaimPrefix)
+	}
+	if err := ValidateToken("gateway", t[2]); err != nil {
+		return "", err
+	}
+	if err := ValidateToken("pool", pool); err != nil {
+		return "", err
+	}
+	if err := ValidateToken("worker", worker); err != nil {
+		return "", err
+	}
+	return claimTo + "." + pool + "." + worker, nil
+}
+
+// InboxOwner is the part of a reply subject that names the connection it belongs to:
+// every token but the last. NATS clients (nats.go, nats.js) answer their requests on
+// <inbox prefix>.<connection nuid>.<token>, so two requests of one connection share it,
+// and with per-user inbox prefixes and subscribe permissions no other user can receive
+// on it. Empty for a subject of one token (or none).
+func InboxOwner(reply string) string {
+	i := strings.LastIndexByte(reply, '.')
+	if i <= 0 {
+		return ""
+	}
+	return reply[:i]
 }
 
 // GatewayBeat is the heartbeat subject of a gateway: ortbus.gw.<gateway>.hb.
@@ -166,8 +217,10 @@ type Parsed struct {
 	Pool   string // infer, heartbeat
 	Class  string // infer
 	Op     string // api
-	Worker string // heartbeat, worker control
+	Worker string // heartbeat, worker control, claim; the gateway of a gateway subject
 	Verb   string // worker control
+	// Gateway is the gateway of a claim subject.
+	Gateway string
 }
 
 // Kind says which family a subject belongs to.
@@ -212,8 +265,8 @@ func Parse(subject string) (Parsed, error) {
 		return check(Parsed{Kind: KindWorker, Worker: t[2], Verb: t[3]}, "worker", t[2], "verb", t[3])
 	case len(t) == 4 && t[0] == "ortbus" && t[1] == "gw" && (t[3] == "hb" || t[3] == "log"):
 		return check(Parsed{Kind: KindGateway, Worker: t[2], Verb: t[3]}, "gateway", t[2])
-	case len(t) == 3 && t[0] == "ortbus" && t[1] == "claim":
-		return check(Parsed{Kind: KindClaim, Worker: t[2]}, "gateway", t[2])
+	case len(t) == 5 && t[0] == "ortbus" && t[1] == "claim":
+		return check(Parsed{Kind: KindClaim, Gateway: t[2], Pool: t[3], Worker: t[4]}, "gateway", t[2], "pool", t[3], "worker", t[4])
 	}
 	return bad("not an ortbus subject")
 }

@@ -15,7 +15,7 @@ func TestBuildAndParse(t *testing.T) {
 		{func() (string, error) { return API(OpTag) }, "ortbus.v1.tag", Parsed{Kind: KindAPI, Op: "tag"}},
 		{func() (string, error) { return Heartbeat("cuda", "w-1") }, "ortbus.hb.cuda.w-1", Parsed{Kind: KindHeartbeat, Pool: "cuda", Worker: "w-1"}},
 		{func() (string, error) { return Worker("w-1", VerbDrain) }, "ortbus.worker.w-1.drain", Parsed{Kind: KindWorker, Worker: "w-1", Verb: "drain"}},
-		{func() (string, error) { return Claim("gw1") }, "ortbus.claim.gw1", Parsed{Kind: KindClaim, Worker: "gw1"}},
+		{func() (string, error) { return ClaimFrom("ortbus.claim.gw1", "cpu", "w-1") }, "ortbus.claim.gw1.cpu.w-1", Parsed{Kind: KindClaim, Gateway: "gw1", Pool: "cpu", Worker: "w-1"}},
 		{func() (string, error) { return Cancel, nil }, "ortbus.cancel", Parsed{Kind: KindCancel}},
 		{func() (string, error) { return GatewayBeat("gw1") }, "ortbus.gw.gw1.hb", Parsed{Kind: KindGateway, Worker: "gw1", Verb: "hb"}},
 		{func() (string, error) { return GatewayLog("gw1") }, "ortbus.gw.gw1.log", Parsed{Kind: KindGateway, Worker: "gw1", Verb: "log"}},
@@ -34,14 +34,16 @@ func TestBuildAndParse(t *testing.T) {
 
 func TestBadTokens(t *testing.T) {
 	bad := map[string]string{
-		"":         "empty",
-		"a.b":      "dot",
-		"a*":       "wildcard",
-		">":        "wildcard",
-		"a b":      "whitespace",
-		"a\tb":     "whitespace",
-		"a\x00b":   "control",
-		"a\u00a0b": "whitespace",
+		"":                                 "empty",
+		"a.b":                              "dot",
+		"a*":                               "wildcard",
+		">":                                "wildcard",
+		"a b":                              "whitespace",
+		"a\tb":                             "whitespace",
+		"a\x00b":                           "control",
+		"a\u00a0b":                         "whitespace",
+		"a\xffb":                           "UTF-8",
+		strings.Repeat("w", MaxTokenLen+1): "long",
 	}
 	for tok, why := range bad {
 		for _, f := range []func() (string, error){
@@ -50,6 +52,7 @@ func TestBadTokens(t *testing.T) {
 			func() (string, error) { return Heartbeat("cpu", tok) },
 			func() (string, error) { return Worker(tok, "stats") },
 			func() (string, error) { return API(tok) },
+			func() (string, error) { return ClaimFrom("ortbus.claim.gw", "cpu", tok) },
 		} {
 			s, err := f()
 			if err == nil {
@@ -73,5 +76,22 @@ func TestParseRejects(t *testing.T) {
 func TestInferQueue(t *testing.T) {
 	if q := InferQueue("cuda"); q != "ortworker-cuda" {
 		t.Fatalf("InferQueue = %q", q)
+	}
+}
+
+// A forged work item's claim_to cannot make a worker publish outside the claim subjects.
+func TestClaimFromRefusesOtherSubjects(t *testing.T) {
+	for _, to := range []string{"", "ortbus.claim", "ortbus.claim.*", "ortbus.claim.>", "ortbus.v1.tag", "infer.cpu.batch", "ortbus.claim.gw.x", "_INBOX.abc", "ortbus.claim.g w"} {
+		if s, err := ClaimFrom(to, "cpu", "w1"); err == nil {
+			t.Fatalf("claim_to %q accepted: %q", to, s)
+		}
+	}
+}
+
+func TestInboxOwner(t *testing.T) {
+	for in, want := range map[string]string{"_INBOX.abc.1": "_INBOX.abc", "_INBOX_client.x.y.z": "_INBOX_client.x.y", "_INBOX": "", "": "", ".x": ""} {
+		if got := InboxOwner(in); got != want {
+			t.Fatalf("InboxOwner(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

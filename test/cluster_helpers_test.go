@@ -60,6 +60,14 @@ var clusterRoles = []clusterRole{
 	{"ops", "ORTBUS_NATS_OPS_PASSWORD", false},
 }
 
+// clusterInboxPrefixes are the inbox prefixes of the roles that make requests: each may
+// subscribe only to its own (deploy/cluster/permissions.conf). Workers make no requests.
+var clusterInboxPrefixes = map[string]string{
+	"client":  "_INBOX_client",
+	"ops":     "_INBOX_ops",
+	"gateway": "_INBOX_gateway",
+}
+
 // clusterSecrets are one test's passwords, by user.
 type clusterSecrets map[string]string
 
@@ -338,7 +346,8 @@ type clusterConn struct {
 	errs chan error
 }
 
-// clusterDial connects to url as user with password pw, trusting the CA file ca.
+// clusterDial connects to url as user with password pw, trusting the CA file ca, with the
+// user's inbox prefix (clusterInboxPrefixes) unless extra sets another.
 func clusterDial(url, user, pw, ca string, extra ...nats.Option) (*clusterConn, error) {
 	c := &clusterConn{User: user, errs: make(chan error, 64)}
 	opts := []nats.Option{
@@ -357,6 +366,9 @@ func clusterDial(url, user, pw, ca string, extra ...nats.Option) (*clusterConn, 
 	if ca != "" {
 		opts = append(opts, nats.RootCAs(ca))
 	}
+	if p := clusterInboxPrefixes[user]; p != "" {
+		opts = append(opts, nats.CustomInboxPrefix(p))
+	}
 	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
 		return nil, err
@@ -374,6 +386,22 @@ func clusterConnect(t testing.TB, url string, s clusterSecrets, user, ca string)
 	}
 	t.Cleanup(c.Close)
 	return c
+}
+
+// clusterNewInbox is newInbox under the connection's own inbox prefix (nc.NewInbox), the
+// only inboxes a role of deploy/cluster may subscribe to.
+func clusterNewInbox(t testing.TB, nc *nats.Conn) *inbox {
+	t.Helper()
+	in := &inbox{prefix: nc.NewInbox(), ch: make(chan *nats.Msg, 4096)}
+	sub, err := nc.ChanSubscribe(in.prefix+".>", in.ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return in
 }
 
 // violation waits for the server's permissions violation for subject (the error event

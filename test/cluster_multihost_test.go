@@ -3,6 +3,7 @@ package test
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -29,8 +30,11 @@ const clusterClientRoot = "/clientview/images"
 // a gateway on node 1 (external NATS, not embedded) with a local pool `cpu` (interactive)
 // that it supervises, and a remote pool `cuda` (local = false, batch) whose ortworker the
 // test starts as a remote host would, on node 3, as user worker-cuda, with the gateway
-// mapping /clientview/images to the folder the worker may read. Clients connect to node 1
-// as user client. It checks that requests reach both pools (the remote one through the
+// mapping /clientview/images to the folder the worker may read. The gateway logs in as
+// user gateway, which has no worker rights: its local worker logs in as worker-cpu
+// ([pools.cpu.nats]), without the gateway's password in its environment, and is live only
+// because that login lets it heartbeat. Clients connect to node 1 as user client, with
+// its inbox prefix. It checks that requests reach both pools (the remote one through the
 // path map), that killing node 2 (SIGKILL) in the middle of a stream of requests loses
 // none of them, and that a remote worker stopped with SIGSTOP is judged dead by its
 // heartbeats and its held requests answered within 3 intervals + 0.5 s.
@@ -86,14 +90,15 @@ models = [%q, %q]
 
 	// The app host: the gateway on node 1 with its local pool cpu and the remote pool,
 	// whose device is another host's (not this host's "cpu", which the gateway would
-	// share between the two pools).
-	// Its NATS credentials are in the URL (user info) because the gateway does not yet
-	// read [nats] user/password_file, and it trusts the test CA through SSL_CERT_FILE
-	// because it does not yet read tls_ca (see the report of issue 7).
-	u1 := strings.Replace(n1.URL, "tls://", "tls://gateway:"+sec["gateway"]+"@", 1)
-	gwCfg := clusterWriteFile(t, filepath.Join(t.TempDir(), "gateway.toml"), fmt.Sprintf(`[nats]
+	// share between the two pools). The gateway's password comes from the environment,
+	// its local workers' from the pool's password file.
+	gwDir := t.TempDir()
+	cpuPass := clusterWriteFile(t, filepath.Join(gwDir, "worker-cpu.pass"), sec["worker-cpu"]+"\n")
+	gwCfg := clusterWriteFile(t, filepath.Join(gwDir, "gateway.toml"), fmt.Sprintf(`[nats]
 url = %s
+user = "gateway"
 tls_ca = %s
+inbox_prefix = "_INBOX_gateway"
 
 [gateway]
 id = "gw1"
@@ -121,6 +126,10 @@ slots = 1
 classes = ["interactive"]
 models = [%q]
 
+[pools.cpu.nats]
+user = "worker-cpu"
+password_file = %s
+
 [pools.cuda]
 local = false
 ep = "cpu"
@@ -129,10 +138,10 @@ classes = ["batch"]
 models = [%q, %q]
 path_map = { %s = %s }
 
-%s`, q(u1), q(tc.CA), q(root), q(testenv.RuntimeLib(t, "1.30.0")), gwTagger, gwTagger, gwSlow, q(clusterClientRoot), q(root), models))
+%s`, q(n1.URL), q(tc.CA), q(root), q(testenv.RuntimeLib(t, "1.30.0")), gwTagger, q(cpuPass), gwTagger, gwSlow, q(clusterClientRoot), q(root), models))
 
 	remote := launch(t, workerCfg, "cuda", "ORTBUS_NATS_PASSWORD="+sec["worker-cuda"])
-	g := launchGateway(t, gwCfg, false, "SSL_CERT_FILE="+tc.CA)
+	g := launchGateway(t, gwCfg, false, "ORTBUS_NATS_PASSWORD="+sec["gateway"])
 	remote.ready(t)
 	client := clusterConnect(t, n1.URL, sec, "client", tc.CA)
 	st := clusterWaitStatus(t, client.Conn, "the local and the remote worker live", func(st *codec.StatusReply) bool {
@@ -141,6 +150,17 @@ path_map = { %s = %s }
 	for _, p := range st.Pools {
 		if p.Local != (p.Name == "cpu") {
 			t.Errorf("status: pool %s local = %v", p.Name, p.Local)
+		}
+	}
+	// The local worker is live: its heartbeats reach the gateway, which only worker-cpu
+	// may publish. And the gateway's password is not in its environment.
+	for id, w := range gwLive(st, "cpu") {
+		environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", w.PID))
+		if err != nil {
+			t.Fatalf("local worker %s: %v", id, err)
+		}
+		if strings.Contains("\x00"+string(environ), "\x00ORTBUS_NATS_PASSWORD=") {
+			t.Errorf("local worker %s (pid %d) has ORTBUS_NATS_PASSWORD in its environment", id, w.PID)
 		}
 	}
 	t.Logf("gateway and both pools ready %v after start", time.Since(t0).Round(time.Millisecond))
@@ -186,7 +206,7 @@ path_map = { %s = %s }
 		// interactive (local pool) alternately. Half is sent, node 2 is killed once some
 		// answers are in (so requests are in flight), then the rest is sent.
 		const n = 60
-		in := newInbox(t, client.Conn)
+		in := clusterNewInbox(t, client.Conn)
 		post := func(i int) error {
 			req := &codec.Request{ID: fmt.Sprintf("r%02d", i), Path: red, Model: gwTagger}
 			if i%2 == 0 {
@@ -272,7 +292,7 @@ path_map = { %s = %s }
 		// The claims go to the gateway (gw1); a spy with the gateway's credentials hears them.
 		spy := clusterConnect(t, n1.URL, sec, "gateway", tc.CA)
 		claims := newGWSpy(t, spy.Conn, "ortbus.claim.>")
-		in := newInbox(t, client.Conn)
+		in := clusterNewInbox(t, client.Conn)
 		post := func(id, model string) {
 			b, err := codec.Marshal(&codec.Request{ID: id, Path: clientRed, Model: model, Class: "batch"})
 			if err != nil {
@@ -371,20 +391,31 @@ path_map = { %s = %s }
 
 // clusterWaitMesh waits until a message published on each node reaches a subscriber on
 // each other node: every route of the full mesh (2-3 learnt from node 1) is up. The
-// probes use the gateway's credentials on a subject it may both publish and subscribe to.
+// probes are heartbeats of pool cpu, published as worker-cpu and heard as gateway.
 func clusterWaitMesh(t *testing.T, nodes []*clusterNode, sec clusterSecrets, tc *clusterTLS) {
 	t.Helper()
-	conns := make([]*clusterConn, len(nodes))
-	for i, n := range nodes {
-		c, err := clusterDial(n.URL, "gateway", sec["gateway"], tc.CA)
-		if err != nil {
-			t.Fatalf("connect to %s: %v", n.Name, err)
+	var all []*clusterConn
+	defer func() {
+		for _, c := range all {
+			c.Close()
 		}
-		defer c.Close()
-		conns[i] = c
+	}()
+	dial := func(n *clusterNode, user string) *clusterConn {
+		c, err := clusterDial(n.URL, user, sec[user], tc.CA)
+		if err != nil {
+			t.Fatalf("connect to %s as %s: %v", n.Name, user, err)
+		}
+		all = append(all, c)
+		return c
+	}
+	conns := make([]*clusterConn, len(nodes))   // publishers
+	hearers := make([]*clusterConn, len(nodes)) // subscribers
+	for i, n := range nodes {
+		conns[i], hearers[i] = dial(n, "worker-cpu"), dial(n, "gateway")
 	}
 	deadline := time.Now().Add(clusterStartBound)
-	for j, to := range conns {
+	for j := range conns {
+		to := hearers[j]
 		subject := "ortbus.hb.cpu.meshprobe-" + nodes[j].Name
 		sub, err := to.SubscribeSync(subject)
 		if err != nil {

@@ -96,6 +96,22 @@ func TestClusterPermissions(t *testing.T) {
 		if string(m.Data) != "status of the test gateway" {
 			t.Errorf("client: status answer %q", m.Data)
 		}
+		// The answer came to the client's own inboxes, the only ones it may subscribe to.
+		if !strings.HasPrefix(m.Subject, "_INBOX_client.") {
+			t.Errorf("client: the answer came on %s, want the client's inbox prefix", m.Subject)
+		}
+		// The operators' API: ops may use it, the gateways serve it in their queue group.
+		opsSub, err := gw.QueueSubscribe("ortbus.ops.>", "ortbus-gateway", func(m *nats.Msg) { m.Respond([]byte("cancelled")) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer opsSub.Unsubscribe()
+		gw.noErrors(t)
+		if m, err := ops.Request("ortbus.ops.cancel", []byte(`{"id":"r1"}`), clusterEventBound); err != nil || string(m.Data) != "cancelled" {
+			t.Fatalf("ops: request ortbus.ops.cancel: %v %v", m, err)
+		} else if !strings.HasPrefix(m.Subject, "_INBOX_ops.") {
+			t.Errorf("ops: the answer came on %s, want the ops inbox prefix", m.Subject)
+		}
 		// An operator discovers the service (nats micro ls / info).
 		for _, subj := range []string{"$SRV.PING.ortbus", "$SRV.INFO.ortbus"} {
 			m, err := ops.Request(subj, nil, clusterEventBound)
@@ -122,26 +138,32 @@ func TestClusterPermissions(t *testing.T) {
 	t.Run("ClientCannotForge", func(t *testing.T) {
 		// A spy with the gateway's credentials hears, on ONE channel (so in the order the
 		// server delivered them), every subject a forgery could reach a gateway or worker on.
-		ch := make(chan *nats.Msg, 64)
+		// A second spy, with worker-cpu's credentials, hears the subjects only workers may
+		// subscribe to (the gateway user has no worker rights), on a channel of its own.
+		ch, wch := make(chan *nats.Msg, 64), make(chan *nats.Msg, 64)
 		var subs []*nats.Subscription
-		for _, s := range []string{"ortbus.hb.>", "ortbus.claim.>", "ortbus.cancel"} {
-			sub, err := gw.ChanSubscribe(s, ch)
+		for _, s := range []struct {
+			c              *clusterConn
+			subject, queue string
+			ch             chan *nats.Msg
+		}{
+			{gw, "ortbus.hb.>", "", ch}, {gw, "ortbus.claim.>", "", ch},
+			{gw, "ortbus.v1.>", "ortbus-gateway", ch}, {gw, "ortbus.ops.>", "ortbus-gateway", ch},
+			{wcpu, "ortbus.cancel", "", wch}, {wcpu, "infer.cpu.*", "ortworker-cpu", wch}, {wcpu, "ortbus.worker.*.drain", "", wch},
+		} {
+			sub, err := s.c.ChanQueueSubscribe(s.subject, s.queue, s.ch)
 			if err != nil {
 				t.Fatal(err)
 			}
 			subs = append(subs, sub)
 		}
-		sub, err := gw.ChanQueueSubscribe("ortbus.v1.>", "ortbus-gateway", ch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		subs = append(subs, sub)
 		defer func() {
 			for _, s := range subs {
 				s.Unsubscribe()
 			}
 		}()
-		gw.noErrors(t) // the spy's subscriptions are in place and allowed
+		gw.noErrors(t) // the spies' subscriptions are in place and allowed
+		wcpu.noErrors(t)
 
 		hb, err := codec.Marshal(&codec.Heartbeat{V: codec.WireVersion, Worker: "w1", Pool: "cpu", State: codec.StateReady, Slots: 8, Classes: []string{"batch"}, SentMS: time.Now().UnixMilli()})
 		if err != nil {
@@ -150,9 +172,10 @@ func TestClusterPermissions(t *testing.T) {
 		forged := []struct{ subject, what string }{
 			{"infer.cpu.batch", "a work item straight to pool cpu's workers"},
 			{"ortbus.hb.cpu.w1", "a heartbeat of a worker w1 of pool cpu"},
-			{"ortbus.claim.app", "a claim to gateway app"},
+			{"ortbus.claim.app.cpu.w1", "a claim to gateway app"},
 			{"ortbus.cancel", "a cancel on the workers' subject"},
 			{"ortbus.worker.cpu-0.drain", "a drain of worker cpu-0"},
+			{"ortbus.ops.cancel", "a cancel on the operators' subject"},
 		}
 		for _, f := range forged {
 			data := []byte(`{"id":"forged"}`)
@@ -177,12 +200,26 @@ func TestClusterPermissions(t *testing.T) {
 		case <-time.After(clusterEventBound):
 			t.Fatalf("the spy never got the marker")
 		}
+		// The server had handled every forgery before the marker; the gateway's cancel,
+		// sent after the marker arrived, is the worker spy's marker: a forgery that reached
+		// it would have come first.
+		if err := gw.Publish("ortbus.cancel", []byte("cancel marker")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-wch:
+			if m.Subject != "ortbus.cancel" || string(m.Data) != "cancel marker" {
+				t.Fatalf("the worker spy got %s (%q) before the gateway's cancel: a client forged it", m.Subject, m.Data)
+			}
+		case <-time.After(clusterEventBound):
+			t.Fatalf("the worker spy never got the gateway's cancel")
+		}
 		for _, f := range forged {
 			err := client.violation(t, "Publish", f.subject)
 			t.Logf("client refused %s: %v", f.what, err)
 		}
 		// Nor may it listen to anything but its inboxes.
-		for _, s := range []string{"ortbus.hb.>", "infer.>", "ortbus.v1.>"} {
+		for _, s := range []string{"ortbus.hb.>", "infer.>", "ortbus.v1.>", "ortbus.ops.>"} {
 			if _, err := client.SubscribeSync(s); err != nil {
 				t.Fatal(err)
 			}
@@ -220,9 +257,9 @@ func TestClusterPermissions(t *testing.T) {
 		}
 		wcpu.violation(t, "Publish", <-replied)
 
-		// Its heartbeats and claims reach the gateway, the gateway's cancels reach it;
-		// another pool's heartbeats it cannot publish.
-		cls, err := gw.SubscribeSync("ortbus.claim.app")
+		// Its heartbeats and claims (ortbus.claim.<gateway>.<pool>.<worker>) reach the
+		// gateway, the gateway's cancels reach it.
+		cls, err := gw.SubscribeSync("ortbus.claim.app.>")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,7 +277,7 @@ func TestClusterPermissions(t *testing.T) {
 			to           *nats.Subscription
 		}{
 			{wcpu, "ortbus.hb.cpu.cpu-remote1", "beat", hbs},
-			{wcpu, "ortbus.claim.app", "claim", cls},
+			{wcpu, "ortbus.claim.app.cpu.cpu-remote1", "claim", cls},
 			{gw, "ortbus.cancel", "cancel", cancels},
 		} {
 			if err := p.from.Publish(p.subject, []byte(p.msg)); err != nil {
@@ -250,7 +287,9 @@ func TestClusterPermissions(t *testing.T) {
 				t.Fatalf("%s on %s: got %v %v", p.from.User, p.subject, m, err)
 			}
 		}
-		for _, s := range []string{"ortbus.hb.cuda.w1", "infer.cpu.batch", "ortbus.v1.status"} {
+		// It cannot publish another pool's heartbeats, claim in another pool's name (nor in
+		// none), send work or use either API.
+		for _, s := range []string{"ortbus.hb.cuda.w1", "ortbus.claim.app.cuda.w1", "ortbus.claim.app", "infer.cpu.batch", "ortbus.v1.status", "ortbus.ops.cancel"} {
 			if err := wcpu.Publish(s, []byte("x")); err != nil {
 				t.Fatal(err)
 			}
@@ -267,18 +306,57 @@ func TestClusterPermissions(t *testing.T) {
 		wcpu.noErrors(t)
 	})
 
-	t.Run("GatewayOnlyItsLocalPool", func(t *testing.T) {
-		// The gateway user holds the worker rights of its local pool cpu, not of the
-		// remote pools: it cannot take cuda's work nor forge cuda's heartbeats.
-		if _, err := gw.QueueSubscribeSync("infer.cuda.batch", "ortworker-cuda"); err != nil {
-			t.Fatal(err)
+	t.Run("GatewayHasNoWorkerRights", func(t *testing.T) {
+		// The gateway user holds no worker rights, not even of its local pool cpu (whose
+		// workers log in as worker-cpu): it cannot take any pool's work, hear cancels or
+		// control verbs, nor forge a heartbeat or a claim.
+		for _, s := range []struct{ subject, queue string }{
+			{"infer.cpu.*", "ortworker-cpu"}, {"infer.cuda.batch", "ortworker-cuda"},
+			{"ortbus.cancel", ""}, {"ortbus.worker.*.drain", ""},
+		} {
+			if _, err := gw.QueueSubscribeSync(s.subject, s.queue); err != nil {
+				t.Fatal(err)
+			}
+			gw.violation(t, "Subscription", s.subject)
 		}
-		gw.violation(t, "Subscription", "infer.cuda.batch")
-		if err := gw.Publish("ortbus.hb.cuda.w1", []byte("x")); err != nil {
-			t.Fatal(err)
+		for _, s := range []string{"ortbus.hb.cpu.cpu-0", "ortbus.hb.cuda.w1", "ortbus.claim.app.cpu.cpu-0"} {
+			if err := gw.Publish(s, []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			gw.violation(t, "Publish", s)
 		}
-		gw.violation(t, "Publish", "ortbus.hb.cuda.w1")
 		gw.noErrors(t)
+	})
+
+	t.Run("Inboxes", func(t *testing.T) {
+		// Each role that makes requests may subscribe to its own inbox prefix only, so no
+		// user reads another's replies; nats.go's default _INBOX is open to nobody.
+		for _, c := range []struct {
+			conn    *clusterConn
+			allowed string
+			refused []string
+		}{
+			{client, "_INBOX_client.>", []string{"_INBOX.>", "_INBOX_ops.>", "_INBOX_gateway.>"}},
+			{ops, "_INBOX_ops.>", []string{"_INBOX.>", "_INBOX_client.>"}},
+			{gw, "_INBOX_gateway.>", []string{"_INBOX.>", "_INBOX_client.>"}},
+			{wcpu, "", []string{"_INBOX.>", "_INBOX_gateway.>"}},
+		} {
+			for _, s := range c.refused {
+				if _, err := c.conn.SubscribeSync(s); err != nil {
+					t.Fatal(err)
+				}
+				c.conn.violation(t, "Subscription", s)
+			}
+			if c.allowed != "" {
+				sub, err := c.conn.SubscribeSync(c.allowed)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.conn.noErrors(t)
+				sub.Unsubscribe()
+			}
+			c.conn.noErrors(t)
+		}
 	})
 
 	t.Run("DeployNodeConfigsCheck", func(t *testing.T) { clusterCheckDeployNodes(t, tc) })

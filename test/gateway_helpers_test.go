@@ -332,6 +332,24 @@ func (g *gatewayProc) call(t testing.TB, op string, req *codec.Request, timeout 
 	return gwDecode(t, m)
 }
 
+// cancel cancels request id as its sender, the inbox it was posted to, and returns the
+// gateway's answer.
+func (g *gatewayProc) cancel(t testing.TB, in *inbox, id string) codec.CancelReply {
+	t.Helper()
+	b, err := codec.Marshal(&codec.Cancel{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.NC.PublishRequest("ortbus.v1.cancel", in.subject(cancelKey(id)), b); err != nil {
+		t.Fatal(err)
+	}
+	var cr codec.CancelReply
+	if err := codec.Unmarshal(in.cancelReply(t, id).Data, &cr); err != nil {
+		t.Fatalf("cancel reply: %v", err)
+	}
+	return cr
+}
+
 // post publishes a client request to ortbus.v1.<op> whose answer goes to the inbox
 // subject key; it returns when the server has it.
 func (g *gatewayProc) post(t testing.TB, in *inbox, op, key string, req *codec.Request) time.Time {

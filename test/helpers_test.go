@@ -98,7 +98,7 @@ func writeConfigIn(t testing.TB, dir, root string, pools ...poolCfg) string {
 	q := strconv.Quote
 	fmt.Fprintf(&b, "[nats]\nurl = %s\n\n", q(pkgEnv.natsURL))
 	fmt.Fprintf(&b, "[health]\nheartbeat_interval = \"100ms\"\n\n")
-	fmt.Fprintf(&b, "[security]\nallowed_roots = [%s]\n\n", q(root))
+	fmt.Fprintf(&b, "[security]\nallowed_roots = [%s]\noutput_roots = [%s]\n\n", q(root), q(root))
 	for _, p := range pools {
 		rt := p.Runtime
 		if rt == "" {
@@ -361,14 +361,20 @@ func connect(t testing.TB) *nats.Conn {
 
 // inbox is one subscription on a wildcard inbox: every reply sent to one of its subjects
 // arrives on one channel, in the order the server delivered them.
+//
+// A request posted to an inbox belongs to it: the gateway honours a cancel of it only when
+// the cancel's reply subject is under the same inbox. Such cancel replies (keys
+// "cancel.<id>", see cancelKey) are set aside by next and read with cancelReply.
 type inbox struct {
 	prefix string
 	ch     chan *nats.Msg
+	early  []*nats.Msg          // messages read while looking for a cancel reply
+	cancel map[string]*nats.Msg // cancel replies by key
 }
 
 func newInbox(t testing.TB, nc *nats.Conn) *inbox {
 	t.Helper()
-	in := &inbox{prefix: nats.NewInbox(), ch: make(chan *nats.Msg, 4096)}
+	in := &inbox{prefix: nats.NewInbox(), ch: make(chan *nats.Msg, 4096), cancel: map[string]*nats.Msg{}}
 	sub, err := nc.ChanSubscribe(in.prefix+".>", in.ch)
 	if err != nil {
 		t.Fatal(err)
@@ -386,8 +392,46 @@ func (in *inbox) subject(key string) string { return in.prefix + "." + key }
 // key is the key of a message's subject.
 func (in *inbox) key(m *nats.Msg) string { return strings.TrimPrefix(m.Subject, in.prefix+".") }
 
-// next returns the next message, failing t after replyBound.
+// cancelKey is the inbox key of the reply to a cancel of id.
+func cancelKey(id string) string { return "cancel." + id }
+
+// next returns the next message that is not a cancel reply, failing t after replyBound.
 func (in *inbox) next(t testing.TB, what string) *nats.Msg {
+	t.Helper()
+	if len(in.early) > 0 {
+		m := in.early[0]
+		in.early = in.early[1:]
+		return m
+	}
+	for {
+		m := in.read(t, what)
+		if k := in.key(m); strings.HasPrefix(k, "cancel.") {
+			in.cancel[k] = m
+			continue
+		}
+		return m
+	}
+}
+
+// cancelReply returns the reply to the cancel of id sent from this inbox, keeping other
+// messages for next.
+func (in *inbox) cancelReply(t testing.TB, id string) *nats.Msg {
+	t.Helper()
+	for {
+		if m, ok := in.cancel[cancelKey(id)]; ok {
+			delete(in.cancel, cancelKey(id))
+			return m
+		}
+		m := in.read(t, "the reply to the cancel of "+id)
+		if k := in.key(m); strings.HasPrefix(k, "cancel.") {
+			in.cancel[k] = m
+		} else {
+			in.early = append(in.early, m)
+		}
+	}
+}
+
+func (in *inbox) read(t testing.TB, what string) *nats.Msg {
 	t.Helper()
 	select {
 	case m := <-in.ch:

@@ -436,6 +436,8 @@ func TestBadInputs(t *testing.T) {
 		{name: "huge-png", item: tagItem("", write("huge.png", pngHeader(100000, 100000))), want: codec.CodeImageTooLarge},
 		{name: "outside-root", item: tagItem("", outsideFile), want: codec.CodeForbiddenPath},
 		{name: "symlink-out", item: tagItem("", link), want: codec.CodeForbiddenPath},
+		{name: "segment-out-exists", item: &codec.WorkItem{Request: codec.Request{Path: red, OutPath: red}, Op: "segment"}, want: codec.CodeForbiddenPath},
+		{name: "segment-out-outside", item: &codec.WorkItem{Request: codec.Request{Path: red, OutPath: filepath.Join(outside, "mask.png")}, Op: "segment"}, want: codec.CodeForbiddenPath},
 		{name: "malformed-msgpack", raw: []byte{0x85, 0xa2, 'i', 'd', 0xc1}, want: codec.CodeBadRequest},
 		{name: "unknown-model", item: &codec.WorkItem{Request: codec.Request{Model: "no_such_model", Path: red}, Op: "tag"}, want: codec.CodeUnknownModel},
 		{name: "json-missing-file", raw: mustJSON(t, map[string]any{"op": "tag", "path": filepath.Join(dir, "missing.png")}), json: true, want: codec.CodeFileNotFound},

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,6 +25,8 @@ type job struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	prepared models.Item
+	// answered is set by the job's one terminal answer; later answers are ignored.
+	answered atomic.Bool
 }
 
 // queues holds the worker's local per-class queues. Its policy, enforced in take:

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -12,13 +11,21 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/internal/fault"
+	"github.com/ortbus/ortbus/internal/guard"
+	"github.com/ortbus/ortbus/internal/reply"
 	"github.com/ortbus/ortbus/models"
 	"github.com/ortbus/ortbus/ort"
 	"github.com/ortbus/ortbus/subjects"
 )
 
+// pendingBytes bounds the bytes of work items a subscription holds before the worker
+// takes them (with the configured pending_msgs): past it NATS drops items (logged as a
+// slow consumer), the gateway sees them unclaimed and dispatches them again; without it
+// a flood of large items could grow the worker's memory without bound.
+const pendingBytes = 256 << 20
+
 // subscribe joins the pool's queue group on infer.<pool>.<class> with the configured
-// per-subscription pending limit (no byte limit: -1, since 0 is refused).
+// per-subscription pending limit and pendingBytes.
 func (w *Worker) subscribe(nc *nats.Conn, class string) (*nats.Subscription, error) {
 	subj, err := subjects.Infer(w.pool.Name, class)
 	if err != nil {
@@ -28,7 +35,7 @@ func (w *Worker) subscribe(nc *nats.Conn, class string) (*nats.Subscription, err
 	if err != nil {
 		return nil, err
 	}
-	if err := s.SetPendingLimits(w.pool.PendingMsgs, -1); err != nil {
+	if err := s.SetPendingLimits(w.pool.PendingMsgs, pendingBytes); err != nil {
 		s.Unsubscribe()
 		return nil, err
 	}
@@ -41,12 +48,26 @@ func (w *Worker) subscribe(nc *nats.Conn, class string) (*nats.Subscription, err
 func (w *Worker) accept(nc *nats.Conn, class string, m *nats.Msg) {
 	asJSON := m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON
 	j := &job{msg: m, class: class, asJSON: asJSON, received: time.Now(), item: &codec.WorkItem{}}
+	defer guard.Recover(w.log, "work item", func(e *codec.Error) { w.answer(j, nil, e) })
 	if err := codec.Decode(m.Data, j.item, asJSON); err != nil {
+		w.answer(j, nil, err)
+		return
+	}
+	if err := j.item.Validate(); err != nil {
 		w.answer(j, nil, err)
 		return
 	}
 	if j.item.ID == "" {
 		j.item.ID = nuid.Next()
+	}
+	claim := ""
+	if j.item.ClaimTo != "" {
+		// Claims go only to a gateway's claim subject, never where a forged item says.
+		var err error
+		if claim, err = subjects.ClaimFrom(j.item.ClaimTo, w.pool.Name, w.id); err != nil {
+			w.answer(j, nil, codec.Errorf(codec.CodeBadRequest, "%v", err).With("field", "claim_to"))
+			return
+		}
 	}
 	model, op, err := w.modelFor(j.item.Model, j.item.Op)
 	if err != nil {
@@ -58,7 +79,7 @@ func (w *Worker) accept(nc *nats.Conn, class string, m *nats.Msg) {
 	if j.item.DeadlineUnixMS > 0 {
 		j.deadline = time.UnixMilli(j.item.DeadlineUnixMS)
 	} else if j.item.TimeoutMS > 0 {
-		j.deadline = j.received.Add(time.Duration(j.item.TimeoutMS) * time.Millisecond)
+		j.deadline = j.received.Add(time.Duration(min(j.item.TimeoutMS, maxTimeoutMS)) * time.Millisecond)
 	}
 	if !time.Now().Before(j.deadline) {
 		w.answer(j, nil, codec.Errorf(codec.CodeDeadlineExceeded, "deadline passed before the worker took the request"))
@@ -70,10 +91,22 @@ func (w *Worker) accept(nc *nats.Conn, class string, m *nats.Msg) {
 		w.answer(j, nil, codec.Errorf(codec.CodeOverloaded, "worker %s: %s queue is full (%d)", w.id, class, w.pool.QueueBound).With("worker", w.id).With("class", class))
 		return
 	}
-	if j.item.ClaimTo != "" {
+	if claim != "" {
 		b, _ := codec.Marshal(&codec.Claim{ID: j.item.ID, Worker: w.id, Pool: w.pool.Name, Attempt: j.item.Attempt, State: codec.ClaimTaken})
-		nc.Publish(j.item.ClaimTo, b)
+		if err := nc.Publish(claim, b); err != nil {
+			w.publishFailed("claim", j.item.ID, err)
+		}
 	}
+}
+
+// maxTimeoutMS caps a plain request's timeout_ms (a day), so that the deadline it makes
+// never overflows a time.Duration.
+const maxTimeoutMS = 24 * 3600 * 1000
+
+// publishFailed counts and logs a message that could not be sent.
+func (w *Worker) publishFailed(what, id string, err error) {
+	w.publishErrors.Add(1)
+	w.log.Warn("publish failed", "what", what, "id", id, "err", err)
 }
 
 // slot runs units of work until the queues close.
@@ -83,9 +116,20 @@ func (w *Worker) slot(nc *nats.Conn) {
 		if unit == nil {
 			return
 		}
-		w.runUnit(unit)
+		w.runGuarded(unit)
 		w.q.done(unit)
 	}
+}
+
+// runGuarded runs a unit; a panic in it answers each of its jobs not yet answered
+// internal, and the slot goes on.
+func (w *Worker) runGuarded(unit []*job) {
+	defer guard.Recover(w.log, "unit of work", func(e *codec.Error) {
+		for _, j := range unit {
+			w.answer(j, nil, e)
+		}
+	})
+	w.runUnit(unit)
 }
 
 // runUnit prepares each job (deadline check, image decode), runs the ready ones as one
@@ -175,50 +219,50 @@ func timing(j *job, start time.Time, inferUS int64) codec.Timing {
 	return codec.Timing{QueueUS: max(0, start.Sub(since).Microseconds()), InferUS: inferUS, TotalUS: max(0, time.Since(since).Microseconds())}
 }
 
-// answer sends the one terminal reply of a job: the result, or an error with micro-style
-// headers and a {code, message, details} body.
+// answer sends the one terminal reply of a job — the result, or an error with
+// micro-style headers and a {code, message, details} body — and ignores later calls. A
+// result too large for the bus is answered reply_too_large.
 func (w *Worker) answer(j *job, rep codec.Replier, err error) {
+	if !j.answered.CompareAndSwap(false, true) {
+		return
+	}
 	if j.cancel != nil {
 		defer j.cancel()
 	}
 	if j.msg.Reply == "" {
 		return
 	}
-	out := nats.NewMsg(j.msg.Reply)
-	if j.asJSON {
-		out.Header.Set(codec.HeaderContentType, codec.ContentTypeJSON)
-	}
-	var body any = rep
 	if err == nil && rep == nil {
 		err = codec.Errorf(codec.CodeInternal, "no result")
 	}
+	var out *nats.Msg
 	if err != nil {
 		e := codec.AsError(err)
 		if e.Code == codec.CodeInternal {
 			w.log.Error("request failed", "id", j.item.ID, "err", err)
 		}
-		out.Header.Set(codec.HeaderErrorCode, strconv.Itoa(e.Code.Status()))
-		out.Header.Set(codec.HeaderError, e.Message)
-		body = e
+		out = reply.Error(j.msg.Reply, e, j.asJSON)
 		w.failed.Add(1)
 	} else {
 		s := rep.Meta()
 		s.ID, s.Model, s.Pool, s.Worker, s.Runtime, s.EP = j.item.ID, j.model.Name(), w.pool.Name, w.id, w.rt.Version, w.ep
-		w.served.Add(1)
+		b, encErr := codec.Encode(rep, j.asJSON)
+		if encErr != nil {
+			out = reply.Error(j.msg.Reply, codec.Errorf(codec.CodeInternal, "encode reply: %v", encErr), j.asJSON)
+			w.failed.Add(1)
+		} else {
+			out = reply.Result(j.msg.Reply, b, j.asJSON)
+			w.served.Add(1)
+		}
 	}
-	b, encErr := codec.Encode(body, j.asJSON)
-	if encErr != nil {
-		b, _ = codec.Encode(codec.Errorf(codec.CodeInternal, "encode reply: %v", encErr), j.asJSON)
-	}
-	out.Data = b
-	if err := j.msg.RespondMsg(out); err != nil {
-		w.log.Warn("reply not sent", "id", j.item.ID, "err", err)
+	if err := reply.Send(w.nc, out); err != nil {
+		w.publishFailed("reply", j.item.ID, err)
 	}
 }
 
 // control subscribes to cancels and to this worker's control verbs.
 func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
-	cs, err := nc.Subscribe(subjects.Cancel, func(m *nats.Msg) {
+	cs, err := nc.Subscribe(subjects.Cancel, guard.Msg(w.log, "cancel", nc, func(m *nats.Msg) {
 		var c codec.Cancel
 		if codec.Decode(m.Data, &c, m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON) != nil || c.ID == "" {
 			return
@@ -232,7 +276,7 @@ func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
 				m.Respond(b)
 			}
 		}
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -243,14 +287,14 @@ func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
 			return nil, err
 		}
 		verb := verb
-		s, err := nc.Subscribe(subj, func(m *nats.Msg) {
+		s, err := nc.Subscribe(subj, guard.Msg(w.log, "control", nc, func(m *nats.Msg) {
 			if verb == subjects.VerbDrain {
 				w.draining.Store(true)
 			}
 			asJSON := m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON
 			b, _ := codec.Encode(w.snapshot(), asJSON)
 			m.Respond(b)
-		})
+		}))
 		if err != nil {
 			return nil, err
 		}
@@ -278,5 +322,6 @@ func (w *Worker) snapshot() *codec.Heartbeat {
 		Queued: queued, Running: running, Held: held,
 		Served: w.served.Load(), Failed: w.failed.Load(), SessionsCreated: ort.SessionsCreated(),
 		RSSBytes: rssBytes(), UptimeMS: time.Since(w.start).Milliseconds(),
+		Panics: guard.Panics(), PublishErrors: w.publishErrors.Load(),
 	}
 }

@@ -58,7 +58,9 @@ type Worker struct {
 
 	rssBase        int64 // peak RSS before the next model's load
 	served, failed atomic.Uint64
+	publishErrors  atomic.Uint64
 	draining       atomic.Bool
+	nc             *nats.Conn // set by Serve
 }
 
 // New finds and loads the pool's runtime and opens its models (unless lazy). A runtime
@@ -91,7 +93,7 @@ func New(opts Options) (*Worker, error) {
 	env := models.Env{
 		Runtime:  rt,
 		Session:  SessionConfig(p),
-		Images:   images.Policy{AllowedRoots: c.Security.AllowedRoots, MaxPixels: c.Security.MaxImagePixels},
+		Images:   images.Policy{AllowedRoots: c.Security.AllowedRoots, OutputRoots: c.Security.WriteRoots(), MaxPixels: c.Security.MaxImagePixels, MaxBytes: int64(c.Security.MaxImageBytes)},
 		SpoolDir: c.Security.SpoolDir,
 	}
 	budget := memBudget()
@@ -253,9 +255,14 @@ func (w *Worker) Close() {
 // Serve connects to NATS at url, subscribes and serves until ctx is cancelled, then
 // drains: no new work, every queued item answered, a last heartbeat, and returns nil.
 func (w *Worker) Serve(ctx context.Context, url string, natsOpts ...nats.Option) error {
-	opts, err := natsconn.Options(w.cfg.NATS, "ortworker "+w.id)
+	// The pool's own NATS identity when it has one ([pools.NAME.nats]); then a user:password
+	// in the URL (the gateway's) must not log it in as someone else.
+	opts, err := natsconn.Options(w.cfg.WorkerNATS(w.pool.Name), "ortworker "+w.id)
 	if err != nil {
 		return err
+	}
+	if w.pool.HasCredentials() {
+		url = natsconn.StripUserInfo(url)
 	}
 	opts = append(append(opts, nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
 		w.log.Warn("nats error", "subject", subjectOf(s), "err", err)
@@ -270,6 +277,7 @@ func (w *Worker) Serve(ctx context.Context, url string, natsOpts ...nats.Option)
 
 // ServeConn serves on an existing connection (see Serve).
 func (w *Worker) ServeConn(ctx context.Context, nc *nats.Conn) error {
+	w.nc = nc
 	var subs []*nats.Subscription
 	for _, class := range w.pool.Classes {
 		s, err := w.subscribe(nc, class)

@@ -36,6 +36,7 @@ const usage = `usage:
   ortbus bench NAME [-out FILE.json]    overhead|throughput|collision|failure (docs/BENCHMARKS.md)
   ortbus status [-s URL] [-json]        pools, workers, devices and class queues, as tables
   ortbus req [-s URL] OP JSON           one request to ortbus.v1.OP (e.g. req tag '{"path":"/srv/a.png"}')
+                                        (status, req: -inbox-prefix P for a server with per-user inboxes)
 `
 
 func run(args []string) int {
@@ -170,14 +171,30 @@ func natsURL(fs *flag.FlagSet) *string {
 	return fs.String("s", def, "NATS server URL (default $NATS_URL or nats://127.0.0.1:4222)")
 }
 
+// inboxPrefix is the -inbox-prefix flag: the prefix of the reply subjects, for a server that
+// lets each user subscribe only to its own (deploy/cluster: _INBOX_client, _INBOX_ops).
+func inboxPrefix(fs *flag.FlagSet) *string {
+	return fs.String("inbox-prefix", os.Getenv("ORTBUS_INBOX_PREFIX"), "prefix of reply subjects, e.g. _INBOX_client (default $ORTBUS_INBOX_PREFIX, else _INBOX)")
+}
+
+// connOpts are the CLI's connection options, with the inbox prefix when one is given.
+func connOpts(prefix string) []nats.Option {
+	opts := []nats.Option{nats.Timeout(2 * time.Second), nats.MaxReconnects(0)}
+	if prefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(prefix))
+	}
+	return opts
+}
+
 func statusCmd(args []string) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	url := natsURL(fs)
+	prefix := inboxPrefix(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if fs.Parse(args) != nil {
 		return 2
 	}
-	c, err := client.Connect(*url, nats.Timeout(2*time.Second), nats.MaxReconnects(0))
+	c, err := client.Connect(*url, connOpts(*prefix)...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ortbus:", err)
 		return 1
@@ -202,12 +219,13 @@ func statusCmd(args []string) int {
 func reqCmd(args []string) int {
 	fs := flag.NewFlagSet("req", flag.ContinueOnError)
 	url := natsURL(fs)
+	prefix := inboxPrefix(fs)
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the reply")
 	if fs.Parse(args) != nil || fs.NArg() != 2 {
-		fmt.Fprintln(os.Stderr, "usage: ortbus req [-s URL] OP JSON")
+		fmt.Fprintln(os.Stderr, "usage: ortbus req [-s URL] [-inbox-prefix P] OP JSON")
 		return 2
 	}
-	nc, err := nats.Connect(*url, nats.Timeout(2*time.Second), nats.MaxReconnects(0))
+	nc, err := nats.Connect(*url, connOpts(*prefix)...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ortbus:", err)
 		return 1

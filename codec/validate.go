@@ -1,0 +1,113 @@
+package codec
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Limits on the fields of a request, checked by Validate after decoding (the bounds walk
+// of bound.go has already checked lengths, nesting and UTF-8). A field over its limit is
+// refused with bad_request naming the field.
+const (
+	// MaxIDLen bounds a request id, a worker id and every other name from the wire.
+	MaxIDLen = 128
+	// MaxPathLen bounds a file path (Linux's PATH_MAX).
+	MaxPathLen = 4096
+)
+
+// CheckID checks that id can stand as a request or worker id: 1 to MaxIDLen printable
+// ASCII characters, none of them a space, '.', '*' or '>' (so an id is always one valid
+// NATS subject token, a safe log value and a safe metrics label).
+func CheckID(kind, id string) error {
+	if id == "" {
+		return fmt.Errorf("%s is empty", kind)
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("%s is %d bytes long, over the limit of %d", kind, len(id), MaxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case c <= ' ' || c >= 0x7f:
+			return fmt.Errorf("%s %q holds a byte that is not printable ASCII", kind, id)
+		case c == '.' || c == '*' || c == '>':
+			return fmt.Errorf("%s %q holds %q, which a subject token cannot", kind, id, c)
+		}
+	}
+	return nil
+}
+
+// Validate checks a decoded request's fields against the limits above: the id, names
+// (model, class, pool, device) no longer than MaxIDLen, paths no longer than MaxPathLen
+// and free of NUL bytes, a non-negative timeout, and score thresholds that are numbers
+// in [0, 1]. Errors are bad_request with details {field}.
+func (r *Request) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return Errorf(CodeBadRequest, "%s: %s", field, fmt.Sprintf(format, args...)).With("field", field)
+	}
+	if r.ID != "" {
+		if err := CheckID("id", r.ID); err != nil {
+			return bad("id", "%v", err)
+		}
+	}
+	for _, f := range []struct{ name, v string }{{"model", r.Model}, {"class", r.Class}, {"pool", r.Pool}, {"device", r.Device}} {
+		if len(f.v) > MaxIDLen {
+			return bad(f.name, "%d bytes long, over the limit of %d", len(f.v), MaxIDLen)
+		}
+	}
+	for _, f := range []struct{ name, v string }{{"path", r.Path}, {"out_path", r.OutPath}} {
+		if len(f.v) > MaxPathLen {
+			return bad(f.name, "%d bytes long, over the limit of %d", len(f.v), MaxPathLen)
+		}
+		if strings.IndexByte(f.v, 0) >= 0 {
+			return bad(f.name, "holds a NUL byte")
+		}
+	}
+	if r.TimeoutMS < 0 {
+		return bad("timeout_ms", "%d is negative", r.TimeoutMS)
+	}
+	unit := func(name string, v *float64) error {
+		if v != nil && (math.IsNaN(*v) || *v < 0 || *v > 1) {
+			return bad(name, "%v is not a number in [0, 1]", *v)
+		}
+		return nil
+	}
+	checks := []error{unit("conf", r.Conf), unit("iou", r.IoU)}
+	if r.Thresholds != nil {
+		checks = append(checks, unit("thresholds.general", r.Thresholds.General), unit("thresholds.character", r.Thresholds.Character))
+	}
+	for _, err := range checks {
+		if err != nil {
+			return err
+		}
+	}
+	for _, name := range r.Outputs {
+		if len(name) > MaxIDLen {
+			return bad("outputs", "an output name is %d bytes long, over the limit of %d", len(name), MaxIDLen)
+		}
+	}
+	for name, t := range r.Inputs {
+		if len(name) > MaxIDLen {
+			return bad("inputs", "an input name is %d bytes long, over the limit of %d", len(name), MaxIDLen)
+		}
+		if t == nil {
+			return bad("inputs", "input %q is null", name)
+		}
+	}
+	return nil
+}
+
+// Validate checks a work item: the request's fields, the op's length and a non-negative
+// attempt. (ClaimTo is checked by the worker against the claim subject grammar.)
+func (w *WorkItem) Validate() error {
+	if err := w.Request.Validate(); err != nil {
+		return err
+	}
+	if len(w.Op) > MaxIDLen {
+		return Errorf(CodeBadRequest, "op: %d bytes long, over the limit of %d", len(w.Op), MaxIDLen).With("field", "op")
+	}
+	if w.Attempt < 0 {
+		return Errorf(CodeBadRequest, "attempt: %d is negative", w.Attempt).With("field", "attempt")
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+package gateway
+
+import (
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/health"
+	"github.com/ortbus/ortbus/internal/guard"
+	"github.com/ortbus/ortbus/natsd"
+	"github.com/ortbus/ortbus/sched"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// unitConfig is a gateway with two remote pools (no processes to start).
+const unitConfig = `
+[nats]
+url = "nats://127.0.0.1:1"
+[security]
+allowed_roots = ["/srv"]
+[classes.interactive]
+chain = ["fast", "bulk"]
+[classes.interactive.models]
+tag = "tagger"
+[classes.batch]
+chain = ["bulk"]
+[pools.fast]
+local = false
+ep = "cpu"
+classes = ["urgent", "interactive"]
+models = ["tagger", "ccip"]
+[pools.bulk]
+local = false
+ep = "cpu"
+classes = ["interactive", "batch"]
+models = ["tagger"]
+[models.tagger]
+kind = "tagger-pixai"
+dir = "/srv/m/tagger"
+[models.ccip]
+kind = "ccip"
+dir = "/srv/m/ccip"
+`
+
+// unitGateway is a gateway in process, on an in-process NATS server, with no workers
+// and no dispatch loop: requests are accepted and queued, or refused, exactly as the
+// real one does.
+func unitGateway(t testing.TB) *Gateway {
+	t.Helper()
+	c, err := config.Parse([]byte(unitConfig), "unit.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := natsd.ParseArgs([]string{"-p", "-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.DontListen = true
+	srv, err := natsd.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.ConnectInProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	g := &Gateway{cfg: c, id: "unit", log: slog.New(slog.NewTextHandler(io.Discard, nil)), nc: nc,
+		inflight: map[string]*pending{}, busy: map[string]int{}, load: deviceLoad{}, lastDeath: map[string]death{},
+		cancelled: map[string]earlyCancel{}, kickCh: make(chan struct{}, 1)}
+	var classes []sched.Class
+	for _, name := range c.ClassNames() {
+		cl := c.Classes[name]
+		classes = append(classes, sched.Class{Name: name, Priority: cl.Priority, Bound: cl.QueueBound, MaxBytes: int64(cl.QueueBytes), Shed: cl.Shed})
+	}
+	g.queues = sched.New(classes)
+	g.metrics = newMetrics(g)
+	g.tracker = &health.Tracker{}
+	g.supervisor = newSupervisor(g, "", "")
+	return g
+}
+
+// fakeRequest is a micro.Request that records every reply.
+type fakeRequest struct {
+	data    []byte
+	headers micro.Headers
+	reply   string
+	mu      sync.Mutex
+	replies []fakeReply
+}
+
+type fakeReply struct {
+	code string
+	body []byte
+}
+
+func (r *fakeRequest) Respond(b []byte, _ ...micro.RespondOpt) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.replies = append(r.replies, fakeReply{body: b})
+	return nil
+}
+func (r *fakeRequest) RespondJSON(any, ...micro.RespondOpt) error { panic("not used") }
+func (r *fakeRequest) Error(code, _ string, b []byte, _ ...micro.RespondOpt) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.replies = append(r.replies, fakeReply{code: code, body: b})
+	return nil
+}
+func (r *fakeRequest) Data() []byte           { return r.data }
+func (r *fakeRequest) Headers() micro.Headers { return r.headers }
+func (r *fakeRequest) Subject() string        { return "" }
+func (r *fakeRequest) Reply() string          { return r.reply }
+
+// FuzzHandle drives the gateway's API handler with arbitrary bodies on every op, msgpack
+// and JSON: no panic (counted by the guard), and every request either answered exactly
+// once with a contract code or accepted into a class queue (an accepted request is then
+// cancelled and must be answered cancelled).
+func FuzzHandle(f *testing.F) {
+	req := codec.Request{ID: "r1", Path: "/srv/a.png", Class: "batch", TimeoutMS: 500}
+	for _, asJSON := range []bool{false, true} {
+		b, _ := codec.Encode(&req, asJSON)
+		f.Add(b, uint8(0), asJSON)
+		f.Add([]byte{0x81, 0xa5, 'c', 'l', 'a', 's', 's', 0xa1, 0xff}, uint8(0), asJSON)
+		f.Add([]byte{0x81, 0xaa, 'c', 'a', 'n', 'd', 'i', 'd', 'a', 't', 'e', 's', 0xdd, 0xff, 0xff, 0xff, 0xff}, uint8(2), asJSON)
+		f.Add([]byte(`{"id":"x","timeout_ms":9223372036854775807}`), uint8(0), asJSON)
+		f.Add([]byte(`{"id":"a.b"}`), uint8(6), asJSON)
+	}
+	g := unitGateway(f)
+	f.Fuzz(func(t *testing.T, data []byte, opIndex uint8, asJSON bool) {
+		op := subjects.Ops[int(opIndex)%len(subjects.Ops)]
+		r := &fakeRequest{data: data, headers: micro.Headers{}, reply: "_INBOX.fuzz.1"}
+		if asJSON {
+			r.headers[codec.HeaderContentType] = []string{codec.ContentTypeJSON}
+		}
+		panics := guard.Panics()
+		g.handle(op, r, false)
+		if guard.Panics() != panics {
+			t.Fatalf("op %s: a panic was recovered", op)
+		}
+		r.mu.Lock()
+		n := len(r.replies)
+		r.mu.Unlock()
+		if n == 0 {
+			// Accepted: it waits in a queue. Cancel it as its sender: answered cancelled.
+			var id string
+			g.mu.Lock()
+			for k := range g.inflight {
+				id = k
+			}
+			g.mu.Unlock()
+			if id == "" || !g.cancelAs(id, "_INBOX.fuzz.2") {
+				t.Fatalf("op %s: no reply and nothing in flight", op)
+			}
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if len(r.replies) != 1 {
+			t.Fatalf("op %s: %d replies", op, len(r.replies))
+		}
+		if rep := r.replies[0]; rep.code != "" {
+			var e codec.Error
+			if err := codec.Decode(rep.body, &e, asJSON); err != nil || !e.Code.Known() {
+				t.Fatalf("op %s: error reply %q is not a contract error: %v", op, rep.body, err)
+			}
+		}
+		g.mu.Lock()
+		left := len(g.inflight)
+		g.mu.Unlock()
+		if left != 0 {
+			t.Fatalf("op %s: %d requests left in flight", op, left)
+		}
+	})
+}
+
+var _ = nats.ErrTimeout

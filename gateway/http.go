@@ -1,0 +1,430 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nuid"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/internal/guard"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// Limits of the HTTP server that do not depend on the configuration. The write timeout
+// does: see httpWriteTimeout.
+const (
+	httpReadHeaderTimeout = 5 * time.Second
+	httpReadTimeout       = 30 * time.Second // headers and body
+	httpIdleTimeout       = 2 * time.Minute
+	httpMaxHeaderBytes    = 64 << 10
+	// httpWriteMargin is added to the longest class max_timeout: a request answered at
+	// its deadline still has its answer written.
+	httpWriteMargin = 30 * time.Second
+)
+
+// httpAPI is the HTTP face of the client API, with the guards every request passes, in
+// this order:
+//
+//   - Host must name this gateway (DNS rebinding): the listen address as bound; on
+//     loopback also localhost, 127.0.0.1 and [::1] with its port; bound to every address,
+//     any IP literal (and localhost) with its port; and gateway.http_hosts. Else 421.
+//   - With a token (gateway.http_token_file, or ORTBUS_HTTP_TOKEN), every route but
+//     /healthz needs `Authorization: Bearer TOKEN`. Else 401.
+//   - At most gateway.http_max_concurrent API requests (/v1/...) at once. Else 429
+//     overloaded, at once.
+//   - A POST body must be `Content-Type: application/json` (else 415: a cross-site
+//     "simple" request, text/plain or a form, cannot run work) and at most
+//     gateway.http_max_body bytes (else 413).
+//
+// Every error is a JSON {code, message, details} body with a stable code; a request whose
+// client goes away is cancelled.
+type httpAPI struct {
+	g       *Gateway
+	mux     *http.ServeMux
+	port    string          // the bound port
+	anyIP   bool            // bound to the unspecified address
+	exact   map[string]bool // Host values host:port, lower-case
+	names   map[string]bool // host names accepted on any port (http_hosts without a port)
+	token   []byte          // SHA-256 of the bearer token; nil: none required
+	maxBody int64
+	slots   chan struct{} // one per API request being served
+}
+
+// serveHTTP serves the same API as JSON over HTTP (on a loopback address by default):
+// POST /v1/<op>, GET /v1/status, GET /v1/health, GET /healthz, GET /readyz, GET /metrics.
+func (g *Gateway) serveHTTP(override string) (string, error) {
+	addr := g.cfg.Gateway.HTTPListen
+	if override != "" {
+		addr = override
+	}
+	if addr == "" || addr == "-" {
+		return "", nil
+	}
+	token, err := httpToken(g.cfg.Gateway.HTTPTokenFile)
+	if err != nil {
+		return "", err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	a := newHTTPAPI(g, addr, ln.Addr(), token)
+	g.http = &http.Server{
+		Handler:           a,
+		ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      httpWriteTimeout(g.cfg),
+		IdleTimeout:       httpIdleTimeout,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+	}
+	go g.http.Serve(ln)
+	return ln.Addr().String(), nil
+}
+
+// httpWriteTimeout is longer than any request may take: the longest class timeout or
+// max_timeout, plus the time to read the request, plus a margin.
+func httpWriteTimeout(c *config.Config) time.Duration {
+	var longest time.Duration
+	for _, cl := range c.Classes {
+		longest = max(longest, cl.Timeout.D(), cl.MaxTimeout.D())
+	}
+	return longest + httpReadTimeout + httpWriteMargin
+}
+
+// httpToken reads the bearer token: the file's content when file is set (it must exist
+// and not be empty), else ORTBUS_HTTP_TOKEN; nil when neither gives one. Only its hash
+// is kept, so that comparing takes the same time whatever the length of a guess.
+func httpToken(file string) ([]byte, error) {
+	tok := os.Getenv(config.HTTPTokenEnv)
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("gateway.http_token_file: %w", err)
+		}
+		if tok = strings.TrimSpace(string(b)); tok == "" {
+			return nil, fmt.Errorf("gateway.http_token_file: %s is empty", file)
+		}
+	}
+	tok = strings.TrimSpace(tok)
+	if tok == "" {
+		return nil, nil
+	}
+	sum := sha256.Sum256([]byte(tok))
+	return sum[:], nil
+}
+
+// newHTTPAPI builds the handler for a listener bound at bound, from the listen address
+// as configured (addr, whose host may be a name).
+func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI {
+	a := &httpAPI{
+		g:       g,
+		exact:   map[string]bool{},
+		names:   map[string]bool{},
+		token:   token,
+		maxBody: int64(g.cfg.Gateway.HTTPMaxBody),
+		slots:   make(chan struct{}, max(1, g.cfg.Gateway.HTTPMaxConcurrent)),
+	}
+	var ip net.IP
+	if tcp, ok := bound.(*net.TCPAddr); ok {
+		ip, a.port = tcp.IP, strconv.Itoa(tcp.Port)
+	} else {
+		_, a.port, _ = net.SplitHostPort(bound.String())
+	}
+	add := func(host string) { a.exact[strings.ToLower(net.JoinHostPort(host, a.port))] = true }
+	if ip != nil {
+		add(ip.String())
+		switch {
+		case ip.IsLoopback():
+			add("localhost")
+			add("127.0.0.1")
+			add("::1")
+		case ip.IsUnspecified():
+			a.anyIP = true
+			add("localhost")
+		}
+	}
+	if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
+		add(host)
+	}
+	for _, h := range g.cfg.Gateway.HTTPHosts {
+		if host, port, err := net.SplitHostPort(h); err == nil {
+			a.exact[strings.ToLower(net.JoinHostPort(host, port))] = true
+		} else {
+			a.names[strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"))] = true
+		}
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if h := g.health(); h.Workers == 0 {
+			httpError(w, http.StatusServiceUnavailable, codec.Errorf(codec.CodeNoWorker, "no live workers"))
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ready\n")
+	})
+	mux.Handle("GET /metrics", promHandler(g.metrics.reg))
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, subjects.OpStatus) })
+	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, subjects.OpHealth) })
+	mux.HandleFunc("POST /v1/{op}", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, r.PathValue("op")) })
+	mux.HandleFunc("/", a.notFound)
+	a.mux = mux
+	return a
+}
+
+// ServeHTTP applies the guards, then routes.
+func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer guard.Recover(a.g.log, "http "+r.Method+" "+r.URL.Path, func(e *codec.Error) {
+		httpError(w, e.Code.Status(), e)
+	})
+	if !a.hostAllowed(r.Host) {
+		httpError(w, http.StatusMisdirectedRequest, codec.Errorf(codec.CodeBadRequest,
+			"Host %q is not this gateway's address (add the name to gateway.http_hosts)", truncate(r.Host, 256)))
+		return
+	}
+	if r.URL.Path != "/healthz" && !a.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ortbus"`)
+		httpError(w, http.StatusUnauthorized, codec.Errorf(codec.CodeBadRequest, "missing or wrong bearer token (Authorization: Bearer TOKEN)"))
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		select {
+		case a.slots <- struct{}{}:
+			defer func() { <-a.slots }()
+		default:
+			httpError(w, http.StatusTooManyRequests, codec.Errorf(codec.CodeOverloaded,
+				"over %d HTTP requests in progress (gateway.http_max_concurrent)", cap(a.slots)))
+			return
+		}
+	}
+	a.mux.ServeHTTP(w, r)
+}
+
+// hostAllowed reports whether a Host header names this gateway.
+func (a *httpAPI) hostAllowed(h string) bool {
+	h = strings.ToLower(h)
+	if h == "" {
+		return false
+	}
+	if a.exact[h] {
+		return true
+	}
+	host, port, err := net.SplitHostPort(h)
+	if err != nil {
+		// No port: the scheme's default.
+		host, port = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), "80"
+		if a.exact[net.JoinHostPort(host, port)] {
+			return true
+		}
+	}
+	if a.names[host] {
+		return true
+	}
+	// An IP literal cannot be rebound to another address.
+	return a.anyIP && port == a.port && net.ParseIP(host) != nil
+}
+
+// authorized reports whether r carries the bearer token (or none is required).
+func (a *httpAPI) authorized(r *http.Request) bool {
+	if a.token == nil {
+		return true
+	}
+	scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(cred)))
+	return subtle.ConstantTimeCompare(sum[:], a.token) == 1
+}
+
+// notFound answers what no route takes: 405 for a known path with another method, else
+// 404, both as JSON errors.
+func (a *httpAPI) notFound(w http.ResponseWriter, r *http.Request) {
+	allow := ""
+	switch p := r.URL.Path; {
+	case p == "/v1/status" || p == "/v1/health":
+		allow = "GET, HEAD, POST"
+	case p == "/healthz" || p == "/readyz" || p == "/metrics":
+		allow = "GET, HEAD"
+	case strings.HasPrefix(p, "/v1/") && !strings.Contains(p[len("/v1/"):], "/"):
+		allow = "POST"
+	}
+	if allow != "" {
+		w.Header().Set("Allow", allow)
+		httpError(w, http.StatusMethodNotAllowed, codec.Errorf(codec.CodeBadRequest, "method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow))
+		return
+	}
+	httpError(w, http.StatusNotFound, codec.Errorf(codec.CodeUnknownOp, "no route %s %s (the API is POST /v1/<op>)", r.Method, truncate(r.URL.Path, 256)))
+}
+
+// httpResult is the terminal answer of one request.
+type httpResult struct {
+	body []byte
+	err  *codec.Error
+}
+
+// op serves one API request. A request whose client goes away before its answer is
+// cancelled (the id it carries, or the one given to it here); the answer that comes
+// later is dropped.
+func (a *httpAPI) op(w http.ResponseWriter, r *http.Request, op string) {
+	var body []byte
+	if r.Method == http.MethodPost {
+		if ct := r.Header.Get("Content-Type"); !jsonContentType(ct) {
+			httpError(w, http.StatusUnsupportedMediaType, codec.Errorf(codec.CodeBadRequest,
+				"want Content-Type: application/json, got %q", truncate(ct, 128)))
+			return
+		}
+		var err error
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+		if err != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				httpError(w, http.StatusRequestEntityTooLarge, codec.Errorf(codec.CodeBadRequest,
+					"body over %d bytes (gateway.http_max_body)", a.maxBody).With("limit", a.maxBody))
+				return
+			}
+			httpError(w, http.StatusBadRequest, codec.Errorf(codec.CodeBadRequest, "reading the body: %v", err))
+			return
+		}
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		body = []byte("{}")
+	}
+	id := ""
+	if submits(op) {
+		body, id = withID(body)
+	}
+	res := make(chan httpResult, 1)
+	// The reply never touches w: it may come after this handler has returned.
+	a.g.serve(op, body, true, func(b []byte, e *codec.Error) {
+		select {
+		case res <- httpResult{b, e}:
+		default:
+		}
+	})
+	select {
+	case out := <-res:
+		httpWrite(w, out)
+	case <-r.Context().Done():
+		select {
+		case <-res: // answered meanwhile: nobody to tell
+		default:
+			if id != "" {
+				a.g.cancelAbandoned(id)
+			}
+		}
+	}
+}
+
+// submits reports whether op is work that is queued and answered later (and so can be
+// cancelled).
+func submits(op string) bool {
+	switch op {
+	case subjects.OpTag, subjects.OpEmbed, subjects.OpCompare, subjects.OpDetect, subjects.OpSegment, subjects.OpInfer:
+		return true
+	}
+	return false
+}
+
+// withID returns the request's id, giving it one when it has none. A body that does not
+// decode is returned as it is (its error is answered as for any request).
+func withID(body []byte) ([]byte, string) {
+	var req codec.Request
+	if codec.Decode(body, &req, true) != nil {
+		return body, ""
+	}
+	if req.ID != "" {
+		return body, req.ID
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil || m == nil {
+		return body, ""
+	}
+	for k := range m {
+		if strings.EqualFold(k, "id") { // encoding/json matches keys case-insensitively
+			delete(m, k)
+		}
+	}
+	id := nuid.Next()
+	m["id"], _ = json.Marshal(id)
+	b, err := json.Marshal(m)
+	if err != nil {
+		return body, ""
+	}
+	return b, id
+}
+
+// cancelAbandoned cancels request id, whose HTTP client went away, if it is still
+// unanswered (an answered one is not remembered as cancelled: a retry with the same id
+// must run).
+func (g *Gateway) cancelAbandoned(id string) {
+	g.mu.Lock()
+	_, ok := g.inflight[id]
+	g.mu.Unlock()
+	if ok {
+		g.cancelAs(id, ownerHTTP)
+	}
+}
+
+// jsonContentType accepts application/json with parameters (a charset only if UTF-8).
+func jsonContentType(ct string) bool {
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != codec.ContentTypeJSON {
+		return false
+	}
+	cs, ok := params["charset"]
+	return !ok || strings.EqualFold(cs, "utf-8") || strings.EqualFold(cs, "utf8")
+}
+
+// httpWrite writes a result or an error.
+func httpWrite(w http.ResponseWriter, out httpResult) {
+	if out.err != nil {
+		httpError(w, out.err.Code.Status(), out.err)
+		return
+	}
+	h := w.Header()
+	h.Set(codec.HeaderContentType, codec.ContentTypeJSON)
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.Write(out.body)
+}
+
+// httpError writes e as a JSON {code, message, details} body with status.
+func httpError(w http.ResponseWriter, status int, e *codec.Error) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		// Details that do not encode (they never come from the wire) are dropped.
+		b, _ = json.Marshal(&codec.Error{Code: e.Code, Message: e.Message})
+	}
+	h := w.Header()
+	h.Set(codec.HeaderContentType, codec.ContentTypeJSON)
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// truncate keeps an echoed client value short.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

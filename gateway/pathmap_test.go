@@ -1,0 +1,136 @@
+package gateway
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+)
+
+func TestMapPrefix(t *testing.T) {
+	m := map[string]string{"/srv/images": "/mnt/app-images", "/srv/images/deep": "/data/deep", "/srv/out/": "/mnt/out"}
+	for _, tt := range []struct {
+		in, out string
+		ok      bool
+	}{
+		{"/srv/images/a.png", "/mnt/app-images/a.png", true},
+		{"/srv/images", "/mnt/app-images", true},
+		{"/srv/images/deep/x.png", "/data/deep/x.png", true}, // the longest prefix wins
+		{"/srv/out/m.png", "/mnt/out/m.png", true},           // a trailing slash in the map is harmless
+		{"/srv/images2/a.png", "", false},                    // component-wise, not by string prefix
+		{"/etc/passwd", "", false},
+		{"", "", true},
+	} {
+		got, ok := mapPrefix(m, tt.in)
+		if got != tt.out || ok != tt.ok {
+			t.Errorf("mapPrefix(%q) = %q, %v; want %q, %v", tt.in, got, ok, tt.out, tt.ok)
+		}
+		if ok && tt.in != "" {
+			if back := unmapPrefix(m, got); back != tt.in {
+				t.Errorf("unmapPrefix(%q) = %q, want %q back", got, back, tt.in)
+			}
+		}
+	}
+	if got, ok := mapPrefix(nil, "/any/path"); got != "/any/path" || !ok {
+		t.Errorf("no map: %q %v", got, ok)
+	}
+	for in, want := range map[string]string{
+		"/mnt/app-images/.ortbus-spool/s.png": "/srv/images/.ortbus-spool/s.png",
+		"/mnt/app-images2/x.png":              "/mnt/app-images2/x.png", // under no `to`: unchanged
+		"/tmp/x.png":                          "/tmp/x.png",
+	} {
+		if got := unmapPrefix(m, in); got != want {
+			t.Errorf("unmapPrefix(%q) = %q, want %q", in, got, want)
+		}
+	}
+	// Two prefixes mapped to one: the way back is deterministic.
+	two := map[string]string{"/b": "/x", "/a": "/x"}
+	for range 20 {
+		if got := unmapPrefix(two, "/x/f"); got != "/a/f" {
+			t.Fatalf("unmapPrefix with two froms = %q, want /a/f", got)
+		}
+	}
+}
+
+// pathMapGateway is a gateway that is not started, with a remote pool "gpu" that maps
+// /srv/images to /mnt/app-images and a local pool "cpu" that maps nothing.
+func pathMapGateway(t *testing.T) *Gateway {
+	t.Helper()
+	c, err := config.Parse([]byte(`
+[nats]
+embedded = true
+[models.seg]
+kind = "segment"
+dir = "/models/seg"
+[pools.gpu]
+local = false
+classes = ["interactive"]
+models = ["seg"]
+path_map = { "/srv/images" = "/mnt/app-images" }
+[pools.cpu]
+classes = ["interactive"]
+models = ["seg"]
+`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Gateway{cfg: c, log: slog.New(slog.NewTextHandler(io.Discard, nil)), inflight: map[string]*pending{}}
+	g.metrics = newMetrics(g)
+	return g
+}
+
+// TestOutPathMapped: a request's out_path is mapped to the pool's host like its path,
+// refused at submit when some candidate pool cannot express it, and a segment reply's
+// out_path comes back in the client's view, for msgpack and JSON clients.
+func TestOutPathMapped(t *testing.T) {
+	g := pathMapGateway(t)
+	p := &pending{op: "segment", req: codec.Request{Path: "/srv/images/in.png", OutPath: "/srv/images/masks/out.png"}}
+	if err := g.mapPaths(p, []string{"gpu", "cpu"}); err != nil {
+		t.Fatalf("mapPaths: %v", err)
+	}
+	if out, ok := g.mappedOut(p, "gpu"); !ok || out != "/mnt/app-images/masks/out.png" {
+		t.Errorf("out_path on gpu = %q, %v", out, ok)
+	}
+	if out, ok := g.mappedOut(p, "cpu"); !ok || out != p.req.OutPath {
+		t.Errorf("out_path on cpu (no map) = %q, %v", out, ok)
+	}
+	bad := &pending{op: "segment", req: codec.Request{Path: "/srv/images/in.png", OutPath: "/tmp/out.png"}}
+	err := g.mapPaths(bad, []string{"cpu", "gpu"})
+	if err == nil || err.Code != codec.CodeForbiddenPath || err.Details["pool"] != "gpu" {
+		t.Fatalf("unmappable out_path: %v, want forbidden_path for pool gpu", err)
+	}
+	if err := g.mapPaths(bad, []string{"cpu"}); err != nil {
+		t.Errorf("a pool without a map takes any out_path: %v", err)
+	}
+
+	// The reply, as the gpu worker wrote it, reaches the client in its own view.
+	workerView := "/mnt/app-images/.ortbus-spool/ortbus-segment-x.png"
+	data, err2 := codec.Marshal(&codec.SegmentReply{OutPath: workerView, Width: 4, Height: 3})
+	if err2 != nil {
+		t.Fatal(err2)
+	}
+	for _, asJSON := range []bool{false, true} {
+		var body []byte
+		var rerr *codec.Error
+		q := &pending{id: "r", op: "segment", asJSON: asJSON, pool: "gpu", reply: func(b []byte, e *codec.Error) { body, rerr = b, e }}
+		g.forward(q, &nats.Msg{Data: append([]byte(nil), data...)})
+		if rerr != nil {
+			t.Fatalf("forward (json %v): %v", asJSON, rerr)
+		}
+		var rep codec.SegmentReply
+		if err := codec.Decode(body, &rep, asJSON); err != nil {
+			t.Fatalf("reply (json %v): %v", asJSON, err)
+		}
+		if rep.OutPath != "/srv/images/.ortbus-spool/ortbus-segment-x.png" || rep.Width != 4 || rep.Height != 3 {
+			t.Errorf("reply (json %v) = %+v, want out_path in the client's view", asJSON, rep)
+		}
+	}
+	// From a pool without a map, the reply's bytes pass untouched.
+	if got := g.unmapReply("cpu", data); &got[0] != &data[0] {
+		t.Error("a reply from a pool without a path_map was re-encoded")
+	}
+}

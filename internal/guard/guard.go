@@ -1,0 +1,66 @@
+// Package guard keeps a panic in one handler from ending the process. Every bus handler,
+// HTTP handler, tracker callback and goroutine of the gateway and the worker defers
+// Recover (or is wrapped by Msg or Go): a panic there is stopped, counted (Panics, which
+// the gateway exports as ortbus_panics_total and a worker reports in its heartbeat),
+// logged once with its stack, and — where a reply is due — answered `internal`.
+package guard
+
+import (
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/internal/reply"
+)
+
+var panics atomic.Uint64
+
+// Panics is how many panics this process has recovered.
+func Panics() uint64 { return panics.Load() }
+
+// Recover must be deferred directly (`defer guard.Recover(...)`). It stops a panic of the
+// deferring function, counts and logs it, and calls answer with an internal error when
+// answer is not nil.
+func Recover(log *slog.Logger, where string, answer func(*codec.Error)) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	panics.Add(1)
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Error("panic recovered", "where", where, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	if answer != nil {
+		func() {
+			defer func() { recover() }() // an answer that panics too is not retried
+			answer(codec.Errorf(codec.CodeInternal, "internal error in %s", where))
+		}()
+	}
+}
+
+// Msg wraps a subscription handler: a panic is recovered, and a message with a reply
+// subject is answered internal.
+func Msg(log *slog.Logger, where string, nc *nats.Conn, h nats.MsgHandler) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		defer Recover(log, where, func(e *codec.Error) {
+			if m.Reply != "" {
+				asJSON := m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON
+				reply.Send(nc, reply.Error(m.Reply, e, asJSON))
+			}
+		})
+		h(m)
+	}
+}
+
+// Go runs f in a goroutine under Recover.
+func Go(log *slog.Logger, where string, f func()) {
+	go func() {
+		defer Recover(log, where, nil)
+		f()
+	}()
+}

@@ -1,0 +1,152 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/internal/guard"
+	"github.com/ortbus/ortbus/internal/reply"
+	"github.com/ortbus/ortbus/models"
+	"github.com/ortbus/ortbus/natsd"
+	"github.com/ortbus/ortbus/ort"
+)
+
+// echoModel is a model that serves tag without a runtime.
+type echoModel struct{}
+
+func (echoModel) Name() string                      { return "tagger" }
+func (echoModel) Kind() string                      { return "tagger-pixai" }
+func (echoModel) Ops() []string                     { return []string{"tag"} }
+func (echoModel) Batchable(string) bool             { return true }
+func (echoModel) Sessions() []*ort.Session          { return nil }
+func (echoModel) Warmup(context.Context, int) error { return nil }
+func (echoModel) Close() error                      { return nil }
+func (echoModel) Prepare(op string, req *codec.WorkItem) (models.Item, error) {
+	return req.Path, nil
+}
+func (echoModel) Run(_ context.Context, _ string, items []models.Item) ([]codec.Replier, []error) {
+	out := make([]codec.Replier, len(items))
+	for i := range items {
+		out[i] = &codec.TagReply{}
+	}
+	return out, make([]error, len(items))
+}
+
+// unitWorker is a worker in process, on an in-process NATS server, with one model and no
+// runtime; its slots are not started, so accepted items stay queued.
+func unitWorker(t testing.TB) (*Worker, *nats.Conn) {
+	t.Helper()
+	c, err := config.Parse([]byte(`
+[nats]
+url = "nats://127.0.0.1:1"
+[security]
+allowed_roots = ["/srv"]
+[pools.cpu]
+classes = ["interactive", "batch"]
+models = ["tagger"]
+[models.tagger]
+kind = "tagger-pixai"
+dir = "/srv/m"
+`), "unit.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := natsd.ParseArgs([]string{"-p", "-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.DontListen = true
+	srv, err := natsd.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.ConnectInProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	p := c.Pools["cpu"]
+	w := &Worker{cfg: c, pool: p, id: "cpu-unit", log: slog.New(slog.NewTextHandler(io.Discard, nil)), rt: &ort.Runtime{Version: "unit"},
+		models: map[string]models.Model{"tagger": echoModel{}}, order: []string{"tagger"}, start: time.Now(), nc: nc,
+		q: newQueues(p.Classes, p.QueueBound, p.MaxBatch, p.MaxDelay.D())}
+	return w, nc
+}
+
+// FuzzAccept drives the worker's work-item handler with arbitrary bodies, msgpack and
+// JSON: no panic, and every item is answered exactly once with a result or a contract
+// error — at once, or (queued) when it is cancelled. Claims go only to claim subjects.
+func FuzzAccept(f *testing.F) {
+	item := codec.WorkItem{Request: codec.Request{ID: "r1", Path: "/srv/a.png", TimeoutMS: 5000}, Op: "tag", ClaimTo: "ortbus.claim.gw"}
+	for _, asJSON := range []bool{false, true} {
+		b, _ := codec.Encode(&item, asJSON)
+		f.Add(b, asJSON)
+		f.Add([]byte{0x81, 0xaa, 'c', 'a', 'n', 'd', 'i', 'd', 'a', 't', 'e', 's', 0xdd, 0xff, 0xff, 0xff, 0xff}, asJSON)
+		f.Add([]byte(`{"id":"r2","claim_to":"ortbus.v1.tag","op":"tag"}`), asJSON)
+		f.Add([]byte(`{"id":"r3","deadline_unix_ms":-9223372036854775808,"timeout_ms":9223372036854775807}`), asJSON)
+	}
+	w, nc := unitWorker(f)
+	replies, err := nc.SubscribeSync("_INBOX.fuzz.>")
+	if err != nil {
+		f.Fatal(err)
+	}
+	other, err := nc.SubscribeSync(">") // everything published, to catch a stray claim
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, asJSON bool) {
+		m := nats.NewMsg("infer.cpu.interactive")
+		m.Reply, m.Data = "_INBOX.fuzz.1", data
+		if asJSON {
+			m.Header.Set(codec.HeaderContentType, codec.ContentTypeJSON)
+		}
+		panics := guard.Panics()
+		w.accept(nc, "interactive", m)
+		if guard.Panics() != panics {
+			t.Fatal("a panic was recovered")
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if n, _, _ := replies.Pending(); n == 0 {
+			// Queued: cancel it; it is answered cancelled.
+			_, _, held := w.q.counts()
+			if len(held) != 1 {
+				t.Fatalf("no reply and %d items held", len(held))
+			}
+			if j, found := w.q.cancel(held[0]); !found || j == nil {
+				t.Fatal("queued item not found by its id")
+			} else {
+				w.answer(j, nil, codec.Errorf(codec.CodeCancelled, "cancelled"))
+			}
+			nc.Flush()
+		}
+		if n, _, _ := replies.Pending(); n != 1 {
+			t.Fatalf("%d replies", n)
+		}
+		r, _ := replies.NextMsg(time.Second)
+		if e := reply.ErrorOf(r); e != nil && !e.Code.Known() {
+			t.Fatalf("error reply %+v", e)
+		}
+		for {
+			o, err := other.NextMsg(0)
+			if err != nil {
+				break
+			}
+			switch {
+			case o.Subject == "_INBOX.fuzz.1" || o.Subject == "infer.cpu.interactive":
+			case strings.HasPrefix(o.Subject, "ortbus.claim.") && strings.HasSuffix(o.Subject, ".cpu.cpu-unit") && strings.Count(o.Subject, ".") == 4:
+			default:
+				t.Fatalf("published on %q", o.Subject)
+			}
+		}
+	})
+}
