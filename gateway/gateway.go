@@ -98,7 +98,7 @@ func Run(ctx context.Context, o Options) error {
 	var classes []sched.Class
 	for _, name := range c.ClassNames() {
 		cl := c.Classes[name]
-		classes = append(classes, sched.Class{Name: name, Priority: cl.Priority, Bound: cl.QueueBound, Shed: cl.Shed})
+		classes = append(classes, sched.Class{Name: name, Priority: cl.Priority, Bound: cl.QueueBound, MaxBytes: int64(cl.QueueBytes), Shed: cl.Shed})
 	}
 	g.queues = sched.New(classes)
 	g.queues.FIFO = c.Gateway.Policy == config.PolicyFIFO

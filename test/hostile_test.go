@@ -64,7 +64,7 @@ const (
 	hostileReplyWait    = 15 * time.Second // a request with no reply within this is UNANSWERED
 	hostileDupWait      = 2 * time.Second  // replies are still counted this long after the last one
 	hostileGoodEvery    = 200              // one good request after this many hostile ones
-	hostileMaxRestarts  = 4                // restarts of a crashed stack before the run gives up
+	hostileMaxRestarts  = 40               // restarts of a crashed stack before the run gives up (a restart takes ~1 s)
 	hostileRSSBound     = 256 << 20        // bound on the gateway's RSS growth
 	hostileScrapeEvery  = 500 * time.Millisecond
 	hostileAbortUnanswd = 400 // stop sending after this many unanswered requests (a wedged stack)
@@ -116,6 +116,7 @@ type hCrash struct {
 	what     string // "gateway pid N exited: ..." or "worker W pid N gone"
 	suspects []string
 	log      string
+	sig      string // the panic's first line and first ortbus frame
 }
 
 type hFileState struct {
@@ -222,7 +223,14 @@ func (h *hostileRun) writeConfig(t *testing.T) string {
 // start starts a stack and waits until both pools have a live worker.
 func (h *hostileRun) start(t *testing.T) *hstack {
 	t0 := time.Now()
-	g := startGateway(t, h.cfg)
+	// Each stack in a directory of its own, so that each keeps its own gateway.log.
+	dir := filepath.Join(h.cfgDir, strconv.Itoa(h.restarts))
+	hMust(t, os.MkdirAll(dir, 0o755))
+	cfg := filepath.Join(dir, "gateway.toml")
+	data, err := os.ReadFile(h.cfg)
+	hMust(t, err)
+	hMust(t, os.WriteFile(cfg, data, 0o644))
+	g := startGateway(t, cfg)
 	g.waitLive(t, "fast", 1)
 	g.waitLive(t, "bulk", 1)
 	st := g.status(t)
@@ -325,10 +333,38 @@ func (h *hostileRun) crash(s *hstack, what string) {
 		sort.Strings(suspects)
 		time.Sleep(300 * time.Millisecond) // let the log catch up
 		h.mu.Lock()
-		h.crashes = append(h.crashes, hCrash{what: what, suspects: suspects, log: hPanicOf(s.g.log())})
+		log := hPanicOf(s.g.log())
+		h.crashes = append(h.crashes, hCrash{what: what, suspects: suspects, log: log, sig: hCrashSig(what, log)})
 		h.mu.Unlock()
 		close(s.down)
 	})
+}
+
+// hCrashSig names a crash by its process kind, the panic's first line (without its
+// addresses) and the first frame of ortbus code.
+func hCrashSig(what, log string) string {
+	proc := "gateway"
+	if strings.HasPrefix(what, "worker") {
+		proc = "worker"
+	}
+	lines := strings.Split(log, "\n")
+	first := strings.TrimSpace(lines[0])
+	frame := ""
+	for _, l := range lines {
+		if strings.HasPrefix(l, "github.com/ortbus/ortbus/") && strings.Contains(l, "(") {
+			frame = l[:strings.LastIndex(l, "(")]
+			break
+		}
+	}
+	if frame == "" {
+		for _, l := range lines {
+			if strings.Contains(l, "/ortbus") && strings.Contains(l, ".go:") {
+				frame = strings.TrimSpace(l)
+				break
+			}
+		}
+	}
+	return proc + ": " + first + " at " + frame
 }
 
 // hPanicOf returns the panic and the first frames of its goroutine from a log, or its tail.
@@ -1045,8 +1081,10 @@ func (h *hostileRun) regressionHeartbeatUTF8(t *testing.T) {
 		} else {
 			msg.Data = hMarshal(t, hb)
 		}
-		hMust(t, s.g.NC.PublishMsg(msg))
-		hMust(t, s.g.NC.Flush())
+		if err := s.g.NC.PublishMsg(msg); err != nil {
+			t.Errorf("heartbeat: %v", err)
+		}
+		s.g.NC.FlushTimeout(2 * time.Second)
 		time.Sleep(100 * time.Millisecond)
 		if err := h.scrapeOnce(s, fmt.Sprintf("after a non-UTF-8 heartbeat (json=%v)", asJSON)); err != nil {
 			t.Errorf("GET /metrics after a heartbeat whose worker id is not UTF-8 (json=%v): %v", asJSON, err)
@@ -1190,8 +1228,23 @@ func (h *hostileRun) report(t *testing.T) {
 	if hostileTotal < 10000 {
 		t.Errorf("only %d hostile messages sent, want at least 10000", hostileTotal)
 	}
-	for i, c := range h.crashes {
-		t.Errorf("CRASH %d: %s\n  requests in flight (%d): %s\n  log:\n%s", i+1, c.what, len(c.suspects), strings.Join(c.suspects[:min(len(c.suspects), 40)], "; "), hIndent(c.log))
+	// Crashes, grouped by signature: the first in full, then the suspects of each.
+	var sigs []string
+	bySig := map[string][]hCrash{}
+	for _, c := range h.crashes {
+		if _, ok := bySig[c.sig]; !ok {
+			sigs = append(sigs, c.sig)
+		}
+		bySig[c.sig] = append(bySig[c.sig], c)
+	}
+	for _, sig := range sigs {
+		cs := bySig[sig]
+		var b strings.Builder
+		fmt.Fprintf(&b, "CRASH x%d: %s\n  first: %s\n%s\n", len(cs), sig, cs[0].what, hIndent(cs[0].log))
+		for i, c := range cs {
+			fmt.Fprintf(&b, "  crash %d (%s): in flight (%d): %s\n", i+1, c.what, len(c.suspects), strings.Join(c.suspects[:min(len(c.suspects), 40)], "; "))
+		}
+		t.Error(b.String())
 	}
 	if h.goodOK != h.goodSent {
 		t.Errorf("%d of %d good requests answered correctly", h.goodOK, h.goodSent)

@@ -970,7 +970,12 @@ export class OrtbusClient {
 
   private publishCancel(id: string): void {
     try {
-      if (!this.nc.isClosed()) this.nc.publish(`${API_PREFIX}.cancel`, encodeMsg({ id }));
+      // Sent as a request on this connection (its answer is not awaited): the gateway
+      // honours a cancel only when its reply subject is under the inbox of the connection
+      // that sent the request.
+      if (!this.nc.isClosed()) {
+        this.nc.request(`${API_PREFIX}.cancel`, encodeMsg({ id }), { timeout: 5000 }).catch(() => {});
+      }
     } catch {
       // The connection is gone: nothing runs for a client that cannot reach the bus.
     }

@@ -62,7 +62,12 @@ func run() int {
 		e := codec.AsError(err)
 		emit(map[string]any{"event": "failed", "worker": *id, "pool": *pool, "error": e})
 		log.Error("worker failed to start", "code", e.Code, "err", e.Message)
-		opts, _ := natsconn.Options(cfg.NATS, "ortworker "+*id)
+		// The pool's own NATS identity, as Serve would use (a URL's user:password is the
+		// gateway's and must not log the worker in).
+		opts, _ := natsconn.Options(cfg.WorkerNATS(*pool), "ortworker "+*id)
+		if p, ok := cfg.Pools[*pool]; ok && p.HasCredentials() {
+			url = natsconn.StripUserInfo(url)
+		}
 		if nc, cerr := nats.Connect(url, append(opts, nats.Timeout(500*time.Millisecond), nats.MaxReconnects(0))...); cerr == nil {
 			worker.ReportFailure(nc, *pool, *id, e)
 			nc.Close()
