@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/health"
@@ -374,7 +375,20 @@ type inbox struct {
 
 func newInbox(t testing.TB, nc *nats.Conn) *inbox {
 	t.Helper()
-	in := &inbox{prefix: nats.NewInbox(), ch: make(chan *nats.Msg, 4096), cancel: map[string]*nats.Msg{}}
+	return newInboxAt(t, nc, nats.NewInbox())
+}
+
+// newClaimInbox is an inbox on a claim prefix of its own (ortbus.claim.<random>): a work
+// item whose claim_to is its prefix has its claim arrive here (a worker publishes claims
+// only under a gateway's claim prefix, as <claim_to>.<pool>.<worker>).
+func newClaimInbox(t testing.TB, nc *nats.Conn) *inbox {
+	t.Helper()
+	return newInboxAt(t, nc, "ortbus.claim.t"+nuid.Next())
+}
+
+func newInboxAt(t testing.TB, nc *nats.Conn, prefix string) *inbox {
+	t.Helper()
+	in := &inbox{prefix: prefix, ch: make(chan *nats.Msg, 4096), cancel: map[string]*nats.Msg{}}
 	sub, err := nc.ChanSubscribe(in.prefix+".>", in.ch)
 	if err != nil {
 		t.Fatal(err)

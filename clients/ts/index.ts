@@ -37,6 +37,7 @@ export const ORTBUS_ERROR_CODES = [
   "cancelled",
   "worker_lost",
   "poison_input",
+  "reply_too_large",
   "internal",
 ] as const;
 

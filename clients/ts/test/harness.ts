@@ -139,7 +139,8 @@ export function configText(c: GatewayCfg): string {
   // 10 deaths here, so those kills never stop a pool's restarts.
   lines.push("[gateway]", `shutdown_grace = "3s"`, `restart_backoff_min = "50ms"`, "crash_loop_count = 10", "");
   lines.push("[health]", `heartbeat_interval = "100ms"`, `miss_count = ${c.missCount ?? 10}`, "");
-  lines.push("[security]", `allowed_roots = [${q(c.root)}]`, `spool_dir = ${q(c.spool)}`, "");
+  // The app writes cut-outs next to its images: its root is an output root too.
+  lines.push("[security]", `allowed_roots = [${q(c.root)}]`, `output_roots = [${q(c.root)}]`, `spool_dir = ${q(c.spool)}`, "");
   for (const cl of c.classes) {
     lines.push(`[classes.${cl.name}]`, `priority = ${cl.priority}`, `chain = ${list(cl.chain)}`);
     if (cl.queueBound) lines.push(`queue_bound = ${cl.queueBound}`);
