@@ -193,7 +193,9 @@ func (f *failover) run() {
 	send := func() {
 		seq++
 		if b, err := codec.Marshal(&codec.GatewayBeat{Gateway: f.g.id, Seq: seq, IntervalMS: iv.Milliseconds()}); err == nil {
-			f.g.nc.Publish(f.beat, b)
+			if err := f.g.nc.Publish(f.beat, b); err != nil {
+				f.g.publishFailed("gateway beat", err)
+			}
 		}
 	}
 	send()

@@ -16,6 +16,9 @@ import (
 
 // Publisher publishes one worker's heartbeats.
 type Publisher struct {
+	// OnError, if set, is told of every beat Run could not publish.
+	OnError func(error)
+
 	nc       *nats.Conn
 	subject  string
 	interval time.Duration
@@ -72,7 +75,7 @@ func Decode(m *nats.Msg, hb *codec.Heartbeat) error {
 func (p *Publisher) Run(ctx context.Context, kick <-chan struct{}) {
 	t := time.NewTicker(p.interval)
 	defer t.Stop()
-	p.Beat()
+	p.beat()
 	for {
 		select {
 		case <-ctx.Done():
@@ -80,6 +83,13 @@ func (p *Publisher) Run(ctx context.Context, kick <-chan struct{}) {
 		case <-t.C:
 		case <-kick:
 		}
-		p.Beat()
+		p.beat()
+	}
+}
+
+// beat is Beat, with a failure handed to OnError.
+func (p *Publisher) beat() {
+	if err := p.Beat(); err != nil && p.OnError != nil {
+		p.OnError(err)
 	}
 }

@@ -273,7 +273,9 @@ func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
 			}
 			if m.Reply != "" {
 				b, _ := codec.Marshal(&codec.CancelReply{ID: c.ID, Found: true})
-				m.Respond(b)
+				if err := m.Respond(b); err != nil {
+					w.publishFailed("cancel reply", c.ID, err)
+				}
 			}
 		}
 	}))
@@ -293,7 +295,9 @@ func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
 			}
 			asJSON := m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON
 			b, _ := codec.Encode(w.snapshot(), asJSON)
-			m.Respond(b)
+			if err := m.Respond(b); err != nil {
+				w.publishFailed(verb, "", err)
+			}
 		}))
 		if err != nil {
 			return nil, err
@@ -305,7 +309,11 @@ func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
 
 // heartbeats makes the worker's heartbeat publisher.
 func (w *Worker) heartbeats(nc *nats.Conn) (*health.Publisher, error) {
-	return health.NewPublisher(nc, w.pool.Name, w.id, w.cfg.Health.HeartbeatInterval.D(), w.snapshot)
+	p, err := health.NewPublisher(nc, w.pool.Name, w.id, w.cfg.Health.HeartbeatInterval.D(), w.snapshot)
+	if p != nil {
+		p.OnError = func(err error) { w.publishFailed("heartbeat", "", err) }
+	}
+	return p, err
 }
 
 // snapshot is the worker's state as a heartbeat.
