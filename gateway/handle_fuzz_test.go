@@ -6,14 +6,13 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/internal/guard"
-	"github.com/ortbus/ortbus/natsd"
+	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/sched"
 	"github.com/ortbus/ortbus/subjects"
 )
@@ -57,21 +56,7 @@ func unitGateway(t testing.TB) *Gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, err := natsd.ParseArgs([]string{"-p", "-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.DontListen = true
-	srv, err := natsd.Start(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.ConnectInProcess()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := testenv.InProcessNATS(t)
 	g := &Gateway{cfg: c, id: "unit", log: slog.New(slog.NewTextHandler(io.Discard, nil)), nc: nc,
 		inflight: map[string]*pending{}, busy: map[string]int{}, load: deviceLoad{}, lastDeath: map[string]death{},
 		cancelled: map[string]earlyCancel{}, kickCh: make(chan struct{}, 1)}
@@ -179,5 +164,3 @@ func FuzzHandle(f *testing.F) {
 		}
 	})
 }
-
-var _ = nats.ErrTimeout

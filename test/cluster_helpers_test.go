@@ -392,16 +392,7 @@ func clusterConnect(t testing.TB, url string, s clusterSecrets, user, ca string)
 // only inboxes a role of deploy/cluster may subscribe to.
 func clusterNewInbox(t testing.TB, nc *nats.Conn) *inbox {
 	t.Helper()
-	in := &inbox{prefix: nc.NewInbox(), ch: make(chan *nats.Msg, 4096)}
-	sub, err := nc.ChanSubscribe(in.prefix+".>", in.ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return in
+	return newInboxAt(t, nc, nc.NewInbox())
 }
 
 // violation waits for the server's permissions violation for subject (the error event

@@ -531,6 +531,16 @@ var gwMetricLine = regexp.MustCompile(`^ortbus_requests_total\{([^}]*)\} (\S+)$`
 func gwRequestCounts(t testing.TB, httpAddr string) map[string]float64 {
 	t.Helper()
 	body := gwScrape(t, httpAddr)
+	if !strings.Contains(body, "# TYPE ortbus_requests_total counter") {
+		t.Errorf("/metrics has no ortbus_requests_total counter:\n%s", body)
+	}
+	return gwParseRequestCounts(t, body)
+}
+
+// gwParseRequestCounts reads ortbus_requests_total out of a /metrics body, keyed as
+// gwRequestCounts says.
+func gwParseRequestCounts(t testing.TB, body string) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
 	for _, line := range strings.Split(body, "\n") {
 		m := gwMetricLine.FindStringSubmatch(line)
@@ -547,9 +557,6 @@ func gwRequestCounts(t testing.TB, httpAddr string) map[string]float64 {
 			t.Fatalf("metrics line %q: %v", line, err)
 		}
 		out[gwMetricKey(labels["op"], labels["class"], labels["pool"], labels["model"], labels["code"])] = v
-	}
-	if !strings.Contains(body, "# TYPE ortbus_requests_total counter") {
-		t.Errorf("/metrics has no ortbus_requests_total counter:\n%s", body)
 	}
 	return out
 }

@@ -372,22 +372,5 @@ func (c *httpClient) counts(t testing.TB) map[string]float64 {
 	if r.status != http.StatusOK {
 		t.Fatalf("GET /metrics: %d %s", r.status, r.body)
 	}
-	out := map[string]float64{}
-	for _, line := range strings.Split(string(r.body), "\n") {
-		m := gwMetricLine.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		labels := map[string]string{}
-		for _, kv := range strings.Split(m[1], ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			labels[k], _ = strconv.Unquote(v)
-		}
-		v, err := strconv.ParseFloat(m[2], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		out[gwMetricKey(labels["op"], labels["class"], labels["pool"], labels["model"], labels["code"])] = v
-	}
-	return out
+	return gwParseRequestCounts(t, string(r.body))
 }

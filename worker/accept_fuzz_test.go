@@ -14,8 +14,8 @@ import (
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/internal/reply"
+	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/models"
-	"github.com/ortbus/ortbus/natsd"
 	"github.com/ortbus/ortbus/ort"
 )
 
@@ -59,21 +59,7 @@ dir = "/srv/m"
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, err := natsd.ParseArgs([]string{"-p", "-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.DontListen = true
-	srv, err := natsd.Start(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.ConnectInProcess()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := testenv.InProcessNATS(t)
 	p := c.Pools["cpu"]
 	w := &Worker{cfg: c, pool: p, id: "cpu-unit", log: slog.New(slog.NewTextHandler(io.Discard, nil)), rt: &ort.Runtime{Version: "unit"},
 		models: map[string]models.Model{"tagger": echoModel{}}, order: []string{"tagger"}, start: time.Now(), nc: nc,
