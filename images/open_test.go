@@ -54,6 +54,7 @@ func TestOpenErrors(t *testing.T) {
 		{"symlink out", f.p("img/link_out.png"), codec.CodeForbiddenPath, ""},
 		{"dangling symlink out", f.p("img/dangling_out.png"), codec.CodeForbiddenPath, ""},
 		{"missing", f.p("img/nope.png"), codec.CodeFileNotFound, "not found"},
+		{"name over NAME_MAX", f.p("img/" + strings.Repeat("n", 300) + ".png"), codec.CodeBadRequest, "longer than the filesystem allows"},
 		{"dangling symlink in", f.p("img/dangling_in.png"), codec.CodeFileNotFound, ""},
 		{"directory", f.p("img/sub"), codec.CodeUnsupportedImage, "is a directory"},
 		{"root directory", f.root, codec.CodeUnsupportedImage, "is a directory"},

@@ -327,6 +327,8 @@ func resolveError(err error, path string) error {
 		return codec.Errorf(codec.CodeForbiddenPath, "permission denied: %s", path).With("path", path)
 	case errors.Is(err, syscall.ELOOP), strings.Contains(err.Error(), "too many links"):
 		return codec.Errorf(codec.CodeBadRequest, "too many levels of symbolic links: %s", path).With("path", path)
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return codec.Errorf(codec.CodeBadRequest, "a name in %s is longer than the filesystem allows", path).With("path", path)
 	default:
 		return codec.Errorf(codec.CodeInternal, "cannot resolve %s: %v", path, err).With("path", path)
 	}

@@ -91,6 +91,7 @@ type hostileRun struct {
 
 	seq      atomic.Int64
 	pending  sync.Map // key -> *hreq
+	others   sync.Map // HTTP requests in flight and recent publications, for crash suspects
 	finished atomic.Bool
 
 	mu       sync.Mutex
@@ -103,13 +104,18 @@ type hostileRun struct {
 	scrapeEr []string
 	// statusNotes counts HTTP error answers whose status is not their code's Status().
 	statusNotes map[string]int
-	before      map[string]hFileState
-	goodSent    int
-	goodOK      int
+	// codes counts the error codes of the answers (NATS and HTTP); internalEx keeps a few
+	// internal answers (an internal answer to bad input is an unhandled case).
+	codes      map[codec.Code]int
+	internalEx []string
+	before     map[string]hFileState
+	goodSent   int
+	goodOK     int
 }
 
 type hStats struct {
 	sent, ok, errCode, unanswered, dup, bad, noResp, sendErr, published, lost int
+	rss                                                                       int64 // the gateway's RSS when the surface's last message was sent
 }
 
 type hCrash struct {
@@ -155,7 +161,7 @@ func newHostileRun(t *testing.T) *hostileRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &hostileRun{t: t, base: base, stats: map[string]*hStats{}, nfail: map[string]int{}, images: map[string]string{}, statusNotes: map[string]int{}}
+	h := &hostileRun{t: t, base: base, stats: map[string]*hStats{}, nfail: map[string]int{}, images: map[string]string{}, statusNotes: map[string]int{}, codes: map[codec.Code]int{}}
 	h.root = filepath.Join(base, "root")
 	h.spool = filepath.Join(h.root, "spool")
 	h.outside = filepath.Join(base, "outside")
@@ -231,6 +237,12 @@ func (h *hostileRun) start(t *testing.T) *hstack {
 	hMust(t, err)
 	hMust(t, os.WriteFile(cfg, data, 0o644))
 	g := startGateway(t, cfg)
+	t.Cleanup(func() { // runs before startGateway's own, which prints the log on failure
+		if t.Failed() {
+			g.stop(t)
+			hTrimLog(filepath.Join(dir, "gateway.log"))
+		}
+	})
 	g.waitLive(t, "fast", 1)
 	g.waitLive(t, "bulk", 1)
 	st := g.status(t)
@@ -307,7 +319,13 @@ func (h *hostileRun) watch(s *hstack) {
 		case <-tick.C:
 			for id, pid := range s.workers {
 				if gwProcessGone(pid) {
-					h.crash(s, fmt.Sprintf("worker %s pid %d gone", id, pid))
+					// Workers die with their gateway: a gateway crash is the gateway's.
+					select {
+					case <-s.g.exited:
+						h.crash(s, fmt.Sprintf("gateway %s pid %d exited (%v)", s.gwID, s.pid, s.g.cmd.ProcessState))
+					case <-time.After(time.Second):
+						h.crash(s, fmt.Sprintf("worker %s pid %d gone", id, pid))
+					}
 					return
 				}
 			}
@@ -326,6 +344,13 @@ func (h *hostileRun) crash(s *hstack, what string) {
 		h.pending.Range(func(_, v any) bool {
 			r := v.(*hreq)
 			if r.replies.Load() == 0 && now.Sub(r.sent) < 3*time.Second {
+				suspects = append(suspects, r.surface+" "+r.name)
+			}
+			return true
+		})
+		h.others.Range(func(_, v any) bool {
+			r := v.(*hreq)
+			if now.Sub(r.sent) < time.Second || strings.HasPrefix(r.surface, "http") {
 				suspects = append(suspects, r.surface+" "+r.name)
 			}
 			return true
@@ -349,6 +374,16 @@ func hCrashSig(what, log string) string {
 	}
 	lines := strings.Split(log, "\n")
 	first := strings.TrimSpace(lines[0])
+	if !strings.HasPrefix(first, "panic:") && !strings.HasPrefix(first, "fatal error:") {
+		// No panic: the last warning about a connection or a kill says what happened.
+		for i := len(lines) - 1; i >= 0; i-- {
+			l := lines[i]
+			if j := strings.Index(l, "msg="); j >= 0 && (strings.Contains(l, "nats error") || strings.Contains(l, "killing") || strings.Contains(l, "exited")) {
+				return proc + ": " + l[j:]
+			}
+		}
+		return proc + ": no panic in the log"
+	}
 	frame := ""
 	for _, l := range lines {
 		if strings.HasPrefix(l, "github.com/ortbus/ortbus/") && strings.Contains(l, "(") {
@@ -367,18 +402,51 @@ func hCrashSig(what, log string) string {
 	return proc + ": " + first + " at " + frame
 }
 
-// hPanicOf returns the panic and the first frames of its goroutine from a log, or its tail.
+// hPanicOf returns the panic and the first frames of its goroutine from a log, or the
+// log's last warnings and errors (long lines cut).
 func hPanicOf(log string) string {
 	i := strings.Index(log, "panic:")
 	if i < 0 {
 		i = strings.Index(log, "fatal error:")
 	}
 	if i < 0 {
-		lines := strings.Split(strings.TrimSpace(log), "\n")
-		return strings.Join(lines[max(0, len(lines)-8):], "\n")
+		var keep []string
+		for _, l := range strings.Split(strings.TrimSpace(log), "\n") {
+			if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+				keep = append(keep, hCut(l, 300))
+			}
+		}
+		return strings.Join(keep[max(0, len(keep)-10):], "\n")
 	}
 	lines := strings.Split(log[i:], "\n")
+	for k := range lines {
+		lines[k] = hCut(lines[k], 300)
+	}
 	return strings.Join(lines[:min(len(lines), 24)], "\n")
+}
+
+func hCut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + fmt.Sprintf("…(%d bytes)", len(s))
+}
+
+// hTrimLog shortens a gateway log for the helper that prints it when the test fails:
+// long lines cut, at most its first and last 100 lines.
+func hTrimLog(path string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	lines := strings.Split(string(b), "\n")
+	for i := range lines {
+		lines[i] = hCut(lines[i], 600)
+	}
+	if len(lines) > 200 {
+		lines = append(append(lines[:100:100], fmt.Sprintf("…(%d lines)", len(lines)-200)), lines[len(lines)-100:]...)
+	}
+	os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644)
 }
 
 // live returns the current stack, restarting a crashed one while restarts are left; nil
@@ -621,9 +689,14 @@ func (h *hostileRun) send(s *hstack, j hJob) {
 	switch sd.kind {
 	case hHTTPRoute:
 		h.count(name, func(c *hStats) { c.sent++ })
+		key := "http-" + strconv.FormatInt(h.seq.Add(1), 10)
+		h.others.Store(key, &hreq{surface: name, name: j.m.Name, sent: time.Now()})
 		h.sendHTTP(s, j)
+		h.others.Delete(key)
 		return
 	case hNATSPublish:
+		key := "pub-" + strconv.FormatInt(h.seq.Add(1)%64, 10) // the last 64 published
+		h.others.Store(key, &hreq{surface: name, name: j.m.Name, sent: time.Now()})
 		msg := &nats.Msg{Subject: sd.subject(s), Data: j.m.Body, Header: nats.Header{}}
 		if j.m.JSON {
 			msg.Header.Set(codec.HeaderContentType, codec.ContentTypeJSON)
@@ -694,6 +767,7 @@ func (h *hostileRun) judge(j hJob, name string, m *nats.Msg) {
 				return
 			}
 			h.count(name, func(c *hStats) { c.errCode++ })
+			h.noteCode(e.Code, name+" "+j.m.Name+": "+hCut(e.Message, 200))
 		default:
 			h.count(name, func(c *hStats) { c.bad++ })
 			h.fail("bad_error", fmt.Sprintf("%s %s: header %s, body %q (%v, code %q)", name, j.m.Name, hc, hTrunc(m.Data), err, e.Code))
@@ -836,6 +910,16 @@ func (h *hostileRun) sendHTTP(s *hstack, j hJob) {
 			h.mu.Unlock()
 		}
 		h.count(sd.name, func(c *hStats) { c.errCode++ })
+		h.noteCode(e.Code, sd.name+" "+j.m.Name+": "+hCut(e.Message, 200))
+	}
+}
+
+func (h *hostileRun) noteCode(c codec.Code, what string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.codes[c]++
+	if c == codec.CodeInternal && len(h.internalEx) < 10 {
+		h.internalEx = append(h.internalEx, what)
 	}
 }
 
@@ -949,6 +1033,12 @@ feed:
 				jobs <- hJob{sd: goodDef, good: c, m: hostile.Mutation{Name: "good-" + c, Body: b}}
 			}
 		}
+		// The gateway's RSS once the surface's messages are out, for the table.
+		h.stackMu.Lock()
+		pid := h.stack.pid
+		h.stackMu.Unlock()
+		rss := hVMRSS(pid)
+		h.count(sd.name, func(c *hStats) { c.rss = rss })
 	}
 	close(jobs)
 	wg.Wait()
@@ -1211,14 +1301,18 @@ func (h *hostileRun) report(t *testing.T) {
 		tot.sendErr += c.sendErr
 		tot.published += c.published
 		tot.lost += c.lost
-		lines = append(lines, fmt.Sprintf("  %-46s sent %5d  result %5d  error-code %5d  published %5d  unanswered %4d  dup %3d  bad %3d  no-resp %3d  send-err %3d  lost-in-crash %3d",
-			name, c.sent, c.ok, c.errCode, c.published, c.unanswered, c.dup, c.bad, c.noResp, c.sendErr, c.lost))
+		lines = append(lines, fmt.Sprintf("  %-46s sent %5d  result %5d  error-code %5d  published %5d  unanswered %4d  dup %3d  bad %3d  no-resp %3d  send-err %3d  lost-in-crash %3d  gateway-rss %4d MiB",
+			name, c.sent, c.ok, c.errCode, c.published, c.unanswered, c.dup, c.bad, c.noResp, c.sendErr, c.lost, c.rss>>20))
 	}
 	hostileTotal := tot.sent - h.stats["good tag"].orZero().sent
 	summary := fmt.Sprintf("HOSTILE SUMMARY: %d messages (%d hostile, %d good) on %d surfaces; answered %d (results %d, error codes %d), published %d, unanswered %d, duplicates %d, bad answers %d, no-responders %d, send errors %d, lost in crashes %d; good %d/%d correct; crashes %d (restarts %d); /metrics scrapes %d ok, %d failed; gateway RSS %d -> %d MiB",
 		tot.sent, hostileTotal, h.goodSent, len(h.order), tot.ok+tot.errCode, tot.ok, tot.errCode, tot.published, tot.unanswered, tot.dup, tot.bad, tot.noResp, tot.sendErr, tot.lost,
 		h.goodOK, h.goodSent, len(h.crashes), h.restarts, h.scrapes.ok, h.scrapes.failed, s.rss0>>20, rssAfter>>20)
 	t.Logf("per surface:\n%s", strings.Join(lines, "\n"))
+	t.Logf("error codes of the answers: %v", h.codes)
+	if len(h.internalEx) > 0 {
+		t.Logf("answered internal (an unhandled case?), e.g.:\n  %s", strings.Join(h.internalEx, "\n  "))
+	}
 	if len(h.statusNotes) > 0 {
 		t.Logf("HTTP error answers whose status is not their code's Status(): %v", h.statusNotes)
 	}
