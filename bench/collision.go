@@ -250,9 +250,9 @@ func collisionConfig(sc *Scenario, w *workdir, lib string) sysConfig {
 		c.Classes = append(c.Classes, classSpec{Name: cl.Name, Chain: chain, Timeout: cl.Timeout.D(), MaxTimeout: cl.Timeout.D(), QueueBound: cl.QueueBound})
 	}
 	dirs := map[string]modelSpec{
-		"tiny":   {Name: "tiny", Kind: "raw", Dir: filepath.Join(w.models, onnxgen.TinyDir)},
-		"tagger": {Name: "tagger", Kind: "tagger-pixai", Dir: filepath.Join(w.models, onnxgen.TaggerDir)},
-		"heavy":  {Name: "heavy", Kind: "tagger-pixai", Dir: filepath.Join(w.models, onnxgen.TaggerHeavyDir)},
+		"tiny":   {Name: "tiny", Kind: config.KindRaw, Dir: filepath.Join(w.models, onnxgen.TinyDir)},
+		"tagger": {Name: "tagger", Kind: config.KindTaggerPixAI, Dir: filepath.Join(w.models, onnxgen.TaggerDir)},
+		"heavy":  {Name: "heavy", Kind: config.KindTaggerPixAI, Dir: filepath.Join(w.models, onnxgen.TaggerHeavyDir)},
 	}
 	used := map[string]bool{}
 	for _, p := range sc.Pools {

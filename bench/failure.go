@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/models/onnxgen"
 	"github.com/ortbus/ortbus/subjects"
 )
@@ -86,7 +87,7 @@ func Failure(ctx context.Context, o Options) (*Report, error) {
 		Pools: []poolSpec{{Name: pool, Runtime: lib, Workers: 2, Slots: 1, Threads: 1,
 			Classes: []string{subjects.ClassInteractive}, Models: []string{"heavy"}}},
 		Classes: []classSpec{{Name: subjects.ClassInteractive, Chain: []string{pool}, Timeout: time.Minute, MaxTimeout: time.Minute}},
-		Models:  []modelSpec{{Name: "heavy", Kind: "tagger-pixai", Dir: filepath.Join(w.models, onnxgen.TaggerHeavyDir)}},
+		Models:  []modelSpec{{Name: "heavy", Kind: config.KindTaggerPixAI, Dir: filepath.Join(w.models, onnxgen.TaggerHeavyDir)}},
 	})
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ortbus/ortbus/client"
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/models/onnxgen"
 	"github.com/ortbus/ortbus/ort"
 	"github.com/ortbus/ortbus/subjects"
@@ -106,7 +107,7 @@ func Overhead(ctx context.Context, o Options) (*Report, error) {
 		Images: w.images,
 		Pools: []poolSpec{{Name: pool, Runtime: lib, Workers: 1, Slots: 1, Threads: 1,
 			Classes: []string{subjects.ClassUrgent, subjects.ClassInteractive, subjects.ClassBatch}, Models: []string{"tiny"}}},
-		Models: []modelSpec{{Name: "tiny", Kind: "raw", Dir: tinyDir}},
+		Models: []modelSpec{{Name: "tiny", Kind: config.KindRaw, Dir: tinyDir}},
 	})
 	if err != nil {
 		return nil, err

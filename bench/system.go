@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/ortbus/ortbus/config"
@@ -216,11 +215,9 @@ func policyRefused(err error) bool {
 // system is a running gateway (with its embedded NATS server and local workers) and a
 // client connection to its bus.
 type system struct {
-	name  string
-	cmd   *exec.Cmd
-	ready struct {
-		NATSURL string `json:"nats_url"`
-	}
+	name   string
+	cmd    *exec.Cmd
+	ready  codec.Event // the gateway's ready line
 	nc     *nats.Conn
 	cl     *client.Client
 	log    *logBuffer
@@ -275,14 +272,13 @@ func startSystem(ctx context.Context, o *Options, w *workdir, name, cfg string) 
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
-	readyCh := make(chan []byte, 1)
+	readyCh := make(chan codec.Event, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		sent := false
 		for sc.Scan() {
-			var ev struct{ Event string }
-			if !sent && json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Event == "ready" {
-				readyCh <- append([]byte(nil), sc.Bytes()...)
+			if ev, ok := codec.ReadEvent(sc.Bytes()); ok && !sent && ev.Event == codec.EventReady {
+				readyCh <- ev
 				sent = true
 			}
 		}
@@ -290,8 +286,7 @@ func startSystem(ctx context.Context, o *Options, w *workdir, name, cfg string) 
 		close(s.exited)
 	}()
 	select {
-	case line := <-readyCh:
-		json.Unmarshal(line, &s.ready)
+	case s.ready = <-readyCh:
 	case <-s.exited:
 		return nil, fmt.Errorf("gateway %s exited (%v) before it was ready; log tail:\n%s", name, s.cmd.ProcessState, s.log.tail(30))
 	case <-time.After(startBound):

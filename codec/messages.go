@@ -54,8 +54,8 @@ type WorkItem struct {
 	EnqueuedUnixUS int64 `msgpack:"enqueued_unix_us,omitempty" json:"enqueued_unix_us,omitempty"`
 }
 
-// Claim tells the dispatching gateway that a worker holds a request (State "taken"), or
-// that it no longer does because it answered it (State "done").
+// Claim tells the dispatching gateway that a worker holds a request (State "taken"): it
+// queued the work item.
 type Claim struct {
 	ID      string `msgpack:"id" json:"id"`
 	Worker  string `msgpack:"worker" json:"worker"`
@@ -64,11 +64,8 @@ type Claim struct {
 	State   string `msgpack:"state" json:"state"`
 }
 
-// Claim states.
-const (
-	ClaimTaken = "taken"
-	ClaimDone  = "done"
-)
+// ClaimTaken is the state of a claim: the worker queued the item.
+const ClaimTaken = "taken"
 
 // Cancel asks that the request with this id be dropped (queued) or stopped (running).
 type Cancel struct {

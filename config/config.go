@@ -248,15 +248,15 @@ func (c *Config) WorkerNATS(pool string) NATS {
 // Model is one model a pool may load.
 type Model struct {
 	// Kind is the pre/post-processing: tagger-pixai, tagger-wd14, tagger-oppai, ccip,
-	// detect, segment, raw.
+	// detect, segment, raw (Kinds: its ops, batching and files).
 	Kind string `toml:"kind"`
 	// Dir holds the model's files; or HFRepo (ORG/NAME) finds them in the Hugging Face
 	// cache ($HF_HOME/hub/models--ORG--NAME/snapshots/REV/), offline.
 	Dir        string `toml:"dir"`
 	HFRepo     string `toml:"hf_repo"`
 	HFRevision string `toml:"hf_revision"`
-	// Files overrides file names inside Dir: model, metrics, tags, thresholds, metrics_json,
-	// vocabulary.
+	// Files overrides file names inside Dir, by role (Kind.Files): model, metrics, tags,
+	// thresholds, metrics_json, vocabulary.
 	Files map[string]string `toml:"files"`
 	// Thresholds: general and character score thresholds (tagger kinds), conf/iou (detect).
 	General   float64 `toml:"general_threshold"`

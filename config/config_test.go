@@ -110,6 +110,7 @@ func TestLoadBad(t *testing.T) {
 		{func(s string) string { return strings.Replace(s, "slots", "slots", 1) + "[pools.cpu.extra]\nx = 1\n" }, "", "unknown key"},
 		{func(s string) string { return s + "\n[classes.batch]\n" }, "", "already"},
 		{func(s string) string { return s + "\n[devices.cpu]\nsafe_fraction = 1.5\n" }, "safe_fraction", "must be in (0, 1]"},
+		{func(s string) string { return s + "\n[classes.batch.models]\nembed = \"tagger\"\n" }, "embed =", `model "tagger" (tagger-pixai) does not serve op "embed"`},
 	}
 	for i, tc := range cases {
 		text := tc.edit(good)

@@ -16,9 +16,6 @@ import (
 // Known execution providers.
 var KnownEPs = []string{"cpu", "cuda", "openvino", "tensorrt"}
 
-// Known model kinds.
-var KnownKinds = []string{"tagger-pixai", "tagger-wd14", "tagger-oppai", "ccip", "detect", "segment", "raw"}
-
 // Scheduling policies.
 const (
 	PolicyPriority = "priority"

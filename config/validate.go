@@ -249,7 +249,7 @@ func (c *Config) validateModel(name string, m *Model) error {
 	if err := subjects.ValidateToken("model", name); err != nil {
 		return c.errf(key, "%v", err)
 	}
-	if !slices.Contains(KnownKinds, m.Kind) {
+	if _, ok := KindOf(m.Kind); !ok {
 		return c.errf(key+".kind", "unknown model kind %q (want one of %s)", m.Kind, strings.Join(KnownKinds, ", "))
 	}
 	if m.Dir == "" && m.HFRepo == "" {
@@ -379,8 +379,12 @@ func (c *Config) validateClass(name string, cl *Class) error {
 		}
 	}
 	for op, m := range cl.Models {
-		if _, ok := c.Models[m]; !ok {
+		mc, ok := c.Models[m]
+		if !ok {
 			return c.errf(key+".models."+op, "unknown model %q", m)
+		}
+		if k, ok := KindOf(mc.Kind); ok && !k.Serves(op) {
+			return c.errf(key+".models."+op, "model %q (%s) does not serve op %q (it serves %s)", m, mc.Kind, op, strings.Join(k.Ops, ", "))
 		}
 	}
 	return nil

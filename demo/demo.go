@@ -8,7 +8,6 @@ package demo
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"image"
 	"image/color"
@@ -56,16 +55,12 @@ func Run(o Options) error {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 	}()
-	var ready struct {
-		Event   string `json:"event"`
-		NATSURL string `json:"nats_url"`
-		HTTP    string `json:"http"`
-	}
+	var ready codec.Event
 	sc := bufio.NewScanner(out)
-	for ready.Event != "ready" && sc.Scan() {
-		json.Unmarshal(sc.Bytes(), &ready)
+	for ready.Event != codec.EventReady && sc.Scan() {
+		ready, _ = codec.ReadEvent(sc.Bytes())
 	}
-	if ready.Event != "ready" {
+	if ready.Event != codec.EventReady {
 		return fmt.Errorf("the gateway exited before it was ready (run with ORTBUS_DEMO_VERBOSE=1 to see its log)")
 	}
 	go io.Copy(io.Discard, out)

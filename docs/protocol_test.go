@@ -67,7 +67,7 @@ func TestProtocolNames(t *testing.T) {
 		subjects.HBAll, subjects.APIAll, subjects.InferAll, subjects.GWAll,
 		config.PolicyPriority, config.PolicyFIFO, config.ShedRejectNew, config.ShedDropOldest,
 		config.MemBudgetEnv,
-		codec.ClaimTaken, codec.ClaimDone,
+		codec.ClaimTaken,
 		codec.StateStarting, codec.StateReady, codec.StateDraining, codec.StateFailed,
 		codec.JournalAccepted, codec.JournalDispatched, codec.JournalDone,
 		codec.HeaderErrorCode, codec.HeaderError,
@@ -194,6 +194,57 @@ func TestNoOutsideReferences(t *testing.T) {
 					t.Errorf("%s:%d refers to %q outside the repository; point at docs/PROTOCOL.md", name, i+1, s)
 				}
 			}
+		}
+	}
+}
+
+// TestProtocolEvents: section 5 shows every field of the event lines (codec.Event) as
+// "name": and both kinds of event.
+func TestProtocolEvents(t *testing.T) {
+	doc := protocol(t)
+	i := strings.Index(doc, "## 5. Event lines")
+	j := strings.Index(doc, "## 6.")
+	if i < 0 || j < i {
+		t.Fatal("PROTOCOL.md has no section 5. Event lines")
+	}
+	sec := doc[i:j]
+	ty := reflect.TypeOf(codec.Event{})
+	for k := 0; k < ty.NumField(); k++ {
+		name := strings.Split(ty.Field(k).Tag.Get("json"), ",")[0]
+		if !strings.Contains(sec, `"`+name+`":`) {
+			t.Errorf("section 5 of PROTOCOL.md does not show field %q of codec.Event", name)
+		}
+	}
+	for _, ev := range []string{codec.EventReady, codec.EventFailed} {
+		if !strings.Contains(sec, `{"event":"`+ev+`"`) {
+			t.Errorf("section 5 of PROTOCOL.md does not show an event line %q", ev)
+		}
+	}
+}
+
+// TestProtocolKinds: the op table's last column names exactly the model kinds that serve
+// each op (config.Kinds).
+func TestProtocolKinds(t *testing.T) {
+	doc := protocol(t)
+	code := regexp.MustCompile("`([^`]+)`")
+	for _, op := range subjects.Ops {
+		var want []string
+		for _, k := range config.Kinds {
+			if k.Serves(op) {
+				want = append(want, k.Name)
+			}
+		}
+		m := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(op) + "` \\|.*\\| [A-Za-z]+Reply \\| ([^|]*) \\|$").FindStringSubmatch(doc)
+		if m == nil {
+			t.Errorf("PROTOCOL.md has no op-table row for %s", op)
+			continue
+		}
+		var got []string
+		for _, c := range code.FindAllStringSubmatch(m[1], -1) {
+			got = append(got, c[1])
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("PROTOCOL.md: op %s is served by %v; config.Kinds says %v", op, got, want)
 		}
 	}
 }

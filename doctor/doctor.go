@@ -19,7 +19,6 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/ort"
-	"github.com/ortbus/ortbus/worker"
 )
 
 // ProbeEPs are the execution providers every pool is probed for.
@@ -46,7 +45,7 @@ func Probe(cfg *config.Config, pool string) *Report {
 	if !ok {
 		return &Report{Pool: pool, Error: codec.Errorf(codec.CodeUnknownPool, "pool %q is not in the config", pool)}
 	}
-	spec := worker.RuntimeSpec(p)
+	spec := ort.PoolSpec(p)
 	r := &Report{Pool: pool, Searched: spec.Candidates(), Wanted: append([]string{p.EP}, p.Fallback...)}
 	path, err := spec.Find()
 	if err != nil {
@@ -112,7 +111,7 @@ func runChild(p *config.Pool, self string, childArgs []string, timeout time.Dura
 		if ctx.Err() != nil {
 			why = fmt.Sprintf("probe process did not finish within %s", timeout)
 		}
-		return &Report{Pool: p.Name, Searched: worker.RuntimeSpec(p).Candidates(),
+		return &Report{Pool: p.Name, Searched: ort.PoolSpec(p).Candidates(),
 			Error: codec.Errorf(codec.CodeInternal, "%s: %s", why, strings.TrimSpace(stderr.String())).With("pool", p.Name)}
 	}
 	return &r

@@ -43,11 +43,7 @@ type Options struct {
 }
 
 // Ready is what the gateway announces when it is ready.
-type Ready struct {
-	Event   string `json:"event"`
-	NATSURL string `json:"nats_url"`
-	HTTP    string `json:"http,omitempty"`
-}
+type Ready = codec.Event
 
 // Gateway is a running gateway.
 type Gateway struct {
@@ -156,7 +152,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	g.log.Info("gateway ready", "id", g.id, "nats", url, "http", httpAddr)
 	if o.OnReady != nil {
-		o.OnReady(Ready{Event: "ready", NATSURL: url, HTTP: httpAddr})
+		o.OnReady(Ready{Event: codec.EventReady, NATSURL: url, HTTP: httpAddr})
 	}
 
 	<-ctx.Done()

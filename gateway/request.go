@@ -422,9 +422,6 @@ func (g *Gateway) onClaim(m *nats.Msg) {
 	}
 }
 
-// cancelRequest cancels a queued or in-flight request by id, whoever sent it.
-func (g *Gateway) cancelRequest(id string) bool { return g.cancelAs(id, "") }
-
 // ownerHTTP owns the requests that came over HTTP: only an HTTP cancel may cancel them.
 const ownerHTTP = "http"
 

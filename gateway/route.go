@@ -7,14 +7,20 @@ import (
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/sched"
+	"github.com/ortbus/ortbus/subjects"
 )
 
-// opsOfKind are the ops each model kind serves (mirrors the worker's models package).
-var opsOfKind = map[string][]string{
-	"tagger-pixai": {"tag"}, "tagger-wd14": {"tag"}, "tagger-oppai": {"tag"},
-	"ccip": {"embed", "compare"}, "detect": {"detect"}, "segment": {"segment"}, "raw": {"infer"},
-}
+// opsOfKind are the ops each model kind serves (config.Kinds, the table the worker's
+// models package loads by).
+var opsOfKind = func() map[string][]string {
+	m := map[string][]string{}
+	for _, k := range config.Kinds {
+		m[k.Name] = k.Ops
+	}
+	return m
+}()
 
 // poolsFor keeps the pools of a chain that load a model serving op (the named model, if
 // one is named), in chain order.
@@ -57,7 +63,7 @@ func (g *Gateway) mapped(p *pending, pool string) (string, bool) {
 func (g *Gateway) room(pool, class string) int {
 	pc := g.cfg.Pools[pool]
 	per := 1
-	if class == "batch" && pc.MaxBatch > 1 {
+	if class == subjects.ClassBatch && pc.MaxBatch > 1 {
 		per = pc.MaxBatch
 	}
 	capacity := 0

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -205,20 +204,17 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 	var failure *codec.Error
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
-		var ev struct {
-			Event string       `json:"event"`
-			Error *codec.Error `json:"error"`
-		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+		ev, ok := codec.ReadEvent(sc.Bytes())
+		if !ok {
 			continue
 		}
 		switch ev.Event {
-		case "ready":
+		case codec.EventReady:
 			s.mu.Lock()
 			p.ready = true
 			s.mu.Unlock()
 			settle()
-		case "failed":
+		case codec.EventFailed:
 			failure = ev.Error
 		}
 	}

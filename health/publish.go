@@ -71,7 +71,7 @@ func Decode(m *nats.Msg, hb *codec.Heartbeat) error {
 }
 
 // Run beats every interval until ctx ends. It is not safe to call Beat concurrently with
-// Run from another goroutine; use Kick to ask Run for an immediate beat.
+// Run from another goroutine; a send on kick asks Run for an immediate beat.
 func (p *Publisher) Run(ctx context.Context, kick <-chan struct{}) {
 	t := time.NewTicker(p.interval)
 	defer t.Stop()

@@ -14,7 +14,8 @@ var (
 	// ClipMean and ClipStd with scale 1/255 are CLIP's statistics: CCIP.
 	ClipMean = [3]float32{0.48145466, 0.4578275, 0.40821073}
 	ClipStd  = [3]float32{0.26862954, 0.2613026, 0.2757771}
-	// ZeroMean and UnitStd with scale 1 keep raw 0-255 values: WD14.
+	// ZeroMean and UnitStd only scale: with scale 1 raw 0-255 values (WD14), with
+	// Scale255 [0, 1] (detect, segment).
 	ZeroMean = [3]float32{0, 0, 0}
 	UnitStd  = [3]float32{1, 1, 1}
 )

@@ -27,13 +27,8 @@ type ccip struct {
 	threshold     float64
 }
 
-var (
-	clipMean = [3]float32{0.48145466, 0.4578275, 0.40821073}
-	clipStd  = [3]float32{0.26862954, 0.2613026, 0.2757771}
-)
-
 func openCCIP(env Env, m *config.Model, dir string) (Model, error) {
-	c := &ccip{base: base{name: m.Name, kind: m.Kind, ops: []string{"embed", "compare"}, env: env}}
+	c := &ccip{base: newBase(env, m)}
 	fp, err := mustFile(m, dir, "model")
 	if err != nil {
 		return nil, err
@@ -65,8 +60,6 @@ func openCCIP(env Env, m *config.Model, dir string) (Model, error) {
 	}
 	return c, nil
 }
-
-func (c *ccip) Batchable(op string) bool { return op == "embed" }
 
 type compareItem struct{ rows [][]float32 }
 
@@ -101,7 +94,7 @@ func (c *ccip) Prepare(op string, req *codec.WorkItem) (Item, error) {
 		return nil, err
 	}
 	px := make([]float32, 3*c.size*c.size)
-	images.ToCHW(images.Resize(images.FlattenOn(img, color.White), c.size, c.size, draw.BiLinear), px, clipMean, clipStd, 1.0/255, false)
+	images.ToCHW(images.Resize(images.FlattenOn(img, color.White), c.size, c.size, draw.BiLinear), px, images.ClipMean, images.ClipStd, images.Scale255, false)
 	return px, nil
 }
 

@@ -26,7 +26,7 @@ type detector struct {
 }
 
 func openDetector(env Env, m *config.Model, dir string) (Model, error) {
-	d := &detector{base: base{name: m.Name, kind: m.Kind, ops: []string{"detect"}, env: env}, conf: 0.25, iou: 0.7, labels: m.Labels}
+	d := &detector{base: newBase(env, m), conf: 0.25, iou: 0.7, labels: m.Labels}
 	if m.Conf > 0 {
 		d.conf = m.Conf
 	}
@@ -47,8 +47,6 @@ func openDetector(env Env, m *config.Model, dir string) (Model, error) {
 	d.input, d.size = in.Name, dimOr(in.Shape, 2, 640)
 	return d, nil
 }
-
-func (d *detector) Batchable(string) bool { return true }
 
 type detectItem struct {
 	pixels    []float32
@@ -77,7 +75,7 @@ func (d *detector) Prepare(op string, req *codec.WorkItem) (Item, error) {
 	lb, info := images.Letterbox(images.FlattenOn(img, color.White), d.size, color.RGBA{114, 114, 114, 255}, false)
 	it.lb = info
 	it.pixels = make([]float32, 3*d.size*d.size)
-	images.ToCHW(lb, it.pixels, [3]float32{}, [3]float32{1, 1, 1}, 1.0/255, false)
+	images.ToCHW(lb, it.pixels, images.ZeroMean, images.UnitStd, images.Scale255, false)
 	return it, nil
 }
 

@@ -10,18 +10,6 @@ import (
 	"github.com/ortbus/ortbus/config"
 )
 
-// defaultFiles are the file names each kind looks for in its model folder; a model's
-// `files` table overrides any of them.
-var defaultFiles = map[string]map[string]string{
-	"tagger-pixai": {"model": "model.onnx", "tags": "selected_tags.csv", "thresholds": "thresholds.csv"},
-	"tagger-wd14":  {"model": "model.onnx", "tags": "selected_tags.csv"},
-	"tagger-oppai": {"model": "model.onnx", "vocabulary": "vocabulary.json", "thresholds": "pr_thresholds.json"},
-	"ccip":         {"model": "model_feat.onnx", "metrics": "model_metrics.onnx", "metrics_json": "metrics.json"},
-	"detect":       {"model": "model.onnx"},
-	"segment":      {"model": "model.onnx"},
-	"raw":          {"model": "model.onnx"},
-}
-
 // Dir returns the folder holding a model's files: its configured dir, or its snapshot in
 // the Hugging Face cache ($HF_HOME/hub/models--ORG--NAME/snapshots/REV), found offline:
 // REV is hf_revision when that snapshot exists, else the commit that refs/<hf_revision or
@@ -55,11 +43,13 @@ func Dir(m *config.Model) (string, error) {
 	return filepath.Join(repo, "snapshots", strings.TrimSpace(string(ref))), nil
 }
 
-// file returns the path of one of a model's files by role, and whether it exists.
+// file returns the path of one of a model's files by role, and whether it exists: the
+// model's `files` entry for the role, else the kind's default name (config.Kinds).
 func file(m *config.Model, dir, role string) (string, bool) {
 	name := m.Files[role]
 	if name == "" {
-		name = defaultFiles[m.Kind][role]
+		k, _ := config.KindOf(m.Kind)
+		name = k.Files[role]
 	}
 	if name == "" {
 		return "", false

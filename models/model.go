@@ -56,41 +56,58 @@ type Env struct {
 	SpoolDir string
 }
 
-// Open loads a model of the kind its config names.
+// openers load each kind of config.Kinds from the model's folder.
+var openers = map[string]func(env Env, m *config.Model, dir string) (Model, error){
+	config.KindTaggerPixAI: openTagger,
+	config.KindTaggerWD14:  openTagger,
+	config.KindTaggerOppai: openOppai,
+	config.KindCCIP:        openCCIP,
+	config.KindDetect:      openDetector,
+	config.KindSegment:     openSegmenter,
+	config.KindRaw:         openRaw,
+}
+
+// Open loads a model of the kind its config names, once the kind's required files are
+// found.
 func Open(env Env, m *config.Model) (Model, error) {
 	dir, err := Dir(m)
 	if err != nil {
 		return nil, err
 	}
-	switch m.Kind {
-	case "tagger-pixai", "tagger-wd14":
-		return openTagger(env, m, dir)
-	case "tagger-oppai":
-		return openOppai(env, m, dir)
-	case "ccip":
-		return openCCIP(env, m, dir)
-	case "detect":
-		return openDetector(env, m, dir)
-	case "segment":
-		return openSegmenter(env, m, dir)
-	case "raw":
-		return openRaw(env, m, dir)
+	kind, ok := config.KindOf(m.Kind)
+	open := openers[m.Kind]
+	if !ok || open == nil {
+		return nil, codec.Errorf(codec.CodeUnknownModel, "model %s: kind %q is not supported by this worker", m.Name, m.Kind)
 	}
-	return nil, codec.Errorf(codec.CodeUnknownModel, "model %s: kind %q is not supported by this worker", m.Name, m.Kind)
+	for _, role := range kind.Required {
+		if _, err := mustFile(m, dir, role); err != nil {
+			return nil, err
+		}
+	}
+	return open(env, m, dir)
 }
 
 // base holds what every kind shares.
 type base struct {
 	name, kind string
-	ops        []string
+	ops, batch []string // the kind's (config.Kinds)
 	sessions   []*ort.Session
 	env        Env
+}
+
+// newBase is the base of a model of a kind of config.Kinds.
+func newBase(env Env, m *config.Model) base {
+	k, _ := config.KindOf(m.Kind)
+	return base{name: m.Name, kind: m.Kind, ops: k.Ops, batch: k.Batch, env: env}
 }
 
 func (b *base) Name() string             { return b.name }
 func (b *base) Kind() string             { return b.kind }
 func (b *base) Ops() []string            { return b.ops }
 func (b *base) Sessions() []*ort.Session { return b.sessions }
+
+// Batchable is the kind's: whether config.Kinds lists op among its batched ops.
+func (b *base) Batchable(op string) bool { return slices.Contains(b.batch, op) }
 
 func (b *base) Close() error {
 	var first error

@@ -68,7 +68,7 @@ type oppaiTag struct {
 }
 
 func openOppai(env Env, m *config.Model, dir string) (Model, error) {
-	o := &oppai{base: base{name: m.Name, kind: m.Kind, ops: []string{"tag"}, env: env}}
+	o := &oppai{base: newBase(env, m)}
 	mp, err := mustFile(m, dir, "model")
 	if err != nil {
 		return nil, err
@@ -207,7 +207,8 @@ func readOppaiThresholds(path string) (map[string]float32, error) {
 	return out, nil
 }
 
-func (o *oppai) Batchable(string) bool { return o.batchable }
+// Batchable is the kind's, unless the network's batch dimension is fixed at 1.
+func (o *oppai) Batchable(op string) bool { return o.batchable && o.base.Batchable(op) }
 
 type oppaiItem struct {
 	pixels     []float32

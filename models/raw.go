@@ -18,7 +18,7 @@ type raw struct {
 }
 
 func openRaw(env Env, m *config.Model, dir string) (Model, error) {
-	r := &raw{base: base{name: m.Name, kind: m.Kind, ops: []string{"infer"}, env: env}}
+	r := &raw{base: newBase(env, m)}
 	mp, err := mustFile(m, dir, "model")
 	if err != nil {
 		return nil, err
@@ -28,8 +28,6 @@ func openRaw(env Env, m *config.Model, dir string) (Model, error) {
 	}
 	return r, nil
 }
-
-func (r *raw) Batchable(string) bool { return false }
 
 type rawItem struct {
 	inputs []ort.Tensor

@@ -28,7 +28,7 @@ type segmenter struct {
 }
 
 func openSegmenter(env Env, m *config.Model, dir string) (Model, error) {
-	s := &segmenter{base: base{name: m.Name, kind: m.Kind, ops: []string{"segment"}, env: env}}
+	s := &segmenter{base: newBase(env, m)}
 	mp, err := mustFile(m, dir, "model")
 	if err != nil {
 		return nil, err
@@ -40,8 +40,6 @@ func openSegmenter(env Env, m *config.Model, dir string) (Model, error) {
 	s.input, s.size = in.Name, dimOr(in.Shape, 2, 1024)
 	return s, nil
 }
-
-func (s *segmenter) Batchable(string) bool { return false }
 
 type segItem struct {
 	img    image.Image
@@ -65,7 +63,7 @@ func (s *segmenter) Prepare(op string, req *codec.WorkItem) (Item, error) {
 		return nil, err
 	}
 	px := make([]float32, 3*s.size*s.size)
-	images.ToCHW(images.Resize(images.FlattenOn(img, color.White), s.size, s.size, draw.BiLinear), px, [3]float32{}, [3]float32{1, 1, 1}, 1.0/255, false)
+	images.ToCHW(images.Resize(images.FlattenOn(img, color.White), s.size, s.size, draw.BiLinear), px, images.ZeroMean, images.UnitStd, images.Scale255, false)
 	return &segItem{img: img, pixels: px, out: out}, nil
 }
 

@@ -33,7 +33,7 @@ type tagger struct {
 }
 
 func openTagger(env Env, m *config.Model, dir string) (Model, error) {
-	t := &tagger{base: base{name: m.Name, kind: m.Kind, ops: []string{"tag"}, env: env}}
+	t := &tagger{base: newBase(env, m)}
 	mp, err := mustFile(m, dir, "model")
 	if err != nil {
 		return nil, err
@@ -51,7 +51,7 @@ func openTagger(env Env, m *config.Model, dir string) (Model, error) {
 		}
 	}
 	t.general, t.character = 0.4, 0.4 // PixAI's fallback
-	if m.Kind == "tagger-wd14" {
+	if m.Kind == config.KindTaggerWD14 {
 		t.general, t.character, t.nhwc = 0.35, 0.85, true
 	}
 	if m.General > 0 {
@@ -73,8 +73,6 @@ func openTagger(env Env, m *config.Model, dir string) (Model, error) {
 	return t, nil
 }
 
-func (t *tagger) Batchable(string) bool { return true }
-
 type tagItem struct {
 	pixels     []float32
 	thresholds *codec.Thresholds
@@ -91,10 +89,10 @@ func (t *tagger) Prepare(op string, req *codec.WorkItem) (Item, error) {
 	px := make([]float32, 3*t.size*t.size)
 	if t.nhwc {
 		sq := images.PadSquare(images.FlattenOn(img, color.White), color.White)
-		images.ToHWC(images.Resize(sq, t.size, t.size, draw.CatmullRom), px, [3]float32{}, [3]float32{1, 1, 1}, 1, true)
+		images.ToHWC(images.Resize(sq, t.size, t.size, draw.CatmullRom), px, images.ZeroMean, images.UnitStd, 1, true)
 	} else {
 		rgb := images.Resize(images.FlattenOn(img, color.White), t.size, t.size, draw.BiLinear)
-		images.ToCHW(rgb, px, [3]float32{0.5, 0.5, 0.5}, [3]float32{0.5, 0.5, 0.5}, 1.0/255, false)
+		images.ToCHW(rgb, px, images.HalfMean, images.HalfStd, images.Scale255, false)
 	}
 	return &tagItem{pixels: px, thresholds: req.Thresholds}, nil
 }

@@ -17,21 +17,15 @@ const DefaultReadyTimeout = 10 * time.Second
 type Option func(*config)
 
 type config struct {
-	logger        server.Logger
 	serverLogging bool
 	readyTimeout  time.Duration
 }
 
-// WithLogger sends the server's log to l. Debug and trace lines are produced only when the
-// options ask for them (-D, -V). Without a logger option the server is quiet.
-func WithLogger(l server.Logger) Option {
-	return func(c *config) { c.logger, c.serverLogging = l, false }
-}
-
 // WithServerLogging logs the way nats-server does, as configured by the options: to
-// stderr, or to the -l file, or to syslog, with -D/-V/-T honoured.
+// stderr, or to the -l file, or to syslog, with -D/-V/-T honoured. Without it the server
+// is quiet.
 func WithServerLogging() Option {
-	return func(c *config) { c.logger, c.serverLogging = nil, true }
+	return func(c *config) { c.serverLogging = true }
 }
 
 // WithReadyTimeout bounds the wait for the listeners (DefaultReadyTimeout otherwise).
@@ -68,7 +62,7 @@ func Start(opts *server.Options, options ...Option) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsd: configuring server: %w", err)
 	}
-	inner := cfg.logger
+	var inner server.Logger // nil: quiet
 	if cfg.serverLogging {
 		ns.ConfigureLogger()
 		inner = ns.Logger()

@@ -283,19 +283,13 @@ func clusterStartNode(t testing.TB, name, conf string, env []string) *clusterNod
 	if err := n.cmd.Start(); err != nil {
 		t.Fatalf("start natsembed %s: %v", name, err)
 	}
-	type readyLine struct {
-		Event   string `json:"event"`
-		NATSURL string `json:"nats_url"`
-		Cluster string `json:"cluster"`
-	}
-	ready := make(chan readyLine, 1)
+	ready := make(chan codec.Event, 1)
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			var r readyLine
-			if json.Unmarshal(sc.Bytes(), &r) == nil && r.Event == "ready" {
+			if r, ok := codec.ReadEvent(sc.Bytes()); ok && r.Event == codec.EventReady {
 				ready <- r
 			}
 		}

@@ -102,7 +102,8 @@ type gwConfig struct {
 }
 
 // write writes the config into a fresh temporary directory of t and returns its path.
-// Heartbeats are fast (100 ms) so that loss of one is seen in 300 ms.
+// Heartbeats are fast (gwHeartbeat) so that a silent worker is dead after gwMissCount of
+// them.
 func (c gwConfig) write(t testing.TB) string {
 	t.Helper()
 	q := strconv.Quote
@@ -150,16 +151,9 @@ func (c gwConfig) write(t testing.TB) string {
 	return path
 }
 
-// gwReady is the gateway's ready line.
-type gwReady struct {
-	Event   string `json:"event"`
-	NATSURL string `json:"nats_url"`
-	HTTP    string `json:"http"`
-}
-
 // gatewayProc is a running gateway process and a NATS connection to its bus.
 type gatewayProc struct {
-	Ready   gwReady
+	Ready   codec.Event // the ready line
 	NC      *nats.Conn
 	cmd     *exec.Cmd
 	logPath string
@@ -195,15 +189,14 @@ func launchGateway(t testing.TB, cfgPath string, connect bool, env ...string) *g
 	if err := g.cmd.Start(); err != nil {
 		t.Fatalf("start gateway: %v", err)
 	}
-	ready := make(chan gwReady, 1)
+	ready := make(chan codec.Event, 1)
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
 		sc := bufio.NewScanner(out)
 		sent := false
 		for sc.Scan() {
-			var r gwReady
-			if !sent && json.Unmarshal(sc.Bytes(), &r) == nil && r.Event == "ready" {
+			if r, ok := codec.ReadEvent(sc.Bytes()); ok && !sent && r.Event == codec.EventReady {
 				ready <- r
 				sent = true
 			}

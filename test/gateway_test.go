@@ -27,7 +27,8 @@ import (
 // driven only through the client API (ortbus.v1.<op>, HTTP /metrics, the nats CLI) and
 // judged by replies, claims and work items seen on the bus, status and process ids.
 
-// Heartbeats are 100 ms in every config here; a silent worker is dead after 3 of them.
+// The heartbeat interval and miss count of every gateway config here (gwConfig.write and
+// the hostile stack): a silent worker is dead after gwMissCount × gwHeartbeat.
 const (
 	gwHeartbeat = 200 * time.Millisecond
 	gwMissCount = 3

@@ -3,7 +3,6 @@ package test
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"image"
 	"image/color"
@@ -170,24 +169,13 @@ func imageRoot(t testing.TB) string {
 	return root
 }
 
-// startEvent is the JSON line ortworker prints when it serves or fails to start.
-type startEvent struct {
-	Event   string       `json:"event"`
-	Worker  string       `json:"worker"`
-	Pool    string       `json:"pool"`
-	Runtime string       `json:"runtime"`
-	EP      string       `json:"ep"`
-	PID     int          `json:"pid"`
-	Error   *codec.Error `json:"error"`
-}
-
 // proc is one ortworker process.
 type proc struct {
 	ID, Pool string
-	Ready    startEvent // the ready line, once seen
+	Ready    codec.Event // the ready line, once seen
 	cmd      *exec.Cmd
 	started  time.Time
-	events   chan startEvent
+	events   chan codec.Event
 	exited   chan struct{} // closed once Wait returned
 	state    *os.ProcessState
 	stderr   lockedBuffer
@@ -227,7 +215,7 @@ func launch(t testing.TB, cfgPath, pool string, extraEnv ...string) *proc {
 // launchDetached is launch without the cleanup; the caller must kill the process.
 func launchDetached(t testing.TB, cfgPath, pool string, extraEnv ...string) *proc {
 	t.Helper()
-	p := &proc{ID: pool + "-w", Pool: pool, events: make(chan startEvent, 1), exited: make(chan struct{})}
+	p := &proc{ID: pool + "-w", Pool: pool, events: make(chan codec.Event, 1), exited: make(chan struct{})}
 	p.cmd = exec.Command(pkgEnv.bin, "-config", cfgPath, "-pool", pool, "-id", p.ID)
 	p.cmd.Env = append(os.Environ(), extraEnv...)
 	p.cmd.Stderr = &p.stderr
@@ -246,8 +234,7 @@ func launchDetached(t testing.TB, cfgPath, pool string, extraEnv ...string) *pro
 		sc := bufio.NewScanner(out)
 		sent := false
 		for sc.Scan() {
-			var ev startEvent
-			if !sent && json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Event != "" {
+			if ev, ok := codec.ReadEvent(sc.Bytes()); ok && !sent {
 				p.events <- ev
 				sent = true
 			}
@@ -263,7 +250,7 @@ func launchDetached(t testing.TB, cfgPath, pool string, extraEnv ...string) *pro
 }
 
 // await waits for the process's ready or failed line.
-func (p *proc) await() (startEvent, error) {
+func (p *proc) await() (codec.Event, error) {
 	select {
 	case ev := <-p.events:
 		return ev, nil
@@ -273,19 +260,19 @@ func (p *proc) await() (startEvent, error) {
 			return ev, nil
 		default:
 		}
-		return startEvent{}, fmt.Errorf("worker %s exited (%v) without a ready or failed line; stderr:\n%s", p.ID, p.state, p.stderr.String())
+		return codec.Event{}, fmt.Errorf("worker %s exited (%v) without a ready or failed line; stderr:\n%s", p.ID, p.state, p.stderr.String())
 	case <-time.After(startBound):
-		return startEvent{}, fmt.Errorf("worker %s printed no ready or failed line within %v; stderr:\n%s", p.ID, startBound, p.stderr.String())
+		return codec.Event{}, fmt.Errorf("worker %s printed no ready or failed line within %v; stderr:\n%s", p.ID, startBound, p.stderr.String())
 	}
 }
 
 // awaitReady waits for the ready line and checks that it names this process.
-func (p *proc) awaitReady() (startEvent, error) {
+func (p *proc) awaitReady() (codec.Event, error) {
 	ev, err := p.await()
 	if err != nil {
 		return ev, err
 	}
-	if ev.Event != "ready" {
+	if ev.Event != codec.EventReady {
 		return ev, fmt.Errorf("worker %s: want a ready line, got %+v (error %+v); stderr:\n%s", p.ID, ev, ev.Error, p.stderr.String())
 	}
 	if ev.Worker != p.ID || ev.Pool != p.Pool || ev.PID != p.cmd.Process.Pid {
@@ -295,7 +282,7 @@ func (p *proc) awaitReady() (startEvent, error) {
 }
 
 // event waits for the process's ready or failed line.
-func (p *proc) event(t testing.TB) startEvent {
+func (p *proc) event(t testing.TB) codec.Event {
 	t.Helper()
 	ev, err := p.await()
 	if err != nil {
@@ -305,7 +292,7 @@ func (p *proc) event(t testing.TB) startEvent {
 }
 
 // ready waits for the ready line and checks it.
-func (p *proc) ready(t testing.TB) startEvent {
+func (p *proc) ready(t testing.TB) codec.Event {
 	t.Helper()
 	ev, err := p.awaitReady()
 	if err != nil {

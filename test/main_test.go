@@ -3,8 +3,10 @@
 // that onnxgen generates, and judge the system only by what crosses the bus and by how the
 // processes exit.
 //
-// Every wait is on an event (a reply, a heartbeat, a claim, a process exit) with a generous
-// deadline that only bounds a failure; nothing sleeps.
+// A wait for something that must happen is on an event (a reply, a heartbeat, a claim, a
+// process exit) with a generous deadline that only bounds a failure, or polls (status,
+// /metrics) every 20 ms. Fixed sleeps remain only in hostile_test.go, as the grace it
+// gives something that must not happen (a second reply, a crash) or a log to catch up.
 package test
 
 import (

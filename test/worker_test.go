@@ -266,7 +266,7 @@ func TestStartFailures(t *testing.T) {
 		if took > 2*time.Second {
 			t.Errorf("exited after %v, want within 2s", took)
 		}
-		if ev.Event != "failed" || ev.Error == nil || ev.Error.Code != codec.CodeRuntimeMissing {
+		if ev.Event != codec.EventFailed || ev.Error == nil || ev.Error.Code != codec.CodeRuntimeMissing {
 			t.Fatalf("start line %+v (error %+v), want failed with runtime_missing", ev, ev.Error)
 		}
 		if ev.Worker != p.ID || ev.Pool != "pmissing" {
@@ -294,7 +294,7 @@ func TestStartFailures(t *testing.T) {
 		if st := p.wait(t); st.Success() {
 			t.Errorf("exit %v, want non-zero", st)
 		}
-		if ev.Event != "failed" || ev.Error == nil || ev.Error.Code != codec.CodeProviderUnavailable {
+		if ev.Event != codec.EventFailed || ev.Error == nil || ev.Error.Code != codec.CodeProviderUnavailable {
 			t.Fatalf("start line %+v (error %+v), want failed with provider_unavailable", ev, ev.Error)
 		}
 		msg := ev.Error.Message

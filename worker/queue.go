@@ -10,6 +10,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/models"
+	"github.com/ortbus/ortbus/subjects"
 )
 
 // job is one work item between arrival and reply.
@@ -83,7 +84,7 @@ func (q *queues) take() []*job {
 			}
 			first := q.pop(class, 0)
 			unit := []*job{first}
-			if class == "batch" && q.maxBatch > 1 && first.model.Batchable(first.op) {
+			if class == subjects.ClassBatch && q.maxBatch > 1 && first.model.Batchable(first.op) {
 				unit = q.gather(unit)
 			}
 			q.running[class] += len(unit)

@@ -81,7 +81,7 @@ func New(opts Options) (*Worker, error) {
 	}
 	w.log = w.log.With("worker", w.id, "pool", p.Name)
 	w.host, _ = os.Hostname()
-	rt, err := ort.LoadSpec(RuntimeSpec(p))
+	rt, err := ort.LoadSpec(ort.PoolSpec(p))
 	if err != nil {
 		if e := codec.AsError(err); e.Code == codec.CodeRuntimeMissing {
 			e.With("pool", p.Name)
@@ -92,7 +92,7 @@ func New(opts Options) (*Worker, error) {
 	w.rssBase = rssBytes()
 	env := models.Env{
 		Runtime:  rt,
-		Session:  SessionConfig(p),
+		Session:  ort.PoolSessionConfig(p),
 		Images:   images.Policy{AllowedRoots: c.Security.AllowedRoots, OutputRoots: c.Security.WriteRoots(), MaxPixels: c.Security.MaxImagePixels, MaxBytes: int64(c.Security.MaxImageBytes)},
 		SpoolDir: c.Security.SpoolDir,
 	}
@@ -183,37 +183,6 @@ func (w *Worker) measure(m models.Model, mc *config.Model, p *config.Pool, left 
 		w.rssBase = hwmBytes()
 	}
 	return st
-}
-
-// RuntimeSpec is where a pool's runtime library is looked for: its runtime path, its
-// runtime_dirs, and ORT_DYLIB_PATH / LD_LIBRARY_PATH from the pool's env or, failing that,
-// from this process's environment.
-func RuntimeSpec(p *config.Pool) ort.Spec {
-	env := map[string]string{}
-	for _, k := range []string{"ORT_DYLIB_PATH", "LD_LIBRARY_PATH"} {
-		if v, ok := p.Env[k]; ok {
-			env[k] = v
-		} else if v := os.Getenv(k); v != "" {
-			env[k] = v
-		}
-	}
-	return ort.Spec{Path: p.Runtime, Dirs: p.RuntimeDirs, Env: env}
-}
-
-// SessionConfig is the pool's EP chain (EP then its fallbacks) and thread counts. ONNX
-// Runtime's intra-op threads do not spin while idle: the worker shares the machine with
-// other pools' workers, and spinning threads would steal their CPU.
-func SessionConfig(p *config.Pool) ort.SessionConfig {
-	sc := ort.SessionConfig{IntraOpThreads: p.Threads, InterOpThreads: 1,
-		Entries: map[string]string{"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}}
-	for i, ep := range append([]string{p.EP}, p.Fallback...) {
-		var o map[string]string
-		if i == 0 {
-			o = p.EPOptions
-		}
-		sc.Providers = append(sc.Providers, ort.Provider{Name: ep, Options: o})
-	}
-	return sc
 }
 
 // ID is the worker's id.

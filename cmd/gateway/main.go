@@ -1,14 +1,14 @@
 // Command gateway runs an ortbus gateway: the client API (NATS micro service `ortbus`,
 // and HTTP), routing, scheduling, heartbeat tracking and the supervision of the config's
 // local worker pools; with `[nats] embedded = true` it also runs the NATS server, so one
-// command runs a whole machine. When ready it prints one JSON line on stdout:
+// command runs a whole machine. When ready it prints one JSON line on stdout (a
+// codec.Event):
 //
 //	{"event":"ready","nats_url":"nats://127.0.0.1:PORT","http":"127.0.0.1:PORT"}
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/gateway"
 )
@@ -53,8 +54,7 @@ func run() int {
 		Config: cfg, NATSListen: *natsListen, HTTPListen: *httpListen, WorkerBin: *workerBin,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		OnReady: func(r gateway.Ready) {
-			b, _ := json.Marshal(r)
-			fmt.Println(string(b))
+			os.Stdout.Write(codec.Event{Event: codec.EventReady, NATSURL: r.NATSURL, HTTP: r.HTTP}.Line())
 		},
 	})
 	if err != nil {

@@ -2,7 +2,7 @@
 // nats-server's own flags (-a, -p, -m, -n, -js, -sd, -c, --cluster, --cluster_name,
 // --routes, …) and one difference: listeners bind 127.0.0.1 unless a host is given.
 //
-// When the server accepts connections it prints one line of JSON to stdout,
+// When the server accepts connections it prints one line of JSON to stdout (a codec.Event),
 //
 //	{"event":"ready","nats_url":"nats://127.0.0.1:4222","cluster":"127.0.0.1:6222","monitor":"127.0.0.1:8222"}
 //
@@ -15,7 +15,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,19 +23,12 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/natsd"
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-}
-
-// readyLine is the one line written to stdout once the server is up.
-type readyLine struct {
-	Event   string `json:"event"`
-	NATSURL string `json:"nats_url"`
-	Cluster string `json:"cluster,omitempty"`
-	Monitor string `json:"monitor,omitempty"`
 }
 
 // run is the whole program. It returns the exit status: 0 ok (also after -h, -v, or a
@@ -80,13 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "natsembed: %v\n", err)
 		return 1
 	}
-	line, err := json.Marshal(readyLine{Event: "ready", NATSURL: srv.ClientURL(), Cluster: srv.ClusterAddr(), Monitor: srv.MonitorAddr()})
-	if err != nil {
-		srv.Shutdown()
-		fmt.Fprintf(stderr, "natsembed: encoding ready line: %v\n", err)
-		return 1
-	}
-	if _, err := fmt.Fprintf(stdout, "%s\n", line); err != nil {
+	line := codec.Event{Event: codec.EventReady, NATSURL: srv.ClientURL(), Cluster: srv.ClusterAddr(), Monitor: srv.MonitorAddr()}.Line()
+	if _, err := stdout.Write(line); err != nil {
 		srv.Shutdown()
 		fmt.Fprintf(stderr, "natsembed: writing ready line: %v\n", err)
 		return 1

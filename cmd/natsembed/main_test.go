@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/ortbus/ortbus/codec"
 )
 
 // binary is the natsembed executable built once by TestMain for every test.
@@ -41,7 +42,7 @@ func TestMain(m *testing.M) {
 // proc is one natsembed process started by a test.
 type proc struct {
 	cmd    *exec.Cmd
-	ready  readyLine
+	ready  codec.Event
 	stderr *syncBuffer
 	done   chan struct{} // closed when the process has exited
 	err    error         // cmd.Wait's result, set before done is closed
@@ -109,9 +110,11 @@ func start(t *testing.T, args ...string) *proc {
 	})
 	select {
 	case line := <-lines:
-		if err := json.Unmarshal(line, &p.ready); err != nil || p.ready.Event != "ready" {
-			t.Fatalf("ready line %q: %v", line, err)
+		ev, ok := codec.ReadEvent(line)
+		if !ok || ev.Event != codec.EventReady {
+			t.Fatalf("ready line %q is not a ready event", line)
 		}
+		p.ready = ev
 	case <-p.done:
 		t.Fatalf("natsembed %v exited before ready: %v\n%s", args, p.err, p.stderr.String())
 	case <-time.After(15 * time.Second):

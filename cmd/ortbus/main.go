@@ -1,9 +1,16 @@
 // Command ortbus is the user CLI of ortbus:
 //
-//	ortbus doctor -config FILE [-json]      runtime discovery and EP checks, per pool
-//	ortbus models gen DIR [-heavy N]        write the generated test/demo models
+//	ortbus req [-s URL] [-inbox-prefix P] [-timeout 30s] OP JSON   one request to ortbus.v1.OP, as JSON
+//	ortbus status [-s URL] [-inbox-prefix P] [-json]               pools, workers, devices, class queues
+//	ortbus doctor -config FILE [-json] [-timeout 20s]              runtime discovery and EP checks, per pool
+//	ortbus models gen DIR [-heavy N]                               write the generated test/demo models
+//	ortbus demo [-config deploy/local.toml] [-gateway PATH]        run the system end to end, print a report
+//	ortbus bench NAME [-out FILE.json] [flags]                     overhead, throughput, collision, failure (bench.go)
+//	ortbus help                                                    usage
 //
-// See the README for the rest of the system.
+// -s defaults to $NATS_URL, else nats://127.0.0.1:4222; -inbox-prefix to
+// $ORTBUS_INBOX_PREFIX. doctor runs itself as `ortbus doctor-probe -config FILE -pool P`,
+// one child process per pool. The contract these commands speak is docs/PROTOCOL.md.
 package main
 
 import (
@@ -32,7 +39,7 @@ func main() { os.Exit(run(os.Args[1:])) }
 const usage = `usage:
   ortbus doctor -config FILE [-json]    check each pool's runtime library and execution providers
   ortbus models gen DIR [-heavy N]      write the generated models (N compute layers in tagger-heavy)
-  ortbus demo -config FILE              run the system end to end and print a report
+  ortbus demo [-config FILE]            run the system end to end and print a report (default deploy/local.toml)
   ortbus bench NAME [-out FILE.json]    overhead|throughput|collision|failure (docs/BENCHMARKS.md)
   ortbus status [-s URL] [-json]        pools, workers, devices and class queues, as tables
   ortbus req [-s URL] OP JSON           one request to ortbus.v1.OP (e.g. req tag '{"path":"/srv/a.png"}')

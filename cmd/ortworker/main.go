@@ -2,9 +2,15 @@
 // library, execution provider and models once, and serves infer.<pool>.<class> over NATS
 // until SIGTERM, when it drains (every queued item answered) and exits 0.
 //
-// On start-up failure (runtime_missing, provider_unavailable, a bad model) it prints one
-// JSON line {"event":"failed","error":{code,message,details}} on stdout, publishes a failed
-// heartbeat if NATS is reachable, and exits 3.
+// Once serving it prints one JSON line on stdout (a codec.Event),
+//
+//	{"event":"ready","worker":ID,"pool":POOL,"runtime":VERSION,"ep":EP,"pid":PID}
+//
+// On start-up failure (runtime_missing, provider_unavailable, a bad model) it prints
+//
+//	{"event":"failed","worker":ID,"pool":POOL,"error":{"code":…,"message":…,"details":…}}
+//
+// instead, publishes a failed heartbeat if NATS is reachable, and exits 3.
 //
 // Test-only: ORTBUS_FAULT_INJECT=1 makes a request whose path contains
 // __ortbus_fault_segv__ (or __ortbus_fault_abort__) crash the process natively.
@@ -12,7 +18,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -56,11 +61,11 @@ func run() int {
 		*id = *pool + "-" + nuid.Next()[16:]
 	}
 	w, err := worker.New(worker.Options{Config: cfg, Pool: *pool, ID: *id, Logger: log, OnReady: func(w *worker.Worker) {
-		emit(map[string]any{"event": "ready", "worker": w.ID(), "pool": *pool, "runtime": w.Runtime().Version, "ep": w.EP(), "pid": os.Getpid()})
+		emit(codec.Event{Event: codec.EventReady, Worker: w.ID(), Pool: *pool, Runtime: w.Runtime().Version, EP: w.EP(), PID: os.Getpid()})
 	}})
 	if err != nil {
 		e := codec.AsError(err)
-		emit(map[string]any{"event": "failed", "worker": *id, "pool": *pool, "error": e})
+		emit(codec.Event{Event: codec.EventFailed, Worker: *id, Pool: *pool, Error: e})
 		log.Error("worker failed to start", "code", e.Code, "err", e.Message)
 		// The pool's own NATS identity, as Serve would use (a URL's user:password is the
 		// gateway's and must not log the worker in).
@@ -93,7 +98,5 @@ func NATSURL(c *config.Config) string {
 	return "nats://" + c.NATS.Listen
 }
 
-func emit(v any) {
-	b, _ := json.Marshal(v)
-	fmt.Println(string(b))
-}
+// emit prints an event line on stdout.
+func emit(e codec.Event) { os.Stdout.Write(e.Line()) }

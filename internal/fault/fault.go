@@ -31,9 +31,6 @@ const (
 
 var enabled = os.Getenv(EnvVar) == "1"
 
-// Enabled reports whether the switch is on in this process.
-func Enabled() bool { return enabled }
-
 // Check crashes the process natively if the switch is on and path asks for it.
 func Check(path string) {
 	if !enabled {

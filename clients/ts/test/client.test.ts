@@ -456,7 +456,7 @@ describe("typed errors", () => {
     await raw.flush();
     const p = settle(client.tag(env.fixtures.colour.red!, { pool: "slow", model: "tagger_slow", id }));
     await within(5_000, "the slow worker's claim of the call", claimed);
-    // The supervisor sees the exit at once (a silent remote worker: 3 heartbeats, 300 ms);
+    // The supervisor sees the exit at once (a silent remote worker: 10 heartbeats, 1 s);
     // a retry waits for the restarted worker. 15 s only bounds a failure.
     const r = await within(15_000, "the call held by the killed worker", p);
     const after = performance.now() - killedAt;
@@ -470,7 +470,7 @@ describe("typed errors", () => {
       expect(e.code).toBe("worker_lost");
       expect(e.status).toBe(503);
       expect(e.details?.worker).toBe(w.worker);
-      expect(after).toBeLessThan(1_000); // within the heartbeat bound (3 x 100 ms) and then some
+      expect(after).toBeLessThan(1_000); // the exit is seen at once, before the heartbeat bound (10 x 100 ms)
     }
     // The pool serves again (the supervisor restarted the worker).
     await until("the slow pool to serve again", async () => (await client.status()).pools.find((x) => x.name === "slow")?.live === 1, 20_000, 50);
