@@ -68,7 +68,7 @@ func unitGateway(t testing.TB) *Gateway {
 	g.queues = sched.New(classes)
 	g.metrics = newMetrics(g)
 	g.tracker = &health.Tracker{}
-	g.supervisor = newSupervisor(g, "", "")
+	g.supervisor = newSupervisor(g.cfg, g.tracker, g, g.log, "", "")
 	return g
 }
 

@@ -15,14 +15,21 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/natsconn"
 )
 
 // supervisor runs the worker processes of local pools: spawned once (never per request),
 // restarted with exponential backoff when they die, given up on when a pool crash-loops
 // (CrashLoopCount deaths within CrashLoopWindow), and stopped cleanly at shutdown.
+//
+// It sees the rest of the gateway only through what it is given: the configuration, the
+// heartbeat tracker (to learn a worker's measured memory, report a death, forget a
+// replaced worker) and memoryAdmission.
 type supervisor struct {
-	g       *Gateway
+	cfg     *config.Config
+	tracker *health.Tracker
+	mem     memoryAdmission
 	bin     string
 	url     string
 	log     *slog.Logger
@@ -56,8 +63,16 @@ type proc struct {
 	exited   chan struct{}
 }
 
-func newSupervisor(g *Gateway, bin, url string) *supervisor {
-	return &supervisor{g: g, bin: bin, url: url, log: g.log, pools: map[string]*poolProcs{}, byID: map[string]*proc{}, started: time.Now()}
+// memoryAdmission is the gateway's memory admission as the supervisor uses it (see
+// admission.go): how much of a device's budget is left for a worker, and the refusal of a
+// pool that does not fit.
+type memoryAdmission interface {
+	remaining(device, except string) (int64, bool)
+	admissionError(device, pool string, need int64) *codec.Error
+}
+
+func newSupervisor(cfg *config.Config, tracker *health.Tracker, mem memoryAdmission, log *slog.Logger, bin, url string) *supervisor {
+	return &supervisor{cfg: cfg, tracker: tracker, mem: mem, bin: bin, url: url, log: log, pools: map[string]*poolProcs{}, byID: map[string]*proc{}, started: time.Now()}
 }
 
 // start spawns every local pool's workers and returns a channel closed once each of them
@@ -67,8 +82,8 @@ func newSupervisor(g *Gateway, bin, url string) *supervisor {
 func (s *supervisor) start() <-chan struct{} {
 	byDevice := map[string][]*proc{}
 	var devicesInOrder []string
-	for _, name := range s.g.cfg.PoolNames() {
-		pc := s.g.cfg.Pools[name]
+	for _, name := range s.cfg.PoolNames() {
+		pc := s.cfg.Pools[name]
 		if !pc.IsLocal() {
 			continue
 		}
@@ -112,9 +127,9 @@ func (s *supervisor) waitHeartbeat(p *proc) {
 	if !ready {
 		return
 	}
-	deadline := time.Now().Add(2 * s.g.cfg.Health.HeartbeatInterval.D())
+	deadline := time.Now().Add(2 * s.cfg.Health.HeartbeatInterval.D())
 	for time.Now().Before(deadline) {
-		if w, ok := s.g.tracker.Get(id); ok && len(w.HB.Models) > 0 {
+		if w, ok := s.tracker.Get(id); ok && len(w.HB.Models) > 0 {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -144,15 +159,15 @@ func (s *supervisor) spawn(p *proc) {
 		// neither its password in the environment nor a user:password in the URL.
 		url, env = natsconn.StripUserInfo(url), withoutEnv(env, natsconn.PasswordEnv)
 	}
-	cmd := exec.Command(bin, "-config", s.g.cfg.File, "-pool", p.pool, "-id", p.id, "-nats", url)
+	cmd := exec.Command(bin, "-config", s.cfg.File, "-pool", p.pool, "-id", p.id, "-nats", url)
 	cmd.Env = env
 	for k, v := range pc.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	// Memory admission: the worker may use what the device's budget has left.
-	if left, ok := s.g.remaining(pc.Device, p.id); ok {
+	if left, ok := s.mem.remaining(pc.Device, p.id); ok {
 		if left <= 0 {
-			s.pools[p.pool].failed = s.g.admissionError(pc.Device, p.pool, 0)
+			s.pools[p.pool].failed = s.mem.admissionError(pc.Device, p.pool, 0)
 			p.settled, p.exited = make(chan struct{}), make(chan struct{})
 			close(p.settled)
 			close(p.exited)
@@ -223,7 +238,7 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 	s.log.Warn("worker exited", "worker", p.id, "pool", p.pool, "reason", why)
 	close(exited)
 	// The process is gone: every request it held is answered now, not after heartbeats.
-	s.g.tracker.MarkDead(p.id, why)
+	s.tracker.MarkDead(p.id, why)
 	s.mu.Lock()
 	pp := s.pools[p.pool]
 	p.lastExit, p.ready = why, false
@@ -233,13 +248,13 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 			if f, ok := failure.Details["sum_bytes"].(float64); ok {
 				need = int64(f)
 			}
-			failure = s.g.admissionError(pp.cfg.Device, p.pool, need)
+			failure = s.mem.admissionError(pp.cfg.Device, p.pool, need)
 		}
 		pp.failed = failure
 	}
 	now := time.Now()
 	pp.deaths = append(pp.deaths, now)
-	window := s.g.cfg.Gateway.CrashLoopWindow.D()
+	window := s.cfg.Gateway.CrashLoopWindow.D()
 	recent := pp.deaths[:0]
 	for _, t := range pp.deaths {
 		if now.Sub(t) <= window {
@@ -247,7 +262,7 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 		}
 	}
 	pp.deaths = recent
-	if len(recent) >= s.g.cfg.Gateway.CrashLoopCount {
+	if len(recent) >= s.cfg.Gateway.CrashLoopCount {
 		pp.crashLooping = true
 	}
 	restart := !s.closed && pp.failed == nil && !pp.crashLooping
@@ -266,18 +281,18 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 		p.gen++
 		p.restarts++
 		s.mu.Unlock()
-		s.g.tracker.Forget(old)
+		s.tracker.Forget(old)
 		s.spawn(p)
 	})
 }
 
 // backoff doubles from restart_backoff_min with each recent death, up to the max.
 func (s *supervisor) backoff(recent int) time.Duration {
-	d := s.g.cfg.Gateway.RestartBackoffMin.D()
-	for i := 1; i < recent && d < s.g.cfg.Gateway.RestartBackoffMax.D(); i++ {
+	d := s.cfg.Gateway.RestartBackoffMin.D()
+	for i := 1; i < recent && d < s.cfg.Gateway.RestartBackoffMax.D(); i++ {
 		d *= 2
 	}
-	return min(d, s.g.cfg.Gateway.RestartBackoffMax.D())
+	return min(d, s.cfg.Gateway.RestartBackoffMax.D())
 }
 
 func exitReason(cmd *exec.Cmd, err error) string {
@@ -325,7 +340,7 @@ func (s *supervisor) poolState(pool string) (reason string, coming bool) {
 	if !ok {
 		// A remote pool is known by its heartbeats only: right after the gateway starts,
 		// give its workers the time of a death verdict to be heard before giving up.
-		if time.Since(s.started) < time.Duration(s.g.cfg.Health.MissCount)*s.g.cfg.Health.HeartbeatInterval.D() {
+		if time.Since(s.started) < time.Duration(s.cfg.Health.MissCount)*s.cfg.Health.HeartbeatInterval.D() {
 			return "remote workers not heard yet", true
 		}
 		return "no live workers (remote pool: none heartbeating)", false
@@ -334,7 +349,7 @@ func (s *supervisor) poolState(pool string) (reason string, coming bool) {
 	case pp.failed != nil:
 		return fmt.Sprintf("%s: %s", pp.failed.Code, pp.failed.Message), false
 	case pp.crashLooping:
-		return fmt.Sprintf("crash-looping (%d deaths within %s)", len(pp.deaths), s.g.cfg.Gateway.CrashLoopWindow.D()), false
+		return fmt.Sprintf("crash-looping (%d deaths within %s)", len(pp.deaths), s.cfg.Gateway.CrashLoopWindow.D()), false
 	case s.closed:
 		return "shutting down", false
 	case len(pp.procs) == 0:
