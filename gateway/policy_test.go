@@ -1,0 +1,373 @@
+package gateway
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ortbus/ortbus/codec"
+)
+
+// The device sharing policy and deadline feasibility (policy.go), in process.
+
+// policyConfig: pools gpurt (urgent, interactive) and gpubatch (batch, dynamic batches of
+// 4) share cuda:0; cpurt (interactive) is on the CPU. minShare < 0 leaves batch's
+// min_share at its default (0.1).
+func policyConfig(policy string, minShare float64, degrade bool) string {
+	share := ""
+	if minShare >= 0 {
+		share = fmt.Sprintf("min_share = %v", minShare)
+	}
+	return fmt.Sprintf(`
+[nats]
+url = "nats://127.0.0.1:1"
+[gateway]
+policy = %q
+[security]
+allowed_roots = ["/srv"]
+[devices."cuda:0"]
+capacity = "8GiB"
+[classes.interactive]
+chain = ["gpurt", "cpurt"]
+degrade = %v
+[classes.batch]
+chain = ["gpubatch"]
+%s
+[classes.bulk2]
+priority = 3
+chain = ["gpubatch"]
+[pools.gpurt]
+local = false
+device = "cuda:0"
+classes = ["urgent", "interactive"]
+models = ["tagger"]
+slots = 2
+[pools.gpubatch]
+local = false
+device = "cuda:0"
+classes = ["batch", "bulk2"]
+models = ["tagger"]
+slots = 2
+max_batch = 4
+[pools.cpurt]
+local = false
+classes = ["interactive"]
+models = ["tagger"]
+[models.tagger]
+kind = "tagger-pixai"
+dir = "/srv/m/tagger"
+`, policy, degrade, share)
+}
+
+// setLoad sets the requests in flight on a device for a class.
+func setLoad(g *Gateway, device, class string, n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.load.add(device, class, n-g.load[device][class])
+}
+
+func allows(g *Gateway, pool, class string, reserved map[string]bool) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.shareAllows(pool, class, reserved)
+}
+
+// TestShareBatchOneUnit: while a higher class has requests in flight on the device, or
+// reserves a pool on it, batch is held to one unit there (max_batch items); at full rate
+// otherwise. Higher classes are never held; other devices do not count.
+func TestShareBatchOneUnit(t *testing.T) {
+	g := testGateway(t, policyConfig("priority", 0, false))
+	newFleet(t, g).ready("gpubatch", "gb-1", 2, "batch", "bulk2")
+
+	setLoad(g, "cuda:0", "batch", 100)
+	if !allows(g, "gpubatch", "batch", nil) {
+		t.Fatal("batch held with no higher class on the device")
+	}
+	setLoad(g, "cuda:0", "bulk2", 5) // a lower class (priority 3) does not hold batch
+	if !allows(g, "gpubatch", "batch", nil) {
+		t.Fatal("batch held by a lower class in flight")
+	}
+	setLoad(g, "cuda:0", "bulk2", 0)
+	setLoad(g, "cpu", "interactive", 5)
+	if !allows(g, "gpubatch", "batch", nil) {
+		t.Fatal("batch held by interactive work on another device")
+	}
+	if !allows(g, "gpubatch", "batch", map[string]bool{"cpurt": true}) {
+		t.Fatal("batch held by a reserved pool on another device")
+	}
+
+	for _, hold := range []struct {
+		name     string
+		class    string // a higher class in flight on cuda:0, or
+		reserved map[string]bool
+	}{
+		{"interactive in flight", "interactive", nil},
+		{"urgent in flight", "urgent", nil},
+		{"a waiting item reserves gpurt", "", map[string]bool{"gpurt": true}},
+	} {
+		if hold.class != "" {
+			setLoad(g, "cuda:0", hold.class, 1)
+		}
+		setLoad(g, "cuda:0", "batch", 3)
+		if !allows(g, "gpubatch", "batch", hold.reserved) {
+			t.Errorf("%s: batch held below one unit (3 of 4 in flight)", hold.name)
+		}
+		setLoad(g, "cuda:0", "batch", 4)
+		if allows(g, "gpubatch", "batch", hold.reserved) {
+			t.Errorf("%s: batch allowed past one unit (4 of 4 in flight)", hold.name)
+		}
+		// Higher classes are never held by the rule.
+		for _, c := range []string{"urgent", "interactive"} {
+			if !allows(g, "gpurt", c, hold.reserved) {
+				t.Errorf("%s: %s held", hold.name, c)
+			}
+		}
+		if hold.class != "" {
+			setLoad(g, "cuda:0", hold.class, 0)
+		}
+	}
+	// A background class below batch is held by batch in flight.
+	setLoad(g, "cuda:0", "batch", 1)
+	setLoad(g, "cuda:0", "bulk2", 4)
+	if allows(g, "gpubatch", "bulk2", nil) {
+		t.Error("priority-3 class not held by batch (priority 2) in flight")
+	}
+}
+
+// TestShareOffUnderFIFO: policy fifo has no sharing rule.
+func TestShareOffUnderFIFO(t *testing.T) {
+	g := testGateway(t, policyConfig("fifo", 0, false))
+	setLoad(g, "cuda:0", "urgent", 3)
+	setLoad(g, "cuda:0", "batch", 50)
+	if !allows(g, "gpubatch", "batch", map[string]bool{"gpurt": true}) {
+		t.Fatal("batch held under policy fifo")
+	}
+}
+
+// TestShareMinShare: min_share raises batch's allowance to max(1, ⌊min_share × live
+// slots on the device⌋) units, so batch is not starved.
+func TestShareMinShare(t *testing.T) {
+	cases := []struct {
+		minShare float64
+		units    int
+	}{
+		{0, 1},
+		{-1, 1},  // default 0.1 × 6 slots = 0.6: still one unit
+		{0.5, 3}, // 0.5 × 6 = 3 units
+		{0.9, 5}, // ⌊5.4⌋
+	}
+	for _, c := range cases {
+		name := fmt.Sprint("min_share=", c.minShare)
+		if c.minShare < 0 {
+			name = "min_share=default"
+		}
+		t.Run(name, func(t *testing.T) {
+			g := testGateway(t, policyConfig("priority", c.minShare, false))
+			f := newFleet(t, g)
+			f.ready("gpurt", "rt-1", 2, "urgent", "interactive")
+			f.ready("gpurt", "rt-2", 2, "urgent", "interactive")
+			f.ready("gpubatch", "gb-1", 2, "batch", "bulk2")
+			f.ready("cpurt", "cpu-1", 8, "interactive") // another device: not counted
+			g.mu.Lock()
+			slots := g.deviceSlots("cuda:0")
+			g.mu.Unlock()
+			if slots != 6 {
+				t.Fatalf("live slots on cuda:0 = %d, want 6", slots)
+			}
+			setLoad(g, "cuda:0", "interactive", 1)
+			limit := c.units * 4
+			setLoad(g, "cuda:0", "batch", limit-1)
+			if !allows(g, "gpubatch", "batch", nil) {
+				t.Errorf("batch held at %d in flight, allowance %d", limit-1, limit)
+			}
+			setLoad(g, "cuda:0", "batch", limit)
+			if allows(g, "gpubatch", "batch", nil) {
+				t.Errorf("batch allowed at %d in flight, allowance %d", limit, limit)
+			}
+		})
+	}
+}
+
+// TestShareThroughRoute: with interactive work in flight on cuda:0, batch items are
+// routed there one unit at a time although the pool has room for more; once the
+// interactive work is done batch resumes up to the pool's room.
+func TestShareThroughRoute(t *testing.T) {
+	g := testGateway(t, policyConfig("priority", 0, false))
+	f := newFleet(t, g)
+	f.ready("gpurt", "rt-1", 2, "urgent", "interactive")
+	f.ready("gpubatch", "gb-1", 2, "batch", "bulk2") // room 2 × 4 = 8
+	if pool := routeOK(t, g, newItem("interactive", "tag", soon(), "gpurt", "cpurt"), nil); pool != "gpurt" {
+		t.Fatalf("interactive routed to %q", pool)
+	}
+	routed := func() int {
+		n := 0
+		for range 10 {
+			if pool := routeOK(t, g, newItem("batch", "tag", soon(), "gpubatch"), nil); pool == "gpubatch" {
+				n++
+			}
+		}
+		return n
+	}
+	if n := routed(); n != 4 {
+		t.Fatalf("%d batch items routed while interactive runs on the device, want one unit of 4", n)
+	}
+	setLoad(g, "cuda:0", "interactive", 0) // its answer came back
+	newPass(g)
+	if n := routed(); n != 4 {
+		t.Fatalf("%d more batch items routed once the device is free of interactive work, want the remaining room 4", n)
+	}
+}
+
+// TestShareReservedInDispatch: an urgent item waiting for a full pool on the device
+// reserves it for the pass, which holds the batch items behind it to one unit on that
+// device; the urgent item stays queued.
+func TestShareReservedInDispatch(t *testing.T) {
+	g := testGateway(t, policyConfig("priority", 0, false))
+	f := newFleet(t, g)
+	f.ready("gpurt", "rt-1", 1, "urgent", "interactive")
+	f.ready("gpubatch", "gb-1", 2, "batch", "bulk2")
+	g.mu.Lock()
+	g.busy["gpurt"] = 1 // full, with nothing counted on the device's load
+	g.mu.Unlock()
+	for range 6 {
+		if _, err := g.queues.Push(newItem("batch", "tag", soon(), "gpubatch")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := g.queues.Push(newItem("urgent", "tag", soon(), "gpurt")); err != nil {
+		t.Fatal(err)
+	}
+	out, failed := g.queues.Dispatch(time.Now(), g.route)
+	if len(failed) != 0 {
+		t.Fatalf("failed %v", failed[0].Err)
+	}
+	for _, a := range out {
+		if a.Item.Class != "batch" || a.Pool != "gpubatch" {
+			t.Fatalf("dispatched %s to %s", a.Item.Class, a.Pool)
+		}
+	}
+	if len(out) != 4 || g.queues.Len("urgent") != 1 || g.queues.Len("batch") != 2 {
+		t.Fatalf("dispatched %d batch items with urgent waiting on the device, want 4; left urgent %d batch %d",
+			len(out), g.queues.Len("urgent"), g.queues.Len("batch"))
+	}
+}
+
+// TestEstimator: the measured service time is a moving average, 7/8 old and 1/8 new,
+// per pool, op and model; unmeasured is zero.
+func TestEstimator(t *testing.T) {
+	var e estimator
+	k := estKey{"gpurt", "tag", "tagger"}
+	if e.get(k) != 0 {
+		t.Fatal("unmeasured estimate not zero")
+	}
+	for _, s := range []struct{ observe, want time.Duration }{
+		{800 * time.Millisecond, 800 * time.Millisecond}, // the first measurement is taken as is
+		{0, 700 * time.Millisecond},
+		{1500 * time.Millisecond, 800 * time.Millisecond},
+	} {
+		e.observe(k, s.observe)
+		if got := e.get(k); got != s.want {
+			t.Fatalf("after observing %s: %s, want %s", s.observe, got, s.want)
+		}
+	}
+	for _, other := range []estKey{{"cpurt", "tag", "tagger"}, {"gpurt", "embed", "tagger"}, {"gpurt", "tag", "other"}} {
+		if e.get(other) != 0 {
+			t.Fatalf("%v shares the estimate of %v", other, k)
+		}
+	}
+}
+
+// TestFeasibleFromReplies: a worker's reply (its total_us − queue_us) is what the next
+// request of that pool, op and model is expected to take: a pool is infeasible when now
+// + that time is past the deadline, and the route passes it over for the next pool.
+func TestFeasibleFromReplies(t *testing.T) {
+	g := testGateway(t, policyConfig("priority", 0, false))
+	f := newFleet(t, g)
+	f.ready("gpurt", "rt-1", 2, "urgent", "interactive")
+	f.ready("cpurt", "cpu-1", 1, "interactive")
+
+	body, err := codec.Marshal(&codec.TagReply{Served: codec.Served{Model: "tagger", Timing: codec.Timing{QueueUS: 100_000, InferUS: 150_000, TotalUS: 300_000}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := &pending{id: "done", op: "tag", class: "interactive", pool: "gpurt", req: codec.Request{ID: "done", Model: "tagger"}, reply: func([]byte, *codec.Error) {}}
+	g.forward(served, &nats.Msg{Data: body})
+	if got := g.est.get(estKey{"gpurt", "tag", "tagger"}); got != 200*time.Millisecond {
+		t.Fatalf("service time from the reply %s, want 200ms", got)
+	}
+
+	now := time.Now()
+	feasible := func(pool string, left time.Duration) bool {
+		p := &pending{op: "tag", class: "interactive", deadline: now.Add(left), req: codec.Request{Model: "tagger"}}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.feasible(pool, p, now)
+	}
+	if feasible("gpurt", 150*time.Millisecond) {
+		t.Error("feasible with 150ms left for a 200ms service time")
+	}
+	if !feasible("gpurt", 200*time.Millisecond) || !feasible("gpurt", time.Second) {
+		t.Error("infeasible with 200ms or more left for a 200ms service time")
+	}
+	if !feasible("cpurt", time.Millisecond) {
+		t.Error("a pool without a measurement is infeasible")
+	}
+
+	it := newItem("interactive", "tag", time.Now().Add(150*time.Millisecond), "gpurt", "cpurt")
+	if pool := routeOK(t, g, it, nil); pool != "cpurt" {
+		t.Fatalf("routed to %q, want cpurt past the too-slow gpurt", pool)
+	}
+
+	fifo := testGateway(t, policyConfig("fifo", 0, false))
+	fifo.est.observe(estKey{"gpurt", "tag", "tagger"}, time.Hour)
+	p := &pending{op: "tag", class: "interactive", deadline: now.Add(time.Millisecond), req: codec.Request{Model: "tagger"}}
+	fifo.mu.Lock()
+	ok := fifo.feasible("gpurt", p, now)
+	fifo.mu.Unlock()
+	if !ok {
+		t.Error("policy fifo checked feasibility")
+	}
+}
+
+// TestFeasibleDegrade: with degrade on, the estimate grows by the device's requests in
+// flight per live slot, so a loaded preferred pool is passed over for the next one of the
+// chain; without degrade the load does not count.
+func TestFeasibleDegrade(t *testing.T) {
+	for _, degrade := range []bool{false, true} {
+		t.Run(fmt.Sprint("degrade=", degrade), func(t *testing.T) {
+			g := testGateway(t, policyConfig("priority", 0, degrade))
+			f := newFleet(t, g)
+			f.ready("gpurt", "rt-1", 2, "urgent", "interactive")
+			f.ready("gpubatch", "gb-1", 2, "batch", "bulk2") // 4 live slots on cuda:0
+			f.ready("cpurt", "cpu-1", 1, "interactive")
+			g.est.observe(estKey{"gpurt", "tag", "tagger"}, 100*time.Millisecond)
+			setLoad(g, "cuda:0", "batch", 4) // 100ms × (1 + 4/4) = 200ms when degrading
+
+			now := time.Now()
+			p := &pending{op: "tag", class: "interactive", deadline: now.Add(150 * time.Millisecond), req: codec.Request{Model: "tagger"}}
+			g.mu.Lock()
+			ok := g.feasible("gpurt", p, now)
+			g.mu.Unlock()
+			if ok == degrade {
+				t.Fatalf("feasible %v with 150ms left, 100ms measured and the device loaded 4 of 4", ok)
+			}
+			want := "gpurt"
+			if degrade {
+				want = "cpurt"
+			}
+			if pool := routeOK(t, g, newItem("interactive", "tag", time.Now().Add(150*time.Millisecond), "gpurt", "cpurt"), nil); pool != want {
+				t.Fatalf("routed to %q, want %s", pool, want)
+			}
+
+			setLoad(g, "cuda:0", "batch", 0)
+			g.mu.Lock()
+			ok = g.feasible("gpurt", p, now)
+			g.mu.Unlock()
+			if !ok {
+				t.Fatal("infeasible on an idle device")
+			}
+		})
+	}
+}

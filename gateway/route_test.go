@@ -1,0 +1,498 @@
+package gateway
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/health"
+	"github.com/ortbus/ortbus/sched"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// Routing (route.go), in process: a gateway on an in-process NATS server whose capacity
+// is faked by publishing heartbeats to its tracker. No process is started.
+
+// routeConfig has three remote pools: fast and bulk share the device cuda:0, spare is on
+// the CPU and maps paths.
+const routeConfig = `
+[nats]
+url = "nats://127.0.0.1:1"
+[security]
+allowed_roots = ["/srv"]
+[devices."cuda:0"]
+capacity = "8GiB"
+[classes.interactive]
+chain = ["fast", "bulk", "spare"]
+[classes.batch]
+chain = ["bulk", "spare"]
+[pools.fast]
+local = false
+device = "cuda:0"
+classes = ["urgent", "interactive"]
+models = ["tagger", "ccip"]
+slots = 2
+[pools.bulk]
+local = false
+device = "cuda:0"
+classes = ["interactive", "batch"]
+models = ["tagger", "det"]
+max_batch = 4
+[pools.spare]
+local = false
+classes = ["interactive", "batch"]
+models = ["seg", "tagger"]
+path_map = { "/srv" = "/mnt/srv", "/srv/images" = "/data/img" }
+[models.tagger]
+kind = "tagger-pixai"
+dir = "/srv/m/tagger"
+[models.ccip]
+kind = "ccip"
+dir = "/srv/m/ccip"
+[models.det]
+kind = "detect"
+dir = "/srv/m/det"
+[models.seg]
+kind = "segment"
+dir = "/srv/m/seg"
+`
+
+// testGateway is unitGateway on the config toml, at the start of a dispatch pass, with
+// the grace for remote pools to be heard long over (so a pool without live workers is a
+// reason for no_worker, not for waiting).
+func testGateway(t *testing.T, toml string) *Gateway {
+	t.Helper()
+	g := unitGateway(t)
+	c, err := config.Parse([]byte(toml), "unit.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.cfg = c
+	var classes []sched.Class
+	for _, name := range c.ClassNames() {
+		cl := c.Classes[name]
+		classes = append(classes, sched.Class{Name: name, Priority: cl.Priority, Bound: cl.QueueBound, MaxBytes: int64(cl.QueueBytes), Shed: cl.Shed})
+	}
+	g.queues = sched.New(classes)
+	g.queues.FIFO = c.Gateway.Policy == config.PolicyFIFO
+	g.metrics = newMetrics(g)
+	g.supervisor = newSupervisor(g.cfg, g.tracker, g, g.log, "", "")
+	g.supervisor.started = time.Now().Add(-time.Hour)
+	newPass(g)
+	return g
+}
+
+// newPass starts a dispatch pass, as dispatchPass does: no pool is known full.
+func newPass(g *Gateway) {
+	g.mu.Lock()
+	g.full = map[string]bool{}
+	g.mu.Unlock()
+}
+
+// fleet fakes a gateway's capacity: it starts the gateway's tracker on its in-process
+// connection and feeds it heartbeats, each awaited until the tracker holds it.
+type fleet struct {
+	t       *testing.T
+	g       *Gateway
+	changed chan struct{}
+	seq     uint64
+}
+
+func newFleet(t *testing.T, g *Gateway) *fleet {
+	t.Helper()
+	f := &fleet{t: t, g: g, changed: make(chan struct{}, 1)}
+	g.tracker = &health.Tracker{MissCount: 3, OnChange: func() {
+		select {
+		case f.changed <- struct{}{}:
+		default:
+		}
+	}}
+	if err := g.tracker.Start(g.nc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.tracker.Stop)
+	return f
+}
+
+// beat publishes hb (its state ready unless set, an hour's interval so that it never
+// dies of silence here) and waits until the tracker has it.
+func (f *fleet) beat(hb codec.Heartbeat) {
+	f.t.Helper()
+	f.seq++
+	hb.Seq = f.seq
+	hb.IntervalMS = time.Hour.Milliseconds()
+	if hb.State == "" {
+		hb.State = codec.StateReady
+	}
+	subj, err := subjects.Heartbeat(hb.Pool, hb.Worker)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	m, err := health.Message(subj, &hb)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.g.nc.PublishMsg(m); err != nil {
+		f.t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second)
+	for {
+		if w, ok := f.g.tracker.Get(hb.Worker); ok && w.HB.Seq == hb.Seq {
+			return
+		}
+		select {
+		case <-f.changed:
+		case <-timeout:
+			f.t.Fatalf("heartbeat of %s never tracked", hb.Worker)
+		}
+	}
+}
+
+// ready makes a live worker of pool with slots, serving classes.
+func (f *fleet) ready(pool, id string, slots int, classes ...string) {
+	f.t.Helper()
+	f.beat(codec.Heartbeat{Worker: id, Pool: pool, Slots: slots, Classes: classes})
+}
+
+var itemSeq int
+
+// newItem is a queued request of class for op (model tagger unless op is another
+// model's), due by deadline, with candidate pools.
+func newItem(class, op string, deadline time.Time, pools ...string) *sched.Item {
+	itemSeq++
+	id := fmt.Sprintf("r%d", itemSeq)
+	model := map[string]string{"tag": "tagger", "embed": "ccip", "detect": "det", "segment": "seg"}[op]
+	p := &pending{id: id, op: op, class: class, deadline: deadline, req: codec.Request{ID: id, Model: model}, reply: func([]byte, *codec.Error) {}}
+	return &sched.Item{ID: id, Class: class, Pools: pools, Deadline: deadline, Value: p}
+}
+
+// asErr is err as a contract error (an empty one for nil, so a test can read its fields).
+func asErr(err error) *codec.Error {
+	if e := codec.AsError(err); e != nil {
+		return e
+	}
+	return &codec.Error{}
+}
+
+func soon() time.Time { return time.Now().Add(time.Minute) }
+
+// routeOK routes it and fails the test on an error.
+func routeOK(t *testing.T, g *Gateway, it *sched.Item, reserved map[string]bool) string {
+	t.Helper()
+	pool, err := g.route(it, reserved)
+	if err != nil {
+		t.Fatalf("route %s (%s): %v", it.ID, it.Class, err)
+	}
+	return pool
+}
+
+// TestPoolsFor: candidates are the chain's pools that load a model serving the op (the
+// named model, if any), in chain order, each once.
+func TestPoolsFor(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	all := []string{"fast", "bulk", "spare"}
+	cases := []struct {
+		chain     []string
+		op, model string
+		want      []string
+	}{
+		{all, "tag", "", all},
+		{[]string{"spare", "bulk", "fast"}, "tag", "", []string{"spare", "bulk", "fast"}}, // chain order, not file order
+		{all, "tag", "tagger", all},
+		{all, "embed", "", []string{"fast"}},
+		{all, "compare", "ccip", []string{"fast"}},
+		{all, "detect", "", []string{"bulk"}},
+		{all, "segment", "", []string{"spare"}},
+		{[]string{"fast", "bulk"}, "segment", "", nil}, // no pool of the chain loads one
+		{all, "tag", "ccip", nil},                      // the named model does not serve tag
+		{all, "embed", "tagger", nil},
+		{all, "tag", "det", nil},
+		{all, "infer", "", nil},
+		{all, "bogus", "", nil},
+	}
+	for _, c := range cases {
+		if got := g.poolsFor(c.chain, c.op, c.model); !slices.Equal(got, c.want) {
+			t.Errorf("poolsFor(%v, %s, %q) = %v, want %v", c.chain, c.op, c.model, got, c.want)
+		}
+	}
+}
+
+// TestRetryPools: a retry goes to the request's explicit pool, else to its class chain's
+// candidates; it is retryable while one of them has a live worker or workers coming.
+func TestRetryPools(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	f := newFleet(t, g)
+	p := &pending{op: "detect", class: "interactive"}
+	if got := g.retryPools(p); !slices.Equal(got, []string{"bulk"}) {
+		t.Fatalf("retry pools of detect = %v, want [bulk]", got)
+	}
+	p = &pending{op: "tag", class: "batch", req: codec.Request{Pool: "spare"}}
+	if got := g.retryPools(p); !slices.Equal(got, []string{"spare"}) {
+		t.Fatalf("retry pools with pool spare = %v, want [spare]", got)
+	}
+	if g.retryable(p) {
+		t.Fatal("retryable with no live worker and the remote grace over")
+	}
+	f.ready("bulk", "bulk-1", 1, "interactive", "batch")
+	if g.retryable(p) {
+		t.Fatal("retryable on spare because bulk is live")
+	}
+	f.ready("spare", "spare-1", 1, "interactive", "batch")
+	if !g.retryable(p) {
+		t.Fatal("not retryable with a live worker in spare")
+	}
+}
+
+// TestMappedPaths: a pool with a path_map sees the path through its longest matching
+// prefix (component-wise); a pool without one sees it unchanged; a path or out_path that
+// some candidate pool cannot map is forbidden_path naming that pool.
+func TestMappedPaths(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	cases := []struct{ path, spare string }{
+		{"/srv/images/a.png", "/data/img/a.png"},
+		{"/srv/images2/a.png", "/mnt/srv/images2/a.png"},
+		{"/srv/b.png", "/mnt/srv/b.png"},
+		{"/srv/images", "/data/img"},
+	}
+	for _, c := range cases {
+		p := &pending{req: codec.Request{Path: c.path}}
+		if got, ok := g.mapped(p, "spare"); !ok || got != c.spare {
+			t.Errorf("%s on spare = %q %v, want %q", c.path, got, ok, c.spare)
+		}
+		if got, ok := g.mapped(p, "fast"); !ok || got != c.path {
+			t.Errorf("%s on fast (no map) = %q %v, want it unchanged", c.path, got, ok)
+		}
+		if err := g.mapPaths(p, []string{"fast", "bulk", "spare"}); err != nil {
+			t.Errorf("mapPaths(%s): %v", c.path, err)
+		}
+	}
+
+	outside := &pending{req: codec.Request{Path: "/opt/a.png"}}
+	if _, ok := g.mapped(outside, "spare"); ok {
+		t.Error("a path under no prefix is mapped")
+	}
+	err := g.mapPaths(outside, []string{"fast", "spare", "bulk"})
+	if err == nil || err.Code != codec.CodeForbiddenPath || err.Details["pool"] != "spare" || !strings.Contains(err.Message, "/opt/a.png") {
+		t.Fatalf("unmappable path: %v, want forbidden_path naming pool spare", err)
+	}
+	if err := g.mapPaths(outside, []string{"fast", "bulk"}); err != nil {
+		t.Fatalf("pools without a map refused a path: %v", err)
+	}
+	out := &pending{req: codec.Request{Path: "/srv/a.png", OutPath: "/opt/mask.png"}}
+	if err := g.mapPaths(out, []string{"spare"}); err == nil || err.Code != codec.CodeForbiddenPath || !strings.Contains(err.Message, "out_path") {
+		t.Fatalf("unmappable out_path: %v, want forbidden_path about out_path", err)
+	}
+	if err := g.mapPaths(&pending{}, []string{"spare"}); err != nil {
+		t.Fatalf("a request without paths: %v", err)
+	}
+}
+
+// TestRoom: room is the sum over live workers serving the class of max(1, slots), times
+// max_batch for the batch class of a batching pool, less what is in flight.
+func TestRoom(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	f := newFleet(t, g)
+	f.ready("bulk", "bulk-1", 2, "interactive", "batch")
+	f.ready("bulk", "bulk-2", 0, "interactive", "batch") // slots 0 counts as one
+	f.ready("bulk", "bulk-3", 3, "interactive")          // does not serve batch
+	f.beat(codec.Heartbeat{Worker: "bulk-4", Pool: "bulk", Slots: 5, Classes: []string{"interactive", "batch"}, State: codec.StateStarting})
+	f.ready("bulk", "bulk-5", 7, "interactive", "batch")
+	g.tracker.MarkDead("bulk-5", "exit code 1")
+	f.ready("spare", "spare-1", 2, "interactive", "batch")
+
+	room := func(pool, class string) int {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.room(pool, class)
+	}
+	check := func(pool, class string, want int) {
+		t.Helper()
+		if got := room(pool, class); got != want {
+			t.Errorf("room(%s, %s) = %d, want %d", pool, class, got, want)
+		}
+	}
+	check("bulk", "interactive", 2+1+3)
+	check("bulk", "batch", (2+1)*4)
+	check("spare", "batch", 2) // max_batch unset: one request a slot
+	check("spare", "interactive", 2)
+	check("fast", "interactive", 0) // no worker
+	check("bulk", "urgent", 0)      // no worker serves it
+
+	g.mu.Lock()
+	g.busy["bulk"] = 7
+	g.mu.Unlock()
+	check("bulk", "interactive", 6-7)
+	check("bulk", "batch", 12-7)
+}
+
+// TestRouteChainOrder: an item goes to the first candidate pool with room, in chain
+// order; a pool found full is skipped for the rest of the pass even if a slot frees up
+// meanwhile; with every live pool full the item waits ("" and no error).
+func TestRouteChainOrder(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	f := newFleet(t, g)
+	f.ready("fast", "fast-1", 2, "urgent", "interactive")
+	f.ready("bulk", "bulk-1", 1, "interactive", "batch")
+	chain := []string{"fast", "bulk", "spare"}
+	var got []string
+	for range 3 {
+		got = append(got, routeOK(t, g, newItem("interactive", "tag", soon(), chain...), nil))
+	}
+	if !slices.Equal(got, []string{"fast", "fast", "bulk"}) {
+		t.Fatalf("routed to %v, want [fast fast bulk]", got)
+	}
+	if pool := routeOK(t, g, newItem("interactive", "tag", soon(), chain...), nil); pool != "" {
+		t.Fatalf("with every live pool full routed to %q, want a wait", pool)
+	}
+	g.mu.Lock()
+	busyFast, busyBulk, load := g.busy["fast"], g.busy["bulk"], g.load["cuda:0"]["interactive"]
+	g.busy["fast"]-- // one answer comes back during the pass
+	g.mu.Unlock()
+	if busyFast != 2 || busyBulk != 1 || load != 3 {
+		t.Fatalf("in flight fast %d bulk %d, cuda:0 interactive load %d; want 2 1 3", busyFast, busyBulk, load)
+	}
+	if pool := routeOK(t, g, newItem("interactive", "tag", soon(), chain...), nil); pool != "" {
+		t.Fatalf("a pool found full was used again in the same pass (%q)", pool)
+	}
+	newPass(g)
+	if pool := routeOK(t, g, newItem("interactive", "tag", soon(), chain...), nil); pool != "fast" {
+		t.Fatalf("next pass routed to %q, want fast", pool)
+	}
+	// Full for one class is not full for another: bulk still has batch room (max_batch).
+	if pool := routeOK(t, g, newItem("batch", "tag", soon(), "bulk", "spare"), nil); pool != "bulk" {
+		t.Fatalf("batch routed to %q, want bulk", pool)
+	}
+}
+
+// TestRouteReserved: pools reserved by waiting higher-priority items are skipped (and
+// not marked full); an item whose every live candidate is reserved waits.
+func TestRouteReserved(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	f := newFleet(t, g)
+	f.ready("fast", "fast-1", 2, "urgent", "interactive")
+	f.ready("bulk", "bulk-1", 2, "interactive", "batch")
+	chain := []string{"fast", "bulk"}
+	if pool := routeOK(t, g, newItem("interactive", "tag", soon(), chain...), map[string]bool{"fast": true}); pool != "bulk" {
+		t.Fatalf("with fast reserved routed to %q, want bulk", pool)
+	}
+	if pool := routeOK(t, g, newItem("interactive", "tag", soon(), chain...), map[string]bool{"fast": true, "bulk": true}); pool != "" {
+		t.Fatalf("with every pool reserved routed to %q, want a wait", pool)
+	}
+	if pool := routeOK(t, g, newItem("interactive", "tag", soon(), chain...), nil); pool != "fast" {
+		t.Fatalf("unreserved routed to %q, want fast", pool)
+	}
+}
+
+// TestRouteWaitOrNoWorker: an item waits while some candidate can still come (a live
+// worker, remote workers not yet heard, local workers starting); else it fails with
+// no_worker naming each pool and why; a one-pool chain whose pool failed at start-up gets
+// that pool's own error.
+func TestRouteWaitOrNoWorker(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	f := newFleet(t, g)
+	chain := []string{"fast", "bulk"}
+
+	_, err := g.route(newItem("interactive", "tag", soon(), chain...), nil)
+	e, ok := err.(*codec.Error)
+	if !ok || e.Code != codec.CodeNoWorker {
+		t.Fatalf("no workers anywhere: %v, want no_worker", err)
+	}
+	reasons, _ := e.Details["reasons"].([]string)
+	if pools, _ := e.Details["pools"].([]string); !slices.Equal(pools, chain) || len(reasons) != 2 ||
+		!strings.HasPrefix(reasons[0], "fast: no live workers") || !strings.HasPrefix(reasons[1], "bulk: no live workers") {
+		t.Fatalf("no_worker details %v, want both pools and why", e.Details)
+	}
+
+	// Right after start-up a remote pool gets the time of a death verdict to be heard.
+	g.supervisor.started = time.Now()
+	if pool, err := g.route(newItem("interactive", "tag", soon(), chain...), nil); pool != "" || err != nil {
+		t.Fatalf("remote pools not heard yet: %q %v, want a wait", pool, err)
+	}
+	g.supervisor.started = time.Now().Add(-time.Hour)
+
+	// A live but full pool: wait. Once its worker is dead: no_worker again.
+	f.ready("bulk", "bulk-1", 1, "interactive", "batch")
+	g.mu.Lock()
+	g.busy["bulk"] = 1
+	g.mu.Unlock()
+	if pool, err := g.route(newItem("interactive", "tag", soon(), chain...), nil); pool != "" || err != nil {
+		t.Fatalf("live pool full: %q %v, want a wait", pool, err)
+	}
+	g.tracker.MarkDead("bulk-1", "exit code 1")
+	newPass(g)
+	if _, err := g.route(newItem("interactive", "tag", soon(), chain...), nil); codec.CodeOf(err) != codec.CodeNoWorker {
+		t.Fatalf("worker dead: %v, want no_worker", err)
+	}
+
+	// Local pools, as the supervisor knows them.
+	s := g.supervisor
+	s.pools["spare"] = &poolProcs{cfg: g.cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}}
+	if pool, err := g.route(newItem("interactive", "tag", soon(), "fast", "spare"), nil); pool != "" || err != nil {
+		t.Fatalf("local workers starting: %q %v, want a wait", pool, err)
+	}
+	s.pools["spare"].crashLooping = true
+	_, err = g.route(newItem("interactive", "tag", soon(), "fast", "spare"), nil)
+	if e := asErr(err); e.Code != codec.CodeNoWorker || !strings.Contains(e.Message, "spare: crash-looping") {
+		t.Fatalf("crash-looping pool: %v, want no_worker naming it", err)
+	}
+	s.pools["spare"].failed = codec.Errorf(codec.CodeRuntimeMissing, "libonnxruntime.so.1 not found")
+	_, err = g.route(newItem("interactive", "tag", soon(), "spare"), nil)
+	if e := asErr(err); e.Code != codec.CodeRuntimeMissing || e.Message != "libonnxruntime.so.1 not found" {
+		t.Fatalf("one-pool chain, pool failed at start-up: %v, want its runtime_missing", err)
+	}
+	_, err = g.route(newItem("interactive", "tag", soon(), "fast", "spare"), nil)
+	if e := asErr(err); e.Code != codec.CodeNoWorker || !strings.Contains(e.Message, "spare: runtime_missing: libonnxruntime.so.1 not found") {
+		t.Fatalf("two-pool chain with a failed pool: %v, want no_worker with its reason", err)
+	}
+}
+
+// TestRouteDeadlineExceeded: an item that no candidate with room can finish before its
+// deadline (measured service time) is deadline_exceeded without taking a slot; an
+// infeasible pool is passed over for a feasible one; no measurement is feasible.
+func TestRouteDeadlineExceeded(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	f := newFleet(t, g)
+	f.ready("fast", "fast-1", 1, "urgent", "interactive")
+	f.ready("bulk", "bulk-1", 1, "interactive", "batch")
+	g.est.observe(estKey{"fast", "tag", "tagger"}, time.Second)
+	deadline := time.Now().Add(500 * time.Millisecond)
+
+	// fast is too slow, bulk is full but unmeasured (it may free up in time): wait.
+	g.mu.Lock()
+	g.busy["bulk"] = 1
+	g.mu.Unlock()
+	if pool, err := g.route(newItem("interactive", "tag", deadline, "fast", "bulk"), nil); pool != "" || err != nil {
+		t.Fatalf("one pool too slow, the other full: %q %v, want a wait", pool, err)
+	}
+	g.mu.Lock()
+	g.busy["bulk"] = 0
+	g.mu.Unlock()
+	newPass(g)
+
+	if pool := routeOK(t, g, newItem("interactive", "tag", deadline, "fast", "bulk"), nil); pool != "bulk" {
+		t.Fatalf("fast too slow, bulk unmeasured: routed to %q, want bulk", pool)
+	}
+	g.mu.Lock()
+	g.busy["bulk"] = 0
+	g.mu.Unlock()
+	newPass(g)
+	g.est.observe(estKey{"bulk", "tag", "tagger"}, time.Second)
+	_, err := g.route(newItem("interactive", "tag", deadline, "fast", "bulk"), nil)
+	if codec.CodeOf(err) != codec.CodeDeadlineExceeded {
+		t.Fatalf("every pool too slow: %v, want deadline_exceeded", err)
+	}
+	g.mu.Lock()
+	busy := g.busy["fast"] + g.busy["bulk"]
+	g.mu.Unlock()
+	if busy != 0 {
+		t.Fatalf("%d slots taken by an infeasible item", busy)
+	}
+	// Another op of the same pools has no measurement: it goes.
+	if pool := routeOK(t, g, newItem("interactive", "embed", deadline, "fast"), nil); pool != "fast" {
+		t.Fatalf("unmeasured op routed to %q, want fast", pool)
+	}
+}
