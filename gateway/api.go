@@ -173,14 +173,7 @@ func (g *Gateway) status() *codec.StatusReply {
 		}
 		st.Workers = append(st.Workers, ws)
 	}
-	g.mu.Lock()
-	running := map[string]int{}
-	for _, p := range g.inflight {
-		if p.cancel != nil {
-			running[p.class]++
-		}
-	}
-	g.mu.Unlock()
+	running := g.fl.running()
 	for _, name := range g.cfg.ClassNames() {
 		cl := g.cfg.Classes[name]
 		st.Classes = append(st.Classes, codec.ClassStatus{Name: name, Priority: cl.Priority, Queued: g.queues.Len(name), Running: running[name], Bound: cl.QueueBound, Chain: cl.Chain})

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -62,15 +61,9 @@ type Gateway struct {
 	failover     *failover // nil unless gateway.failover
 	claimSubject string
 
-	mu        sync.Mutex
-	inflight  map[string]*pending    // accepted and not yet answered, by id
-	busy      map[string]int         // requests in flight per pool
-	load      deviceLoad             // requests in flight per device and class
-	full      map[string]bool        // pool+class found full in the current dispatch pass
-	est       estimator              // measured service times
-	lastDeath map[string]death       // the last worker death of each pool
-	cancelled map[string]earlyCancel // ids cancelled before they arrived (see rememberCancel)
-	kickCh    chan struct{}
+	fl     *flights  // every accepted request until its answer, and what it holds
+	est    estimator // measured service times
+	kickCh chan struct{}
 }
 
 // Run starts the gateway and serves until ctx is cancelled, then shuts down: no new
@@ -78,7 +71,7 @@ type Gateway struct {
 // drained, NATS closed.
 func Run(ctx context.Context, o Options) error {
 	c := o.Config
-	g := &Gateway{cfg: c, log: o.Logger, inflight: map[string]*pending{}, busy: map[string]int{}, load: deviceLoad{}, lastDeath: map[string]death{}, cancelled: map[string]earlyCancel{}, kickCh: make(chan struct{}, 1)}
+	g := &Gateway{cfg: c, log: o.Logger, fl: newFlights(), kickCh: make(chan struct{}, 1)}
 	if g.log == nil {
 		g.log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
@@ -255,10 +248,10 @@ func (g *Gateway) dispatchLoop(ctx context.Context) {
 // dispatchPass runs one pass of the scheduler and sends what it assigns.
 func (g *Gateway) dispatchPass() {
 	defer guard.Recover(g.log, "dispatch pass", nil)
-	g.mu.Lock()
-	g.full = map[string]bool{}
-	g.mu.Unlock()
-	out, failed := g.queues.Dispatch(time.Now(), g.route)
+	ps := newRoutePass()
+	out, failed := g.queues.Dispatch(time.Now(), func(it *sched.Item, reserved map[string]bool) (string, error) {
+		return g.route(ps, it, reserved)
+	})
 	for _, f := range failed {
 		g.answer(f.Item.Value.(*pending), nil, codec.AsError(f.Err))
 	}
@@ -281,26 +274,14 @@ func (g *Gateway) shutdown() {
 	}
 	grace := g.cfg.Gateway.ShutdownGrace.D()
 	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) {
-		g.mu.Lock()
-		n := len(g.inflight)
-		g.mu.Unlock()
-		if n == 0 {
-			break
-		}
+	for time.Now().Before(deadline) && g.fl.count() > 0 {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, it := range g.queues.Drain() {
 		g.answer(it.Value.(*pending), nil, codec.Errorf(codec.CodeNoWorker, "gateway shut down before the request was dispatched"))
 	}
 	g.supervisor.stop(grace)
-	g.mu.Lock()
-	var left []*pending
-	for _, p := range g.inflight {
-		left = append(left, p)
-	}
-	g.mu.Unlock()
-	for _, p := range left {
+	for _, p := range g.fl.all() {
 		g.answer(p, nil, codec.Errorf(codec.CodeWorkerLost, "gateway shut down while the request was in flight"))
 	}
 }

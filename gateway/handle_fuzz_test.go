@@ -58,8 +58,7 @@ func unitGateway(t testing.TB) *Gateway {
 	}
 	nc := testenv.InProcessNATS(t)
 	g := &Gateway{cfg: c, id: "unit", log: slog.New(slog.NewTextHandler(io.Discard, nil)), nc: nc,
-		inflight: map[string]*pending{}, busy: map[string]int{}, load: deviceLoad{}, lastDeath: map[string]death{},
-		cancelled: map[string]earlyCancel{}, kickCh: make(chan struct{}, 1)}
+		fl: newFlights(), kickCh: make(chan struct{}, 1)}
 	var classes []sched.Class
 	for _, name := range c.ClassNames() {
 		cl := c.Classes[name]
@@ -136,11 +135,11 @@ func FuzzHandle(f *testing.F) {
 		if n == 0 {
 			// Accepted: it waits in a queue. Cancel it as its sender: answered cancelled.
 			var id string
-			g.mu.Lock()
-			for k := range g.inflight {
+			g.fl.mu.Lock()
+			for k := range g.fl.byID {
 				id = k
 			}
-			g.mu.Unlock()
+			g.fl.mu.Unlock()
 			if id == "" || !g.cancelAs(id, "_INBOX.fuzz.2") {
 				t.Fatalf("op %s: no reply and nothing in flight", op)
 			}
@@ -156,9 +155,9 @@ func FuzzHandle(f *testing.F) {
 				t.Fatalf("op %s: error reply %q is not a contract error: %v", op, rep.body, err)
 			}
 		}
-		g.mu.Lock()
-		left := len(g.inflight)
-		g.mu.Unlock()
+		g.fl.mu.Lock()
+		left := len(g.fl.byID)
+		g.fl.mu.Unlock()
 		if left != 0 {
 			t.Fatalf("op %s: %d requests left in flight", op, left)
 		}

@@ -377,10 +377,7 @@ func withID(body []byte) ([]byte, string) {
 // unanswered (an answered one is not remembered as cancelled: a retry with the same id
 // must run).
 func (g *Gateway) cancelAbandoned(id string) {
-	g.mu.Lock()
-	_, ok := g.inflight[id]
-	g.mu.Unlock()
-	if ok {
+	if _, ok := g.fl.get(id); ok {
 		g.cancelAs(id, ownerHTTP)
 	}
 }

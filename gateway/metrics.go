@@ -139,11 +139,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, class := range g.cfg.ClassNames() {
 		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(g.queues.Len(class)), class)
 	}
-	g.mu.Lock()
 	for _, pool := range g.cfg.PoolNames() {
-		ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(g.busy[pool]), pool)
+		ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(g.fl.inFlight(pool)), pool)
 	}
-	g.mu.Unlock()
 	for _, d := range g.deviceStatus() {
 		ch <- prometheus.MustNewConstMetric(descBudget, prometheus.GaugeValue, float64(d.BudgetBytes), d.Device)
 		ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.GaugeValue, float64(d.AdmittedBytes), d.Device)

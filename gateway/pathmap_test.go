@@ -78,7 +78,7 @@ models = ["seg"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{cfg: c, log: slog.New(slog.NewTextHandler(io.Discard, nil)), inflight: map[string]*pending{}}
+	g := &Gateway{cfg: c, log: slog.New(slog.NewTextHandler(io.Discard, nil)), fl: newFlights()}
 	g.metrics = newMetrics(g)
 	return g
 }

@@ -29,7 +29,7 @@ import (
 // backgroundPriority is the priority from which a class yields a shared device.
 const backgroundPriority = 2
 
-// deviceLoad counts requests in flight per device and class. Guarded by Gateway.mu.
+// deviceLoad counts requests in flight per device and class. Owned by flights.
 type deviceLoad map[string]map[string]int
 
 func (d deviceLoad) add(device, class string, n int) {
@@ -42,16 +42,17 @@ func (d deviceLoad) add(device, class string, n int) {
 // policyOn reports whether the sharing policy applies.
 func (g *Gateway) policyOn() bool { return g.cfg.Gateway.Policy != config.PolicyFIFO }
 
-// shareAllows applies the one-unit rule to a background class on pool's device. Called
-// with g.mu held; reserved holds the pools that waiting higher-priority items keep.
+// shareAllows applies the one-unit rule to a background class on pool's device; reserved
+// holds the pools that waiting higher-priority items keep.
 func (g *Gateway) shareAllows(pool, class string, reserved map[string]bool) bool {
 	cl := g.cfg.Classes[class]
 	if !g.policyOn() || cl.Priority < backgroundPriority {
 		return true
 	}
 	device := g.cfg.Pools[pool].Device
+	load := g.fl.loadOn(device)
 	higher := false
-	for other, n := range g.load[device] {
+	for other, n := range load {
 		if n > 0 && g.cfg.Classes[other].Priority < cl.Priority {
 			higher = true
 		}
@@ -69,10 +70,10 @@ func (g *Gateway) shareAllows(pool, class string, reserved map[string]bool) bool
 	if cl.MinShare > 0 {
 		units = max(1, int(cl.MinShare*float64(g.deviceSlots(device))))
 	}
-	return g.load[device][class] < units*unit
+	return load[class] < units*unit
 }
 
-// deviceSlots is the number of live slots on a device. Called with g.mu held.
+// deviceSlots is the number of live slots on a device.
 func (g *Gateway) deviceSlots(device string) int {
 	n := 0
 	for name, pc := range g.cfg.Pools {
@@ -115,7 +116,7 @@ func (e *estimator) get(k estKey) time.Duration {
 
 // feasible reports whether p could finish on pool before its deadline if dispatched now,
 // counting, when degrade is on, the units already in flight on the pool's device. A pool
-// with no measurement yet is feasible. Called with g.mu held.
+// with no measurement yet is feasible.
 func (g *Gateway) feasible(pool string, p *pending, now time.Time) bool {
 	if !g.policyOn() {
 		return true
@@ -126,7 +127,7 @@ func (g *Gateway) feasible(pool string, p *pending, now time.Time) bool {
 	}
 	if g.cfg.Classes[p.class].Degrade {
 		busy := 0
-		for _, n := range g.load[g.cfg.Pools[pool].Device] {
+		for _, n := range g.fl.loadOn(g.cfg.Pools[pool].Device) {
 			busy += n
 		}
 		slots := max(1, g.deviceSlots(g.cfg.Pools[pool].Device))

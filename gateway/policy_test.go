@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/sched"
 )
 
 // The device sharing policy and deadline feasibility (policy.go), in process.
@@ -63,14 +64,12 @@ dir = "/srv/m/tagger"
 
 // setLoad sets the requests in flight on a device for a class.
 func setLoad(g *Gateway, device, class string, n int) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.load.add(device, class, n-g.load[device][class])
+	g.fl.mu.Lock()
+	defer g.fl.mu.Unlock()
+	g.fl.load.add(device, class, n-g.fl.load[device][class])
 }
 
 func allows(g *Gateway, pool, class string, reserved map[string]bool) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	return g.shareAllows(pool, class, reserved)
 }
 
@@ -170,9 +169,7 @@ func TestShareMinShare(t *testing.T) {
 			f.ready("gpurt", "rt-2", 2, "urgent", "interactive")
 			f.ready("gpubatch", "gb-1", 2, "batch", "bulk2")
 			f.ready("cpurt", "cpu-1", 8, "interactive") // another device: not counted
-			g.mu.Lock()
 			slots := g.deviceSlots("cuda:0")
-			g.mu.Unlock()
 			if slots != 6 {
 				t.Fatalf("live slots on cuda:0 = %d, want 6", slots)
 			}
@@ -228,9 +225,9 @@ func TestShareReservedInDispatch(t *testing.T) {
 	f := newFleet(t, g)
 	f.ready("gpurt", "rt-1", 1, "urgent", "interactive")
 	f.ready("gpubatch", "gb-1", 2, "batch", "bulk2")
-	g.mu.Lock()
-	g.busy["gpurt"] = 1 // full, with nothing counted on the device's load
-	g.mu.Unlock()
+	g.fl.mu.Lock()
+	g.fl.busy["gpurt"] = 1 // full, with nothing counted on the device's load
+	g.fl.mu.Unlock()
 	for range 6 {
 		if _, err := g.queues.Push(newItem("batch", "tag", soon(), "gpubatch")); err != nil {
 			t.Fatal(err)
@@ -239,7 +236,8 @@ func TestShareReservedInDispatch(t *testing.T) {
 	if _, err := g.queues.Push(newItem("urgent", "tag", soon(), "gpurt")); err != nil {
 		t.Fatal(err)
 	}
-	out, failed := g.queues.Dispatch(time.Now(), g.route)
+	ps := newRoutePass()
+	out, failed := g.queues.Dispatch(time.Now(), func(it *sched.Item, r map[string]bool) (string, error) { return g.route(ps, it, r) })
 	if len(failed) != 0 {
 		t.Fatalf("failed %v", failed[0].Err)
 	}
@@ -301,8 +299,6 @@ func TestFeasibleFromReplies(t *testing.T) {
 	now := time.Now()
 	feasible := func(pool string, left time.Duration) bool {
 		p := &pending{op: "tag", class: "interactive", deadline: now.Add(left), req: codec.Request{Model: "tagger"}}
-		g.mu.Lock()
-		defer g.mu.Unlock()
 		return g.feasible(pool, p, now)
 	}
 	if feasible("gpurt", 150*time.Millisecond) {
@@ -323,9 +319,7 @@ func TestFeasibleFromReplies(t *testing.T) {
 	fifo := testGateway(t, policyConfig("fifo", 0, false))
 	fifo.est.observe(estKey{"gpurt", "tag", "tagger"}, time.Hour)
 	p := &pending{op: "tag", class: "interactive", deadline: now.Add(time.Millisecond), req: codec.Request{Model: "tagger"}}
-	fifo.mu.Lock()
 	ok := fifo.feasible("gpurt", p, now)
-	fifo.mu.Unlock()
 	if !ok {
 		t.Error("policy fifo checked feasibility")
 	}
@@ -347,9 +341,7 @@ func TestFeasibleDegrade(t *testing.T) {
 
 			now := time.Now()
 			p := &pending{op: "tag", class: "interactive", deadline: now.Add(150 * time.Millisecond), req: codec.Request{Model: "tagger"}}
-			g.mu.Lock()
 			ok := g.feasible("gpurt", p, now)
-			g.mu.Unlock()
 			if ok == degrade {
 				t.Fatalf("feasible %v with 150ms left, 100ms measured and the device loaded 4 of 4", ok)
 			}
@@ -362,9 +354,7 @@ func TestFeasibleDegrade(t *testing.T) {
 			}
 
 			setLoad(g, "cuda:0", "batch", 0)
-			g.mu.Lock()
 			ok = g.feasible("gpurt", p, now)
-			g.mu.Unlock()
 			if !ok {
 				t.Fatal("infeasible on an idle device")
 			}

@@ -38,7 +38,7 @@ type pending struct {
 	journaled bool
 	once      sync.Once
 
-	// Guarded by Gateway.mu.
+	// Guarded by flights.mu.
 	attempt int    // dispatches so far
 	deaths  int    // holders that died with it
 	pool    string // where it is in flight ("" while queued)
@@ -75,9 +75,7 @@ func (g *Gateway) claimTimeout() time.Duration {
 // request from the in-flight table.
 func (g *Gateway) answer(p *pending, body []byte, err *codec.Error) {
 	p.once.Do(func() {
-		g.mu.Lock()
-		delete(g.inflight, p.id)
-		g.mu.Unlock()
+		g.fl.finish(p)
 		outcome := "ok"
 		if err != nil {
 			outcome = string(err.Code)
@@ -156,21 +154,10 @@ func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner
 		g.answer(p, nil, err)
 		return
 	}
-	g.mu.Lock()
-	if c, ok := g.cancelled[p.id]; ok && canCancel(p.owner, c.by) {
-		// Its cancel overtook it (each op is a subscription of its own).
-		delete(g.cancelled, p.id)
-		g.mu.Unlock()
-		g.answer(p, nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client before it arrived"))
+	if e := g.fl.admit(p); e != nil {
+		g.answer(p, nil, e)
 		return
 	}
-	if _, dup := g.inflight[p.id]; dup {
-		g.mu.Unlock()
-		g.answer(&pending{id: p.id, op: p.op, class: p.class, reply: p.reply}, nil, codec.Errorf(codec.CodeBadRequest, "a request with id %q is already in progress", p.id))
-		return
-	}
-	g.inflight[p.id] = p
-	g.mu.Unlock()
 	if g.failover != nil && p.replyTo != "" {
 		// Journaled before it can be dispatched, so peers see accepted before dispatched.
 		g.failover.record(p, codec.JournalAccepted, data)
@@ -191,10 +178,7 @@ func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner
 // cancelIfAsked answers p cancelled, taking it out of its queue, if the client cancelled
 // it before it got there.
 func (g *Gateway) cancelIfAsked(p *pending) {
-	g.mu.Lock()
-	asked := p.cancelAsked
-	g.mu.Unlock()
-	if asked && g.queues.Remove(p.id) != nil {
+	if g.fl.cancelAsked(p) && g.queues.Remove(p.id) != nil {
 		g.answer(p, nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))
 	}
 }
@@ -218,36 +202,21 @@ func (g *Gateway) send(p *pending, pool string) {
 	if out, ok := g.mappedOut(p, pool); ok {
 		item.OutPath = out
 	}
-	g.mu.Lock()
-	if p.cancelAsked {
-		g.mu.Unlock()
+	// Past the deadline, give the worker a moment to answer deadline_exceeded itself.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ctx, stop := context.WithDeadline(ctx, p.deadline.Add(time.Second))
+	defer stop()
+	defer cancel(nil)
+	attempt, ok := g.fl.dispatch(p, pool, cancel)
+	if !ok {
 		g.release(p, pool)
 		g.answer(p, nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))
 		return
 	}
-	p.attempt++
-	item.Attempt = p.attempt
-	p.pool, p.worker = pool, ""
-	// Past the deadline, give the worker a moment to answer deadline_exceeded itself.
-	ctx, cancel := context.WithCancelCause(context.Background())
-	ctx, stop := context.WithDeadline(ctx, p.deadline.Add(time.Second))
-	p.cancel = cancel
-	attempt := p.attempt
-	g.mu.Unlock()
-	defer stop()
+	item.Attempt = attempt
 	ct, sent := g.claimTimeout(), time.Now()
 	unclaimed := time.AfterFunc(ct, func() {
-		g.mu.Lock()
-		var c context.CancelCauseFunc
-		var cause error = &errUnclaimed{after: ct}
-		if p.attempt == attempt && p.worker == "" {
-			c = p.cancel
-			if d, ok := g.lastDeath[pool]; ok && d.at.After(sent) {
-				cause = &errLost{worker: d.worker, why: d.why + " (before its claim was sent)"}
-			}
-		}
-		g.mu.Unlock()
-		if c != nil {
+		if c, cause := g.fl.unclaimed(p, attempt, pool, sent, ct); c != nil {
 			c(cause)
 		}
 	})
@@ -287,11 +256,7 @@ func (g *Gateway) send(p *pending, pool string) {
 
 // release returns a pool slot and triggers a dispatch pass.
 func (g *Gateway) release(p *pending, pool string) {
-	g.mu.Lock()
-	g.busy[pool]--
-	g.load.add(g.cfg.Pools[pool].Device, p.class, -1)
-	p.cancel = nil
-	g.mu.Unlock()
+	g.fl.release(p, pool, g.cfg.Pools[pool].Device)
 	g.kick()
 }
 
@@ -329,11 +294,7 @@ func (g *Gateway) forward(p *pending, msg *nats.Msg) {
 // class queue (inference is idempotent), poison_input after a second death, worker_lost
 // when no retry is possible.
 func (g *Gateway) lost(p *pending, cause *errLost) {
-	g.mu.Lock()
-	p.deaths++
-	deaths := p.deaths
-	g.mu.Unlock()
-	if deaths >= 2 {
+	if deaths := g.fl.addDeath(p); deaths >= 2 {
 		g.answer(p, nil, codec.Errorf(codec.CodePoisonInput, "two workers died holding this request (last: %s); not retried", cause.worker).With("worker", cause.worker))
 		return
 	}
@@ -359,12 +320,6 @@ func (g *Gateway) redispatch(p *pending, pool string) {
 	g.kick()
 }
 
-// death is the last worker death seen in a pool.
-type death struct {
-	worker, why string
-	at          time.Time
-}
-
 // onDead is called by the tracker when a worker is judged dead: every request it held is
 // cancelled with errLost, which sends it to lost.
 func (g *Gateway) onDead(id, pool, why string) {
@@ -372,28 +327,14 @@ func (g *Gateway) onDead(id, pool, why string) {
 	// while it lives its subscription stays in its pool's queue group, and a retry could
 	// be delivered to it again.
 	g.supervisor.workerDead(id, why)
-	g.mu.Lock()
-	g.lastDeath[pool] = death{worker: id, why: why, at: time.Now()}
-	var hit []*pending
 	others := 0
 	for _, w := range g.tracker.Live(pool) {
 		if w.HB.Worker != id {
 			others++
 		}
 	}
-	for _, p := range g.inflight {
-		if p.cancel == nil || p.pool != pool {
-			continue
-		}
-		// A request held by the dead worker; or, when the pool has no other live
-		// worker, one dispatched there whose claim had not arrived yet.
-		if p.worker == id || (p.worker == "" && others == 0) {
-			hit = append(hit, p)
-		}
-	}
-	g.mu.Unlock()
-	for _, p := range hit {
-		p.cancel(&errLost{worker: id, why: why})
+	for _, l := range g.fl.died(pool, id, why, others) {
+		l.cancel(&errLost{worker: id, why: why})
 	}
 }
 
@@ -415,11 +356,7 @@ func (g *Gateway) onClaim(m *nats.Msg) {
 		g.metrics.bad("claim")
 		return
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if p, ok := g.inflight[c.ID]; ok && p.attempt == c.Attempt && p.pool == c.Pool {
-		p.worker = c.Worker
-	}
+	g.fl.claim(c.ID, c.Pool, c.Worker, c.Attempt)
 }
 
 // ownerHTTP owns the requests that came over HTTP: only an HTTP cancel may cancel them.
@@ -457,28 +394,14 @@ func canCancel(owner, by string) bool {
 // canCancel). A cancel that may not cancel the request finds nothing, as if the id were
 // unknown.
 func (g *Gateway) cancelAs(id, by string) bool {
-	g.mu.Lock()
-	p, ok := g.inflight[id]
-	if ok && !canCancel(p.owner, by) {
-		g.mu.Unlock()
-		return false
+	if g.fl.mayCancel(id, by) {
+		if it := g.queues.Remove(id); it != nil {
+			g.answer(it.Value.(*pending), nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))
+			return true
+		}
 	}
-	g.mu.Unlock()
-	if it := g.queues.Remove(id); it != nil {
-		g.answer(it.Value.(*pending), nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))
-		return true
-	}
-	g.mu.Lock()
-	p, ok = g.inflight[id]
-	dispatched := false
-	if ok {
-		p.cancelAsked = true
-		dispatched = p.cancel != nil
-	} else {
-		g.rememberCancel(id, by)
-	}
-	g.mu.Unlock()
-	if !ok {
+	p, dispatched, found := g.fl.askCancel(id, by)
+	if !found {
 		return false
 	}
 	if !dispatched {
@@ -494,31 +417,6 @@ func (g *Gateway) cancelAs(id, by string) bool {
 		g.publishFailed("cancel", err)
 	}
 	return true
-}
-
-// cancelMemory is how long a cancel of an unknown id is remembered, so that a request
-// that arrives after its own cancel is answered cancelled: the API's ops are separate
-// subscriptions, so a cancel sent right after its request is often handled first.
-const cancelMemory = 10 * time.Second
-
-// earlyCancel is a cancel of an id not seen yet, and who sent it.
-type earlyCancel struct {
-	at time.Time
-	by string
-}
-
-// rememberCancel records a cancel of an id not seen (yet), at most 10000 at a time.
-// Called with g.mu held.
-func (g *Gateway) rememberCancel(id, by string) {
-	now := time.Now()
-	for k, c := range g.cancelled {
-		if now.Sub(c.at) > cancelMemory {
-			delete(g.cancelled, k)
-		}
-	}
-	if len(g.cancelled) < 10000 {
-		g.cancelled[id] = earlyCancel{at: now, by: by}
-	}
 }
 
 func contains(list []string, s string) bool {

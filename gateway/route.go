@@ -59,7 +59,7 @@ func (g *Gateway) mapped(p *pending, pool string) (string, bool) {
 
 // room is how many more requests this gateway may have in flight on a pool: the free
 // slots of its live workers (a worker batching the batch class takes up to max_batch per
-// slot), less what is already in flight. Called with g.mu held.
+// slot), less what is already in flight.
 func (g *Gateway) room(pool, class string) int {
 	pc := g.cfg.Pools[pool]
 	per := 1
@@ -72,35 +72,42 @@ func (g *Gateway) room(pool, class string) int {
 			capacity += max(1, w.HB.Slots) * per
 		}
 	}
-	return capacity - g.busy[pool]
+	return capacity - g.fl.inFlight(pool)
 }
+
+// routePass is the state of one dispatch pass: the pools found full for a class so far,
+// which later items of the same pass skip without looking again.
+type routePass struct{ full map[string]bool }
+
+func newRoutePass() *routePass { return &routePass{full: map[string]bool{}} }
 
 // route is the sched.Router of a dispatch pass: the first candidate pool, in order, that
 // is not reserved by higher-priority waiting work and has room. An item waits while some
 // candidate pool can still come (live but full, or its workers starting); it fails with
 // no_worker, naming every pool and why it was skipped, when none can.
-func (g *Gateway) route(it *sched.Item, reserved map[string]bool) (string, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+//
+// Only the dispatch loop routes, one pass at a time; what it reads of capacity (live
+// workers, requests in flight) can only grow between its reads, by answers coming back,
+// so a pass never gives a pool more than it has room for.
+func (g *Gateway) route(ps *routePass, it *sched.Item, reserved map[string]bool) (string, error) {
 	p := it.Value.(*pending)
 	now := time.Now()
 	infeasible := 0
 	for _, pool := range it.Pools {
 		key := pool + "\x00" + it.Class
-		if reserved[pool] || g.full[key] {
+		if reserved[pool] || ps.full[key] {
 			continue
 		}
 		if g.room(pool, it.Class) <= 0 || !g.shareAllows(pool, it.Class, reserved) {
 			// Full for this class for the rest of the pass: later items skip it cheaply.
-			g.full[key] = true
+			ps.full[key] = true
 			continue
 		}
 		if !g.feasible(pool, p, now) {
 			infeasible++
 			continue
 		}
-		g.busy[pool]++
-		g.load.add(g.cfg.Pools[pool].Device, it.Class, 1)
+		g.fl.hold(pool, g.cfg.Pools[pool].Device, it.Class)
 		return pool, nil
 	}
 	if infeasible > 0 && infeasible == len(it.Pools) {

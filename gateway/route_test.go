@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,11 +87,16 @@ func testGateway(t *testing.T, toml string) *Gateway {
 	return g
 }
 
+// testPasses holds the current dispatch pass of each test gateway.
+var testPasses sync.Map // *Gateway → *routePass
+
 // newPass starts a dispatch pass, as dispatchPass does: no pool is known full.
-func newPass(g *Gateway) {
-	g.mu.Lock()
-	g.full = map[string]bool{}
-	g.mu.Unlock()
+func newPass(g *Gateway) { testPasses.Store(g, newRoutePass()) }
+
+// routeIn routes it in g's current pass.
+func routeIn(g *Gateway, it *sched.Item, reserved map[string]bool) (string, error) {
+	ps, _ := testPasses.LoadOrStore(g, newRoutePass())
+	return g.route(ps.(*routePass), it, reserved)
 }
 
 // fleet fakes a gateway's capacity: it starts the gateway's tracker on its in-process
@@ -183,7 +189,7 @@ func soon() time.Time { return time.Now().Add(time.Minute) }
 // routeOK routes it and fails the test on an error.
 func routeOK(t *testing.T, g *Gateway, it *sched.Item, reserved map[string]bool) string {
 	t.Helper()
-	pool, err := g.route(it, reserved)
+	pool, err := routeIn(g, it, reserved)
 	if err != nil {
 		t.Fatalf("route %s (%s): %v", it.ID, it.Class, err)
 	}
@@ -305,8 +311,6 @@ func TestRoom(t *testing.T) {
 	f.ready("spare", "spare-1", 2, "interactive", "batch")
 
 	room := func(pool, class string) int {
-		g.mu.Lock()
-		defer g.mu.Unlock()
 		return g.room(pool, class)
 	}
 	check := func(pool, class string, want int) {
@@ -322,9 +326,9 @@ func TestRoom(t *testing.T) {
 	check("fast", "interactive", 0) // no worker
 	check("bulk", "urgent", 0)      // no worker serves it
 
-	g.mu.Lock()
-	g.busy["bulk"] = 7
-	g.mu.Unlock()
+	g.fl.mu.Lock()
+	g.fl.busy["bulk"] = 7
+	g.fl.mu.Unlock()
 	check("bulk", "interactive", 6-7)
 	check("bulk", "batch", 12-7)
 }
@@ -348,10 +352,10 @@ func TestRouteChainOrder(t *testing.T) {
 	if pool := routeOK(t, g, newItem("interactive", "tag", soon(), chain...), nil); pool != "" {
 		t.Fatalf("with every live pool full routed to %q, want a wait", pool)
 	}
-	g.mu.Lock()
-	busyFast, busyBulk, load := g.busy["fast"], g.busy["bulk"], g.load["cuda:0"]["interactive"]
-	g.busy["fast"]-- // one answer comes back during the pass
-	g.mu.Unlock()
+	g.fl.mu.Lock()
+	busyFast, busyBulk, load := g.fl.busy["fast"], g.fl.busy["bulk"], g.fl.load["cuda:0"]["interactive"]
+	g.fl.busy["fast"]-- // one answer comes back during the pass
+	g.fl.mu.Unlock()
 	if busyFast != 2 || busyBulk != 1 || load != 3 {
 		t.Fatalf("in flight fast %d bulk %d, cuda:0 interactive load %d; want 2 1 3", busyFast, busyBulk, load)
 	}
@@ -396,7 +400,7 @@ func TestRouteWaitOrNoWorker(t *testing.T) {
 	f := newFleet(t, g)
 	chain := []string{"fast", "bulk"}
 
-	_, err := g.route(newItem("interactive", "tag", soon(), chain...), nil)
+	_, err := routeIn(g, newItem("interactive", "tag", soon(), chain...), nil)
 	e, ok := err.(*codec.Error)
 	if !ok || e.Code != codec.CodeNoWorker {
 		t.Fatalf("no workers anywhere: %v, want no_worker", err)
@@ -409,42 +413,42 @@ func TestRouteWaitOrNoWorker(t *testing.T) {
 
 	// Right after start-up a remote pool gets the time of a death verdict to be heard.
 	g.supervisor.started = time.Now()
-	if pool, err := g.route(newItem("interactive", "tag", soon(), chain...), nil); pool != "" || err != nil {
+	if pool, err := routeIn(g, newItem("interactive", "tag", soon(), chain...), nil); pool != "" || err != nil {
 		t.Fatalf("remote pools not heard yet: %q %v, want a wait", pool, err)
 	}
 	g.supervisor.started = time.Now().Add(-time.Hour)
 
 	// A live but full pool: wait. Once its worker is dead: no_worker again.
 	f.ready("bulk", "bulk-1", 1, "interactive", "batch")
-	g.mu.Lock()
-	g.busy["bulk"] = 1
-	g.mu.Unlock()
-	if pool, err := g.route(newItem("interactive", "tag", soon(), chain...), nil); pool != "" || err != nil {
+	g.fl.mu.Lock()
+	g.fl.busy["bulk"] = 1
+	g.fl.mu.Unlock()
+	if pool, err := routeIn(g, newItem("interactive", "tag", soon(), chain...), nil); pool != "" || err != nil {
 		t.Fatalf("live pool full: %q %v, want a wait", pool, err)
 	}
 	g.tracker.MarkDead("bulk-1", "exit code 1")
 	newPass(g)
-	if _, err := g.route(newItem("interactive", "tag", soon(), chain...), nil); codec.CodeOf(err) != codec.CodeNoWorker {
+	if _, err := routeIn(g, newItem("interactive", "tag", soon(), chain...), nil); codec.CodeOf(err) != codec.CodeNoWorker {
 		t.Fatalf("worker dead: %v, want no_worker", err)
 	}
 
 	// Local pools, as the supervisor knows them.
 	s := g.supervisor
 	s.pools["spare"] = &poolProcs{cfg: g.cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}}
-	if pool, err := g.route(newItem("interactive", "tag", soon(), "fast", "spare"), nil); pool != "" || err != nil {
+	if pool, err := routeIn(g, newItem("interactive", "tag", soon(), "fast", "spare"), nil); pool != "" || err != nil {
 		t.Fatalf("local workers starting: %q %v, want a wait", pool, err)
 	}
 	s.pools["spare"].crashLooping = true
-	_, err = g.route(newItem("interactive", "tag", soon(), "fast", "spare"), nil)
+	_, err = routeIn(g, newItem("interactive", "tag", soon(), "fast", "spare"), nil)
 	if e := asErr(err); e.Code != codec.CodeNoWorker || !strings.Contains(e.Message, "spare: crash-looping") {
 		t.Fatalf("crash-looping pool: %v, want no_worker naming it", err)
 	}
 	s.pools["spare"].failed = codec.Errorf(codec.CodeRuntimeMissing, "libonnxruntime.so.1 not found")
-	_, err = g.route(newItem("interactive", "tag", soon(), "spare"), nil)
+	_, err = routeIn(g, newItem("interactive", "tag", soon(), "spare"), nil)
 	if e := asErr(err); e.Code != codec.CodeRuntimeMissing || e.Message != "libonnxruntime.so.1 not found" {
 		t.Fatalf("one-pool chain, pool failed at start-up: %v, want its runtime_missing", err)
 	}
-	_, err = g.route(newItem("interactive", "tag", soon(), "fast", "spare"), nil)
+	_, err = routeIn(g, newItem("interactive", "tag", soon(), "fast", "spare"), nil)
 	if e := asErr(err); e.Code != codec.CodeNoWorker || !strings.Contains(e.Message, "spare: runtime_missing: libonnxruntime.so.1 not found") {
 		t.Fatalf("two-pool chain with a failed pool: %v, want no_worker with its reason", err)
 	}
@@ -462,32 +466,32 @@ func TestRouteDeadlineExceeded(t *testing.T) {
 	deadline := time.Now().Add(500 * time.Millisecond)
 
 	// fast is too slow, bulk is full but unmeasured (it may free up in time): wait.
-	g.mu.Lock()
-	g.busy["bulk"] = 1
-	g.mu.Unlock()
-	if pool, err := g.route(newItem("interactive", "tag", deadline, "fast", "bulk"), nil); pool != "" || err != nil {
+	g.fl.mu.Lock()
+	g.fl.busy["bulk"] = 1
+	g.fl.mu.Unlock()
+	if pool, err := routeIn(g, newItem("interactive", "tag", deadline, "fast", "bulk"), nil); pool != "" || err != nil {
 		t.Fatalf("one pool too slow, the other full: %q %v, want a wait", pool, err)
 	}
-	g.mu.Lock()
-	g.busy["bulk"] = 0
-	g.mu.Unlock()
+	g.fl.mu.Lock()
+	g.fl.busy["bulk"] = 0
+	g.fl.mu.Unlock()
 	newPass(g)
 
 	if pool := routeOK(t, g, newItem("interactive", "tag", deadline, "fast", "bulk"), nil); pool != "bulk" {
 		t.Fatalf("fast too slow, bulk unmeasured: routed to %q, want bulk", pool)
 	}
-	g.mu.Lock()
-	g.busy["bulk"] = 0
-	g.mu.Unlock()
+	g.fl.mu.Lock()
+	g.fl.busy["bulk"] = 0
+	g.fl.mu.Unlock()
 	newPass(g)
 	g.est.observe(estKey{"bulk", "tag", "tagger"}, time.Second)
-	_, err := g.route(newItem("interactive", "tag", deadline, "fast", "bulk"), nil)
+	_, err := routeIn(g, newItem("interactive", "tag", deadline, "fast", "bulk"), nil)
 	if codec.CodeOf(err) != codec.CodeDeadlineExceeded {
 		t.Fatalf("every pool too slow: %v, want deadline_exceeded", err)
 	}
-	g.mu.Lock()
-	busy := g.busy["fast"] + g.busy["bulk"]
-	g.mu.Unlock()
+	g.fl.mu.Lock()
+	busy := g.fl.busy["fast"] + g.fl.busy["bulk"]
+	g.fl.mu.Unlock()
 	if busy != 0 {
 		t.Fatalf("%d slots taken by an infeasible item", busy)
 	}

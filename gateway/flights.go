@@ -1,0 +1,271 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"sync"
+
+	"github.com/ortbus/ortbus/codec"
+)
+
+// flights is the one owner of the requests this gateway has accepted and not yet
+// answered, and of what they hold: the pool capacity taken by dispatched requests (per
+// pool and per device and class), which worker claimed each one, the last worker death
+// of each pool, and cancels that arrived before their request. Everything here is
+// guarded by its one lock, and so are the dispatch fields of each pending request
+// (attempt, deaths, pool, worker, cancel, cancelAsked); no method calls out of the type
+// while holding it.
+//
+// A request's life in it: admit (accepted) → hold (a dispatch pass gave it a pool) →
+// dispatch (sent; attempt n) → claim (a worker took it) → release (its answer, or its
+// worker's death, came back) → and, when answered, finish. A retry goes round again from
+// hold.
+type flights struct {
+	mu        sync.Mutex
+	byID      map[string]*pending
+	busy      map[string]int // requests in flight per pool
+	load      deviceLoad     // requests in flight per device and class
+	lastDeath map[string]death
+	early     map[string]earlyCancel // cancels of ids not seen yet
+}
+
+func newFlights() *flights {
+	return &flights{byID: map[string]*pending{}, busy: map[string]int{}, load: deviceLoad{}, lastDeath: map[string]death{}, early: map[string]earlyCancel{}}
+}
+
+// death is the last worker death seen in a pool.
+type death struct {
+	worker, why string
+	at          time.Time
+}
+
+// earlyCancel is a cancel of an id not seen yet, and who sent it.
+type earlyCancel struct {
+	at time.Time
+	by string
+}
+
+// cancelMemory is how long a cancel of an unknown id is remembered, so that a request
+// that arrives after its own cancel is answered cancelled: the API's ops are separate
+// subscriptions, so a cancel sent right after its request is often handled first.
+const cancelMemory = 10 * time.Second
+
+// maxEarlyCancels bounds the cancels of unknown ids remembered at once.
+const maxEarlyCancels = 10000
+
+// admit records an accepted request. It refuses a request whose cancel came first
+// (cancelled) or whose id is already in flight (bad_request).
+func (f *flights) admit(p *pending) *codec.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.early[p.id]; ok && canCancel(p.owner, c.by) {
+		// Its cancel overtook it (each op is a subscription of its own).
+		delete(f.early, p.id)
+		return codec.Errorf(codec.CodeCancelled, "cancelled by the client before it arrived")
+	}
+	if _, dup := f.byID[p.id]; dup {
+		return codec.Errorf(codec.CodeBadRequest, "a request with id %q is already in progress", p.id)
+	}
+	f.byID[p.id] = p
+	return nil
+}
+
+// finish forgets an answered request.
+func (f *flights) finish(p *pending) {
+	f.mu.Lock()
+	if f.byID[p.id] == p {
+		delete(f.byID, p.id)
+	}
+	f.mu.Unlock()
+}
+
+// get returns the unanswered request with id.
+func (f *flights) get(id string) (*pending, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.byID[id]
+	return p, ok
+}
+
+// all returns every unanswered request.
+func (f *flights) all() []*pending {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]*pending, 0, len(f.byID))
+	for _, p := range f.byID {
+		out = append(out, p)
+	}
+	return out
+}
+
+// count is the number of unanswered requests.
+func (f *flights) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.byID)
+}
+
+// hold takes one unit of pool (on device) for a request of class: a dispatch pass gave
+// it that pool.
+func (f *flights) hold(pool, device, class string) {
+	f.mu.Lock()
+	f.busy[pool]++
+	f.load.add(device, class, 1)
+	f.mu.Unlock()
+}
+
+// release gives back what hold took, once the request's dispatch is over.
+func (f *flights) release(p *pending, pool, device string) {
+	f.mu.Lock()
+	f.busy[pool]--
+	f.load.add(device, p.class, -1)
+	p.cancel = nil
+	f.mu.Unlock()
+}
+
+// inFlight is the number of requests dispatched to pool and not yet back.
+func (f *flights) inFlight(pool string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.busy[pool]
+}
+
+// loadOn is a copy of the requests in flight on device, by class.
+func (f *flights) loadOn(device string) map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]int, len(f.load[device]))
+	for class, n := range f.load[device] {
+		out[class] = n
+	}
+	return out
+}
+
+// running counts the dispatched requests by class.
+func (f *flights) running() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for _, p := range f.byID {
+		if p.cancel != nil {
+			out[p.class]++
+		}
+	}
+	return out
+}
+
+// dispatch marks p sent to pool as its next attempt, cancellable with cancel. It reports
+// false, changing nothing, when the client cancelled p on its way out of the queue.
+func (f *flights) dispatch(p *pending, pool string, cancel context.CancelCauseFunc) (attempt int, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p.cancelAsked {
+		return 0, false
+	}
+	p.attempt++
+	p.pool, p.worker, p.cancel = pool, "", cancel
+	return p.attempt, true
+}
+
+// unclaimed returns how to cancel attempt of p, dispatched to pool at sent, when no
+// claim came: with errLost when a worker of the pool died since (it may have died before
+// its claim left it), else errUnclaimed. It returns nil when a claim came or the attempt
+// is over.
+func (f *flights) unclaimed(p *pending, attempt int, pool string, sent time.Time, after time.Duration) (context.CancelCauseFunc, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p.attempt != attempt || p.worker != "" || p.cancel == nil {
+		return nil, nil
+	}
+	if d, ok := f.lastDeath[pool]; ok && d.at.After(sent) {
+		return p.cancel, &errLost{worker: d.worker, why: d.why + " (before its claim was sent)"}
+	}
+	return p.cancel, &errUnclaimed{after: after}
+}
+
+// claim records that worker of pool took attempt of request id (when that is still the
+// request's current dispatch).
+func (f *flights) claim(id, pool, worker string, attempt int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.byID[id]; ok && p.attempt == attempt && p.pool == pool {
+		p.worker = worker
+	}
+}
+
+// lostOne is a request hit by a worker's death and how to stop its dispatch.
+type lostOne struct {
+	p      *pending
+	cancel context.CancelCauseFunc
+}
+
+// died records the death of worker in pool and returns the requests it held: those it
+// claimed, and, when the pool has no other live worker (others == 0), those dispatched
+// there whose claim had not arrived yet.
+func (f *flights) died(pool, worker, why string, others int) []lostOne {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastDeath[pool] = death{worker: worker, why: why, at: time.Now()}
+	var hit []lostOne
+	for _, p := range f.byID {
+		if p.cancel == nil || p.pool != pool {
+			continue
+		}
+		if p.worker == worker || (p.worker == "" && others == 0) {
+			hit = append(hit, lostOne{p, p.cancel})
+		}
+	}
+	return hit
+}
+
+// addDeath counts one more holder of p that died, and returns the count.
+func (f *flights) addDeath(p *pending) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p.deaths++
+	return p.deaths
+}
+
+// cancelAsked reports whether the client cancelled p while it was between queues.
+func (f *flights) cancelAsked(p *pending) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return p.cancelAsked
+}
+
+// askCancel applies a cancel of id sent by by (see canCancel). found reports whether an
+// unanswered request with id exists that by may cancel; it is marked cancelAsked, and
+// dispatched says whether it is out at a worker (with its cancel function). A cancel of an
+// unknown id is remembered for a while (see cancelMemory).
+func (f *flights) askCancel(id, by string) (p *pending, dispatched, found bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.byID[id]
+	if !ok {
+		now := time.Now()
+		for k, c := range f.early {
+			if now.Sub(c.at) > cancelMemory {
+				delete(f.early, k)
+			}
+		}
+		if len(f.early) < maxEarlyCancels {
+			f.early[id] = earlyCancel{at: now, by: by}
+		}
+		return nil, false, false
+	}
+	if !canCancel(p.owner, by) {
+		return nil, false, false
+	}
+	p.cancelAsked = true
+	return p, p.cancel != nil, true
+}
+
+// mayCancel reports whether by may cancel the unanswered request id (false when there is
+// none).
+func (f *flights) mayCancel(id, by string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.byID[id]
+	return ok && canCancel(p.owner, by)
+}
