@@ -179,7 +179,9 @@ func TestNoOutsideReferences(t *testing.T) {
 	if err != nil {
 		t.Skipf("git ls-files: %v (not a git checkout?)", err)
 	}
-	bad := []string{".." + "/shared/", "shared/" + "DESIGN.md", "shared/" + "NOTES.md"}
+	// Spelled in pieces, so that grep finds no such reference in this file either.
+	dir := "shared" + "/"
+	bad := []string{"../" + dir, dir + "DESIGN.md", dir + "NOTES.md"}
 	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
 		if name == "" {
 			continue
