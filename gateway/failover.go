@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/internal/reply"
 	"github.com/ortbus/ortbus/subjects"
@@ -224,7 +225,7 @@ func (f *failover) judge(now time.Time) {
 		if pr.dead {
 			continue
 		}
-		if now.Sub(pr.seen) > time.Duration(f.g.cfg.Health.MissCount)*pr.interval {
+		if health.Silent(now, pr.seen, pr.interval, f.g.cfg.Health.MissCount) {
 			pr.dead = true
 			died = append(died, id)
 		} else {

@@ -162,3 +162,22 @@ func TestTrackerDropsForgedHeartbeats(t *testing.T) {
 		t.Fatalf("tracked %+v", ws)
 	}
 }
+
+func TestSilent(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, c := range []struct {
+		after    time.Duration
+		interval time.Duration
+		miss     int
+		want     bool
+	}{
+		{300 * time.Millisecond, 100 * time.Millisecond, 3, false}, // exactly the bound: not yet
+		{301 * time.Millisecond, 100 * time.Millisecond, 3, true},
+		{2 * time.Second, 0, 3, false}, // no interval: one second
+		{3*time.Second + 1, -5, 3, true},
+	} {
+		if got := Silent(t0.Add(c.after), t0, c.interval, c.miss); got != c.want {
+			t.Errorf("Silent after %v, interval %v x %d = %v, want %v", c.after, c.interval, c.miss, got, c.want)
+		}
+	}
+}

@@ -105,6 +105,16 @@ func (t *Tracker) Stop() {
 	})
 }
 
+// Silent is the one rule for judging a beating party dead, for workers (Tracker) and
+// peer gateways (failover) alike: silent when more than missCount intervals have passed
+// since it was last heard (since). An interval of 0 or less counts as one second.
+func Silent(now, since time.Time, interval time.Duration, missCount int) bool {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	return now.Sub(since) > time.Duration(missCount)*interval
+}
+
 // DefaultMaxPerPool is the default bound on workers tracked per pool.
 const DefaultMaxPerPool = 256
 
@@ -215,19 +225,15 @@ func (t *Tracker) judgeAt(now time.Time) {
 		if w.Dead || w.HB.State == codec.StateFailed {
 			continue
 		}
-		iv := time.Duration(w.HB.IntervalMS) * time.Millisecond
-		if iv <= 0 {
-			iv = time.Second
-		}
 		since := w.Seen
 		if t.offline.After(since) {
 			since = t.offline
 		}
-		bound := time.Duration(t.MissCount) * iv
-		switch late := now.Sub(since); {
-		case late > 2*bound || (late > bound && t.Running == nil):
+		iv := time.Duration(w.HB.IntervalMS) * time.Millisecond
+		switch {
+		case Silent(now, since, iv, 2*t.MissCount) || (t.Running == nil && Silent(now, since, iv, t.MissCount)):
 			silent = append(silent, id)
-		case late > bound:
+		case Silent(now, since, iv, t.MissCount):
 			spare = append(spare, id)
 		}
 	}
