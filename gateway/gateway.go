@@ -84,13 +84,7 @@ func Run(ctx context.Context, o Options) error {
 	if g.claimSubject, err = subjects.Claim(g.id); err != nil {
 		return fmt.Errorf("gateway id: %w", err)
 	}
-	var classes []sched.Class
-	for _, name := range c.ClassNames() {
-		cl := c.Classes[name]
-		classes = append(classes, sched.Class{Name: name, Priority: cl.Priority, Bound: cl.QueueBound, MaxBytes: int64(cl.QueueBytes), Shed: cl.Shed})
-	}
-	g.queues = sched.New(classes)
-	g.queues.FIFO = c.Gateway.Policy == config.PolicyFIFO
+	g.queues = newQueues(c)
 
 	url, err := g.connect(o.NATSListen)
 	if err != nil {
@@ -153,6 +147,19 @@ func Run(ctx context.Context, o Options) error {
 	stopDispatch()
 	<-dispatchDone
 	return nil
+}
+
+// newQueues makes the class queues of the config: each class's priority, bounds (count
+// and bytes) and shed policy, and strict priority unless the policy is fifo.
+func newQueues(c *config.Config) *sched.Queues {
+	var classes []sched.Class
+	for _, name := range c.ClassNames() {
+		cl := c.Classes[name]
+		classes = append(classes, sched.Class{Name: name, Priority: cl.Priority, Bound: cl.QueueBound, MaxBytes: int64(cl.QueueBytes), Shed: cl.Shed})
+	}
+	q := sched.New(classes)
+	q.FIFO = c.Gateway.Policy == config.PolicyFIFO
+	return q
 }
 
 // connect starts the embedded NATS server (if configured) and connects.

@@ -13,7 +13,6 @@ import (
 	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/internal/testenv"
-	"github.com/ortbus/ortbus/sched"
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -52,19 +51,20 @@ dir = "/srv/m/ccip"
 // real one does.
 func unitGateway(t testing.TB) *Gateway {
 	t.Helper()
-	c, err := config.Parse([]byte(unitConfig), "unit.toml")
+	return unitGatewayOf(t, unitConfig)
+}
+
+// unitGatewayOf is unitGateway on the config toml.
+func unitGatewayOf(t testing.TB, toml string) *Gateway {
+	t.Helper()
+	c, err := config.Parse([]byte(toml), "unit.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	nc := testenv.InProcessNATS(t)
 	g := &Gateway{cfg: c, id: "unit", log: slog.New(slog.NewTextHandler(io.Discard, nil)), nc: nc,
 		fl: newFlights(), kickCh: make(chan struct{}, 1)}
-	var classes []sched.Class
-	for _, name := range c.ClassNames() {
-		cl := c.Classes[name]
-		classes = append(classes, sched.Class{Name: name, Priority: cl.Priority, Bound: cl.QueueBound, MaxBytes: int64(cl.QueueBytes), Shed: cl.Shed})
-	}
-	g.queues = sched.New(classes)
+	g.queues = newQueues(c)
 	g.metrics = newMetrics(g)
 	g.tracker = &health.Tracker{}
 	g.supervisor = newSupervisor(g.cfg, g.tracker, g, g.log, "", "")

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
-	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/sched"
 	"github.com/ortbus/ortbus/subjects"
@@ -67,21 +66,7 @@ dir = "/srv/m/seg"
 // reason for no_worker, not for waiting).
 func testGateway(t *testing.T, toml string) *Gateway {
 	t.Helper()
-	g := unitGateway(t)
-	c, err := config.Parse([]byte(toml), "unit.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.cfg = c
-	var classes []sched.Class
-	for _, name := range c.ClassNames() {
-		cl := c.Classes[name]
-		classes = append(classes, sched.Class{Name: name, Priority: cl.Priority, Bound: cl.QueueBound, MaxBytes: int64(cl.QueueBytes), Shed: cl.Shed})
-	}
-	g.queues = sched.New(classes)
-	g.queues.FIFO = c.Gateway.Policy == config.PolicyFIFO
-	g.metrics = newMetrics(g)
-	g.supervisor = newSupervisor(g.cfg, g.tracker, g, g.log, "", "")
+	g := unitGatewayOf(t, toml)
 	g.supervisor.started = time.Now().Add(-time.Hour)
 	newPass(g)
 	return g
