@@ -14,7 +14,7 @@ type Request struct {
 	Path      string `msgpack:"path,omitempty" json:"path,omitempty"`
 	Class     string `msgpack:"class,omitempty" json:"class,omitempty"`
 	Pool      string `msgpack:"pool,omitempty" json:"pool,omitempty"`
-	Device    string `msgpack:"device,omitempty" json:"device,omitempty"`
+	Device    string `msgpack:"device,omitempty" json:"device,omitempty"` // only pools on this device
 	TimeoutMS int64  `msgpack:"timeout_ms,omitempty" json:"timeout_ms,omitempty"`
 
 	// tag

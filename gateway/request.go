@@ -132,7 +132,6 @@ func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner
 			return
 		}
 	}
-	pools := cl.Chain
 	if p.req.Pool != "" {
 		pc, ok := g.cfg.Pools[p.req.Pool]
 		if !ok {
@@ -143,9 +142,12 @@ func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner
 			g.answer(p, nil, codec.Errorf(codec.CodeBadRequest, "pool %s does not serve class %s", p.req.Pool, p.class).With("pool", p.req.Pool))
 			return
 		}
-		pools = []string{p.req.Pool}
 	}
-	pools = g.poolsFor(pools, op, p.req.Model)
+	pools := g.candidates(p)
+	if len(pools) == 0 && p.req.Device != "" && len(g.poolsFor(g.chainOf(p), op, p.req.Model)) > 0 {
+		g.answer(p, nil, codec.Errorf(codec.CodeUnknownPool, "no pool of class %s on device %q serves op %s%s", p.class, p.req.Device, op, modelSuffix(p.req.Model)).With("device", p.req.Device))
+		return
+	}
 	if len(pools) == 0 {
 		g.answer(p, nil, codec.Errorf(codec.CodeUnknownModel, "no pool of class %s loads a model for op %s%s", p.class, op, modelSuffix(p.req.Model)))
 		return

@@ -133,7 +133,6 @@ func (g *Gateway) route(ps *routePass, it *sched.Item, reserved map[string]bool)
 	return "", e
 }
 
-// retryable reports whether some pool of the request's class could take a retry.
 // retryable reports whether a retry of p could run: some pool it may go to has a live
 // worker, or local workers on their way.
 func (g *Gateway) retryable(p *pending) bool {
@@ -148,10 +147,30 @@ func (g *Gateway) retryable(p *pending) bool {
 	return false
 }
 
-// retryPools are the pools a retry may go to: the explicit pool, or the class chain.
-func (g *Gateway) retryPools(p *pending) []string {
+// retryPools are the pools a retry may go to: the request's candidates.
+func (g *Gateway) retryPools(p *pending) []string { return g.candidates(p) }
+
+// chainOf is where a request may go: its explicit pool, or its class's chain.
+func (g *Gateway) chainOf(p *pending) []string {
 	if p.req.Pool != "" {
 		return []string{p.req.Pool}
 	}
-	return g.poolsFor(g.cfg.Classes[p.class].Chain, p.op, p.req.Model)
+	return g.cfg.Classes[p.class].Chain
+}
+
+// candidates are the pools that may serve p, in order: those of chainOf that load a model
+// for its op (the named model, if one is named) and, when the request names a device,
+// are on that device.
+func (g *Gateway) candidates(p *pending) []string {
+	pools := g.poolsFor(g.chainOf(p), p.op, p.req.Model)
+	if p.req.Device == "" {
+		return pools
+	}
+	var out []string
+	for _, name := range pools {
+		if g.cfg.Pools[name].Device == p.req.Device {
+			out = append(out, name)
+		}
+	}
+	return out
 }
