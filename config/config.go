@@ -203,7 +203,8 @@ type Pool struct {
 	Models []string `toml:"models"`
 	// Local pools are supervised by the gateway; remote ones are known by heartbeats.
 	Local *bool `toml:"local"`
-	// LazyLoad loads models on first use instead of at start.
+	// LazyLoad starts a local pool's workers on the pool's first request instead of at
+	// gateway start; that request waits for them (the wait is in its timing.queue_us).
 	LazyLoad bool `toml:"lazy_load"`
 	// MaxBatch and MaxDelay bound dynamic batching of the batch class (MaxBatch <= 1: off).
 	MaxBatch int      `toml:"max_batch"`

@@ -118,6 +118,7 @@ func (g *Gateway) route(ps *routePass, it *sched.Item, reserved map[string]bool)
 		if g.tracker.HasLive(pool) {
 			return "", nil // busy: wait
 		}
+		g.supervisor.wake(pool) // a lazy_load pool starts on its first request
 		reason, coming := g.supervisor.poolState(pool)
 		if coming {
 			return "", nil

@@ -47,6 +47,8 @@ type poolProcs struct {
 	deaths       []time.Time
 	crashLooping bool
 	failed       *codec.Error // a start-up failure that a restart cannot fix (runtime_missing, ...)
+	// asleep: a lazy_load pool not started yet; wake starts it on its first request.
+	asleep bool
 }
 
 type proc struct {
@@ -78,7 +80,7 @@ func newSupervisor(cfg *config.Config, tracker *health.Tracker, mem memoryAdmiss
 // start spawns every local pool's workers and returns a channel closed once each of them
 // is ready or has failed. Workers that share a device start one after another, so each
 // is told (ORTBUS_MEM_BUDGET) how much of the device's memory budget the ones before it
-// left, as their heartbeats report it.
+// left, as their heartbeats report it. A lazy_load pool is left asleep until wake.
 func (s *supervisor) start() <-chan struct{} {
 	byDevice := map[string][]*proc{}
 	var devicesInOrder []string
@@ -87,11 +89,14 @@ func (s *supervisor) start() <-chan struct{} {
 		if !pc.IsLocal() {
 			continue
 		}
-		pp := &poolProcs{cfg: pc}
+		pp := &poolProcs{cfg: pc, asleep: pc.LazyLoad}
 		s.pools[name] = pp
 		for i := 0; i < pc.Workers; i++ {
 			p := &proc{pool: name, slot: i}
 			pp.procs = append(pp.procs, p)
+			if pp.asleep {
+				continue
+			}
 			if _, seen := byDevice[pc.Device]; !seen {
 				devicesInOrder = append(devicesInOrder, pc.Device)
 			}
@@ -116,6 +121,35 @@ func (s *supervisor) start() <-chan struct{} {
 	}
 	go func() { wg.Wait(); close(all) }()
 	return all
+}
+
+// wake starts a lazy_load pool that is still asleep, its workers one after another as
+// start does; for any other pool it does nothing. The router calls it when a request
+// finds the pool without live workers, so the first request waits for the start (the
+// wait is in its reply's timing.queue_us).
+func (s *supervisor) wake(pool string) {
+	s.mu.Lock()
+	pp, ok := s.pools[pool]
+	if !ok || !pp.asleep || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	pp.asleep = false
+	procs := append([]*proc(nil), pp.procs...)
+	s.mu.Unlock()
+	s.log.Info("starting a lazy pool for its first request", "pool", pool, "workers", len(procs))
+	go func() {
+		for _, p := range procs {
+			s.spawn(p)
+			s.mu.Lock()
+			settled := p.settled
+			s.mu.Unlock()
+			if settled != nil {
+				<-settled
+			}
+			s.waitHeartbeat(p)
+		}
+	}()
 }
 
 // waitHeartbeat waits (a bounded time) until the tracker has heard a ready worker, so its
@@ -354,6 +388,8 @@ func (s *supervisor) poolState(pool string) (reason string, coming bool) {
 		return "shutting down", false
 	case len(pp.procs) == 0:
 		return "no workers configured", false
+	case pp.asleep:
+		return "not started yet (lazy_load): starting for this request", true
 	}
 	return "workers starting", true
 }

@@ -63,7 +63,7 @@ type Worker struct {
 	nc             *nats.Conn // set by Serve
 }
 
-// New finds and loads the pool's runtime and opens its models (unless lazy). A runtime
+// New finds and loads the pool's runtime and opens its models. A runtime
 // that cannot be found or loaded is a runtime_missing *codec.Error naming every searched
 // path; an EP that cannot be used is provider_unavailable.
 func New(opts Options) (*Worker, error) {

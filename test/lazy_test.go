@@ -1,0 +1,60 @@
+package test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/ortbus/ortbus/codec"
+)
+
+// A lazy_load pool is not started with the gateway: its first request starts it, waits
+// for it, and is served by it; the wait is in the reply's queue time.
+func TestGatewayLazyPool(t *testing.T) {
+	root := imageRoot(t)
+	red := colourPNG(t, root, "red")
+	cfg := gwConfig{
+		Root: root,
+		Pools: []gwPool{
+			{Name: "ia", Version: "1.30.0", Classes: []string{"interactive"}, Models: []string{gwTagger}},
+			{Name: "lz", Version: "1.24.3", Classes: []string{"interactive"}, Models: []string{gwTagger}},
+		},
+		Classes: []gwClass{{Name: "interactive", Chain: []string{"ia", "lz"}}},
+	}.write(t)
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "[pools.lz]\n") {
+		t.Fatalf("no [pools.lz] table in\n%s", b)
+	}
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), "[pools.lz]\n", "[pools.lz]\nlazy_load = true\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, cfg)
+	defer g.stop(t)
+
+	// Ready without it: no worker of pool lz exists.
+	g.waitLive(t, "ia", 1)
+	for _, w := range g.status(t).Workers {
+		if w.Pool == "lz" {
+			t.Fatalf("worker %s of the lazy pool exists before its first request", w.Worker)
+		}
+	}
+	r := g.call(t, "tag", &codec.Request{Path: red, Pool: "lz", Model: gwTagger}, gwReplyBound)
+	tr := r.tag(t)
+	if tr.Pool != "lz" {
+		t.Fatalf("served by pool %s, want lz", tr.Pool)
+	}
+	w := g.waitLive(t, "lz", 1)[tr.Worker]
+	var load int64
+	for _, m := range w.Models {
+		load += m.LoadMS
+	}
+	// The worker was started after the request was accepted, so the request waited at
+	// least as long as the worker took to load its models.
+	if tr.Timing.QueueUS < load*1000 {
+		t.Errorf("queue_us %d is less than the lazy worker's model load time %d ms", tr.Timing.QueueUS, load)
+	}
+	t.Logf("first request on the lazy pool: queue %d ms (model load %d ms), total %d ms", tr.Timing.QueueUS/1000, load, tr.Timing.TotalUS/1000)
+}
