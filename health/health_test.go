@@ -1,6 +1,7 @@
 package health
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -140,12 +141,27 @@ func TestTrackerDropsForgedHeartbeats(t *testing.T) {
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.State = "bogus" }, "state"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.Slots = 1 << 30 }, "range"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.IntervalMS = -5 }, "range"},
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.Host = strings.Repeat("h", 100000) }, "size"},
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.Classes = make([]string, 1000) }, "size"},
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) {
+			h.Error = codec.Errorf(codec.CodeInternal, "%s", strings.Repeat("e", 20000))
+		}, "size"},
+	}
+	next := func() string {
+		t.Helper()
+		select {
+		case r := <-drops:
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatal("a heartbeat was not dropped")
+		}
+		return ""
 	}
 	for _, c := range cases {
 		hb := good()
 		c.edit(hb)
 		send(c.subject, hb)
-		if got := <-drops; got != c.reason {
+		if got := next(); got != c.reason {
 			t.Fatalf("%s %+v: dropped as %q, want %q", c.subject, hb, got, c.reason)
 		}
 	}
@@ -155,7 +171,7 @@ func TestTrackerDropsForgedHeartbeats(t *testing.T) {
 		hb.Worker = id
 		send("ortbus.hb.cpu."+id, hb)
 	}
-	if got := <-drops; got != "too_many_workers" {
+	if got := next(); got != "too_many_workers" {
 		t.Fatalf("third id dropped as %q", got)
 	}
 	if ws := tr.Workers(); len(ws) != 2 || ws[0].HB.Worker != "a" || ws[1].HB.Worker != "b" {

@@ -118,11 +118,50 @@ func Silent(now, since time.Time, interval time.Duration, missCount int) bool {
 // DefaultMaxPerPool is the default bound on workers tracked per pool.
 const DefaultMaxPerPool = 256
 
-// Limits of a heartbeat's numbers; a beat outside them is dropped as forged or broken.
+// Limits of a heartbeat's numbers and sizes; a beat outside them is dropped as forged or
+// broken. The sizes keep what the tracker holds per worker (and what status repeats of
+// it) small, whatever a forged beat carries.
 const (
-	maxSlots    = 4096
-	maxInterval = time.Hour
+	maxSlots     = 4096
+	maxInterval  = time.Hour
+	maxText      = 1024  // host, runtime, library, ep, device, state
+	maxList      = 64    // classes, models, queued and running classes
+	maxHeld      = 65536 // request ids held
+	maxErrorSize = 16384 // the encoded error of a failed worker
 )
+
+// sizesOK checks the heartbeat's strings, lists and error against the limits above.
+func sizesOK(hb *codec.Heartbeat) bool {
+	for _, s := range []string{hb.Host, hb.Runtime, hb.Library, hb.EP, hb.Device, hb.State} {
+		if len(s) > maxText {
+			return false
+		}
+	}
+	if len(hb.Classes) > maxList || len(hb.Models) > maxList || len(hb.Queued) > maxList || len(hb.Running) > maxList || len(hb.Held) > maxHeld {
+		return false
+	}
+	for _, c := range hb.Classes {
+		if len(c) > codec.MaxIDLen {
+			return false
+		}
+	}
+	for _, m := range hb.Models {
+		if len(m.Name) > codec.MaxIDLen || len(m.Kind) > codec.MaxIDLen || len(m.PeakSource) > codec.MaxIDLen {
+			return false
+		}
+	}
+	for _, id := range hb.Held {
+		if len(id) > codec.MaxIDLen {
+			return false
+		}
+	}
+	if hb.Error != nil {
+		if b, err := codec.Marshal(hb.Error); err != nil || len(b) > maxErrorSize {
+			return false
+		}
+	}
+	return true
+}
 
 // check returns why a heartbeat must be dropped, or "": its body must name the pool and
 // worker of its subject (ortbus.hb.<pool>.<worker>), a tracked pool, a known state, and
@@ -146,6 +185,9 @@ func (t *Tracker) check(subject string, hb *codec.Heartbeat) string {
 	}
 	if hb.Slots < 0 || hb.Slots > maxSlots || hb.IntervalMS < 0 || hb.IntervalMS > maxInterval.Milliseconds() {
 		return "range"
+	}
+	if !sizesOK(hb) {
+		return "size"
 	}
 	return ""
 }

@@ -1376,6 +1376,9 @@ func hStatusOf(s *hstack) (*codec.StatusReply, error) {
 	if err != nil {
 		return nil, err
 	}
+	if code := m.Header.Get(codec.HeaderErrorCode); code != "" {
+		return nil, fmt.Errorf("status answered an error (%s): %s", code, m.Header.Get(codec.HeaderError))
+	}
 	var st codec.StatusReply
 	if err := codec.Unmarshal(m.Data, &st); err != nil {
 		return nil, err
