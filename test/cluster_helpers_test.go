@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -440,20 +439,16 @@ func clusterStatus(t testing.TB, nc *nats.Conn) *codec.StatusReply {
 	return &st
 }
 
-// clusterWaitStatus polls status every 20 ms (there is no push event for a change of
+// clusterWaitStatus polls status every pollEvery (there is no push event for a change of
 // state) until ok accepts it, failing t after clusterStartBound.
 func clusterWaitStatus(t testing.TB, nc *nats.Conn, what string, ok func(*codec.StatusReply) bool) *codec.StatusReply {
 	t.Helper()
-	deadline := time.Now().Add(clusterStartBound)
-	for {
-		st := clusterStatus(t, nc)
-		if ok(st) {
-			return st
+	var st *codec.StatusReply
+	checkFor(t, "status to show "+what, clusterStartBound, pollEvery, func() error {
+		if st = clusterStatus(t, nc); ok(st) {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			b, _ := json.MarshalIndent(st, "", "  ")
-			t.Fatalf("status never showed %s within %v; last:\n%s", what, clusterStartBound, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return lastStatus{st}
+	})
+	return st
 }

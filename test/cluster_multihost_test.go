@@ -428,21 +428,24 @@ func clusterWaitMesh(t *testing.T, nodes []*clusterNode, sec clusterSecrets, tc 
 			if i == j {
 				continue
 			}
-			for {
+			// One deadline for the whole probe; each try waits pollEvery for its message.
+			what := fmt.Sprintf("a message from %s to %s (the cluster meshed, all pairs within %v)", nodes[i].Name, nodes[j].Name, clusterStartBound)
+			checkFor(t, what, time.Until(deadline), 0, func() error {
 				if err := from.Publish(subject, []byte(nodes[i].Name)); err != nil {
 					t.Fatal(err)
 				}
-				m, err := sub.NextMsg(20 * time.Millisecond)
-				if err == nil && string(m.Data) == nodes[i].Name {
-					break
+				m, err := sub.NextMsg(pollEvery)
+				switch {
+				case err == nil && string(m.Data) == nodes[i].Name:
+					return nil
+				case err == nil:
+					return fmt.Errorf("got %q", m.Data)
+				case errors.Is(err, nats.ErrTimeout):
+					return err
 				}
-				if err != nil && !errors.Is(err, nats.ErrTimeout) {
-					t.Fatal(err)
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no message from %s to %s within %v: the cluster did not mesh", nodes[i].Name, nodes[j].Name, clusterStartBound)
-				}
-			}
+				t.Fatal(err)
+				return nil
+			})
 			// Probes of this sender still in flight are skipped by the next sender's
 			// check of the data.
 		}

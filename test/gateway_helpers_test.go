@@ -3,7 +3,6 @@ package test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -106,6 +105,12 @@ type gwConfig struct {
 // them.
 func (c gwConfig) write(t testing.TB) string {
 	t.Helper()
+	return c.writeIn(t, t.TempDir())
+}
+
+// writeIn is write into dir (which outlives t: the shared gateway's config).
+func (c gwConfig) writeIn(t testing.TB, dir string) string {
+	t.Helper()
 	q := strconv.Quote
 	var b strings.Builder
 	if c.NATSURL != "" {
@@ -144,7 +149,7 @@ func (c gwConfig) write(t testing.TB) string {
 	}
 	fmt.Fprintf(&b, "[models.%s]\nkind = \"tagger-pixai\"\ndir = %s\n\n", gwTagger, q(filepath.Join(testenv.Models(t), onnxgen.TaggerDir)))
 	fmt.Fprintf(&b, "[models.%s]\nkind = \"tagger-pixai\"\ndir = %s\n", gwSlow, q(gwSlowTaggerDir(t)))
-	path := filepath.Join(t.TempDir(), "gateway.toml")
+	path := filepath.Join(dir, "gateway.toml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +163,7 @@ type gatewayProc struct {
 	cmd     *exec.Cmd
 	logPath string
 	exited  chan struct{}
+	ready   chan codec.Event // the ready line, once read
 }
 
 // startGateway runs `gateway -config cfgPath` on any free ports, waits for its ready
@@ -172,8 +178,27 @@ func startGateway(t testing.TB, cfgPath string) *gatewayProc {
 // connection to its NATS when connect is false (a TLS cluster the test reaches otherwise).
 func launchGateway(t testing.TB, cfgPath string, connect bool, env ...string) *gatewayProc {
 	t.Helper()
+	g := spawnGateway(t, cfgPath, env...)
+	t.Cleanup(func() {
+		g.stop(t)
+		if t.Failed() {
+			t.Logf("gateway log (%s):\n%s", g.logPath, g.log())
+		}
+	})
+	g.awaitReady(t)
+	if connect {
+		g.connect(t, t.Name())
+		t.Cleanup(g.NC.Close)
+	}
+	return g
+}
+
+// spawnGateway starts `gateway -config cfgPath` on any free ports (its log next to the
+// config) without waiting for it; the caller stops it (stop or shutdown).
+func spawnGateway(t testing.TB, cfgPath string, env ...string) *gatewayProc {
+	t.Helper()
 	gwBin, workerBin := gatewayBinaries(t)
-	g := &gatewayProc{logPath: filepath.Join(filepath.Dir(cfgPath), "gateway.log"), exited: make(chan struct{})}
+	g := &gatewayProc{logPath: filepath.Join(filepath.Dir(cfgPath), "gateway.log"), exited: make(chan struct{}), ready: make(chan codec.Event, 1)}
 	logf, err := os.Create(g.logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +214,6 @@ func launchGateway(t testing.TB, cfgPath string, connect bool, env ...string) *g
 	if err := g.cmd.Start(); err != nil {
 		t.Fatalf("start gateway: %v", err)
 	}
-	ready := make(chan codec.Event, 1)
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
@@ -197,7 +221,7 @@ func launchGateway(t testing.TB, cfgPath string, connect bool, env ...string) *g
 		sent := false
 		for sc.Scan() {
 			if r, ok := codec.ReadEvent(sc.Bytes()); ok && !sent && r.Event == codec.EventReady {
-				ready <- r
+				g.ready <- r
 				sent = true
 			}
 		}
@@ -207,14 +231,15 @@ func launchGateway(t testing.TB, cfgPath string, connect bool, env ...string) *g
 		g.cmd.Wait()
 		close(g.exited)
 	}()
-	t.Cleanup(func() {
-		g.stop(t)
-		if t.Failed() {
-			t.Logf("gateway log (%s):\n%s", g.logPath, g.log())
-		}
-	})
+	return g
+}
+
+// awaitReady waits for the gateway's ready line, failing t after gwStartBound or if the
+// gateway exits first.
+func (g *gatewayProc) awaitReady(t testing.TB) {
+	t.Helper()
 	select {
-	case g.Ready = <-ready:
+	case g.Ready = <-g.ready:
 	case <-g.exited:
 		t.Fatalf("gateway exited (%v) before its ready line; log:\n%s", g.cmd.ProcessState, g.log())
 	case <-time.After(gwStartBound):
@@ -223,15 +248,16 @@ func launchGateway(t testing.TB, cfgPath string, connect bool, env ...string) *g
 	if g.Ready.NATSURL == "" || g.Ready.HTTP == "" {
 		t.Fatalf("ready line without nats_url or http: %+v", g.Ready)
 	}
-	if !connect {
-		return g
-	}
-	g.NC, err = nats.Connect(g.Ready.NATSURL, nats.Name(t.Name()), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+}
+
+// connect connects g.NC, named name, to the NATS URL of the ready line; the caller closes it.
+func (g *gatewayProc) connect(t testing.TB, name string) {
+	t.Helper()
+	var err error
+	g.NC, err = nats.Connect(g.Ready.NATSURL, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatalf("connect to the gateway's NATS %s: %v", g.Ready.NATSURL, err)
 	}
-	t.Cleanup(g.NC.Close)
-	return g
 }
 
 func (g *gatewayProc) log() string {
@@ -243,9 +269,16 @@ func (g *gatewayProc) log() string {
 // not exited within gwStopBound. Its workers die with it (they are started with a parent
 // death signal), so nothing outlives the test.
 func (g *gatewayProc) stop(t testing.TB) {
+	if err := g.shutdown(); err != nil {
+		t.Error(err)
+	}
+}
+
+// shutdown is stop without a test: the error says what went wrong.
+func (g *gatewayProc) shutdown() error {
 	select {
 	case <-g.exited:
-		return
+		return nil
 	default:
 	}
 	g.cmd.Process.Signal(syscall.SIGTERM)
@@ -253,12 +286,13 @@ func (g *gatewayProc) stop(t testing.TB) {
 	case <-g.exited:
 		// A clean shutdown: workers drained, exit status 0.
 		if st := g.cmd.ProcessState; st == nil || !st.Success() {
-			t.Errorf("gateway exited with %v after SIGTERM, want status 0; log:\n%s", st, g.log())
+			return fmt.Errorf("gateway exited with %v after SIGTERM, want status 0; log:\n%s", st, g.log())
 		}
+		return nil
 	case <-time.After(gwStopBound):
-		t.Errorf("gateway did not exit within %v of SIGTERM; killing it", gwStopBound)
 		g.cmd.Process.Kill()
 		<-g.exited
+		return fmt.Errorf("gateway did not exit within %v of SIGTERM; killed it", gwStopBound)
 	}
 }
 
@@ -388,22 +422,18 @@ func (g *gatewayProc) status(t testing.TB) *codec.StatusReply {
 	return &st
 }
 
-// waitStatus polls status (a request each 20 ms: there is no push event for a change of
-// state) until ok accepts it, failing t after gwReplyBound.
+// waitStatus polls status (a request each pollEvery: there is no push event for a change
+// of state) until ok accepts it, failing t after gwReplyBound.
 func (g *gatewayProc) waitStatus(t testing.TB, what string, ok func(*codec.StatusReply) bool) *codec.StatusReply {
 	t.Helper()
-	deadline := time.Now().Add(gwReplyBound)
-	for {
-		st := g.status(t)
-		if ok(st) {
-			return st
+	var st *codec.StatusReply
+	checkFor(t, "status to show "+what, gwReplyBound, pollEvery, func() error {
+		if st = g.status(t); ok(st) {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			b, _ := json.MarshalIndent(st, "", "  ")
-			t.Fatalf("status never showed %s within %v; last:\n%s", what, gwReplyBound, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return lastStatus{st}
+	})
+	return st
 }
 
 // gwLive returns the ready workers of pool in a status, by id.

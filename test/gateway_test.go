@@ -34,463 +34,521 @@ const (
 	gwMissCount = 3
 )
 
-// TestGateway runs one gateway with two pools on the two runtime versions — ia (1.30.0,
-// interactive) and bt (1.24.3, batch and interactive), one worker of one slot each,
-// chains interactive=[ia, bt] and batch=[bt], an interactive queue bound of 10 — and
-// checks routing, reuse, priority, deadlines, overload, cancel, metrics and the nats CLI
-// against it, one subtest after the other.
-func TestGateway(t *testing.T) {
-	root := imageRoot(t)
-	img := map[string]string{}
-	for _, c := range []string{"red", "blue", "green"} {
-		img[c] = colourPNG(t, root, c)
+// TestGatewayRouting checks routing on the shared gateway: batch work runs on bt while
+// interactive requests are served by ia (both classes in service at once), an explicit
+// pool is honoured, an unknown pool fails with unknown_pool and a pool that does not serve
+// the class with bad_request.
+func TestGatewayRouting(t *testing.T) {
+	g, img := sharedGateway(t)
+	claims := newGWSpy(t, g.NC, "ortbus.claim.>")
+	in := newInbox(t, g.NC)
+	// Batch work on bt, queued and running...
+	const nBatch = 8
+	for i := 0; i < nBatch; i++ {
+		g.post(t, in, "tag", fmt.Sprintf("b%d", i), &codec.Request{ID: fmt.Sprintf("route-b%d", i), Path: img["blue"], Class: "batch", Model: gwSlow})
 	}
-	cfg := gwConfig{
-		Root: root,
-		Pools: []gwPool{
-			{Name: "ia", Version: "1.30.0", Classes: []string{"interactive"}, Models: []string{gwTagger, gwSlow}},
-			{Name: "bt", Version: "1.24.3", Classes: []string{"batch", "interactive"}, Models: []string{gwTagger, gwSlow}},
-		},
-		Classes: []gwClass{
-			{Name: "interactive", Chain: []string{"ia", "bt"}, QueueBound: 10},
-			{Name: "batch", Chain: []string{"bt"}},
-		},
-	}.write(t)
-	t0 := time.Now()
-	g := startGateway(t, cfg)
-	t.Logf("gateway ready in %v: %+v", time.Since(t0).Round(time.Millisecond), g.Ready)
-	g.waitLive(t, "ia", 1)
-	g.waitLive(t, "bt", 1)
-
-	t.Run("Routing", func(t *testing.T) {
-		claims := newGWSpy(t, g.NC, "ortbus.claim.>")
-		in := newInbox(t, g.NC)
-		// Batch work on bt, queued and running...
-		const nBatch = 8
-		for i := 0; i < nBatch; i++ {
-			g.post(t, in, "tag", fmt.Sprintf("b%d", i), &codec.Request{ID: fmt.Sprintf("route-b%d", i), Path: img["blue"], Class: "batch", Model: gwSlow})
-		}
-		gwClaimOf(t, claims, "route-b0")
-		// ...while interactive requests are served by ia, one after the other.
-		for i := 0; i < 4; i++ {
-			start := time.Now()
-			r := g.call(t, "tag", &codec.Request{Path: img["red"], Model: gwTagger}, gwReplyBound)
-			tr := r.tag(t)
-			if tr.Pool != "ia" || tr.Worker != "ia-0" || tr.Runtime != "1.30.0" {
-				t.Errorf("interactive request served by pool %s worker %s runtime %s, want ia ia-0 1.30.0", tr.Pool, tr.Worker, tr.Runtime)
-			}
-			checkColourTag(t, tr, "red")
-			t.Logf("interactive %d: %v (timing %+v)", i, time.Since(start).Round(time.Microsecond), tr.Timing)
-		}
-		// An explicit pool is honoured even though the class's first pool is free.
-		r := g.call(t, "tag", &codec.Request{Path: img["green"], Model: gwTagger, Pool: "bt"}, gwReplyBound)
+	gwClaimOf(t, claims, "route-b0")
+	// ...while interactive requests are served by ia, one after the other.
+	for i := 0; i < 4; i++ {
+		start := time.Now()
+		r := g.call(t, "tag", &codec.Request{Path: img["red"], Model: gwTagger}, gwReplyBound)
 		tr := r.tag(t)
+		if tr.Pool != "ia" || tr.Worker != "ia-0" || tr.Runtime != "1.30.0" {
+			t.Errorf("interactive request served by pool %s worker %s runtime %s, want ia ia-0 1.30.0", tr.Pool, tr.Worker, tr.Runtime)
+		}
+		checkColourTag(t, tr, "red")
+		t.Logf("interactive %d: %v (timing %+v)", i, time.Since(start).Round(time.Microsecond), tr.Timing)
+	}
+	// An explicit pool is honoured even though the class's first pool is free.
+	r := g.call(t, "tag", &codec.Request{Path: img["green"], Model: gwTagger, Pool: "bt"}, gwReplyBound)
+	tr := r.tag(t)
+	if tr.Pool != "bt" || tr.Worker != "bt-0" || tr.Runtime != "1.24.3" {
+		t.Errorf("pool: bt request served by pool %s worker %s runtime %s, want bt bt-0 1.24.3", tr.Pool, tr.Worker, tr.Runtime)
+	}
+	checkColourTag(t, tr, "green")
+	// Both classes were in service at the same time: batch work was still going on.
+	if n := len(in.ch); n >= nBatch {
+		t.Errorf("all %d batch answers were in before the interactive requests were done: no overlap", n)
+	}
+	order, got := gwCollect(t, in, nBatch)
+	for _, k := range order {
+		tr := got[k].tag(t)
 		if tr.Pool != "bt" || tr.Worker != "bt-0" || tr.Runtime != "1.24.3" {
-			t.Errorf("pool: bt request served by pool %s worker %s runtime %s, want bt bt-0 1.24.3", tr.Pool, tr.Worker, tr.Runtime)
+			t.Errorf("batch %s served by pool %s worker %s runtime %s, want bt bt-0 1.24.3", k, tr.Pool, tr.Worker, tr.Runtime)
 		}
-		checkColourTag(t, tr, "green")
-		// Both classes were in service at the same time: batch work was still going on.
-		if n := len(in.ch); n >= nBatch {
-			t.Errorf("all %d batch answers were in before the interactive requests were done: no overlap", n)
-		}
-		order, got := gwCollect(t, in, nBatch)
-		for _, k := range order {
-			tr := got[k].tag(t)
-			if tr.Pool != "bt" || tr.Worker != "bt-0" || tr.Runtime != "1.24.3" {
-				t.Errorf("batch %s served by pool %s worker %s runtime %s, want bt bt-0 1.24.3", k, tr.Pool, tr.Worker, tr.Runtime)
-			}
-			checkColourTag(t, tr, "blue")
-		}
+		checkColourTag(t, tr, "blue")
+	}
 
-		// An unknown pool fails at once, and never silently elsewhere.
-		r = g.call(t, "tag", &codec.Request{Path: img["red"], Pool: "nope"}, gwReplyBound)
-		if r.code() != string(codec.CodeUnknownPool) || r.Err.Details["pool"] != "nope" {
-			t.Errorf("pool nope: got %s %v, want unknown_pool naming the pool", r.code(), r.Err)
-		}
-		// A pool that does not serve the class is refused too.
-		r = g.call(t, "tag", &codec.Request{Path: img["red"], Pool: "ia", Class: "batch"}, gwReplyBound)
-		if r.code() != string(codec.CodeBadRequest) {
-			t.Errorf("batch request with pool ia: got %s, want bad_request", r.code())
-		}
+	// An unknown pool fails at once, and never silently elsewhere.
+	r = g.call(t, "tag", &codec.Request{Path: img["red"], Pool: "nope"}, gwReplyBound)
+	if r.code() != string(codec.CodeUnknownPool) || r.Err.Details["pool"] != "nope" {
+		t.Errorf("pool nope: got %s %v, want unknown_pool naming the pool", r.code(), r.Err)
+	}
+	// A pool that does not serve the class is refused too.
+	r = g.call(t, "tag", &codec.Request{Path: img["red"], Pool: "ia", Class: "batch"}, gwReplyBound)
+	if r.code() != string(codec.CodeBadRequest) {
+		t.Errorf("batch request with pool ia: got %s, want bad_request", r.code())
+	}
+}
+
+// TestGatewayReuse sends 200 requests, 8 at a time, through the shared gateway: the same
+// two worker processes serve them all, with no new session, no restart and no other child
+// process of the gateway.
+func TestGatewayReuse(t *testing.T) {
+	g, img := sharedGateway(t)
+	before := g.waitStatus(t, "both workers live", func(st *codec.StatusReply) bool {
+		return len(gwLive(st, "ia")) == 1 && len(gwLive(st, "bt")) == 1
 	})
-
-	t.Run("Reuse", func(t *testing.T) {
-		before := g.waitStatus(t, "both workers live", func(st *codec.StatusReply) bool {
-			return len(gwLive(st, "ia")) == 1 && len(gwLive(st, "bt")) == 1
-		})
-		kids := gwChildPIDs(t, g.cmd.Process.Pid)
-		slices.Sort(kids)
-		var servedBefore uint64
-		for _, w := range before.Workers {
-			servedBefore += w.Served
-		}
-		const n, conc = 200, 8
-		start := time.Now()
-		msgs := make(chan *nats.Msg, n)
-		errs := make(chan error, n)
-		for c := 0; c < conc; c++ {
-			go func() {
-				b, _ := codec.Marshal(&codec.Request{Path: img["red"], Model: gwTagger})
-				for i := 0; i < n/conc; i++ {
-					m, err := g.NC.Request("ortbus.v1.tag", b, gwReplyBound)
-					if err != nil {
-						errs <- err
-						continue
-					}
-					msgs <- m
+	kids := gwChildPIDs(t, g.cmd.Process.Pid)
+	slices.Sort(kids)
+	var servedBefore uint64
+	for _, w := range before.Workers {
+		servedBefore += w.Served
+	}
+	const n, conc = 200, 8
+	start := time.Now()
+	msgs := make(chan *nats.Msg, n)
+	errs := make(chan error, n)
+	for c := 0; c < conc; c++ {
+		go func() {
+			b, _ := codec.Marshal(&codec.Request{Path: img["red"], Model: gwTagger})
+			for i := 0; i < n/conc; i++ {
+				m, err := g.NC.Request("ortbus.v1.tag", b, gwReplyBound)
+				if err != nil {
+					errs <- err
+					continue
 				}
-			}()
-		}
-		perPool := map[string]int{}
-		for i := 0; i < n; i++ {
-			select {
-			case err := <-errs:
-				t.Fatalf("request %d: %v", i, err)
-			case m := <-msgs:
-				tr := gwDecode(t, m).tag(t)
-				perPool[tr.Worker]++
+				msgs <- m
 			}
+		}()
+	}
+	perPool := map[string]int{}
+	for i := 0; i < n; i++ {
+		select {
+		case err := <-errs:
+			t.Fatalf("request %d: %v", i, err)
+		case m := <-msgs:
+			tr := gwDecode(t, m).tag(t)
+			perPool[tr.Worker]++
 		}
-		t.Logf("%d requests in %v, by worker %v", n, time.Since(start).Round(time.Millisecond), perPool)
-		after := g.waitStatus(t, "the served counters to count them", func(st *codec.StatusReply) bool {
-			var s uint64
-			for _, w := range st.Workers {
-				s += w.Served
-			}
-			return s >= servedBefore+n
-		})
-		for _, pool := range []string{"ia", "bt"} {
-			for id, w0 := range gwLive(before, pool) {
-				w1, ok := gwLive(after, pool)[id]
-				switch {
-				case !ok:
-					t.Errorf("worker %s is no longer live after %d requests", id, n)
-				case w1.PID != w0.PID:
-					t.Errorf("worker %s: pid %d became %d", id, w0.PID, w1.PID)
-				case w1.SessionsCreated != w0.SessionsCreated:
-					t.Errorf("worker %s: sessions_created %d became %d", id, w0.SessionsCreated, w1.SessionsCreated)
-				case w1.Restarts != 0:
-					t.Errorf("worker %s restarted %d times", id, w1.Restarts)
-				default:
-					t.Logf("worker %s: pid %d, sessions_created %d, served %d -> %d", id, w1.PID, w1.SessionsCreated, w0.Served, w1.Served)
-				}
-			}
+	}
+	t.Logf("%d requests in %v, by worker %v", n, time.Since(start).Round(time.Millisecond), perPool)
+	after := g.waitStatus(t, "the served counters to count them", func(st *codec.StatusReply) bool {
+		var s uint64
+		for _, w := range st.Workers {
+			s += w.Served
 		}
-		if got := len(after.Workers); got != 2 {
-			t.Errorf("status lists %d workers, want 2", got)
-		}
-		kidsAfter := gwChildPIDs(t, g.cmd.Process.Pid)
-		slices.Sort(kidsAfter)
-		if !slices.Equal(kids, kidsAfter) || len(kids) != 2 {
-			t.Errorf("gateway's child processes %v became %v, want the same two", kids, kidsAfter)
-		}
+		return s >= servedBefore+n
 	})
-
-	t.Run("PriorityAndDeadline", func(t *testing.T) {
-		claims := newGWSpy(t, g.NC, "ortbus.claim.>")
-		dispatched := newGWSpy(t, g.NC, "infer.bt.>")
-		in := newInbox(t, g.NC)
-		bt0, ok := gwLive(g.status(t), "bt")["bt-0"]
-		if !ok {
-			t.Fatal("bt-0 is not live")
-		}
-		const nBatch = 30
-		for i := 0; i < nBatch; i++ {
-			id := fmt.Sprintf("b%02d", i)
-			g.post(t, in, "tag", id, &codec.Request{ID: id, Path: img["blue"], Class: "batch", Model: gwSlow})
-		}
-		gwClaimOf(t, claims, "b00") // bt's one slot is busy; b01..b29 wait in the gateway
-		sentDL := g.post(t, in, "tag", "dl", &codec.Request{ID: "dl", Path: img["blue"], Class: "batch", Model: gwSlow, TimeoutMS: 1})
-		sentInt := g.post(t, in, "tag", "int", &codec.Request{ID: "int", Path: img["red"], Class: "interactive", Pool: "bt", Model: gwSlow})
-		order, got := gwCollect(t, in, nBatch+2)
-
-		// The interactive request overtook every queued batch item.
-		okBefore := 0
-		for _, k := range order {
-			if k == "int" {
-				break
-			}
-			if k != "dl" {
-				okBefore++
-			}
-		}
-		ti := got["int"].tag(t)
-		if ti.Pool != "bt" {
-			t.Errorf("interactive request with pool bt served by %s", ti.Pool)
-		}
-		if okBefore > 1 {
-			t.Errorf("interactive answer came after %d batch answers, want at most the 1 running when it arrived; order %v", okBefore, order)
-		}
-		last := got[order[len(order)-1]].tag(t)
-		t.Logf("interactive: answered after %d batch item(s), %v after submission, queue %v infer %v; last batch item queued %v",
-			okBefore, got["int"].At.Sub(sentInt).Round(time.Millisecond), time.Duration(ti.Timing.QueueUS)*time.Microsecond,
-			time.Duration(ti.Timing.InferUS)*time.Microsecond, time.Duration(last.Timing.QueueUS)*time.Microsecond)
-		for _, k := range order {
-			if k == "int" || k == "dl" {
-				continue
-			}
-			if tr := got[k].tag(t); tr.Pool != "bt" || (k > "b01" && tr.Timing.QueueUS < ti.Timing.QueueUS) {
-				t.Errorf("batch %s: pool %s, queue_us %d (interactive %d)", k, tr.Pool, tr.Timing.QueueUS, ti.Timing.QueueUS)
-			}
-		}
-
-		// The 1 ms request behind the queue: deadline_exceeded at once, never dispatched.
-		if c := got["dl"].code(); c != string(codec.CodeDeadlineExceeded) {
-			t.Errorf("timeout_ms 1 behind a queue: got %s, want deadline_exceeded", c)
-		}
-		t.Logf("deadline_exceeded answered %v after submission, %d-th of %d answers", got["dl"].At.Sub(sentDL).Round(time.Millisecond), slices.Index(order, "dl")+1, len(order))
-		if i := slices.Index(order, "dl"); i > 2 {
-			t.Errorf("deadline_exceeded was answer %d, want it before the batch items still queued", i+1)
-		}
-		ids := gwDispatchedIDs(t, dispatched.drain(t, g.NC))
-		if slices.Contains(ids, "dl") {
-			t.Errorf("the expired request was dispatched to a worker: %v", ids)
-		}
-		if i := slices.Index(ids, "int"); i < 0 || i > 1 {
-			t.Errorf("interactive request dispatched at %d, want right after the running b00; dispatch order %v", i, ids)
-		}
-		if len(ids) != nBatch+1 {
-			t.Errorf("%d work items dispatched to bt, want %d (every request exactly once): %v", len(ids), nBatch+1, ids)
-		}
-		// And the worker never counted it: served grew by exactly the 31 results.
-		st := g.waitStatus(t, "bt-0 to count the 31 results", func(st *codec.StatusReply) bool {
-			w, ok := gwLive(st, "bt")["bt-0"]
-			return ok && w.Served >= bt0.Served+nBatch+1
-		})
-		w := gwLive(st, "bt")["bt-0"]
-		if w.Served != bt0.Served+nBatch+1 || w.Failed != bt0.Failed {
-			t.Errorf("bt-0 served %d -> %d, failed %d -> %d; want +%d and +0", bt0.Served, w.Served, bt0.Failed, w.Failed, nBatch+1)
-		}
-	})
-
-	t.Run("Cancel", func(t *testing.T) {
-		claims := newGWSpy(t, g.NC, "ortbus.claim.>")
-		dispatched := newGWSpy(t, g.NC, "infer.bt.>")
-		in := newInbox(t, g.NC)
-		for _, id := range []string{"c0", "c1", "c2"} {
-			g.post(t, in, "tag", id, &codec.Request{ID: id, Path: img["blue"], Class: "batch", Model: gwSlow})
-		}
-		gwClaimOf(t, claims, "c0")
-		// c1 and c2 wait in the gateway. (Each op is its own subscription of the micro
-		// service, so a cancel may overtake the tag requests sent before it: wait until
-		// status shows them queued.)
-		g.waitStatus(t, "c1 and c2 queued", func(st *codec.StatusReply) bool {
-			for _, c := range st.Classes {
-				if c.Name == "batch" {
-					return c.Queued == 2
-				}
-			}
-			return false
-		})
-		start := time.Now()
-		if cr := g.cancel(t, in, "c2"); cr.ID != "c2" || !cr.Found {
-			t.Errorf("cancel reply %+v, want c2 found", cr)
-		}
-		m := in.next(t, "the cancelled answer")
-		lat := time.Since(start)
-		if k := in.key(m); k != "c2" {
-			t.Fatalf("first answer after the cancel is %s, want c2", k)
-		}
-		if c := gwDecode(t, m).code(); c != string(codec.CodeCancelled) {
-			t.Errorf("cancelled request answered %s, want cancelled", c)
-		}
-		// "At once" is the ordering above (answered before the running c0 and the queued
-		// c1); the time is logged, not bounded, since a loaded machine can stretch it.
-		t.Logf("queued request answered cancelled %v after the cancel", lat.Round(time.Microsecond))
-		// Only the sender (or an operator) may cancel: another connection's cancel of c1
-		// finds nothing, and c1 is still answered with its result below.
-		r := g.call(t, "cancel", &codec.Request{ID: "c1"}, gwReplyBound)
-		var cr codec.CancelReply
-		if err := codec.Unmarshal(r.Msg.Data, &cr); err != nil || cr.Found {
-			t.Errorf("cancel from another connection: %+v (%v), want found false", cr, err)
-		}
-		// A cancel sent right behind its request still cancels it, although the gateway
-		// may see the cancel first (each op is a subscription of its own).
-		g.post(t, in, "tag", "c3", &codec.Request{ID: "c3", Path: img["blue"], Class: "batch", Model: gwSlow})
-		g.cancel(t, in, "c3")
-		order, got := gwCollect(t, in, 3)
-		for _, k := range []string{"c0", "c1"} {
-			got[k].tag(t)
-		}
-		if c := got["c3"].code(); c != string(codec.CodeCancelled) || order[0] != "c3" {
-			t.Errorf("request cancelled right after it was sent: %s, answer %d of %v; want cancelled, first", c, slices.Index(order, "c3")+1, order)
-		}
-		if ids := gwDispatchedIDs(t, dispatched.drain(t, g.NC)); slices.Contains(ids, "c2") || slices.Contains(ids, "c3") {
-			t.Errorf("a cancelled request was dispatched: %v", ids)
-		}
-		r = g.call(t, "cancel", &codec.Request{ID: "no-such-request"}, gwReplyBound)
-		if err := codec.Unmarshal(r.Msg.Data, &cr); err != nil || cr.Found {
-			t.Errorf("cancel of an unknown id: %+v (%v), want found false", cr, err)
-		}
-	})
-
-	t.Run("Overload", func(t *testing.T) {
-		in := newInbox(t, g.NC)
-		const n, bound, capacity = 50, 10, 2 // interactive: queue bound 10, ia + bt one slot each
-		sent := map[string]time.Time{}
-		for i := 0; i < n; i++ {
-			k := fmt.Sprintf("o%02d", i)
-			sent[k] = g.post(t, in, "tag", k, &codec.Request{Path: img["red"], Model: gwSlow})
-		}
-		order, got := gwCollect(t, in, n)
-		var ok, over int
-		var firstOK time.Time
-		var maxOver time.Duration
-		for _, k := range order {
-			r := got[k]
-			switch r.code() {
-			case "ok":
-				if ok == 0 {
-					firstOK = r.At
-				}
-				ok++
-				checkColourTag(t, r.tag(t), "red")
-			case string(codec.CodeOverloaded):
-				over++
-				if ok > 0 {
-					t.Errorf("overloaded answer %s came after a result: not at once", k)
-				}
-				maxOver = max(maxOver, r.At.Sub(sent[k]))
-				if r.Err.Details["class"] != "interactive" {
-					t.Errorf("overloaded details %v, want class interactive", r.Err.Details)
-				}
+	for _, pool := range []string{"ia", "bt"} {
+		for id, w0 := range gwLive(before, pool) {
+			w1, ok := gwLive(after, pool)[id]
+			switch {
+			case !ok:
+				t.Errorf("worker %s is no longer live after %d requests", id, n)
+			case w1.PID != w0.PID:
+				t.Errorf("worker %s: pid %d became %d", id, w0.PID, w1.PID)
+			case w1.SessionsCreated != w0.SessionsCreated:
+				t.Errorf("worker %s: sessions_created %d became %d", id, w0.SessionsCreated, w1.SessionsCreated)
+			case w1.Restarts != 0:
+				t.Errorf("worker %s restarted %d times", id, w1.Restarts)
 			default:
-				t.Errorf("%s: %s %v", k, r.code(), r.Err)
+				t.Logf("worker %s: pid %d, sessions_created %d, served %d -> %d", id, w1.PID, w1.SessionsCreated, w0.Served, w1.Served)
 			}
 		}
-		t.Logf("%d requests at once: %d ok, %d overloaded (slowest overloaded answer %v; first result %v after the burst, last %v)",
-			n, ok, over, maxOver.Round(time.Microsecond), firstOK.Sub(sent["o49"]).Round(time.Millisecond), got[order[n-1]].At.Sub(sent["o49"]).Round(time.Millisecond))
-		if ok < bound || ok > bound+capacity+2 || ok+over != n {
-			t.Errorf("%d ok and %d overloaded of %d, want about %d ok (bound %d + %d running) and the rest overloaded", ok, over, n, bound+capacity, bound, capacity)
-		}
-		// "At once" is checked as an ordering (no overloaded answer after a result);
-		// maxOver is logged, not bounded.
-	})
+	}
+	if got := len(after.Workers); got != 2 {
+		t.Errorf("status lists %d workers, want 2", got)
+	}
+	kidsAfter := gwChildPIDs(t, g.cmd.Process.Pid)
+	slices.Sort(kidsAfter)
+	if !slices.Equal(kids, kidsAfter) || len(kids) != 2 {
+		t.Errorf("gateway's child processes %v became %v, want the same two", kids, kidsAfter)
+	}
+}
 
-	t.Run("Metrics", func(t *testing.T) {
-		before := gwRequestCounts(t, g.Ready.HTTP)
-		for i := 0; i < 5; i++ {
-			g.call(t, "tag", &codec.Request{Path: img["red"], Model: gwTagger}, gwReplyBound).tag(t)
-		}
-		for i := 0; i < 2; i++ {
-			if r := g.call(t, "tag", &codec.Request{Path: img["red"], Model: gwTagger, Pool: "nope"}, gwReplyBound); r.code() != string(codec.CodeUnknownPool) {
-				t.Fatalf("pool nope: %s", r.code())
-			}
-		}
-		if r := g.call(t, "tag", &codec.Request{Path: "/etc/hostname", Model: gwTagger}, gwReplyBound); r.code() != string(codec.CodeForbiddenPath) {
-			t.Fatalf("path outside the allowed roots: %s", r.code())
-		}
-		after := gwRequestCounts(t, g.Ready.HTTP)
-		want := map[string]float64{
-			gwMetricKey("tag", "interactive", "ia", gwTagger, "ok"):             5,
-			gwMetricKey("tag", "interactive", "", gwTagger, "unknown_pool"):     2,
-			gwMetricKey("tag", "interactive", "ia", gwTagger, "forbidden_path"): 1,
-		}
-		keys := map[string]bool{}
-		for k := range after {
-			keys[k] = true
-		}
-		for k := range want {
-			keys[k] = true
-		}
-		for k := range keys {
-			if d := after[k] - before[k]; d != want[k] {
-				t.Errorf("ortbus_requests_total{%s} grew by %v, want %v", k, d, want[k])
-			}
-		}
-		// What the earlier subtests did is there too.
-		for _, k := range []string{
-			gwMetricKey("tag", "batch", "bt", gwSlow, "ok"),
-			gwMetricKey("tag", "batch", "", gwSlow, "deadline_exceeded"),
-			gwMetricKey("tag", "batch", "", gwSlow, "cancelled"),
-			gwMetricKey("tag", "interactive", "", gwSlow, "overloaded"),
-		} {
-			if after[k] == 0 {
-				t.Errorf("no ortbus_requests_total{%s}", k)
-			}
-		}
-		t.Logf("ortbus_requests_total: %d series", len(after))
-	})
+// TestGatewayPriorityAndDeadline queues 30 slow batch items on bt, then an interactive
+// request for bt and a batch request of timeout_ms 1: the interactive one overtakes every
+// queued batch item, the expired one is answered deadline_exceeded at once and never
+// dispatched, and bt-0 counts exactly the 31 results.
+func TestGatewayPriorityAndDeadline(t *testing.T) {
+	g, img := sharedGateway(t)
+	claims := newGWSpy(t, g.NC, "ortbus.claim.>")
+	dispatched := newGWSpy(t, g.NC, "infer.bt.>")
+	in := newInbox(t, g.NC)
+	bt0, ok := gwLive(g.status(t), "bt")["bt-0"]
+	if !ok {
+		t.Fatal("bt-0 is not live")
+	}
+	const nBatch = 30
+	for i := 0; i < nBatch; i++ {
+		id := fmt.Sprintf("b%02d", i)
+		g.post(t, in, "tag", id, &codec.Request{ID: id, Path: img["blue"], Class: "batch", Model: gwSlow})
+	}
+	gwClaimOf(t, claims, "b00") // bt's one slot is busy; b01..b29 wait in the gateway
+	sentDL := g.post(t, in, "tag", "dl", &codec.Request{ID: "dl", Path: img["blue"], Class: "batch", Model: gwSlow, TimeoutMS: 1})
+	sentInt := g.post(t, in, "tag", "int", &codec.Request{ID: "int", Path: img["red"], Class: "interactive", Pool: "bt", Model: gwSlow})
+	order, got := gwCollect(t, in, nBatch+2)
 
-	t.Run("NatsCLI", func(t *testing.T) {
-		natsCLI := gwInstallNatsCLI(t)
-		home := t.TempDir()
-		run := func(args ...string) string {
-			t.Helper()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, natsCLI, append([]string{"--server", g.Ready.NATSURL}, args...)...)
-			cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "NO_COLOR=1")
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("nats %s: %v\n%s", strings.Join(args, " "), err, out)
-			}
-			return string(out)
+	// The interactive request overtook every queued batch item.
+	okBefore := 0
+	for _, k := range order {
+		if k == "int" {
+			break
 		}
-		if out := run("micro", "ls"); !strings.Contains(out, "ortbus") {
-			t.Errorf("nats micro ls does not list ortbus:\n%s", out)
+		if k != "dl" {
+			okBefore++
 		}
-		info := run("micro", "info", "ortbus")
-		for _, s := range []string{"ortbus.v1.tag", "ortbus.v1.status", "ortbus-gateway", "0.1.0"} {
-			if !strings.Contains(info, s) {
-				t.Errorf("nats micro info ortbus does not show %q:\n%s", s, info)
+	}
+	ti := got["int"].tag(t)
+	if ti.Pool != "bt" {
+		t.Errorf("interactive request with pool bt served by %s", ti.Pool)
+	}
+	if okBefore > 1 {
+		t.Errorf("interactive answer came after %d batch answers, want at most the 1 running when it arrived; order %v", okBefore, order)
+	}
+	last := got[order[len(order)-1]].tag(t)
+	t.Logf("interactive: answered after %d batch item(s), %v after submission, queue %v infer %v; last batch item queued %v",
+		okBefore, got["int"].At.Sub(sentInt).Round(time.Millisecond), time.Duration(ti.Timing.QueueUS)*time.Microsecond,
+		time.Duration(ti.Timing.InferUS)*time.Microsecond, time.Duration(last.Timing.QueueUS)*time.Microsecond)
+	for _, k := range order {
+		if k == "int" || k == "dl" {
+			continue
+		}
+		if tr := got[k].tag(t); tr.Pool != "bt" || (k > "b01" && tr.Timing.QueueUS < ti.Timing.QueueUS) {
+			t.Errorf("batch %s: pool %s, queue_us %d (interactive %d)", k, tr.Pool, tr.Timing.QueueUS, ti.Timing.QueueUS)
+		}
+	}
+
+	// The 1 ms request behind the queue: deadline_exceeded at once, never dispatched.
+	if c := got["dl"].code(); c != string(codec.CodeDeadlineExceeded) {
+		t.Errorf("timeout_ms 1 behind a queue: got %s, want deadline_exceeded", c)
+	}
+	t.Logf("deadline_exceeded answered %v after submission, %d-th of %d answers", got["dl"].At.Sub(sentDL).Round(time.Millisecond), slices.Index(order, "dl")+1, len(order))
+	if i := slices.Index(order, "dl"); i > 2 {
+		t.Errorf("deadline_exceeded was answer %d, want it before the batch items still queued", i+1)
+	}
+	ids := gwDispatchedIDs(t, dispatched.drain(t, g.NC))
+	if slices.Contains(ids, "dl") {
+		t.Errorf("the expired request was dispatched to a worker: %v", ids)
+	}
+	if i := slices.Index(ids, "int"); i < 0 || i > 1 {
+		t.Errorf("interactive request dispatched at %d, want right after the running b00; dispatch order %v", i, ids)
+	}
+	if len(ids) != nBatch+1 {
+		t.Errorf("%d work items dispatched to bt, want %d (every request exactly once): %v", len(ids), nBatch+1, ids)
+	}
+	// And the worker never counted it: served grew by exactly the 31 results.
+	st := g.waitStatus(t, "bt-0 to count the 31 results", func(st *codec.StatusReply) bool {
+		w, ok := gwLive(st, "bt")["bt-0"]
+		return ok && w.Served >= bt0.Served+nBatch+1
+	})
+	w := gwLive(st, "bt")["bt-0"]
+	if w.Served != bt0.Served+nBatch+1 || w.Failed != bt0.Failed {
+		t.Errorf("bt-0 served %d -> %d, failed %d -> %d; want +%d and +0", bt0.Served, w.Served, bt0.Failed, w.Failed, nBatch+1)
+	}
+}
+
+// TestGatewayCancel cancels queued batch requests on the shared gateway: answered
+// cancelled before the work ahead of them, never dispatched; only their sender may cancel
+// them, a cancel sent right behind its request still cancels it, and an unknown id is not
+// found.
+func TestGatewayCancel(t *testing.T) {
+	g, img := sharedGateway(t)
+	claims := newGWSpy(t, g.NC, "ortbus.claim.>")
+	dispatched := newGWSpy(t, g.NC, "infer.bt.>")
+	in := newInbox(t, g.NC)
+	for _, id := range []string{"c0", "c1", "c2"} {
+		g.post(t, in, "tag", id, &codec.Request{ID: id, Path: img["blue"], Class: "batch", Model: gwSlow})
+	}
+	gwClaimOf(t, claims, "c0")
+	// c1 and c2 wait in the gateway. (Each op is its own subscription of the micro
+	// service, so a cancel may overtake the tag requests sent before it: wait until
+	// status shows them queued.)
+	g.waitStatus(t, "c1 and c2 queued", func(st *codec.StatusReply) bool {
+		for _, c := range st.Classes {
+			if c.Name == "batch" {
+				return c.Queued == 2
 			}
 		}
-		tagRequests := func() (n, errs int) {
-			var stats []struct {
-				Endpoints []struct {
-					Name        string `json:"name"`
-					Subject     string `json:"subject"`
-					NumRequests int    `json:"num_requests"`
-					NumErrors   int    `json:"num_errors"`
-				} `json:"endpoints"`
+		return false
+	})
+	start := time.Now()
+	if cr := g.cancel(t, in, "c2"); cr.ID != "c2" || !cr.Found {
+		t.Errorf("cancel reply %+v, want c2 found", cr)
+	}
+	m := in.next(t, "the cancelled answer")
+	lat := time.Since(start)
+	if k := in.key(m); k != "c2" {
+		t.Fatalf("first answer after the cancel is %s, want c2", k)
+	}
+	if c := gwDecode(t, m).code(); c != string(codec.CodeCancelled) {
+		t.Errorf("cancelled request answered %s, want cancelled", c)
+	}
+	// "At once" is the ordering above (answered before the running c0 and the queued
+	// c1); the time is logged, not bounded, since a loaded machine can stretch it.
+	t.Logf("queued request answered cancelled %v after the cancel", lat.Round(time.Microsecond))
+	// Only the sender (or an operator) may cancel: another connection's cancel of c1
+	// finds nothing, and c1 is still answered with its result below.
+	r := g.call(t, "cancel", &codec.Request{ID: "c1"}, gwReplyBound)
+	var cr codec.CancelReply
+	if err := codec.Unmarshal(r.Msg.Data, &cr); err != nil || cr.Found {
+		t.Errorf("cancel from another connection: %+v (%v), want found false", cr, err)
+	}
+	// A cancel sent right behind its request still cancels it, although the gateway
+	// may see the cancel first (each op is a subscription of its own).
+	g.post(t, in, "tag", "c3", &codec.Request{ID: "c3", Path: img["blue"], Class: "batch", Model: gwSlow})
+	g.cancel(t, in, "c3")
+	order, got := gwCollect(t, in, 3)
+	for _, k := range []string{"c0", "c1"} {
+		got[k].tag(t)
+	}
+	if c := got["c3"].code(); c != string(codec.CodeCancelled) || order[0] != "c3" {
+		t.Errorf("request cancelled right after it was sent: %s, answer %d of %v; want cancelled, first", c, slices.Index(order, "c3")+1, order)
+	}
+	if ids := gwDispatchedIDs(t, dispatched.drain(t, g.NC)); slices.Contains(ids, "c2") || slices.Contains(ids, "c3") {
+		t.Errorf("a cancelled request was dispatched: %v", ids)
+	}
+	r = g.call(t, "cancel", &codec.Request{ID: "no-such-request"}, gwReplyBound)
+	if err := codec.Unmarshal(r.Msg.Data, &cr); err != nil || cr.Found {
+		t.Errorf("cancel of an unknown id: %+v (%v), want found false", cr, err)
+	}
+}
+
+// TestGatewayOverload sends 50 slow interactive requests at once to the shared gateway
+// (queue bound 10, two one-slot workers): about 12 are served and the rest answered
+// overloaded at once, before any result.
+func TestGatewayOverload(t *testing.T) {
+	g, img := sharedGateway(t)
+	in := newInbox(t, g.NC)
+	const n, bound, capacity = 50, 10, 2 // interactive: queue bound 10, ia + bt one slot each
+	sent := map[string]time.Time{}
+	for i := 0; i < n; i++ {
+		k := fmt.Sprintf("o%02d", i)
+		sent[k] = g.post(t, in, "tag", k, &codec.Request{Path: img["red"], Model: gwSlow})
+	}
+	order, got := gwCollect(t, in, n)
+	var ok, over int
+	var firstOK time.Time
+	var maxOver time.Duration
+	for _, k := range order {
+		r := got[k]
+		switch r.code() {
+		case "ok":
+			if ok == 0 {
+				firstOK = r.At
 			}
-			out := run("micro", "stats", "ortbus", "--json")
-			if err := json.Unmarshal([]byte(out), &stats); err != nil {
-				t.Fatalf("nats micro stats ortbus --json: %v\n%s", err, out)
+			ok++
+			checkColourTag(t, r.tag(t), "red")
+		case string(codec.CodeOverloaded):
+			over++
+			if ok > 0 {
+				t.Errorf("overloaded answer %s came after a result: not at once", k)
 			}
-			for _, s := range stats {
-				for _, e := range s.Endpoints {
-					if e.Subject == "ortbus.v1.tag" {
-						n += e.NumRequests
-						errs += e.NumErrors
-					}
+			maxOver = max(maxOver, r.At.Sub(sent[k]))
+			if r.Err.Details["class"] != "interactive" {
+				t.Errorf("overloaded details %v, want class interactive", r.Err.Details)
+			}
+		default:
+			t.Errorf("%s: %s %v", k, r.code(), r.Err)
+		}
+	}
+	t.Logf("%d requests at once: %d ok, %d overloaded (slowest overloaded answer %v; first result %v after the burst, last %v)",
+		n, ok, over, maxOver.Round(time.Microsecond), firstOK.Sub(sent["o49"]).Round(time.Millisecond), got[order[n-1]].At.Sub(sent["o49"]).Round(time.Millisecond))
+	if ok < bound || ok > bound+capacity+2 || ok+over != n {
+		t.Errorf("%d ok and %d overloaded of %d, want about %d ok (bound %d + %d running) and the rest overloaded", ok, over, n, bound+capacity, bound, capacity)
+	}
+	// "At once" is checked as an ordering (no overloaded answer after a result);
+	// maxOver is logged, not bounded.
+}
+
+// TestGatewayMetrics checks ortbus_requests_total on /metrics of the shared gateway: ok,
+// unknown_pool and forbidden_path requests each grow their own series by exactly their
+// count and nothing else grows; then a batch result, a deadline_exceeded, a cancelled and
+// overloaded answers grow theirs.
+func TestGatewayMetrics(t *testing.T) {
+	g, img := sharedGateway(t)
+	// The baseline; a gateway that has answered nothing yet has no series (nor the
+	// counter's TYPE line, which gwRequestCounts checks in the scrapes after).
+	before := gwParseRequestCounts(t, gwScrape(t, g.Ready.HTTP))
+	for i := 0; i < 5; i++ {
+		g.call(t, "tag", &codec.Request{Path: img["red"], Model: gwTagger}, gwReplyBound).tag(t)
+	}
+	for i := 0; i < 2; i++ {
+		if r := g.call(t, "tag", &codec.Request{Path: img["red"], Model: gwTagger, Pool: "nope"}, gwReplyBound); r.code() != string(codec.CodeUnknownPool) {
+			t.Fatalf("pool nope: %s", r.code())
+		}
+	}
+	if r := g.call(t, "tag", &codec.Request{Path: "/etc/hostname", Model: gwTagger}, gwReplyBound); r.code() != string(codec.CodeForbiddenPath) {
+		t.Fatalf("path outside the allowed roots: %s", r.code())
+	}
+	after := gwRequestCounts(t, g.Ready.HTTP)
+	want := map[string]float64{
+		gwMetricKey("tag", "interactive", "ia", gwTagger, "ok"):             5,
+		gwMetricKey("tag", "interactive", "", gwTagger, "unknown_pool"):     2,
+		gwMetricKey("tag", "interactive", "ia", gwTagger, "forbidden_path"): 1,
+	}
+	keys := map[string]bool{}
+	for k := range after {
+		keys[k] = true
+	}
+	for k := range want {
+		keys[k] = true
+	}
+	for k := range keys {
+		if d := after[k] - before[k]; d != want[k] {
+			t.Errorf("ortbus_requests_total{%s} grew by %v, want %v", k, d, want[k])
+		}
+	}
+	t.Logf("ortbus_requests_total: %d series", len(after))
+
+	// The answers of the queue path have their series too: batch results, and requests
+	// answered by the gateway without a pool (expired in the queue, cancelled there,
+	// shed). Four slow batch items keep bt's one slot busy while the others wait.
+	claims := newGWSpy(t, g.NC, "ortbus.claim.>")
+	in := newInbox(t, g.NC)
+	const nBatch = 4
+	for i := 0; i < nBatch; i++ {
+		id := fmt.Sprintf("m-b%d", i)
+		g.post(t, in, "tag", id, &codec.Request{ID: id, Path: img["blue"], Class: "batch", Model: gwSlow})
+	}
+	gwClaimOf(t, claims, "m-b0")
+	g.post(t, in, "tag", "m-dl", &codec.Request{ID: "m-dl", Path: img["blue"], Class: "batch", Model: gwSlow, TimeoutMS: 1})
+	// (The gateway cancels it whether it sees the cancel or the request first.)
+	g.post(t, in, "tag", "m-c", &codec.Request{ID: "m-c", Path: img["blue"], Class: "batch", Model: gwSlow})
+	g.cancel(t, in, "m-c")
+	_, got := gwCollect(t, in, nBatch+2)
+	for k, r := range got {
+		want := "ok"
+		switch k {
+		case "m-dl":
+			want = string(codec.CodeDeadlineExceeded)
+		case "m-c":
+			want = string(codec.CodeCancelled)
+		}
+		if r.code() != want {
+			t.Errorf("%s: %s %v, want %s", k, r.code(), r.Err, want)
+		}
+	}
+	const nBurst = 20 // interactive: queue bound 10, ia + bt one slot each
+	for i := 0; i < nBurst; i++ {
+		g.post(t, in, "tag", fmt.Sprintf("m-o%02d", i), &codec.Request{Path: img["red"], Model: gwSlow})
+	}
+	_, got = gwCollect(t, in, nBurst)
+	var ok, over float64
+	for k, r := range got {
+		switch r.code() {
+		case "ok":
+			ok++
+		case string(codec.CodeOverloaded):
+			over++
+		default:
+			t.Errorf("%s: %s %v", k, r.code(), r.Err)
+		}
+	}
+	t.Logf("%d slow interactive requests at once: %v ok, %v overloaded", nBurst, ok, over)
+	if over == 0 {
+		t.Errorf("%d slow interactive requests at once, none overloaded", nBurst)
+	}
+	last := gwRequestCounts(t, g.Ready.HTTP)
+	for k, n := range map[string]float64{
+		gwMetricKey("tag", "batch", "bt", gwSlow, "ok"):              nBatch,
+		gwMetricKey("tag", "batch", "", gwSlow, "deadline_exceeded"): 1,
+		gwMetricKey("tag", "batch", "", gwSlow, "cancelled"):         1,
+		gwMetricKey("tag", "interactive", "", gwSlow, "overloaded"):  over,
+	} {
+		if d := last[k] - after[k]; d != n {
+			t.Errorf("ortbus_requests_total{%s} grew by %v, want %v", k, d, n)
+		}
+	}
+	ia, bt := gwMetricKey("tag", "interactive", "ia", gwSlow, "ok"), gwMetricKey("tag", "interactive", "bt", gwSlow, "ok")
+	if d := last[ia] - after[ia] + last[bt] - after[bt]; d != ok {
+		t.Errorf("ortbus_requests_total{%s} and {%s} grew by %v together, want the %v results", ia, bt, d, ok)
+	}
+}
+
+// TestGatewayNatsCLI drives the shared gateway with the nats CLI (natscli v0.5.0): micro
+// ls, info and stats show the ortbus service and count its tag requests, nats req gets a
+// JSON tag reply, and nats sub shows a worker's heartbeat as readable JSON.
+func TestGatewayNatsCLI(t *testing.T) {
+	g, img := sharedGateway(t)
+	natsCLI := gwInstallNatsCLI(t)
+	home := t.TempDir()
+	run := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, natsCLI, append([]string{"--server", g.Ready.NATSURL}, args...)...)
+		cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "NO_COLOR=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("nats %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	if out := run("micro", "ls"); !strings.Contains(out, "ortbus") {
+		t.Errorf("nats micro ls does not list ortbus:\n%s", out)
+	}
+	info := run("micro", "info", "ortbus")
+	for _, s := range []string{"ortbus.v1.tag", "ortbus.v1.status", "ortbus-gateway", "0.1.0"} {
+		if !strings.Contains(info, s) {
+			t.Errorf("nats micro info ortbus does not show %q:\n%s", s, info)
+		}
+	}
+	tagRequests := func() (n, errs int) {
+		var stats []struct {
+			Endpoints []struct {
+				Name        string `json:"name"`
+				Subject     string `json:"subject"`
+				NumRequests int    `json:"num_requests"`
+				NumErrors   int    `json:"num_errors"`
+			} `json:"endpoints"`
+		}
+		out := run("micro", "stats", "ortbus", "--json")
+		if err := json.Unmarshal([]byte(out), &stats); err != nil {
+			t.Fatalf("nats micro stats ortbus --json: %v\n%s", err, out)
+		}
+		for _, s := range stats {
+			for _, e := range s.Endpoints {
+				if e.Subject == "ortbus.v1.tag" {
+					n += e.NumRequests
+					errs += e.NumErrors
 				}
 			}
-			return n, errs
 		}
-		n0, e0 := tagRequests()
-		for i := 0; i < 3; i++ {
-			g.call(t, "tag", &codec.Request{Path: img["red"], Model: gwTagger}, gwReplyBound).tag(t)
-		}
-		g.call(t, "tag", &codec.Request{Path: img["red"], Pool: "nope"}, gwReplyBound)
-		n1, e1 := tagRequests()
-		if n1-n0 != 4 || e1-e0 != 1 {
-			t.Errorf("micro stats: tag requests %d -> %d, errors %d -> %d; want +4 and +1", n0, n1, e0, e1)
-		}
-		if out := run("micro", "stats", "ortbus"); !strings.Contains(out, strconv.Itoa(n1)) {
-			t.Errorf("nats micro stats ortbus does not show %d requests:\n%s", n1, out)
-		}
-		t.Logf("micro stats: tag endpoint %d requests, %d errors", n1, e1)
+		return n, errs
+	}
+	n0, e0 := tagRequests()
+	for i := 0; i < 3; i++ {
+		g.call(t, "tag", &codec.Request{Path: img["red"], Model: gwTagger}, gwReplyBound).tag(t)
+	}
+	g.call(t, "tag", &codec.Request{Path: img["red"], Pool: "nope"}, gwReplyBound)
+	n1, e1 := tagRequests()
+	if n1-n0 != 4 || e1-e0 != 1 {
+		t.Errorf("micro stats: tag requests %d -> %d, errors %d -> %d; want +4 and +1", n0, n1, e0, e1)
+	}
+	if out := run("micro", "stats", "ortbus"); !strings.Contains(out, strconv.Itoa(n1)) {
+		t.Errorf("nats micro stats ortbus does not show %d requests:\n%s", n1, out)
+	}
+	t.Logf("micro stats: tag endpoint %d requests, %d errors", n1, e1)
 
-		body, _ := json.Marshal(map[string]string{"path": img["red"], "model": gwTagger})
-		out := run("req", "ortbus.v1.tag", string(body), "-H", "Content-Type:application/json", "--raw")
-		var tr codec.TagReply
-		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &tr); err != nil {
-			t.Fatalf("nats req ortbus.v1.tag: not a JSON tag reply: %v\n%s", err, out)
-		}
-		checkColourTag(t, &tr, "red")
-		if tr.Pool != "ia" || tr.Model != gwTagger {
-			t.Errorf("nats req reply: pool %s model %s", tr.Pool, tr.Model)
-		}
+	body, _ := json.Marshal(map[string]string{"path": img["red"], "model": gwTagger})
+	out := run("req", "ortbus.v1.tag", string(body), "-H", "Content-Type:application/json", "--raw")
+	var tr codec.TagReply
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &tr); err != nil {
+		t.Fatalf("nats req ortbus.v1.tag: not a JSON tag reply: %v\n%s", err, out)
+	}
+	checkColourTag(t, &tr, "red")
+	if tr.Pool != "ia" || tr.Model != gwTagger {
+		t.Errorf("nats req reply: pool %s model %s", tr.Pool, tr.Model)
+	}
 
-		// A heartbeat as an operator sees it: readable JSON naming the worker and its runtime.
-		out = run("sub", "ortbus.hb.ia.>", "--count", "1", "--raw")
-		var hb codec.Heartbeat
-		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &hb); err != nil || hb.Pool != "ia" || hb.Runtime != "1.30.0" || hb.State != codec.StateReady {
-			t.Errorf("nats sub ortbus.hb.ia.>: not a readable heartbeat of pool ia (%v):\n%s", err, out)
-		}
-	})
+	// A heartbeat as an operator sees it: readable JSON naming the worker and its runtime.
+	out = run("sub", "ortbus.hb.ia.>", "--count", "1", "--raw")
+	var hb codec.Heartbeat
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &hb); err != nil || hb.Pool != "ia" || hb.Runtime != "1.30.0" || hb.State != codec.StateReady {
+		t.Errorf("nats sub ortbus.hb.ia.>: not a readable heartbeat of pool ia (%v):\n%s", err, out)
+	}
 }
 
 // gwInstallNatsCLI builds the nats CLI (natscli v0.5.0) from the Go module proxy into a
@@ -830,29 +888,24 @@ func TestGatewayNATSRestart(t *testing.T) {
 	up := time.Now()
 	t.Logf("NATS down for %v", up.Sub(down).Round(time.Millisecond))
 
-	// Requests succeed again: retried, each with a short timeout, until one does.
+	// Requests succeed again: retried, each with a short timeout, until one does (retries
+	// that fail at once, no responders yet, are paced at pollEvery).
 	b, _ := codec.Marshal(&codec.Request{Path: red, Model: gwTagger})
 	var failures []string
-	for attempt := 1; ; attempt++ {
-		if time.Since(up) > gwReplyBound {
-			t.Fatalf("no successful request within %v of the NATS restart (%d attempts: %v)", gwReplyBound, attempt, failures)
-		}
-		sent := time.Now()
+	checkFor(t, "a successful request after the NATS restart", gwReplyBound, pollEvery, func() error {
 		m, err := g.NC.Request("ortbus.v1.tag", b, 300*time.Millisecond)
 		if err == nil {
 			r := gwDecode(t, m)
 			if r.Err == nil {
 				tr := r.tag(t)
-				t.Logf("served again by %s %v after the restart (attempt %d; before: %v)", tr.Worker, time.Since(up).Round(time.Millisecond), attempt, failures)
-				break
+				t.Logf("served again by %s %v after the restart (attempt %d; before: %v)", tr.Worker, time.Since(up).Round(time.Millisecond), len(failures)+1, failures)
+				return nil
 			}
 			err = r.Err
 		}
 		failures = append(failures, err.Error())
-		if d := time.Since(sent); d < 20*time.Millisecond {
-			time.Sleep(20*time.Millisecond - d) // pace retries that fail at once (no responders yet)
-		}
-	}
+		return fmt.Errorf("%d attempts: %v", len(failures), failures)
+	})
 	for i := 0; i < 5; i++ {
 		g.call(t, "tag", &codec.Request{Path: red, Model: gwTagger}, gwReplyBound).tag(t)
 	}
@@ -869,15 +922,10 @@ func TestGatewayNATSRestart(t *testing.T) {
 // age, or the worker is no longer listed as live there.
 func gwWaitHeartbeatAge(t *testing.T, g *gatewayProc, worker string, age time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(gwReplyBound)
-	for {
-		a, ok := gwHeartbeatAge(t, g.Ready.HTTP, worker)
-		if !ok || a > age {
-			return
+	checkFor(t, fmt.Sprintf("heartbeat age of %s over %v (or %s no longer live)", worker, age, worker), gwReplyBound, pollEvery, func() error {
+		if a, ok := gwHeartbeatAge(t, g.Ready.HTTP, worker); ok && a <= age {
+			return fmt.Errorf("heartbeat age of %s still %v", worker, a)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("heartbeat age of %s still %v after %v", worker, a, gwReplyBound)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -4,9 +4,15 @@
 // processes exit.
 //
 // A wait for something that must happen is on an event (a reply, a heartbeat, a claim, a
-// process exit) with a generous deadline that only bounds a failure, or polls (status,
-// /metrics) every 20 ms. Fixed sleeps remain only in hostile_test.go, as the grace it
-// gives something that must not happen (a second reply, a crash) or a log to catch up.
+// process exit) with a generous deadline that only bounds a failure, or polls state that
+// has no push event (status, /metrics) every pollEvery through checkFor (wait_test.go).
+// Fixed sleeps remain only in hostile_test.go, as the grace it gives something that must
+// not happen (a second reply, a crash) or a log to catch up.
+//
+// What is expensive to start and only receives requests is shared by the tests, started
+// on first use and stopped after the last test: the workers of sharedWorkers
+// (shared_test.go) and the gateway of sharedGateway (gateway_shared_test.go, through
+// atExit).
 package test
 
 import (
@@ -14,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/ortbus/ortbus/internal/testenv"
@@ -67,6 +74,40 @@ func runMain(m *testing.M) int {
 	pkgEnv.natsURL = srv.ClientURL()
 
 	code := m.Run()
+	if !runExitHooks(code != 0) && code == 0 {
+		code = 1
+	}
 	stopShared(code != 0)
 	return code
+}
+
+// exitHooks are what atExit registered.
+var exitHooks struct {
+	mu sync.Mutex
+	fs []func(failed bool) error
+}
+
+// atExit registers f to run after every test of the package (TestMain), the last
+// registered first; failed says whether the run failed. An error from f is printed and
+// fails the run: a shared fixture's teardown is part of what the tests check.
+func atExit(f func(failed bool) error) {
+	exitHooks.mu.Lock()
+	defer exitHooks.mu.Unlock()
+	exitHooks.fs = append(exitHooks.fs, f)
+}
+
+// runExitHooks runs the hooks of atExit and reports whether they all succeeded.
+func runExitHooks(failed bool) bool {
+	exitHooks.mu.Lock()
+	fs := exitHooks.fs
+	exitHooks.fs = nil
+	exitHooks.mu.Unlock()
+	ok := true
+	for i := len(fs) - 1; i >= 0; i-- {
+		if err := fs[i](failed); err != nil {
+			fmt.Fprintln(os.Stderr, "test: after the tests:", err)
+			ok = false
+		}
+	}
+	return ok
 }
