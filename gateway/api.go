@@ -9,6 +9,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/internal/guard"
+	"github.com/ortbus/ortbus/internal/reply"
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -54,15 +55,14 @@ const apiPendingBytes = 256 << 20
 func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 	asJSON := r.Headers().Get(codec.HeaderContentType) == codec.ContentTypeJSON
 	var once sync.Once
-	reply := func(body []byte, e *codec.Error) {
+	respond := func(body []byte, e *codec.Error) {
 		once.Do(func() {
 			var opts []micro.RespondOpt
 			if asJSON {
 				opts = append(opts, micro.WithHeaders(micro.Headers{codec.HeaderContentType: {codec.ContentTypeJSON}}))
 			}
-			if limit := g.nc.MaxPayload() - replyHeaderRoom; e == nil && int64(len(body)) > limit {
-				e = codec.Errorf(codec.CodeReplyTooLarge, "the reply is %d bytes, over the bus's limit of %d", len(body), limit).
-					With("bytes", len(body)).With("max_bytes", limit)
+			if e == nil {
+				e = reply.TooLarge(len(body), g.nc.MaxPayload())
 			}
 			var err error
 			if e != nil {
@@ -76,7 +76,7 @@ func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 			}
 		})
 	}
-	defer guard.Recover(g.log, "api "+op, func(e *codec.Error) { reply(nil, e) })
+	defer guard.Recover(g.log, "api "+op, func(e *codec.Error) { respond(nil, e) })
 	if r.Reply() == "" && !ops {
 		// Published without a reply subject: nobody to answer, and no owner to check.
 		g.metrics.bad("request")
@@ -86,11 +86,8 @@ func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 	if ops {
 		by = "" // an operator may cancel any request
 	}
-	g.serveFrom(op, r.Data(), asJSON, r.Reply(), by, reply)
+	g.serveFrom(op, r.Data(), asJSON, r.Reply(), by, respond)
 }
-
-// replyHeaderRoom is what a reply keeps free of the server's max_payload for headers.
-const replyHeaderRoom = 4096
 
 // serve dispatches one request of op from HTTP.
 func (g *Gateway) serve(op string, data []byte, asJSON bool, reply Reply) {

@@ -80,12 +80,20 @@ func ErrorOf(m *nats.Msg) *codec.Error {
 // room for headers), the reply_too_large error in its place: a result too large to send
 // is answered, never dropped.
 func Fit(m *nats.Msg, max int64) *nats.Msg {
-	if max <= 0 || int64(len(m.Data)) <= max-headerRoom {
-		return m
+	if e := TooLarge(len(m.Data), max); e != nil {
+		return Error(m.Subject, e, m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON)
 	}
-	e := codec.Errorf(codec.CodeReplyTooLarge, "the reply is %d bytes, over the bus's limit of %d", len(m.Data), max-headerRoom).
-		With("bytes", len(m.Data)).With("max_bytes", max-headerRoom)
-	return Error(m.Subject, e, m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON)
+	return m
+}
+
+// TooLarge is the reply_too_large error for a reply body of n bytes on a bus whose
+// max_payload is max (less room for headers), or nil when it fits (or max is unknown).
+func TooLarge(n int, max int64) *codec.Error {
+	if max <= 0 || int64(n) <= max-headerRoom {
+		return nil
+	}
+	return codec.Errorf(codec.CodeReplyTooLarge, "the reply is %d bytes, over the bus's limit of %d", n, max-headerRoom).
+		With("bytes", n).With("max_bytes", max-headerRoom)
 }
 
 // headerRoom is what Fit keeps free of a max_payload for a reply's headers.
