@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/ortbus/ortbus/subjects"
 )
 
 // Limits on the fields of a request, checked by Validate after decoding (the bounds walk
@@ -11,7 +13,7 @@ import (
 // refused with bad_request naming the field.
 const (
 	// MaxIDLen bounds a request id, a worker id and every other name from the wire.
-	MaxIDLen = 128
+	MaxIDLen = subjects.MaxTokenLen
 	// MaxPathLen bounds a file path (Linux's PATH_MAX).
 	MaxPathLen = 4096
 )

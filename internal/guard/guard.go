@@ -1,6 +1,6 @@
 // Package guard keeps a panic in one handler from ending the process. Every bus handler,
 // HTTP handler, tracker callback and goroutine of the gateway and the worker defers
-// Recover (or is wrapped by Msg or Go): a panic there is stopped, counted (Panics, which
+// Recover (or is wrapped by Msg): a panic there is stopped, counted (Panics, which
 // the gateway exports as ortbus_panics_total and a worker reports in its heartbeat),
 // logged once with its stack, and — where a reply is due — answered `internal`.
 package guard
@@ -55,12 +55,4 @@ func Msg(log *slog.Logger, where string, nc *nats.Conn, h nats.MsgHandler) nats.
 		})
 		h(m)
 	}
-}
-
-// Go runs f in a goroutine under Recover.
-func Go(log *slog.Logger, where string, f func()) {
-	go func() {
-		defer Recover(log, where, nil)
-		f()
-	}()
 }
