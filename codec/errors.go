@@ -15,6 +15,7 @@ const (
 	CodeUnknownOp           Code = "unknown_op"
 	CodeUnknownModel        Code = "unknown_model"
 	CodeUnknownPool         Code = "unknown_pool"
+	CodeUnknownJob          Code = "unknown_job"
 	CodeFileNotFound        Code = "file_not_found"
 	CodeForbiddenPath       Code = "forbidden_path"
 	CodeUnsupportedImage    Code = "unsupported_image"
@@ -30,15 +31,18 @@ const (
 	// CodeReplyTooLarge: the result exists but its encoding is over the NATS server's
 	// max_payload (or the HTTP reply limit); it is answered as this error, never dropped.
 	CodeReplyTooLarge Code = "reply_too_large"
-	CodeInternal      Code = "internal"
+	// CodeUnavailable: a service the request needs is not there (the job API where the
+	// NATS server has no JetStream).
+	CodeUnavailable Code = "unavailable"
+	CodeInternal    Code = "internal"
 )
 
 // Codes lists every stable code, for documentation and tests.
 var Codes = []Code{
-	CodeBadRequest, CodeUnknownOp, CodeUnknownModel, CodeUnknownPool, CodeFileNotFound,
+	CodeBadRequest, CodeUnknownOp, CodeUnknownModel, CodeUnknownPool, CodeUnknownJob, CodeFileNotFound,
 	CodeForbiddenPath, CodeUnsupportedImage, CodeImageTooLarge, CodeRuntimeMissing,
 	CodeProviderUnavailable, CodeNoWorker, CodeOverloaded, CodeDeadlineExceeded,
-	CodeCancelled, CodeWorkerLost, CodePoisonInput, CodeReplyTooLarge, CodeInternal,
+	CodeCancelled, CodeWorkerLost, CodePoisonInput, CodeReplyTooLarge, CodeUnavailable, CodeInternal,
 }
 
 // Status is the HTTP-like number sent in the Nats-Service-Error-Code header (and used as
@@ -49,7 +53,7 @@ func (c Code) Status() int {
 		return 400
 	case CodeForbiddenPath:
 		return 403
-	case CodeUnknownOp, CodeUnknownModel, CodeUnknownPool, CodeFileNotFound:
+	case CodeUnknownOp, CodeUnknownModel, CodeUnknownPool, CodeUnknownJob, CodeFileNotFound:
 		return 404
 	case CodeCancelled:
 		return 499
@@ -59,7 +63,7 @@ func (c Code) Status() int {
 		return 422
 	case CodeOverloaded:
 		return 429
-	case CodeRuntimeMissing, CodeProviderUnavailable, CodeNoWorker, CodeWorkerLost:
+	case CodeRuntimeMissing, CodeProviderUnavailable, CodeNoWorker, CodeWorkerLost, CodeUnavailable:
 		return 503
 	case CodeDeadlineExceeded:
 		return 504

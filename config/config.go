@@ -20,6 +20,7 @@ type Config struct {
 	Classes  map[string]*Class `toml:"classes"`
 	Pools    map[string]*Pool  `toml:"pools"`
 	Models   map[string]*Model `toml:"models"`
+	Jobs     Jobs              `toml:"jobs"`
 
 	// File is the path the configuration was read from ("" when parsed from bytes).
 	File string `toml:"-"`
@@ -98,6 +99,35 @@ type Gateway struct {
 	// HTTPMaxConcurrent bounds the API requests served at once (default 256); one more
 	// is answered 429 overloaded at once.
 	HTTPMaxConcurrent int `toml:"http_max_concurrent"`
+}
+
+// Jobs configures durable batch jobs (package jobs), kept in JetStream: they run
+// wherever the NATS server has JetStream (the embedded server does when nats.store_dir
+// is set), and the job API answers unavailable where it has not.
+type Jobs struct {
+	// Disabled turns the job API and the job consumer off.
+	Disabled bool `toml:"disabled"`
+	// Replicas of the job streams and bucket (3 on a 3-node cluster; default 1).
+	Replicas int `toml:"replicas"`
+	// AckWait is how long an item may go without word from its gateway (a progress ack
+	// every third of it while it runs) before JetStream gives it to another (default 30s).
+	AckWait Duration `toml:"ack_wait"`
+	// MaxAckPending bounds the items delivered and not yet answered, across all gateways
+	// (default 256); each gateway also takes no more than its batch pools have room for.
+	MaxAckPending int `toml:"max_ack_pending"`
+	// MaxDeliveries: an item delivered this many times without a result (the gateway or
+	// the whole stack died while it ran, each time) is answered poison_input instead of
+	// being run again (default 3: an item runs at most twice).
+	MaxDeliveries int `toml:"max_deliveries"`
+	// MaxItems bounds the items of one job (default 1,000,000).
+	MaxItems int `toml:"max_items"`
+	// ItemsMaxBytes bounds the stream of items waiting to run (default 1GiB); a submit
+	// past it is answered overloaded.
+	ItemsMaxBytes Bytes `toml:"items_max_bytes"`
+	// ResultsMaxBytes bounds the stored results (default 4GiB); ResultsMaxAge is how long
+	// a job and its results are kept (default 168h).
+	ResultsMaxBytes Bytes    `toml:"results_max_bytes"`
+	ResultsMaxAge   Duration `toml:"results_max_age"`
 }
 
 // Health holds heartbeat settings shared by workers and gateways.

@@ -39,6 +39,31 @@ func (c *Config) applyDefaults() {
 	if c.NATS.Embedded && c.NATS.Listen == "" {
 		c.NATS.Listen = "127.0.0.1:4222"
 	}
+	j := &c.Jobs
+	if j.Replicas == 0 {
+		j.Replicas = 1
+	}
+	if j.AckWait == 0 {
+		j.AckWait = Duration(30 * time.Second)
+	}
+	if j.MaxAckPending == 0 {
+		j.MaxAckPending = 256
+	}
+	if j.MaxDeliveries == 0 {
+		j.MaxDeliveries = 3
+	}
+	if j.MaxItems == 0 {
+		j.MaxItems = 1_000_000
+	}
+	if j.ItemsMaxBytes == 0 {
+		j.ItemsMaxBytes = 1 << 30
+	}
+	if j.ResultsMaxBytes == 0 {
+		j.ResultsMaxBytes = 4 << 30
+	}
+	if j.ResultsMaxAge == 0 {
+		j.ResultsMaxAge = Duration(168 * time.Hour)
+	}
 	g := &c.Gateway
 	if g.ShutdownGrace == 0 {
 		g.ShutdownGrace = Duration(10 * time.Second)
@@ -219,6 +244,7 @@ func (c *Config) validate() error {
 	c.NATS.CredsFile = c.Path(c.NATS.CredsFile)
 	c.NATS.PasswordFile = c.Path(c.NATS.PasswordFile)
 	c.NATS.TLSCA, c.NATS.TLSCert, c.NATS.TLSKey = c.Path(c.NATS.TLSCA), c.Path(c.NATS.TLSCert), c.Path(c.NATS.TLSKey)
+	add(c.validateJobs())
 	if err := checkInboxPrefix(c.NATS.InboxPrefix); err != nil {
 		add(c.errf("nats.inbox_prefix", "%v", err))
 	}
@@ -407,4 +433,31 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+func (c *Config) validateJobs() error {
+	j := c.Jobs
+	var errs []error
+	if j.Replicas < 1 || j.Replicas > 5 {
+		errs = append(errs, c.errf("jobs.replicas", "want 1 to 5, got %d", j.Replicas))
+	}
+	if j.AckWait < Duration(time.Second) {
+		errs = append(errs, c.errf("jobs.ack_wait", "must be at least 1s"))
+	}
+	if j.MaxAckPending < 1 {
+		errs = append(errs, c.errf("jobs.max_ack_pending", "must be at least 1"))
+	}
+	if j.MaxDeliveries < 2 {
+		errs = append(errs, c.errf("jobs.max_deliveries", "must be at least 2"))
+	}
+	if j.MaxItems < 1 {
+		errs = append(errs, c.errf("jobs.max_items", "must be at least 1"))
+	}
+	if j.ItemsMaxBytes < 1<<20 || j.ResultsMaxBytes < 1<<20 {
+		errs = append(errs, c.errf("jobs", "items_max_bytes and results_max_bytes must be at least 1MiB"))
+	}
+	if j.ResultsMaxAge < Duration(time.Minute) {
+		errs = append(errs, c.errf("jobs.results_max_age", "must be at least 1m"))
+	}
+	return errors.Join(errs...)
 }

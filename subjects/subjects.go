@@ -10,6 +10,10 @@
 //	ortbus.ops.cancel                 an operator's cancel of any request (ops role only)
 //	ortbus.gw.<gateway>.hb            a gateway's own heartbeat (failover between gateways)
 //	ortbus.gw.<gateway>.log           a gateway's journal of accepted requests (failover)
+//	ortbus.v1.job.<verb>              the job API (submit, status, cancel, list, results)
+//	ortbus.job.item.<job>             a job's items waiting to run (JetStream work queue)
+//	ortbus.job.result.<job>.<n>       item n's one result (JetStream, one message per subject)
+//	ortbus.job.run.<job>.<n>.<k>      the mark of item n's k-th run (k = 1, 2)
 //
 // The version of the client API is in its subjects (v1); a new wire generation gets new
 // subjects and both can be served side by side.
@@ -64,6 +68,37 @@ const (
 
 // Ops lists every client API operation.
 var Ops = []string{OpTag, OpEmbed, OpCompare, OpDetect, OpSegment, OpInfer, OpCancel, OpStatus, OpHealth}
+
+// The job API's operations: ortbus.v1.job.<verb> (POST /v1/job/<verb> over HTTP).
+const (
+	OpJobSubmit  = "job.submit"
+	OpJobStatus  = "job.status"
+	OpJobCancel  = "job.cancel"
+	OpJobList    = "job.list"
+	OpJobResults = "job.results"
+)
+
+// JobOps lists the job API's operations.
+var JobOps = []string{OpJobSubmit, OpJobStatus, OpJobCancel, OpJobList, OpJobResults}
+
+// The job subjects, kept in JetStream (package jobs).
+const (
+	JobItemPrefix   = "ortbus.job.item"
+	JobResultPrefix = "ortbus.job.result"
+	JobRunPrefix    = "ortbus.job.run"
+)
+
+// JobItems is the subject of a job's waiting items: ortbus.job.item.<job>.
+func JobItems(job string) string { return JobItemPrefix + "." + job }
+
+// JobResult is the subject of item n's result: ortbus.job.result.<job>.<n>.
+func JobResult(job string, n int) string { return fmt.Sprintf("%s.%s.%d", JobResultPrefix, job, n) }
+
+// JobResults matches every result of a job: ortbus.job.result.<job>.>.
+func JobResults(job string) string { return JobResultPrefix + "." + job + ".>" }
+
+// JobRun is the subject of the mark of item n's k-th run: ortbus.job.run.<job>.<n>.<k>.
+func JobRun(job string, n, k int) string { return fmt.Sprintf("%s.%s.%d.%d", JobRunPrefix, job, n, k) }
 
 // Worker control verbs.
 const (
@@ -257,6 +292,8 @@ func Parse(subject string) (Parsed, error) {
 		return check(Parsed{Kind: KindInfer, Pool: t[1], Class: t[2]}, "pool", t[1], "class", t[2])
 	case len(t) == 3 && t[0] == "ortbus" && t[1] == "v1":
 		return check(Parsed{Kind: KindAPI, Op: t[2]}, "op", t[2])
+	case len(t) == 4 && t[0] == "ortbus" && t[1] == "v1" && t[2] == "job":
+		return check(Parsed{Kind: KindAPI, Op: "job." + t[3]}, "op", t[3])
 	case len(t) == 4 && t[0] == "ortbus" && t[1] == "hb":
 		return check(Parsed{Kind: KindHeartbeat, Pool: t[2], Worker: t[3]}, "pool", t[2], "worker", t[3])
 	case subject == Cancel:

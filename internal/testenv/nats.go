@@ -13,7 +13,18 @@ import (
 // tests that drive a handler in process.
 func InProcessNATS(t testing.TB) *nats.Conn {
 	t.Helper()
-	opts, err := natsd.ParseArgs([]string{"-p", "-1"})
+	return inProcess(t, "-p", "-1")
+}
+
+// InProcessJetStream is InProcessNATS with JetStream on, its store in a directory of t's.
+func InProcessJetStream(t testing.TB) *nats.Conn {
+	t.Helper()
+	return inProcess(t, "-p", "-1", "-js", "-sd", t.TempDir())
+}
+
+func inProcess(t testing.TB, args ...string) *nats.Conn {
+	t.Helper()
+	opts, err := natsd.ParseArgs(args)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,176 @@
+package codec
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Jobs: library-scale batch work kept in JetStream (see package jobs). A job is a list of
+// image paths and one op; each path is one item, run once, with one result.
+
+// JobSubmit asks for a job: op on every item (a list of paths, or the images of a
+// directory). Job is optional: a client that names its job may send the same submit
+// again (after a lost reply, say) without creating a second job or running an item twice.
+type JobSubmit struct {
+	Job   string   `msgpack:"job,omitempty" json:"job,omitempty"`
+	Op    string   `msgpack:"op" json:"op"`
+	Model string   `msgpack:"model,omitempty" json:"model,omitempty"`
+	Class string   `msgpack:"class,omitempty" json:"class,omitempty"` // default batch
+	Pool  string   `msgpack:"pool,omitempty" json:"pool,omitempty"`
+	Items []string `msgpack:"items,omitempty" json:"items,omitempty"`
+	Dir   *JobDir  `msgpack:"dir,omitempty" json:"dir,omitempty"`
+	// Options are the op's request options applied to every item: thresholds (tag), conf
+	// and iou (detect), timeout_ms (each item's deadline, from when it is dispatched) and
+	// device. Other request fields are ignored.
+	Options *Request `msgpack:"options,omitempty" json:"options,omitempty"`
+}
+
+// JobDir names a directory whose images are the job's items.
+type JobDir struct {
+	Path string `msgpack:"path" json:"path"`
+	// Glob filters base names (path.Match syntax, e.g. "*.png"); default: the image
+	// extensions the workers decode.
+	Glob      string `msgpack:"glob,omitempty" json:"glob,omitempty"`
+	Recursive bool   `msgpack:"recursive,omitempty" json:"recursive,omitempty"`
+}
+
+// JobSubmitReply answers job.submit.
+type JobSubmitReply struct {
+	Job   string `msgpack:"job" json:"job"`
+	Total int    `msgpack:"total" json:"total"`
+}
+
+// JobRef names a job (job.status, job.cancel).
+type JobRef struct {
+	Job string `msgpack:"job" json:"job"`
+}
+
+// Job states.
+const (
+	JobRunning   = "running"
+	JobDone      = "done"
+	JobCancelled = "cancelled"
+)
+
+// JobStatus answers job.status, job.cancel and is one entry of job.list. Done counts
+// items with a result, Failed items answered with an error; Running is what is delivered
+// and not yet answered (across gateways); Redelivered counts items that needed more than
+// one delivery.
+type JobStatus struct {
+	Job            string  `msgpack:"job" json:"job"`
+	State          string  `msgpack:"state" json:"state"`
+	Op             string  `msgpack:"op" json:"op"`
+	Model          string  `msgpack:"model,omitempty" json:"model,omitempty"`
+	Class          string  `msgpack:"class" json:"class"`
+	Total          int     `msgpack:"total" json:"total"`
+	Done           int     `msgpack:"done" json:"done"`
+	Failed         int     `msgpack:"failed" json:"failed"`
+	Running        int     `msgpack:"running" json:"running"`
+	Redelivered    int     `msgpack:"redelivered" json:"redelivered"`
+	RatePerS       float64 `msgpack:"rate_per_s" json:"rate_per_s"`
+	EtaS           float64 `msgpack:"eta_s" json:"eta_s"`
+	StartedUnixMS  int64   `msgpack:"started_unix_ms" json:"started_unix_ms"`
+	FinishedUnixMS int64   `msgpack:"finished_unix_ms,omitempty" json:"finished_unix_ms,omitempty"`
+}
+
+// Finished reports whether the job will change no more.
+func (s *JobStatus) Finished() bool { return s.State == JobDone || s.State == JobCancelled }
+
+// JobListReply answers job.list: the jobs still kept, newest first.
+type JobListReply struct {
+	Jobs []JobStatus `msgpack:"jobs" json:"jobs"`
+}
+
+// JobResultsRequest asks for a job's results from sequence From (0: the first), at most
+// Limit of them (0: as many as fit one reply).
+type JobResultsRequest struct {
+	Job   string `msgpack:"job" json:"job"`
+	From  uint64 `msgpack:"from,omitempty" json:"from,omitempty"`
+	Limit int    `msgpack:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// JobResultsReply is one page of results, in the order they were recorded. Next is the
+// From of the next page; More says whether results past this page exist now (a running
+// job records more later).
+type JobResultsReply struct {
+	Job     string      `msgpack:"job" json:"job"`
+	Results []JobResult `msgpack:"results" json:"results"`
+	Next    uint64      `msgpack:"next" json:"next"`
+	More    bool        `msgpack:"more" json:"more"`
+}
+
+// JobResult is one item's outcome: the op's reply (Result) or an error.
+type JobResult struct {
+	Seq   uint64 `msgpack:"seq,omitempty" json:"seq,omitempty"`
+	Index int    `msgpack:"i" json:"i"`
+	Path  string `msgpack:"path" json:"path"`
+	// Result is the op's reply (a TagReply for tag, ...).
+	Result any    `msgpack:"result,omitempty" json:"result,omitempty"`
+	Error  *Error `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// MaxJobIDLen bounds a job id; a job id is letters, digits, '-' and '_'.
+const MaxJobIDLen = 64
+
+// CheckJobID checks a job id from the wire: it names subjects and keys.
+func CheckJobID(id string) error {
+	if id == "" || len(id) > MaxJobIDLen {
+		return Errorf(CodeBadRequest, "job: want 1 to %d characters, got %d", MaxJobIDLen, len(id)).With("field", "job")
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return Errorf(CodeBadRequest, "job: %q holds %q (letters, digits, - and _ only)", id, c).With("field", "job")
+		}
+	}
+	return nil
+}
+
+// JobOps are the ops a job may run: those that take one image path.
+var JobOps = []string{"tag", "embed", "detect", "segment"}
+
+// Validate checks a job submission from the wire (paths are checked against the
+// security roots where they are read).
+func (s *JobSubmit) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return Errorf(CodeBadRequest, "%s: %s", field, fmt.Sprintf(format, args...)).With("field", field)
+	}
+	if s.Job != "" {
+		if err := CheckJobID(s.Job); err != nil {
+			return err
+		}
+	}
+	ok := false
+	for _, op := range JobOps {
+		ok = ok || s.Op == op
+	}
+	if !ok {
+		return bad("op", "%q cannot run as a job (ops: %s)", s.Op, strings.Join(JobOps, ", "))
+	}
+	for _, f := range []struct{ name, v string }{{"model", s.Model}, {"class", s.Class}, {"pool", s.Pool}} {
+		if len(f.v) > MaxIDLen {
+			return bad(f.name, "%d bytes long, over the limit of %d", len(f.v), MaxIDLen)
+		}
+	}
+	if (len(s.Items) == 0) == (s.Dir == nil) {
+		return bad("items", "give items (a list of paths) or dir, not both and not neither")
+	}
+	for i, p := range s.Items {
+		if p == "" || len(p) > MaxPathLen || strings.IndexByte(p, 0) >= 0 {
+			return bad("items", "item %d is empty, over %d bytes or holds a NUL byte", i, MaxPathLen)
+		}
+	}
+	if s.Dir != nil {
+		if s.Dir.Path == "" || len(s.Dir.Path) > MaxPathLen || strings.IndexByte(s.Dir.Path, 0) >= 0 {
+			return bad("dir.path", "empty, over %d bytes or holds a NUL byte", MaxPathLen)
+		}
+		if len(s.Dir.Glob) > 256 {
+			return bad("dir.glob", "over 256 bytes")
+		}
+	}
+	if s.Options != nil {
+		if err := s.Options.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,305 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// Headers of a result message: the outcome (ok or the error code), and whether the item
+// was delivered more than once.
+const (
+	HeaderOutcome     = "Ortbus-Outcome"
+	HeaderRedelivered = "Ortbus-Redelivered"
+	outcomeOK         = "ok"
+)
+
+// storedResult is a result message's body.
+type storedResult struct {
+	Index  int                `msgpack:"i"`
+	Path   string             `msgpack:"path"`
+	Result msgpack.RawMessage `msgpack:"result,omitempty"`
+	Error  *codec.Error       `msgpack:"error,omitempty"`
+}
+
+// Consume runs items until ctx ends: it fetches as many as room() says this gateway can
+// take beyond those it holds, and handles each in its own goroutine with run.
+func (s *Store) Consume(ctx context.Context, room func() int, run Runner) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		n := room() - s.holding()
+		if n <= 0 {
+			s.pause(ctx, 200*time.Millisecond)
+			continue
+		}
+		batch, err := s.cons.Fetch(min(n, 64), jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("fetch job items", "err", err)
+			}
+			s.pause(ctx, backoff)
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		for m := range batch.Messages() {
+			s.hold(1)
+			go s.handle(ctx, m, run)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.Canceled) {
+			s.log.Warn("fetch job items", "err", err)
+			s.pause(ctx, backoff)
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+	}
+}
+
+// Wake makes Consume look for room now (a batch slot came free).
+func (s *Store) Wake() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Store) pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-s.wake:
+	case <-t.C:
+	}
+}
+
+func (s *Store) hold(n int) {
+	s.mu.Lock()
+	s.held += n
+	s.mu.Unlock()
+}
+
+func (s *Store) holding() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held
+}
+
+// Held is how many items this gateway holds (delivered here, not yet finished).
+func (s *Store) Held() int { return s.holding() }
+
+// handle follows the rules of the package doc for one delivered item.
+func (s *Store) handle(ctx context.Context, m jetstream.Msg, run Runner) {
+	defer s.hold(-1)
+	defer s.Wake()
+	md, err := m.Metadata()
+	var w wireItem
+	if err != nil || codec.Unmarshal(m.Data(), &w) != nil || codec.CheckJobID(w.Job) != nil || w.Index < 0 || m.Subject() != subjects.JobItems(w.Job) {
+		s.log.Warn("malformed job item dropped", "subject", m.Subject())
+		m.Term()
+		return
+	}
+	rec, err := s.record(ctx, w.Job)
+	if err != nil {
+		return // JetStream unreachable: the item comes back after ack_wait
+	}
+	if rec == nil || rec.Cancel != 0 || w.Index >= rec.Total { // rule 2
+		m.Ack()
+		return
+	}
+	if s.hasResult(ctx, w.Job, w.Index) { // rule 1
+		m.Ack()
+		return
+	}
+	redelivered := md.NumDelivered > 1
+	it := Item{Job: rec, Index: w.Index, Path: w.Path}
+	it.Run, err = s.markRun(ctx, w.Job, w.Index) // rule 3
+	if err != nil {
+		return
+	}
+	if it.Run > 1 {
+		redelivered = true
+	}
+	var body []byte
+	var e *codec.Error
+	if it.Run == 0 {
+		e = codec.Errorf(codec.CodePoisonInput, "item %d (%s) was running twice when its gateway died; not run again", w.Index, w.Path)
+	} else {
+		body, e = s.run(ctx, m, it, run)
+	}
+	if s.cancelled(w.Job) {
+		m.Ack()
+		return
+	}
+	if ctx.Err() != nil {
+		if e != nil {
+			return // interrupted by the gateway's stop: the item comes back after ack_wait
+		}
+		// Done as the gateway stops: the result is kept, within a bound.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+	}
+	if err := s.publishResult(ctx, it, body, e, redelivered); err != nil { // rule 6
+		return
+	}
+	m.Ack()
+}
+
+// run runs an item, retrying errors that say nothing about the item (rule 5), and keeps
+// telling JetStream the item is in progress (rule 4).
+func (s *Store) run(ctx context.Context, m jetstream.Msg, it Item, run Runner) ([]byte, *codec.Error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.track(it, cancel)
+	defer s.untrack(it)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		t := time.NewTicker(s.cfg.AckWait.D() / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				m.InProgress()
+			}
+		}
+	}()
+	lost := 0
+	wait := time.Second
+	for {
+		body, e := run(ctx, it)
+		if e == nil || ctx.Err() != nil {
+			return body, e
+		}
+		switch e.Code {
+		case codec.CodeWorkerLost:
+			if lost++; lost >= 2 {
+				return nil, codec.Errorf(codec.CodePoisonInput, "two workers died holding this item (last: %s)", e.Message)
+			}
+		case codec.CodeNoWorker, codec.CodeOverloaded, codec.CodeUnavailable:
+		default:
+			return nil, e
+		}
+		s.log.Info("job item waits to be retried", "job", it.Job.Job, "item", it.Index, "code", e.Code, "after", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, e
+		case <-t.C:
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+}
+
+// track and untrack keep the cancel of each item running here, for job.cancel.
+func (s *Store) track(it Item, cancel context.CancelFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running[it.Job.Job] == nil {
+		s.running[it.Job.Job] = map[int]context.CancelFunc{}
+	}
+	s.running[it.Job.Job][it.Index] = cancel
+}
+
+func (s *Store) untrack(it Item) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.running[it.Job.Job], it.Index)
+	if len(s.running[it.Job.Job]) == 0 {
+		delete(s.running, it.Job.Job)
+	}
+}
+
+// cancelled reports whether job is known here to be cancelled.
+func (s *Store) cancelled(job string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.records[job]
+	return r != nil && r.Cancel != 0
+}
+
+// hasResult reports whether item n of job has its result. An unreachable store counts as
+// no: the worst case is one more run whose result is then refused as a second one.
+func (s *Store) hasResult(ctx context.Context, job string, n int) bool {
+	_, err := s.results.GetLastMsgForSubject(ctx, subjects.JobResult(job, n))
+	return err == nil
+}
+
+// markRun takes item n's next run mark: 1 or 2, or 0 when both are taken.
+func (s *Store) markRun(ctx context.Context, job string, n int) (int, error) {
+	for k := 1; k <= 2; k++ {
+		subj := subjects.JobRun(job, n, k)
+		_, err := s.js.Publish(ctx, subj, nil, jetstream.WithExpectStream(ResultsStream))
+		if err == nil {
+			return k, nil
+		}
+		if _, gerr := s.results.GetLastMsgForSubject(ctx, subj); gerr != nil {
+			return 0, err // not "taken": the store failed
+		}
+	}
+	return 0, nil
+}
+
+// publishResult records an item's one result (rule 6): a second one for the same item is
+// refused by the stream, which is what the caller wants too. It retries while the store
+// is unreachable, until ctx ends.
+func (s *Store) publishResult(ctx context.Context, it Item, body []byte, e *codec.Error, redelivered bool) error {
+	b, err := codec.Marshal(&storedResult{Index: it.Index, Path: it.Path, Result: body, Error: e})
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(subjects.JobResult(it.Job.Job, it.Index))
+	msg.Data = b
+	msg.Header.Set(HeaderOutcome, outcomeOK)
+	if e != nil {
+		msg.Header.Set(HeaderOutcome, string(e.Code))
+	}
+	if redelivered {
+		msg.Header.Set(HeaderRedelivered, "1")
+	}
+	wait := 100 * time.Millisecond
+	for {
+		_, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(ResultsStream))
+		if err == nil || s.hasResult(ctx, it.Job.Job, it.Index) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		s.log.Warn("record job result", "job", it.Job.Job, "item", it.Index, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// itemIndex reads n from a result subject ortbus.job.result.<job>.<n>.
+func itemIndex(subject string) int {
+	for i := len(subject) - 1; i >= 0; i-- {
+		if subject[i] == '.' {
+			n, err := strconv.Atoi(subject[i+1:])
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
+}

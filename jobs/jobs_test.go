@@ -1,0 +1,329 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/internal/testenv"
+)
+
+// These tests run the store on an in-process JetStream server with a fake runner (the
+// gateway's scheduler and workers are tested end to end in test/jobs_test.go).
+
+func testConfig() config.Jobs {
+	return config.Jobs{Replicas: 1, AckWait: config.Duration(time.Second), MaxAckPending: 64, MaxDeliveries: 3,
+		MaxItems: 1000, ItemsMaxBytes: 64 << 20, ResultsMaxBytes: 64 << 20, ResultsMaxAge: config.Duration(time.Hour)}
+}
+
+func open(t *testing.T, nc *nats.Conn) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), nc, testConfig(), slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// runs counts the runs of each item and answers a tag reply naming the path.
+type runs struct {
+	mu sync.Mutex
+	n  map[int]int
+}
+
+func (r *runs) runner(fn func(it Item) ([]byte, *codec.Error)) Runner {
+	return func(ctx context.Context, it Item) ([]byte, *codec.Error) {
+		r.mu.Lock()
+		if r.n == nil {
+			r.n = map[int]int{}
+		}
+		r.n[it.Index]++
+		r.mu.Unlock()
+		if fn != nil {
+			return fn(it)
+		}
+		return tagReply(it), nil
+	}
+}
+
+func (r *runs) count(i int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[i]
+}
+
+func tagReply(it Item) []byte {
+	b, _ := codec.Marshal(&codec.TagReply{Served: codec.Served{ID: it.ID()}, General: map[string]float32{it.Path: 1}})
+	return b
+}
+
+func consume(t *testing.T, s *Store, room int, run Runner) context.CancelFunc {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Consume(ctx, func() int { return room }, run) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return cancel
+}
+
+func paths(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("/img/%03d.png", i))
+	}
+	return out
+}
+
+func waitStatus(t *testing.T, s *Store, job string, ok func(*codec.JobStatus) bool) *codec.JobStatus {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, e := s.Status(context.Background(), job)
+		if e != nil {
+			t.Fatalf("status: %v", e)
+		}
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: status never reached the condition: %+v", job, st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func allResults(t *testing.T, s *Store, job string, limit int) []codec.JobResult {
+	t.Helper()
+	var out []codec.JobResult
+	req := &codec.JobResultsRequest{Job: job, Limit: limit}
+	for pages := 0; ; pages++ {
+		page, e := s.Results(context.Background(), req, 1<<20)
+		if e != nil {
+			t.Fatal(e)
+		}
+		out = append(out, page.Results...)
+		if !page.More {
+			return out
+		}
+		if pages > 1000 {
+			t.Fatal("results never end")
+		}
+		req.From = page.Next
+	}
+}
+
+func TestJobRunsEveryItemOnceWithOneResult(t *testing.T) {
+	nc := testenv.InProcessJetStream(t)
+	s := open(t, nc)
+	var r runs
+	consume(t, s, 8, r.runner(func(it Item) ([]byte, *codec.Error) {
+		if it.Index%10 == 3 {
+			return nil, codec.Errorf(codec.CodeFileNotFound, "no %s", it.Path)
+		}
+		return tagReply(it), nil
+	}))
+	rep, e := s.Submit(context.Background(), &Record{Job: "lib1", Op: "tag", Class: "batch"}, paths(100))
+	if e != nil || rep.Job != "lib1" || rep.Total != 100 {
+		t.Fatalf("submit: %+v %v", rep, e)
+	}
+	st := waitStatus(t, s, "lib1", (*codec.JobStatus).Finished)
+	if st.State != codec.JobDone || st.Done != 90 || st.Failed != 10 || st.Total != 100 || st.Redelivered != 0 || st.FinishedUnixMS == 0 {
+		t.Fatalf("status: %+v", st)
+	}
+	// A re-submit of the same spec adds nothing and runs nothing again.
+	if rep, e := s.Submit(context.Background(), &Record{Job: "lib1", Op: "tag", Class: "batch"}, paths(100)); e != nil || rep.Total != 100 {
+		t.Fatalf("re-submit: %+v %v", rep, e)
+	}
+	// Another spec under the same id is refused.
+	if _, e := s.Submit(context.Background(), &Record{Job: "lib1", Op: "embed", Class: "batch"}, paths(100)); e == nil || e.Code != codec.CodeBadRequest {
+		t.Fatalf("conflicting re-submit: %v", e)
+	}
+	res := allResults(t, s, "lib1", 7) // small pages: paging is exercised
+	if len(res) != 100 {
+		t.Fatalf("%d results, want 100", len(res))
+	}
+	seen := map[int]bool{}
+	for _, x := range res {
+		if seen[x.Index] {
+			t.Fatalf("item %d has two results", x.Index)
+		}
+		seen[x.Index] = true
+		if want := fmt.Sprintf("/img/%03d.png", x.Index); x.Path != want {
+			t.Fatalf("item %d: path %q, want %q", x.Index, x.Path, want)
+		}
+		if x.Index%10 == 3 {
+			if x.Error == nil || x.Error.Code != codec.CodeFileNotFound {
+				t.Fatalf("item %d: want file_not_found, got %+v", x.Index, x)
+			}
+			continue
+		}
+		tr, ok := x.Result.(*codec.TagReply)
+		if !ok || tr.General[x.Path] != 1 || tr.ID != fmt.Sprintf("job:lib1:%d", x.Index) {
+			t.Fatalf("item %d: result %#v", x.Index, x.Result)
+		}
+	}
+	for i := range 100 {
+		if n := r.count(i); n != 1 {
+			t.Fatalf("item %d ran %d times", i, n)
+		}
+	}
+	list, e := s.List(context.Background())
+	if e != nil || len(list.Jobs) != 1 || list.Jobs[0].Job != "lib1" || list.Jobs[0].Done != 90 {
+		t.Fatalf("list: %+v %v", list, e)
+	}
+}
+
+// A gateway that dies while items run (here: a consumer stopped without acknowledging)
+// leaves them to another after ack_wait; an item that was running at two deaths is
+// answered poison_input without a third run.
+func TestJobItemRunsAtMostTwice(t *testing.T) {
+	nc := testenv.InProcessJetStream(t)
+	var r runs
+	block := func(it Item) ([]byte, *codec.Error) {
+		if it.Index == 0 {
+			select {} // never returns: its gateway "dies" with it
+		}
+		return tagReply(it), nil
+	}
+	hang := func(ctx context.Context, it Item) ([]byte, *codec.Error) {
+		if it.Index == 0 {
+			r.runner(nil)(ctx, it)
+			<-ctx.Done() // the gateway stops while it runs
+			return nil, codec.Errorf(codec.CodeCancelled, "stopped")
+		}
+		return r.runner(block)(ctx, it)
+	}
+	first := open(t, nc)
+	stop1 := consume(t, first, 2, hang)
+	if _, e := first.Submit(context.Background(), &Record{Job: "j2", Op: "tag", Class: "batch"}, paths(5)); e != nil {
+		t.Fatal(e)
+	}
+	waitStatus(t, first, "j2", func(st *codec.JobStatus) bool { return st.Done == 4 })
+	stop1()
+	second := open(t, nc)
+	stop2 := consume(t, second, 2, hang)
+	deadline := time.Now().Add(20 * time.Second)
+	for r.count(0) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("item 0 was never delivered again after its gateway stopped")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop2()
+	third := open(t, nc)
+	consume(t, third, 2, r.runner(nil))
+	st := waitStatus(t, third, "j2", (*codec.JobStatus).Finished)
+	if st.Done != 4 || st.Failed != 1 || st.Redelivered != 1 {
+		t.Fatalf("status: %+v", st)
+	}
+	if n := r.count(0); n != 2 {
+		t.Fatalf("item 0 ran %d times, want 2", n)
+	}
+	res := allResults(t, third, "j2", 0)
+	for _, x := range res {
+		if x.Index == 0 && (x.Error == nil || x.Error.Code != codec.CodePoisonInput) {
+			t.Fatalf("item 0: %+v, want poison_input", x)
+		}
+	}
+}
+
+// Errors that say nothing about the item are retried by the gateway holding it.
+func TestJobRetriesTransientErrors(t *testing.T) {
+	nc := testenv.InProcessJetStream(t)
+	s := open(t, nc)
+	var r runs
+	consume(t, s, 4, r.runner(func(it Item) ([]byte, *codec.Error) {
+		if r.count(it.Index) == 1 {
+			return nil, codec.Errorf(codec.CodeNoWorker, "no worker yet")
+		}
+		return tagReply(it), nil
+	}))
+	if _, e := s.Submit(context.Background(), &Record{Job: "j3", Op: "tag", Class: "batch"}, paths(3)); e != nil {
+		t.Fatal(e)
+	}
+	st := waitStatus(t, s, "j3", (*codec.JobStatus).Finished)
+	if st.Done != 3 || st.Failed != 0 {
+		t.Fatalf("status: %+v", st)
+	}
+	for i := range 3 {
+		if n := r.count(i); n != 2 {
+			t.Fatalf("item %d ran %d times, want 2 (one no_worker, one retry)", i, n)
+		}
+	}
+}
+
+// Cancel stops the running items, removes the waiting ones, and the job says cancelled.
+func TestJobCancel(t *testing.T) {
+	nc := testenv.InProcessJetStream(t)
+	s := open(t, nc)
+	started := make(chan int, 100)
+	consume(t, s, 2, func(ctx context.Context, it Item) ([]byte, *codec.Error) {
+		started <- it.Index
+		<-ctx.Done()
+		return nil, codec.Errorf(codec.CodeCancelled, "cancelled")
+	})
+	if _, e := s.Submit(context.Background(), &Record{Job: "j4", Op: "tag", Class: "batch"}, paths(50)); e != nil {
+		t.Fatal(e)
+	}
+	<-started
+	st, e := s.Cancel(context.Background(), "j4")
+	if e != nil || st.State != codec.JobCancelled {
+		t.Fatalf("cancel: %+v %v", st, e)
+	}
+	waitStatus(t, s, "j4", func(st *codec.JobStatus) bool { return st.Running == 0 })
+	if n := len(started); n > 4 {
+		t.Fatalf("%d more items started after the cancel", n)
+	}
+	if _, e := s.Status(context.Background(), "nope"); e == nil || e.Code != codec.CodeUnknownJob {
+		t.Fatalf("unknown job: %v", e)
+	}
+	if _, e := s.Submit(context.Background(), &Record{Job: "j4", Op: "tag", Class: "batch"}, paths(50)); e == nil || e.Code != codec.CodeCancelled {
+		t.Fatalf("re-submit of a cancelled job: %v", e)
+	}
+}
+
+func TestExpand(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"a.png", "b.JPG", "notes.txt", "sub/c.png", "sub/d.webp"} {
+		p := filepath.Join(dir, f)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, nil, 0o644)
+	}
+	os.Symlink(filepath.Join(dir, "a.png"), filepath.Join(dir, "link.png"))
+	rel := func(ps []string) []string {
+		for i, p := range ps {
+			ps[i], _ = filepath.Rel(dir, p)
+		}
+		return ps
+	}
+	for _, c := range []struct {
+		d    codec.JobDir
+		want string
+	}{
+		{codec.JobDir{Path: dir}, "[a.png b.JPG]"},
+		{codec.JobDir{Path: dir, Recursive: true}, "[a.png b.JPG sub/c.png sub/d.webp]"},
+		{codec.JobDir{Path: dir, Recursive: true, Glob: "*.png"}, "[a.png sub/c.png]"},
+	} {
+		got, e := Expand(c.d, 100)
+		if e != nil || fmt.Sprint(rel(got)) != c.want {
+			t.Errorf("%+v: %v %v, want %s", c.d, got, e, c.want)
+		}
+	}
+	if _, e := Expand(codec.JobDir{Path: dir, Recursive: true}, 3); e == nil || e.Code != codec.CodeBadRequest {
+		t.Errorf("over max: %v", e)
+	}
+	if _, e := Expand(codec.JobDir{Path: filepath.Join(dir, "none")}, 3); e == nil || e.Code != codec.CodeFileNotFound {
+		t.Errorf("missing dir: %v", e)
+	}
+	if _, e := Expand(codec.JobDir{Path: dir, Glob: "["}, 3); e == nil || e.Code != codec.CodeBadRequest {
+		t.Errorf("bad glob: %v", e)
+	}
+}

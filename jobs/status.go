@@ -1,0 +1,348 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// tally is what this gateway has counted of a job's results: every result up to stream
+// sequence seq. Results are unique per item, so counting each message once is exact.
+type tally struct {
+	mu                        sync.Mutex
+	seq                       uint64
+	done, failed, redelivered int
+	recent                    []time.Time // times of the latest results, for the rate
+	last                      time.Time
+}
+
+// rateWindow is how far back the rate looks; maxRecent bounds what it keeps.
+const (
+	rateWindow = time.Minute
+	maxRecent  = 512
+)
+
+func (s *Store) tallyOf(job string) *tally {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.tallies[job]
+	if !ok {
+		if len(s.tallies) >= maxCached {
+			for k := range s.tallies {
+				delete(s.tallies, k)
+				break
+			}
+		}
+		t = &tally{}
+		s.tallies[job] = t
+	}
+	return t
+}
+
+// count brings t up to date with the job's results: only their headers are read, and
+// only those after the last one counted.
+func (s *Store) count(ctx context.Context, job string, t *tally) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	last, err := s.results.GetLastMsgForSubject(ctx, subjects.JobResults(job))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if last.Sequence <= t.seq {
+		return nil
+	}
+	cons, err := s.results.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subjects.JobResults(job)},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    t.seq + 1,
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return err
+	}
+	for t.seq < last.Sequence {
+		batch, err := cons.Fetch(1024, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			n++
+			t.seq = md.Sequence.Stream
+			if m.Headers().Get(HeaderOutcome) == outcomeOK {
+				t.done++
+			} else {
+				t.failed++
+			}
+			if m.Headers().Get(HeaderRedelivered) != "" {
+				t.redelivered++
+			}
+			t.last = md.Timestamp
+			t.recent = append(t.recent, md.Timestamp)
+			if len(t.recent) > maxRecent {
+				t.recent = t.recent[len(t.recent)-maxRecent:]
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return nil
+}
+
+// Status reports a job.
+func (s *Store) Status(ctx context.Context, job string) (*codec.JobStatus, *codec.Error) {
+	rec, err := s.record(ctx, job)
+	if err != nil {
+		return nil, storeError("read the job", err)
+	}
+	if rec == nil {
+		return nil, unknownJob(job)
+	}
+	return s.status(ctx, rec)
+}
+
+func unknownJob(job string) *codec.Error {
+	return codec.Errorf(codec.CodeUnknownJob, "no job %q (never submitted, or older than jobs.results_max_age)", job).With("job", job)
+}
+
+func (s *Store) status(ctx context.Context, rec *Record) (*codec.JobStatus, *codec.Error) {
+	t := s.tallyOf(rec.Job)
+	if err := s.count(ctx, rec.Job, t); err != nil {
+		return nil, storeError("count results", err)
+	}
+	t.mu.Lock()
+	st := &codec.JobStatus{Job: rec.Job, Op: rec.Op, Model: rec.Model, Class: rec.Class, Total: rec.Total,
+		Done: t.done, Failed: t.failed, Redelivered: t.redelivered, StartedUnixMS: rec.Created, State: codec.JobRunning}
+	recent, last := slices.Clone(t.recent), t.last
+	t.mu.Unlock()
+	left := rec.Total - st.Done - st.Failed
+	switch {
+	case rec.Cancel != 0:
+		st.State, st.FinishedUnixMS = codec.JobCancelled, rec.Cancel
+	case left <= 0:
+		st.State, st.FinishedUnixMS = codec.JobDone, last.UnixMilli()
+		if d := last.Sub(time.UnixMilli(rec.Created)).Seconds(); d > 0 {
+			st.RatePerS = float64(rec.Total) / d
+		}
+		return st, nil
+	}
+	if st.State == codec.JobRunning {
+		st.Running = s.inFlight(ctx, rec.Job, left)
+		// The rate over the last minute of results; the ETA at that rate.
+		now := time.Now()
+		i, _ := slices.BinarySearchFunc(recent, now.Add(-rateWindow), func(a, b time.Time) int { return a.Compare(b) })
+		if w := recent[i:]; len(w) >= 2 {
+			if d := now.Sub(w[0]).Seconds(); d > 0 {
+				st.RatePerS = float64(len(w)) / d
+				st.EtaS = float64(left) / st.RatePerS
+			}
+		}
+	}
+	return st, nil
+}
+
+// inFlight estimates a job's items delivered and not yet answered: its items still in the
+// work queue, bounded by all items delivered and unacknowledged on the consumer (which
+// other running jobs share).
+func (s *Store) inFlight(ctx context.Context, job string, left int) int {
+	subj := subjects.JobItems(job)
+	info, err := s.items.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return 0
+	}
+	ci, err := s.cons.Info(ctx)
+	if err != nil {
+		return 0
+	}
+	return min(int(info.State.Subjects[subj]), ci.NumAckPending, left)
+}
+
+// maxList bounds job.list.
+const maxList = 100
+
+// List reports the jobs kept, newest first (at most 100).
+func (s *Store) List(ctx context.Context) (*codec.JobListReply, *codec.Error) {
+	lister, err := s.kv.ListKeys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, storeError("list jobs", err)
+	}
+	var recs []*Record
+	if lister != nil {
+		for k := range lister.Keys() {
+			if r, err := s.record(ctx, k); err == nil && r != nil {
+				recs = append(recs, r)
+			}
+		}
+	}
+	slices.SortFunc(recs, func(a, b *Record) int { return int(b.Created - a.Created) })
+	out := &codec.JobListReply{Jobs: []codec.JobStatus{}}
+	for _, r := range recs[:min(len(recs), maxList)] {
+		if st, e := s.status(ctx, r); e == nil {
+			out.Jobs = append(out.Jobs, *st)
+		}
+	}
+	return out, nil
+}
+
+// Results pages through a job's results in the order they were recorded: from stream
+// sequence req.From, at most req.Limit (default and cap 1000), and no more than maxBytes
+// of encoded results (at least one).
+func (s *Store) Results(ctx context.Context, req *codec.JobResultsRequest, maxBytes int) (*codec.JobResultsReply, *codec.Error) {
+	rec, err := s.record(ctx, req.Job)
+	if err != nil {
+		return nil, storeError("read the job", err)
+	}
+	if rec == nil {
+		return nil, unknownJob(req.Job)
+	}
+	limit := req.Limit
+	if limit <= 0 || limit > 1000 {
+		limit = 1000
+	}
+	out := &codec.JobResultsReply{Job: req.Job, Results: []codec.JobResult{}, Next: max(req.From, 1)}
+	last, err := s.results.GetLastMsgForSubject(ctx, subjects.JobResults(req.Job))
+	if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && last.Sequence < out.Next {
+		return out, nil
+	}
+	if err != nil {
+		return nil, storeError("read results", err)
+	}
+	cons, err := s.results.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subjects.JobResults(req.Job)},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    out.Next,
+	})
+	if err != nil {
+		return nil, storeError("read results", err)
+	}
+	batch, err := cons.Fetch(limit, jetstream.FetchMaxWait(2*time.Second))
+	if err != nil {
+		return nil, storeError("read results", err)
+	}
+	size := 0
+	for m := range batch.Messages() {
+		md, err := m.Metadata()
+		if err != nil {
+			continue
+		}
+		if size > maxBytes {
+			continue // the rest of the batch is read again from Next
+		}
+		var r storedResult
+		res := codec.JobResult{Seq: md.Sequence.Stream, Index: itemIndex(m.Subject())}
+		if err := codec.Unmarshal(m.Data(), &r); err != nil {
+			res.Error = codec.Errorf(codec.CodeInternal, "stored result is malformed: %v", err)
+		} else {
+			res.Path, res.Error = r.Path, r.Error
+			if r.Error == nil {
+				v := codec.NewReply(rec.Op)
+				if err := codec.Unmarshal(r.Result, v); err != nil {
+					res.Error = codec.Errorf(codec.CodeInternal, "stored result is malformed: %v", err)
+				} else {
+					res.Result = v
+				}
+			}
+		}
+		size += len(m.Data())
+		out.Results = append(out.Results, res)
+		out.Next = md.Sequence.Stream + 1
+	}
+	if err := batch.Error(); err != nil && len(out.Results) == 0 {
+		return nil, storeError("read results", err)
+	}
+	out.More = out.Next <= last.Sequence
+	return out, nil
+}
+
+// Cancel cancels a job: no item of it runs any more (those running are stopped, here and
+// at every gateway that watches the bucket), its waiting items are removed, and what it
+// has done stays readable.
+func (s *Store) Cancel(ctx context.Context, job string) (*codec.JobStatus, *codec.Error) {
+	for attempt := 0; ; attempt++ {
+		e, err := s.kv.Get(ctx, job)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, unknownJob(job)
+		}
+		if err != nil {
+			return nil, storeError("read the job", err)
+		}
+		rec, err := decodeRecord(e.Value())
+		if err != nil {
+			return nil, storeError("read the job", err)
+		}
+		if rec.Cancel == 0 {
+			rec.Cancel = time.Now().UnixMilli()
+			b, _ := json.Marshal(rec)
+			if _, err := s.kv.Update(ctx, job, b, e.Revision()); err != nil {
+				if attempt < 5 {
+					continue // another gateway wrote it meanwhile
+				}
+				return nil, storeError("cancel the job", err)
+			}
+		}
+		s.cache(rec)
+		s.stopRunning(job)
+		if err := s.items.Purge(ctx, jetstream.WithPurgeSubject(subjects.JobItems(job))); err != nil {
+			return nil, storeError("remove waiting items", err)
+		}
+		return s.status(ctx, rec)
+	}
+}
+
+// stopRunning cancels the items of job running here.
+func (s *Store) stopRunning(job string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, cancel := range s.running[job] {
+		cancel()
+	}
+}
+
+// Watch follows the bucket until ctx ends, so that a job cancelled at another gateway
+// stops here too.
+func (s *Store) Watch(ctx context.Context) {
+	w, err := s.kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		s.log.Warn("watch job records", "err", err)
+		return
+	}
+	defer w.Stop()
+	for e := range w.Updates() {
+		if e == nil {
+			continue
+		}
+		if e.Operation() != jetstream.KeyValuePut {
+			s.mu.Lock()
+			delete(s.records, e.Key())
+			s.mu.Unlock()
+			continue
+		}
+		rec, err := decodeRecord(e.Value())
+		if err != nil {
+			continue
+		}
+		s.cache(rec)
+		if rec.Cancel != 0 {
+			s.stopRunning(rec.Job)
+		}
+	}
+}

@@ -1,0 +1,216 @@
+// Package jobs keeps library-scale batch jobs in JetStream, so that a job outlives any
+// gateway, worker or NATS server that dies while it runs.
+//
+// A job is one op over a list of image paths. Its parts, all in JetStream:
+//
+//   - the job's record, in the key-value bucket ortbus_jobs (JSON, one key per job: its
+//     spec, its total, when it was created and cancelled);
+//   - its items, one message each on ortbus.job.item.<job> in the work-queue stream
+//     ORTBUS_JOB_ITEMS (Nats-Msg-Id <job>:<n>, so a re-submit adds nothing), consumed by
+//     every gateway through one durable pull consumer;
+//   - its results, one message per item on ortbus.job.result.<job>.<n> in the stream
+//     ORTBUS_JOB_RESULTS, which keeps one message per subject and refuses a second: an
+//     item has exactly one result however often it is delivered;
+//   - the marks of its runs, ortbus.job.run.<job>.<n>.<k> (k = 1, 2) in the same stream,
+//     each taken before the item is sent to a worker.
+//
+// The rules an item follows, wherever it is delivered (handle, consume.go):
+//
+//  1. An item with a result is acknowledged and not run again.
+//  2. An item of a cancelled or unknown job is acknowledged and not run.
+//  3. Before it runs, an item takes its next run mark; an item whose two marks are taken
+//     (it was running when its gateway, or the whole stack, died twice) is answered
+//     poison_input without running: no item runs more than twice.
+//  4. While it runs, its gateway tells JetStream so every third of ack_wait; a gateway
+//     that dies stops doing so, and the item is delivered again after ack_wait.
+//  5. Errors that say nothing about the item (no worker, overloaded, a worker lost once)
+//     are retried by the gateway that holds it, after a pause, for as long as the job
+//     runs; any other outcome is the item's result.
+//  6. The result is recorded before the item is acknowledged.
+//
+// Counts (done, failed, redelivered) are read from the results themselves, so every
+// gateway reports the same figures and none is lost with a gateway.
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// Names of the JetStream objects.
+const (
+	ItemsStream   = "ORTBUS_JOB_ITEMS"
+	ResultsStream = "ORTBUS_JOB_RESULTS"
+	Bucket        = "ortbus_jobs"
+	ConsumerName  = "ortbus-gateways"
+)
+
+// Runner runs one item through the gateway (its queues, sharing policy and workers) and
+// returns the op's reply, msgpack-encoded, or an error. ctx ends when the item's job is
+// cancelled or the gateway stops; the runner then answers soon (cancelled).
+type Runner func(ctx context.Context, it Item) ([]byte, *codec.Error)
+
+// Item is one delivered item of a job.
+type Item struct {
+	Job   *Record
+	Index int
+	Path  string
+	// Run is this item's run (1, or 2 when it was running where a gateway died).
+	Run int
+}
+
+// ID is the request id the item runs under: job:<job>:<n>.
+func (it Item) ID() string { return fmt.Sprintf("job:%s:%d", it.Job.Job, it.Index) }
+
+// Record is a job as kept in the bucket (`nats kv get ortbus_jobs JOB` shows it).
+type Record struct {
+	Job     string         `json:"job"`
+	Op      string         `json:"op"`
+	Model   string         `json:"model,omitempty"`
+	Class   string         `json:"class"`
+	Pool    string         `json:"pool,omitempty"`
+	Options *codec.Request `json:"options,omitempty"`
+	Total   int            `json:"total"`
+	Created int64          `json:"created_unix_ms"`
+	Cancel  int64          `json:"cancelled_unix_ms,omitempty"`
+}
+
+// Store is this gateway's handle on the jobs: the API's reads and writes, and the
+// consumer that runs items.
+type Store struct {
+	cfg     config.Jobs
+	log     *slog.Logger
+	js      jetstream.JetStream
+	items   jetstream.Stream
+	results jetstream.Stream
+	cons    jetstream.Consumer
+	kv      jetstream.KeyValue
+
+	mu      sync.Mutex
+	records map[string]*Record // cache of the bucket, bounded by maxCached
+	tallies map[string]*tally  // counts read from the results, bounded by maxCached
+	running map[string]map[int]context.CancelFunc
+	held    int // items delivered here and not yet finished
+	wake    chan struct{}
+}
+
+// ErrNoJetStream: the NATS server has no JetStream (for the embedded server, set
+// nats.store_dir); the job API answers unavailable.
+var ErrNoJetStream = errors.New("the NATS server has no JetStream (embedded: set nats.store_dir)")
+
+// maxCached bounds the records and tallies held in memory; past it, entries are read
+// again from JetStream when needed.
+const maxCached = 4096
+
+// Open creates or updates the streams, the bucket and the consumer (idempotently: every
+// gateway does it at start, with the limits of its config) and returns the store.
+func Open(ctx context.Context, nc *nats.Conn, cfg config.Jobs, log *slog.Logger) (*Store, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := js.AccountInfo(ctx); err != nil {
+		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			return nil, ErrNoJetStream
+		}
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	s := &Store{cfg: cfg, log: log, js: js, records: map[string]*Record{}, tallies: map[string]*tally{},
+		running: map[string]map[int]context.CancelFunc{}, wake: make(chan struct{}, 1)}
+	if s.items, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        ItemsStream,
+		Description: "ortbus: job items waiting to run",
+		Subjects:    []string{subjects.JobItemPrefix + ".>"},
+		Retention:   jetstream.WorkQueuePolicy,
+		MaxBytes:    int64(cfg.ItemsMaxBytes),
+		Discard:     jetstream.DiscardNew,
+		Replicas:    cfg.Replicas,
+		Duplicates:  10 * time.Minute,
+	}); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", ItemsStream, err)
+	}
+	if s.results, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:                 ResultsStream,
+		Description:          "ortbus: one result per job item, and the marks of item runs",
+		Subjects:             []string{subjects.JobResultPrefix + ".>", subjects.JobRunPrefix + ".>"},
+		Retention:            jetstream.LimitsPolicy,
+		MaxBytes:             int64(cfg.ResultsMaxBytes),
+		MaxAge:               cfg.ResultsMaxAge.D(),
+		MaxMsgsPerSubject:    1,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		Replicas:             cfg.Replicas,
+		AllowDirect:          true,
+	}); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", ResultsStream, err)
+	}
+	if s.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      Bucket,
+		Description: "ortbus: job records",
+		TTL:         cfg.ResultsMaxAge.D(),
+		Replicas:    cfg.Replicas,
+		History:     1,
+	}); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", Bucket, err)
+	}
+	if s.cons, err = s.items.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       ConsumerName,
+		Description:   "ortbus gateways: job items",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait.D(),
+		MaxAckPending: cfg.MaxAckPending,
+		MaxDeliver:    -1, // rule 3 bounds runs; a delivery that did not run costs nothing
+	}); err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", ConsumerName, err)
+	}
+	return s, nil
+}
+
+// Unavailable is the job API's answer where the store could not be opened.
+func Unavailable() *codec.Error { return codec.Errorf(codec.CodeUnavailable, "%v", ErrNoJetStream) }
+
+// record returns job's record, from the cache or the bucket (nil, nil when unknown).
+func (s *Store) record(ctx context.Context, job string) (*Record, error) {
+	s.mu.Lock()
+	r, ok := s.records[job]
+	s.mu.Unlock()
+	if ok {
+		return r, nil
+	}
+	e, err := s.kv.Get(ctx, job)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	r, err = decodeRecord(e.Value())
+	if err != nil {
+		return nil, err
+	}
+	s.cache(r)
+	return r, nil
+}
+
+func (s *Store) cache(r *Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.records[r.Job]; !ok && len(s.records) >= maxCached {
+		for k := range s.records { // any one: it is read again when needed
+			delete(s.records, k)
+			break
+		}
+	}
+	s.records[r.Job] = r
+}

@@ -1,0 +1,207 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// wireItem is one item's message in ORTBUS_JOB_ITEMS.
+type wireItem struct {
+	Job   string `msgpack:"j"`
+	Index int    `msgpack:"i"`
+	Path  string `msgpack:"p"`
+}
+
+// publishChunk bounds the items published before waiting for their acks.
+const publishChunk = 512
+
+// Submit records the job and publishes its items, and answers {job, total}. A submit
+// naming a job that exists with the same spec publishes its items again, which JetStream
+// drops as duplicates (and rule 1 answers any that were already run): it is safe to send
+// again after a lost reply. With another spec it is refused.
+func (s *Store) Submit(ctx context.Context, rec *Record, paths []string) (*codec.JobSubmitReply, *codec.Error) {
+	if len(paths) > s.cfg.MaxItems {
+		return nil, codec.Errorf(codec.CodeBadRequest, "%d items, over jobs.max_items (%d)", len(paths), s.cfg.MaxItems).With("field", "items")
+	}
+	if rec.Job == "" {
+		rec.Job = nuid.Next()
+	}
+	rec.Total = len(paths)
+	rec.Created = time.Now().UnixMilli()
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return nil, codec.Errorf(codec.CodeInternal, "encode job: %v", err)
+	}
+	if _, err := s.kv.Create(ctx, rec.Job, data); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, storeError("record the job", err)
+		}
+		old, err := s.record(ctx, rec.Job)
+		if err != nil || old == nil {
+			return nil, storeError("read the job", err)
+		}
+		if !sameSpec(old, rec) {
+			return nil, codec.Errorf(codec.CodeBadRequest, "job %s exists with another op, model, class, pool, options or item count", rec.Job).With("job", rec.Job)
+		}
+		if old.Cancel != 0 {
+			return nil, codec.Errorf(codec.CodeCancelled, "job %s was cancelled", rec.Job).With("job", rec.Job)
+		}
+		rec = old
+	} else {
+		s.cache(rec)
+	}
+	if e := s.publishItems(ctx, rec.Job, paths); e != nil {
+		// Half a job would never finish: take it back whole; the client may submit again.
+		s.forget(context.WithoutCancel(ctx), rec.Job)
+		return nil, e
+	}
+	return &codec.JobSubmitReply{Job: rec.Job, Total: rec.Total}, nil
+}
+
+// publishItems publishes one message per path, in chunks, and waits for each chunk's acks.
+func (s *Store) publishItems(ctx context.Context, job string, paths []string) *codec.Error {
+	subj := subjects.JobItems(job)
+	for start := 0; start < len(paths); start += publishChunk {
+		var futures []jetstream.PubAckFuture
+		for i := start; i < min(start+publishChunk, len(paths)); i++ {
+			b, err := codec.Marshal(&wireItem{Job: job, Index: i, Path: paths[i]})
+			if err != nil {
+				return codec.Errorf(codec.CodeInternal, "encode item: %v", err)
+			}
+			f, err := s.js.PublishAsync(subj, b, jetstream.WithMsgID(job+":"+strconv.Itoa(i)), jetstream.WithExpectStream(ItemsStream))
+			if err != nil {
+				return storeError("publish items", err)
+			}
+			futures = append(futures, f)
+		}
+		select {
+		case <-s.js.PublishAsyncComplete():
+		case <-ctx.Done():
+			return storeError("publish items", ctx.Err())
+		}
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return storeError("publish items", err)
+			}
+		}
+	}
+	return nil
+}
+
+// forget removes a job's record and waiting items.
+func (s *Store) forget(ctx context.Context, job string) {
+	if err := s.items.Purge(ctx, jetstream.WithPurgeSubject(subjects.JobItems(job))); err != nil {
+		s.log.Warn("purge job items", "job", job, "err", err)
+	}
+	if err := s.kv.Purge(ctx, job); err != nil {
+		s.log.Warn("remove job record", "job", job, "err", err)
+	}
+	s.mu.Lock()
+	delete(s.records, job)
+	delete(s.tallies, job)
+	s.mu.Unlock()
+}
+
+// sameSpec reports whether two records ask for the same work.
+func sameSpec(a, b *Record) bool {
+	x, y := *a, *b
+	x.Created, y.Created, x.Cancel, y.Cancel = 0, 0, 0, 0
+	bx, _ := json.Marshal(&x)
+	by, _ := json.Marshal(&y)
+	return bytes.Equal(bx, by)
+}
+
+// decodeRecord reads a record from the bucket (which only gateways write; still checked).
+func decodeRecord(b []byte) (*Record, error) {
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, err
+	}
+	if codec.CheckJobID(r.Job) != nil || r.Total < 0 {
+		return nil, errors.New("malformed job record")
+	}
+	return &r, nil
+}
+
+// storeError is the API's answer when JetStream failed: overloaded when a stream is full,
+// unavailable when it cannot be reached, internal otherwise.
+func storeError(what string, err error) *codec.Error {
+	switch {
+	case err == nil:
+		return codec.Errorf(codec.CodeInternal, "%s: not found", what)
+	case strings.Contains(err.Error(), "maximum bytes exceeded") || strings.Contains(err.Error(), "maximum messages exceeded"):
+		return codec.Errorf(codec.CodeOverloaded, "%s: the job store is full (jobs.items_max_bytes, jobs.results_max_bytes): %v", what, err)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+		return codec.Errorf(codec.CodeUnavailable, "%s: JetStream did not answer: %v", what, err)
+	}
+	return codec.Errorf(codec.CodeInternal, "%s: %v", what, err)
+}
+
+// imageExts are the file extensions a directory walk takes when no glob is given.
+var imageExts = map[string]bool{".png": true, ".jpg": true, ".jpeg": true, ".webp": true, ".gif": true, ".bmp": true}
+
+// Expand lists the images of a directory (sorted; its subdirectories too when recursive):
+// the regular files whose base name matches glob, or that have an image extension when
+// glob is empty. Symlinks are not followed (each item is checked where it is read). More
+// than max files is an error.
+func Expand(d codec.JobDir, max int) ([]string, *codec.Error) {
+	if d.Glob != "" {
+		if _, err := filepath.Match(d.Glob, ""); err != nil {
+			return nil, codec.Errorf(codec.CodeBadRequest, "dir.glob %q: %v", d.Glob, err).With("field", "dir.glob")
+		}
+	}
+	var out []string
+	err := filepath.WalkDir(d.Path, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() {
+			if p != d.Path && !d.Recursive {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if !e.Type().IsRegular() {
+			return nil
+		}
+		name := e.Name()
+		if d.Glob != "" {
+			if ok, _ := filepath.Match(d.Glob, name); !ok {
+				return nil
+			}
+		} else if !imageExts[strings.ToLower(filepath.Ext(name))] {
+			return nil
+		}
+		if len(out) == max {
+			return errTooMany
+		}
+		out = append(out, p)
+		return nil
+	})
+	switch {
+	case errors.Is(err, errTooMany):
+		return nil, codec.Errorf(codec.CodeBadRequest, "%s holds more than %d images (jobs.max_items)", d.Path, max).With("field", "dir")
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, codec.Errorf(codec.CodeFileNotFound, "directory %s does not exist", d.Path).With("field", "dir")
+	case err != nil:
+		return nil, codec.Errorf(codec.CodeBadRequest, "read directory %s: %v", d.Path, err).With("field", "dir")
+	}
+	return out, nil
+}
+
+var errTooMany = errors.New("too many files")
