@@ -364,6 +364,94 @@ func TestRoom(t *testing.T) {
 	check("bulk", "batch", 12-7)
 }
 
+// TestSnapshot: a pass's snapshot holds the tracker's live workers (by TestRoom's rules),
+// the requests in flight per pool and per device and class, the measured service times
+// and the supervisor's view of each pool. It is a copy: what it takes does not reach the
+// gateway, nor do the gateway's later changes reach it.
+func TestSnapshot(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	f := newFleet(t, g)
+	f.ready("bulk", "bulk-1", 2, "interactive", "batch")
+	f.beat(codec.Heartbeat{Worker: "bulk-2", Pool: "bulk", Slots: 5, Classes: []string{"interactive"}, State: codec.StateStarting})
+	f.ready("fast", "fast-1", 1, "urgent", "interactive")
+	g.tracker.MarkDead("fast-1", "exit code 1")
+	g.fl.hold("bulk", "cuda:0", "batch")
+	g.fl.hold("bulk", "cuda:0", "interactive")
+	g.est.observe(estKey{"bulk", "tag", "tagger"}, time.Second)
+	g.supervisor.pools["spare"] = &poolProcs{cfg: g.cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}, asleep: true}
+
+	c := g.snapshot(time.Now())
+	if b := c.pools["bulk"]; !b.live || b.slots["interactive"] != 2 || b.slots["batch"] != 8 || b.busy != 2 {
+		t.Fatalf("bulk: live %v slots %v busy %d, want live, interactive 2 batch 8, busy 2", b.live, b.slots, b.busy)
+	}
+	if c.pools["fast"].live || c.room("fast", "interactive") != 0 {
+		t.Fatal("a dead worker counted")
+	}
+	if c.deviceSlots["cuda:0"] != 2 || c.load["cuda:0"]["batch"] != 1 || c.load["cuda:0"]["interactive"] != 1 {
+		t.Fatalf("cuda:0: slots %d load %v, want 2 and one batch, one interactive", c.deviceSlots["cuda:0"], c.load["cuda:0"])
+	}
+	if got := c.est[estKey{"bulk", "tag", "tagger"}]; got != time.Second {
+		t.Fatalf("measured service time %s, want 1s", got)
+	}
+	if st := c.pools["fast"].poolStatus; st.coming || !strings.HasPrefix(st.reason, "no live workers") {
+		t.Fatalf("remote pool without workers: %+v", st)
+	}
+	if st := c.pools["spare"].poolStatus; !st.coming || !st.asleep {
+		t.Fatalf("lazy pool asleep: %+v", st)
+	}
+
+	c.take("bulk", "batch")
+	g.fl.hold("fast", "cuda:0", "urgent")
+	g.est.observe(estKey{"fast", "tag", "tagger"}, time.Second)
+	busy, load := g.fl.held()
+	if busy["bulk"] != 2 || load["cuda:0"]["batch"] != 1 {
+		t.Fatalf("the snapshot's take reached flights: busy %v load %v", busy, load)
+	}
+	if c.pools["fast"].busy != 0 || c.load["cuda:0"]["urgent"] != 0 || c.est[estKey{"fast", "tag", "tagger"}] != 0 {
+		t.Fatal("the gateway's changes after the snapshot reached it")
+	}
+}
+
+// TestPoolStatus: the supervisor's view of a pool without live workers. A remote pool is
+// coming for a death verdict's time after start-up, then gone; a local pool is coming
+// while its workers start, or asleep (lazy_load, and coming) until woken; it is not when
+// it failed at start-up (with that error), crash-loops, has no workers, or the gateway
+// shuts down.
+func TestPoolStatus(t *testing.T) {
+	cfg := parseConfig(t, routeConfig)
+	s := newSupervisor(cfg, nil, nil, nil, "", "")
+	grace := time.Duration(cfg.Health.MissCount) * cfg.Health.HeartbeatInterval.D()
+	if st := s.poolStatus("fast", s.started.Add(grace-time.Millisecond)); !st.coming || st.reason != "remote workers not heard yet" {
+		t.Errorf("remote pool within its grace: %+v", st)
+	}
+	if st := s.poolStatus("fast", s.started.Add(grace)); st.coming || st.reason != "no live workers (remote pool: none heartbeating)" {
+		t.Errorf("remote pool after its grace: %+v", st)
+	}
+
+	missing := codec.Errorf(codec.CodeRuntimeMissing, "libonnxruntime.so.1 not found")
+	for _, c := range []struct {
+		name           string
+		set            func(*poolProcs)
+		reason         string
+		coming, asleep bool
+	}{
+		{"starting", func(*poolProcs) {}, "workers starting", true, false},
+		{"lazy", func(pp *poolProcs) { pp.asleep = true }, "not started yet (lazy_load): starting for this request", true, true},
+		{"crash-looping", func(pp *poolProcs) { pp.crashLooping = true }, "crash-looping (0 deaths within 30s)", false, false},
+		{"failed", func(pp *poolProcs) { pp.failed = missing }, "runtime_missing: libonnxruntime.so.1 not found", false, false},
+		{"no workers", func(pp *poolProcs) { pp.procs = nil }, "no workers configured", false, false},
+		{"shutting down", func(pp *poolProcs) { pp.asleep = true; s.closed = true }, "shutting down", false, false},
+	} {
+		pp := &poolProcs{cfg: cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}}
+		s.pools["spare"], s.closed = pp, false
+		c.set(pp)
+		st := s.poolStatus("spare", time.Now())
+		if st.reason != c.reason || st.coming != c.coming || st.asleep != c.asleep || st.failed != pp.failed {
+			t.Errorf("%s: %+v, want reason %q coming %v asleep %v failed %v", c.name, st, c.reason, c.coming, c.asleep, pp.failed)
+		}
+	}
+}
+
 // TestRouteChainOrder: an item goes to the first candidate pool with room, in chain
 // order, and its unit is taken in the snapshot (pool and device); with every live pool
 // full the item waits ("" and no error); a pool found full is skipped for the rest of
@@ -478,6 +566,29 @@ func TestRouteWaitOrNoWorker(t *testing.T) {
 	}
 }
 
+// TestRouteLazyWake: an item that finds a lazy_load pool asleep (and no live pool before
+// it in its chain) waits and asks for the pool to be woken, once a pass; an item that
+// waits for a live pool first wakes nothing.
+func TestRouteLazyWake(t *testing.T) {
+	c := snapOf(t, routeConfig)
+	asleep := poolStatus{reason: "not started yet (lazy_load): starting for this request", coming: true, asleep: true}
+	c.pools["spare"].poolStatus = asleep
+	if d := c.route(newItem("interactive", "tag", soon(), "fast", "spare"), nil); d != (decision{wake: "spare"}) {
+		t.Fatalf("first item for an asleep pool: %+v, want a wait that wakes spare", d)
+	}
+	if d := c.route(newItem("interactive", "tag", soon(), "spare"), nil); d != (decision{}) {
+		t.Fatalf("second item of the pass: %+v, want a wait, no second wake", d)
+	}
+
+	c = snapOf(t, routeConfig)
+	c.pools["spare"].poolStatus = asleep
+	ready(c, "bulk", 1, "interactive")
+	c.pools["bulk"].busy = 1
+	if d := c.route(newItem("interactive", "tag", soon(), "bulk", "spare"), nil); d != (decision{}) {
+		t.Fatalf("a live full pool first in the chain: %+v, want a wait that wakes nothing", d)
+	}
+}
+
 // TestRouteDeadlineExceeded: an item that no candidate with room can finish before its
 // deadline (measured service time) is deadline_exceeded without taking a unit; an
 // infeasible pool is passed over for a feasible one; no measurement is feasible.
@@ -514,5 +625,47 @@ func TestRouteDeadlineExceeded(t *testing.T) {
 	// Another op of the same pools has no measurement: it goes.
 	if pool := routeOK(t, c, newItem("interactive", "embed", deadline, "fast"), nil); pool != "fast" {
 		t.Fatalf("unmeasured op routed to %q, want fast", pool)
+	}
+}
+
+// TestRouter: a dispatch pass routes on one snapshot, taken when it first routes an
+// item (a heartbeat heard before then counts, one heard during the pass waits for the
+// next), holds each unit it gives in flights (per pool, and per device and class), and
+// wakes a lazy pool that an item waits for.
+func TestRouter(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	f := newFleet(t, g)
+	route := g.router(time.Now())
+	f.ready("fast", "fast-1", 1, "urgent", "interactive")
+	if pool, err := route(newItem("interactive", "tag", soon(), "fast", "bulk"), nil); pool != "fast" || err != nil {
+		t.Fatalf("routed to %q %v, want fast", pool, err)
+	}
+	if busy, load := g.fl.held(); busy["fast"] != 1 || load["cuda:0"]["interactive"] != 1 {
+		t.Fatalf("flights hold %v, %v; want fast 1 and one interactive on cuda:0", busy, load)
+	}
+	f.ready("bulk", "bulk-1", 1, "interactive")
+	if pool, err := route(newItem("interactive", "tag", soon(), "fast", "bulk"), nil); pool != "" || err != nil {
+		t.Fatalf("with fast full and bulk heard during the pass: %q %v, want a wait", pool, err)
+	}
+	if pool, err := g.router(time.Now())(newItem("interactive", "tag", soon(), "fast", "bulk"), nil); pool != "bulk" || err != nil {
+		t.Fatalf("next pass: %q %v, want bulk", pool, err)
+	}
+
+	s := g.supervisor
+	s.bin = "/nonexistent/ortworker" // never a real process: the woken pool fails to start
+	s.mu.Lock()
+	s.pools["spare"] = &poolProcs{cfg: g.cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}, asleep: true}
+	s.mu.Unlock()
+	if pool, err := g.router(time.Now())(newItem("batch", "tag", soon(), "spare"), nil); pool != "" || err != nil {
+		t.Fatalf("lazy pool asleep: %q %v, want a wait", pool, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); s.poolStatus("spare", time.Now()).failed == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lazy pool was never woken")
+		}
+	}
+	_, err := g.router(time.Now())(newItem("batch", "tag", soon(), "spare"), nil)
+	if e := asErr(err); e.Code != codec.CodeInternal || !strings.Contains(e.Message, "start worker /nonexistent/ortworker") {
+		t.Fatalf("after the woken pool failed to start: %v, want its start error", err)
 	}
 }
