@@ -16,9 +16,10 @@ import (
 // route records in it each unit it takes, so that later items of the same pass see it.
 //
 // Only the dispatch loop routes, one pass at a time, and it holds in flights each unit a
-// pass takes as soon as route decides it; what else changes during the pass (answers
-// coming back, workers coming live) only frees capacity, which the next pass sees. So a
-// pass never gives a pool more than it had room for.
+// pass takes as soon as route decides it, so the next snapshot counts it. Nothing else
+// adds to what is in flight (answers coming back only take away), so a pass never gives
+// a pool more than its snapshot had room for; what changes during a pass (answers,
+// workers coming live or dying) is seen by the next one.
 type capacity struct {
 	cfg         *config.Config // read-only: classes (priority, min_share, degrade), pools (device, max_batch)
 	now         time.Time
