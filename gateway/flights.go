@@ -2,9 +2,9 @@ package gateway
 
 import (
 	"context"
-	"time"
-
+	"maps"
 	"sync"
+	"time"
 
 	"github.com/ortbus/ortbus/codec"
 )
@@ -131,15 +131,15 @@ func (f *flights) inFlight(pool string) int {
 	return f.busy[pool]
 }
 
-// loadOn is a copy of the requests in flight on device, by class.
-func (f *flights) loadOn(device string) map[string]int {
+// held is a copy of the requests in flight per pool, and per device and class.
+func (f *flights) held() (busy map[string]int, load deviceLoad) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make(map[string]int, len(f.load[device]))
-	for class, n := range f.load[device] {
-		out[class] = n
+	load = make(deviceLoad, len(f.load))
+	for device, byClass := range f.load {
+		load[device] = maps.Clone(byClass)
 	}
-	return out
+	return maps.Clone(f.busy), load
 }
 
 // running counts the dispatched requests by class.

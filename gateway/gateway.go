@@ -255,10 +255,8 @@ func (g *Gateway) dispatchLoop(ctx context.Context) {
 // dispatchPass runs one pass of the scheduler and sends what it assigns.
 func (g *Gateway) dispatchPass() {
 	defer guard.Recover(g.log, "dispatch pass", nil)
-	ps := newRoutePass()
-	out, failed := g.queues.Dispatch(time.Now(), func(it *sched.Item, reserved map[string]bool) (string, error) {
-		return g.route(ps, it, reserved)
-	})
+	now := time.Now()
+	out, failed := g.queues.Dispatch(now, g.router(now))
 	for _, f := range failed {
 		g.answer(f.Item.Value.(*pending), nil, codec.AsError(f.Err))
 	}

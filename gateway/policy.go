@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -40,51 +41,37 @@ func (d deviceLoad) add(device, class string, n int) {
 }
 
 // policyOn reports whether the sharing policy applies.
-func (g *Gateway) policyOn() bool { return g.cfg.Gateway.Policy != config.PolicyFIFO }
+func (c *capacity) policyOn() bool { return c.cfg.Gateway.Policy != config.PolicyFIFO }
 
 // shareAllows applies the one-unit rule to a background class on pool's device; reserved
 // holds the pools that waiting higher-priority items keep.
-func (g *Gateway) shareAllows(pool, class string, reserved map[string]bool) bool {
-	cl := g.cfg.Classes[class]
-	if !g.policyOn() || cl.Priority < backgroundPriority {
+func (c *capacity) shareAllows(pool, class string, reserved map[string]bool) bool {
+	cl := c.cfg.Classes[class]
+	if !c.policyOn() || cl.Priority < backgroundPriority {
 		return true
 	}
-	device := g.cfg.Pools[pool].Device
-	load := g.fl.loadOn(device)
+	device := c.cfg.Pools[pool].Device
+	load := c.load[device]
 	higher := false
 	for other, n := range load {
-		if n > 0 && g.cfg.Classes[other].Priority < cl.Priority {
+		if n > 0 && c.cfg.Classes[other].Priority < cl.Priority {
 			higher = true
 		}
 	}
 	for rp := range reserved {
-		if g.cfg.Pools[rp].Device == device {
+		if c.cfg.Pools[rp].Device == device {
 			higher = true
 		}
 	}
 	if !higher {
 		return true
 	}
-	unit := max(1, g.cfg.Pools[pool].MaxBatch)
+	unit := max(1, c.cfg.Pools[pool].MaxBatch)
 	units := 1
 	if cl.MinShare > 0 {
-		units = max(1, int(cl.MinShare*float64(g.deviceSlots(device))))
+		units = max(1, int(cl.MinShare*float64(c.deviceSlots[device])))
 	}
 	return load[class] < units*unit
-}
-
-// deviceSlots is the number of live slots on a device.
-func (g *Gateway) deviceSlots(device string) int {
-	n := 0
-	for name, pc := range g.cfg.Pools {
-		if pc.Device != device {
-			continue
-		}
-		for _, w := range g.tracker.Live(name) {
-			n += max(1, w.HB.Slots)
-		}
-	}
-	return n
 }
 
 // estimator keeps a measured service time (moving average of the worker's time from
@@ -114,24 +101,33 @@ func (e *estimator) get(k estKey) time.Duration {
 	return e.m[k]
 }
 
-// feasible reports whether p could finish on pool before its deadline if dispatched now,
-// counting, when degrade is on, the units already in flight on the pool's device. A pool
-// with no measurement yet is feasible.
-func (g *Gateway) feasible(pool string, p *pending, now time.Time) bool {
-	if !g.policyOn() {
+// all is a copy of every measurement.
+func (e *estimator) all() map[estKey]time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.m)
+}
+
+// feasible reports whether a request of class, measured under k (its pool, op and
+// model), could finish before deadline if dispatched now, counting, when degrade is on,
+// the units already in flight on the pool's device. A pool with no measurement yet is
+// feasible.
+func (c *capacity) feasible(k estKey, class string, deadline time.Time) bool {
+	if !c.policyOn() {
 		return true
 	}
-	est := g.est.get(estKey{pool, p.op, p.req.Model})
+	est := c.est[k]
 	if est <= 0 {
 		return true
 	}
-	if g.cfg.Classes[p.class].Degrade {
+	if c.cfg.Classes[class].Degrade {
+		device := c.cfg.Pools[k.pool].Device
 		busy := 0
-		for _, n := range g.fl.loadOn(g.cfg.Pools[pool].Device) {
+		for _, n := range c.load[device] {
 			busy += n
 		}
-		slots := max(1, g.deviceSlots(g.cfg.Pools[pool].Device))
+		slots := max(1, c.deviceSlots[device])
 		est += est * time.Duration(busy) / time.Duration(slots)
 	}
-	return !now.Add(est).After(p.deadline)
+	return !c.now.Add(est).After(deadline)
 }

@@ -62,38 +62,32 @@ dir = "/srv/m/tagger"
 `, policy, degrade, share)
 }
 
-// setLoad sets the requests in flight on a device for a class.
-func setLoad(g *Gateway, device, class string, n int) {
-	g.fl.mu.Lock()
-	defer g.fl.mu.Unlock()
-	g.fl.load.add(device, class, n-g.fl.load[device][class])
-}
-
-func allows(g *Gateway, pool, class string, reserved map[string]bool) bool {
-	return g.shareAllows(pool, class, reserved)
+// setLoad sets the requests in flight on a device for a class in a snapshot.
+func setLoad(c *capacity, device, class string, n int) {
+	c.load.add(device, class, n-c.load[device][class])
 }
 
 // TestShareBatchOneUnit: while a higher class has requests in flight on the device, or
 // reserves a pool on it, batch is held to one unit there (max_batch items); at full rate
 // otherwise. Higher classes are never held; other devices do not count.
 func TestShareBatchOneUnit(t *testing.T) {
-	g := testGateway(t, policyConfig("priority", 0, false))
-	newFleet(t, g).ready("gpubatch", "gb-1", 2, "batch", "bulk2")
+	c := snapOf(t, policyConfig("priority", 0, false))
+	ready(c, "gpubatch", 2, "batch", "bulk2")
 
-	setLoad(g, "cuda:0", "batch", 100)
-	if !allows(g, "gpubatch", "batch", nil) {
+	setLoad(c, "cuda:0", "batch", 100)
+	if !c.shareAllows("gpubatch", "batch", nil) {
 		t.Fatal("batch held with no higher class on the device")
 	}
-	setLoad(g, "cuda:0", "bulk2", 5) // a lower class (priority 3) does not hold batch
-	if !allows(g, "gpubatch", "batch", nil) {
+	setLoad(c, "cuda:0", "bulk2", 5) // a lower class (priority 3) does not hold batch
+	if !c.shareAllows("gpubatch", "batch", nil) {
 		t.Fatal("batch held by a lower class in flight")
 	}
-	setLoad(g, "cuda:0", "bulk2", 0)
-	setLoad(g, "cpu", "interactive", 5)
-	if !allows(g, "gpubatch", "batch", nil) {
+	setLoad(c, "cuda:0", "bulk2", 0)
+	setLoad(c, "cpu", "interactive", 5)
+	if !c.shareAllows("gpubatch", "batch", nil) {
 		t.Fatal("batch held by interactive work on another device")
 	}
-	if !allows(g, "gpubatch", "batch", map[string]bool{"cpurt": true}) {
+	if !c.shareAllows("gpubatch", "batch", map[string]bool{"cpurt": true}) {
 		t.Fatal("batch held by a reserved pool on another device")
 	}
 
@@ -107,40 +101,40 @@ func TestShareBatchOneUnit(t *testing.T) {
 		{"a waiting item reserves gpurt", "", map[string]bool{"gpurt": true}},
 	} {
 		if hold.class != "" {
-			setLoad(g, "cuda:0", hold.class, 1)
+			setLoad(c, "cuda:0", hold.class, 1)
 		}
-		setLoad(g, "cuda:0", "batch", 3)
-		if !allows(g, "gpubatch", "batch", hold.reserved) {
+		setLoad(c, "cuda:0", "batch", 3)
+		if !c.shareAllows("gpubatch", "batch", hold.reserved) {
 			t.Errorf("%s: batch held below one unit (3 of 4 in flight)", hold.name)
 		}
-		setLoad(g, "cuda:0", "batch", 4)
-		if allows(g, "gpubatch", "batch", hold.reserved) {
+		setLoad(c, "cuda:0", "batch", 4)
+		if c.shareAllows("gpubatch", "batch", hold.reserved) {
 			t.Errorf("%s: batch allowed past one unit (4 of 4 in flight)", hold.name)
 		}
 		// Higher classes are never held by the rule.
-		for _, c := range []string{"urgent", "interactive"} {
-			if !allows(g, "gpurt", c, hold.reserved) {
-				t.Errorf("%s: %s held", hold.name, c)
+		for _, cl := range []string{"urgent", "interactive"} {
+			if !c.shareAllows("gpurt", cl, hold.reserved) {
+				t.Errorf("%s: %s held", hold.name, cl)
 			}
 		}
 		if hold.class != "" {
-			setLoad(g, "cuda:0", hold.class, 0)
+			setLoad(c, "cuda:0", hold.class, 0)
 		}
 	}
 	// A background class below batch is held by batch in flight.
-	setLoad(g, "cuda:0", "batch", 1)
-	setLoad(g, "cuda:0", "bulk2", 4)
-	if allows(g, "gpubatch", "bulk2", nil) {
+	setLoad(c, "cuda:0", "batch", 1)
+	setLoad(c, "cuda:0", "bulk2", 4)
+	if c.shareAllows("gpubatch", "bulk2", nil) {
 		t.Error("priority-3 class not held by batch (priority 2) in flight")
 	}
 }
 
 // TestShareOffUnderFIFO: policy fifo has no sharing rule.
 func TestShareOffUnderFIFO(t *testing.T) {
-	g := testGateway(t, policyConfig("fifo", 0, false))
-	setLoad(g, "cuda:0", "urgent", 3)
-	setLoad(g, "cuda:0", "batch", 50)
-	if !allows(g, "gpubatch", "batch", map[string]bool{"gpurt": true}) {
+	c := snapOf(t, policyConfig("fifo", 0, false))
+	setLoad(c, "cuda:0", "urgent", 3)
+	setLoad(c, "cuda:0", "batch", 50)
+	if !c.shareAllows("gpubatch", "batch", map[string]bool{"gpurt": true}) {
 		t.Fatal("batch held under policy fifo")
 	}
 }
@@ -157,30 +151,28 @@ func TestShareMinShare(t *testing.T) {
 		{0.5, 3}, // 0.5 × 6 = 3 units
 		{0.9, 5}, // ⌊5.4⌋
 	}
-	for _, c := range cases {
-		name := fmt.Sprint("min_share=", c.minShare)
-		if c.minShare < 0 {
+	for _, tc := range cases {
+		name := fmt.Sprint("min_share=", tc.minShare)
+		if tc.minShare < 0 {
 			name = "min_share=default"
 		}
 		t.Run(name, func(t *testing.T) {
-			g := testGateway(t, policyConfig("priority", c.minShare, false))
-			f := newFleet(t, g)
-			f.ready("gpurt", "rt-1", 2, "urgent", "interactive")
-			f.ready("gpurt", "rt-2", 2, "urgent", "interactive")
-			f.ready("gpubatch", "gb-1", 2, "batch", "bulk2")
-			f.ready("cpurt", "cpu-1", 8, "interactive") // another device: not counted
-			slots := g.deviceSlots("cuda:0")
-			if slots != 6 {
+			c := snapOf(t, policyConfig("priority", tc.minShare, false))
+			ready(c, "gpurt", 2, "urgent", "interactive")
+			ready(c, "gpurt", 2, "urgent", "interactive")
+			ready(c, "gpubatch", 2, "batch", "bulk2")
+			ready(c, "cpurt", 8, "interactive") // another device: not counted
+			if slots := c.deviceSlots["cuda:0"]; slots != 6 {
 				t.Fatalf("live slots on cuda:0 = %d, want 6", slots)
 			}
-			setLoad(g, "cuda:0", "interactive", 1)
-			limit := c.units * 4
-			setLoad(g, "cuda:0", "batch", limit-1)
-			if !allows(g, "gpubatch", "batch", nil) {
+			setLoad(c, "cuda:0", "interactive", 1)
+			limit := tc.units * 4
+			setLoad(c, "cuda:0", "batch", limit-1)
+			if !c.shareAllows("gpubatch", "batch", nil) {
 				t.Errorf("batch held at %d in flight, allowance %d", limit-1, limit)
 			}
-			setLoad(g, "cuda:0", "batch", limit)
-			if allows(g, "gpubatch", "batch", nil) {
+			setLoad(c, "cuda:0", "batch", limit)
+			if c.shareAllows("gpubatch", "batch", nil) {
 				t.Errorf("batch allowed at %d in flight, allowance %d", limit, limit)
 			}
 		})
@@ -191,17 +183,16 @@ func TestShareMinShare(t *testing.T) {
 // routed there one unit at a time although the pool has room for more; once the
 // interactive work is done batch resumes up to the pool's room.
 func TestShareThroughRoute(t *testing.T) {
-	g := testGateway(t, policyConfig("priority", 0, false))
-	f := newFleet(t, g)
-	f.ready("gpurt", "rt-1", 2, "urgent", "interactive")
-	f.ready("gpubatch", "gb-1", 2, "batch", "bulk2") // room 2 × 4 = 8
-	if pool := routeOK(t, g, newItem("interactive", "tag", soon(), "gpurt", "cpurt"), nil); pool != "gpurt" {
+	c := snapOf(t, policyConfig("priority", 0, false))
+	ready(c, "gpurt", 2, "urgent", "interactive")
+	ready(c, "gpubatch", 2, "batch", "bulk2") // room 2 × 4 = 8
+	if pool := routeOK(t, c, newItem("interactive", "tag", soon(), "gpurt", "cpurt"), nil); pool != "gpurt" {
 		t.Fatalf("interactive routed to %q", pool)
 	}
 	routed := func() int {
 		n := 0
 		for range 10 {
-			if pool := routeOK(t, g, newItem("batch", "tag", soon(), "gpubatch"), nil); pool == "gpubatch" {
+			if pool := routeOK(t, c, newItem("batch", "tag", soon(), "gpubatch"), nil); pool == "gpubatch" {
 				n++
 			}
 		}
@@ -210,8 +201,8 @@ func TestShareThroughRoute(t *testing.T) {
 	if n := routed(); n != 4 {
 		t.Fatalf("%d batch items routed while interactive runs on the device, want one unit of 4", n)
 	}
-	setLoad(g, "cuda:0", "interactive", 0) // its answer came back
-	newPass(g)
+	setLoad(c, "cuda:0", "interactive", 0) // its answer came back
+	c = nextPass(c)
 	if n := routed(); n != 4 {
 		t.Fatalf("%d more batch items routed once the device is free of interactive work, want the remaining room 4", n)
 	}
@@ -221,23 +212,20 @@ func TestShareThroughRoute(t *testing.T) {
 // reserves it for the pass, which holds the batch items behind it to one unit on that
 // device; the urgent item stays queued.
 func TestShareReservedInDispatch(t *testing.T) {
-	g := testGateway(t, policyConfig("priority", 0, false))
-	f := newFleet(t, g)
-	f.ready("gpurt", "rt-1", 1, "urgent", "interactive")
-	f.ready("gpubatch", "gb-1", 2, "batch", "bulk2")
-	g.fl.mu.Lock()
-	g.fl.busy["gpurt"] = 1 // full, with nothing counted on the device's load
-	g.fl.mu.Unlock()
+	c := snapOf(t, policyConfig("priority", 0, false))
+	ready(c, "gpurt", 1, "urgent", "interactive")
+	ready(c, "gpubatch", 2, "batch", "bulk2")
+	c.pools["gpurt"].busy = 1 // full, with nothing counted on the device's load
+	q := newQueues(c.cfg)
 	for range 6 {
-		if _, err := g.queues.Push(newItem("batch", "tag", soon(), "gpubatch")); err != nil {
+		if _, err := q.Push(newItem("batch", "tag", soon(), "gpubatch")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := g.queues.Push(newItem("urgent", "tag", soon(), "gpurt")); err != nil {
+	if _, err := q.Push(newItem("urgent", "tag", soon(), "gpurt")); err != nil {
 		t.Fatal(err)
 	}
-	ps := newRoutePass()
-	out, failed := g.queues.Dispatch(time.Now(), func(it *sched.Item, r map[string]bool) (string, error) { return g.route(ps, it, r) })
+	out, failed := q.Dispatch(c.now, func(it *sched.Item, r map[string]bool) (string, error) { return routeIn(c, it, r) })
 	if len(failed) != 0 {
 		t.Fatalf("failed %v", failed[0].Err)
 	}
@@ -246,18 +234,18 @@ func TestShareReservedInDispatch(t *testing.T) {
 			t.Fatalf("dispatched %s to %s", a.Item.Class, a.Pool)
 		}
 	}
-	if len(out) != 4 || g.queues.Len("urgent") != 1 || g.queues.Len("batch") != 2 {
+	if len(out) != 4 || q.Len("urgent") != 1 || q.Len("batch") != 2 {
 		t.Fatalf("dispatched %d batch items with urgent waiting on the device, want 4; left urgent %d batch %d",
-			len(out), g.queues.Len("urgent"), g.queues.Len("batch"))
+			len(out), q.Len("urgent"), q.Len("batch"))
 	}
 }
 
 // TestEstimator: the measured service time is a moving average, 7/8 old and 1/8 new,
-// per pool, op and model; unmeasured is zero.
+// per pool, op and model; unmeasured is zero; all is a copy.
 func TestEstimator(t *testing.T) {
 	var e estimator
 	k := estKey{"gpurt", "tag", "tagger"}
-	if e.get(k) != 0 {
+	if e.get(k) != 0 || len(e.all()) != 0 {
 		t.Fatal("unmeasured estimate not zero")
 	}
 	for _, s := range []struct{ observe, want time.Duration }{
@@ -275,6 +263,11 @@ func TestEstimator(t *testing.T) {
 			t.Fatalf("%v shares the estimate of %v", other, k)
 		}
 	}
+	all := e.all()
+	all[k] = time.Hour
+	if len(all) != 1 || e.get(k) != 800*time.Millisecond {
+		t.Fatalf("all %v is not a copy of the one measurement", all)
+	}
 }
 
 // TestFeasibleFromReplies: a worker's reply (its total_us − queue_us) is what the next
@@ -282,10 +275,6 @@ func TestEstimator(t *testing.T) {
 // + that time is past the deadline, and the route passes it over for the next pool.
 func TestFeasibleFromReplies(t *testing.T) {
 	g := testGateway(t, policyConfig("priority", 0, false))
-	f := newFleet(t, g)
-	f.ready("gpurt", "rt-1", 2, "urgent", "interactive")
-	f.ready("cpurt", "cpu-1", 1, "interactive")
-
 	body, err := codec.Marshal(&codec.TagReply{Served: codec.Served{Model: "tagger", Timing: codec.Timing{QueueUS: 100_000, InferUS: 150_000, TotalUS: 300_000}}})
 	if err != nil {
 		t.Fatal(err)
@@ -296,10 +285,9 @@ func TestFeasibleFromReplies(t *testing.T) {
 		t.Fatalf("service time from the reply %s, want 200ms", got)
 	}
 
-	now := time.Now()
+	c := g.snapshot(time.Now())
 	feasible := func(pool string, left time.Duration) bool {
-		p := &pending{op: "tag", class: "interactive", deadline: now.Add(left), req: codec.Request{Model: "tagger"}}
-		return g.feasible(pool, p, now)
+		return c.feasible(estKey{pool, "tag", "tagger"}, "interactive", c.now.Add(left))
 	}
 	if feasible("gpurt", 150*time.Millisecond) {
 		t.Error("feasible with 150ms left for a 200ms service time")
@@ -311,16 +299,16 @@ func TestFeasibleFromReplies(t *testing.T) {
 		t.Error("a pool without a measurement is infeasible")
 	}
 
-	it := newItem("interactive", "tag", time.Now().Add(150*time.Millisecond), "gpurt", "cpurt")
-	if pool := routeOK(t, g, it, nil); pool != "cpurt" {
+	ready(c, "gpurt", 2, "urgent", "interactive")
+	ready(c, "cpurt", 1, "interactive")
+	it := newItem("interactive", "tag", c.now.Add(150*time.Millisecond), "gpurt", "cpurt")
+	if pool := routeOK(t, c, it, nil); pool != "cpurt" {
 		t.Fatalf("routed to %q, want cpurt past the too-slow gpurt", pool)
 	}
 
-	fifo := testGateway(t, policyConfig("fifo", 0, false))
-	fifo.est.observe(estKey{"gpurt", "tag", "tagger"}, time.Hour)
-	p := &pending{op: "tag", class: "interactive", deadline: now.Add(time.Millisecond), req: codec.Request{Model: "tagger"}}
-	ok := fifo.feasible("gpurt", p, now)
-	if !ok {
+	fifo := snapOf(t, policyConfig("fifo", 0, false))
+	fifo.est[estKey{"gpurt", "tag", "tagger"}] = time.Hour
+	if !fifo.feasible(estKey{"gpurt", "tag", "tagger"}, "interactive", fifo.now.Add(time.Millisecond)) {
 		t.Error("policy fifo checked feasibility")
 	}
 }
@@ -331,31 +319,30 @@ func TestFeasibleFromReplies(t *testing.T) {
 func TestFeasibleDegrade(t *testing.T) {
 	for _, degrade := range []bool{false, true} {
 		t.Run(fmt.Sprint("degrade=", degrade), func(t *testing.T) {
-			g := testGateway(t, policyConfig("priority", 0, degrade))
-			f := newFleet(t, g)
-			f.ready("gpurt", "rt-1", 2, "urgent", "interactive")
-			f.ready("gpubatch", "gb-1", 2, "batch", "bulk2") // 4 live slots on cuda:0
-			f.ready("cpurt", "cpu-1", 1, "interactive")
-			g.est.observe(estKey{"gpurt", "tag", "tagger"}, 100*time.Millisecond)
-			setLoad(g, "cuda:0", "batch", 4) // 100ms × (1 + 4/4) = 200ms when degrading
+			c := snapOf(t, policyConfig("priority", 0, degrade))
+			ready(c, "gpurt", 2, "urgent", "interactive")
+			ready(c, "gpubatch", 2, "batch", "bulk2") // 4 live slots on cuda:0
+			ready(c, "cpurt", 1, "interactive")
+			k := estKey{"gpurt", "tag", "tagger"}
+			c.est[k] = 100 * time.Millisecond
+			setLoad(c, "cuda:0", "batch", 4) // 100ms × (1 + 4/4) = 200ms when degrading
 
-			now := time.Now()
-			p := &pending{op: "tag", class: "interactive", deadline: now.Add(150 * time.Millisecond), req: codec.Request{Model: "tagger"}}
-			ok := g.feasible("gpurt", p, now)
-			if ok == degrade {
+			deadline := c.now.Add(150 * time.Millisecond)
+			if ok := c.feasible(k, "interactive", deadline); ok == degrade {
 				t.Fatalf("feasible %v with 150ms left, 100ms measured and the device loaded 4 of 4", ok)
 			}
 			want := "gpurt"
 			if degrade {
 				want = "cpurt"
 			}
-			if pool := routeOK(t, g, newItem("interactive", "tag", time.Now().Add(150*time.Millisecond), "gpurt", "cpurt"), nil); pool != want {
+			if pool := routeOK(t, c, newItem("interactive", "tag", deadline, "gpurt", "cpurt"), nil); pool != want {
 				t.Fatalf("routed to %q, want %s", pool, want)
 			}
 
-			setLoad(g, "cuda:0", "batch", 0)
-			ok = g.feasible("gpurt", p, now)
-			if !ok {
+			setLoad(c, "cuda:0", "batch", 0)
+			setLoad(c, "cuda:0", "interactive", 0)
+			setLoad(c, "cpu", "interactive", 0)
+			if !c.feasible(k, "interactive", deadline) {
 				t.Fatal("infeasible on an idle device")
 			}
 		})

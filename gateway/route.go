@@ -9,7 +9,6 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/sched"
-	"github.com/ortbus/ortbus/subjects"
 )
 
 // opsOfKind are the ops each model kind serves (config.Kinds, the table the worker's
@@ -57,91 +56,95 @@ func (g *Gateway) mapped(p *pending, pool string) (string, bool) {
 	return mapPrefix(g.cfg.Pools[pool].PathMap, p.req.Path)
 }
 
-// room is how many more requests this gateway may have in flight on a pool: the free
-// slots of its live workers (a worker batching the batch class takes up to max_batch per
-// slot), less what is already in flight.
-func (g *Gateway) room(pool, class string) int {
-	pc := g.cfg.Pools[pool]
-	per := 1
-	if class == subjects.ClassBatch && pc.MaxBatch > 1 {
-		per = pc.MaxBatch
-	}
-	capacity := 0
-	for _, w := range g.tracker.Live(pool) {
-		if slices.Contains(w.HB.Classes, class) {
-			capacity += max(1, w.HB.Slots) * per
+// router is the sched.Router of one dispatch pass at now. It takes the pass's capacity
+// snapshot when it first has an item to route, decides each item with route, which reads
+// only the snapshot and the item, and then does what the decision asks: it holds the
+// unit taken in flights, or wakes a lazy pool.
+func (g *Gateway) router(now time.Time) sched.Router {
+	var snap *capacity
+	return func(it *sched.Item, reserved map[string]bool) (string, error) {
+		if snap == nil {
+			snap = g.snapshot(now)
 		}
+		d := snap.route(it, reserved)
+		if d.pool != "" {
+			g.fl.hold(d.pool, g.cfg.Pools[d.pool].Device, it.Class)
+		}
+		if d.wake != "" {
+			g.supervisor.wake(d.wake) // a lazy_load pool starts on its first request
+		}
+		return d.pool, d.err
 	}
-	return capacity - g.fl.inFlight(pool)
 }
 
-// routePass is the state of one dispatch pass: the pools found full for a class so far,
-// which later items of the same pass skip without looking again.
-type routePass struct{ full map[string]bool }
+// decision is where route sends an item: to pool (its unit taken in the snapshot), or
+// nowhere yet (pool ""): it waits, or fails with err. wake names a lazy_load pool to start
+// for it.
+type decision struct {
+	pool string
+	err  error
+	wake string
+}
 
-func newRoutePass() *routePass { return &routePass{full: map[string]bool{}} }
-
-// route is the sched.Router of a dispatch pass: the first candidate pool, in order, that
-// is not reserved by higher-priority waiting work and has room. An item waits while some
+// route decides an item of a dispatch pass: the first candidate pool, in order, that is
+// not reserved by higher-priority waiting work and has room. An item waits while some
 // candidate pool can still come (live but full, or its workers starting); it fails with
 // no_worker, naming every pool and why it was skipped, when none can.
-//
-// Only the dispatch loop routes, one pass at a time; what it reads of capacity (live
-// workers, requests in flight) can only grow between its reads, by answers coming back,
-// so a pass never gives a pool more than it has room for.
-func (g *Gateway) route(ps *routePass, it *sched.Item, reserved map[string]bool) (string, error) {
+func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 	p := it.Value.(*pending)
-	now := time.Now()
 	infeasible := 0
 	for _, pool := range it.Pools {
 		key := pool + "\x00" + it.Class
-		if reserved[pool] || ps.full[key] {
+		if reserved[pool] || c.full[key] {
 			continue
 		}
-		if g.room(pool, it.Class) <= 0 || !g.shareAllows(pool, it.Class, reserved) {
+		if c.room(pool, it.Class) <= 0 || !c.shareAllows(pool, it.Class, reserved) {
 			// Full for this class for the rest of the pass: later items skip it cheaply.
-			ps.full[key] = true
+			c.full[key] = true
 			continue
 		}
-		if !g.feasible(pool, p, now) {
+		if !c.feasible(estKey{pool, p.op, p.req.Model}, it.Class, it.Deadline) {
 			infeasible++
 			continue
 		}
-		g.fl.hold(pool, g.cfg.Pools[pool].Device, it.Class)
-		return pool, nil
+		c.take(pool, it.Class)
+		return decision{pool: pool}
 	}
 	if infeasible > 0 && infeasible == len(it.Pools) {
-		return "", codec.Errorf(codec.CodeDeadlineExceeded, "cannot finish before its deadline on any of %v even if run now (measured service time)", it.Pools)
+		return decision{err: codec.Errorf(codec.CodeDeadlineExceeded, "cannot finish before its deadline on any of %v even if run now (measured service time)", it.Pools)}
 	}
 	var why []string
 	for _, pool := range it.Pools {
-		if g.tracker.HasLive(pool) {
-			return "", nil // busy: wait
+		pc := c.pools[pool]
+		switch {
+		case pc.live:
+			return decision{} // busy: wait
+		case pc.asleep:
+			// A lazy_load pool starts on its first request: the item waits for it, and the
+			// rest of the pass does not ask again.
+			pc.asleep = false
+			return decision{wake: pool}
+		case pc.coming:
+			return decision{}
 		}
-		g.supervisor.wake(pool) // a lazy_load pool starts on its first request
-		reason, coming := g.supervisor.poolState(pool)
-		if coming {
-			return "", nil
-		}
-		why = append(why, fmt.Sprintf("%s: %s", pool, reason))
+		why = append(why, fmt.Sprintf("%s: %s", pool, pc.reason))
 	}
 	e := codec.Errorf(codec.CodeNoWorker, "no live pool for class %s: %s", it.Class, strings.Join(why, "; ")).
 		With("pools", it.Pools).With("reasons", why)
-	if pe := g.supervisor.poolError(it.Pools); pe != nil && len(it.Pools) == 1 {
-		// A chain of one whose runtime is missing: say exactly that.
-		e = &codec.Error{Code: pe.Code, Message: pe.Message, Details: pe.Details}
+	if len(it.Pools) == 1 {
+		if pe := c.pools[it.Pools[0]].failed; pe != nil {
+			// A chain of one whose runtime is missing: say exactly that.
+			e = &codec.Error{Code: pe.Code, Message: pe.Message, Details: pe.Details}
+		}
 	}
-	return "", e
+	return decision{err: e}
 }
 
 // retryable reports whether a retry of p could run: some pool it may go to has a live
 // worker, or local workers on their way.
 func (g *Gateway) retryable(p *pending) bool {
 	for _, pool := range g.retryPools(p) {
-		if len(g.tracker.Live(pool)) > 0 {
-			return true
-		}
-		if _, coming := g.supervisor.poolState(pool); coming {
+		if g.tracker.HasLive(pool) || g.supervisor.poolStatus(pool, time.Now()).coming {
 			return true
 		}
 	}

@@ -4,18 +4,20 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/sched"
 	"github.com/ortbus/ortbus/subjects"
 )
 
-// Routing (route.go), in process: a gateway on an in-process NATS server whose capacity
-// is faked by publishing heartbeats to its tracker. No process is started.
+// Routing (route.go, capacity.go). Most tests route on a capacity snapshot built in
+// memory; those of what the gateway puts in a snapshot, and does with a decision, use a
+// gateway on an in-process NATS server whose capacity is faked by publishing heartbeats
+// to its tracker. No process is started.
 
 // routeConfig has three remote pools: fast and bulk share the device cuda:0, spare is on
 // the CPU and maps paths.
@@ -61,27 +63,75 @@ kind = "segment"
 dir = "/srv/m/seg"
 `
 
-// testGateway is unitGateway on the config toml, at the start of a dispatch pass, with
-// the grace for remote pools to be heard long over (so a pool without live workers is a
-// reason for no_worker, not for waiting).
+// parseConfig is the config toml, validated as the gateway's is.
+func parseConfig(t testing.TB, toml string) *config.Config {
+	t.Helper()
+	c, err := config.Parse([]byte(toml), "unit.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// configGateway is a gateway that has only its configuration: enough for what reads
+// nothing else (candidates, path maps).
+func configGateway(t testing.TB, toml string) *Gateway {
+	t.Helper()
+	return &Gateway{cfg: parseConfig(t, toml)}
+}
+
+// testGateway is unitGateway on the config toml, with the grace for remote pools to be
+// heard long over (so a pool without live workers is a reason for no_worker, not for
+// waiting).
 func testGateway(t *testing.T, toml string) *Gateway {
 	t.Helper()
 	g := unitGatewayOf(t, toml)
 	g.supervisor.started = time.Now().Add(-time.Hour)
-	newPass(g)
 	return g
 }
 
-// testPasses holds the current dispatch pass of each test gateway.
-var testPasses sync.Map // *Gateway → *routePass
+// snapOf is a capacity snapshot of the config toml in memory, at the start of a dispatch
+// pass: no live worker, nothing in flight or measured, and every pool as the supervisor
+// sees it long after start-up (the remote ones: no worker heartbeating).
+func snapOf(t testing.TB, toml string) *capacity {
+	t.Helper()
+	cfg := parseConfig(t, toml)
+	now := time.Now()
+	s := newSupervisor(cfg, nil, nil, nil, "", "")
+	s.started = now.Add(-time.Hour)
+	c := newCapacity(cfg, now)
+	for name, pc := range c.pools {
+		pc.poolStatus = s.poolStatus(name, now)
+	}
+	return c
+}
 
-// newPass starts a dispatch pass, as dispatchPass does: no pool is known full.
-func newPass(g *Gateway) { testPasses.Store(g, newRoutePass()) }
+// ready adds a live worker of pool with slots, serving classes, to the snapshot.
+func ready(c *capacity, pool string, slots int, classes ...string) {
+	c.addLive(health.Worker{HB: codec.Heartbeat{Worker: pool, Pool: pool, Slots: slots, Classes: classes, State: codec.StateReady}})
+}
 
-// routeIn routes it in g's current pass.
-func routeIn(g *Gateway, it *sched.Item, reserved map[string]bool) (string, error) {
-	ps, _ := testPasses.LoadOrStore(g, newRoutePass())
-	return g.route(ps.(*routePass), it, reserved)
+// nextPass is the snapshot of the next dispatch pass: what c has in flight, with no pool
+// known full.
+func nextPass(c *capacity) *capacity {
+	c.full = map[string]bool{}
+	return c
+}
+
+// routeIn routes it on the snapshot c: the pool it goes to, or its error.
+func routeIn(c *capacity, it *sched.Item, reserved map[string]bool) (string, error) {
+	d := c.route(it, reserved)
+	return d.pool, d.err
+}
+
+// routeOK routes it and fails the test on an error.
+func routeOK(t *testing.T, c *capacity, it *sched.Item, reserved map[string]bool) string {
+	t.Helper()
+	pool, err := routeIn(c, it, reserved)
+	if err != nil {
+		t.Fatalf("route %s (%s): %v", it.ID, it.Class, err)
+	}
+	return pool
 }
 
 // fleet fakes a gateway's capacity: it starts the gateway's tracker on its in-process
@@ -171,20 +221,10 @@ func asErr(err error) *codec.Error {
 
 func soon() time.Time { return time.Now().Add(time.Minute) }
 
-// routeOK routes it and fails the test on an error.
-func routeOK(t *testing.T, g *Gateway, it *sched.Item, reserved map[string]bool) string {
-	t.Helper()
-	pool, err := routeIn(g, it, reserved)
-	if err != nil {
-		t.Fatalf("route %s (%s): %v", it.ID, it.Class, err)
-	}
-	return pool
-}
-
 // TestPoolsFor: candidates are the chain's pools that load a model serving the op (the
 // named model, if any), in chain order, each once.
 func TestPoolsFor(t *testing.T) {
-	g := testGateway(t, routeConfig)
+	g := configGateway(t, routeConfig)
 	all := []string{"fast", "bulk", "spare"}
 	cases := []struct {
 		chain     []string
@@ -242,7 +282,7 @@ func TestRetryPools(t *testing.T) {
 // prefix (component-wise); a pool without one sees it unchanged; a path or out_path that
 // some candidate pool cannot map is forbidden_path naming that pool.
 func TestMappedPaths(t *testing.T) {
-	g := testGateway(t, routeConfig)
+	g := configGateway(t, routeConfig)
 	cases := []struct{ path, spare string }{
 		{"/srv/images/a.png", "/data/img/a.png"},
 		{"/srv/images2/a.png", "/mnt/srv/images2/a.png"},
@@ -283,24 +323,26 @@ func TestMappedPaths(t *testing.T) {
 }
 
 // TestRoom: room is the sum over live workers serving the class of max(1, slots), times
-// max_batch for the batch class of a batching pool, less what is in flight.
+// max_batch for the batch class of a batching pool, less what is in flight; a worker
+// starting or dead, or of a pool not in the config, adds nothing, and a class listed
+// twice counts once. A device's live slots are its pools' live workers' max(1, slots),
+// whatever classes they serve.
 func TestRoom(t *testing.T) {
-	g := testGateway(t, routeConfig)
-	f := newFleet(t, g)
-	f.ready("bulk", "bulk-1", 2, "interactive", "batch")
-	f.ready("bulk", "bulk-2", 0, "interactive", "batch") // slots 0 counts as one
-	f.ready("bulk", "bulk-3", 3, "interactive")          // does not serve batch
-	f.beat(codec.Heartbeat{Worker: "bulk-4", Pool: "bulk", Slots: 5, Classes: []string{"interactive", "batch"}, State: codec.StateStarting})
-	f.ready("bulk", "bulk-5", 7, "interactive", "batch")
-	g.tracker.MarkDead("bulk-5", "exit code 1")
-	f.ready("spare", "spare-1", 2, "interactive", "batch")
-
-	room := func(pool, class string) int {
-		return g.room(pool, class)
+	c := snapOf(t, routeConfig)
+	add := func(pool string, slots int, state string, dead bool, classes ...string) {
+		c.addLive(health.Worker{Dead: dead, HB: codec.Heartbeat{Worker: "w", Pool: pool, Slots: slots, Classes: classes, State: state}})
 	}
+	add("bulk", 2, codec.StateReady, false, "interactive", "batch")
+	add("bulk", 0, codec.StateReady, false, "interactive", "batch", "batch") // slots 0 counts as one; batch once
+	add("bulk", 3, codec.StateReady, false, "interactive")                   // does not serve batch
+	add("bulk", 5, codec.StateStarting, false, "interactive", "batch")
+	add("bulk", 7, codec.StateReady, true, "interactive", "batch")
+	add("spare", 2, codec.StateReady, false, "interactive", "batch")
+	add("ghost", 9, codec.StateReady, false, "interactive")
+
 	check := func(pool, class string, want int) {
 		t.Helper()
-		if got := room(pool, class); got != want {
+		if got := c.room(pool, class); got != want {
 			t.Errorf("room(%s, %s) = %d, want %d", pool, class, got, want)
 		}
 	}
@@ -310,49 +352,138 @@ func TestRoom(t *testing.T) {
 	check("spare", "interactive", 2)
 	check("fast", "interactive", 0) // no worker
 	check("bulk", "urgent", 0)      // no worker serves it
+	if !c.pools["bulk"].live || !c.pools["spare"].live || c.pools["fast"].live {
+		t.Errorf("live: bulk %v spare %v fast %v, want true true false", c.pools["bulk"].live, c.pools["spare"].live, c.pools["fast"].live)
+	}
+	if c.deviceSlots["cuda:0"] != 2+1+3 || c.deviceSlots["cpu"] != 2 {
+		t.Errorf("live slots per device %v, want cuda:0 6, cpu 2", c.deviceSlots)
+	}
 
-	g.fl.mu.Lock()
-	g.fl.busy["bulk"] = 7
-	g.fl.mu.Unlock()
+	c.pools["bulk"].busy = 7
 	check("bulk", "interactive", 6-7)
 	check("bulk", "batch", 12-7)
 }
 
-// TestRouteChainOrder: an item goes to the first candidate pool with room, in chain
-// order; a pool found full is skipped for the rest of the pass even if a slot frees up
-// meanwhile; with every live pool full the item waits ("" and no error).
-func TestRouteChainOrder(t *testing.T) {
+// TestSnapshot: a pass's snapshot holds the tracker's live workers (by TestRoom's rules),
+// the requests in flight per pool and per device and class, the measured service times
+// and the supervisor's view of each pool. It is a copy: what it takes does not reach the
+// gateway, nor do the gateway's later changes reach it.
+func TestSnapshot(t *testing.T) {
 	g := testGateway(t, routeConfig)
 	f := newFleet(t, g)
-	f.ready("fast", "fast-1", 2, "urgent", "interactive")
-	f.ready("bulk", "bulk-1", 1, "interactive", "batch")
+	f.ready("bulk", "bulk-1", 2, "interactive", "batch")
+	f.beat(codec.Heartbeat{Worker: "bulk-2", Pool: "bulk", Slots: 5, Classes: []string{"interactive"}, State: codec.StateStarting})
+	f.ready("fast", "fast-1", 1, "urgent", "interactive")
+	g.tracker.MarkDead("fast-1", "exit code 1")
+	g.fl.hold("bulk", "cuda:0", "batch")
+	g.fl.hold("bulk", "cuda:0", "interactive")
+	g.est.observe(estKey{"bulk", "tag", "tagger"}, time.Second)
+	g.supervisor.pools["spare"] = &poolProcs{cfg: g.cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}, asleep: true}
+
+	c := g.snapshot(time.Now())
+	if b := c.pools["bulk"]; !b.live || b.slots["interactive"] != 2 || b.slots["batch"] != 8 || b.busy != 2 {
+		t.Fatalf("bulk: live %v slots %v busy %d, want live, interactive 2 batch 8, busy 2", b.live, b.slots, b.busy)
+	}
+	if c.pools["fast"].live || c.room("fast", "interactive") != 0 {
+		t.Fatal("a dead worker counted")
+	}
+	if c.deviceSlots["cuda:0"] != 2 || c.load["cuda:0"]["batch"] != 1 || c.load["cuda:0"]["interactive"] != 1 {
+		t.Fatalf("cuda:0: slots %d load %v, want 2 and one batch, one interactive", c.deviceSlots["cuda:0"], c.load["cuda:0"])
+	}
+	if got := c.est[estKey{"bulk", "tag", "tagger"}]; got != time.Second {
+		t.Fatalf("measured service time %s, want 1s", got)
+	}
+	if st := c.pools["fast"].poolStatus; st.coming || !strings.HasPrefix(st.reason, "no live workers") {
+		t.Fatalf("remote pool without workers: %+v", st)
+	}
+	if st := c.pools["spare"].poolStatus; !st.coming || !st.asleep {
+		t.Fatalf("lazy pool asleep: %+v", st)
+	}
+
+	c.take("bulk", "batch")
+	g.fl.hold("fast", "cuda:0", "urgent")
+	g.est.observe(estKey{"fast", "tag", "tagger"}, time.Second)
+	busy, load := g.fl.held()
+	if busy["bulk"] != 2 || load["cuda:0"]["batch"] != 1 {
+		t.Fatalf("the snapshot's take reached flights: busy %v load %v", busy, load)
+	}
+	if c.pools["fast"].busy != 0 || c.load["cuda:0"]["urgent"] != 0 || c.est[estKey{"fast", "tag", "tagger"}] != 0 {
+		t.Fatal("the gateway's changes after the snapshot reached it")
+	}
+}
+
+// TestPoolStatus: the supervisor's view of a pool without live workers. A remote pool is
+// coming for a death verdict's time after start-up, then gone; a local pool is coming
+// while its workers start, or asleep (lazy_load, and coming) until woken; it is not when
+// it failed at start-up (with that error), crash-loops, has no workers, or the gateway
+// shuts down.
+func TestPoolStatus(t *testing.T) {
+	cfg := parseConfig(t, routeConfig)
+	s := newSupervisor(cfg, nil, nil, nil, "", "")
+	grace := time.Duration(cfg.Health.MissCount) * cfg.Health.HeartbeatInterval.D()
+	if st := s.poolStatus("fast", s.started.Add(grace-time.Millisecond)); !st.coming || st.reason != "remote workers not heard yet" {
+		t.Errorf("remote pool within its grace: %+v", st)
+	}
+	if st := s.poolStatus("fast", s.started.Add(grace)); st.coming || st.reason != "no live workers (remote pool: none heartbeating)" {
+		t.Errorf("remote pool after its grace: %+v", st)
+	}
+
+	missing := codec.Errorf(codec.CodeRuntimeMissing, "libonnxruntime.so.1 not found")
+	for _, c := range []struct {
+		name           string
+		set            func(*poolProcs)
+		reason         string
+		coming, asleep bool
+	}{
+		{"starting", func(*poolProcs) {}, "workers starting", true, false},
+		{"lazy", func(pp *poolProcs) { pp.asleep = true }, "not started yet (lazy_load): starting for this request", true, true},
+		{"crash-looping", func(pp *poolProcs) { pp.crashLooping = true }, "crash-looping (0 deaths within 30s)", false, false},
+		{"failed", func(pp *poolProcs) { pp.failed = missing }, "runtime_missing: libonnxruntime.so.1 not found", false, false},
+		{"no workers", func(pp *poolProcs) { pp.procs = nil }, "no workers configured", false, false},
+		{"shutting down", func(pp *poolProcs) { pp.asleep = true; s.closed = true }, "shutting down", false, false},
+	} {
+		pp := &poolProcs{cfg: cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}}
+		s.pools["spare"], s.closed = pp, false
+		c.set(pp)
+		st := s.poolStatus("spare", time.Now())
+		if st.reason != c.reason || st.coming != c.coming || st.asleep != c.asleep || st.failed != pp.failed {
+			t.Errorf("%s: %+v, want reason %q coming %v asleep %v failed %v", c.name, st, c.reason, c.coming, c.asleep, pp.failed)
+		}
+	}
+}
+
+// TestRouteChainOrder: an item goes to the first candidate pool with room, in chain
+// order, and its unit is taken in the snapshot (pool and device); with every live pool
+// full the item waits ("" and no error); a pool found full is skipped for the rest of
+// the pass, and looked at again in the next.
+func TestRouteChainOrder(t *testing.T) {
+	c := snapOf(t, routeConfig)
+	ready(c, "fast", 2, "urgent", "interactive")
+	ready(c, "bulk", 1, "interactive", "batch")
 	chain := []string{"fast", "bulk", "spare"}
 	var got []string
 	for range 3 {
-		got = append(got, routeOK(t, g, newItem("interactive", "tag", soon(), chain...), nil))
+		got = append(got, routeOK(t, c, newItem("interactive", "tag", soon(), chain...), nil))
 	}
 	if !slices.Equal(got, []string{"fast", "fast", "bulk"}) {
 		t.Fatalf("routed to %v, want [fast fast bulk]", got)
 	}
-	if pool := routeOK(t, g, newItem("interactive", "tag", soon(), chain...), nil); pool != "" {
+	if pool := routeOK(t, c, newItem("interactive", "tag", soon(), chain...), nil); pool != "" {
 		t.Fatalf("with every live pool full routed to %q, want a wait", pool)
 	}
-	g.fl.mu.Lock()
-	busyFast, busyBulk, load := g.fl.busy["fast"], g.fl.busy["bulk"], g.fl.load["cuda:0"]["interactive"]
-	g.fl.busy["fast"]-- // one answer comes back during the pass
-	g.fl.mu.Unlock()
-	if busyFast != 2 || busyBulk != 1 || load != 3 {
-		t.Fatalf("in flight fast %d bulk %d, cuda:0 interactive load %d; want 2 1 3", busyFast, busyBulk, load)
+	if b, l := c.pools["fast"].busy, c.pools["bulk"].busy; b != 2 || l != 1 || c.load["cuda:0"]["interactive"] != 3 {
+		t.Fatalf("taken: fast %d bulk %d, cuda:0 interactive %d; want 2 1 3", b, l, c.load["cuda:0"]["interactive"])
 	}
-	if pool := routeOK(t, g, newItem("interactive", "tag", soon(), chain...), nil); pool != "" {
+	c.pools["fast"].busy-- // the pass's memo holds, whatever the snapshot says now
+	if pool := routeOK(t, c, newItem("interactive", "tag", soon(), chain...), nil); pool != "" {
 		t.Fatalf("a pool found full was used again in the same pass (%q)", pool)
 	}
-	newPass(g)
-	if pool := routeOK(t, g, newItem("interactive", "tag", soon(), chain...), nil); pool != "fast" {
+	c = nextPass(c)
+	if pool := routeOK(t, c, newItem("interactive", "tag", soon(), chain...), nil); pool != "fast" {
 		t.Fatalf("next pass routed to %q, want fast", pool)
 	}
 	// Full for one class is not full for another: bulk still has batch room (max_batch).
-	if pool := routeOK(t, g, newItem("batch", "tag", soon(), "bulk", "spare"), nil); pool != "bulk" {
+	if pool := routeOK(t, c, newItem("batch", "tag", soon(), "bulk", "spare"), nil); pool != "bulk" {
 		t.Fatalf("batch routed to %q, want bulk", pool)
 	}
 }
@@ -360,18 +491,17 @@ func TestRouteChainOrder(t *testing.T) {
 // TestRouteReserved: pools reserved by waiting higher-priority items are skipped (and
 // not marked full); an item whose every live candidate is reserved waits.
 func TestRouteReserved(t *testing.T) {
-	g := testGateway(t, routeConfig)
-	f := newFleet(t, g)
-	f.ready("fast", "fast-1", 2, "urgent", "interactive")
-	f.ready("bulk", "bulk-1", 2, "interactive", "batch")
+	c := snapOf(t, routeConfig)
+	ready(c, "fast", 2, "urgent", "interactive")
+	ready(c, "bulk", 2, "interactive", "batch")
 	chain := []string{"fast", "bulk"}
-	if pool := routeOK(t, g, newItem("interactive", "tag", soon(), chain...), map[string]bool{"fast": true}); pool != "bulk" {
+	if pool := routeOK(t, c, newItem("interactive", "tag", soon(), chain...), map[string]bool{"fast": true}); pool != "bulk" {
 		t.Fatalf("with fast reserved routed to %q, want bulk", pool)
 	}
-	if pool := routeOK(t, g, newItem("interactive", "tag", soon(), chain...), map[string]bool{"fast": true, "bulk": true}); pool != "" {
+	if pool := routeOK(t, c, newItem("interactive", "tag", soon(), chain...), map[string]bool{"fast": true, "bulk": true}); pool != "" {
 		t.Fatalf("with every pool reserved routed to %q, want a wait", pool)
 	}
-	if pool := routeOK(t, g, newItem("interactive", "tag", soon(), chain...), nil); pool != "fast" {
+	if pool := routeOK(t, c, newItem("interactive", "tag", soon(), chain...), nil); pool != "fast" {
 		t.Fatalf("unreserved routed to %q, want fast", pool)
 	}
 }
@@ -381,11 +511,11 @@ func TestRouteReserved(t *testing.T) {
 // no_worker naming each pool and why; a one-pool chain whose pool failed at start-up gets
 // that pool's own error.
 func TestRouteWaitOrNoWorker(t *testing.T) {
-	g := testGateway(t, routeConfig)
-	f := newFleet(t, g)
+	c := snapOf(t, routeConfig)
 	chain := []string{"fast", "bulk"}
+	gone := c.pools["bulk"].poolStatus
 
-	_, err := routeIn(g, newItem("interactive", "tag", soon(), chain...), nil)
+	_, err := routeIn(c, newItem("interactive", "tag", soon(), chain...), nil)
 	e, ok := err.(*codec.Error)
 	if !ok || e.Code != codec.CodeNoWorker {
 		t.Fatalf("no workers anywhere: %v, want no_worker", err)
@@ -397,91 +527,145 @@ func TestRouteWaitOrNoWorker(t *testing.T) {
 	}
 
 	// Right after start-up a remote pool gets the time of a death verdict to be heard.
-	g.supervisor.started = time.Now()
-	if pool, err := routeIn(g, newItem("interactive", "tag", soon(), chain...), nil); pool != "" || err != nil {
+	c.pools["bulk"].poolStatus = poolStatus{reason: "remote workers not heard yet", coming: true}
+	if pool, err := routeIn(c, newItem("interactive", "tag", soon(), chain...), nil); pool != "" || err != nil {
 		t.Fatalf("remote pools not heard yet: %q %v, want a wait", pool, err)
 	}
-	g.supervisor.started = time.Now().Add(-time.Hour)
+	c.pools["bulk"].poolStatus = gone
 
-	// A live but full pool: wait. Once its worker is dead: no_worker again.
-	f.ready("bulk", "bulk-1", 1, "interactive", "batch")
-	g.fl.mu.Lock()
-	g.fl.busy["bulk"] = 1
-	g.fl.mu.Unlock()
-	if pool, err := routeIn(g, newItem("interactive", "tag", soon(), chain...), nil); pool != "" || err != nil {
+	// A live but full pool: wait.
+	ready(c, "bulk", 1, "interactive", "batch")
+	c.pools["bulk"].busy = 1
+	if pool, err := routeIn(c, newItem("interactive", "tag", soon(), chain...), nil); pool != "" || err != nil {
 		t.Fatalf("live pool full: %q %v, want a wait", pool, err)
 	}
-	g.tracker.MarkDead("bulk-1", "exit code 1")
-	newPass(g)
-	if _, err := routeIn(g, newItem("interactive", "tag", soon(), chain...), nil); codec.CodeOf(err) != codec.CodeNoWorker {
-		t.Fatalf("worker dead: %v, want no_worker", err)
-	}
 
-	// Local pools, as the supervisor knows them.
-	s := g.supervisor
-	s.pools["spare"] = &poolProcs{cfg: g.cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}}
-	if pool, err := routeIn(g, newItem("interactive", "tag", soon(), "fast", "spare"), nil); pool != "" || err != nil {
+	// Local pools, as the supervisor sees them (TestPoolStatus).
+	spare := c.pools["spare"]
+	spare.poolStatus = poolStatus{reason: "workers starting", coming: true}
+	if pool, err := routeIn(c, newItem("interactive", "tag", soon(), "fast", "spare"), nil); pool != "" || err != nil {
 		t.Fatalf("local workers starting: %q %v, want a wait", pool, err)
 	}
-	s.pools["spare"].crashLooping = true
-	_, err = routeIn(g, newItem("interactive", "tag", soon(), "fast", "spare"), nil)
+	spare.poolStatus = poolStatus{reason: "crash-looping (5 deaths within 30s)"}
+	_, err = routeIn(c, newItem("interactive", "tag", soon(), "fast", "spare"), nil)
 	if e := asErr(err); e.Code != codec.CodeNoWorker || !strings.Contains(e.Message, "spare: crash-looping") {
 		t.Fatalf("crash-looping pool: %v, want no_worker naming it", err)
 	}
-	s.pools["spare"].failed = codec.Errorf(codec.CodeRuntimeMissing, "libonnxruntime.so.1 not found")
-	_, err = routeIn(g, newItem("interactive", "tag", soon(), "spare"), nil)
+	missing := codec.Errorf(codec.CodeRuntimeMissing, "libonnxruntime.so.1 not found")
+	spare.poolStatus = poolStatus{reason: "runtime_missing: libonnxruntime.so.1 not found", failed: missing}
+	_, err = routeIn(c, newItem("interactive", "tag", soon(), "spare"), nil)
 	if e := asErr(err); e.Code != codec.CodeRuntimeMissing || e.Message != "libonnxruntime.so.1 not found" {
 		t.Fatalf("one-pool chain, pool failed at start-up: %v, want its runtime_missing", err)
 	}
-	_, err = routeIn(g, newItem("interactive", "tag", soon(), "fast", "spare"), nil)
+	_, err = routeIn(c, newItem("interactive", "tag", soon(), "fast", "spare"), nil)
 	if e := asErr(err); e.Code != codec.CodeNoWorker || !strings.Contains(e.Message, "spare: runtime_missing: libonnxruntime.so.1 not found") {
 		t.Fatalf("two-pool chain with a failed pool: %v, want no_worker with its reason", err)
+	}
+	if pool, err := routeIn(c, newItem("interactive", "tag", soon(), "spare", "bulk"), nil); pool != "" || err != nil {
+		t.Fatalf("a failed pool, then a live one: %q %v, want a wait for the live one", pool, err)
+	}
+}
+
+// TestRouteLazyWake: an item that finds a lazy_load pool asleep (and no live pool before
+// it in its chain) waits and asks for the pool to be woken, once a pass; an item that
+// waits for a live pool first wakes nothing.
+func TestRouteLazyWake(t *testing.T) {
+	c := snapOf(t, routeConfig)
+	asleep := poolStatus{reason: "not started yet (lazy_load): starting for this request", coming: true, asleep: true}
+	c.pools["spare"].poolStatus = asleep
+	if d := c.route(newItem("interactive", "tag", soon(), "fast", "spare"), nil); d != (decision{wake: "spare"}) {
+		t.Fatalf("first item for an asleep pool: %+v, want a wait that wakes spare", d)
+	}
+	if d := c.route(newItem("interactive", "tag", soon(), "spare"), nil); d != (decision{}) {
+		t.Fatalf("second item of the pass: %+v, want a wait, no second wake", d)
+	}
+
+	c = snapOf(t, routeConfig)
+	c.pools["spare"].poolStatus = asleep
+	ready(c, "bulk", 1, "interactive")
+	c.pools["bulk"].busy = 1
+	if d := c.route(newItem("interactive", "tag", soon(), "bulk", "spare"), nil); d != (decision{}) {
+		t.Fatalf("a live full pool first in the chain: %+v, want a wait that wakes nothing", d)
 	}
 }
 
 // TestRouteDeadlineExceeded: an item that no candidate with room can finish before its
-// deadline (measured service time) is deadline_exceeded without taking a slot; an
+// deadline (measured service time) is deadline_exceeded without taking a unit; an
 // infeasible pool is passed over for a feasible one; no measurement is feasible.
 func TestRouteDeadlineExceeded(t *testing.T) {
-	g := testGateway(t, routeConfig)
-	f := newFleet(t, g)
-	f.ready("fast", "fast-1", 1, "urgent", "interactive")
-	f.ready("bulk", "bulk-1", 1, "interactive", "batch")
-	g.est.observe(estKey{"fast", "tag", "tagger"}, time.Second)
-	deadline := time.Now().Add(500 * time.Millisecond)
+	c := snapOf(t, routeConfig)
+	ready(c, "fast", 1, "urgent", "interactive")
+	ready(c, "bulk", 1, "interactive", "batch")
+	c.est[estKey{"fast", "tag", "tagger"}] = time.Second
+	deadline := c.now.Add(500 * time.Millisecond)
 
 	// fast is too slow, bulk is full but unmeasured (it may free up in time): wait.
-	g.fl.mu.Lock()
-	g.fl.busy["bulk"] = 1
-	g.fl.mu.Unlock()
-	if pool, err := routeIn(g, newItem("interactive", "tag", deadline, "fast", "bulk"), nil); pool != "" || err != nil {
+	c.pools["bulk"].busy = 1
+	if pool, err := routeIn(c, newItem("interactive", "tag", deadline, "fast", "bulk"), nil); pool != "" || err != nil {
 		t.Fatalf("one pool too slow, the other full: %q %v, want a wait", pool, err)
 	}
-	g.fl.mu.Lock()
-	g.fl.busy["bulk"] = 0
-	g.fl.mu.Unlock()
-	newPass(g)
-
-	if pool := routeOK(t, g, newItem("interactive", "tag", deadline, "fast", "bulk"), nil); pool != "bulk" {
+	c.pools["bulk"].busy = 0
+	c = nextPass(c)
+	if pool := routeOK(t, c, newItem("interactive", "tag", deadline, "fast", "bulk"), nil); pool != "bulk" {
 		t.Fatalf("fast too slow, bulk unmeasured: routed to %q, want bulk", pool)
 	}
-	g.fl.mu.Lock()
-	g.fl.busy["bulk"] = 0
-	g.fl.mu.Unlock()
-	newPass(g)
-	g.est.observe(estKey{"bulk", "tag", "tagger"}, time.Second)
-	_, err := routeIn(g, newItem("interactive", "tag", deadline, "fast", "bulk"), nil)
+
+	c = snapOf(t, routeConfig)
+	ready(c, "fast", 1, "urgent", "interactive")
+	ready(c, "bulk", 1, "interactive", "batch")
+	c.est[estKey{"fast", "tag", "tagger"}] = time.Second
+	c.est[estKey{"bulk", "tag", "tagger"}] = time.Second
+	_, err := routeIn(c, newItem("interactive", "tag", deadline, "fast", "bulk"), nil)
 	if codec.CodeOf(err) != codec.CodeDeadlineExceeded {
 		t.Fatalf("every pool too slow: %v, want deadline_exceeded", err)
 	}
-	g.fl.mu.Lock()
-	busy := g.fl.busy["fast"] + g.fl.busy["bulk"]
-	g.fl.mu.Unlock()
-	if busy != 0 {
-		t.Fatalf("%d slots taken by an infeasible item", busy)
+	if busy := c.pools["fast"].busy + c.pools["bulk"].busy; busy != 0 || c.load["cuda:0"]["interactive"] != 0 {
+		t.Fatalf("an infeasible item took units: %d in flight, cuda:0 load %v", busy, c.load["cuda:0"])
 	}
 	// Another op of the same pools has no measurement: it goes.
-	if pool := routeOK(t, g, newItem("interactive", "embed", deadline, "fast"), nil); pool != "fast" {
+	if pool := routeOK(t, c, newItem("interactive", "embed", deadline, "fast"), nil); pool != "fast" {
 		t.Fatalf("unmeasured op routed to %q, want fast", pool)
+	}
+}
+
+// TestRouter: a dispatch pass routes on one snapshot, taken when it first routes an
+// item (a heartbeat heard before then counts, one heard during the pass waits for the
+// next), holds each unit it gives in flights (per pool, and per device and class), and
+// wakes a lazy pool that an item waits for.
+func TestRouter(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	f := newFleet(t, g)
+	route := g.router(time.Now())
+	f.ready("fast", "fast-1", 1, "urgent", "interactive")
+	if pool, err := route(newItem("interactive", "tag", soon(), "fast", "bulk"), nil); pool != "fast" || err != nil {
+		t.Fatalf("routed to %q %v, want fast", pool, err)
+	}
+	if busy, load := g.fl.held(); busy["fast"] != 1 || load["cuda:0"]["interactive"] != 1 {
+		t.Fatalf("flights hold %v, %v; want fast 1 and one interactive on cuda:0", busy, load)
+	}
+	f.ready("bulk", "bulk-1", 1, "interactive")
+	if pool, err := route(newItem("interactive", "tag", soon(), "fast", "bulk"), nil); pool != "" || err != nil {
+		t.Fatalf("with fast full and bulk heard during the pass: %q %v, want a wait", pool, err)
+	}
+	if pool, err := g.router(time.Now())(newItem("interactive", "tag", soon(), "fast", "bulk"), nil); pool != "bulk" || err != nil {
+		t.Fatalf("next pass: %q %v, want bulk", pool, err)
+	}
+
+	s := g.supervisor
+	s.bin = "/nonexistent/ortworker" // never a real process: the woken pool fails to start
+	s.mu.Lock()
+	s.pools["spare"] = &poolProcs{cfg: g.cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}, asleep: true}
+	s.mu.Unlock()
+	if pool, err := g.router(time.Now())(newItem("batch", "tag", soon(), "spare"), nil); pool != "" || err != nil {
+		t.Fatalf("lazy pool asleep: %q %v, want a wait", pool, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); s.poolStatus("spare", time.Now()).failed == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lazy pool was never woken")
+		}
+	}
+	_, err := g.router(time.Now())(newItem("batch", "tag", soon(), "spare"), nil)
+	if e := asErr(err); e.Code != codec.CodeInternal || !strings.Contains(e.Message, "start worker /nonexistent/ortworker") {
+		t.Fatalf("after the woken pool failed to start: %v, want its start error", err)
 	}
 }

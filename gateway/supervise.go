@@ -366,44 +366,43 @@ func (s *supervisor) workerDead(id, why string) {
 	}
 }
 
-// poolState says why a pool has no live worker, and whether one is still coming.
-func (s *supervisor) poolState(pool string) (reason string, coming bool) {
+// poolStatus is the supervisor's view of a pool, for when it has no live worker.
+type poolStatus struct {
+	reason string       // why it has no live worker
+	coming bool         // workers are on their way: starting, or a remote pool not heard yet
+	asleep bool         // a lazy_load pool not started yet (so coming): wake starts it
+	failed *codec.Error // a start-up failure that a restart cannot fix
+}
+
+// poolStatus says why a pool has no live worker at now, and whether one is still coming.
+func (s *supervisor) poolStatus(pool string, now time.Time) poolStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pp, ok := s.pools[pool]
 	if !ok {
 		// A remote pool is known by its heartbeats only: right after the gateway starts,
 		// give its workers the time of a death verdict to be heard before giving up.
-		if time.Since(s.started) < time.Duration(s.cfg.Health.MissCount)*s.cfg.Health.HeartbeatInterval.D() {
-			return "remote workers not heard yet", true
+		if now.Sub(s.started) < time.Duration(s.cfg.Health.MissCount)*s.cfg.Health.HeartbeatInterval.D() {
+			return poolStatus{reason: "remote workers not heard yet", coming: true}
 		}
-		return "no live workers (remote pool: none heartbeating)", false
+		return poolStatus{reason: "no live workers (remote pool: none heartbeating)"}
 	}
+	st := poolStatus{failed: pp.failed}
 	switch {
 	case pp.failed != nil:
-		return fmt.Sprintf("%s: %s", pp.failed.Code, pp.failed.Message), false
+		st.reason = fmt.Sprintf("%s: %s", pp.failed.Code, pp.failed.Message)
 	case pp.crashLooping:
-		return fmt.Sprintf("crash-looping (%d deaths within %s)", len(pp.deaths), s.cfg.Gateway.CrashLoopWindow.D()), false
+		st.reason = fmt.Sprintf("crash-looping (%d deaths within %s)", len(pp.deaths), s.cfg.Gateway.CrashLoopWindow.D())
 	case s.closed:
-		return "shutting down", false
+		st.reason = "shutting down"
 	case len(pp.procs) == 0:
-		return "no workers configured", false
+		st.reason = "no workers configured"
 	case pp.asleep:
-		return "not started yet (lazy_load): starting for this request", true
+		st.reason, st.coming, st.asleep = "not started yet (lazy_load): starting for this request", true, true
+	default:
+		st.reason, st.coming = "workers starting", true
 	}
-	return "workers starting", true
-}
-
-// poolError is the start-up failure of the first failed pool among pools.
-func (s *supervisor) poolError(pools []string) *codec.Error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, name := range pools {
-		if pp, ok := s.pools[name]; ok && pp.failed != nil {
-			return pp.failed
-		}
-	}
-	return nil
+	return st
 }
 
 // procStatus is what status reports of a supervised worker.

@@ -1,0 +1,103 @@
+package gateway
+
+import (
+	"slices"
+	"time"
+
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/health"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// capacity is what one dispatch pass knows of where work can go: taken once, when the
+// pass first has an item to route (Gateway.snapshot), from the tracker's live workers,
+// the flights' requests in flight, the measured service times and the supervisor's view
+// of each pool. Routing (route.go) and the sharing policy (policy.go) read nothing else;
+// route records in it each unit it takes, so that later items of the same pass see it.
+//
+// Only the dispatch loop routes, one pass at a time, and it holds in flights each unit a
+// pass takes as soon as route decides it, so the next snapshot counts it. Nothing else
+// adds to what is in flight (answers coming back only take away), so a pass never gives
+// a pool more than its snapshot had room for; what changes during a pass (answers,
+// workers coming live or dying) is seen by the next one.
+type capacity struct {
+	cfg         *config.Config // read-only: classes (priority, min_share, degrade), pools (device, max_batch)
+	now         time.Time
+	pools       map[string]*poolCap
+	deviceSlots map[string]int           // live slots per device (each worker's max(1, slots))
+	load        deviceLoad               // requests in flight per device and class, this pass's included
+	est         map[estKey]time.Duration // measured service times
+	// full holds pool+"\x00"+class once a pool is found full for a class in the pass: later
+	// items skip it without looking again.
+	full map[string]bool
+}
+
+// poolCap is one pool in a capacity snapshot.
+type poolCap struct {
+	slots      map[string]int // requests its live workers take at once, per class
+	busy       int            // requests in flight, this pass's included
+	live       bool           // it has a live worker
+	poolStatus                // the supervisor's view, for when it has none
+}
+
+// newCapacity is an empty snapshot of cfg's pools at now: no live worker, nothing in
+// flight, nothing measured, no word from the supervisor.
+func newCapacity(cfg *config.Config, now time.Time) *capacity {
+	c := &capacity{cfg: cfg, now: now, pools: map[string]*poolCap{}, deviceSlots: map[string]int{}, load: deviceLoad{},
+		est: map[estKey]time.Duration{}, full: map[string]bool{}}
+	for name := range cfg.Pools {
+		c.pools[name] = &poolCap{slots: map[string]int{}}
+	}
+	return c
+}
+
+// snapshot takes the capacity of a dispatch pass at now.
+func (g *Gateway) snapshot(now time.Time) *capacity {
+	c := newCapacity(g.cfg, now)
+	for _, w := range g.tracker.Workers() {
+		c.addLive(w)
+	}
+	busy, load := g.fl.held()
+	for pool, pc := range c.pools {
+		pc.busy = busy[pool]
+		pc.poolStatus = g.supervisor.poolStatus(pool, now)
+	}
+	c.load = load
+	c.est = g.est.all()
+	return c
+}
+
+// addLive counts w's slots if it is a live worker of one of the snapshot's pools: a slot
+// takes one request, or up to max_batch of the batch class in a batching pool.
+func (c *capacity) addLive(w health.Worker) {
+	pc := c.pools[w.HB.Pool]
+	if pc == nil || !w.Live() {
+		return
+	}
+	pc.live = true
+	slots := max(1, w.HB.Slots)
+	c.deviceSlots[c.cfg.Pools[w.HB.Pool].Device] += slots
+	for i, class := range w.HB.Classes {
+		if slices.Contains(w.HB.Classes[:i], class) {
+			continue // listed twice, served once
+		}
+		per := 1
+		if mb := c.cfg.Pools[w.HB.Pool].MaxBatch; class == subjects.ClassBatch && mb > 1 {
+			per = mb
+		}
+		pc.slots[class] += slots * per
+	}
+}
+
+// room is how many more requests of class the pass may send to pool: the free slots of
+// its live workers serving the class, less what is already in flight.
+func (c *capacity) room(pool, class string) int {
+	pc := c.pools[pool]
+	return pc.slots[class] - pc.busy
+}
+
+// take counts one request of class sent to pool in this pass.
+func (c *capacity) take(pool, class string) {
+	c.pools[pool].busy++
+	c.load.add(c.cfg.Pools[pool].Device, class, 1)
+}
