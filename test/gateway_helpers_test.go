@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
@@ -73,14 +74,15 @@ func gwSlowTaggerDir(t testing.TB) string {
 
 // gwPool is one [pools.NAME] table of a gateway test config.
 type gwPool struct {
-	Name    string
-	Version string // runtime version from .deps; ignored when Runtime is set
-	Runtime string // explicit runtime path
-	Workers int
-	Slots   int
-	Classes []string
-	Models  []string
-	Env     map[string]string
+	Name     string
+	Version  string // runtime version from .deps; ignored when Runtime is set
+	Runtime  string // explicit runtime path
+	Workers  int
+	Slots    int
+	Classes  []string
+	Models   []string
+	Env      map[string]string
+	LazyLoad bool
 }
 
 // gwClass is one [classes.NAME] table.
@@ -93,11 +95,20 @@ type gwClass struct {
 
 // gwConfig is a whole gateway test config.
 type gwConfig struct {
-	NATSURL string // external NATS; "" = embedded
-	Root    string // the one allowed image root
-	Gateway string // extra lines of the [gateway] table
+	NATSURL string         // external NATS; "" = embedded
+	Root    string         // the one allowed image root
+	Gateway config.Gateway // the [gateway] table; shutdown_grace is 3s unless set
 	Pools   []gwPool
 	Classes []gwClass
+}
+
+// gwModels are the models of the gateway tests' configs: the plain tagger and the slow one.
+func gwModels(t testing.TB) map[string]*config.Model {
+	t.Helper()
+	return map[string]*config.Model{
+		gwTagger: {Kind: config.KindTaggerPixAI, Dir: filepath.Join(testenv.Models(t), onnxgen.TaggerDir)},
+		gwSlow:   {Kind: config.KindTaggerPixAI, Dir: gwSlowTaggerDir(t)},
+	}
 }
 
 // write writes the config into a fresh temporary directory of t and returns its path.
@@ -111,49 +122,35 @@ func (c gwConfig) write(t testing.TB) string {
 // writeIn is write into dir (which outlives t: the shared gateway's config).
 func (c gwConfig) writeIn(t testing.TB, dir string) string {
 	t.Helper()
-	q := strconv.Quote
-	var b strings.Builder
-	if c.NATSURL != "" {
-		fmt.Fprintf(&b, "[nats]\nurl = %s\n\n", q(c.NATSURL))
-	} else {
-		fmt.Fprintf(&b, "[nats]\nembedded = true\nlisten = \"127.0.0.1:0\"\n\n")
+	cfg := &config.Config{
+		NATS:     config.NATS{URL: c.NATSURL},
+		Gateway:  c.Gateway,
+		Health:   config.Health{HeartbeatInterval: config.Duration(gwHeartbeat), MissCount: gwMissCount},
+		Security: config.Security{AllowedRoots: []string{c.Root}},
+		Classes:  map[string]*config.Class{},
+		Pools:    map[string]*config.Pool{},
+		Models:   gwModels(t),
 	}
-	fmt.Fprintf(&b, "[gateway]\nshutdown_grace = \"3s\"\n%s\n\n", c.Gateway)
-	fmt.Fprintf(&b, "[health]\nheartbeat_interval = \"%s\"\nmiss_count = %d\n\n", gwHeartbeat, gwMissCount)
-	fmt.Fprintf(&b, "[security]\nallowed_roots = [%s]\n\n", q(c.Root))
+	if c.NATSURL == "" {
+		cfg.NATS = config.NATS{Embedded: true, Listen: "127.0.0.1:0"}
+	}
+	if cfg.Gateway.ShutdownGrace == 0 {
+		cfg.Gateway.ShutdownGrace = config.Duration(3 * time.Second)
+	}
+	var pools, classes []string
 	for _, p := range c.Pools {
-		rt := p.Runtime
-		if rt == "" {
-			rt = testenv.RuntimeLib(t, p.Version)
-		}
-		fmt.Fprintf(&b, "[pools.%s]\nruntime = %s\nep = \"cpu\"\nthreads = 1\nworkers = %d\nslots = %d\n", p.Name, q(rt), max(p.Workers, 1), max(p.Slots, 1))
-		fmt.Fprintf(&b, "classes = %s\nmodels = %s\n", list(p.Classes), list(p.Models))
-		if len(p.Env) > 0 {
-			var kv []string
-			for k, v := range p.Env {
-				kv = append(kv, k+" = "+q(v))
-			}
-			fmt.Fprintf(&b, "env = { %s }\n", strings.Join(kv, ", "))
-		}
-		b.WriteString("\n")
+		cfg.Pools[p.Name] = &config.Pool{Runtime: runtimeOf(t, p.Runtime, p.Version), Threads: 1, Workers: p.Workers, Slots: p.Slots,
+			Classes: p.Classes, Models: p.Models, Env: p.Env, LazyLoad: p.LazyLoad}
+		pools = append(pools, p.Name)
 	}
 	for _, cl := range c.Classes {
-		fmt.Fprintf(&b, "[classes.%s]\nchain = %s\n", cl.Name, list(cl.Chain))
-		if cl.QueueBound > 0 {
-			fmt.Fprintf(&b, "queue_bound = %d\n", cl.QueueBound)
-		}
-		if cl.Timeout != "" {
-			fmt.Fprintf(&b, "timeout = %s\n", q(cl.Timeout))
-		}
-		b.WriteString("\n")
+		cfg.Classes[cl.Name] = &config.Class{Chain: cl.Chain, QueueBound: cl.QueueBound, Timeout: duration(t, cl.Timeout)}
+		classes = append(classes, cl.Name)
 	}
-	fmt.Fprintf(&b, "[models.%s]\nkind = \"tagger-pixai\"\ndir = %s\n\n", gwTagger, q(filepath.Join(testenv.Models(t), onnxgen.TaggerDir)))
-	fmt.Fprintf(&b, "[models.%s]\nkind = \"tagger-pixai\"\ndir = %s\n", gwSlow, q(gwSlowTaggerDir(t)))
-	path := filepath.Join(dir, "gateway.toml")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	cfg.SetOrder("pools", pools...)
+	cfg.SetOrder("classes", classes...)
+	cfg.SetOrder("models", gwTagger, gwSlow)
+	return writeConfigFile(t, filepath.Join(dir, "gateway.toml"), cfg)
 }
 
 // gatewayProc is a running gateway process and a NATS connection to its bus.

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/natsd"
 )
 
@@ -631,8 +632,9 @@ func TestGatewayRuntimeMissing(t *testing.T) {
 // predecessor held.
 func gwFailuresConfig(t *testing.T, root string) string {
 	return gwConfig{
-		Root:    root,
-		Gateway: "restart_backoff_min = \"250ms\"\nrestart_backoff_max = \"1s\"\ncrash_loop_count = 100\ncrash_loop_window = \"60s\"",
+		Root: root,
+		Gateway: config.Gateway{RestartBackoffMin: config.Duration(250 * time.Millisecond), RestartBackoffMax: config.Duration(time.Second),
+			CrashLoopCount: 100, CrashLoopWindow: config.Duration(time.Minute)},
 		Pools: []gwPool{{Name: "ch", Version: "1.30.0", Workers: 2, Classes: []string{"interactive", "batch"}, Models: []string{gwSlow, gwTagger},
 			Env: map[string]string{"ORTBUS_FAULT_INJECT": "1"}}},
 	}.write(t)

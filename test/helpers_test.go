@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
@@ -79,7 +80,8 @@ type poolCfg struct {
 	Models   []string
 }
 
-// allModels are the models every test config defines; a pool loads those it names.
+// allModels are the models every test config defines, in order; a pool loads those it
+// names.
 var allModels = []string{"tagger", "tagger_heavy", "ccip", "detector", "segmenter"}
 
 // writeConfig writes a config for the package's NATS server, with root as the only
@@ -94,64 +96,63 @@ func writeConfig(t testing.TB, root string, pools ...poolCfg) string {
 func writeConfigIn(t testing.TB, dir, root string, pools ...poolCfg) string {
 	t.Helper()
 	md := modelsDir(t)
-	var b strings.Builder
-	q := strconv.Quote
-	fmt.Fprintf(&b, "[nats]\nurl = %s\n\n", q(pkgEnv.natsURL))
-	fmt.Fprintf(&b, "[health]\nheartbeat_interval = \"100ms\"\n\n")
-	fmt.Fprintf(&b, "[security]\nallowed_roots = [%s]\noutput_roots = [%s]\n\n", q(root), q(root))
+	c := &config.Config{
+		NATS:     config.NATS{URL: pkgEnv.natsURL},
+		Health:   config.Health{HeartbeatInterval: config.Duration(100 * time.Millisecond)},
+		Security: config.Security{AllowedRoots: []string{root}, OutputRoots: []string{root}},
+		Pools:    map[string]*config.Pool{},
+		Models: map[string]*config.Model{
+			"tagger":       {Kind: config.KindTaggerPixAI, Dir: filepath.Join(md, onnxgen.TaggerDir)},
+			"tagger_heavy": {Kind: config.KindTaggerPixAI, Dir: heavyDir(t)},
+			"ccip":         {Kind: config.KindCCIP, Dir: filepath.Join(md, onnxgen.CCIPDir)},
+			"detector":     {Kind: config.KindDetect, Dir: filepath.Join(md, onnxgen.DetectorDir)},
+			"segmenter":    {Kind: config.KindSegment, Dir: filepath.Join(md, onnxgen.SegmenterDir)},
+		},
+	}
+	c.SetOrder("models", allModels...)
+	var names []string
 	for _, p := range pools {
-		rt := p.Runtime
-		if rt == "" {
-			rt = testenv.RuntimeLib(t, p.Version)
-		}
-		fmt.Fprintf(&b, "[pools.%s]\nruntime = %s\nep = %s\nthreads = 1\n", p.Name, q(rt), q(or(p.EP, "cpu")))
-		if len(p.Fallback) > 0 {
-			fmt.Fprintf(&b, "fallback = %s\n", list(p.Fallback))
-		}
-		fmt.Fprintf(&b, "slots = %d\n", max(p.Slots, 1))
-		if p.MaxBatch > 0 {
-			fmt.Fprintf(&b, "max_batch = %d\n", p.MaxBatch)
-		}
-		if p.MaxDelay != "" {
-			fmt.Fprintf(&b, "max_delay = %s\n", q(p.MaxDelay))
-		}
 		classes := p.Classes
 		if len(classes) == 0 {
 			classes = []string{"interactive", "batch"}
 		}
-		fmt.Fprintf(&b, "classes = %s\nmodels = %s\n\n", list(classes), list(p.Models))
+		c.Pools[p.Name] = &config.Pool{Runtime: runtimeOf(t, p.Runtime, p.Version), EP: p.EP, Fallback: p.Fallback, Threads: 1,
+			Slots: p.Slots, MaxBatch: p.MaxBatch, MaxDelay: duration(t, p.MaxDelay), Classes: classes, Models: p.Models}
+		names = append(names, p.Name)
 	}
-	dirs := map[string][2]string{
-		"tagger":       {"tagger-pixai", filepath.Join(md, onnxgen.TaggerDir)},
-		"tagger_heavy": {"tagger-pixai", heavyDir(t)},
-		"ccip":         {"ccip", filepath.Join(md, onnxgen.CCIPDir)},
-		"detector":     {"detect", filepath.Join(md, onnxgen.DetectorDir)},
-		"segmenter":    {"segment", filepath.Join(md, onnxgen.SegmenterDir)},
-	}
-	for _, name := range allModels {
-		d := dirs[name]
-		fmt.Fprintf(&b, "[models.%s]\nkind = %s\ndir = %s\n\n", name, q(d[0]), q(d[1]))
-	}
-	path := filepath.Join(dir, "ortbus.toml")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+	c.SetOrder("pools", names...)
+	return writeConfigFile(t, filepath.Join(dir, "ortbus.toml"), c)
+}
+
+// writeConfigFile writes c to path (config.Write) and returns path.
+func writeConfigFile(t testing.TB, path string, c *config.Config) string {
+	t.Helper()
+	if err := config.Write(path, c); err != nil {
 		t.Fatal(err)
 	}
 	return path
 }
 
-func or(s, def string) string {
-	if s == "" {
-		return def
+// runtimeOf is a pool's runtime library: path, or else the one of version from .deps.
+func runtimeOf(t testing.TB, path, version string) string {
+	t.Helper()
+	if path != "" {
+		return path
 	}
-	return s
+	return testenv.RuntimeLib(t, version)
 }
 
-func list(ss []string) string {
-	q := make([]string, len(ss))
-	for i, s := range ss {
-		q[i] = strconv.Quote(s)
+// duration parses a duration of a test config ("" is 0: the default).
+func duration(t testing.TB, s string) config.Duration {
+	t.Helper()
+	if s == "" {
+		return 0
 	}
-	return "[" + strings.Join(q, ", ") + "]"
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("test config: duration %q: %v", s, err)
+	}
+	return config.Duration(d)
 }
 
 // imageRoot makes an allowed image root for one test. Its path has its symlinks resolved,
