@@ -210,11 +210,11 @@ func TestClusterMultiHost(t *testing.T) {
 			}
 			got[k] = gwDecode(t, m)
 			if len(got) == 10 {
-				if err := n2.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				if err := n2.lp.Signal(syscall.SIGKILL); err != nil {
 					t.Fatal(err)
 				}
 				select {
-				case <-n2.exited:
+				case <-n2.lp.Exited():
 				case <-time.After(exitBound):
 					t.Fatal("node 2 did not die")
 				}
@@ -273,7 +273,7 @@ func TestClusterMultiHost(t *testing.T) {
 		if c1.Worker != remote.ID || c2.Worker != remote.ID {
 			t.Fatalf("claims by %s and %s, want %s", c1.Worker, c2.Worker, remote.ID)
 		}
-		pid := remote.cmd.Process.Pid
+		pid := remote.lp.PID()
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
@@ -337,14 +337,12 @@ func TestClusterMultiHost(t *testing.T) {
 		}
 	})
 
-	select {
-	case <-g.exited:
-		t.Fatalf("the gateway died: %v", g.cmd.ProcessState)
-	default:
+	if !g.alive() {
+		t.Fatalf("the gateway died: %v", g.lp.State())
 	}
 	// The roles' permissions were enough for everything above: no worker (the remote one,
 	// or the local one whose log is in the gateway's) was refused anything by the server.
-	for who, log := range map[string]string{"remote worker": remote.stderr.String(), "gateway and local worker": g.log()} {
+	for who, log := range map[string]string{"remote worker": remote.lp.Log(), "gateway and local worker": g.log()} {
 		if strings.Contains(strings.ToLower(log), "permissions violation") {
 			t.Errorf("the %s met a permissions violation:\n%s", who, log)
 		}

@@ -1,20 +1,17 @@
 package test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +19,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	launchpkg "github.com/ortbus/ortbus/internal/launch"
 	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
@@ -157,10 +155,8 @@ func (c gwConfig) writeIn(t testing.TB, dir string) string {
 type gatewayProc struct {
 	Ready   codec.Event // the ready line
 	NC      *nats.Conn
-	cmd     *exec.Cmd
+	lp      *launchpkg.Proc
 	logPath string
-	exited  chan struct{}
-	ready   chan codec.Event // the ready line, once read
 }
 
 // startGateway runs `gateway -config cfgPath` on any free ports, waits for its ready
@@ -195,39 +191,13 @@ func launchGateway(t testing.TB, cfgPath string, connect bool, env ...string) *g
 func spawnGateway(t testing.TB, cfgPath string, env ...string) *gatewayProc {
 	t.Helper()
 	gwBin, workerBin := gatewayBinaries(t)
-	g := &gatewayProc{logPath: filepath.Join(filepath.Dir(cfgPath), "gateway.log"), exited: make(chan struct{}), ready: make(chan codec.Event, 1)}
-	logf, err := os.Create(g.logPath)
+	g := &gatewayProc{logPath: filepath.Join(filepath.Dir(cfgPath), "gateway.log")}
+	var err error
+	g.lp, err = launchpkg.Start(gwBin, []string{"-config", cfgPath, "-nats-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-worker", workerBin},
+		launchpkg.Options{Name: "gateway", Env: env, LogFile: g.logPath})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer logf.Close() // the child has its own descriptor
-	g.cmd = exec.Command(gwBin, "-config", cfgPath, "-nats-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-worker", workerBin)
-	g.cmd.Env = append(os.Environ(), env...)
-	g.cmd.Stderr = logf
-	out, err := g.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.cmd.Start(); err != nil {
-		t.Fatalf("start gateway: %v", err)
-	}
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		sc := bufio.NewScanner(out)
-		sent := false
-		for sc.Scan() {
-			if r, ok := codec.ReadEvent(sc.Bytes()); ok && !sent && r.Event == codec.EventReady {
-				g.ready <- r
-				sent = true
-			}
-		}
-	}()
-	go func() {
-		<-read
-		g.cmd.Wait()
-		close(g.exited)
-	}()
 	return g
 }
 
@@ -235,12 +205,9 @@ func spawnGateway(t testing.TB, cfgPath string, env ...string) *gatewayProc {
 // gateway exits first.
 func (g *gatewayProc) awaitReady(t testing.TB) {
 	t.Helper()
-	select {
-	case g.Ready = <-g.ready:
-	case <-g.exited:
-		t.Fatalf("gateway exited (%v) before its ready line; log:\n%s", g.cmd.ProcessState, g.log())
-	case <-time.After(gwStartBound):
-		t.Fatalf("no ready line from the gateway within %v; log:\n%s", gwStartBound, g.log())
+	var err error
+	if g.Ready, err = g.lp.Ready(context.Background(), gwStartBound); err != nil {
+		t.Fatalf("%v; log:\n%s", err, g.log())
 	}
 	if g.Ready.NATSURL == "" || g.Ready.HTTP == "" {
 		t.Fatalf("ready line without nats_url or http: %+v", g.Ready)
@@ -257,10 +224,8 @@ func (g *gatewayProc) connect(t testing.TB, name string) {
 	}
 }
 
-func (g *gatewayProc) log() string {
-	b, _ := os.ReadFile(g.logPath)
-	return string(b)
-}
+// log is the gateway's log: its own stderr and its workers'.
+func (g *gatewayProc) log() string { return g.lp.Log() }
 
 // stop sends SIGTERM (the gateway drains its workers and exits 0), and SIGKILL if it has
 // not exited within gwStopBound. Its workers die with it (they are started with a parent
@@ -273,35 +238,14 @@ func (g *gatewayProc) stop(t testing.TB) {
 
 // shutdown is stop without a test: the error says what went wrong.
 func (g *gatewayProc) shutdown() error {
-	select {
-	case <-g.exited:
-		return nil
-	default:
+	if err := g.lp.Stop(gwStopBound); err != nil {
+		return fmt.Errorf("%v; log:\n%s", err, g.log())
 	}
-	g.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-g.exited:
-		// A clean shutdown: workers drained, exit status 0.
-		if st := g.cmd.ProcessState; st == nil || !st.Success() {
-			return fmt.Errorf("gateway exited with %v after SIGTERM, want status 0; log:\n%s", st, g.log())
-		}
-		return nil
-	case <-time.After(gwStopBound):
-		g.cmd.Process.Kill()
-		<-g.exited
-		return fmt.Errorf("gateway did not exit within %v of SIGTERM; killed it", gwStopBound)
-	}
+	return nil
 }
 
 // alive reports whether the gateway process still runs.
-func (g *gatewayProc) alive() bool {
-	select {
-	case <-g.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (g *gatewayProc) alive() bool { return g.lp.Alive() }
 
 // gwReply is one answer of the gateway: a result body or an error.
 type gwReply struct {

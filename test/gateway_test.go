@@ -100,7 +100,7 @@ func TestGatewayReuse(t *testing.T) {
 	before := g.waitStatus(t, "both workers live", func(st *codec.StatusReply) bool {
 		return len(gwLive(st, "ia")) == 1 && len(gwLive(st, "bt")) == 1
 	})
-	kids := gwChildPIDs(t, g.cmd.Process.Pid)
+	kids := gwChildPIDs(t, g.lp.PID())
 	slices.Sort(kids)
 	var servedBefore uint64
 	for _, w := range before.Workers {
@@ -161,7 +161,7 @@ func TestGatewayReuse(t *testing.T) {
 	if got := len(after.Workers); got != 2 {
 		t.Errorf("status lists %d workers, want 2", got)
 	}
-	kidsAfter := gwChildPIDs(t, g.cmd.Process.Pid)
+	kidsAfter := gwChildPIDs(t, g.lp.PID())
 	slices.Sort(kidsAfter)
 	if !slices.Equal(kids, kidsAfter) || len(kids) != 2 {
 		t.Errorf("gateway's child processes %v became %v, want the same two", kids, kidsAfter)

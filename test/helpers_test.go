@@ -1,8 +1,8 @@
 package test
 
 import (
-	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"image"
 	"image/color"
@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
+	launchpkg "github.com/ortbus/ortbus/internal/launch"
 	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
@@ -174,29 +174,7 @@ func imageRoot(t testing.TB) string {
 type proc struct {
 	ID, Pool string
 	Ready    codec.Event // the ready line, once seen
-	cmd      *exec.Cmd
-	started  time.Time
-	events   chan codec.Event
-	exited   chan struct{} // closed once Wait returned
-	state    *os.ProcessState
-	stderr   lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	lp       *launchpkg.Proc
 }
 
 // launch starts an ortworker for pool (id: pool + "-w") without waiting for it. The
@@ -207,7 +185,7 @@ func launch(t testing.TB, cfgPath, pool string, extraEnv ...string) *proc {
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			t.Logf("stderr of worker %s:\n%s", p.ID, p.stderr.String())
+			t.Logf("stderr of worker %s:\n%s", p.ID, p.lp.Log())
 		}
 	})
 	return p
@@ -216,55 +194,23 @@ func launch(t testing.TB, cfgPath, pool string, extraEnv ...string) *proc {
 // launchDetached is launch without the cleanup; the caller must kill the process.
 func launchDetached(t testing.TB, cfgPath, pool string, extraEnv ...string) *proc {
 	t.Helper()
-	p := &proc{ID: pool + "-w", Pool: pool, events: make(chan codec.Event, 1), exited: make(chan struct{})}
-	p.cmd = exec.Command(pkgEnv.bin, "-config", cfgPath, "-pool", pool, "-id", p.ID)
-	p.cmd.Env = append(os.Environ(), extraEnv...)
-	p.cmd.Stderr = &p.stderr
-	out, err := p.cmd.StdoutPipe()
+	p := &proc{ID: pool + "-w", Pool: pool}
+	var err error
+	p.lp, err = launchpkg.Start(pkgEnv.bin, []string{"-config", cfgPath, "-pool", pool, "-id", p.ID},
+		launchpkg.Options{Name: "worker " + p.ID, Env: extraEnv})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.started = time.Now()
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start ortworker: %v", err)
-	}
-	// Read stdout to EOF before Wait (StdoutPipe's rule); the first event line is kept.
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		sc := bufio.NewScanner(out)
-		sent := false
-		for sc.Scan() {
-			if ev, ok := codec.ReadEvent(sc.Bytes()); ok && !sent {
-				p.events <- ev
-				sent = true
-			}
-		}
-	}()
-	go func() {
-		<-read
-		p.cmd.Wait()
-		p.state = p.cmd.ProcessState
-		close(p.exited)
-	}()
 	return p
 }
 
 // await waits for the process's ready or failed line.
 func (p *proc) await() (codec.Event, error) {
-	select {
-	case ev := <-p.events:
-		return ev, nil
-	case <-p.exited:
-		select { // the line may have come just before the exit
-		case ev := <-p.events:
-			return ev, nil
-		default:
-		}
-		return codec.Event{}, fmt.Errorf("worker %s exited (%v) without a ready or failed line; stderr:\n%s", p.ID, p.state, p.stderr.String())
-	case <-time.After(startBound):
-		return codec.Event{}, fmt.Errorf("worker %s printed no ready or failed line within %v; stderr:\n%s", p.ID, startBound, p.stderr.String())
+	ev, err := p.lp.Event(context.Background(), startBound)
+	if err != nil {
+		return ev, fmt.Errorf("%v; stderr:\n%s", err, p.lp.Log())
 	}
+	return ev, nil
 }
 
 // awaitReady waits for the ready line and checks that it names this process.
@@ -274,10 +220,10 @@ func (p *proc) awaitReady() (codec.Event, error) {
 		return ev, err
 	}
 	if ev.Event != codec.EventReady {
-		return ev, fmt.Errorf("worker %s: want a ready line, got %+v (error %+v); stderr:\n%s", p.ID, ev, ev.Error, p.stderr.String())
+		return ev, fmt.Errorf("worker %s: want a ready line, got %+v (error %+v); stderr:\n%s", p.ID, ev, ev.Error, p.lp.Log())
 	}
-	if ev.Worker != p.ID || ev.Pool != p.Pool || ev.PID != p.cmd.Process.Pid {
-		return ev, fmt.Errorf("worker %s: ready line %+v does not name this worker (pid %d)", p.ID, ev, p.cmd.Process.Pid)
+	if ev.Worker != p.ID || ev.Pool != p.Pool || ev.PID != p.lp.PID() {
+		return ev, fmt.Errorf("worker %s: ready line %+v does not name this worker (pid %d)", p.ID, ev, p.lp.PID())
 	}
 	return ev, nil
 }
@@ -306,28 +252,15 @@ func (p *proc) ready(t testing.TB) codec.Event {
 // wait waits for the process to exit (bounded) and returns its state.
 func (p *proc) wait(t testing.TB) *os.ProcessState {
 	t.Helper()
-	select {
-	case <-p.exited:
-		return p.state
-	case <-time.After(exitBound):
-		t.Fatalf("worker %s did not exit within %v; stderr:\n%s", p.ID, exitBound, p.stderr.String())
+	st, err := p.lp.Wait(exitBound)
+	if err != nil {
+		t.Fatalf("%v; stderr:\n%s", err, p.lp.Log())
 	}
-	return nil
+	return st
 }
 
 // kill kills the process if it still runs, and reaps it.
-func (p *proc) kill() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-p.exited:
-	case <-time.After(exitBound):
-	}
-}
+func (p *proc) kill() { p.lp.Kill() }
 
 // startWorker launches one worker and waits until it is ready.
 func startWorker(t testing.TB, cfgPath, pool string, extraEnv ...string) *proc {

@@ -256,7 +256,7 @@ func (h *hostileRun) start(t *testing.T) *hstack {
 	g.waitLive(t, "fast", 1)
 	g.waitLive(t, "bulk", 1)
 	st := g.status(t)
-	s := &hstack{g: g, gwID: st.Gateway, http: g.Ready.HTTP, pid: g.cmd.Process.Pid, workers: map[string]int{}, byPool: map[string]string{}, down: make(chan struct{})}
+	s := &hstack{g: g, gwID: st.Gateway, http: g.Ready.HTTP, pid: g.lp.PID(), workers: map[string]int{}, byPool: map[string]string{}, down: make(chan struct{})}
 	for _, w := range st.Workers {
 		if w.State == codec.StateReady {
 			s.workers[w.Worker] = w.PID
@@ -321,8 +321,8 @@ func (h *hostileRun) watch(s *hstack) {
 	defer tick.Stop()
 	for {
 		select {
-		case <-s.g.exited:
-			h.crash(s, fmt.Sprintf("gateway %s pid %d exited (%v)", s.gwID, s.pid, s.g.cmd.ProcessState))
+		case <-s.g.lp.Exited():
+			h.crash(s, fmt.Sprintf("gateway %s pid %d exited (%v)", s.gwID, s.pid, s.g.lp.State()))
 			return
 		case <-s.down:
 			return
@@ -331,8 +331,8 @@ func (h *hostileRun) watch(s *hstack) {
 				if gwProcessGone(pid) {
 					// Workers die with their gateway: a gateway crash is the gateway's.
 					select {
-					case <-s.g.exited:
-						h.crash(s, fmt.Sprintf("gateway %s pid %d exited (%v)", s.gwID, s.pid, s.g.cmd.ProcessState))
+					case <-s.g.lp.Exited():
+						h.crash(s, fmt.Sprintf("gateway %s pid %d exited (%v)", s.gwID, s.pid, s.g.lp.State()))
 					case <-time.After(time.Second):
 						h.crash(s, fmt.Sprintf("worker %s pid %d gone", id, pid))
 					}
@@ -475,10 +475,7 @@ func (h *hostileRun) live(t *testing.T) *hstack {
 	}
 	h.restarts++
 	t.Logf("restarting the stack after a crash (%d of %d)", h.restarts, hostileMaxRestarts)
-	if s.g.alive() {
-		s.g.cmd.Process.Kill() // a worker died: start clean
-		<-s.g.exited
-	}
+	s.g.lp.Kill() // a worker died: start clean
 	h.stack = h.start(t)
 	return h.stack
 }
