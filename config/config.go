@@ -4,6 +4,9 @@
 // the line and the reason, so a typo fails at start-up rather than at the first request.
 //
 // Relative paths in the file are taken relative to the file's own directory.
+//
+// Marshal and Write write a configuration back as a file that Load reads into the same
+// values; the tests and the bench build theirs in code and write them so.
 package config
 
 import (
