@@ -110,9 +110,6 @@ func (p *Proc) stdoutLine(line []byte) {
 	}
 }
 
-// Name is the process's name in errors.
-func (p *Proc) Name() string { return p.name }
-
 // PID is the process id (and its process group's).
 func (p *Proc) PID() int { return p.cmd.Process.Pid }
 
