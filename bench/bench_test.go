@@ -9,10 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/testenv"
 )
 
@@ -118,6 +120,51 @@ func TestScenariosParse(t *testing.T) {
 			}
 			if counts["batch"] < 100 || counts["interactive"] == 0 {
 				t.Errorf("%s: counts %v", name, counts)
+			}
+		}
+	}
+}
+
+// TestSystemConfig: the config of each scenario loads, with its pools and classes in the
+// scenario's order, nice only under the sharing policy, and the policy only when set.
+func TestSystemConfig(t *testing.T) {
+	dir := t.TempDir()
+	w := &workdir{dir: dir, models: filepath.Join(dir, "models"), images: filepath.Join(dir, "images")}
+	for _, name := range []string{"default", "onepool", "short"} {
+		sc, err := LoadScenario(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, policy := range []string{"", config.PolicyPriority, config.PolicyFIFO} {
+			c := collisionConfig(sc, w, "/ort/libonnxruntime.so.1")
+			c.Policy = policy
+			path := filepath.Join(dir, name+".toml")
+			if err := config.Write(path, c.config()); err != nil {
+				t.Fatal(err)
+			}
+			got, err := config.Load(path)
+			if err != nil {
+				t.Fatalf("%s, policy %q: %v", name, policy, err)
+			}
+			text, _ := os.ReadFile(path)
+			if policy == "" && strings.Contains(string(text), "policy") {
+				t.Errorf("%s: policy written though unset:\n%s", name, text)
+			}
+			var pools []string
+			for _, p := range sc.Pools {
+				pools = append(pools, p.Name)
+				gp := got.Pools[p.Name]
+				if gp.Workers != max(p.Workers, 1) || gp.Threads != max(p.Threads, 1) || (gp.Nice != 0) != (p.Nice > 0 && policy != config.PolicyFIFO) {
+					t.Errorf("%s, policy %q: pool %s is %+v", name, policy, p.Name, gp)
+				}
+			}
+			if !slices.Equal(got.PoolNames(), pools) {
+				t.Errorf("%s: pools %v, want %v", name, got.PoolNames(), pools)
+			}
+			for _, cl := range sc.Classes {
+				if gc := got.Classes[cl.Name]; gc.Timeout != cl.Timeout || len(gc.Chain) == 0 {
+					t.Errorf("%s: class %s is %+v", name, cl.Name, gc)
+				}
 			}
 		}
 	}

@@ -1,29 +1,26 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ortbus/ortbus/config"
 	"image"
 	"image/color"
 	"image/png"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/client"
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/internal/launch"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
 
@@ -126,62 +123,45 @@ type sysConfig struct {
 	Heartbeat time.Duration
 }
 
-func tomlList(xs []string) string {
-	q := make([]string, len(xs))
-	for i, x := range xs {
-		q[i] = strconv.Quote(x)
-	}
-	return "[" + strings.Join(q, ", ") + "]"
-}
-
-func tomlDur(d time.Duration) string { return strconv.Quote(d.String()) }
-
-// text renders the config as TOML.
-func (c sysConfig) text() string {
-	var b strings.Builder
-	b.WriteString("# written by ortbus bench\n[nats]\nembedded = true\nlisten = \"127.0.0.1:0\"\n\n")
-	b.WriteString("[gateway]\nshutdown_grace = \"5s\"\nrestart_backoff_min = \"50ms\"\n")
-	if c.Policy != "" {
-		fmt.Fprintf(&b, "policy = %q\n", c.Policy)
-	}
+// config is the configuration the bench writes: embedded NATS on a free port, quick
+// restarts, the spec's classes, pools and models in its order.
+func (c sysConfig) config() *config.Config {
+	d := func(x time.Duration) config.Duration { return config.Duration(x) }
 	hb := c.Heartbeat
 	if hb == 0 {
 		hb = 250 * time.Millisecond
 	}
-	fmt.Fprintf(&b, "\n[health]\nheartbeat_interval = %s\nmiss_count = 3\n\n", tomlDur(hb))
-	fmt.Fprintf(&b, "[security]\nallowed_roots = [%q]\n\n", c.Images)
+	cfg := &config.Config{
+		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
+		Gateway:  config.Gateway{ShutdownGrace: d(5 * time.Second), RestartBackoffMin: d(50 * time.Millisecond), Policy: c.Policy},
+		Health:   config.Health{HeartbeatInterval: d(hb), MissCount: 3},
+		Security: config.Security{AllowedRoots: []string{c.Images}},
+		Classes:  map[string]*config.Class{},
+		Pools:    map[string]*config.Pool{},
+		Models:   map[string]*config.Model{},
+	}
+	var classes, pools, models []string
 	for _, cl := range c.Classes {
-		fmt.Fprintf(&b, "[classes.%s]\nchain = %s\n", cl.Name, tomlList(cl.Chain))
-		if cl.Timeout > 0 {
-			fmt.Fprintf(&b, "timeout = %s\n", tomlDur(cl.Timeout))
-		}
-		if cl.MaxTimeout > 0 {
-			fmt.Fprintf(&b, "max_timeout = %s\n", tomlDur(cl.MaxTimeout))
-		}
-		if cl.QueueBound > 0 {
-			fmt.Fprintf(&b, "queue_bound = %d\n", cl.QueueBound)
-		}
-		b.WriteString("\n")
+		cfg.Classes[cl.Name] = &config.Class{Chain: cl.Chain, Timeout: d(cl.Timeout), MaxTimeout: d(cl.MaxTimeout), QueueBound: cl.QueueBound}
+		classes = append(classes, cl.Name)
 	}
 	for _, p := range c.Pools {
-		fmt.Fprintf(&b, "[pools.%s]\nruntime = %q\nep = \"cpu\"\ndevice = %q\n", p.Name, p.Runtime, orDefault(p.Device, "cpu"))
-		fmt.Fprintf(&b, "workers = %d\nslots = %d\nthreads = %d\n", max(p.Workers, 1), max(p.Slots, 1), max(p.Threads, 1))
-		fmt.Fprintf(&b, "classes = %s\nmodels = %s\n", tomlList(p.Classes), tomlList(p.Models))
-		if p.MaxBatch > 0 {
-			fmt.Fprintf(&b, "max_batch = %d\n", p.MaxBatch)
+		pc := &config.Pool{Runtime: p.Runtime, EP: "cpu", Device: p.Device, Workers: max(p.Workers, 1), Slots: max(p.Slots, 1),
+			Threads: max(p.Threads, 1), Classes: p.Classes, Models: p.Models, MaxBatch: p.MaxBatch, MaxDelay: d(p.MaxDelay)}
+		if c.Policy != config.PolicyFIFO {
+			pc.Nice = p.Nice
 		}
-		if p.MaxDelay > 0 {
-			fmt.Fprintf(&b, "max_delay = %s\n", tomlDur(p.MaxDelay))
-		}
-		if p.Nice > 0 && c.Policy != config.PolicyFIFO {
-			fmt.Fprintf(&b, "nice = %d\n", p.Nice)
-		}
-		b.WriteString("\n")
+		cfg.Pools[p.Name] = pc
+		pools = append(pools, p.Name)
 	}
 	for _, m := range c.Models {
-		fmt.Fprintf(&b, "[models.%s]\nkind = %q\ndir = %q\n\n", m.Name, m.Kind, m.Dir)
+		cfg.Models[m.Name] = &config.Model{Kind: m.Kind, Dir: m.Dir}
+		models = append(models, m.Name)
 	}
-	return b.String()
+	cfg.SetOrder("classes", classes...)
+	cfg.SetOrder("pools", pools...)
+	cfg.SetOrder("models", models...)
+	return cfg
 }
 
 func orDefault(s, def string) string {
@@ -196,7 +176,7 @@ func orDefault(s, def string) string {
 // reported as such.
 func (w *workdir) writeConfig(o *Options, name string, c sysConfig) (string, error) {
 	path := filepath.Join(w.dir, name+".toml")
-	if err := os.WriteFile(path, []byte(c.text()), 0o644); err != nil {
+	if err := config.Write(path, c.config()); err != nil {
 		return "", err
 	}
 	out, err := exec.Command(filepath.Join(o.BinDir, "gateway"), "-check", "-config", path).CombinedOutput()
@@ -215,86 +195,27 @@ func policyRefused(err error) bool {
 // system is a running gateway (with its embedded NATS server and local workers) and a
 // client connection to its bus.
 type system struct {
-	name   string
-	cmd    *exec.Cmd
-	ready  codec.Event // the gateway's ready line
-	nc     *nats.Conn
-	cl     *client.Client
-	log    *logBuffer
-	exited chan struct{}
-}
-
-// logBuffer keeps the tail of a process's stderr (and copies it to an optional writer).
-type logBuffer struct {
-	mu   sync.Mutex
-	file *os.File
-	tee  io.Writer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.tee != nil {
-		l.tee.Write(p)
-	}
-	return l.file.Write(p)
-}
-
-// tail is the last n lines of the log.
-func (l *logBuffer) tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b, _ := os.ReadFile(l.file.Name())
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	name  string
+	gw    *launch.Proc
+	ready codec.Event // the gateway's ready line
+	nc    *nats.Conn
+	cl    *client.Client
 }
 
 // startSystem runs `gateway -config cfg` on a free port with HTTP off and the bench's
 // ortworker, waits for its ready line, connects, and checks that every pool has all its
-// workers live.
+// workers live. Its log is dir/name.log (and goes to o.Logs).
 func startSystem(ctx context.Context, o *Options, w *workdir, name, cfg string) (*system, error) {
-	lf, err := os.Create(filepath.Join(w.dir, name+".log"))
+	gw, err := launch.Start(filepath.Join(o.BinDir, "gateway"), []string{"-config", cfg, "-nats-listen", "127.0.0.1:0",
+		"-http-listen", "-", "-worker", filepath.Join(o.BinDir, "ortworker")},
+		launch.Options{Name: "gateway " + name, LogFile: filepath.Join(w.dir, name+".log"), Tee: o.Logs})
 	if err != nil {
 		return nil, err
 	}
-	s := &system{name: name, log: &logBuffer{file: lf, tee: o.Logs}, exited: make(chan struct{})}
-	s.cmd = exec.Command(filepath.Join(o.BinDir, "gateway"), "-config", cfg, "-nats-listen", "127.0.0.1:0",
-		"-http-listen", "-", "-worker", filepath.Join(o.BinDir, "ortworker"))
-	s.cmd.Stderr = s.log
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the bench
-	out, err := s.cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start gateway: %w", err)
-	}
-	readyCh := make(chan codec.Event, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		sent := false
-		for sc.Scan() {
-			if ev, ok := codec.ReadEvent(sc.Bytes()); ok && !sent && ev.Event == codec.EventReady {
-				readyCh <- ev
-				sent = true
-			}
-		}
-		s.cmd.Wait()
-		close(s.exited)
-	}()
-	select {
-	case s.ready = <-readyCh:
-	case <-s.exited:
-		return nil, fmt.Errorf("gateway %s exited (%v) before it was ready; log tail:\n%s", name, s.cmd.ProcessState, s.log.tail(30))
-	case <-time.After(startBound):
-		s.kill()
-		return nil, fmt.Errorf("gateway %s: no ready line within %v; log tail:\n%s", name, startBound, s.log.tail(30))
-	case <-ctx.Done():
-		s.kill()
-		return nil, ctx.Err()
+	s := &system{name: name, gw: gw}
+	if s.ready, err = gw.Ready(ctx, startBound); err != nil {
+		gw.Kill()
+		return nil, fmt.Errorf("%w; log tail:\n%s", err, gw.LogTail(30))
 	}
 	s.nc, err = nats.Connect(s.ready.NATSURL, nats.Name("ortbus bench"), nats.MaxReconnects(-1))
 	if err != nil {
@@ -318,7 +239,7 @@ func (s *system) awaitWorkers(ctx context.Context, bound time.Duration) error {
 			ok := true
 			for _, p := range st.Pools {
 				if p.Error != nil {
-					return fmt.Errorf("pool %s failed: %s: %s; log tail:\n%s", p.Name, p.Error.Code, p.Error.Message, s.log.tail(30))
+					return fmt.Errorf("pool %s failed: %s: %s; log tail:\n%s", p.Name, p.Error.Code, p.Error.Message, s.gw.LogTail(30))
 				}
 				if p.Live < p.Workers {
 					ok = false
@@ -329,7 +250,7 @@ func (s *system) awaitWorkers(ctx context.Context, bound time.Duration) error {
 			}
 		}
 		if time.Now().After(until) {
-			return fmt.Errorf("gateway %s: pools not live within %v (last status error: %v); log tail:\n%s", s.name, bound, err, s.log.tail(30))
+			return fmt.Errorf("gateway %s: pools not live within %v (last status error: %v); log tail:\n%s", s.name, bound, err, s.gw.LogTail(30))
 		}
 		select {
 		case <-ctx.Done():
@@ -363,22 +284,7 @@ func (s *system) stop() {
 	if s.nc != nil {
 		s.nc.Close()
 	}
-	select {
-	case <-s.exited:
-	default:
-		s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(stopBound):
-			s.kill()
-		}
-	}
-	s.log.file.Close()
-}
-
-func (s *system) kill() {
-	s.cmd.Process.Kill()
-	<-s.exited
+	s.gw.Stop(stopBound)
 }
 
 // caller sends requests asynchronously (publish with a reply subject) and records each

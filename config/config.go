@@ -4,6 +4,9 @@
 // the line and the reason, so a typo fails at start-up rather than at the first request.
 //
 // Relative paths in the file are taken relative to the file's own directory.
+//
+// Marshal and Write write a configuration back as a file that Load reads into the same
+// values; the tests and the bench build theirs in code and write them so.
 package config
 
 import (
@@ -12,93 +15,95 @@ import (
 
 // Config is the whole configuration.
 type Config struct {
-	NATS     NATS              `toml:"nats"`
-	Gateway  Gateway           `toml:"gateway"`
-	Health   Health            `toml:"health"`
-	Security Security          `toml:"security"`
-	Devices  map[string]Device `toml:"devices"`
-	Classes  map[string]*Class `toml:"classes"`
-	Pools    map[string]*Pool  `toml:"pools"`
-	Models   map[string]*Model `toml:"models"`
-	Jobs     Jobs              `toml:"jobs"`
+	NATS     NATS              `toml:"nats,omitempty"`
+	Gateway  Gateway           `toml:"gateway,omitempty"`
+	Health   Health            `toml:"health,omitempty"`
+	Security Security          `toml:"security,omitempty"`
+	Devices  map[string]Device `toml:"devices,omitempty"`
+	Classes  map[string]*Class `toml:"classes,omitempty"`
+	Pools    map[string]*Pool  `toml:"pools,omitempty"`
+	Models   map[string]*Model `toml:"models,omitempty"`
+	Jobs     Jobs              `toml:"jobs,omitempty"`
 
 	// File is the path the configuration was read from ("" when parsed from bytes).
 	File string `toml:"-"`
 	// lines maps dotted key paths to their line in the file, for error messages.
 	lines map[string]int
+	// order is the order of a section's names set in code (SetOrder).
+	order map[string][]string
 }
 
 // NATS says how to reach the bus: an external server (URL) or an embedded one.
 type NATS struct {
 	// URL of an external NATS server (or a comma-separated list for a cluster).
-	URL string `toml:"url"`
+	URL string `toml:"url,omitempty"`
 	// Embedded runs a NATS server inside the gateway process.
-	Embedded bool `toml:"embedded"`
+	Embedded bool `toml:"embedded,omitempty"`
 	// Listen is the embedded server's client address (default 127.0.0.1:4222; port 0 = any).
-	Listen string `toml:"listen"`
+	Listen string `toml:"listen,omitempty"`
 	// StoreDir enables JetStream in the embedded server with this store directory.
-	StoreDir string `toml:"store_dir"`
+	StoreDir string `toml:"store_dir,omitempty"`
 	// Name is the client connection name prefix.
-	Name string `toml:"name"`
+	Name string `toml:"name,omitempty"`
 	// CredsFile, User/PasswordFile authenticate to a secured server (never inline secrets).
-	CredsFile    string `toml:"creds_file"`
-	User         string `toml:"user"`
-	PasswordFile string `toml:"password_file"`
+	CredsFile    string `toml:"creds_file,omitempty"`
+	User         string `toml:"user,omitempty"`
+	PasswordFile string `toml:"password_file,omitempty"`
 	// TLS to the server: a CA file to trust, and a client certificate for mutual TLS.
-	TLSCA   string `toml:"tls_ca"`
-	TLSCert string `toml:"tls_cert"`
-	TLSKey  string `toml:"tls_key"`
+	TLSCA   string `toml:"tls_ca,omitempty"`
+	TLSCert string `toml:"tls_cert,omitempty"`
+	TLSKey  string `toml:"tls_key,omitempty"`
 	// InboxPrefix replaces nats.go's _INBOX as the prefix of this process's reply
 	// subjects. A server that lets each user subscribe only to its own prefix (the
 	// gateway role of deploy/cluster/permissions.conf: _INBOX_gateway.>) keeps one user
 	// from reading another's replies.
-	InboxPrefix string `toml:"inbox_prefix"`
+	InboxPrefix string `toml:"inbox_prefix,omitempty"`
 }
 
 // Credentials is a NATS identity of its own, with the keys of [nats]: a credentials file,
 // or a user whose password is the first line of password_file (never a secret written in
 // the config; the environment's ORTBUS_NATS_PASSWORD is the gateway's, not the pool's).
 type Credentials struct {
-	CredsFile    string `toml:"creds_file"`
-	User         string `toml:"user"`
-	PasswordFile string `toml:"password_file"`
+	CredsFile    string `toml:"creds_file,omitempty"`
+	User         string `toml:"user,omitempty"`
+	PasswordFile string `toml:"password_file,omitempty"`
 }
 
 // Gateway holds settings of the gateway process.
 type Gateway struct {
 	// ID names this gateway on the bus (claims subject); default: host-pid.
-	ID string `toml:"id"`
+	ID string `toml:"id,omitempty"`
 	// HTTPListen is the loopback address of the HTTP API and /metrics ("" = off).
-	HTTPListen string `toml:"http_listen"`
+	HTTPListen string `toml:"http_listen,omitempty"`
 	// ShutdownGrace is how long workers get to drain on SIGTERM before being killed.
-	ShutdownGrace Duration `toml:"shutdown_grace"`
+	ShutdownGrace Duration `toml:"shutdown_grace,omitempty"`
 	// Restart backoff for supervised workers, and the crash-loop rule: CrashLoopCount
 	// deaths within CrashLoopWindow mark a pool crash-looping.
-	RestartBackoffMin Duration `toml:"restart_backoff_min"`
-	RestartBackoffMax Duration `toml:"restart_backoff_max"`
-	CrashLoopCount    int      `toml:"crash_loop_count"`
-	CrashLoopWindow   Duration `toml:"crash_loop_window"`
+	RestartBackoffMin Duration `toml:"restart_backoff_min,omitempty"`
+	RestartBackoffMax Duration `toml:"restart_backoff_max,omitempty"`
+	CrashLoopCount    int      `toml:"crash_loop_count,omitempty"`
+	CrashLoopWindow   Duration `toml:"crash_loop_window,omitempty"`
 	// Policy is the scheduling policy: "priority" (the default: strict class priority,
 	// batch held to one unit in flight on a device while higher classes are busy there,
 	// deadline feasibility) or "fifo" (arrival order, no sharing rule; for comparison).
-	Policy string `toml:"policy"`
+	Policy string `toml:"policy,omitempty"`
 	// Failover: this gateway journals the requests it accepts on the bus and takes over
 	// those of a peer gateway (same queue group) whose heartbeat stops.
-	Failover bool `toml:"failover"`
+	Failover bool `toml:"failover,omitempty"`
 
 	// The HTTP API's guards. HTTPHosts are extra names (host or host:port) a request's
 	// Host header may carry besides the listen address (and, on loopback, localhost,
 	// 127.0.0.1 and [::1] with its port); any other Host is refused (DNS rebinding).
-	HTTPHosts []string `toml:"http_hosts"`
+	HTTPHosts []string `toml:"http_hosts,omitempty"`
 	// HTTPTokenFile is a file holding a bearer token (never the token itself in this
 	// file; ORTBUS_HTTP_TOKEN when unset): with a token, every route but /healthz needs
 	// `Authorization: Bearer TOKEN`.
-	HTTPTokenFile string `toml:"http_token_file"`
+	HTTPTokenFile string `toml:"http_token_file,omitempty"`
 	// HTTPMaxBody bounds a request body (default 8MiB); a larger one is answered 413.
-	HTTPMaxBody Bytes `toml:"http_max_body"`
+	HTTPMaxBody Bytes `toml:"http_max_body,omitempty"`
 	// HTTPMaxConcurrent bounds the API requests served at once (default 256); one more
 	// is answered 429 overloaded at once.
-	HTTPMaxConcurrent int `toml:"http_max_concurrent"`
+	HTTPMaxConcurrent int `toml:"http_max_concurrent,omitempty"`
 }
 
 // Jobs configures durable batch jobs (package jobs), kept in JetStream: they run
@@ -106,52 +111,54 @@ type Gateway struct {
 // is set), and the job API answers unavailable where it has not.
 type Jobs struct {
 	// Disabled turns the job API and the job consumer off.
-	Disabled bool `toml:"disabled"`
+	Disabled bool `toml:"disabled,omitempty"`
 	// Replicas of the job streams and bucket (3 on a 3-node cluster; default 1).
-	Replicas int `toml:"replicas"`
+	Replicas int `toml:"replicas,omitempty"`
 	// AckWait is how long an item may go without word from its gateway (a progress ack
 	// every third of it while it runs) before JetStream gives it to another (default 30s).
-	AckWait Duration `toml:"ack_wait"`
+	AckWait Duration `toml:"ack_wait,omitempty"`
 	// MaxAckPending bounds the items delivered and not yet answered, across all gateways
 	// (default 256); each gateway also takes no more than its batch pools have room for.
-	MaxAckPending int `toml:"max_ack_pending"`
+	MaxAckPending int `toml:"max_ack_pending,omitempty"`
 	// MaxDeliveries: an item delivered this many times without a result (the gateway or
 	// the whole stack died while it ran, each time) is answered poison_input instead of
 	// being run again (default 3: an item runs at most twice).
-	MaxDeliveries int `toml:"max_deliveries"`
+	MaxDeliveries int `toml:"max_deliveries,omitempty"`
 	// MaxItems bounds the items of one job (default 1,000,000).
-	MaxItems int `toml:"max_items"`
+	MaxItems int `toml:"max_items,omitempty"`
 	// ItemsMaxBytes bounds the stream of items waiting to run (default 1GiB); a submit
 	// past it is answered overloaded.
-	ItemsMaxBytes Bytes `toml:"items_max_bytes"`
+	ItemsMaxBytes Bytes `toml:"items_max_bytes,omitempty"`
 	// ResultsMaxBytes bounds the stored results (default 4GiB); ResultsMaxAge is how long
 	// a job and its results are kept (default 168h).
-	ResultsMaxBytes Bytes    `toml:"results_max_bytes"`
-	ResultsMaxAge   Duration `toml:"results_max_age"`
+	ResultsMaxBytes Bytes    `toml:"results_max_bytes,omitempty"`
+	ResultsMaxAge   Duration `toml:"results_max_age,omitempty"`
 }
 
 // Health holds heartbeat settings shared by workers and gateways.
 type Health struct {
-	HeartbeatInterval Duration `toml:"heartbeat_interval"`
+	HeartbeatInterval Duration `toml:"heartbeat_interval,omitempty"`
 	// MissCount heartbeats missed in a row mark a worker dead.
-	MissCount int `toml:"miss_count"`
+	MissCount int `toml:"miss_count,omitempty"`
 }
 
 // Security bounds what a request may touch.
 type Security struct {
 	// AllowedRoots are the only directories image paths may resolve into.
-	AllowedRoots []string `toml:"allowed_roots"`
+	AllowedRoots []string `toml:"allowed_roots,omitempty"`
 	// SpoolDir is an allowed directory where clients may write temporary images.
-	SpoolDir string `toml:"spool_dir"`
+	SpoolDir string `toml:"spool_dir,omitempty"`
 	// MaxImagePixels refuses larger images before decoding them.
-	MaxImagePixels int64 `toml:"max_image_pixels"`
+	MaxImagePixels int64 `toml:"max_image_pixels,omitempty"`
 	// MaxImageBytes refuses larger image files before reading them (and bounds the read).
-	MaxImageBytes Bytes `toml:"max_image_bytes"`
+	MaxImageBytes Bytes `toml:"max_image_bytes,omitempty"`
 	// OutputRoots are directories, besides SpoolDir, under which a request's out_path may
 	// be written. Outputs are never written anywhere else, not even under AllowedRoots.
-	OutputRoots []string `toml:"output_roots"`
+	OutputRoots []string `toml:"output_roots,omitempty"`
 	// SpoolMaxAge is the age past which the gateway removes files from SpoolDir
-	// (default 1h; "0s" keeps them forever).
+	// (default 1h; "0s" keeps them forever). Its zero is a value of its own, so that
+	// Marshal always writes it (as do priority and min_share of a class); every other key
+	// is left out when zero, and Load gives it its default.
 	SpoolMaxAge Duration `toml:"spool_max_age"`
 }
 
@@ -168,9 +175,9 @@ func (s *Security) WriteRoots() []string {
 // Device is a physical device shared by the pools that name it, with a memory budget.
 type Device struct {
 	// Capacity in bytes; 0 = read it from the device (host memory for cpu).
-	Capacity Bytes `toml:"capacity"`
+	Capacity Bytes `toml:"capacity,omitempty"`
 	// SafeFraction of the capacity that admitted peaks may use (default 0.85).
-	SafeFraction float64 `toml:"safe_fraction"`
+	SafeFraction float64 `toml:"safe_fraction,omitempty"`
 }
 
 // Class is a latency class.
@@ -178,78 +185,78 @@ type Class struct {
 	// Priority orders classes: lower runs first (urgent 0, interactive 1, batch 2).
 	Priority int `toml:"priority"`
 	// Timeout is the default deadline of a request; MaxTimeout caps a request's timeout_ms.
-	Timeout    Duration `toml:"timeout"`
-	MaxTimeout Duration `toml:"max_timeout"`
+	Timeout    Duration `toml:"timeout,omitempty"`
+	MaxTimeout Duration `toml:"max_timeout,omitempty"`
 	// QueueBound is how many requests may wait in the gateway's queue of this class.
-	QueueBound int `toml:"queue_bound"`
+	QueueBound int `toml:"queue_bound,omitempty"`
 	// QueueBytes bounds the size of the requests waiting in the class's queue too
 	// (default DefaultQueueBytes), so that a flood of large requests is refused
 	// (overloaded) before it fills the gateway's memory.
-	QueueBytes Bytes `toml:"queue_bytes"`
+	QueueBytes Bytes `toml:"queue_bytes,omitempty"`
 	// Chain is the ordered list of pools that may serve the class.
-	Chain []string `toml:"chain"`
+	Chain []string `toml:"chain,omitempty"`
 	// Shed is what a full queue does: reject_new (answer overloaded) or drop_oldest.
-	Shed string `toml:"shed"`
+	Shed string `toml:"shed,omitempty"`
 	// Degrade routes to the next pool of the chain when the preferred one cannot meet the
 	// deadline, instead of waiting.
-	Degrade bool `toml:"degrade"`
+	Degrade bool `toml:"degrade,omitempty"`
 	// MinShare is the minimum share of a shared device's dispatches kept for this class
 	// while higher classes are busy (batch starvation bound), 0..1.
 	MinShare float64 `toml:"min_share"`
 	// Models maps an op to the class's default model name.
-	Models map[string]string `toml:"models"`
+	Models map[string]string `toml:"models,omitempty"`
 }
 
 // Pool is a named set of identical workers on one runtime and execution provider.
 type Pool struct {
 	// Runtime is the path of libonnxruntime.so for this pool (its own prefix, never the
 	// system one). RuntimeDirs are more directories searched for it.
-	Runtime     string   `toml:"runtime"`
-	RuntimeDirs []string `toml:"runtime_dirs"`
+	Runtime     string   `toml:"runtime,omitempty"`
+	RuntimeDirs []string `toml:"runtime_dirs,omitempty"`
 	// EP is the execution provider: cpu, cuda, openvino, tensorrt.
-	EP string `toml:"ep"`
+	EP string `toml:"ep,omitempty"`
 	// EPOptions are the provider's options (device_id, device_type, precision, ...).
-	EPOptions map[string]string `toml:"ep_options"`
+	EPOptions map[string]string `toml:"ep_options,omitempty"`
 	// Fallback EPs tried in order if EP cannot be appended (strict when empty).
-	Fallback []string `toml:"fallback"`
+	Fallback []string `toml:"fallback,omitempty"`
 	// Device is the physical device, e.g. cpu, cuda:0, gpu.intel:0.
-	Device string `toml:"device"`
+	Device string `toml:"device,omitempty"`
 	// Env is extra environment for the pool's worker processes.
-	Env map[string]string `toml:"env"`
+	Env map[string]string `toml:"env,omitempty"`
 	// Workers is the number of worker processes (local pools).
-	Workers int `toml:"workers"`
+	Workers int `toml:"workers,omitempty"`
 	// Slots is how many inferences one worker runs at once.
-	Slots int `toml:"slots"`
+	Slots int `toml:"slots,omitempty"`
 	// Threads is ONNX Runtime's intra-op thread count (0 = runtime default).
-	Threads int `toml:"threads"`
+	Threads int `toml:"threads,omitempty"`
 	// PendingMsgs bounds each work subscription's pending messages in the client.
-	PendingMsgs int `toml:"pending_msgs"`
+	PendingMsgs int `toml:"pending_msgs,omitempty"`
 	// QueueBound is how many items one worker holds queued per class before answering
 	// overloaded.
-	QueueBound int `toml:"queue_bound"`
+	QueueBound int `toml:"queue_bound,omitempty"`
 	// Classes served by this pool.
-	Classes []string `toml:"classes"`
+	Classes []string `toml:"classes,omitempty"`
 	// Models loaded by this pool's workers.
-	Models []string `toml:"models"`
+	Models []string `toml:"models,omitempty"`
 	// Local pools are supervised by the gateway; remote ones are known by heartbeats.
-	Local *bool `toml:"local"`
+	Local *bool `toml:"local,omitempty"`
 	// LazyLoad starts a local pool's workers on the pool's first request instead of at
 	// gateway start; that request waits for them (the wait is in its timing.queue_us).
-	LazyLoad bool `toml:"lazy_load"`
+	LazyLoad bool `toml:"lazy_load,omitempty"`
 	// MaxBatch and MaxDelay bound dynamic batching of the batch class (MaxBatch <= 1: off).
-	MaxBatch int      `toml:"max_batch"`
-	MaxDelay Duration `toml:"max_delay"`
+	MaxBatch int      `toml:"max_batch,omitempty"`
+	MaxDelay Duration `toml:"max_delay,omitempty"`
 	// PathMap maps path prefixes as the clients see them to prefixes on this pool's host.
-	PathMap map[string]string `toml:"path_map"`
+	PathMap map[string]string `toml:"path_map,omitempty"`
 	// Worker is the ortworker binary to run (default: next to the gateway binary).
-	Worker string `toml:"worker"`
+	Worker string `toml:"worker,omitempty"`
 	// Nice is the CPU scheduling niceness of local workers (0..19): a batch pool that
 	// shares the CPU with interactive pools runs niced so that they keep their latency.
-	Nice int `toml:"nice"`
+	Nice int `toml:"nice,omitempty"`
 	// NATS is the pool's own NATS identity ([pools.NAME.nats]): its workers log in with it
 	// instead of [nats]'s user, so the gateway's local workers never hold the gateway's
 	// credentials (deploy/cluster: user worker-NAME). Unset: [nats]'s.
-	NATS *Credentials `toml:"nats"`
+	NATS *Credentials `toml:"nats,omitempty"`
 
 	// Name is the pool's key in the file.
 	Name string `toml:"-"`
@@ -280,26 +287,26 @@ func (c *Config) WorkerNATS(pool string) NATS {
 type Model struct {
 	// Kind is the pre/post-processing: tagger-pixai, tagger-wd14, tagger-oppai, ccip,
 	// detect, segment, raw (Kinds: its ops, batching and files).
-	Kind string `toml:"kind"`
+	Kind string `toml:"kind,omitempty"`
 	// Dir holds the model's files; or HFRepo (ORG/NAME) finds them in the Hugging Face
 	// cache ($HF_HOME/hub/models--ORG--NAME/snapshots/REV/), offline.
-	Dir        string `toml:"dir"`
-	HFRepo     string `toml:"hf_repo"`
-	HFRevision string `toml:"hf_revision"`
+	Dir        string `toml:"dir,omitempty"`
+	HFRepo     string `toml:"hf_repo,omitempty"`
+	HFRevision string `toml:"hf_revision,omitempty"`
 	// Files overrides file names inside Dir, by role (Kind.Files): model, metrics, tags,
 	// thresholds, metrics_json, vocabulary.
-	Files map[string]string `toml:"files"`
+	Files map[string]string `toml:"files,omitempty"`
 	// Thresholds: general and character score thresholds (tagger kinds), conf/iou (detect).
-	General   float64 `toml:"general_threshold"`
-	Character float64 `toml:"character_threshold"`
-	Conf      float64 `toml:"conf"`
-	IoU       float64 `toml:"iou"`
+	General   float64 `toml:"general_threshold,omitempty"`
+	Character float64 `toml:"character_threshold,omitempty"`
+	Conf      float64 `toml:"conf,omitempty"`
+	IoU       float64 `toml:"iou,omitempty"`
 	// Labels for detect outputs, in class order.
-	Labels []string `toml:"labels"`
+	Labels []string `toml:"labels,omitempty"`
 	// Memory is a declared peak memory (used instead of a measurement when set).
-	Memory Bytes `toml:"memory"`
+	Memory Bytes `toml:"memory,omitempty"`
 	// MaxBatch caps the dynamic batch of this model.
-	MaxBatch int `toml:"max_batch"`
+	MaxBatch int `toml:"max_batch,omitempty"`
 
 	// Name is the model's key in the file.
 	Name string `toml:"-"`

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -156,13 +157,22 @@ func (c *Config) Line(key string) int {
 }
 
 // Order returns names of a section (pools, models, classes) in the order the file wrote
-// them; maps lose it, and routing chains and listings should keep it.
+// them (or SetOrder set); maps lose it, and routing chains and listings should keep it.
 func (c *Config) Order(section string, names []string) []string {
+	rank := func(name string) int { return c.Line(section + "." + name) }
+	if set, ok := c.order[section]; ok {
+		rank = func(name string) int {
+			if i := slices.Index(set, name); i >= 0 {
+				return i
+			}
+			return len(set)
+		}
+	}
 	out := append([]string(nil), names...)
 	sort.SliceStable(out, func(i, j int) bool {
-		li, lj := c.Line(section+"."+out[i]), c.Line(section+"."+out[j])
-		if li != lj {
-			return li < lj
+		ri, rj := rank(out[i]), rank(out[j])
+		if ri != rj {
+			return ri < rj
 		}
 		return out[i] < out[j]
 	})

@@ -33,9 +33,6 @@ func (c *Config) applyDefaults() {
 	if c.Security.MaxImageBytes == 0 {
 		c.Security.MaxImageBytes = DefaultMaxImageBytes
 	}
-	if _, written := c.lines["security.spool_max_age"]; !written {
-		c.Security.SpoolMaxAge = Duration(DefaultSpoolMaxAge)
-	}
 	if c.NATS.Embedded && c.NATS.Listen == "" {
 		c.NATS.Listen = "127.0.0.1:4222"
 	}
@@ -135,16 +132,12 @@ func (c *Config) applyDefaults() {
 	}
 	for name, cl := range c.Classes {
 		if cl == nil {
-			cl = &Class{}
-			c.Classes[name] = cl
+			c.Classes[name] = &Class{}
 		}
+	}
+	c.applyZeroDefaults()
+	for name, cl := range c.Classes {
 		def, std := defaultClasses[name]
-		if _, written := c.lines["classes."+name+".priority"]; std && !written {
-			cl.Priority = def.Priority
-		}
-		if _, written := c.lines["classes."+name+".min_share"]; std && !written {
-			cl.MinShare = def.MinShare
-		}
 		if cl.Timeout == 0 {
 			cl.Timeout = pick(std, def.Timeout, Duration(30*time.Second))
 		}
@@ -169,6 +162,35 @@ func (c *Config) applyDefaults() {
 			}
 		}
 	}
+}
+
+// applyZeroDefaults applies the defaults of the keys whose zero is a value of its own
+// (security.spool_max_age "0s" keeps spool files forever; a standard class's priority and
+// min_share may be 0): such a key takes its default only when it has no value of its own.
+func (c *Config) applyZeroDefaults() {
+	if !c.set("security.spool_max_age", c.Security.SpoolMaxAge == 0) {
+		c.Security.SpoolMaxAge = Duration(DefaultSpoolMaxAge)
+	}
+	for name, cl := range c.Classes {
+		def, std := defaultClasses[name]
+		if !std || cl == nil {
+			continue
+		}
+		if !c.set("classes."+name+".priority", cl.Priority == 0) {
+			cl.Priority = def.Priority
+		}
+		if !c.set("classes."+name+".min_share", cl.MinShare == 0) {
+			cl.MinShare = def.MinShare
+		}
+	}
+}
+
+// set reports whether a key has a value of its own: written in the file, or not zero (a
+// key the file leaves out decodes as zero; a config built in code has no file, and its
+// zero means "the default", as a key left out does).
+func (c *Config) set(key string, zero bool) bool {
+	_, written := c.lines[key]
+	return written || !zero
 }
 
 func pick[T any](ok bool, a, b T) T {

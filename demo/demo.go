@@ -6,7 +6,6 @@
 package demo
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"image"
@@ -14,17 +13,22 @@ import (
 	"image/png"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ortbus/ortbus/client"
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/internal/launch"
 	"github.com/ortbus/ortbus/subjects"
+)
+
+// Bounds of the gateway's start (its workers load every model) and of its stop.
+const (
+	startBound = 2 * time.Minute
+	stopBound  = 30 * time.Second
 )
 
 // Options for Run.
@@ -39,31 +43,20 @@ type Options struct {
 // pools' workers), sends a round of real requests of every op through the client API,
 // prints a report, stops the gateway, and returns an error if any request failed.
 func Run(o Options) error {
-	cmd := exec.Command(o.GatewayBin, "-config", o.Config, "-nats-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0")
-	cmd.Stderr = io.Discard
+	var tee io.Writer
 	if os.Getenv("ORTBUS_DEMO_VERBOSE") != "" {
-		cmd.Stderr = os.Stderr
+		tee = os.Stderr
 	}
-	out, err := cmd.StdoutPipe()
+	gw, err := launch.Start(o.GatewayBin, []string{"-config", o.Config, "-nats-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0"},
+		launch.Options{Name: "the gateway", Tee: tee})
 	if err != nil {
 		return err
 	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", o.GatewayBin, err)
+	defer gw.Stop(stopBound)
+	ready, err := gw.Ready(context.Background(), startBound)
+	if err != nil {
+		return fmt.Errorf("%w; its log ends:\n%s", err, gw.LogTail(20))
 	}
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	}()
-	var ready codec.Event
-	sc := bufio.NewScanner(out)
-	for ready.Event != codec.EventReady && sc.Scan() {
-		ready, _ = codec.ReadEvent(sc.Bytes())
-	}
-	if ready.Event != codec.EventReady {
-		return fmt.Errorf("the gateway exited before it was ready (run with ORTBUS_DEMO_VERBOSE=1 to see its log)")
-	}
-	go io.Copy(io.Discard, out)
 	fmt.Fprintf(o.Out, "gateway     NATS %s, HTTP %s\n", ready.NATSURL, ready.HTTP)
 	c, err := client.Connect(ready.NATSURL)
 	if err != nil {

@@ -1,8 +1,6 @@
 package test
 
 import (
-	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -10,37 +8,27 @@ import (
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
 
-// admissionConfig writes a gateway config with one device whose capacity is given, and
-// the pools (raw TOML) after it.
-func admissionConfig(t *testing.T, root, device string, pools string) string {
+// admissionConfig writes a gateway config with the models tagger and heavy (the slow
+// tagger), which edit completes with devices, more models and the pools.
+func admissionConfig(t *testing.T, root string, edit func(c *config.Config)) string {
 	t.Helper()
-	q := strconv.Quote
-	text := fmt.Sprintf(`[nats]
-embedded = true
-listen = "127.0.0.1:0"
-[gateway]
-shutdown_grace = "3s"
-[health]
-heartbeat_interval = "200ms"
-[security]
-allowed_roots = [%s]
-%s
-[models.tagger]
-kind = "tagger-pixai"
-dir = %s
-[models.heavy]
-kind = "tagger-pixai"
-dir = %s
-`, q(root), device, q(filepath.Join(testenv.Models(t), onnxgen.TaggerDir)), q(gwSlowTaggerDir(t))) + pools
-	p := filepath.Join(t.TempDir(), "admission.toml")
-	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
+	c := &config.Config{
+		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
+		Gateway:  config.Gateway{ShutdownGrace: config.Duration(3 * time.Second)},
+		Health:   config.Health{HeartbeatInterval: config.Duration(200 * time.Millisecond)},
+		Security: config.Security{AllowedRoots: []string{root}},
+		Models: map[string]*config.Model{
+			"tagger": {Kind: config.KindTaggerPixAI, Dir: filepath.Join(testenv.Models(t), onnxgen.TaggerDir)},
+			"heavy":  {Kind: config.KindTaggerPixAI, Dir: gwSlowTaggerDir(t)},
+		},
 	}
-	return p
+	edit(c)
+	return writeConfigFile(t, filepath.Join(t.TempDir(), "admission.toml"), c)
 }
 
 // TestAdmissionRefusesOverBudget: declared peaks that pass the device's budget refuse
@@ -48,30 +36,18 @@ dir = %s
 // fits starts and serves.
 func TestAdmissionRefusesOverBudget(t *testing.T) {
 	root := imageRoot(t)
-	rt := strconv.Quote(testenv.RuntimeLib(t, "1.30.0"))
-	cfg := admissionConfig(t, root, `[devices.cpu]
-capacity = "300MiB"
-safe_fraction = 0.85
-`, `
-[models.big]
-kind = "tagger-pixai"
-dir = `+strconv.Quote(filepath.Join(testenv.Models(t), onnxgen.TaggerDir))+`
-memory = "200MiB"
-[models.more]
-kind = "tagger-pixai"
-dir = `+strconv.Quote(filepath.Join(testenv.Models(t), onnxgen.TaggerDir))+`
-memory = "100MiB"
-[pools.first]
-runtime = `+rt+`
-threads = 1
-classes = ["interactive"]
-models = ["big"]
-[pools.second]
-runtime = `+rt+`
-threads = 1
-classes = ["batch"]
-models = ["more"]
-`)
+	rt := testenv.RuntimeLib(t, "1.30.0")
+	tagger := filepath.Join(testenv.Models(t), onnxgen.TaggerDir)
+	cfg := admissionConfig(t, root, func(c *config.Config) {
+		c.Devices = map[string]config.Device{"cpu": {Capacity: 300 << 20, SafeFraction: 0.85}}
+		c.Models["big"] = &config.Model{Kind: config.KindTaggerPixAI, Dir: tagger, Memory: 200 << 20}
+		c.Models["more"] = &config.Model{Kind: config.KindTaggerPixAI, Dir: tagger, Memory: 100 << 20}
+		c.Pools = map[string]*config.Pool{
+			"first":  {Runtime: rt, Threads: 1, Classes: []string{"interactive"}, Models: []string{"big"}},
+			"second": {Runtime: rt, Threads: 1, Classes: []string{"batch"}, Models: []string{"more"}},
+		}
+		c.SetOrder("pools", "first", "second")
+	})
 	g := startGateway(t, cfg)
 	st := g.status(t)
 	var dev codec.DeviceStatus
@@ -130,18 +106,13 @@ models = ["more"]
 // and no batch larger than the cap ever runs.
 func TestAdmissionCapsBatch(t *testing.T) {
 	root := imageRoot(t)
-	rt := strconv.Quote(testenv.RuntimeLib(t, "1.30.0"))
-	pools := `
-[pools.heavy]
-runtime = ` + rt + `
-threads = 1
-classes = ["batch"]
-models = ["heavy"]
-max_batch = 8
-max_delay = "50ms"
-`
+	rt := testenv.RuntimeLib(t, "1.30.0")
+	heavy := func(c *config.Config) {
+		c.Pools = map[string]*config.Pool{"heavy": {Runtime: rt, Threads: 1, Classes: []string{"batch"}, Models: []string{"heavy"},
+			MaxBatch: 8, MaxDelay: config.Duration(50 * time.Millisecond)}}
+	}
 	// First measure the model uncapped, then give the device room for about half a batch.
-	g := startGateway(t, admissionConfig(t, root, "", pools))
+	g := startGateway(t, admissionConfig(t, root, heavy))
 	st := g.status(t)
 	m := st.Workers[0].Models[0]
 	g.stop(t)
@@ -151,7 +122,10 @@ max_delay = "50ms"
 	peak1 := m.PeakBytes - 7*m.PerItemBytes
 	budget := peak1 + 3*m.PerItemBytes + m.PerItemBytes/2 // room for a batch of 4
 	capacity := int64(float64(budget) / 0.85)
-	cfg := admissionConfig(t, root, fmt.Sprintf("[devices.cpu]\ncapacity = %d\n", capacity), pools)
+	cfg := admissionConfig(t, root, func(c *config.Config) {
+		heavy(c)
+		c.Devices = map[string]config.Device{"cpu": {Capacity: config.Bytes(capacity)}}
+	})
 	g = startGateway(t, cfg)
 	st = g.status(t)
 	if len(st.Workers) != 1 || st.Pools[0].Error != nil {

@@ -1,7 +1,7 @@
 package test
 
 import (
-	"bufio"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -14,11 +14,9 @@ import (
 	"math/big"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +24,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/ortbus/ortbus/codec"
+	launchpkg "github.com/ortbus/ortbus/internal/launch"
 	"github.com/ortbus/ortbus/internal/testenv"
 )
 
@@ -262,74 +261,34 @@ type clusterNode struct {
 	Name    string
 	URL     string // the client URL of its ready line (tls://HOST:PORT)
 	Cluster string // its route listener, host:port
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	stderr  lockedBuffer
+	lp      *launchpkg.Proc
 }
 
 // clusterStartNode runs `natsembed -c conf` with env and waits for its ready line. The
 // process is stopped (SIGTERM, then SIGKILL) when t ends, and its log shown if t failed.
 func clusterStartNode(t testing.TB, name, conf string, env []string) *clusterNode {
 	t.Helper()
-	n := &clusterNode{Name: name, exited: make(chan struct{})}
-	n.cmd = exec.Command(clusterNatsembed(t), "-c", conf)
-	n.cmd.Env = env
-	n.cmd.Stderr = &n.stderr
-	out, err := n.cmd.StdoutPipe()
+	lp, err := launchpkg.Start(clusterNatsembed(t), []string{"-c", conf}, launchpkg.Options{Name: "NATS node " + name, Environ: env})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.cmd.Start(); err != nil {
-		t.Fatalf("start natsembed %s: %v", name, err)
-	}
-	ready := make(chan codec.Event, 1)
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if r, ok := codec.ReadEvent(sc.Bytes()); ok && r.Event == codec.EventReady {
-				ready <- r
-			}
-		}
-	}()
-	go func() {
-		<-read
-		n.cmd.Wait()
-		close(n.exited)
-	}()
+	n := &clusterNode{Name: name, lp: lp}
 	t.Cleanup(func() {
 		n.stop()
 		if t.Failed() {
-			t.Logf("log of NATS node %s:\n%s", name, n.stderr.String())
+			t.Logf("log of NATS node %s:\n%s", name, lp.Log())
 		}
 	})
-	select {
-	case r := <-ready:
-		n.URL, n.Cluster = r.NATSURL, r.Cluster
-	case <-n.exited:
-		t.Fatalf("NATS node %s exited (%v) before its ready line:\n%s", name, n.cmd.ProcessState, n.stderr.String())
-	case <-time.After(clusterStartBound):
-		t.Fatalf("no ready line from NATS node %s within %v:\n%s", name, clusterStartBound, n.stderr.String())
+	r, err := lp.Ready(context.Background(), clusterStartBound)
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, lp.Log())
 	}
+	n.URL, n.Cluster = r.NATSURL, r.Cluster
 	return n
 }
 
 // stop ends the node: SIGTERM, SIGKILL after a bound.
-func (n *clusterNode) stop() {
-	select {
-	case <-n.exited:
-		return
-	default:
-	}
-	n.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-n.exited:
-	case <-time.After(10 * time.Second):
-		n.cmd.Process.Kill()
-		<-n.exited
-	}
-}
+func (n *clusterNode) stop() { n.lp.Stop(10 * time.Second) }
 
 // clusterConn is a client connection of one role, with its asynchronous errors (the
 // server's permission violations) on a channel.

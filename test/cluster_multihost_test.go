@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/testenv"
 )
 
@@ -62,31 +62,17 @@ func TestClusterMultiHost(t *testing.T) {
 	red := colourPNG(t, root, "red")
 	clientRed := clusterClientRoot + "/red.png"
 
-	models := fmt.Sprintf("[models.%s]\nkind = \"tagger-pixai\"\ndir = %q\n\n[models.%s]\nkind = \"tagger-pixai\"\ndir = %q\n",
-		gwTagger, filepath.Join(testenv.Models(t), "tagger"), gwSlow, gwSlowTaggerDir(t))
-	q := strconv.Quote
+	hb := config.Duration(100 * time.Millisecond)
 
 	// The worker host: pool cuda (a CPU runtime here) on node 3, as worker-cuda.
-	workerCfg := clusterWriteFile(t, filepath.Join(t.TempDir(), "worker-cuda.toml"), fmt.Sprintf(`[nats]
-url = %s
-user = "worker-cuda"
-tls_ca = %s
-
-[health]
-heartbeat_interval = "100ms"
-
-[security]
-allowed_roots = [%s]
-
-[pools.cuda]
-runtime = %s
-ep = "cpu"
-threads = 1
-slots = 2
-classes = ["batch"]
-models = [%q, %q]
-
-%s`, q(n3.URL), q(tc.CA), q(root), q(testenv.RuntimeLib(t, "1.24.3")), gwTagger, gwSlow, models))
+	workerCfg := writeConfigFile(t, filepath.Join(t.TempDir(), "worker-cuda.toml"), &config.Config{
+		NATS:     config.NATS{URL: n3.URL, User: "worker-cuda", TLSCA: tc.CA},
+		Health:   config.Health{HeartbeatInterval: hb},
+		Security: config.Security{AllowedRoots: []string{root}},
+		Pools: map[string]*config.Pool{"cuda": {Runtime: testenv.RuntimeLib(t, "1.24.3"), Threads: 1, Slots: 2,
+			Classes: []string{"batch"}, Models: []string{gwTagger, gwSlow}}},
+		Models: gwModels(t),
+	})
 
 	// The app host: the gateway on node 1 with its local pool cpu and the remote pool,
 	// whose device is another host's (not this host's "cpu", which the gateway would
@@ -94,51 +80,27 @@ models = [%q, %q]
 	// its local workers' from the pool's password file.
 	gwDir := t.TempDir()
 	cpuPass := clusterWriteFile(t, filepath.Join(gwDir, "worker-cpu.pass"), sec["worker-cpu"]+"\n")
-	gwCfg := clusterWriteFile(t, filepath.Join(gwDir, "gateway.toml"), fmt.Sprintf(`[nats]
-url = %s
-user = "gateway"
-tls_ca = %s
-inbox_prefix = "_INBOX_gateway"
-
-[gateway]
-id = "gw1"
-shutdown_grace = "3s"
-
-[health]
-heartbeat_interval = "100ms"
-miss_count = 3
-
-[security]
-allowed_roots = [%s]
-
-[classes.interactive]
-chain = ["cpu"]
-
-[classes.batch]
-chain = ["cuda"]
-
-[pools.cpu]
-runtime = %s
-ep = "cpu"
-threads = 1
-workers = 1
-slots = 1
-classes = ["interactive"]
-models = [%q]
-
-[pools.cpu.nats]
-user = "worker-cpu"
-password_file = %s
-
-[pools.cuda]
-local = false
-ep = "cpu"
-device = "gpuhost:0"
-classes = ["batch"]
-models = [%q, %q]
-path_map = { %s = %s }
-
-%s`, q(n1.URL), q(tc.CA), q(root), q(testenv.RuntimeLib(t, "1.30.0")), gwTagger, q(cpuPass), gwTagger, gwSlow, q(clusterClientRoot), q(root), models))
+	remotePool := false
+	gw := &config.Config{
+		NATS:     config.NATS{URL: n1.URL, User: "gateway", TLSCA: tc.CA, InboxPrefix: "_INBOX_gateway"},
+		Gateway:  config.Gateway{ID: "gw1", ShutdownGrace: config.Duration(3 * time.Second)},
+		Health:   config.Health{HeartbeatInterval: hb, MissCount: 3},
+		Security: config.Security{AllowedRoots: []string{root}},
+		Classes: map[string]*config.Class{
+			"interactive": {Chain: []string{"cpu"}},
+			"batch":       {Chain: []string{"cuda"}},
+		},
+		Pools: map[string]*config.Pool{
+			"cpu": {Runtime: testenv.RuntimeLib(t, "1.30.0"), Threads: 1, Workers: 1, Slots: 1, Classes: []string{"interactive"},
+				Models: []string{gwTagger}, NATS: &config.Credentials{User: "worker-cpu", PasswordFile: cpuPass}},
+			"cuda": {Local: &remotePool, Device: "gpuhost:0", Classes: []string{"batch"}, Models: []string{gwTagger, gwSlow},
+				PathMap: map[string]string{clusterClientRoot: root}},
+		},
+		Models: gwModels(t),
+	}
+	gw.SetOrder("classes", "interactive", "batch")
+	gw.SetOrder("pools", "cpu", "cuda")
+	gwCfg := writeConfigFile(t, filepath.Join(gwDir, "gateway.toml"), gw)
 
 	remote := launch(t, workerCfg, "cuda", "ORTBUS_NATS_PASSWORD="+sec["worker-cuda"])
 	g := launchGateway(t, gwCfg, false, "ORTBUS_NATS_PASSWORD="+sec["gateway"])
@@ -248,11 +210,11 @@ path_map = { %s = %s }
 			}
 			got[k] = gwDecode(t, m)
 			if len(got) == 10 {
-				if err := n2.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				if err := n2.lp.Signal(syscall.SIGKILL); err != nil {
 					t.Fatal(err)
 				}
 				select {
-				case <-n2.exited:
+				case <-n2.lp.Exited():
 				case <-time.After(exitBound):
 					t.Fatal("node 2 did not die")
 				}
@@ -311,7 +273,7 @@ path_map = { %s = %s }
 		if c1.Worker != remote.ID || c2.Worker != remote.ID {
 			t.Fatalf("claims by %s and %s, want %s", c1.Worker, c2.Worker, remote.ID)
 		}
-		pid := remote.cmd.Process.Pid
+		pid := remote.lp.PID()
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
@@ -375,14 +337,12 @@ path_map = { %s = %s }
 		}
 	})
 
-	select {
-	case <-g.exited:
-		t.Fatalf("the gateway died: %v", g.cmd.ProcessState)
-	default:
+	if !g.alive() {
+		t.Fatalf("the gateway died: %v", g.lp.State())
 	}
 	// The roles' permissions were enough for everything above: no worker (the remote one,
 	// or the local one whose log is in the gateway's) was refused anything by the server.
-	for who, log := range map[string]string{"remote worker": remote.stderr.String(), "gateway and local worker": g.log()} {
+	for who, log := range map[string]string{"remote worker": remote.lp.Log(), "gateway and local worker": g.log()} {
 		if strings.Contains(strings.ToLower(log), "permissions violation") {
 			t.Errorf("the %s met a permissions violation:\n%s", who, log)
 		}

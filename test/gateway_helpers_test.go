@@ -1,26 +1,25 @@
 package test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	launchpkg "github.com/ortbus/ortbus/internal/launch"
 	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
@@ -73,14 +72,15 @@ func gwSlowTaggerDir(t testing.TB) string {
 
 // gwPool is one [pools.NAME] table of a gateway test config.
 type gwPool struct {
-	Name    string
-	Version string // runtime version from .deps; ignored when Runtime is set
-	Runtime string // explicit runtime path
-	Workers int
-	Slots   int
-	Classes []string
-	Models  []string
-	Env     map[string]string
+	Name     string
+	Version  string // runtime version from .deps; ignored when Runtime is set
+	Runtime  string // explicit runtime path
+	Workers  int
+	Slots    int
+	Classes  []string
+	Models   []string
+	Env      map[string]string
+	LazyLoad bool
 }
 
 // gwClass is one [classes.NAME] table.
@@ -93,11 +93,20 @@ type gwClass struct {
 
 // gwConfig is a whole gateway test config.
 type gwConfig struct {
-	NATSURL string // external NATS; "" = embedded
-	Root    string // the one allowed image root
-	Gateway string // extra lines of the [gateway] table
+	NATSURL string         // external NATS; "" = embedded
+	Root    string         // the one allowed image root
+	Gateway config.Gateway // the [gateway] table; shutdown_grace is 3s unless set
 	Pools   []gwPool
 	Classes []gwClass
+}
+
+// gwModels are the models of the gateway tests' configs: the plain tagger and the slow one.
+func gwModels(t testing.TB) map[string]*config.Model {
+	t.Helper()
+	return map[string]*config.Model{
+		gwTagger: {Kind: config.KindTaggerPixAI, Dir: filepath.Join(testenv.Models(t), onnxgen.TaggerDir)},
+		gwSlow:   {Kind: config.KindTaggerPixAI, Dir: gwSlowTaggerDir(t)},
+	}
 }
 
 // write writes the config into a fresh temporary directory of t and returns its path.
@@ -111,59 +120,43 @@ func (c gwConfig) write(t testing.TB) string {
 // writeIn is write into dir (which outlives t: the shared gateway's config).
 func (c gwConfig) writeIn(t testing.TB, dir string) string {
 	t.Helper()
-	q := strconv.Quote
-	var b strings.Builder
-	if c.NATSURL != "" {
-		fmt.Fprintf(&b, "[nats]\nurl = %s\n\n", q(c.NATSURL))
-	} else {
-		fmt.Fprintf(&b, "[nats]\nembedded = true\nlisten = \"127.0.0.1:0\"\n\n")
+	cfg := &config.Config{
+		NATS:     config.NATS{URL: c.NATSURL},
+		Gateway:  c.Gateway,
+		Health:   config.Health{HeartbeatInterval: config.Duration(gwHeartbeat), MissCount: gwMissCount},
+		Security: config.Security{AllowedRoots: []string{c.Root}},
+		Classes:  map[string]*config.Class{},
+		Pools:    map[string]*config.Pool{},
+		Models:   gwModels(t),
 	}
-	fmt.Fprintf(&b, "[gateway]\nshutdown_grace = \"3s\"\n%s\n\n", c.Gateway)
-	fmt.Fprintf(&b, "[health]\nheartbeat_interval = \"%s\"\nmiss_count = %d\n\n", gwHeartbeat, gwMissCount)
-	fmt.Fprintf(&b, "[security]\nallowed_roots = [%s]\n\n", q(c.Root))
+	if c.NATSURL == "" {
+		cfg.NATS = config.NATS{Embedded: true, Listen: "127.0.0.1:0"}
+	}
+	if cfg.Gateway.ShutdownGrace == 0 {
+		cfg.Gateway.ShutdownGrace = config.Duration(3 * time.Second)
+	}
+	var pools, classes []string
 	for _, p := range c.Pools {
-		rt := p.Runtime
-		if rt == "" {
-			rt = testenv.RuntimeLib(t, p.Version)
-		}
-		fmt.Fprintf(&b, "[pools.%s]\nruntime = %s\nep = \"cpu\"\nthreads = 1\nworkers = %d\nslots = %d\n", p.Name, q(rt), max(p.Workers, 1), max(p.Slots, 1))
-		fmt.Fprintf(&b, "classes = %s\nmodels = %s\n", list(p.Classes), list(p.Models))
-		if len(p.Env) > 0 {
-			var kv []string
-			for k, v := range p.Env {
-				kv = append(kv, k+" = "+q(v))
-			}
-			fmt.Fprintf(&b, "env = { %s }\n", strings.Join(kv, ", "))
-		}
-		b.WriteString("\n")
+		cfg.Pools[p.Name] = &config.Pool{Runtime: runtimeOf(t, p.Runtime, p.Version), Threads: 1, Workers: p.Workers, Slots: p.Slots,
+			Classes: p.Classes, Models: p.Models, Env: p.Env, LazyLoad: p.LazyLoad}
+		pools = append(pools, p.Name)
 	}
 	for _, cl := range c.Classes {
-		fmt.Fprintf(&b, "[classes.%s]\nchain = %s\n", cl.Name, list(cl.Chain))
-		if cl.QueueBound > 0 {
-			fmt.Fprintf(&b, "queue_bound = %d\n", cl.QueueBound)
-		}
-		if cl.Timeout != "" {
-			fmt.Fprintf(&b, "timeout = %s\n", q(cl.Timeout))
-		}
-		b.WriteString("\n")
+		cfg.Classes[cl.Name] = &config.Class{Chain: cl.Chain, QueueBound: cl.QueueBound, Timeout: duration(t, cl.Timeout)}
+		classes = append(classes, cl.Name)
 	}
-	fmt.Fprintf(&b, "[models.%s]\nkind = \"tagger-pixai\"\ndir = %s\n\n", gwTagger, q(filepath.Join(testenv.Models(t), onnxgen.TaggerDir)))
-	fmt.Fprintf(&b, "[models.%s]\nkind = \"tagger-pixai\"\ndir = %s\n", gwSlow, q(gwSlowTaggerDir(t)))
-	path := filepath.Join(dir, "gateway.toml")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	cfg.SetOrder("pools", pools...)
+	cfg.SetOrder("classes", classes...)
+	cfg.SetOrder("models", gwTagger, gwSlow)
+	return writeConfigFile(t, filepath.Join(dir, "gateway.toml"), cfg)
 }
 
 // gatewayProc is a running gateway process and a NATS connection to its bus.
 type gatewayProc struct {
 	Ready   codec.Event // the ready line
 	NC      *nats.Conn
-	cmd     *exec.Cmd
+	lp      *launchpkg.Proc
 	logPath string
-	exited  chan struct{}
-	ready   chan codec.Event // the ready line, once read
 }
 
 // startGateway runs `gateway -config cfgPath` on any free ports, waits for its ready
@@ -198,39 +191,13 @@ func launchGateway(t testing.TB, cfgPath string, connect bool, env ...string) *g
 func spawnGateway(t testing.TB, cfgPath string, env ...string) *gatewayProc {
 	t.Helper()
 	gwBin, workerBin := gatewayBinaries(t)
-	g := &gatewayProc{logPath: filepath.Join(filepath.Dir(cfgPath), "gateway.log"), exited: make(chan struct{}), ready: make(chan codec.Event, 1)}
-	logf, err := os.Create(g.logPath)
+	g := &gatewayProc{logPath: filepath.Join(filepath.Dir(cfgPath), "gateway.log")}
+	var err error
+	g.lp, err = launchpkg.Start(gwBin, []string{"-config", cfgPath, "-nats-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-worker", workerBin},
+		launchpkg.Options{Name: "gateway", Env: env, LogFile: g.logPath})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer logf.Close() // the child has its own descriptor
-	g.cmd = exec.Command(gwBin, "-config", cfgPath, "-nats-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-worker", workerBin)
-	g.cmd.Env = append(os.Environ(), env...)
-	g.cmd.Stderr = logf
-	out, err := g.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.cmd.Start(); err != nil {
-		t.Fatalf("start gateway: %v", err)
-	}
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		sc := bufio.NewScanner(out)
-		sent := false
-		for sc.Scan() {
-			if r, ok := codec.ReadEvent(sc.Bytes()); ok && !sent && r.Event == codec.EventReady {
-				g.ready <- r
-				sent = true
-			}
-		}
-	}()
-	go func() {
-		<-read
-		g.cmd.Wait()
-		close(g.exited)
-	}()
 	return g
 }
 
@@ -238,12 +205,9 @@ func spawnGateway(t testing.TB, cfgPath string, env ...string) *gatewayProc {
 // gateway exits first.
 func (g *gatewayProc) awaitReady(t testing.TB) {
 	t.Helper()
-	select {
-	case g.Ready = <-g.ready:
-	case <-g.exited:
-		t.Fatalf("gateway exited (%v) before its ready line; log:\n%s", g.cmd.ProcessState, g.log())
-	case <-time.After(gwStartBound):
-		t.Fatalf("no ready line from the gateway within %v; log:\n%s", gwStartBound, g.log())
+	var err error
+	if g.Ready, err = g.lp.Ready(context.Background(), gwStartBound); err != nil {
+		t.Fatalf("%v; log:\n%s", err, g.log())
 	}
 	if g.Ready.NATSURL == "" || g.Ready.HTTP == "" {
 		t.Fatalf("ready line without nats_url or http: %+v", g.Ready)
@@ -260,10 +224,8 @@ func (g *gatewayProc) connect(t testing.TB, name string) {
 	}
 }
 
-func (g *gatewayProc) log() string {
-	b, _ := os.ReadFile(g.logPath)
-	return string(b)
-}
+// log is the gateway's log: its own stderr and its workers'.
+func (g *gatewayProc) log() string { return g.lp.Log() }
 
 // stop sends SIGTERM (the gateway drains its workers and exits 0), and SIGKILL if it has
 // not exited within gwStopBound. Its workers die with it (they are started with a parent
@@ -276,35 +238,14 @@ func (g *gatewayProc) stop(t testing.TB) {
 
 // shutdown is stop without a test: the error says what went wrong.
 func (g *gatewayProc) shutdown() error {
-	select {
-	case <-g.exited:
-		return nil
-	default:
+	if err := g.lp.Stop(gwStopBound); err != nil {
+		return fmt.Errorf("%v; log:\n%s", err, g.log())
 	}
-	g.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-g.exited:
-		// A clean shutdown: workers drained, exit status 0.
-		if st := g.cmd.ProcessState; st == nil || !st.Success() {
-			return fmt.Errorf("gateway exited with %v after SIGTERM, want status 0; log:\n%s", st, g.log())
-		}
-		return nil
-	case <-time.After(gwStopBound):
-		g.cmd.Process.Kill()
-		<-g.exited
-		return fmt.Errorf("gateway did not exit within %v of SIGTERM; killed it", gwStopBound)
-	}
+	return nil
 }
 
 // alive reports whether the gateway process still runs.
-func (g *gatewayProc) alive() bool {
-	select {
-	case <-g.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (g *gatewayProc) alive() bool { return g.lp.Alive() }
 
 // gwReply is one answer of the gateway: a result body or an error.
 type gwReply struct {

@@ -88,7 +88,7 @@ func sharedGateway(t *testing.T) (*gatewayProc, map[string]string) {
 	}
 	g := gwShared.g
 	if !g.alive() {
-		t.Fatalf("the shared gateway has exited (%v); log:\n%s", g.cmd.ProcessState, g.log())
+		t.Fatalf("the shared gateway has exited (%v); log:\n%s", g.lp.State(), g.log())
 	}
 	from := len(g.log())
 	t.Cleanup(func() {

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/natsd"
 )
 
@@ -99,7 +100,7 @@ func TestGatewayReuse(t *testing.T) {
 	before := g.waitStatus(t, "both workers live", func(st *codec.StatusReply) bool {
 		return len(gwLive(st, "ia")) == 1 && len(gwLive(st, "bt")) == 1
 	})
-	kids := gwChildPIDs(t, g.cmd.Process.Pid)
+	kids := gwChildPIDs(t, g.lp.PID())
 	slices.Sort(kids)
 	var servedBefore uint64
 	for _, w := range before.Workers {
@@ -160,7 +161,7 @@ func TestGatewayReuse(t *testing.T) {
 	if got := len(after.Workers); got != 2 {
 		t.Errorf("status lists %d workers, want 2", got)
 	}
-	kidsAfter := gwChildPIDs(t, g.cmd.Process.Pid)
+	kidsAfter := gwChildPIDs(t, g.lp.PID())
 	slices.Sort(kidsAfter)
 	if !slices.Equal(kids, kidsAfter) || len(kids) != 2 {
 		t.Errorf("gateway's child processes %v became %v, want the same two", kids, kidsAfter)
@@ -631,8 +632,9 @@ func TestGatewayRuntimeMissing(t *testing.T) {
 // predecessor held.
 func gwFailuresConfig(t *testing.T, root string) string {
 	return gwConfig{
-		Root:    root,
-		Gateway: "restart_backoff_min = \"250ms\"\nrestart_backoff_max = \"1s\"\ncrash_loop_count = 100\ncrash_loop_window = \"60s\"",
+		Root: root,
+		Gateway: config.Gateway{RestartBackoffMin: config.Duration(250 * time.Millisecond), RestartBackoffMax: config.Duration(time.Second),
+			CrashLoopCount: 100, CrashLoopWindow: config.Duration(time.Minute)},
 		Pools: []gwPool{{Name: "ch", Version: "1.30.0", Workers: 2, Classes: []string{"interactive", "batch"}, Models: []string{gwSlow, gwTagger},
 			Env: map[string]string{"ORTBUS_FAULT_INJECT": "1"}}},
 	}.write(t)

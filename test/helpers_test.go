@@ -1,8 +1,8 @@
 package test
 
 import (
-	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"image"
 	"image/color"
@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +20,9 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
+	launchpkg "github.com/ortbus/ortbus/internal/launch"
 	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
@@ -79,7 +80,8 @@ type poolCfg struct {
 	Models   []string
 }
 
-// allModels are the models every test config defines; a pool loads those it names.
+// allModels are the models every test config defines, in order; a pool loads those it
+// names.
 var allModels = []string{"tagger", "tagger_heavy", "ccip", "detector", "segmenter"}
 
 // writeConfig writes a config for the package's NATS server, with root as the only
@@ -94,64 +96,63 @@ func writeConfig(t testing.TB, root string, pools ...poolCfg) string {
 func writeConfigIn(t testing.TB, dir, root string, pools ...poolCfg) string {
 	t.Helper()
 	md := modelsDir(t)
-	var b strings.Builder
-	q := strconv.Quote
-	fmt.Fprintf(&b, "[nats]\nurl = %s\n\n", q(pkgEnv.natsURL))
-	fmt.Fprintf(&b, "[health]\nheartbeat_interval = \"100ms\"\n\n")
-	fmt.Fprintf(&b, "[security]\nallowed_roots = [%s]\noutput_roots = [%s]\n\n", q(root), q(root))
+	c := &config.Config{
+		NATS:     config.NATS{URL: pkgEnv.natsURL},
+		Health:   config.Health{HeartbeatInterval: config.Duration(100 * time.Millisecond)},
+		Security: config.Security{AllowedRoots: []string{root}, OutputRoots: []string{root}},
+		Pools:    map[string]*config.Pool{},
+		Models: map[string]*config.Model{
+			"tagger":       {Kind: config.KindTaggerPixAI, Dir: filepath.Join(md, onnxgen.TaggerDir)},
+			"tagger_heavy": {Kind: config.KindTaggerPixAI, Dir: heavyDir(t)},
+			"ccip":         {Kind: config.KindCCIP, Dir: filepath.Join(md, onnxgen.CCIPDir)},
+			"detector":     {Kind: config.KindDetect, Dir: filepath.Join(md, onnxgen.DetectorDir)},
+			"segmenter":    {Kind: config.KindSegment, Dir: filepath.Join(md, onnxgen.SegmenterDir)},
+		},
+	}
+	c.SetOrder("models", allModels...)
+	var names []string
 	for _, p := range pools {
-		rt := p.Runtime
-		if rt == "" {
-			rt = testenv.RuntimeLib(t, p.Version)
-		}
-		fmt.Fprintf(&b, "[pools.%s]\nruntime = %s\nep = %s\nthreads = 1\n", p.Name, q(rt), q(or(p.EP, "cpu")))
-		if len(p.Fallback) > 0 {
-			fmt.Fprintf(&b, "fallback = %s\n", list(p.Fallback))
-		}
-		fmt.Fprintf(&b, "slots = %d\n", max(p.Slots, 1))
-		if p.MaxBatch > 0 {
-			fmt.Fprintf(&b, "max_batch = %d\n", p.MaxBatch)
-		}
-		if p.MaxDelay != "" {
-			fmt.Fprintf(&b, "max_delay = %s\n", q(p.MaxDelay))
-		}
 		classes := p.Classes
 		if len(classes) == 0 {
 			classes = []string{"interactive", "batch"}
 		}
-		fmt.Fprintf(&b, "classes = %s\nmodels = %s\n\n", list(classes), list(p.Models))
+		c.Pools[p.Name] = &config.Pool{Runtime: runtimeOf(t, p.Runtime, p.Version), EP: p.EP, Fallback: p.Fallback, Threads: 1,
+			Slots: p.Slots, MaxBatch: p.MaxBatch, MaxDelay: duration(t, p.MaxDelay), Classes: classes, Models: p.Models}
+		names = append(names, p.Name)
 	}
-	dirs := map[string][2]string{
-		"tagger":       {"tagger-pixai", filepath.Join(md, onnxgen.TaggerDir)},
-		"tagger_heavy": {"tagger-pixai", heavyDir(t)},
-		"ccip":         {"ccip", filepath.Join(md, onnxgen.CCIPDir)},
-		"detector":     {"detect", filepath.Join(md, onnxgen.DetectorDir)},
-		"segmenter":    {"segment", filepath.Join(md, onnxgen.SegmenterDir)},
-	}
-	for _, name := range allModels {
-		d := dirs[name]
-		fmt.Fprintf(&b, "[models.%s]\nkind = %s\ndir = %s\n\n", name, q(d[0]), q(d[1]))
-	}
-	path := filepath.Join(dir, "ortbus.toml")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+	c.SetOrder("pools", names...)
+	return writeConfigFile(t, filepath.Join(dir, "ortbus.toml"), c)
+}
+
+// writeConfigFile writes c to path (config.Write) and returns path.
+func writeConfigFile(t testing.TB, path string, c *config.Config) string {
+	t.Helper()
+	if err := config.Write(path, c); err != nil {
 		t.Fatal(err)
 	}
 	return path
 }
 
-func or(s, def string) string {
-	if s == "" {
-		return def
+// runtimeOf is a pool's runtime library: path, or else the one of version from .deps.
+func runtimeOf(t testing.TB, path, version string) string {
+	t.Helper()
+	if path != "" {
+		return path
 	}
-	return s
+	return testenv.RuntimeLib(t, version)
 }
 
-func list(ss []string) string {
-	q := make([]string, len(ss))
-	for i, s := range ss {
-		q[i] = strconv.Quote(s)
+// duration parses a duration of a test config ("" is 0: the default).
+func duration(t testing.TB, s string) config.Duration {
+	t.Helper()
+	if s == "" {
+		return 0
 	}
-	return "[" + strings.Join(q, ", ") + "]"
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("test config: duration %q: %v", s, err)
+	}
+	return config.Duration(d)
 }
 
 // imageRoot makes an allowed image root for one test. Its path has its symlinks resolved,
@@ -173,29 +174,7 @@ func imageRoot(t testing.TB) string {
 type proc struct {
 	ID, Pool string
 	Ready    codec.Event // the ready line, once seen
-	cmd      *exec.Cmd
-	started  time.Time
-	events   chan codec.Event
-	exited   chan struct{} // closed once Wait returned
-	state    *os.ProcessState
-	stderr   lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	lp       *launchpkg.Proc
 }
 
 // launch starts an ortworker for pool (id: pool + "-w") without waiting for it. The
@@ -206,7 +185,7 @@ func launch(t testing.TB, cfgPath, pool string, extraEnv ...string) *proc {
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			t.Logf("stderr of worker %s:\n%s", p.ID, p.stderr.String())
+			t.Logf("stderr of worker %s:\n%s", p.ID, p.lp.Log())
 		}
 	})
 	return p
@@ -215,55 +194,23 @@ func launch(t testing.TB, cfgPath, pool string, extraEnv ...string) *proc {
 // launchDetached is launch without the cleanup; the caller must kill the process.
 func launchDetached(t testing.TB, cfgPath, pool string, extraEnv ...string) *proc {
 	t.Helper()
-	p := &proc{ID: pool + "-w", Pool: pool, events: make(chan codec.Event, 1), exited: make(chan struct{})}
-	p.cmd = exec.Command(pkgEnv.bin, "-config", cfgPath, "-pool", pool, "-id", p.ID)
-	p.cmd.Env = append(os.Environ(), extraEnv...)
-	p.cmd.Stderr = &p.stderr
-	out, err := p.cmd.StdoutPipe()
+	p := &proc{ID: pool + "-w", Pool: pool}
+	var err error
+	p.lp, err = launchpkg.Start(pkgEnv.bin, []string{"-config", cfgPath, "-pool", pool, "-id", p.ID},
+		launchpkg.Options{Name: "worker " + p.ID, Env: extraEnv})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.started = time.Now()
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start ortworker: %v", err)
-	}
-	// Read stdout to EOF before Wait (StdoutPipe's rule); the first event line is kept.
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		sc := bufio.NewScanner(out)
-		sent := false
-		for sc.Scan() {
-			if ev, ok := codec.ReadEvent(sc.Bytes()); ok && !sent {
-				p.events <- ev
-				sent = true
-			}
-		}
-	}()
-	go func() {
-		<-read
-		p.cmd.Wait()
-		p.state = p.cmd.ProcessState
-		close(p.exited)
-	}()
 	return p
 }
 
 // await waits for the process's ready or failed line.
 func (p *proc) await() (codec.Event, error) {
-	select {
-	case ev := <-p.events:
-		return ev, nil
-	case <-p.exited:
-		select { // the line may have come just before the exit
-		case ev := <-p.events:
-			return ev, nil
-		default:
-		}
-		return codec.Event{}, fmt.Errorf("worker %s exited (%v) without a ready or failed line; stderr:\n%s", p.ID, p.state, p.stderr.String())
-	case <-time.After(startBound):
-		return codec.Event{}, fmt.Errorf("worker %s printed no ready or failed line within %v; stderr:\n%s", p.ID, startBound, p.stderr.String())
+	ev, err := p.lp.Event(context.Background(), startBound)
+	if err != nil {
+		return ev, fmt.Errorf("%v; stderr:\n%s", err, p.lp.Log())
 	}
+	return ev, nil
 }
 
 // awaitReady waits for the ready line and checks that it names this process.
@@ -273,10 +220,10 @@ func (p *proc) awaitReady() (codec.Event, error) {
 		return ev, err
 	}
 	if ev.Event != codec.EventReady {
-		return ev, fmt.Errorf("worker %s: want a ready line, got %+v (error %+v); stderr:\n%s", p.ID, ev, ev.Error, p.stderr.String())
+		return ev, fmt.Errorf("worker %s: want a ready line, got %+v (error %+v); stderr:\n%s", p.ID, ev, ev.Error, p.lp.Log())
 	}
-	if ev.Worker != p.ID || ev.Pool != p.Pool || ev.PID != p.cmd.Process.Pid {
-		return ev, fmt.Errorf("worker %s: ready line %+v does not name this worker (pid %d)", p.ID, ev, p.cmd.Process.Pid)
+	if ev.Worker != p.ID || ev.Pool != p.Pool || ev.PID != p.lp.PID() {
+		return ev, fmt.Errorf("worker %s: ready line %+v does not name this worker (pid %d)", p.ID, ev, p.lp.PID())
 	}
 	return ev, nil
 }
@@ -305,28 +252,15 @@ func (p *proc) ready(t testing.TB) codec.Event {
 // wait waits for the process to exit (bounded) and returns its state.
 func (p *proc) wait(t testing.TB) *os.ProcessState {
 	t.Helper()
-	select {
-	case <-p.exited:
-		return p.state
-	case <-time.After(exitBound):
-		t.Fatalf("worker %s did not exit within %v; stderr:\n%s", p.ID, exitBound, p.stderr.String())
+	st, err := p.lp.Wait(exitBound)
+	if err != nil {
+		t.Fatalf("%v; stderr:\n%s", err, p.lp.Log())
 	}
-	return nil
+	return st
 }
 
 // kill kills the process if it still runs, and reaps it.
-func (p *proc) kill() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-p.exited:
-	case <-time.After(exitBound):
-	}
-}
+func (p *proc) kill() { p.lp.Kill() }
 
 // startWorker launches one worker and waits until it is ready.
 func startWorker(t testing.TB, cfgPath, pool string, extraEnv ...string) *proc {

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/hostile"
 	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
@@ -204,26 +205,35 @@ func hMust(t *testing.T, err error) {
 // batching), as deploy/local.toml has them.
 func (h *hostileRun) writeConfig(t *testing.T) string {
 	md := testenv.Models(t)
-	q := strconv.Quote
-	var b strings.Builder
-	fmt.Fprintf(&b, "[nats]\nembedded = true\nlisten = \"127.0.0.1:0\"\n\n")
-	fmt.Fprintf(&b, "[gateway]\nshutdown_grace = \"3s\"\nfailover = true\n\n")
-	fmt.Fprintf(&b, "[health]\nheartbeat_interval = \"%s\"\nmiss_count = %d\n\n", gwHeartbeat, gwMissCount)
-	fmt.Fprintf(&b, "[security]\nallowed_roots = [%s]\nspool_dir = %s\n\n", q(h.root), q(h.spool))
-	fmt.Fprintf(&b, "[classes.urgent]\nchain = [\"fast\"]\ntimeout = \"2s\"\nmax_timeout = \"4s\"\n\n")
-	fmt.Fprintf(&b, "[classes.interactive]\nchain = [\"fast\", \"bulk\"]\ntimeout = \"8s\"\nmax_timeout = \"10s\"\nqueue_bound = 512\n\n")
-	fmt.Fprintf(&b, "[classes.batch]\nchain = [\"bulk\"]\ntimeout = \"8s\"\nmax_timeout = \"10s\"\n\n")
-	fmt.Fprintf(&b, "[pools.fast]\nruntime = %s\nep = \"cpu\"\nthreads = 1\nworkers = 1\nslots = 1\nclasses = [\"urgent\", \"interactive\"]\nmodels = [\"tagger\", \"ccip\", \"detector\", \"segmenter\", \"tiny\"]\n\n", q(testenv.RuntimeLib(t, "1.30.0")))
-	fmt.Fprintf(&b, "[pools.bulk]\nruntime = %s\nep = \"cpu\"\nthreads = 1\nworkers = 1\nslots = 1\nclasses = [\"interactive\", \"batch\"]\nmodels = [\"tagger\", \"ccip\"]\nmax_batch = 4\nmax_delay = \"5ms\"\n\n", q(testenv.RuntimeLib(t, "1.24.3")))
-	for _, m := range []struct{ name, kind, dir string }{
-		{"tagger", "tagger-pixai", onnxgen.TaggerDir}, {"ccip", "ccip", onnxgen.CCIPDir}, {"detector", "detect", onnxgen.DetectorDir},
-		{"segmenter", "segment", onnxgen.SegmenterDir}, {"tiny", "raw", onnxgen.TinyDir},
-	} {
-		fmt.Fprintf(&b, "[models.%s]\nkind = %s\ndir = %s\n\n", m.name, q(m.kind), q(filepath.Join(md, m.dir)))
+	dur := func(d time.Duration) config.Duration { return config.Duration(d) }
+	c := &config.Config{
+		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
+		Gateway:  config.Gateway{ShutdownGrace: dur(3 * time.Second), Failover: true},
+		Health:   config.Health{HeartbeatInterval: dur(gwHeartbeat), MissCount: gwMissCount},
+		Security: config.Security{AllowedRoots: []string{h.root}, SpoolDir: h.spool},
+		Classes: map[string]*config.Class{
+			"urgent":      {Chain: []string{"fast"}, Timeout: dur(2 * time.Second), MaxTimeout: dur(4 * time.Second)},
+			"interactive": {Chain: []string{"fast", "bulk"}, Timeout: dur(8 * time.Second), MaxTimeout: dur(10 * time.Second), QueueBound: 512},
+			"batch":       {Chain: []string{"bulk"}, Timeout: dur(8 * time.Second), MaxTimeout: dur(10 * time.Second)},
+		},
+		Pools: map[string]*config.Pool{
+			"fast": {Runtime: testenv.RuntimeLib(t, "1.30.0"), Threads: 1, Classes: []string{"urgent", "interactive"},
+				Models: []string{"tagger", "ccip", "detector", "segmenter", "tiny"}},
+			"bulk": {Runtime: testenv.RuntimeLib(t, "1.24.3"), Threads: 1, Classes: []string{"interactive", "batch"},
+				Models: []string{"tagger", "ccip"}, MaxBatch: 4, MaxDelay: dur(5 * time.Millisecond)},
+		},
+		Models: map[string]*config.Model{
+			"tagger":    {Kind: config.KindTaggerPixAI, Dir: filepath.Join(md, onnxgen.TaggerDir)},
+			"ccip":      {Kind: config.KindCCIP, Dir: filepath.Join(md, onnxgen.CCIPDir)},
+			"detector":  {Kind: config.KindDetect, Dir: filepath.Join(md, onnxgen.DetectorDir)},
+			"segmenter": {Kind: config.KindSegment, Dir: filepath.Join(md, onnxgen.SegmenterDir)},
+			"tiny":      {Kind: config.KindRaw, Dir: filepath.Join(md, onnxgen.TinyDir)},
+		},
 	}
-	path := filepath.Join(h.cfgDir, "gateway.toml")
-	hMust(t, os.WriteFile(path, []byte(b.String()), 0o644))
-	return path
+	c.SetOrder("classes", "urgent", "interactive", "batch")
+	c.SetOrder("pools", "fast", "bulk")
+	c.SetOrder("models", "tagger", "ccip", "detector", "segmenter", "tiny")
+	return writeConfigFile(t, filepath.Join(h.cfgDir, "gateway.toml"), c)
 }
 
 // start starts a stack and waits until both pools have a live worker.
@@ -246,7 +256,7 @@ func (h *hostileRun) start(t *testing.T) *hstack {
 	g.waitLive(t, "fast", 1)
 	g.waitLive(t, "bulk", 1)
 	st := g.status(t)
-	s := &hstack{g: g, gwID: st.Gateway, http: g.Ready.HTTP, pid: g.cmd.Process.Pid, workers: map[string]int{}, byPool: map[string]string{}, down: make(chan struct{})}
+	s := &hstack{g: g, gwID: st.Gateway, http: g.Ready.HTTP, pid: g.lp.PID(), workers: map[string]int{}, byPool: map[string]string{}, down: make(chan struct{})}
 	for _, w := range st.Workers {
 		if w.State == codec.StateReady {
 			s.workers[w.Worker] = w.PID
@@ -311,8 +321,8 @@ func (h *hostileRun) watch(s *hstack) {
 	defer tick.Stop()
 	for {
 		select {
-		case <-s.g.exited:
-			h.crash(s, fmt.Sprintf("gateway %s pid %d exited (%v)", s.gwID, s.pid, s.g.cmd.ProcessState))
+		case <-s.g.lp.Exited():
+			h.crash(s, fmt.Sprintf("gateway %s pid %d exited (%v)", s.gwID, s.pid, s.g.lp.State()))
 			return
 		case <-s.down:
 			return
@@ -321,8 +331,8 @@ func (h *hostileRun) watch(s *hstack) {
 				if gwProcessGone(pid) {
 					// Workers die with their gateway: a gateway crash is the gateway's.
 					select {
-					case <-s.g.exited:
-						h.crash(s, fmt.Sprintf("gateway %s pid %d exited (%v)", s.gwID, s.pid, s.g.cmd.ProcessState))
+					case <-s.g.lp.Exited():
+						h.crash(s, fmt.Sprintf("gateway %s pid %d exited (%v)", s.gwID, s.pid, s.g.lp.State()))
 					case <-time.After(time.Second):
 						h.crash(s, fmt.Sprintf("worker %s pid %d gone", id, pid))
 					}
@@ -465,10 +475,7 @@ func (h *hostileRun) live(t *testing.T) *hstack {
 	}
 	h.restarts++
 	t.Logf("restarting the stack after a crash (%d of %d)", h.restarts, hostileMaxRestarts)
-	if s.g.alive() {
-		s.g.cmd.Process.Kill() // a worker died: start clean
-		<-s.g.exited
-	}
+	s.g.lp.Kill() // a worker died: start clean
 	h.stack = h.start(t)
 	return h.stack
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -37,10 +38,9 @@ func TestHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := gwConfig{
-		Root: root,
-		Gateway: fmt.Sprintf("http_token_file = %s\nhttp_max_concurrent = 1\nhttp_max_body = \"%dB\"\nhttp_hosts = [\"ortbus.test\"]",
-			strconv.Quote(tokenFile), httpMaxBody),
-		Pools: []gwPool{{Name: "p", Version: "1.30.0", Classes: []string{"interactive", "batch"}, Models: []string{gwTagger, gwSlow}}},
+		Root:    root,
+		Gateway: config.Gateway{HTTPTokenFile: tokenFile, HTTPMaxConcurrent: 1, HTTPMaxBody: httpMaxBody, HTTPHosts: []string{"ortbus.test"}},
+		Pools:   []gwPool{{Name: "p", Version: "1.30.0", Classes: []string{"interactive", "batch"}, Models: []string{gwTagger, gwSlow}}},
 		Classes: []gwClass{
 			{Name: "interactive", Chain: []string{"p"}},
 			{Name: "batch", Chain: []string{"p"}},

@@ -1,8 +1,6 @@
 package test
 
 import (
-	"os"
-	"strings"
 	"testing"
 
 	"github.com/ortbus/ortbus/codec"
@@ -17,20 +15,10 @@ func TestGatewayLazyPool(t *testing.T) {
 		Root: root,
 		Pools: []gwPool{
 			{Name: "ia", Version: "1.30.0", Classes: []string{"interactive"}, Models: []string{gwTagger}},
-			{Name: "lz", Version: "1.24.3", Classes: []string{"interactive"}, Models: []string{gwTagger}},
+			{Name: "lz", Version: "1.24.3", Classes: []string{"interactive"}, Models: []string{gwTagger}, LazyLoad: true},
 		},
 		Classes: []gwClass{{Name: "interactive", Chain: []string{"ia", "lz"}}},
 	}.write(t)
-	b, err := os.ReadFile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), "[pools.lz]\n") {
-		t.Fatalf("no [pools.lz] table in\n%s", b)
-	}
-	if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), "[pools.lz]\n", "[pools.lz]\nlazy_load = true\n", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	g := startGateway(t, cfg)
 	defer g.stop(t)
 

@@ -90,7 +90,7 @@ func stopShared(failed bool) {
 	for _, p := range shared.procs {
 		p.kill()
 		if failed {
-			fmt.Fprintf(os.Stderr, "--- stderr of shared worker %s:\n%s", p.ID, p.stderr.String())
+			fmt.Fprintf(os.Stderr, "--- stderr of shared worker %s:\n%s", p.ID, p.lp.Log())
 		}
 	}
 }

@@ -258,7 +258,7 @@ func TestStartFailures(t *testing.T) {
 		p := launch(t, cfg, "pmissing")
 		ev := p.event(t)
 		st := p.wait(t)
-		took := time.Since(p.started)
+		took := time.Since(p.lp.Started())
 		t.Logf("exited %v after %v", st, took)
 		if st.Success() {
 			t.Errorf("exit %v, want non-zero", st)
@@ -378,8 +378,8 @@ func TestModelsLoadedOnce(t *testing.T) {
 	if after.SessionsCreated != before.SessionsCreated {
 		t.Errorf("sessions_created went from %d to %d over %d requests", before.SessionsCreated, after.SessionsCreated, n)
 	}
-	if after.PID != before.PID || after.PID != p.cmd.Process.Pid {
-		t.Errorf("pid went from %d to %d (process %d)", before.PID, after.PID, p.cmd.Process.Pid)
+	if after.PID != before.PID || after.PID != p.lp.PID() {
+		t.Errorf("pid went from %d to %d (process %d)", before.PID, after.PID, p.lp.PID())
 	}
 	if s := stats(t, nc, p.ID); s.SessionsCreated != before.SessionsCreated || s.PID != before.PID {
 		t.Errorf("stats: sessions_created %d pid %d, want %d %d", s.SessionsCreated, s.PID, before.SessionsCreated, before.PID)
@@ -626,7 +626,7 @@ func TestSlowPool(t *testing.T) {
 		in := newInbox(t, nc)
 		const n = 10
 		queue(t, in, "drain-", n)
-		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		if err := p.lp.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < n; i++ {

@@ -2,13 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/internal/launch"
 )
 
 // binary is the natsembed executable built once by TestMain for every test.
@@ -41,101 +42,42 @@ func TestMain(m *testing.M) {
 
 // proc is one natsembed process started by a test.
 type proc struct {
-	cmd    *exec.Cmd
-	ready  codec.Event
-	stderr *syncBuffer
-	done   chan struct{} // closed when the process has exited
-	err    error         // cmd.Wait's result, set before done is closed
-}
-
-// lineWriter hands the first line written to stdout to ch and discards the rest.
-type lineWriter struct {
-	mu   sync.Mutex
-	buf  []byte
-	sent bool
-	ch   chan []byte
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.sent {
-		w.buf = append(w.buf, p...)
-		if i := bytes.IndexByte(w.buf, '\n'); i >= 0 {
-			w.sent = true
-			w.ch <- w.buf[:i]
-		}
-	}
-	return len(p), nil
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	lp    *launch.Proc
+	ready codec.Event
 }
 
 // start runs natsembed with args, waits for its ready line, and kills it at cleanup if the
 // test has not stopped it.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
-	lines := make(chan []byte, 1)
-	p := &proc{cmd: exec.Command(binary, args...), stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Stdout = &lineWriter{ch: lines}
-	p.cmd.Stderr = p.stderr
-	if err := p.cmd.Start(); err != nil {
+	lp, err := launch.Start(binary, args, launch.Options{Name: "natsembed " + strings.Join(args, " ")})
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
+		lp.Kill()
 		if t.Failed() {
-			t.Logf("natsembed %s stderr:\n%s", strings.Join(args, " "), p.stderr.String())
+			t.Logf("natsembed %s stderr:\n%s", strings.Join(args, " "), lp.Log())
 		}
 	})
-	select {
-	case line := <-lines:
-		ev, ok := codec.ReadEvent(line)
-		if !ok || ev.Event != codec.EventReady {
-			t.Fatalf("ready line %q is not a ready event", line)
-		}
-		p.ready = ev
-	case <-p.done:
-		t.Fatalf("natsembed %v exited before ready: %v\n%s", args, p.err, p.stderr.String())
-	case <-time.After(15 * time.Second):
-		t.Fatalf("natsembed %v: no ready line\n%s", args, p.stderr.String())
+	ev, err := lp.Ready(context.Background(), 15*time.Second)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, lp.Log())
 	}
-	return p
+	return &proc{lp: lp, ready: ev}
 }
 
 // stop sends sig and returns the exit code.
 func (p *proc) stop(t *testing.T, sig syscall.Signal) int {
 	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
+	if err := p.lp.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-p.done:
-		return p.cmd.ProcessState.ExitCode()
-	case <-time.After(10 * time.Second):
-		t.Fatalf("natsembed did not exit after %v", sig)
-		return -1
+	st, err := p.lp.Wait(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return st.ExitCode()
 }
 
 func connect(t *testing.T, url string) *nats.Conn {
@@ -215,7 +157,7 @@ func TestSignalsExitZero(t *testing.T) {
 		p := start(t, "-p", "-1", "-js", "-sd", t.TempDir())
 		connect(t, p.ready.NATSURL)
 		if code := p.stop(t, sig); code != 0 {
-			t.Errorf("%v: exit code %d, want 0\n%s", sig, code, p.stderr.String())
+			t.Errorf("%v: exit code %d, want 0\n%s", sig, code, p.lp.Log())
 		}
 	}
 }
