@@ -1,7 +1,6 @@
 package codec
 
 import (
-	"fmt"
 	"strings"
 )
 
@@ -131,9 +130,7 @@ var JobOps = []string{"tag", "embed", "detect", "segment"}
 // Validate checks a job submission from the wire (paths are checked against the
 // security roots where they are read).
 func (s *JobSubmit) Validate() error {
-	bad := func(field, format string, args ...any) error {
-		return Errorf(CodeBadRequest, "%s: %s", field, fmt.Sprintf(format, args...)).With("field", field)
-	}
+	bad := badField
 	if s.Job != "" {
 		if err := CheckJobID(s.Job); err != nil {
 			return err
@@ -146,22 +143,26 @@ func (s *JobSubmit) Validate() error {
 	if !ok {
 		return bad("op", "%q cannot run as a job (ops: %s)", s.Op, strings.Join(JobOps, ", "))
 	}
-	for _, f := range []struct{ name, v string }{{"model", s.Model}, {"class", s.Class}, {"pool", s.Pool}} {
-		if len(f.v) > MaxIDLen {
-			return bad(f.name, "%d bytes long, over the limit of %d", len(f.v), MaxIDLen)
-		}
+	if err := checkNames(field{"model", s.Model}, field{"class", s.Class}, field{"pool", s.Pool}); err != nil {
+		return err
 	}
 	if (len(s.Items) == 0) == (s.Dir == nil) {
 		return bad("items", "give items (a list of paths) or dir, not both and not neither")
 	}
 	for i, p := range s.Items {
-		if p == "" || len(p) > MaxPathLen || strings.IndexByte(p, 0) >= 0 {
-			return bad("items", "item %d is empty, over %d bytes or holds a NUL byte", i, MaxPathLen)
+		if p == "" {
+			return bad("items", "item %d is empty", i)
+		}
+		if err := checkPaths(field{"items", p}); err != nil {
+			return err
 		}
 	}
 	if s.Dir != nil {
-		if s.Dir.Path == "" || len(s.Dir.Path) > MaxPathLen || strings.IndexByte(s.Dir.Path, 0) >= 0 {
-			return bad("dir.path", "empty, over %d bytes or holds a NUL byte", MaxPathLen)
+		if s.Dir.Path == "" {
+			return bad("dir.path", "empty")
+		}
+		if err := checkPaths(field{"dir.path", s.Dir.Path}); err != nil {
+			return err
 		}
 		if len(s.Dir.Glob) > 256 {
 			return bad("dir.glob", "over 256 bytes")

@@ -39,31 +39,53 @@ func CheckID(kind, id string) error {
 	return nil
 }
 
+// badField is the bad_request error of one field, with details {field}.
+func badField(field, format string, args ...any) error {
+	return Errorf(CodeBadRequest, "%s: %s", field, fmt.Sprintf(format, args...)).With("field", field)
+}
+
+// field is a named string field of a message, for the checks below.
+type field struct{ name, v string }
+
+// checkNames checks names (model, class, pool, device): at most MaxIDLen bytes.
+func checkNames(fs ...field) error {
+	for _, f := range fs {
+		if len(f.v) > MaxIDLen {
+			return badField(f.name, "%d bytes long, over the limit of %d", len(f.v), MaxIDLen)
+		}
+	}
+	return nil
+}
+
+// checkPaths checks paths: at most MaxPathLen bytes, free of NUL bytes.
+func checkPaths(fs ...field) error {
+	for _, f := range fs {
+		if len(f.v) > MaxPathLen {
+			return badField(f.name, "%d bytes long, over the limit of %d", len(f.v), MaxPathLen)
+		}
+		if strings.IndexByte(f.v, 0) >= 0 {
+			return badField(f.name, "holds a NUL byte")
+		}
+	}
+	return nil
+}
+
 // Validate checks a decoded request's fields against the limits above: the id, names
 // (model, class, pool, device) no longer than MaxIDLen, paths no longer than MaxPathLen
 // and free of NUL bytes, a non-negative timeout, and score thresholds that are numbers
 // in [0, 1]. Errors are bad_request with details {field}.
 func (r *Request) Validate() error {
-	bad := func(field, format string, args ...any) error {
-		return Errorf(CodeBadRequest, "%s: %s", field, fmt.Sprintf(format, args...)).With("field", field)
-	}
+	bad := badField
 	if r.ID != "" {
 		if err := CheckID("id", r.ID); err != nil {
 			return bad("id", "%v", err)
 		}
 	}
-	for _, f := range []struct{ name, v string }{{"model", r.Model}, {"class", r.Class}, {"pool", r.Pool}, {"device", r.Device}} {
-		if len(f.v) > MaxIDLen {
-			return bad(f.name, "%d bytes long, over the limit of %d", len(f.v), MaxIDLen)
-		}
+	if err := checkNames(field{"model", r.Model}, field{"class", r.Class}, field{"pool", r.Pool}, field{"device", r.Device}); err != nil {
+		return err
 	}
-	for _, f := range []struct{ name, v string }{{"path", r.Path}, {"out_path", r.OutPath}} {
-		if len(f.v) > MaxPathLen {
-			return bad(f.name, "%d bytes long, over the limit of %d", len(f.v), MaxPathLen)
-		}
-		if strings.IndexByte(f.v, 0) >= 0 {
-			return bad(f.name, "holds a NUL byte")
-		}
+	if err := checkPaths(field{"path", r.Path}, field{"out_path", r.OutPath}); err != nil {
+		return err
 	}
 	if r.TimeoutMS < 0 {
 		return bad("timeout_ms", "%d is negative", r.TimeoutMS)

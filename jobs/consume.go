@@ -81,6 +81,18 @@ func (s *Store) pause(ctx context.Context, d time.Duration) {
 	}
 }
 
+// sleep waits d, or less when ctx ends first (then false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 func (s *Store) hold(n int) {
 	s.mu.Lock()
 	s.held += n
@@ -192,12 +204,8 @@ func (s *Store) run(ctx context.Context, m jetstream.Msg, it Item, run Runner) (
 			return nil, e
 		}
 		s.log.Info("job item waits to be retried", "job", it.Job.Job, "item", it.Index, "code", e.Code, "after", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, wait) {
 			return nil, e
-		case <-t.C:
 		}
 		wait = min(2*wait, 10*time.Second)
 	}
@@ -279,12 +287,8 @@ func (s *Store) publishResult(ctx context.Context, it Item, body []byte, e *code
 			return err
 		}
 		s.log.Warn("record job result", "job", it.Job.Job, "item", it.Index, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, wait) {
 			return ctx.Err()
-		case <-t.C:
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
