@@ -158,5 +158,10 @@ func Decode(msg *nats.Msg, out any) error {
 	if e := reply.ErrorOf(msg); e != nil {
 		return e
 	}
-	return codec.Decode(msg.Data, out, msg.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON)
+	asJSON := msg.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON
+	if r, ok := out.(*rawReply); ok {
+		r.data, r.asJSON = msg.Data, asJSON
+		return nil
+	}
+	return codec.Decode(msg.Data, out, asJSON)
 }

@@ -1,7 +1,10 @@
 package codec
 
 import (
+	"encoding/json"
 	"strings"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Jobs: library-scale batch work kept in JetStream (see package jobs). A job is a list of
@@ -52,7 +55,8 @@ const (
 )
 
 // JobStatus answers job.status, job.cancel and is one entry of job.list. Done counts
-// items with a result, Failed items answered with an error; Running is what is delivered
+// items answered with the op's reply, Failed items answered with an error (Done + Failed
+// is Total once the job is done); Running is what is delivered
 // and not yet answered (across gateways); Redelivered counts items that needed more than
 // one delivery.
 type JobStatus struct {
@@ -93,6 +97,7 @@ type JobResultsRequest struct {
 // job records more later).
 type JobResultsReply struct {
 	Job     string      `msgpack:"job" json:"job"`
+	Op      string      `msgpack:"op" json:"op"` // the job's op: what each Result is
 	Results []JobResult `msgpack:"results" json:"results"`
 	Next    uint64      `msgpack:"next" json:"next"`
 	More    bool        `msgpack:"more" json:"more"`
@@ -174,4 +179,48 @@ func (s *JobSubmit) Validate() error {
 		}
 	}
 	return nil
+}
+
+// DecodeJobResults reads a job.results reply with each result typed by the job's op (a
+// *TagReply for tag, ...): decoding into JobResultsReply itself gives each Result as a
+// generic map.
+func DecodeJobResults(data []byte, asJSON bool) (*JobResultsReply, error) {
+	if asJSON {
+		return decodeJobResults[json.RawMessage](data, true, func(r json.RawMessage) []byte { return r })
+	}
+	return decodeJobResults[msgpack.RawMessage](data, false, func(r msgpack.RawMessage) []byte { return r })
+}
+
+func decodeJobResults[R any](data []byte, asJSON bool, raw func(R) []byte) (*JobResultsReply, error) {
+	var in struct {
+		Job     string `msgpack:"job" json:"job"`
+		Op      string `msgpack:"op" json:"op"`
+		Results []struct {
+			Seq    uint64 `msgpack:"seq" json:"seq"`
+			Index  int    `msgpack:"i" json:"i"`
+			Path   string `msgpack:"path" json:"path"`
+			Result R      `msgpack:"result" json:"result"`
+			Error  *Error `msgpack:"error" json:"error"`
+		} `msgpack:"results" json:"results"`
+		Next uint64 `msgpack:"next" json:"next"`
+		More bool   `msgpack:"more" json:"more"`
+	}
+	if err := Decode(data, &in, asJSON); err != nil {
+		return nil, err
+	}
+	out := &JobResultsReply{Job: in.Job, Op: in.Op, Next: in.Next, More: in.More, Results: make([]JobResult, len(in.Results))}
+	for i, r := range in.Results {
+		out.Results[i] = JobResult{Seq: r.Seq, Index: r.Index, Path: r.Path, Error: r.Error}
+		if b := raw(r.Result); r.Error == nil && len(b) > 0 {
+			v := NewReply(in.Op)
+			if v == nil {
+				return nil, Errorf(CodeBadRequest, "job results of unknown op %q", in.Op)
+			}
+			if err := Decode(b, v, asJSON); err != nil {
+				return nil, err
+			}
+			out.Results[i].Result = v
+		}
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +39,15 @@ func (g *Gateway) serveAPI() error {
 	for _, op := range subjects.Ops {
 		op := op
 		if err := grp.AddEndpoint(op, micro.HandlerFunc(func(r micro.Request) { g.handle(op, r, false) }), limits); err != nil {
+			return err
+		}
+	}
+	for _, op := range subjects.JobOps {
+		op := op
+		// Endpoint names may not hold dots: job.submit is served as job-submit on
+		// ortbus.v1.job.submit.
+		name := strings.ReplaceAll(op, ".", "-")
+		if err := grp.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) { g.handle(op, r, false) }), limits, micro.WithEndpointSubject(op)); err != nil {
 			return err
 		}
 	}
@@ -124,6 +134,8 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by str
 		encode(&codec.CancelReply{ID: c.ID, Found: g.cancelAs(c.ID, by)})
 	case subjects.OpTag, subjects.OpEmbed, subjects.OpCompare, subjects.OpDetect, subjects.OpSegment, subjects.OpInfer:
 		g.submitFrom(op, data, asJSON, replyTo, ownerOf(by), reply)
+	case subjects.OpJobSubmit, subjects.OpJobStatus, subjects.OpJobCancel, subjects.OpJobList, subjects.OpJobResults:
+		g.serveJob(op, data, asJSON, reply)
 	default:
 		reply(nil, codec.Errorf(codec.CodeUnknownOp, "unknown op %q", op))
 	}

@@ -61,6 +61,7 @@ type Gateway struct {
 	failover     *failover // nil unless gateway.failover
 	claimSubject string
 
+	jobs   *jobService
 	fl     *flights  // every accepted request until its answer, and what it holds
 	est    estimator // measured service times
 	kickCh chan struct{}
@@ -114,6 +115,9 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer g.failover.close()
+	jobsCtx, stopJobs := context.WithCancel(context.Background())
+	defer stopJobs()
+	g.startJobs(jobsCtx)
 	dispatchDone := make(chan struct{})
 	dispatchCtx, stopDispatch := context.WithCancel(context.Background())
 	go func() { defer close(dispatchDone); g.dispatchLoop(dispatchCtx) }()
@@ -143,6 +147,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	<-ctx.Done()
+	// Job items held here are cancelled first: JetStream gives them to another gateway
+	// (or to this one when it is back), and the batch work they were queued as does not
+	// hold up the stop.
+	stopJobs()
+	g.stopJobs(jobStopBound)
 	g.shutdown()
 	stopDispatch()
 	<-dispatchDone

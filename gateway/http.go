@@ -66,7 +66,8 @@ type httpAPI struct {
 }
 
 // serveHTTP serves the same API as JSON over HTTP (on a loopback address by default):
-// POST /v1/<op>, GET /v1/status, GET /v1/health, GET /healthz, GET /readyz, GET /metrics.
+// POST /v1/<op>, POST /v1/job/<verb>, GET /v1/job/list, GET /v1/status, GET /v1/health,
+// GET /healthz, GET /readyz, GET /metrics.
 func (g *Gateway) serveHTTP(override string) (string, error) {
 	addr := g.cfg.Gateway.HTTPListen
 	if override != "" {
@@ -187,6 +188,8 @@ func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI 
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, subjects.OpStatus) })
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, subjects.OpHealth) })
 	mux.HandleFunc("POST /v1/{op}", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, r.PathValue("op")) })
+	mux.HandleFunc("POST /v1/job/{verb}", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, "job."+r.PathValue("verb")) })
+	mux.HandleFunc("GET /v1/job/list", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, subjects.OpJobList) })
 	mux.HandleFunc("/", a.notFound)
 	a.mux = mux
 	return a

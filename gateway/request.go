@@ -13,6 +13,7 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/internal/reply"
+	"github.com/ortbus/ortbus/jobs"
 	"github.com/ortbus/ortbus/sched"
 	"github.com/ortbus/ortbus/subjects"
 )
@@ -100,56 +101,23 @@ func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner
 		g.answer(p, nil, codec.AsError(err))
 		return
 	}
-	p.id = p.req.ID
-	if p.id == "" {
-		p.id = nuid.Next()
-		p.req.ID = p.id
-	}
-	p.class = p.req.Class
-	if p.class == "" {
-		p.class = subjects.ClassInteractive
-	}
-	cl, ok := g.cfg.Classes[p.class]
-	if !ok {
-		g.answer(p, nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q (classes: %v)", p.class, g.cfg.ClassNames()))
+	if strings.HasPrefix(p.req.ID, jobs.ItemIDPrefix) {
+		g.answer(p, nil, codec.Errorf(codec.CodeBadRequest, "id: ids starting %q are the gateway's own (job items)", jobs.ItemIDPrefix).With("field", "id"))
 		return
 	}
-	timeout := cl.Timeout.D()
-	if p.req.TimeoutMS > 0 {
-		// Compared in ms first: a huge timeout_ms would overflow a Duration.
-		timeout = cl.MaxTimeout.D()
-		if p.req.TimeoutMS < timeout.Milliseconds() {
-			timeout = time.Duration(p.req.TimeoutMS) * time.Millisecond
-		}
+	if p.req.ID == "" {
+		p.req.ID = nuid.Next()
 	}
-	p.deadline = p.accepted.Add(timeout)
-	if p.req.Model == "" {
-		p.req.Model = cl.Models[op]
-	}
-	if p.req.Model != "" {
-		if _, ok := g.cfg.Models[p.req.Model]; !ok {
-			g.answer(p, nil, codec.Errorf(codec.CodeUnknownModel, "model %q is not configured", p.req.Model).With("model", p.req.Model))
-			return
-		}
-	}
-	if p.req.Pool != "" {
-		pc, ok := g.cfg.Pools[p.req.Pool]
-		if !ok {
-			g.answer(p, nil, codec.Errorf(codec.CodeUnknownPool, "pool %q is not configured (pools: %v)", p.req.Pool, g.cfg.PoolNames()).With("pool", p.req.Pool))
-			return
-		}
-		if !contains(pc.Classes, p.class) {
-			g.answer(p, nil, codec.Errorf(codec.CodeBadRequest, "pool %s does not serve class %s", p.req.Pool, p.class).With("pool", p.req.Pool))
-			return
-		}
-	}
-	pools := g.candidates(p)
-	if len(pools) == 0 && p.req.Device != "" && len(g.poolsFor(g.chainOf(p), op, p.req.Model)) > 0 {
-		g.answer(p, nil, codec.Errorf(codec.CodeUnknownPool, "no pool of class %s on device %q serves op %s%s", p.class, p.req.Device, op, modelSuffix(p.req.Model)).With("device", p.req.Device))
-		return
-	}
-	if len(pools) == 0 {
-		g.answer(p, nil, codec.Errorf(codec.CodeUnknownModel, "no pool of class %s loads a model for op %s%s", p.class, op, modelSuffix(p.req.Model)))
+	g.submit(p, data)
+}
+
+// submit accepts a decoded and validated request (p.req, whose id is set) for p.op:
+// class, deadline, model and pool checks, route check, then the class queue. data is
+// the request as the client sent it, for the failover journal (nil: not journaled).
+func (g *Gateway) submit(p *pending, data []byte) {
+	pools, e := g.resolve(p)
+	if e != nil {
+		g.answer(p, nil, e)
 		return
 	}
 	if err := g.mapPaths(p, pools); err != nil {
@@ -175,6 +143,54 @@ func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner
 	}
 	g.cancelIfAsked(p)
 	g.kick()
+}
+
+// resolve fills in p's id, class, deadline and default model from the config, checks
+// that its class, model and pool exist and fit, and returns the pools that may run it.
+func (g *Gateway) resolve(p *pending) ([]string, *codec.Error) {
+	p.id = p.req.ID
+	p.class = p.req.Class
+	if p.class == "" {
+		p.class = subjects.ClassInteractive
+	}
+	cl, ok := g.cfg.Classes[p.class]
+	if !ok {
+		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q (classes: %v)", p.class, g.cfg.ClassNames())
+	}
+	timeout := cl.Timeout.D()
+	if p.req.TimeoutMS > 0 {
+		// Compared in ms first: a huge timeout_ms would overflow a Duration.
+		timeout = cl.MaxTimeout.D()
+		if p.req.TimeoutMS < timeout.Milliseconds() {
+			timeout = time.Duration(p.req.TimeoutMS) * time.Millisecond
+		}
+	}
+	p.deadline = p.accepted.Add(timeout)
+	if p.req.Model == "" {
+		p.req.Model = cl.Models[p.op]
+	}
+	if p.req.Model != "" {
+		if _, ok := g.cfg.Models[p.req.Model]; !ok {
+			return nil, codec.Errorf(codec.CodeUnknownModel, "model %q is not configured", p.req.Model).With("model", p.req.Model)
+		}
+	}
+	if p.req.Pool != "" {
+		pc, ok := g.cfg.Pools[p.req.Pool]
+		if !ok {
+			return nil, codec.Errorf(codec.CodeUnknownPool, "pool %q is not configured (pools: %v)", p.req.Pool, g.cfg.PoolNames()).With("pool", p.req.Pool)
+		}
+		if !contains(pc.Classes, p.class) {
+			return nil, codec.Errorf(codec.CodeBadRequest, "pool %s does not serve class %s", p.req.Pool, p.class).With("pool", p.req.Pool)
+		}
+	}
+	pools := g.candidates(p)
+	if len(pools) == 0 && p.req.Device != "" && len(g.poolsFor(g.chainOf(p), p.op, p.req.Model)) > 0 {
+		return nil, codec.Errorf(codec.CodeUnknownPool, "no pool of class %s on device %q serves op %s%s", p.class, p.req.Device, p.op, modelSuffix(p.req.Model)).With("device", p.req.Device)
+	}
+	if len(pools) == 0 {
+		return nil, codec.Errorf(codec.CodeUnknownModel, "no pool of class %s loads a model for op %s%s", p.class, p.op, modelSuffix(p.req.Model))
+	}
+	return pools, nil
 }
 
 // cancelIfAsked answers p cancelled, taking it out of its queue, if the client cancelled
@@ -386,6 +402,8 @@ func canCancel(owner, by string) bool {
 	switch {
 	case by == "":
 		return true
+	case owner == ownerJob:
+		return false // a job's items are cancelled through the job
 	case by == ownerHTTP || owner == ownerHTTP:
 		return by == owner
 	}

@@ -153,7 +153,11 @@ func (s *Store) handle(ctx context.Context, m jetstream.Msg, run Runner) {
 	}
 	if ctx.Err() != nil {
 		if e != nil {
-			return // interrupted by the gateway's stop: the item comes back after ack_wait
+			// Interrupted by the gateway's stop: the run did not finish, so it gives its
+			// mark back and the item goes to the next gateway now (not after ack_wait).
+			s.unmarkRun(context.WithoutCancel(ctx), w.Job, w.Index, it.Run)
+			m.Nak()
+			return
 		}
 		// Done as the gateway stops: the result is kept, within a bound.
 		var cancel context.CancelFunc
@@ -181,6 +185,8 @@ func (s *Store) run(ctx context.Context, m jetstream.Msg, it Item, run Runner) (
 		for {
 			select {
 			case <-stop:
+				return
+			case <-ctx.Done(): // the job is cancelled or the gateway stops
 				return
 			case <-t.C:
 				m.InProgress()
@@ -258,6 +264,19 @@ func (s *Store) markRun(ctx context.Context, job string, n int) (int, error) {
 		}
 	}
 	return 0, nil
+}
+
+// unmarkRun gives back run mark k of item n (its run was stopped, not finished). Where
+// that fails the mark stays taken: the item may then run once less, never once more.
+func (s *Store) unmarkRun(ctx context.Context, job string, n, k int) {
+	if k == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := s.results.Purge(ctx, jetstream.WithPurgeSubject(subjects.JobRun(job, n, k))); err != nil {
+		s.log.Warn("give back a job item's run mark", "job", job, "item", n, "err", err)
+	}
 }
 
 // publishResult records an item's one result (rule 6): a second one for the same item is

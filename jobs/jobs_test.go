@@ -187,19 +187,16 @@ func TestJobRunsEveryItemOnceWithOneResult(t *testing.T) {
 func TestJobItemRunsAtMostTwice(t *testing.T) {
 	nc := testenv.InProcessJetStream(t)
 	var r runs
-	block := func(it Item) ([]byte, *codec.Error) {
-		if it.Index == 0 {
-			select {} // never returns: its gateway "dies" with it
-		}
-		return tagReply(it), nil
-	}
+	dead := make(chan struct{}) // what a dead gateway's runs wait for: the test's end
+	t.Cleanup(func() { close(dead) })
 	hang := func(ctx context.Context, it Item) ([]byte, *codec.Error) {
 		if it.Index == 0 {
 			r.runner(nil)(ctx, it)
-			<-ctx.Done() // the gateway stops while it runs
+			<-ctx.Done() // the gateway dies while it runs: nothing of it answers any more
+			<-dead
 			return nil, codec.Errorf(codec.CodeCancelled, "stopped")
 		}
-		return r.runner(block)(ctx, it)
+		return r.runner(nil)(ctx, it)
 	}
 	first := open(t, nc)
 	stop1 := consume(t, first, 2, hang)
@@ -232,6 +229,34 @@ func TestJobItemRunsAtMostTwice(t *testing.T) {
 		if x.Index == 0 && (x.Error == nil || x.Error.Code != codec.CodePoisonInput) {
 			t.Fatalf("item 0: %+v, want poison_input", x)
 		}
+	}
+}
+
+// A gateway that stops gracefully while an item runs gives the item's run mark back and
+// hands the item on at once: stopped twice, it still runs to its result.
+func TestJobGracefulStopGivesRunBack(t *testing.T) {
+	nc := testenv.InProcessJetStream(t)
+	var r runs
+	started := make(chan struct{}, 4)
+	stoppable := func(ctx context.Context, it Item) ([]byte, *codec.Error) {
+		r.runner(nil)(ctx, it)
+		started <- struct{}{}
+		<-ctx.Done()
+		return nil, codec.Errorf(codec.CodeCancelled, "the gateway stops")
+	}
+	s := open(t, nc)
+	if _, e := s.Submit(context.Background(), &Record{Job: "g", Op: "tag", Class: "batch"}, paths(1)); e != nil {
+		t.Fatal(e)
+	}
+	for range 2 {
+		stop := consume(t, open(t, nc), 1, stoppable)
+		<-started
+		stop()
+	}
+	consume(t, s, 1, r.runner(nil))
+	st := waitStatus(t, s, "g", (*codec.JobStatus).Finished)
+	if st.Done != 1 || st.Failed != 0 || r.count(0) != 3 {
+		t.Fatalf("status %+v after %d runs; want done after 3 runs (2 stopped)", st, r.count(0))
 	}
 }
 

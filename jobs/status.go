@@ -218,7 +218,7 @@ func (s *Store) Results(ctx context.Context, req *codec.JobResultsRequest, maxBy
 	if limit <= 0 || limit > 1000 {
 		limit = 1000
 	}
-	out := &codec.JobResultsReply{Job: req.Job, Results: []codec.JobResult{}, Next: max(req.From, 1)}
+	out := &codec.JobResultsReply{Job: req.Job, Op: rec.Op, Results: []codec.JobResult{}, Next: max(req.From, 1)}
 	last, err := s.results.GetLastMsgForSubject(ctx, subjects.JobResults(req.Job))
 	if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && last.Sequence < out.Next {
 		return out, nil

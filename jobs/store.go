@@ -20,7 +20,8 @@
 //  2. An item of a cancelled or unknown job is acknowledged and not run.
 //  3. Before it runs, an item takes its next run mark; an item whose two marks are taken
 //     (it was running when its gateway, or the whole stack, died twice) is answered
-//     poison_input without running: no item runs more than twice.
+//     poison_input without running: no item runs more than twice. A run stopped by its
+//     gateway's graceful stop gives its mark back, and the item is handed on at once.
 //  4. While it runs, its gateway tells JetStream so every third of ack_wait; a gateway
 //     that dies stops doing so, and the item is delivered again after ack_wait.
 //  5. Errors that say nothing about the item (no worker, overloaded, a worker lost once)
@@ -70,8 +71,11 @@ type Item struct {
 	Run int
 }
 
+// ItemIDPrefix starts the request id of every job item; clients may not use it.
+const ItemIDPrefix = "job:"
+
 // ID is the request id the item runs under: job:<job>:<n>.
-func (it Item) ID() string { return fmt.Sprintf("job:%s:%d", it.Job.Job, it.Index) }
+func (it Item) ID() string { return fmt.Sprintf("%s%s:%d", ItemIDPrefix, it.Job.Job, it.Index) }
 
 // Record is a job as kept in the bucket (`nats kv get ortbus_jobs JOB` shows it).
 type Record struct {

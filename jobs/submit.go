@@ -45,6 +45,7 @@ func (s *Store) Submit(ctx context.Context, rec *Record, paths []string) (*codec
 	if err != nil {
 		return nil, codec.Errorf(codec.CodeInternal, "encode job: %v", err)
 	}
+	created := false
 	if _, err := s.kv.Create(ctx, rec.Job, data); err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, storeError("record the job", err)
@@ -61,11 +62,16 @@ func (s *Store) Submit(ctx context.Context, rec *Record, paths []string) (*codec
 		}
 		rec = old
 	} else {
+		created = true
 		s.cache(rec)
 	}
 	if e := s.publishItems(ctx, rec.Job, paths); e != nil {
-		// Half a job would never finish: take it back whole; the client may submit again.
-		s.forget(context.WithoutCancel(ctx), rec.Job)
+		// Half a new job would never finish: take it back whole; the client may submit
+		// again. A re-submit leaves the job as it was (its items are all published or
+		// will be by the next re-submit).
+		if created {
+			s.forget(context.WithoutCancel(ctx), rec.Job)
+		}
 		return nil, e
 	}
 	return &codec.JobSubmitReply{Job: rec.Job, Total: rec.Total}, nil

@@ -158,6 +158,11 @@ func InferQueue(pool string) string { return "ortworker-" + pool }
 
 // API is the client API subject of an op: ortbus.v1.<op>.
 func API(op string) (string, error) {
+	for _, j := range JobOps { // two tokens: job.<verb>
+		if op == j {
+			return APIPrefix + "." + op, nil
+		}
+	}
 	if err := ValidateToken("op", op); err != nil {
 		return "", err
 	}

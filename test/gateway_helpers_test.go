@@ -93,11 +93,14 @@ type gwClass struct {
 
 // gwConfig is a whole gateway test config.
 type gwConfig struct {
-	NATSURL string         // external NATS; "" = embedded
-	Root    string         // the one allowed image root
-	Gateway config.Gateway // the [gateway] table; shutdown_grace is 3s unless set
-	Pools   []gwPool
-	Classes []gwClass
+	NATSURL string // external NATS; "" = embedded
+	// StoreDir turns on the embedded server's JetStream, kept in this directory.
+	StoreDir string
+	Jobs     config.Jobs    // the [jobs] table (defaults where zero)
+	Root     string         // the one allowed image root
+	Gateway  config.Gateway // the [gateway] table; shutdown_grace is 3s unless set
+	Pools    []gwPool
+	Classes  []gwClass
 }
 
 // gwModels are the models of the gateway tests' configs: the plain tagger and the slow one.
@@ -130,8 +133,9 @@ func (c gwConfig) writeIn(t testing.TB, dir string) string {
 		Models:   gwModels(t),
 	}
 	if c.NATSURL == "" {
-		cfg.NATS = config.NATS{Embedded: true, Listen: "127.0.0.1:0"}
+		cfg.NATS = config.NATS{Embedded: true, Listen: "127.0.0.1:0", StoreDir: c.StoreDir}
 	}
+	cfg.Jobs = c.Jobs
 	if cfg.Gateway.ShutdownGrace == 0 {
 		cfg.Gateway.ShutdownGrace = config.Duration(3 * time.Second)
 	}

@@ -1,0 +1,308 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/images"
+	"github.com/ortbus/ortbus/internal/guard"
+	"github.com/ortbus/ortbus/jobs"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// The gateway's side of the job API (ortbus.v1.job.*; the store and its rules are in
+// package jobs): it opens the store, answers the job ops, and runs the items JetStream
+// delivers to it through its own queues, as requests of the job's class. A job item
+// meets the same sharing policy, deadlines, retries and memory admission as a client's
+// request; what differs is who holds it (JetStream, not the client's connection).
+
+// Limits of the job API.
+const (
+	// jobOpsAtOnce bounds the job requests being answered at once; past it a job request
+	// is answered overloaded at once. Each may wait on JetStream.
+	jobOpsAtOnce = 16
+	// jobOpTimeout bounds one job request (a submit of many items publishes them all).
+	jobOpTimeout = 2 * time.Minute
+	// jobOpenRetry is the pause between attempts to open the store while JetStream is
+	// not ready yet (a cluster electing its leaders).
+	jobOpenRetry = 2 * time.Second
+	// jobCancelWait bounds the wait for a cancelled item's answer.
+	jobCancelWait = 30 * time.Second
+	// jobStopBound bounds the wait at the gateway's stop for the job items it holds.
+	jobStopBound = 10 * time.Second
+)
+
+// ownerJob owns the requests of job items: only the job (its cancel, or this gateway's
+// stop) and operators may cancel them (canCancel).
+const ownerJob = "job"
+
+// jobService is the gateway's handle on the job store.
+type jobService struct {
+	mu    sync.Mutex
+	store *jobs.Store // nil until opened (and for good when JetStream is off)
+	why   *codec.Error
+	slots chan struct{}
+	done  chan struct{} // closed when the consumer and the watch have stopped
+}
+
+// get returns the store, or the error to answer while there is none.
+func (j *jobService) get() (*jobs.Store, *codec.Error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.store == nil {
+		return nil, j.why
+	}
+	return j.store, nil
+}
+
+// startJobs opens the job store in the background (retrying while JetStream is not
+// ready), then runs this gateway's consumer of job items and its watch of the job
+// records until ctx ends. Without JetStream (the embedded server with no store_dir, or a
+// server without it) the job API answers unavailable.
+func (g *Gateway) startJobs(ctx context.Context) {
+	g.jobs = &jobService{slots: make(chan struct{}, jobOpsAtOnce), done: make(chan struct{}),
+		why: codec.Errorf(codec.CodeUnavailable, "the job store is not open yet")}
+	if g.cfg.NATS.Embedded && g.cfg.NATS.StoreDir == "" {
+		g.jobs.why = jobs.Unavailable()
+		close(g.jobs.done)
+		return
+	}
+	go func() {
+		defer close(g.jobs.done)
+		var s *jobs.Store
+		for {
+			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			var err error
+			s, err = jobs.Open(octx, g.nc, g.cfg.Jobs, g.log)
+			cancel()
+			if err == nil {
+				break
+			}
+			if errors.Is(err, jobs.ErrNoJetStream) {
+				g.log.Warn("job API unavailable", "err", err)
+				g.jobs.mu.Lock()
+				g.jobs.why = jobs.Unavailable()
+				g.jobs.mu.Unlock()
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			g.log.Warn("open the job store; trying again", "err", err, "after", jobOpenRetry)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(jobOpenRetry):
+			}
+		}
+		g.jobs.mu.Lock()
+		g.jobs.store = s
+		g.jobs.mu.Unlock()
+		g.log.Info("job store open")
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); s.Watch(ctx) }()
+		go func() { defer wg.Done(); s.Consume(ctx, g.jobRoom, g.runJobItem) }()
+		wg.Wait()
+	}()
+}
+
+// jobRoom is how many job items this gateway takes at once: twice what the live workers
+// of the pools that serve the batch class run at once (slots × max_batch each), so that
+// the next items are queued here when a slot frees, and none while no worker lives.
+// JetStream's max_ack_pending bounds the total over all gateways.
+func (g *Gateway) jobRoom() int {
+	n := 0
+	for _, name := range g.cfg.PoolNames() {
+		pc := g.cfg.Pools[name]
+		if !contains(pc.Classes, subjects.ClassBatch) {
+			continue
+		}
+		n += len(g.tracker.Live(name)) * max(1, pc.Slots) * max(1, pc.MaxBatch)
+	}
+	return 2 * n
+}
+
+// runJobItem is the jobs.Runner: it runs one item as a request of its job's class
+// through this gateway's queues and returns the op's reply (msgpack) or error. When ctx
+// ends (the job is cancelled, the gateway stops) the request is cancelled and its answer
+// awaited, so that every request still gets its one answer.
+func (g *Gateway) runJobItem(ctx context.Context, it jobs.Item) ([]byte, *codec.Error) {
+	rec := it.Job
+	p := &pending{op: rec.Op, accepted: time.Now(), owner: ownerJob}
+	if o := rec.Options; o != nil {
+		// What a job's options may set (codec.JobSubmit.Options).
+		p.req = codec.Request{Device: o.Device, TimeoutMS: o.TimeoutMS, Thresholds: o.Thresholds, Conf: o.Conf, IoU: o.IoU}
+	}
+	p.req.ID, p.req.Path, p.req.Model, p.req.Class, p.req.Pool = it.ID(), it.Path, rec.Model, rec.Class, rec.Pool
+	p.size = int64(len(it.Path) + len(p.req.ID) + 64)
+	type answer struct {
+		body []byte
+		err  *codec.Error
+	}
+	done := make(chan answer, 1)
+	p.reply = func(b []byte, e *codec.Error) { done <- answer{b, e} }
+	g.submit(p, nil)
+	select {
+	case a := <-done:
+		return a.body, a.err
+	case <-ctx.Done():
+	}
+	g.cancelAs(p.id, "")
+	t := time.NewTimer(jobCancelWait)
+	defer t.Stop()
+	select {
+	case a := <-done:
+		return a.body, a.err
+	case <-t.C:
+		return nil, codec.Errorf(codec.CodeCancelled, "cancelled; its worker did not confirm within %s", jobCancelWait)
+	}
+}
+
+// serveJob answers one job op. The work runs in its own goroutine (a submit publishes
+// every item and waits for JetStream), at most jobOpsAtOnce at a time.
+func (g *Gateway) serveJob(op string, data []byte, asJSON bool, reply Reply) {
+	s, e := g.jobs.get()
+	if e != nil {
+		reply(nil, e)
+		return
+	}
+	select {
+	case g.jobs.slots <- struct{}{}:
+	default:
+		reply(nil, codec.Errorf(codec.CodeOverloaded, "%d job requests are being answered; try again", jobOpsAtOnce))
+		return
+	}
+	go func() {
+		defer func() { <-g.jobs.slots }()
+		defer guard.Recover(g.log, "job "+op, func(e *codec.Error) { reply(nil, e) })
+		ctx, cancel := context.WithTimeout(context.Background(), jobOpTimeout)
+		defer cancel()
+		v, e := g.jobOp(ctx, s, op, data, asJSON)
+		if e != nil {
+			reply(nil, e)
+			return
+		}
+		b, err := codec.Encode(v, asJSON)
+		if err != nil {
+			reply(nil, codec.Errorf(codec.CodeInternal, "%v", err))
+			return
+		}
+		reply(b, nil)
+	}()
+}
+
+// jobOp decodes, checks and runs one job op.
+func (g *Gateway) jobOp(ctx context.Context, s *jobs.Store, op string, data []byte, asJSON bool) (any, *codec.Error) {
+	switch op {
+	case subjects.OpJobSubmit:
+		var req codec.JobSubmit
+		if err := decodeChecked(data, &req, asJSON, req.Validate); err != nil {
+			return nil, err
+		}
+		rec, paths, e := g.jobSpec(&req)
+		if e != nil {
+			return nil, e
+		}
+		return s.Submit(ctx, rec, paths)
+	case subjects.OpJobStatus, subjects.OpJobCancel:
+		var ref codec.JobRef
+		if err := decodeChecked(data, &ref, asJSON, func() error { return codec.CheckJobID(ref.Job) }); err != nil {
+			return nil, err
+		}
+		if op == subjects.OpJobCancel {
+			return s.Cancel(ctx, ref.Job)
+		}
+		return s.Status(ctx, ref.Job)
+	case subjects.OpJobList:
+		return s.List(ctx)
+	case subjects.OpJobResults:
+		var req codec.JobResultsRequest
+		if err := decodeChecked(data, &req, asJSON, func() error { return codec.CheckJobID(req.Job) }); err != nil {
+			return nil, err
+		}
+		// Results are kept as msgpack; as JSON they take more room (floats as text).
+		limit := int(g.nc.MaxPayload()) / 2
+		if asJSON {
+			limit /= 3
+		}
+		return s.Results(ctx, &req, limit)
+	}
+	return nil, codec.Errorf(codec.CodeUnknownOp, "unknown op %q", op)
+}
+
+// decodeChecked decodes a request body into v and runs its check.
+func decodeChecked(data []byte, v any, asJSON bool, check func() error) *codec.Error {
+	if err := codec.Decode(data, v, asJSON); err != nil {
+		return codec.AsError(err)
+	}
+	if err := check(); err != nil {
+		return codec.AsError(err)
+	}
+	return nil
+}
+
+// jobSpec turns a checked submit into the job's record and its items: the class
+// defaults to batch; the class, model, pool and op must resolve as a request of the job
+// would (checked once here, not per item); a directory must lie inside the allowed
+// roots (symlinks resolved) before it is listed. Each item's path is checked where it
+// is read, like any request's.
+func (g *Gateway) jobSpec(req *codec.JobSubmit) (*jobs.Record, []string, *codec.Error) {
+	rec := &jobs.Record{Job: req.Job, Op: req.Op, Model: req.Model, Class: req.Class, Pool: req.Pool}
+	if rec.Class == "" {
+		rec.Class = subjects.ClassBatch
+	}
+	if o := req.Options; o != nil {
+		rec.Options = &codec.Request{Device: o.Device, TimeoutMS: o.TimeoutMS, Thresholds: o.Thresholds, Conf: o.Conf, IoU: o.IoU}
+	}
+	probe := &pending{op: rec.Op, accepted: time.Now()}
+	if rec.Options != nil {
+		probe.req = *rec.Options
+	}
+	probe.req.Model, probe.req.Class, probe.req.Pool = rec.Model, rec.Class, rec.Pool
+	if _, e := g.resolve(probe); e != nil {
+		return nil, nil, e
+	}
+	// The model the class gives the op by default is fixed now, so that every item of
+	// the job runs on the same model whatever the config says later.
+	rec.Model = probe.req.Model
+	if req.Dir == nil {
+		return rec, req.Items, nil
+	}
+	policy := images.Policy{AllowedRoots: g.cfg.Security.AllowedRoots}
+	if _, err := policy.Check(req.Dir.Path); err != nil {
+		return nil, nil, codec.AsError(err).With("field", "dir.path")
+	}
+	paths, e := jobs.Expand(*req.Dir, g.cfg.Jobs.MaxItems)
+	if e != nil {
+		return nil, nil, e
+	}
+	if len(paths) == 0 {
+		return nil, nil, codec.Errorf(codec.CodeBadRequest, "%s holds no images", req.Dir.Path).With("field", "dir")
+	}
+	return rec, paths, nil
+}
+
+// stopJobs waits, after ctx of startJobs ended, for the consumer and the watch to stop
+// and for the items this gateway held to be settled (their results recorded, or left for
+// redelivery), within bound.
+func (g *Gateway) stopJobs(bound time.Duration) {
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-g.jobs.done:
+	case <-t.C:
+		return
+	}
+	s, _ := g.jobs.get()
+	for s != nil && s.Held() > 0 {
+		select {
+		case <-t.C:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
