@@ -28,7 +28,8 @@ const (
 	jobOpTimeout = 2 * time.Minute
 	// jobOpenRetry is the pause between attempts to open the store while JetStream is
 	// not ready yet (a cluster electing its leaders).
-	jobOpenRetry = 2 * time.Second
+	jobOpenRetry    = 500 * time.Millisecond
+	jobOpenRetryMax = 5 * time.Second
 	// jobCancelWait bounds the wait for a cancelled item's answer.
 	jobCancelWait = 30 * time.Second
 	// jobStopBound bounds the wait at the gateway's stop for the job items it holds.
@@ -73,6 +74,7 @@ func (g *Gateway) startJobs(ctx context.Context) {
 	go func() {
 		defer close(g.jobs.done)
 		var s *jobs.Store
+		wait := jobOpenRetry
 		for {
 			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			var err error
@@ -81,22 +83,24 @@ func (g *Gateway) startJobs(ctx context.Context) {
 			if err == nil {
 				break
 			}
-			if errors.Is(err, jobs.ErrNoJetStream) {
-				g.log.Warn("job API unavailable", "err", err)
-				g.jobs.mu.Lock()
-				g.jobs.why = jobs.Unavailable()
-				g.jobs.mu.Unlock()
-				return
-			}
 			if ctx.Err() != nil {
 				return
 			}
-			g.log.Warn("open the job store; trying again", "err", err, "after", jobOpenRetry)
+			// A cluster answers "no JetStream" until its nodes have elected their meta
+			// leader; a server without JetStream may get it later. The API answers
+			// unavailable meanwhile, and the gateway keeps trying, less and less often.
+			if errors.Is(err, jobs.ErrNoJetStream) {
+				g.jobs.mu.Lock()
+				g.jobs.why = jobs.Unavailable()
+				g.jobs.mu.Unlock()
+			}
+			g.log.Warn("open the job store; trying again", "err", err, "after", wait)
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(jobOpenRetry):
+			case <-time.After(wait):
 			}
+			wait = min(2*wait, jobOpenRetryMax)
 		}
 		g.jobs.mu.Lock()
 		g.jobs.store = s

@@ -196,9 +196,24 @@ type clusterNodeSpec struct {
 	// Standalone leaves the cluster block out.
 	Standalone bool
 	// JetStream enables it, as deploy's nodes do. A clustered JetStream node does not start
-	// without routes of its own, so a node that only others route to (node 1 of the
-	// multi-host test, whose peers' ports are not known before they start) goes without.
+	// without routes of its own: a node that only others route to (node 1 of the
+	// multi-host test, whose peers' ports are not known before it starts) gets a
+	// ClusterPort chosen beforehand and a route to itself, which the server ignores.
 	JetStream bool
+	// ClusterPort is the route listener's port (0: any, picked by the server).
+	ClusterPort int
+}
+
+// freePort returns a TCP port on host that was free a moment ago (for a listener whose
+// port must be known before its process starts).
+func freePort(t testing.TB, host string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // clusterWriteNode writes the node's config, and deploy/cluster/permissions.conf
@@ -228,7 +243,11 @@ func clusterWriteNode(t testing.TB, tc *clusterTLS, n clusterNodeSpec) string {
 	// advertise: every node here connects to the others from 127.0.0.1 (the kernel's
 	// source address on lo), so without it node 1 would tell nodes 2 and 3 that the other
 	// is at 127.0.0.1. On real hosts the connection's address is the node's own.
-	fmt.Fprintf(&b, "cluster {\n  name: ortbus\n  host: %s\n  port: -1\n  advertise: %s\n", n.Host, n.Host)
+	port := n.ClusterPort
+	if port == 0 {
+		port = -1
+	}
+	fmt.Fprintf(&b, "cluster {\n  name: ortbus\n  host: %s\n  port: %d\n  advertise: %s\n", n.Host, port, n.Host)
 	fmt.Fprintf(&b, "  tls {\n    cert_file: %s\n    key_file: %s\n    ca_file: %s\n    verify: true\n    timeout: 2\n  }\n", q(tc.Cert), q(tc.Key), q(tc.CA))
 	if len(n.Routes) > 0 {
 		b.WriteString("  routes: [\n")

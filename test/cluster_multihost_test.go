@@ -1,6 +1,7 @@
 package test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	ortclient "github.com/ortbus/ortbus/client"
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/testenv"
@@ -37,16 +39,20 @@ const clusterClientRoot = "/clientview/images"
 // its inbox prefix. It checks that requests reach both pools (the remote one through the
 // path map), that killing node 2 (SIGKILL) in the middle of a stream of requests loses
 // none of them, and that a remote worker stopped with SIGSTOP is judged dead by its
-// heartbeats and its held requests answered within 3 intervals + 0.5 s.
+// heartbeats and its held requests answered within 3 intervals + 0.5 s. JetStream runs on
+// all three nodes: a job submitted by the client user runs on the remote pool, its streams
+// replicated three times, under the permissions' gateway role.
 func TestClusterMultiHost(t *testing.T) {
 	tc := clusterWriteTLS(t)
 	sec := newClusterSecrets(t)
 	env := sec.nodeEnv(t)
 
 	t0 := time.Now()
-	n1 := clusterStartNode(t, "node1", clusterWriteNode(t, tc, clusterNodeSpec{Name: "node1", Host: "127.0.0.1"}), env)
-	n2 := clusterStartNode(t, "node2", clusterWriteNode(t, tc, clusterNodeSpec{Name: "node2", Host: "127.0.0.2", Routes: []string{n1.Cluster}}), env)
-	n3 := clusterStartNode(t, "node3", clusterWriteNode(t, tc, clusterNodeSpec{Name: "node3", Host: "127.0.0.3", Routes: []string{n1.Cluster}}), env)
+	p1 := freePort(t, "127.0.0.1")
+	self := fmt.Sprintf("127.0.0.1:%d", p1)
+	n1 := clusterStartNode(t, "node1", clusterWriteNode(t, tc, clusterNodeSpec{Name: "node1", Host: "127.0.0.1", JetStream: true, ClusterPort: p1, Routes: []string{self}}), env)
+	n2 := clusterStartNode(t, "node2", clusterWriteNode(t, tc, clusterNodeSpec{Name: "node2", Host: "127.0.0.2", JetStream: true, Routes: []string{n1.Cluster}}), env)
+	n3 := clusterStartNode(t, "node3", clusterWriteNode(t, tc, clusterNodeSpec{Name: "node3", Host: "127.0.0.3", JetStream: true, Routes: []string{n1.Cluster}}), env)
 	nodes := []*clusterNode{n1, n2, n3}
 	for _, n := range nodes {
 		if !strings.HasPrefix(n.URL, "tls://") {
@@ -82,9 +88,11 @@ func TestClusterMultiHost(t *testing.T) {
 	cpuPass := clusterWriteFile(t, filepath.Join(gwDir, "worker-cpu.pass"), sec["worker-cpu"]+"\n")
 	remotePool := false
 	gw := &config.Config{
-		NATS:     config.NATS{URL: n1.URL, User: "gateway", TLSCA: tc.CA, InboxPrefix: "_INBOX_gateway"},
-		Gateway:  config.Gateway{ID: "gw1", ShutdownGrace: config.Duration(3 * time.Second)},
-		Health:   config.Health{HeartbeatInterval: hb, MissCount: 3},
+		NATS:    config.NATS{URL: n1.URL, User: "gateway", TLSCA: tc.CA, InboxPrefix: "_INBOX_gateway"},
+		Gateway: config.Gateway{ID: "gw1", ShutdownGrace: config.Duration(3 * time.Second)},
+		Health:  config.Health{HeartbeatInterval: hb, MissCount: 3},
+		// Job streams on all three nodes, within the test nodes' 256MB file store.
+		Jobs:     config.Jobs{Replicas: 3, ItemsMaxBytes: 16 << 20, ResultsMaxBytes: 64 << 20},
 		Security: config.Security{AllowedRoots: []string{root}},
 		Classes: map[string]*config.Class{
 			"interactive": {Chain: []string{"cpu"}},
@@ -161,6 +169,41 @@ func TestClusterMultiHost(t *testing.T) {
 		if r := call(t, &codec.Request{Path: red, Model: gwTagger, Class: "batch"}); r.code() != string(codec.CodeForbiddenPath) {
 			t.Errorf("batch with an unmapped path: %s, want forbidden_path", r.code())
 		}
+	})
+
+	t.Run("Job", func(t *testing.T) {
+		// A job from the client user, under the cluster's permissions: the gateway creates
+		// the replicated streams, runs the items on the remote pool and records results.
+		c := ortclient.New(client.Conn)
+		ctx, cancel := context.WithTimeout(context.Background(), 4*gwReplyBound)
+		defer cancel()
+		var sub *codec.JobSubmitReply
+		checkFor(t, "the job store open", 2*gwReplyBound, pollEvery, func() error {
+			var err error
+			sub, err = c.SubmitJob(ctx, &codec.JobSubmit{Job: "cluster", Op: "tag", Model: gwTagger, Items: []string{clientRed, clientRed, clientRed}})
+			return err
+		})
+		st, err := c.WatchJob(ctx, sub.Job, 20*time.Millisecond, nil)
+		if err != nil || st.State != codec.JobDone || st.Done != 3 {
+			t.Fatalf("job: %+v, %v; want 3 done", st, err)
+		}
+		n := 0
+		if err := c.EachJobResult(ctx, sub.Job, func(r *codec.JobResult) error {
+			n++
+			if tr, ok := r.Result.(*codec.TagReply); !ok || tr.Pool != "cuda" {
+				t.Errorf("item %d: %+v, want a tag reply from pool cuda", r.Index, r)
+			} else {
+				checkColourTag(t, tr, "red")
+			}
+			return nil
+		}); err != nil || n != 3 {
+			t.Fatalf("results: %d, %v", n, err)
+		}
+		// The client user has no JetStream rights: it reaches jobs only through the API.
+		if err := client.PublishRequest("$JS.API.STREAM.PURGE.ORTBUS_JOB_RESULTS", client.NewInbox(), nil); err != nil {
+			t.Fatal(err)
+		}
+		client.violation(t, "Publish", "$JS.API.STREAM.PURGE.ORTBUS_JOB_RESULTS")
 	})
 
 	t.Run("NodeLossMidStream", func(t *testing.T) {
