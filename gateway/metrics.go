@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,12 @@ import (
 //	ortbus_panics_total                               panics recovered in this gateway (each answered internal)
 //	ortbus_bad_messages_total{kind}                   bus messages dropped as malformed or forged (heartbeat, claim, journal, request)
 //	ortbus_publish_errors_total{what}                 replies and messages that could not be sent (reply, cancel, journal)
+//	ortbus_jobs_active                                jobs with items not yet settled (JetStream)
+//	ortbus_job_items_pending                          items not yet delivered to any gateway: the consumer's lag
+//	ortbus_job_items_ack_pending                      items delivered, not yet settled (all gateways)
+//	ortbus_job_items_redelivered                      of those, items delivered more than once
+//	ortbus_job_items_held                             items this gateway holds
+//	ortbus_job_items_acked_total                      items this gateway settled
 //
 // Names from the wire are data, never structure: every label value is a configured name
 // (pool, class, model), an op, a stable code, or a fixed word; anything else is counted
@@ -123,7 +130,17 @@ var (
 	descRestarts = prometheus.NewDesc("ortbus_worker_restarts_total", "Restarts of a supervised worker.", []string{"pool", "worker"}, nil)
 	descBudget   = prometheus.NewDesc("ortbus_device_budget_bytes", "Memory budget of a device: capacity x safe fraction.", []string{"device"}, nil)
 	descAdmitted = prometheus.NewDesc("ortbus_device_admitted_bytes", "Model peak memory admitted on a device.", []string{"device"}, nil)
+
+	descJobsActive     = prometheus.NewDesc("ortbus_jobs_active", "Jobs with items not yet settled.", nil, nil)
+	descJobPending     = prometheus.NewDesc("ortbus_job_items_pending", "Job items not yet delivered to any gateway (the consumer's lag).", nil, nil)
+	descJobAckPending  = prometheus.NewDesc("ortbus_job_items_ack_pending", "Job items delivered and not yet settled, over all gateways.", nil, nil)
+	descJobRedelivered = prometheus.NewDesc("ortbus_job_items_redelivered", "Job items delivered and not yet settled that were delivered more than once.", nil, nil)
+	descJobHeld        = prometheus.NewDesc("ortbus_job_items_held", "Job items this gateway holds.", nil, nil)
+	descJobAcked       = prometheus.NewDesc("ortbus_job_items_acked_total", "Job items this gateway settled.", nil, nil)
 )
+
+// jobStatsBound bounds the JetStream reads of a scrape.
+const jobStatsBound = 2 * time.Second
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descQueued
@@ -132,6 +149,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descRestarts
 	ch <- descBudget
 	ch <- descAdmitted
+	for _, d := range []*prometheus.Desc{descJobsActive, descJobPending, descJobAckPending, descJobRedelivered, descJobHeld, descJobAcked} {
+		ch <- d
+	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -146,6 +166,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBudget, prometheus.GaugeValue, float64(d.BudgetBytes), d.Device)
 		ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.GaugeValue, float64(d.AdmittedBytes), d.Device)
 	}
+	c.collectJobs(ch)
 	now := time.Now()
 	for _, w := range g.tracker.Workers() {
 		if w.Dead {
@@ -156,4 +177,25 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(ps.restarts), w.HB.Pool, w.HB.Worker)
 		}
 	}
+}
+
+// collectJobs reports the job store's figures, when it is open and answers in time.
+func (c *stateCollector) collectJobs(ch chan<- prometheus.Metric) {
+	s, _ := c.g.jobs.get()
+	if s == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), jobStatsBound)
+	defer cancel()
+	st, err := s.Stats(ctx)
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	gauge(descJobHeld, float64(st.Held))
+	ch <- prometheus.MustNewConstMetric(descJobAcked, prometheus.CounterValue, float64(st.Acked))
+	if err != nil {
+		return // JetStream's figures are left out rather than reported wrong
+	}
+	gauge(descJobsActive, float64(st.ActiveJobs))
+	gauge(descJobPending, float64(st.Pending))
+	gauge(descJobAckPending, float64(st.AckPending))
+	gauge(descJobRedelivered, float64(st.Redelivered))
 }

@@ -124,11 +124,11 @@ func (s *Store) handle(ctx context.Context, m jetstream.Msg, run Runner) {
 		return // JetStream unreachable: the item comes back after ack_wait
 	}
 	if rec == nil || rec.Cancel != 0 || w.Index >= rec.Total { // rule 2
-		m.Ack()
+		s.ack(m)
 		return
 	}
 	if s.hasResult(ctx, w.Job, w.Index) { // rule 1
-		m.Ack()
+		s.ack(m)
 		return
 	}
 	redelivered := md.NumDelivered > 1
@@ -148,7 +148,7 @@ func (s *Store) handle(ctx context.Context, m jetstream.Msg, run Runner) {
 		body, e = s.run(ctx, m, it, run)
 	}
 	if s.cancelled(w.Job) {
-		m.Ack()
+		s.ack(m)
 		return
 	}
 	if ctx.Err() != nil {
@@ -167,7 +167,14 @@ func (s *Store) handle(ctx context.Context, m jetstream.Msg, run Runner) {
 	if err := s.publishResult(ctx, it, body, e, redelivered); err != nil { // rule 6
 		return
 	}
-	m.Ack()
+	s.ack(m)
+}
+
+// ack settles an item for good and counts it.
+func (s *Store) ack(m jetstream.Msg) {
+	if m.Ack() == nil {
+		s.acked.Add(1)
+	}
 }
 
 // run runs an item, retrying errors that say nothing about the item (rule 5), and keeps

@@ -346,3 +346,34 @@ func (s *Store) Watch(ctx context.Context) {
 		}
 	}
 }
+
+// Stats are the store's figures for the gateway's /metrics.
+type Stats struct {
+	// ActiveJobs counts the jobs with items not yet settled (the work-queue stream keeps
+	// an item until it is acknowledged).
+	ActiveJobs int
+	// Pending is the consumer's lag: items not yet delivered to any gateway.
+	Pending uint64
+	// AckPending counts the items delivered and not yet settled, over all gateways;
+	// Redelivered those of them delivered more than once.
+	AckPending, Redelivered int
+	// Held and Acked are this gateway's: items it holds now, items it has settled.
+	Held  int
+	Acked uint64
+}
+
+// Stats reads the figures from JetStream (two requests).
+func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	st := Stats{Held: s.holding(), Acked: s.acked.Load()}
+	ci, err := s.cons.Info(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.Pending, st.AckPending, st.Redelivered = ci.NumPending, ci.NumAckPending, ci.NumRedelivered
+	info, err := s.items.Info(ctx, jetstream.WithSubjectFilter(subjects.JobItemPrefix+".>"))
+	if err != nil {
+		return st, err
+	}
+	st.ActiveJobs = len(info.State.Subjects)
+	return st, nil
+}

@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -107,6 +108,7 @@ type Store struct {
 	running map[string]map[int]context.CancelFunc
 	held    int // items delivered here and not yet finished
 	wake    chan struct{}
+	acked   atomic.Uint64 // items this gateway settled
 }
 
 // ErrNoJetStream: the NATS server has no JetStream (for the embedded server, set

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,6 +141,14 @@ func TestJobRunsThroughTheGateway(t *testing.T) {
 		t.Fatalf("after re-submit: %+v, %v; want %d done", st, err, len(paths))
 	}
 	jobCheckResults(t, c, "lib", paths, colours)
+
+	// The figures of /metrics: every item settled here, nothing left.
+	metrics := gwScrape(t, g.Ready.HTTP)
+	for _, want := range []string{"ortbus_job_items_acked_total 40", "ortbus_jobs_active 0", "ortbus_job_items_pending 0", "ortbus_job_items_ack_pending 0", "ortbus_job_items_held 0"} {
+		if !strings.Contains(metrics, "\n"+want+"\n") {
+			t.Errorf("/metrics has no line %q", want)
+		}
+	}
 
 	list, err := c.ListJobs(ctx)
 	if err != nil || len(list.Jobs) != 1 || list.Jobs[0].Job != "lib" {
