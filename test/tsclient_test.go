@@ -8,12 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/internal/testenv"
 )
 
@@ -63,6 +66,30 @@ func TestTSClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("Bun suite passed in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// TestTSClientErrorCodes checks that the TypeScript client knows every stable error code
+// of the contract, in codec's order: a code it lacks would reach the app as internal.
+func TestTSClientErrorCodes(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "clients", "ts", "index.ts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?s)export const ORTBUS_ERROR_CODES = \[(.*?)\] as const;`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("clients/ts/index.ts: no `export const ORTBUS_ERROR_CODES = [...] as const;`")
+	}
+	var ts []string
+	for _, q := range regexp.MustCompile(`"([a-z_]+)"`).FindAllSubmatch(m[1], -1) {
+		ts = append(ts, string(q[1]))
+	}
+	var want []string
+	for _, c := range codec.Codes {
+		want = append(want, string(c))
+	}
+	if !slices.Equal(ts, want) {
+		t.Errorf("ORTBUS_ERROR_CODES of clients/ts/index.ts:\n%v\nwant codec.Codes:\n%v", ts, want)
+	}
 }
 
 // tsShowLogs logs the last lines of every log the suite's processes wrote under dir.

@@ -25,6 +25,7 @@ export const ORTBUS_ERROR_CODES = [
   "unknown_op",
   "unknown_model",
   "unknown_pool",
+  "unknown_job",
   "file_not_found",
   "forbidden_path",
   "unsupported_image",
@@ -38,6 +39,7 @@ export const ORTBUS_ERROR_CODES = [
   "worker_lost",
   "poison_input",
   "reply_too_large",
+  "unavailable",
   "internal",
 ] as const;
 
@@ -57,6 +59,7 @@ export function statusOf(code: OrtbusErrorCode): number {
     case "unknown_op":
     case "unknown_model":
     case "unknown_pool":
+    case "unknown_job":
     case "file_not_found":
       return 404;
     case "image_too_large":
@@ -71,6 +74,7 @@ export function statusOf(code: OrtbusErrorCode): number {
     case "provider_unavailable":
     case "no_worker":
     case "worker_lost":
+    case "unavailable":
       return 503;
     case "deadline_exceeded":
       return 504;
@@ -275,6 +279,155 @@ export interface StatusReply {
   workers: WorkerStatus[];
   devices: Record<string, unknown>[];
   classes: ClassStatus[];
+}
+
+// ---------------------------------------------------------------------------------------
+// Jobs (codec/jobs.go): one op over many image paths, kept in JetStream by the gateways
+
+/** The ops a job may run: those that take one image path. */
+export const JOB_OPS = ["tag", "embed", "detect", "segment"] as const;
+export type JobOp = (typeof JOB_OPS)[number];
+
+/** The reply type of each job op: what each item's `result` is. */
+export interface JobReplyOf {
+  tag: TagReply;
+  embed: EmbedReply;
+  detect: DetectReply;
+  segment: SegmentReply;
+}
+
+/** A directory whose images are a job's items. */
+export interface JobDir {
+  /** Absolute, inside the gateway's allowed roots. */
+  path: string;
+  /** Filter of base names (Go path.Match syntax, e.g. "*.png"); default: the image extensions. */
+  glob?: string;
+  recursive?: boolean;
+}
+
+/** The op's options applied to every item of a job. */
+export interface JobItemOptions {
+  /** tag */
+  thresholds?: { general?: number; character?: number };
+  /** detect */
+  conf?: number;
+  iou?: number;
+  /** Each item's deadline in milliseconds, from when it is dispatched (sent as timeout_ms). */
+  timeoutMs?: number;
+  /** Run only on pools of this device. */
+  device?: string;
+}
+
+/** What submitJob asks for: op over `items` (paths) or the images of `dir`, not both. */
+export interface JobSubmitRequest {
+  /**
+   * The job's id (letters, digits, `-`, `_`; at most 64). Submitting the same spec under
+   * the same id again adds nothing; another spec under it is refused `bad_request`.
+   * Default: a random UUID, so that a submit the client sends again after a reconnect
+   * never makes a second job.
+   */
+  job?: string;
+  op: JobOp;
+  /** Default: the class's default model for the op (fixed at submit). */
+  model?: string;
+  /** Default "batch". */
+  class?: OrtbusClass;
+  /** Strict: the items run on this pool or fail. */
+  pool?: string;
+  items?: string[];
+  dir?: JobDir;
+  options?: JobItemOptions;
+}
+
+export interface JobSubmitReply {
+  job: string;
+  /** The number of items. */
+  total: number;
+}
+
+/** "running", then "done" (every item answered) or "cancelled". */
+export type JobState = "running" | "done" | "cancelled" | (string & {});
+
+/** A job's counts and state (job.status, job.cancel, each entry of listJobs). */
+export interface JobStatus {
+  job: string;
+  state: JobState;
+  op: JobOp;
+  model?: string;
+  class: OrtbusClass;
+  total: number;
+  /** Items answered with the op's reply. */
+  done: number;
+  /** Items answered with an error; done + failed is total once the job is done. */
+  failed: number;
+  /** Items delivered and not yet answered (across gateways). */
+  running: number;
+  /** Items that needed more than one delivery. */
+  redelivered: number;
+  /** Items a second over the last minute. */
+  rate_per_s: number;
+  /** Seconds left at that rate. */
+  eta_s: number;
+  started_unix_ms: number;
+  finished_unix_ms?: number;
+}
+
+/** Reports whether a job will change no more (done or cancelled). */
+export function jobFinished(st: Pick<JobStatus, "state">): boolean {
+  return st.state === "done" || st.state === "cancelled";
+}
+
+export interface JobListReply {
+  /** The jobs still kept, newest first. */
+  jobs: JobStatus[];
+}
+
+/**
+ * One item's outcome: the op's reply (`result`, typed by `op`) or an `error`. `op` is the
+ * job's, copied onto each result by the client, so that `if (r.op === "tag")` narrows
+ * `result` to a TagReply.
+ */
+export type JobResult = {
+  [O in JobOp]: {
+    op: O;
+    /** The result's position in the job's results (a stream sequence): what `from` names. */
+    seq: number;
+    /** The item's index in the job. */
+    i: number;
+    path: string;
+    result?: JobReplyOf[O];
+    /** The item's error, as the OrtbusError a call of the op would have rejected with. */
+    error?: OrtbusError;
+  };
+}[JobOp];
+
+/** One page of a job's results, in the order they were recorded. */
+export interface JobResultsPage {
+  job: string;
+  op: JobOp;
+  results: JobResult[];
+  /** The `from` of the next page. */
+  next: number;
+  /** Whether results past this page exist now (a running job records more later). */
+  more: boolean;
+}
+
+/** Options of jobResults and eachJobResult. */
+export interface JobResultsOptions extends Pick<CallOptions, "timeoutMs" | "signal"> {
+  /** The first result's `seq` (0: the first); a page's `next`. */
+  from?: number;
+  /** At most this many results a page (default and cap 1000; fewer when they are large). */
+  limit?: number;
+}
+
+/** Options of watchJob. */
+export interface WatchJobOptions {
+  /** Milliseconds between two status requests (default 1000). */
+  intervalMs?: number;
+  /** Ends the watch (rejecting with code "cancelled"); the job itself goes on. */
+  signal?: AbortSignal;
+  /** Bound of one status request (default max(intervalMs, 5000)). */
+  timeoutMs?: number;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -650,7 +803,21 @@ export function tensorValues(t: Tensor): Float32Array | Float64Array | Int32Arra
 export const API_PREFIX = "ortbus.v1";
 
 /** The client API's ops. */
-export type Op = "tag" | "embed" | "compare" | "detect" | "segment" | "infer" | "cancel" | "status" | "health";
+export type Op =
+  | "tag"
+  | "embed"
+  | "compare"
+  | "detect"
+  | "segment"
+  | "infer"
+  | "cancel"
+  | "status"
+  | "health"
+  | "job.submit"
+  | "job.status"
+  | "job.cancel"
+  | "job.list"
+  | "job.results";
 
 const DEFAULT_TIMEOUT_MS = 30_000;
 /** How much longer than a request's timeout the client waits for the gateway's own answer. */
@@ -863,6 +1030,118 @@ export class OrtbusClient {
     return this.send<HealthReply>("health", {}, undefined, opts);
   }
 
+  // -------------------------------------------------------------------------------------
+  // Jobs: kept in JetStream by the gateways (the gateway's NATS server needs JetStream;
+  // without it every job call rejects with code "unavailable").
+
+  /**
+   * Submits a job: op over `items` (paths) or the images of `dir`. The same submit sent
+   * again under the same `job` id adds nothing (it answers the same total); another spec
+   * under that id is refused `bad_request`. `opts.timeoutMs` bounds the wait (a submit of
+   * very many items publishes them all before it answers).
+   */
+  submitJob(req: JobSubmitRequest, opts: Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<JobSubmitReply> {
+    const wire: Record<string, unknown> = { job: req.job ?? randomUUID(), op: req.op };
+    if (req.model !== undefined) wire.model = req.model;
+    if (req.class !== undefined) wire.class = req.class;
+    if (req.pool !== undefined) wire.pool = req.pool;
+    if (req.items !== undefined) wire.items = [...req.items];
+    if (req.dir !== undefined) wire.dir = { ...req.dir };
+    if (req.options !== undefined) {
+      const o = req.options;
+      const w: Record<string, unknown> = {};
+      if (o.thresholds !== undefined) w.thresholds = { ...o.thresholds };
+      if (o.conf !== undefined) w.conf = o.conf;
+      if (o.iou !== undefined) w.iou = o.iou;
+      if (o.timeoutMs !== undefined) w.timeout_ms = Math.max(1, Math.ceil(o.timeoutMs));
+      if (o.device !== undefined) w.device = o.device;
+      wire.options = w;
+    }
+    return this.send<JobSubmitReply>("job.submit", wire, undefined, opts);
+  }
+
+  /** A job's counts and state; an unknown (or expired) job rejects with code "unknown_job". */
+  jobStatus(job: string, opts: Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<JobStatus> {
+    return this.send<JobStatus>("job.status", { job }, undefined, opts).then(normJobStatus);
+  }
+
+  /**
+   * Cancels a job: its waiting items are removed and its running ones stopped; what it
+   * has done stays readable. Answers its status (state "cancelled").
+   */
+  cancelJob(job: string, opts: Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<JobStatus> {
+    return this.send<JobStatus>("job.cancel", { job }, undefined, opts).then(normJobStatus);
+  }
+
+  /** The jobs still kept, newest first. */
+  async listJobs(opts: Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<JobListReply> {
+    const r = await this.send<JobListReply>("job.list", {}, undefined, opts);
+    return { jobs: (r.jobs ?? []).map(normJobStatus) };
+  }
+
+  /**
+   * One page of a job's results from `from` (0: the first), each `result` typed by the
+   * job's op (a TagReply for tag, an EmbedReply with a Float32Array for embed, ...).
+   */
+  async jobResults(job: string, opts: JobResultsOptions = {}): Promise<JobResultsPage> {
+    const req: Record<string, unknown> = { job };
+    if (opts.from !== undefined && opts.from > 0) req.from = opts.from;
+    if (opts.limit !== undefined && opts.limit > 0) req.limit = Math.floor(opts.limit);
+    const r = await this.send<WireJobResults>("job.results", req, undefined, opts);
+    const op = r.op as JobOp;
+    return {
+      job: r.job,
+      op,
+      results: (r.results ?? []).map((x) => jobResult(op, x)),
+      next: Number(r.next ?? 0),
+      more: r.more === true,
+    };
+  }
+
+  /**
+   * Every result the job has recorded so far, in the order they were recorded, page by
+   * page (`limit` a page), from `from`:
+   *
+   *   for await (const r of c.eachJobResult(job)) if (r.op === "tag" && r.result) use(r.result.general);
+   */
+  async *eachJobResult(job: string, opts: JobResultsOptions = {}): AsyncGenerator<JobResult, void, undefined> {
+    let from = opts.from ?? 0;
+    for (;;) {
+      const page = await this.jobResults(job, { ...opts, from });
+      yield* page.results;
+      if (!page.more || page.next <= from) return; // (a page that moves nothing would loop)
+      from = page.next;
+    }
+  }
+
+  /**
+   * The job's status every `intervalMs` (default 1000), each one yielded, until the job is
+   * finished: the last status yielded is the one whose state is "done" or "cancelled".
+   * Errors that say the gateway is briefly gone (`no_worker`, `unavailable`, `overloaded`,
+   * `deadline_exceeded`: a gateway restarting, the job store not open yet, NATS down) are
+   * retried, since a job outlives gateways; any other error ends the watch by rejecting.
+   * Aborting `signal` ends it with code "cancelled" (the job goes on; cancelJob stops it).
+   */
+  async *watchJob(job: string, opts: WatchJobOptions = {}): AsyncGenerator<JobStatus, JobStatus, undefined> {
+    const interval = Math.max(1, opts.intervalMs ?? 1_000);
+    const timeoutMs = opts.timeoutMs ?? Math.max(interval, 5_000);
+    const signal = opts.signal;
+    for (;;) {
+      if (signal?.aborted) throw new OrtbusError("cancelled", `watch of job ${job} aborted by the caller`, { cause: signal.reason });
+      let st: JobStatus | undefined;
+      try {
+        st = await this.jobStatus(job, signal ? { timeoutMs, signal } : { timeoutMs });
+      } catch (e) {
+        if (signal?.aborted || !isOrtbusError(e) || !WATCH_TRANSIENT.has(e.code)) throw e;
+      }
+      if (st) {
+        yield st;
+        if (jobFinished(st)) return st;
+      }
+      await abortableSleep(interval, signal);
+    }
+  }
+
   /** Sends an inference request of op, filling id, class, pool, model and timeout. */
   private request<T>(op: Op, req: WireRequest, opts: CallOptions): Promise<T> {
     const id = opts.id ?? randomUUID();
@@ -981,6 +1260,80 @@ export class OrtbusClient {
       // The connection is gone: nothing runs for a client that cannot reach the bus.
     }
   }
+}
+
+/** Codes that watchJob retries: the gateway or its job store is briefly not there. */
+const WATCH_TRANSIENT: ReadonlySet<OrtbusErrorCode> = new Set<OrtbusErrorCode>(["no_worker", "unavailable", "overloaded", "deadline_exceeded"]);
+
+/** Waits ms, or rejects with code "cancelled" when signal aborts first. */
+function abortableSleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(new OrtbusError("cancelled", "watch aborted by the caller", { cause: signal?.reason }));
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    if (signal?.aborted) onAbort();
+    else signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** A job.results reply as it arrives. */
+interface WireJobResults {
+  job: string;
+  op: string;
+  results?: { seq?: number; i?: number; path?: string; result?: unknown; error?: { code?: unknown; message?: unknown; details?: unknown } }[];
+  next?: number;
+  more?: boolean;
+}
+
+function normJobStatus(st: JobStatus): JobStatus {
+  const n = (v: unknown) => (typeof v === "number" ? v : Number(v ?? 0));
+  return {
+    ...st,
+    total: n(st.total),
+    done: n(st.done),
+    failed: n(st.failed),
+    running: n(st.running),
+    redelivered: n(st.redelivered),
+    rate_per_s: n(st.rate_per_s),
+    eta_s: n(st.eta_s),
+    started_unix_ms: n(st.started_unix_ms),
+  };
+}
+
+/** One wire result, its reply typed (and normalised) as the op's call would return it. */
+function jobResult(op: JobOp, x: NonNullable<WireJobResults["results"]>[number]): JobResult {
+  const out = { op, seq: Number(x.seq ?? 0), i: Number(x.i ?? 0), path: String(x.path ?? "") } as JobResult;
+  if (x.error != null) {
+    const e = x.error;
+    const code = typeof e.code === "string" ? e.code : "";
+    const details = e.details && typeof e.details === "object" ? (e.details as Record<string, unknown>) : undefined;
+    out.error = KNOWN_CODES.has(code)
+      ? new OrtbusError(code as OrtbusErrorCode, String(e.message ?? code), details ? { details } : {})
+      : new OrtbusError("internal", String(e.message ?? `item failed with code ${code}`), { details: { ...details, original_code: code } });
+    return out;
+  }
+  if (x.result != null && typeof x.result === "object") {
+    const r = x.result as Record<string, unknown>;
+    switch (op) {
+      case "tag":
+        out.result = normTag(r as unknown as TagReply);
+        break;
+      case "embed":
+        out.result = { ...(r as unknown as EmbedReply), embedding: float32FromBytes(r.embedding) };
+        break;
+      case "detect":
+        out.result = { ...(r as unknown as DetectReply), boxes: (r.boxes as Box[] | undefined) ?? [] };
+        break;
+      default:
+        (out as { result?: unknown }).result = r;
+    }
+  }
+  return out;
 }
 
 function normTag(r: TagReply): TagReply {

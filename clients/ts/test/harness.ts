@@ -120,6 +120,10 @@ export interface GatewayCfg {
   models: string; // generated models dir
   pools: PoolCfg[];
   classes: ClassCfg[];
+  /** The embedded server's JetStream store directory (the job API needs JetStream). */
+  storeDir?: string;
+  /** [jobs] ack_wait: how soon JetStream gives a job item held by a gone gateway to another. */
+  jobsAckWait?: string;
   /**
    * Heartbeats missed in a row that mark a worker dead, at 100 ms each. Default 10 (1 s):
    * on a loaded 2-core machine a busy or idle worker's beats have been seen ~1 s apart,
@@ -134,11 +138,12 @@ const list = (a: string[]) => `[${a.map(q).join(", ")}]`;
 export function configText(c: GatewayCfg): string {
   const lines: string[] = [];
   if (c.natsUrl) lines.push("[nats]", `url = ${q(c.natsUrl)}`, "");
-  else lines.push("[nats]", "embedded = true", `listen = "127.0.0.1:0"`, "");
+  else lines.push("[nats]", "embedded = true", `listen = "127.0.0.1:0"`, ...(c.storeDir ? [`store_dir = ${q(c.storeDir)}`] : []), "");
   // The suite kills workers on purpose (three deaths in a few seconds): a crash loop is
   // 10 deaths here, so those kills never stop a pool's restarts.
   lines.push("[gateway]", `shutdown_grace = "3s"`, `restart_backoff_min = "50ms"`, "crash_loop_count = 10", "");
   lines.push("[health]", `heartbeat_interval = "100ms"`, `miss_count = ${c.missCount ?? 10}`, "");
+  if (c.jobsAckWait) lines.push("[jobs]", `ack_wait = ${q(c.jobsAckWait)}`, "");
   // The app writes cut-outs next to its images: its root is an output root too.
   lines.push("[security]", `allowed_roots = [${q(c.root)}]`, `output_roots = [${q(c.root)}]`, `spool_dir = ${q(c.spool)}`, "");
   for (const cl of c.classes) {
@@ -345,9 +350,12 @@ export class Proc {
   }
 }
 
-/** Starts `gateway -config cfgPath` on free ports and waits for its ready line. */
-export async function startGateway(cfgPath: string, logPath: string): Promise<Proc> {
-  const g = new Proc("gateway", bin("gateway"), ["-config", cfgPath, "-nats-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-worker", bin("ortworker")], logPath);
+/**
+ * Starts `gateway -config cfgPath` on free ports (its embedded NATS server on natsListen,
+ * for a gateway restarted on the same address) and waits for its ready line.
+ */
+export async function startGateway(cfgPath: string, logPath: string, natsListen = "127.0.0.1:0"): Promise<Proc> {
+  const g = new Proc("gateway", bin("gateway"), ["-config", cfgPath, "-nats-listen", natsListen, "-http-listen", "127.0.0.1:0", "-worker", bin("ortworker")], logPath);
   try {
     await g.waitReady();
   } catch (e) {
@@ -382,7 +390,10 @@ export interface Env {
 }
 
 /** Makes the directories, models, config and fixtures, and starts a gateway. */
-export async function setup(prefix: string, opts: { natsUrl?: string; edit?: (c: GatewayCfg, tmp: string) => void } = {}): Promise<Env> {
+export async function setup(
+  prefix: string,
+  opts: { natsUrl?: string; natsListen?: string; edit?: (c: GatewayCfg, tmp: string) => void } = {},
+): Promise<Env> {
   const tmp = tempDir(`ortbus-ts-${prefix}-`);
   const root = join(tmp, "images");
   const spool = join(root, "spool");
@@ -395,7 +406,7 @@ export async function setup(prefix: string, opts: { natsUrl?: string; edit?: (c:
   const cfgPath = join(tmp, "gateway.toml");
   writeFileSync(cfgPath, configText(cfg));
   const fixtures = writeFixtures(root);
-  const gateway = await startGateway(cfgPath, join(tmp, "gateway.log"));
+  const gateway = await startGateway(cfgPath, join(tmp, "gateway.log"), opts.natsListen);
   return { tmp, root, spool, models, cfgPath, gateway, url: opts.natsUrl ?? gateway.ready!.nats_url, fixtures };
 }
 
