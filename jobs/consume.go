@@ -40,7 +40,7 @@ func (s *Store) Consume(ctx context.Context, room func() int, run Runner) {
 			s.pause(ctx, 200*time.Millisecond)
 			continue
 		}
-		batch, err := s.cons.Fetch(min(n, 64), jetstream.FetchMaxWait(time.Second))
+		batch, err := s.cons.Fetch(min(n, 64), jetstream.FetchMaxWait(fetchWait))
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("fetch job items", "err", err)
@@ -50,6 +50,10 @@ func (s *Store) Consume(ctx context.Context, room func() int, run Runner) {
 			continue
 		}
 		for m := range batch.Messages() {
+			if ctx.Err() != nil {
+				s.handBack(m) // delivered to a fetch of a gateway that is stopping
+				continue
+			}
 			s.hold(1)
 			go s.handle(ctx, m, run)
 		}
@@ -62,6 +66,14 @@ func (s *Store) Consume(ctx context.Context, room func() int, run Runner) {
 		backoff = 100 * time.Millisecond
 	}
 }
+
+// fetchWait is how long a fetch waits for items.
+const fetchWait = time.Second
+
+// handBack returns an item this gateway will not run (it is stopping) to JetStream for
+// the next gateway. It is delivered again after a pause longer than a fetch, so that it
+// is not delivered to this gateway's last fetch again, rather than after ack_wait.
+func (s *Store) handBack(m jetstream.Msg) { m.NakWithDelay(2 * fetchWait) }
 
 // Wake makes Consume look for room now (a batch slot came free).
 func (s *Store) Wake() {
@@ -119,8 +131,15 @@ func (s *Store) handle(ctx context.Context, m jetstream.Msg, run Runner) {
 		m.Term()
 		return
 	}
+	if ctx.Err() != nil {
+		s.handBack(m)
+		return
+	}
 	rec, err := s.record(ctx, w.Job)
 	if err != nil {
+		if ctx.Err() != nil {
+			s.handBack(m)
+		}
 		return // JetStream unreachable: the item comes back after ack_wait
 	}
 	if rec == nil || rec.Cancel != 0 || w.Index >= rec.Total { // rule 2
@@ -135,6 +154,9 @@ func (s *Store) handle(ctx context.Context, m jetstream.Msg, run Runner) {
 	it := Item{Job: rec, Index: w.Index, Path: w.Path}
 	it.Run, err = s.markRun(ctx, w.Job, w.Index) // rule 3
 	if err != nil {
+		if ctx.Err() != nil {
+			s.handBack(m)
+		}
 		return
 	}
 	if it.Run > 1 {
@@ -156,7 +178,7 @@ func (s *Store) handle(ctx context.Context, m jetstream.Msg, run Runner) {
 			// Interrupted by the gateway's stop: the run did not finish, so it gives its
 			// mark back and the item goes to the next gateway now (not after ack_wait).
 			s.unmarkRun(context.WithoutCancel(ctx), w.Job, w.Index, it.Run)
-			m.Nak()
+			s.handBack(m)
 			return
 		}
 		// Done as the gateway stops: the result is kept, within a bound.

@@ -72,7 +72,7 @@ func (s *Store) count(ctx context.Context, job string, t *tally) error {
 		return err
 	}
 	for t.seq < last.Sequence {
-		batch, err := cons.Fetch(1024, jetstream.FetchMaxWait(2*time.Second))
+		batch, err := cons.FetchNoWait(1024)
 		if err != nil {
 			return err
 		}
@@ -234,7 +234,7 @@ func (s *Store) Results(ctx context.Context, req *codec.JobResultsRequest, maxBy
 	if err != nil {
 		return nil, storeError("read results", err)
 	}
-	batch, err := cons.Fetch(limit, jetstream.FetchMaxWait(2*time.Second))
+	batch, err := cons.FetchNoWait(limit)
 	if err != nil {
 		return nil, storeError("read results", err)
 	}

@@ -255,3 +255,45 @@ func TestJobSurvivesKills(t *testing.T) {
 	t.Logf("final status %+v", st)
 	g.stop(t)
 }
+
+// TestJobGracefulRestart stops the gateway (SIGTERM) while its workers run job items and
+// starts it again: the items it held are handed back to JetStream at the stop, so the
+// job finishes long before ack_wait (10 minutes here, far past the test's bound) would
+// have brought them back.
+func TestJobGracefulRestart(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	paths, colours := jobImages(t, root, 60)
+	cfg := gwConfig{
+		Root: root, StoreDir: t.TempDir(),
+		Jobs:    config.Jobs{AckWait: config.Duration(10 * time.Minute)},
+		Pools:   []gwPool{{Name: "bulk", Version: "1.24.3", Workers: 2, Slots: 1, Classes: []string{"interactive", "batch"}, Models: []string{gwSlow}}},
+		Classes: []gwClass{{Name: "interactive", Chain: []string{"bulk"}}, {Name: "batch", Chain: []string{"bulk"}, QueueBound: 10000}},
+	}.write(t)
+	g := spawnGateway(t, cfg)
+	t.Cleanup(func() { g.lp.Kill() })
+	g.awaitReady(t)
+	c := jobClient(t, g)
+	ctx := context.Background()
+	if _, err := c.SubmitJob(ctx, &codec.JobSubmit{Job: "restart", Op: "tag", Model: gwSlow, Items: paths}); err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, "job progress before the stop", gwReplyBound, 10*time.Millisecond, func() error {
+		st, err := c.JobStatus(ctx, "restart")
+		if err == nil && st.Done < 10 {
+			err = fmt.Errorf("%d done", st.Done)
+		}
+		return err
+	})
+	g.stop(t)
+	c.Close()
+	g = spawnGateway(t, cfg)
+	g.awaitReady(t)
+	c = jobClient(t, g)
+	st := jobWait(t, c, "restart", 2*gwReplyBound)
+	if st.State != codec.JobDone || st.Done != len(paths) || st.Failed != 0 {
+		t.Fatalf("final status %+v, want done with %d done", st, len(paths))
+	}
+	jobCheckResults(t, c, "restart", paths, colours)
+	g.stop(t)
+}
