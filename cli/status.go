@@ -1,4 +1,5 @@
-// Package cli holds what the ortbus command prints for people: the status table.
+// Package cli holds what the ortbus command prints for people: the status table, a job's
+// progress line.
 package cli
 
 import (

@@ -326,4 +326,5 @@ const (
 	DefaultMaxImageBytes  = 128 << 20
 	DefaultSpoolMaxAge    = time.Hour
 	DefaultSafeFraction   = 0.85
+	DefaultJobMaxItems    = 1_000_000
 )

@@ -50,7 +50,7 @@ func (c *Config) applyDefaults() {
 		j.MaxDeliveries = 3
 	}
 	if j.MaxItems == 0 {
-		j.MaxItems = 1_000_000
+		j.MaxItems = DefaultJobMaxItems
 	}
 	if j.ItemsMaxBytes == 0 {
 		j.ItemsMaxBytes = 1 << 30

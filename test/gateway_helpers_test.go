@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -194,15 +195,34 @@ func launchGateway(t testing.TB, cfgPath string, connect bool, env ...string) *g
 // config) without waiting for it; the caller stops it (stop or shutdown).
 func spawnGateway(t testing.TB, cfgPath string, env ...string) *gatewayProc {
 	t.Helper()
+	return spawnGatewayOn(t, cfgPath, "127.0.0.1:0", env...)
+}
+
+// spawnGatewayOn is spawnGateway with its embedded NATS server listening on natsListen:
+// a fixed address (freeAddr) keeps the NATS URL across restarts of the gateway.
+func spawnGatewayOn(t testing.TB, cfgPath, natsListen string, env ...string) *gatewayProc {
+	t.Helper()
 	gwBin, workerBin := gatewayBinaries(t)
 	g := &gatewayProc{logPath: filepath.Join(filepath.Dir(cfgPath), "gateway.log")}
 	var err error
-	g.lp, err = launchpkg.Start(gwBin, []string{"-config", cfgPath, "-nats-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-worker", workerBin},
+	g.lp, err = launchpkg.Start(gwBin, []string{"-config", cfgPath, "-nats-listen", natsListen, "-http-listen", "127.0.0.1:0", "-worker", workerBin},
 		launchpkg.Options{Name: "gateway", Env: env, LogFile: g.logPath})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// freeAddr is a loopback address (127.0.0.1:PORT) with a port free now, for a server that
+// must keep its address across restarts.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 // awaitReady waits for the gateway's ready line, failing t after gwStartBound or if the

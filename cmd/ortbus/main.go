@@ -6,6 +6,7 @@
 //	ortbus models gen DIR [-heavy N]                               write the generated test/demo models
 //	ortbus demo [-config deploy/local.toml] [-gateway PATH]        run the system end to end, print a report
 //	ortbus bench NAME [-out FILE.json] [flags]                     overhead, throughput, collision, failure (bench.go)
+//	ortbus job submit|status|watch|wait|results|cancel|list ...    durable batch jobs, JSON lines (job.go)
 //	ortbus help                                                    usage
 //
 // -s defaults to $NATS_URL, else nats://127.0.0.1:4222; -inbox-prefix to
@@ -43,7 +44,14 @@ const usage = `usage:
   ortbus bench NAME [-out FILE.json]    overhead|throughput|collision|failure (docs/BENCHMARKS.md)
   ortbus status [-s URL] [-json]        pools, workers, devices and class queues, as tables
   ortbus req [-s URL] OP JSON           one request to ortbus.v1.OP (e.g. req tag '{"path":"/srv/a.png"}')
-                                        (status, req: -inbox-prefix P for a server with per-user inboxes)
+  ortbus job submit [-s URL] [--op tag] [--class batch] [--model M] [--pool P] [--job ID] [--recursive] PATH|DIR...
+                                        submit a job: each file, each image of each directory is an item; prints {"job","total"}
+  ortbus job status|cancel [-s URL] ID  a job's status (cancel: after cancelling it), as JSON
+  ortbus job watch [-s URL] ID          follow a job to its end: a progress bar on a terminal, else a JSON line per change
+  ortbus job wait [-s URL] ID           wait for a job to finish, through gateway restarts; print its status; exit 1 unless done
+  ortbus job results [-s URL] ID        a JSON line per item: {"path","result"} or {"path","error"}
+  ortbus job list [-s URL]              the jobs kept, newest first, as JSON
+                                        (status, req, job: -inbox-prefix P for a server with per-user inboxes)
 `
 
 func run(args []string) int {
@@ -64,6 +72,8 @@ func run(args []string) int {
 		return statusCmd(args[1:])
 	case "req":
 		return reqCmd(args[1:])
+	case "job":
+		return jobCmd(args[1:])
 	case "models":
 		if len(args) < 2 || args[1] != "gen" {
 			fmt.Fprint(os.Stderr, usage)

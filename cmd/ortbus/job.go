@@ -1,0 +1,337 @@
+package main
+
+// `ortbus job ...`: the job API (docs/PROTOCOL.md, Jobs) from the command line. What it
+// prints on stdout is JSON, one value a line (but watch's progress bar on a terminal);
+// errors go to stderr with exit status 1, bad usage 2.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ortbus/ortbus/cli"
+	"github.com/ortbus/ortbus/client"
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/jobs"
+)
+
+const jobUsage = `usage:
+  ortbus job submit [-s URL] [--op tag] [--class batch] [--model M] [--pool P] [--job ID] [--recursive] PATH|DIR...
+  ortbus job status [-s URL] ID
+  ortbus job watch [-s URL] [-interval 1s] [-timeout D] ID
+  ortbus job wait [-s URL] [-interval 1s] [-timeout D] ID
+  ortbus job results [-s URL] ID
+  ortbus job cancel [-s URL] ID
+  ortbus job list [-s URL]
+  (each: -inbox-prefix P for a server with per-user inboxes)
+`
+
+func jobCmd(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, jobUsage)
+		return 2
+	}
+	switch args[0] {
+	case "submit":
+		return jobSubmitCmd(args[1:])
+	case "status", "cancel":
+		return jobRefCmd(args[0], args[1:])
+	case "watch":
+		return jobWatchCmd(args[1:])
+	case "wait":
+		return jobWaitCmd(args[1:])
+	case "results":
+		return jobResultsCmd(args[1:])
+	case "list":
+		return jobListCmd(args[1:])
+	}
+	fmt.Fprintf(os.Stderr, "ortbus: unknown job command %q\n%s", args[0], jobUsage)
+	return 2
+}
+
+// jobFlags are the flags every job command takes.
+type jobFlags struct {
+	fs     *flag.FlagSet
+	url    *string
+	prefix *string
+}
+
+func newJobFlags(name string) jobFlags {
+	fs := flag.NewFlagSet("job "+name, flag.ContinueOnError)
+	return jobFlags{fs: fs, url: natsURL(fs), prefix: inboxPrefix(fs)}
+}
+
+// parse parses args and checks that nargs positional arguments remain (-1: at least one).
+func (f jobFlags) parse(args []string, nargs int) bool {
+	if f.fs.Parse(args) != nil || nargs >= 0 && f.fs.NArg() != nargs || nargs < 0 && f.fs.NArg() == 0 {
+		fmt.Fprint(os.Stderr, jobUsage)
+		return false
+	}
+	return true
+}
+
+// connect connects to NATS. A lasting connection (watch, wait) outlives the server:
+// it keeps reconnecting, also when the first try fails, so that a gateway restarted at
+// the same URL is found again.
+func (f jobFlags) connect(lasting bool) (*client.Client, error) {
+	opts := connOpts(*f.prefix)
+	if lasting {
+		opts = append(opts, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(250*time.Millisecond))
+	}
+	return client.Connect(*f.url, opts...)
+}
+
+// jobFail reports err on stderr and returns the exit status 1.
+func jobFail(cmd string, err error) int {
+	fmt.Fprintf(os.Stderr, "ortbus job %s: %v\n", cmd, err)
+	return 1
+}
+
+// printJSON writes v as one JSON line on stdout.
+func printJSON(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"error": err.Error()})
+	}
+	os.Stdout.Write(append(b, '\n'))
+}
+
+func jobSubmitCmd(args []string) int {
+	f := newJobFlags("submit")
+	op := f.fs.String("op", "tag", "the op run on every item: tag, embed, detect or segment")
+	class := f.fs.String("class", "batch", "the class the items are queued in")
+	model := f.fs.String("model", "", "the model (default: the op's default)")
+	pool := f.fs.String("pool", "", "the pool (default: the class's chain)")
+	id := f.fs.String("job", "", "the job's id (default: one the gateway picks); the same submit again adds nothing")
+	recursive := f.fs.Bool("recursive", false, "take the images of directories' subdirectories too")
+	timeout := f.fs.Duration("timeout", time.Minute, "how long to wait for the gateway's reply")
+	if !f.parse(args, -1) {
+		return 2
+	}
+	items, dirs, err := jobItems(f.fs.Args(), *recursive)
+	if err != nil {
+		return jobFail("submit", err)
+	}
+	if len(items) == 0 {
+		return jobFail("submit", errors.New("no images in "+fmt.Sprint(f.fs.Args())))
+	}
+	c, err := f.connect(false)
+	if err != nil {
+		return jobFail("submit", err)
+	}
+	defer c.Close()
+	req := &codec.JobSubmit{Job: *id, Op: *op, Model: *model, Class: *class, Pool: *pool, Items: items}
+	if b, err := codec.Marshal(req); err == nil && int64(len(b)) > c.Conn().MaxPayload()-4096 {
+		// Too many paths for one message: one directory alone is walked by the gateway
+		// instead (the same walk, jobs.Expand, up to jobs.max_items).
+		if len(dirs) != 1 || len(f.fs.Args()) != 1 {
+			return jobFail("submit", fmt.Errorf("%d paths (%d bytes) are over the server's max_payload (%d bytes): submit one directory alone, or fewer paths per job",
+				len(items), len(b), c.Conn().MaxPayload()))
+		}
+		req.Items, req.Dir = nil, &dirs[0]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	rep, err := c.SubmitJob(ctx, req)
+	if err != nil {
+		return jobFail("submit", err)
+	}
+	printJSON(rep)
+	return 0
+}
+
+// jobItems lists the items of the arguments: a file is an item, a directory's images
+// (jobs.Expand) are items. Paths are made absolute, as the gateway wants them. dirs are
+// the directory arguments.
+func jobItems(args []string, recursive bool) (items []string, dirs []codec.JobDir, err error) {
+	for _, a := range args {
+		p, err := filepath.Abs(a)
+		if err != nil {
+			return nil, nil, err
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !fi.IsDir() {
+			items = append(items, p)
+			continue
+		}
+		d := codec.JobDir{Path: p, Recursive: recursive}
+		more, e := jobs.Expand(d, config.DefaultJobMaxItems-len(items))
+		if e != nil {
+			return nil, nil, e
+		}
+		items = append(items, more...)
+		dirs = append(dirs, d)
+	}
+	if len(items) > config.DefaultJobMaxItems {
+		return nil, nil, fmt.Errorf("%d items, over %d", len(items), config.DefaultJobMaxItems)
+	}
+	return items, dirs, nil
+}
+
+// jobRefCmd is status and cancel: one request naming the job, its status printed.
+func jobRefCmd(verb string, args []string) int {
+	f := newJobFlags(verb)
+	timeout := f.fs.Duration("timeout", 30*time.Second, "how long to wait for the gateway's reply")
+	if !f.parse(args, 1) {
+		return 2
+	}
+	c, err := f.connect(false)
+	if err != nil {
+		return jobFail(verb, err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	call := c.JobStatus
+	if verb == "cancel" {
+		call = c.CancelJob
+	}
+	st, err := call(ctx, f.fs.Arg(0))
+	if err != nil {
+		return jobFail(verb, err)
+	}
+	printJSON(st)
+	return 0
+}
+
+func jobListCmd(args []string) int {
+	f := newJobFlags("list")
+	timeout := f.fs.Duration("timeout", 30*time.Second, "how long to wait for the gateway's reply")
+	if !f.parse(args, 0) {
+		return 2
+	}
+	c, err := f.connect(false)
+	if err != nil {
+		return jobFail("list", err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	l, err := c.ListJobs(ctx)
+	if err != nil {
+		return jobFail("list", err)
+	}
+	printJSON(l)
+	return 0
+}
+
+// jobResultLine is one line of `job results`: the item's path and its result or error.
+type jobResultLine struct {
+	Path   string       `json:"path"`
+	Result any          `json:"result,omitempty"`
+	Error  *codec.Error `json:"error,omitempty"`
+}
+
+func jobResultsCmd(args []string) int {
+	f := newJobFlags("results")
+	timeout := f.fs.Duration("timeout", 10*time.Minute, "how long reading every result may take")
+	if !f.parse(args, 1) {
+		return 2
+	}
+	c, err := f.connect(false)
+	if err != nil {
+		return jobFail("results", err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	err = c.EachJobResult(ctx, f.fs.Arg(0), func(r *codec.JobResult) error {
+		printJSON(jobResultLine{Path: r.Path, Result: r.Result, Error: r.Error})
+		return nil
+	})
+	if err != nil {
+		return jobFail("results", err)
+	}
+	return 0
+}
+
+// watchJob follows the job until it is finished, through gateway restarts, calling fn
+// with each status read; SIGINT ends it (ctx's error).
+func watchJob(f jobFlags, interval, timeout time.Duration, fn func(*codec.JobStatus)) (*codec.JobStatus, error) {
+	c, err := f.connect(true)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	return c.WatchJob(ctx, f.fs.Arg(0), interval, fn)
+}
+
+func jobWatchCmd(args []string) int {
+	f := newJobFlags("watch")
+	interval := f.fs.Duration("interval", time.Second, "how often to read the status")
+	timeout := f.fs.Duration("timeout", 0, "give up after this long (0: never)")
+	if !f.parse(args, 1) {
+		return 2
+	}
+	tty := isTerminal(os.Stdout)
+	var last *codec.JobStatus
+	st, err := watchJob(f, *interval, *timeout, func(st *codec.JobStatus) {
+		switch {
+		case tty:
+			fmt.Print("\r" + cli.JobProgress(st) + "\x1b[K")
+		case last == nil || jobChanged(last, st):
+			printJSON(st)
+		}
+		last = st
+	})
+	if tty && last != nil {
+		fmt.Println()
+	}
+	if err != nil {
+		return jobFail("watch", err)
+	}
+	if tty {
+		printJSON(st)
+	}
+	return 0
+}
+
+func jobWaitCmd(args []string) int {
+	f := newJobFlags("wait")
+	interval := f.fs.Duration("interval", time.Second, "how often to read the status")
+	timeout := f.fs.Duration("timeout", 0, "give up after this long (0: never)")
+	if !f.parse(args, 1) {
+		return 2
+	}
+	st, err := watchJob(f, *interval, *timeout, nil)
+	if err != nil {
+		return jobFail("wait", err)
+	}
+	printJSON(st)
+	if st.State != codec.JobDone {
+		return 1
+	}
+	return 0
+}
+
+// jobChanged reports whether the job's counts or state differ (its rate and ETA change
+// with every read).
+func jobChanged(a, b *codec.JobStatus) bool {
+	return a.State != b.State || a.Total != b.Total || a.Done != b.Done || a.Failed != b.Failed ||
+		a.Running != b.Running || a.Redelivered != b.Redelivered
+}
+
+// isTerminal reports whether f is a terminal (a character device).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
