@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,6 +25,15 @@ type Client struct {
 	// Class and Pool are defaults for requests that leave them empty.
 	Class string
 	Pool  string
+	// Failover: follow the gateways' beats and send a waiting request again when a
+	// gateway dies (failover.go). MissCount is how many beat intervals of silence make a
+	// gateway dead (default 3, the gateways' own health.miss_count by default).
+	Failover  bool
+	MissCount int
+
+	beatsOnce sync.Once
+	beats     *beats
+	beatsErr  error
 }
 
 // New wraps an existing connection.
@@ -51,7 +61,10 @@ func Connect(url string, opts ...nats.Option) (*Client, error) {
 func (c *Client) Conn() *nats.Conn { return c.nc }
 
 // Close closes the connection.
-func (c *Client) Close() { c.nc.Close() }
+func (c *Client) Close() {
+	c.beats.close()
+	c.nc.Close()
+}
 
 // Tag tags the image at req.Path.
 func (c *Client) Tag(ctx context.Context, req codec.Request) (*codec.TagReply, error) {
@@ -143,7 +156,12 @@ func (c *Client) do(ctx context.Context, op string, req any, out any) error {
 	if err != nil {
 		return err
 	}
-	msg, err := c.nc.RequestWithContext(ctx, subj, data)
+	var msg *nats.Msg
+	if c.Failover && subjects.IsWork(op) {
+		msg, err = c.requestFailover(ctx, subj, data)
+	} else {
+		msg, err = c.nc.RequestWithContext(ctx, subj, data)
+	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return codec.Errorf(codec.CodeNoWorker, "no ortbus gateway is answering %s", subj)

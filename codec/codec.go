@@ -97,9 +97,13 @@ func checkVersion(v any) error {
 }
 
 // Header names: micro-style error replies carry the error's HTTP-like status and text;
-// Content-Type selects JSON.
+// Content-Type selects JSON. Ortbus-Resend marks a request a client sends again after a
+// gateway died; Ortbus-Held is a gateway's notice (empty body) that such a request is
+// still held by the live gateway it names, whose answer the client waits for.
 const (
 	HeaderErrorCode   = "Nats-Service-Error-Code"
 	HeaderError       = "Nats-Service-Error"
 	HeaderContentType = "Content-Type"
+	HeaderResend      = "Ortbus-Resend"
+	HeaderHeld        = "Ortbus-Held"
 )

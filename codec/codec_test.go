@@ -40,7 +40,6 @@ func samples() []any {
 			Workers: []WorkerStatus{{Heartbeat: Heartbeat{Worker: "w1"}, HeartbeatAgeMS: 5}}, Devices: []DeviceStatus{{Device: "cpu", BudgetBytes: 5}}, Classes: []ClassStatus{{Name: "batch", Chain: []string{"cpu"}}}},
 		&Error{Code: CodeNoWorker, Message: "no live pool", Details: map[string]any{"pools": "cpu"}},
 		&GatewayBeat{Gateway: "g1", Seq: 3, IntervalMS: 1000},
-		&JournalEntry{ID: "r1", State: JournalAccepted, Op: "tag", Reply: "_INBOX.x", JSON: true, Request: []byte{0x80}},
 	}
 }
 

@@ -119,27 +119,9 @@ type ClassStatus struct {
 }
 
 // GatewayBeat is a gateway's own heartbeat, on ortbus.gw.<gateway>.hb, so that peer
-// gateways notice its death and take over its journal.
+// gateways and clients notice its death (clients then resend what they wait for).
 type GatewayBeat struct {
 	Gateway    string `msgpack:"gateway" json:"gateway"`
 	Seq        uint64 `msgpack:"seq" json:"seq"`
 	IntervalMS int64  `msgpack:"interval_ms" json:"interval_ms"`
 }
-
-// JournalEntry is one line of a gateway's journal on ortbus.gw.<gateway>.log: a request
-// it accepted (with the client's reply subject and raw body), dispatched, or answered.
-type JournalEntry struct {
-	ID      string `msgpack:"id" json:"id"`
-	State   string `msgpack:"state" json:"state"` // accepted, dispatched, done
-	Op      string `msgpack:"op,omitempty" json:"op,omitempty"`
-	Reply   string `msgpack:"reply,omitempty" json:"reply,omitempty"`
-	JSON    bool   `msgpack:"json,omitempty" json:"json,omitempty"`
-	Request []byte `msgpack:"request,omitempty" json:"request,omitempty"`
-}
-
-// Journal states.
-const (
-	JournalAccepted   = "accepted"
-	JournalDispatched = "dispatched"
-	JournalDone       = "done"
-)

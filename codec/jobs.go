@@ -141,6 +141,9 @@ func (s *JobSubmit) Validate() error {
 			return err
 		}
 	}
+	if err := checkNames(field{"op", s.Op}); err != nil {
+		return err
+	}
 	ok := false
 	for _, op := range JobOps {
 		ok = ok || s.Op == op

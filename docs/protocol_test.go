@@ -69,7 +69,6 @@ func TestProtocolNames(t *testing.T) {
 		config.MemBudgetEnv,
 		codec.ClaimTaken,
 		codec.StateStarting, codec.StateReady, codec.StateDraining, codec.StateFailed,
-		codec.JournalAccepted, codec.JournalDispatched, codec.JournalDone,
 		codec.HeaderErrorCode, codec.HeaderError,
 	)
 	names = append(names, config.KnownKinds...)
@@ -86,7 +85,6 @@ func TestProtocolNames(t *testing.T) {
 		claimTo,
 		mustSubj(subjects.ClaimFrom(claimTo, "POOL", "WORKER")),
 		mustSubj(subjects.GatewayBeat("GATEWAY")),
-		mustSubj(subjects.GatewayLog("GATEWAY")),
 		mustSubj(subjects.API("OP")),
 	} {
 		names = append(names, place.Replace(s))

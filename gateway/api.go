@@ -76,6 +76,7 @@ func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 			}
 			var err error
 			if e != nil {
+				e = boundMessage(e)
 				b, _ := codec.Encode(e, asJSON)
 				err = r.Error(strconv.Itoa(e.Code.Status()), e.Message, b, opts...)
 			} else {
@@ -95,6 +96,14 @@ func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 	by := r.Reply()
 	if ops {
 		by = "" // an operator may cancel any request
+	}
+	if r.Headers().Get(codec.HeaderResend) != "" && subjects.IsWork(op) {
+		// A client's resend after a gateway died (failover.go, rule 3).
+		var req codec.Request
+		if codec.Decode(r.Data(), &req, asJSON) == nil && codec.CheckID("id", req.ID) == nil &&
+			g.failover.resent(r, req.ID, ownerOf(by), respond) {
+			return
+		}
 	}
 	g.serveFrom(op, r.Data(), asJSON, r.Reply(), by, respond)
 }
@@ -188,4 +197,18 @@ func (g *Gateway) status() *codec.StatusReply {
 		st.Classes = append(st.Classes, codec.ClassStatus{Name: name, Priority: cl.Priority, Queued: g.queues.Len(name), Running: running[name], Bound: cl.QueueBound, Chain: cl.Chain})
 	}
 	return st
+}
+
+// maxErrorMessage bounds an error reply's message (it travels in a header too): a
+// message that echoes a huge input would make the reply unsendable.
+const maxErrorMessage = 4 << 10
+
+// boundMessage returns e with its message cut to maxErrorMessage bytes.
+func boundMessage(e *codec.Error) *codec.Error {
+	if len(e.Message) <= maxErrorMessage {
+		return e
+	}
+	c := *e
+	c.Message = strings.ToValidUTF8(e.Message[:maxErrorMessage], "") + "…"
+	return &c
 }

@@ -1,103 +1,91 @@
 package gateway
 
 import (
-	"slices"
-	"sort"
-	"strings"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/internal/guard"
-	"github.com/ortbus/ortbus/internal/reply"
 	"github.com/ortbus/ortbus/subjects"
 )
 
-// Failover between gateways (config gateway.failover = true). Several gateways share the
-// client API's queue group; a client's request is held by whichever took it. So that a
-// gateway's death never leaves its clients hanging, each gateway
+// Failover between gateways. Several gateways share the client API's queue group; a
+// client's request is held by whichever took it, and only that gateway may answer it
+// (under deploy/cluster's permissions a gateway may answer only the requests it
+// received). So a gateway's death is repaired by the client, with the gateways' help:
 //
-//   - beats on ortbus.gw.<id>.hb every heartbeat interval, and
-//   - journals on ortbus.gw.<id>.log every request it accepts over NATS (the client's
-//     reply subject and raw body), when it dispatches it to a worker, and when it answers.
+//  1. Every gateway beats on ortbus.gw.<id>.hb every heartbeat interval, and follows its
+//     peers' beats: a peer silent for miss_count of its intervals is dead.
+//  2. A client that follows the beats too (the Go and TS clients with failover on) sends
+//     again, with the same id and the header Ortbus-Resend, every request it still waits
+//     for when a gateway dies; whichever gateway takes the resend answers it.
+//  3. A gateway taking a resend answers at once with the notice header Ortbus-Held
+//     (empty body; the client goes on waiting) when the request is still held by a live
+//     gateway: itself (same id, same owner), or, per the answers bucket, a peer that
+//     beats. Otherwise it runs the request, or, when the answers bucket holds the answer
+//     a gateway gave it, sends that answer again. The client takes the first answer that
+//     is not a notice; every other reply to the same call is dropped by it.
+//  4. With gateway.failover = true and JetStream, a gateway records in the KV bucket
+//     ortbus_answers (entries kept failoverTTL) each request it accepts over NATS, under
+//     a key of its owner and id, and then its answer: that is what rule 3 reads. Records
+//     are written without waiting (a request is never slowed by them); a record that is
+//     missing only means a request runs again, never that it is lost.
 //
-// Every gateway follows its peers' beats and journals. When a peer is silent for
-// miss_count intervals, the live gateway with the lowest id takes over the peer's
-// unanswered requests, answering each client directly on its reply subject:
-//
-//   - a request still queued (never dispatched) never ran: it is submitted again here and
-//     runs once;
-//   - a request already dispatched may be running or done at a worker whose answer went to
-//     the dead gateway: it is not run again (no silent double execution) and is answered
-//     worker_lost with details {gateway}, so the client can decide to retry.
+// What is not covered: a request whose gateway dies before the client's resend is not
+// recorded anywhere runs again when it is resent (inference is idempotent).
 type failover struct {
-	g     *Gateway
-	log   string // our journal subject
-	beat  string
-	mu    sync.Mutex
+	g    *Gateway
+	beat string
+	mu   sync.Mutex
+	// peers are the other gateways heard, by id (bounded by maxPeers).
 	peers map[string]*peer
+	kv    jetstream.KeyValue // nil without gateway.failover or JetStream
+	js    jetstream.JetStream
 	stop  chan struct{}
 }
 
 type peer struct {
 	seen     time.Time
 	interval time.Duration
-	dead     bool
-	pending  map[string]*codec.JournalEntry
-	bytes    int64 // raw request bytes held in pending
 }
 
-// Bounds on what peers' journals may make this gateway hold: a forged or runaway journal
-// is dropped past them (and counted as bad journal messages), never grows memory.
+// Failover's headers and bounds.
 const (
-	maxPeers        = 16
-	maxPeerPending  = 100000
-	maxPeerBytes    = 256 << 20
-	maxJournalReply = 256
+	// AnswersBucket keeps what gateways accepted and answered, for resends.
+	AnswersBucket = "ortbus_answers"
+	// failoverTTL is how long an answers record is kept: a client resends within
+	// miss_count heartbeat intervals of a death.
+	failoverTTL = time.Minute
+	// maxPeers bounds the peer gateways followed; beats of more are dropped (counted).
+	maxPeers = 64
+	// maxStoredAnswer bounds an answer kept for a resend; a larger one is not kept (its
+	// request would run again).
+	maxStoredAnswer = 256 << 10
 )
 
-// validJournal checks a journal entry from the wire: a valid id, a known state, and for
-// an accepted request an API op and a reply subject that is an inbox — never a subject of
-// ortbus's own (a forged entry must not make this gateway publish work or heartbeats).
-func validJournal(e *codec.JournalEntry) bool {
-	if codec.CheckID("id", e.ID) != nil {
-		return false
-	}
-	switch e.State {
-	case codec.JournalDispatched, codec.JournalDone:
-		return true
-	case codec.JournalAccepted:
-	default:
-		return false
-	}
-	if _, err := subjects.API(e.Op); err != nil || !slices.Contains(subjects.Ops, e.Op) {
-		return false
-	}
-	r := e.Reply
-	if r == "" || len(r) > maxJournalReply || strings.ContainsAny(r, "*> \t\r\n") || strings.HasPrefix(r, "$") ||
-		strings.HasPrefix(r, "ortbus.") || strings.HasPrefix(r, subjects.InferPrefix+".") {
-		return false
-	}
-	for _, tok := range strings.Split(r, ".") {
-		if subjects.ValidateToken("reply", tok) != nil {
-			return false
-		}
-	}
-	return true
+// answerRecord is the value of an answers record: who holds the request, and its answer
+// once there is one.
+type answerRecord struct {
+	Gateway  string       `msgpack:"g"`
+	Answered bool         `msgpack:"a,omitempty"`
+	Body     []byte       `msgpack:"b,omitempty"`
+	Err      *codec.Error `msgpack:"e,omitempty"`
 }
 
-func (g *Gateway) startFailover() error {
-	if !g.cfg.Gateway.Failover {
-		return nil
-	}
+// startFailover starts the beats and the peer tracking (always: clients follow the
+// beats) and, with gateway.failover, opens the answers bucket in the background.
+func (g *Gateway) startFailover(ctx context.Context) error {
 	f := &failover{g: g, peers: map[string]*peer{}, stop: make(chan struct{})}
 	var err error
-	if f.log, err = subjects.GatewayLog(g.id); err != nil {
-		return err
-	}
 	if f.beat, err = subjects.GatewayBeat(g.id); err != nil {
 		return err
 	}
@@ -106,179 +94,195 @@ func (g *Gateway) startFailover() error {
 	}
 	g.failover = f
 	go f.run()
+	if g.cfg.Gateway.Failover && !(g.cfg.NATS.Embedded && g.cfg.NATS.StoreDir == "") {
+		go f.openAnswers(ctx)
+	}
 	return nil
 }
 
-// record journals one state change of a request taken over NATS (replyTo set).
-func (f *failover) record(p *pending, state string, raw []byte) {
-	if f == nil || p.replyTo == "" {
-		return
-	}
-	e := codec.JournalEntry{ID: p.id, State: state}
-	if state == codec.JournalAccepted {
-		e.Op, e.Reply, e.JSON, e.Request = p.op, p.replyTo, p.asJSON, raw
-	}
-	if b, err := codec.Marshal(&e); err == nil {
-		if err := f.g.nc.Publish(f.log, b); err != nil {
-			f.g.publishFailed("journal", err)
+// openAnswers opens the answers bucket, trying again while JetStream is not ready.
+func (f *failover) openAnswers(ctx context.Context) {
+	wait := jobOpenRetry
+	for ctx.Err() == nil {
+		js, err := jetstream.New(f.g.nc)
+		var kv jetstream.KeyValue
+		if err == nil {
+			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			kv, err = js.CreateOrUpdateKeyValue(octx, jetstream.KeyValueConfig{
+				Bucket:      AnswersBucket,
+				Description: "ortbus: requests accepted and answered, for clients' resends",
+				TTL:         failoverTTL,
+				History:     1,
+				Replicas:    f.g.cfg.Jobs.Replicas,
+			})
+			cancel()
 		}
+		if err == nil {
+			f.mu.Lock()
+			f.js, f.kv = js, kv
+			f.mu.Unlock()
+			f.g.log.Info("answers bucket open")
+			return
+		}
+		f.g.log.Warn("open the answers bucket; trying again", "err", err, "after", wait)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, jobOpenRetryMax)
 	}
 }
 
-// hear follows peers' beats and journals.
+// answerKey is the bucket key of a request: a hash of its owner and id (any bytes of
+// either are fine; the key is hex).
+func answerKey(owner, id string) string {
+	h := sha256.Sum256([]byte(owner + "\x00" + id))
+	return hex.EncodeToString(h[:16])
+}
+
+// record writes p's record (rule 4), without waiting: accepted, or answered with body or
+// e. Only requests taken over NATS (a reply subject) are recorded.
+func (f *failover) record(p *pending, answered bool, body []byte, e *codec.Error) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	js := f.js
+	f.mu.Unlock()
+	if js == nil || p.replyTo == "" || p.owner == ownerJob {
+		return
+	}
+	rec := answerRecord{Gateway: f.g.id, Answered: answered, Err: e}
+	if answered && e == nil {
+		if len(body) > maxStoredAnswer {
+			return // too large to keep: a resend runs it again
+		}
+		rec.Body = body
+	}
+	b, err := codec.Marshal(&rec)
+	if err != nil {
+		return
+	}
+	if _, err := js.PublishAsync("$KV."+AnswersBucket+"."+answerKey(p.owner, p.id), b); err != nil {
+		f.g.publishFailed("answers record", err)
+	}
+}
+
+// resent answers a resend (rule 3) when it can: true when it replied (a notice or the
+// kept answer), false when the request is to run as a new one.
+func (f *failover) resent(r micro.Request, id, owner string, respond Reply) bool {
+	if f == nil {
+		return false
+	}
+	g := f.g
+	if p, ok := g.fl.get(id); ok && p.owner == owner {
+		f.notice(r, g.id)
+		return true
+	}
+	f.mu.Lock()
+	kv := f.kv
+	f.mu.Unlock()
+	if kv == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	entry, err := kv.Get(ctx, answerKey(owner, id))
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			g.log.Warn("read the answers bucket", "err", err)
+		}
+		return false
+	}
+	var rec answerRecord
+	if codec.Unmarshal(entry.Value(), &rec) != nil {
+		return false
+	}
+	switch {
+	case rec.Answered:
+		respond(rec.Body, rec.Err)
+		return true
+	case rec.Gateway != g.id && f.alive(rec.Gateway):
+		f.notice(r, rec.Gateway)
+		return true
+	}
+	return false // held by a dead gateway (or by this one before a restart): run it
+}
+
+// notice replies that the request is held by gateway.
+func (f *failover) notice(r micro.Request, gateway string) {
+	if err := r.Respond(nil, micro.WithHeaders(micro.Headers{codec.HeaderHeld: {gateway}})); err != nil {
+		f.g.publishFailed("reply", err)
+	}
+}
+
+// alive reports whether peer gateway id beats (rule 1).
+func (f *failover) alive(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	pr := f.peers[id]
+	return pr != nil && !health.Silent(time.Now(), pr.seen, pr.interval, f.g.cfg.Health.MissCount)
+}
+
+// hear follows peers' beats.
 func (f *failover) hear(m *nats.Msg) {
 	ps, err := subjects.Parse(m.Subject)
-	if err != nil || ps.Kind != subjects.KindGateway || ps.Worker == f.g.id {
+	if err != nil || ps.Kind != subjects.KindGateway || ps.Worker == f.g.id || ps.Verb != "hb" {
+		return
+	}
+	var b codec.GatewayBeat
+	if codec.Unmarshal(m.Data, &b) != nil || b.Gateway != ps.Worker || b.IntervalMS <= 0 || b.IntervalMS > time.Hour.Milliseconds() {
+		f.g.metrics.bad("gateway beat")
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	pr := f.peers[ps.Worker]
 	if pr == nil {
+		f.forgetSilent()
 		if len(f.peers) >= maxPeers {
-			f.g.metrics.bad("journal")
+			f.g.metrics.bad("gateway beat")
 			return
 		}
-		pr = &peer{pending: map[string]*codec.JournalEntry{}, interval: f.g.cfg.Health.HeartbeatInterval.D()}
+		pr = &peer{}
 		f.peers[ps.Worker] = pr
 		f.g.log.Info("peer gateway heard", "gateway", ps.Worker)
 	}
-	// Any message of a peer is a sign of life: a peer that dies before its next beat,
-	// known so far only from its journal, must still be judged.
-	pr.seen, pr.dead = time.Now(), false
-	switch ps.Verb {
-	case "hb":
-		var b codec.GatewayBeat
-		if codec.Unmarshal(m.Data, &b) == nil && b.IntervalMS > 0 && b.IntervalMS <= time.Hour.Milliseconds() {
-			pr.interval = time.Duration(b.IntervalMS) * time.Millisecond
-		}
-	case "log":
-		var e codec.JournalEntry
-		if codec.Unmarshal(m.Data, &e) != nil || !validJournal(&e) {
-			f.g.metrics.bad("journal")
-			return
-		}
-		switch e.State {
-		case codec.JournalAccepted:
-			if x := pr.pending[e.ID]; x != nil {
-				pr.bytes -= int64(len(x.Request))
-				delete(pr.pending, e.ID)
-			}
-			if len(pr.pending) >= maxPeerPending || pr.bytes+int64(len(e.Request)) > maxPeerBytes {
-				f.g.metrics.bad("journal")
-				return
-			}
-			pr.pending[e.ID] = &e
-			pr.bytes += int64(len(e.Request))
-		case codec.JournalDispatched:
-			if x := pr.pending[e.ID]; x != nil {
-				x.State = e.State
-			}
-		case codec.JournalDone:
-			if x := pr.pending[e.ID]; x != nil {
-				pr.bytes -= int64(len(x.Request))
-				delete(pr.pending, e.ID)
-			}
+	pr.seen, pr.interval = time.Now(), time.Duration(b.IntervalMS)*time.Millisecond
+}
+
+// forgetSilent drops peers silent for long (their records have expired): f.mu held.
+func (f *failover) forgetSilent() {
+	for id, pr := range f.peers {
+		if time.Since(pr.seen) > failoverTTL+pr.interval*time.Duration(f.g.cfg.Health.MissCount) {
+			delete(f.peers, id)
 		}
 	}
 }
 
-// run beats and judges peers until the gateway stops.
+// run beats until the gateway stops.
 func (f *failover) run() {
 	iv := f.g.cfg.Health.HeartbeatInterval.D()
 	beat := time.NewTicker(iv)
-	judge := time.NewTicker(max(5*time.Millisecond, iv/10))
 	defer beat.Stop()
-	defer judge.Stop()
 	var seq uint64
-	send := func() {
+	for {
 		seq++
 		if b, err := codec.Marshal(&codec.GatewayBeat{Gateway: f.g.id, Seq: seq, IntervalMS: iv.Milliseconds()}); err == nil {
 			if err := f.g.nc.Publish(f.beat, b); err != nil {
 				f.g.publishFailed("gateway beat", err)
 			}
 		}
-	}
-	send()
-	for {
 		select {
 		case <-f.stop:
 			return
 		case <-beat.C:
-			send()
-		case now := <-judge.C:
-			if !f.g.nc.IsConnected() {
-				continue
-			}
-			f.judge(now)
 		}
 	}
-}
-
-// judge takes over the requests of peers that went silent, if this gateway is the live
-// one with the lowest id.
-func (f *failover) judge(now time.Time) {
-	f.mu.Lock()
-	var died []string
-	live := []string{f.g.id}
-	for id, pr := range f.peers {
-		if pr.dead {
-			continue
-		}
-		if health.Silent(now, pr.seen, pr.interval, f.g.cfg.Health.MissCount) {
-			pr.dead = true
-			died = append(died, id)
-		} else {
-			live = append(live, id)
-		}
-	}
-	sort.Strings(live)
-	mine := live[0] == f.g.id
-	var work []*codec.JournalEntry
-	dead := map[*codec.JournalEntry]string{}
-	for _, id := range died {
-		for _, e := range f.peers[id].pending {
-			work = append(work, e)
-			dead[e] = id
-		}
-		f.peers[id].pending, f.peers[id].bytes = map[string]*codec.JournalEntry{}, 0
-	}
-	f.mu.Unlock()
-	for _, id := range died {
-		f.g.log.Warn("peer gateway silent: judged dead", "gateway", id, "unanswered", len(work), "taking_over", mine)
-	}
-	if !mine {
-		return
-	}
-	for _, e := range work {
-		f.takeOver(e, dead[e])
-	}
-}
-
-func (f *failover) takeOver(e *codec.JournalEntry, from string) {
-	g := f.g
-	reply := func(body []byte, err *codec.Error) { publishReply(g.nc, e.Reply, e.JSON, body, err) }
-	if e.State == codec.JournalAccepted {
-		g.log.Warn("taking over a queued request of a dead gateway", "gateway", from, "id", e.ID)
-		g.submitFrom(e.Op, e.Request, e.JSON, e.Reply, ownerOf(e.Reply), reply)
-		return
-	}
-	g.log.Warn("answering an in-flight request of a dead gateway", "gateway", from, "id", e.ID)
-	reply(nil, codec.Errorf(codec.CodeWorkerLost, "gateway %s died while the request was in flight; it may have run, so it is not run again", from).
-		With("gateway", from).With("id", e.ID))
 }
 
 func (f *failover) close() {
 	if f != nil {
 		close(f.stop)
 	}
-}
-
-// publishReply sends a terminal reply to a client's reply subject the way the micro
-// service would: the body, or an error with its headers.
-func publishReply(nc *nats.Conn, subject string, asJSON bool, body []byte, e *codec.Error) error {
-	if e != nil {
-		return reply.Send(nc, reply.Error(subject, e, asJSON))
-	}
-	return reply.Send(nc, reply.Result(subject, body, asJSON))
 }

@@ -58,7 +58,7 @@ type Gateway struct {
 	http    *http.Server
 
 	supervisor   *supervisor
-	failover     *failover // nil unless gateway.failover
+	failover     *failover // gateway beats, peers, and the answers bucket for resends
 	claimSubject string
 
 	jobs   *jobService
@@ -111,12 +111,12 @@ func Run(ctx context.Context, o Options) error {
 	if _, err := g.nc.Subscribe(g.claimSubject+".>", guard.Msg(g.log, "claim", g.nc, g.onClaim)); err != nil {
 		return err
 	}
-	if err := g.startFailover(); err != nil {
+	jobsCtx, stopJobs := context.WithCancel(context.Background())
+	defer stopJobs()
+	if err := g.startFailover(jobsCtx); err != nil {
 		return err
 	}
 	defer g.failover.close()
-	jobsCtx, stopJobs := context.WithCancel(context.Background())
-	defer stopJobs()
 	g.startJobs(jobsCtx)
 	dispatchDone := make(chan struct{})
 	dispatchCtx, stopDispatch := context.WithCancel(context.Background())

@@ -313,7 +313,7 @@ func (a *httpAPI) op(w http.ResponseWriter, r *http.Request, op string) {
 		body = []byte("{}")
 	}
 	id := ""
-	if submits(op) {
+	if subjects.IsWork(op) {
 		body, id = withID(body)
 	}
 	res := make(chan httpResult, 1)
@@ -336,16 +336,6 @@ func (a *httpAPI) op(w http.ResponseWriter, r *http.Request, op string) {
 			}
 		}
 	}
-}
-
-// submits reports whether op is work that is queued and answered later (and so can be
-// cancelled).
-func submits(op string) bool {
-	switch op {
-	case subjects.OpTag, subjects.OpEmbed, subjects.OpCompare, subjects.OpDetect, subjects.OpSegment, subjects.OpInfer:
-		return true
-	}
-	return false
 }
 
 // withID returns the request's id, giving it one when it has none. A body that does not

@@ -149,7 +149,7 @@ func (g *Gateway) runJobItem(ctx context.Context, it jobs.Item) ([]byte, *codec.
 	}
 	done := make(chan answer, 1)
 	p.reply = func(b []byte, e *codec.Error) { done <- answer{b, e} }
-	g.submit(p, nil)
+	g.submit(p)
 	select {
 	case a := <-done:
 		return a.body, a.err

@@ -35,9 +35,7 @@ type pending struct {
 	replyTo  string // the client's NATS reply subject ("" over HTTP), for failover
 	owner    string // who may cancel it (see canCancel)
 	size     int64  // the request's encoded size, counted against its class queue's bytes
-	// journaled: the request is in this gateway's failover journal.
-	journaled bool
-	once      sync.Once
+	once     sync.Once
 
 	// Guarded by flights.mu.
 	attempt int    // dispatches so far
@@ -83,9 +81,7 @@ func (g *Gateway) answer(p *pending, body []byte, err *codec.Error) {
 		}
 		g.metrics.observe(p, outcome)
 		p.reply(body, err)
-		if p.journaled {
-			g.failover.record(p, codec.JournalDone, nil)
-		}
+		g.failover.record(p, true, body, err)
 	})
 }
 
@@ -108,13 +104,12 @@ func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner
 	if p.req.ID == "" {
 		p.req.ID = nuid.Next()
 	}
-	g.submit(p, data)
+	g.submit(p)
 }
 
 // submit accepts a decoded and validated request (p.req, whose id is set) for p.op:
-// class, deadline, model and pool checks, route check, then the class queue. data is
-// the request as the client sent it, for the failover journal (nil: not journaled).
-func (g *Gateway) submit(p *pending, data []byte) {
+// class, deadline, model and pool checks, route check, then the class queue.
+func (g *Gateway) submit(p *pending) {
 	pools, e := g.resolve(p)
 	if e != nil {
 		g.answer(p, nil, e)
@@ -128,11 +123,6 @@ func (g *Gateway) submit(p *pending, data []byte) {
 		g.answer(p, nil, e)
 		return
 	}
-	if g.failover != nil && p.replyTo != "" {
-		// Journaled before it can be dispatched, so peers see accepted before dispatched.
-		g.failover.record(p, codec.JournalAccepted, data)
-		p.journaled = true
-	}
 	dropped, err := g.queues.Push(&sched.Item{ID: p.id, Class: p.class, Pools: pools, Deadline: p.deadline, Bytes: p.size, Value: p})
 	if err != nil {
 		g.answer(p, nil, codec.AsError(err))
@@ -141,6 +131,7 @@ func (g *Gateway) submit(p *pending, data []byte) {
 	for _, d := range dropped {
 		g.answer(d.Value.(*pending), nil, codec.Errorf(codec.CodeOverloaded, "dropped from the full %s queue for a newer request (drop_oldest)", p.class))
 	}
+	g.failover.record(p, false, nil, nil)
 	g.cancelIfAsked(p)
 	g.kick()
 }
@@ -246,9 +237,6 @@ func (g *Gateway) send(p *pending, pool string) {
 		g.release(p, pool)
 		g.answer(p, nil, codec.Errorf(codec.CodeInternal, "encode work item: %v", err))
 		return
-	}
-	if p.journaled {
-		g.failover.record(p, codec.JournalDispatched, nil)
 	}
 	msg, err := g.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subj, Data: data})
 	g.release(p, pool)

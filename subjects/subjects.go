@@ -37,8 +37,8 @@ const (
 	// OpsCancel is the operators' cancel: honoured for any request, where ortbus.v1.cancel
 	// is honoured only for the connection that sent the request.
 	OpsCancel = "ortbus.ops.cancel"
-	// GWAll matches every gateway heartbeat and journal subject.
-	GWAll = GWPrefix + ".>"
+	// GWAll matches every gateway heartbeat subject.
+	GWAll = GWPrefix + ".*.hb"
 
 	// HBAll matches every heartbeat.
 	HBAll = HBPrefix + ".>"
@@ -77,6 +77,16 @@ const (
 	OpJobList    = "job.list"
 	OpJobResults = "job.results"
 )
+
+// IsWork reports whether op is inference work: queued, answered later, cancellable, and
+// sent again by a client after a gateway died.
+func IsWork(op string) bool {
+	switch op {
+	case OpTag, OpEmbed, OpCompare, OpDetect, OpSegment, OpInfer:
+		return true
+	}
+	return false
+}
 
 // JobOps lists the job API's operations.
 var JobOps = []string{OpJobSubmit, OpJobStatus, OpJobCancel, OpJobList, OpJobResults}
@@ -241,14 +251,6 @@ func GatewayBeat(gateway string) (string, error) {
 		return "", err
 	}
 	return GWPrefix + "." + gateway + ".hb", nil
-}
-
-// GatewayLog is the journal subject of a gateway: ortbus.gw.<gateway>.log.
-func GatewayLog(gateway string) (string, error) {
-	if err := ValidateToken("gateway", gateway); err != nil {
-		return "", err
-	}
-	return GWPrefix + "." + gateway + ".log", nil
 }
 
 // Parsed is a subject taken apart by Parse.

@@ -18,7 +18,7 @@ func TestBuildAndParse(t *testing.T) {
 		{func() (string, error) { return ClaimFrom("ortbus.claim.gw1", "cpu", "w-1") }, "ortbus.claim.gw1.cpu.w-1", Parsed{Kind: KindClaim, Gateway: "gw1", Pool: "cpu", Worker: "w-1"}},
 		{func() (string, error) { return Cancel, nil }, "ortbus.cancel", Parsed{Kind: KindCancel}},
 		{func() (string, error) { return GatewayBeat("gw1") }, "ortbus.gw.gw1.hb", Parsed{Kind: KindGateway, Worker: "gw1", Verb: "hb"}},
-		{func() (string, error) { return GatewayLog("gw1") }, "ortbus.gw.gw1.log", Parsed{Kind: KindGateway, Worker: "gw1", Verb: "log"}},
+		{func() (string, error) { return API(OpJobSubmit) }, "ortbus.v1.job.submit", Parsed{Kind: KindAPI, Op: OpJobSubmit}},
 	}
 	for _, c := range cases {
 		s, err := c.build()

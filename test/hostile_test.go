@@ -79,6 +79,7 @@ type hostileRun struct {
 	base     string // the test's directory (symlinks resolved)
 	root     string // the allowed root
 	spool    string // the spool (inside root)
+	store    string // the embedded server's JetStream directory
 	outside  string // a directory outside the allowed roots
 	cfgDir   string
 	cfg      string
@@ -167,6 +168,7 @@ func newHostileRun(t *testing.T) *hostileRun {
 	h.spool = filepath.Join(h.root, "spool")
 	h.outside = filepath.Join(base, "outside")
 	h.cfgDir = filepath.Join(base, "cfg")
+	h.store = t.TempDir() // JetStream's files: outside the tree watched for writes
 	for _, d := range []string{h.root, h.spool, h.outside, h.cfgDir, filepath.Join(h.root, "dir.png")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -199,15 +201,15 @@ func hMust(t *testing.T, err error) {
 	}
 }
 
-// writeConfig writes the stack's config: embedded NATS, failover on (so the gateway
-// subscribes to ortbus.gw.>), pools fast (1.30.0: urgent, interactive; tagger, CCIP,
+// writeConfig writes the stack's config: embedded NATS with JetStream (the job API and
+// failover's answers bucket), pools fast (1.30.0: urgent, interactive; tagger, CCIP,
 // detector, segmenter, tiny) and bulk (1.24.3: interactive, batch; tagger, CCIP; dynamic
 // batching), as deploy/local.toml has them.
 func (h *hostileRun) writeConfig(t *testing.T) string {
 	md := testenv.Models(t)
 	dur := func(d time.Duration) config.Duration { return config.Duration(d) }
 	c := &config.Config{
-		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
+		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0", StoreDir: h.store},
 		Gateway:  config.Gateway{ShutdownGrace: dur(3 * time.Second), Failover: true},
 		Health:   config.Health{HeartbeatInterval: dur(gwHeartbeat), MissCount: gwMissCount},
 		Security: config.Security{AllowedRoots: []string{h.root}, SpoolDir: h.spool},
@@ -578,7 +580,7 @@ func (h *hostileRun) surfaces(t *testing.T, s *hstack) []*hSurface {
 		filepath.Join(h.root, "link-out", "secret.png"),  // through a symlinked directory
 		filepath.Join(h.spool, strings.Repeat("n", 300)), // a name over NAME_MAX
 	)
-	forge := map[string][]string{"worker": {s.byPool["fast"], s.byPool["bulk"]}, "pool": {"bulk", "fast", "nopool"}, "gateway": {s.gwID}, "id": {"h-someone-else"}}
+	forge := map[string][]string{"worker": {s.byPool["fast"], s.byPool["bulk"]}, "pool": {"bulk", "fast", "nopool"}, "gateway": {s.gwID}, "id": {"h-someone-else"}, "job": {"h-job", "h-none"}}
 	o := hostile.Options{Seed: 10, MaxBody: maxBody, Forge: forge, Paths: pathAttacks}
 	oShallow := o
 	oShallow.FieldDepth = 1
@@ -646,18 +648,27 @@ func (h *hostileRun) surfaces(t *testing.T, s *hstack) []*hSurface {
 	out = append(out, &hSurface{name: "nats ortbus.worker.hostile-none.drain", kind: hNATSRequest, noResp: true,
 		subject: func(*hstack) string { return "ortbus.worker.hostile-none.drain" }, muts: hThin(hGen(t, &codec.Request{ID: "h-drain"}, o), 12)})
 	beat := &codec.GatewayBeat{Gateway: hostileFakeGateway, Seq: 1, IntervalMS: gwHeartbeat.Milliseconds()}
-	journal := &codec.JournalEntry{ID: "h-journal", State: codec.JournalAccepted, Op: "tag", Reply: "_INBOX.hostile-takeover", JSON: false,
-		Request: hMarshal(t, &codec.Request{Path: red, Class: "interactive"})}
 	out = append(out,
 		&hSurface{name: "nats ortbus.gw.<fake>.hb", kind: hNATSPublish, subject: func(*hstack) string { return "ortbus.gw." + hostileFakeGateway + ".hb" },
 			muts: hThin(hGen(t, beat, o), 2)},
 		&hSurface{name: "nats ortbus.gw.<gateway>.hb (forged)", kind: hNATSPublish, subject: func(s *hstack) string { return "ortbus.gw." + s.gwID + ".hb" },
 			muts: hThin(hGen(t, beat, o), 6)},
-		&hSurface{name: "nats ortbus.gw.<fake>.log", kind: hNATSPublish, subject: func(*hstack) string { return "ortbus.gw." + hostileFakeGateway + ".log" },
-			muts: hThin(hGen(t, journal, o), 2)},
-		&hSurface{name: "nats ortbus.gw.<gateway>.log (forged)", kind: hNATSPublish, subject: func(s *hstack) string { return "ortbus.gw." + s.gwID + ".log" },
-			muts: hThin(hGen(t, journal, o), 6)},
 	)
+	// The job API (JetStream in the stack's store): every verb's body mutated.
+	for _, j := range []struct {
+		op     string
+		sample any
+		thin   int
+	}{
+		{subjects.OpJobSubmit, &codec.JobSubmit{Job: "h-job", Op: "tag", Items: []string{red}, Options: &codec.Request{TimeoutMS: 5000}}, 3},
+		{subjects.OpJobStatus, &codec.JobRef{Job: "h-job"}, 6},
+		{subjects.OpJobCancel, &codec.JobRef{Job: "h-none"}, 6},
+		{subjects.OpJobResults, &codec.JobResultsRequest{Job: "h-job", From: 1, Limit: 10}, 6},
+	} {
+		subj := "ortbus.v1." + j.op
+		out = append(out, &hSurface{name: "nats " + subj, kind: hNATSRequest, subject: func(*hstack) string { return subj },
+			muts: hThin(hGen(t, j.sample, o), j.thin)})
+	}
 	// HTTP: every op's POST route, the GET routes, and unknown ops.
 	for _, op := range subjects.Ops {
 		n := 6

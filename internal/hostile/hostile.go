@@ -105,7 +105,7 @@ type Options struct {
 
 // DefaultIDFields are the identity fields of the ortbus messages: subject tokens, ids,
 // names that end up in logs, metrics labels and subjects.
-var DefaultIDFields = []string{"id", "worker", "pool", "gateway", "class", "model", "op", "claim_to", "reply", "device", "state", "host", "runtime", "ep", "name", "kind"}
+var DefaultIDFields = []string{"id", "worker", "pool", "gateway", "class", "model", "op", "claim_to", "reply", "device", "state", "host", "runtime", "ep", "name", "kind", "job"}
 
 // MsgpackBytes is a sample given as msgpack bytes.
 type MsgpackBytes []byte
@@ -660,7 +660,7 @@ func (g *Generator) isID(leaf string) bool {
 
 func isPath(leaf string) bool {
 	l := strings.ToLower(leaf)
-	return l == "path" || strings.HasSuffix(l, "_path") || l == "library" || l == "dir"
+	return l == "path" || strings.HasSuffix(l, "_path") || l == "library" || l == "dir" || l == "items"
 }
 
 // fields emits every per-field mutation, msgpack first, then JSON.

@@ -32,15 +32,14 @@ func samples() map[string]any {
 		"claim":        &codec.Claim{ID: "r1", Worker: "fast-0", Pool: "fast", Attempt: 1, State: codec.ClaimTaken},
 		"cancel":       &codec.Cancel{ID: "r1"},
 		"gateway-beat": &codec.GatewayBeat{Gateway: "gw-1", Seq: 3, IntervalMS: 1000},
-		"journal": &codec.JournalEntry{ID: "r1", State: codec.JournalAccepted, Op: "tag", Reply: "_INBOX.abc", JSON: false,
-			Request: []byte{0x81, 0xa4, 'p', 'a', 't', 'h', 0xa1, '/'}},
+		"job-submit":   &codec.JobSubmit{Job: "j1", Op: "tag", Items: []string{"/a.png", "/b.png"}, Options: &codec.Request{TimeoutMS: 1000}},
 	}
 }
 
 // smallOpts keep the unit tests fast: shallow nesting and small huge bodies.
 var smallOpts = Options{Seed: 1, MaxBody: 256 << 10, Depth: 1000,
 	Forge: map[string][]string{"worker": {"other-worker"}, "pool": {"other-pool"}, "id": {"someone-elses-id"},
-		"gateway": {"other-gw"}, "class": {"urgent"}, "model": {"other-model"}},
+		"gateway": {"other-gw"}, "class": {"urgent"}, "model": {"other-model"}, "job": {"someone-elses-job"}},
 	Paths: []string{"/srv/img/../../etc/passwd", "/srv/img/link-out/x.png"}}
 
 func digest(ms []Mutation) [32]byte {
