@@ -87,8 +87,9 @@ type Gateway struct {
 	// batch held to one unit in flight on a device while higher classes are busy there,
 	// deadline feasibility) or "fifo" (arrival order, no sharing rule; for comparison).
 	Policy string `toml:"policy,omitempty"`
-	// Failover: this gateway journals the requests it accepts on the bus and takes over
-	// those of a peer gateway (same queue group) whose heartbeat stops.
+	// Failover: this gateway records the requests it accepts over NATS, and their
+	// answers, in the JetStream bucket ortbus_answers, so that a client's resend after a
+	// gateway died is answered once (gateway/failover.go).
 	Failover bool `toml:"failover,omitempty"`
 
 	// The HTTP API's guards. HTTPHosts are extra names (host or host:port) a request's
