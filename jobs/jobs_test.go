@@ -342,6 +342,12 @@ func TestExpand(t *testing.T) {
 			t.Errorf("%+v: %v %v, want %s", c.d, got, e, c.want)
 		}
 	}
+	// A directory given as a symlink is listed, under the directory it points to.
+	link := filepath.Join(t.TempDir(), "lib")
+	os.Symlink(filepath.Join(dir, "sub"), link)
+	if got, e := Expand(codec.JobDir{Path: link}, 100); e != nil || fmt.Sprint(rel(got)) != "[sub/c.png sub/d.webp]" {
+		t.Errorf("symlinked dir: %v %v", got, e)
+	}
 	if _, e := Expand(codec.JobDir{Path: dir, Recursive: true}, 3); e == nil || e.Code != codec.CodeBadRequest {
 		t.Errorf("over max: %v", e)
 	}

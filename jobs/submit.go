@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -171,13 +172,21 @@ func Expand(d codec.JobDir, max int) ([]string, *codec.Error) {
 			return nil, codec.Errorf(codec.CodeBadRequest, "dir.glob %q: %v", d.Glob, err).With("field", "dir.glob")
 		}
 	}
+	// The directory itself may be a symlink (WalkDir would not enter it): its items are
+	// then listed under the directory it points to.
+	root := d.Path
+	if fi, err := os.Lstat(root); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		if r, err := filepath.EvalSymlinks(root); err == nil {
+			root = r
+		}
+	}
 	var out []string
-	err := filepath.WalkDir(d.Path, func(p string, e fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if e.IsDir() {
-			if p != d.Path && !d.Recursive {
+			if p != root && !d.Recursive {
 				return fs.SkipDir
 			}
 			return nil
