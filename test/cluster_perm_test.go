@@ -228,6 +228,32 @@ func TestClusterPermissions(t *testing.T) {
 		client.noErrors(t)
 	})
 
+	t.Run("GatewayBeats", func(t *testing.T) {
+		// Failover: the gateways beat, and clients (and gateways) hear the beats; no one
+		// else may beat for a gateway.
+		beats, err := client.SubscribeSync("ortbus.gw.*.hb")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer beats.Unsubscribe()
+		client.noErrors(t)
+		for _, c := range []*clusterConn{client, wcpu} {
+			if err := c.Publish("ortbus.gw.app.hb", []byte("forged")); err != nil {
+				t.Fatal(err)
+			}
+			c.violation(t, "Publish", "ortbus.gw.app.hb")
+		}
+		if err := gw.Publish("ortbus.gw.app.hb", []byte("beat")); err != nil {
+			t.Fatal(err)
+		}
+		gw.noErrors(t)
+		// The gateway's beat is the first the client hears: no forgery came before it.
+		m, err := beats.NextMsg(clusterEventBound)
+		if err != nil || string(m.Data) != "beat" {
+			t.Fatalf("client heard %v, %v; want the gateway's beat", m, err)
+		}
+	})
+
 	t.Run("Worker", func(t *testing.T) {
 		// A worker of pool cpu takes its pool's work in its queue group and answers it —
 		// once: the server refuses a second answer to the same request.
