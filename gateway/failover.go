@@ -102,7 +102,7 @@ func (g *Gateway) startFailover(ctx context.Context) error {
 
 // openAnswers opens the answers bucket, trying again while JetStream is not ready.
 func (f *failover) openAnswers(ctx context.Context) {
-	wait := jobOpenRetry
+	wait, lastErr := jobOpenRetry, ""
 	for ctx.Err() == nil {
 		js, err := jetstream.New(f.g.nc)
 		var kv jetstream.KeyValue
@@ -124,7 +124,10 @@ func (f *failover) openAnswers(ctx context.Context) {
 			f.g.log.Info("answers bucket open")
 			return
 		}
-		f.g.log.Warn("open the answers bucket; trying again", "err", err, "after", wait)
+		if msg := err.Error(); msg != lastErr { // logged once per kind of failure
+			f.g.log.Warn("open the answers bucket; trying again", "err", err, "every", jobOpenRetryMax)
+			lastErr = msg
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):

@@ -74,7 +74,7 @@ func (g *Gateway) startJobs(ctx context.Context) {
 	go func() {
 		defer close(g.jobs.done)
 		var s *jobs.Store
-		wait := jobOpenRetry
+		wait, lastErr := jobOpenRetry, ""
 		for {
 			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			var err error
@@ -94,7 +94,10 @@ func (g *Gateway) startJobs(ctx context.Context) {
 				g.jobs.why = jobs.Unavailable()
 				g.jobs.mu.Unlock()
 			}
-			g.log.Warn("open the job store; trying again", "err", err, "after", wait)
+			if msg := err.Error(); msg != lastErr { // logged once per kind of failure
+				g.log.Warn("open the job store; trying again", "err", err, "every", jobOpenRetryMax)
+				lastErr = msg
+			}
 			select {
 			case <-ctx.Done():
 				return
