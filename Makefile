@@ -72,6 +72,7 @@ bench: build prepare $(OCR_MODEL)
 	bin/ortbus bench collision  -out bench-out/collision.json -chart bench-out/collision.png
 	bin/ortbus bench collision  -scenario onepool -out bench-out/collision-onepool.json
 	bin/ortbus bench failure    -out bench-out/failure.json
+	bin/ortbus bench jobs       -out bench-out/jobs.json
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./images/ ./codec/
 
 clean:
