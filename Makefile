@@ -65,7 +65,8 @@ ocr-model: $(OCR_MODEL)
 $(OCR_MODEL): scripts/fetch-ocr-model.sh
 	scripts/fetch-ocr-model.sh $(DEPS)
 
-# Every bench once (about 5 minutes on 2 cores); figures and commands in docs/BENCHMARKS.md.
+# Every bench once (about 11 minutes on 2 cores, jobs alone about 6); figures and commands in
+# docs/BENCHMARKS.md.
 bench: build prepare $(OCR_MODEL)
 	bin/ortbus bench overhead   -out bench-out/overhead.json
 	bin/ortbus bench throughput -out bench-out/throughput.json
