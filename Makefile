@@ -65,13 +65,15 @@ ocr-model: $(OCR_MODEL)
 $(OCR_MODEL): scripts/fetch-ocr-model.sh
 	scripts/fetch-ocr-model.sh $(DEPS)
 
-# Every bench once (about 5 minutes on 2 cores); figures and commands in docs/BENCHMARKS.md.
+# Every bench once (about 11 minutes on 2 cores, jobs alone about 6); figures and commands in
+# docs/BENCHMARKS.md.
 bench: build prepare $(OCR_MODEL)
 	bin/ortbus bench overhead   -out bench-out/overhead.json
 	bin/ortbus bench throughput -out bench-out/throughput.json
 	bin/ortbus bench collision  -out bench-out/collision.json -chart bench-out/collision.png
 	bin/ortbus bench collision  -scenario onepool -out bench-out/collision-onepool.json
 	bin/ortbus bench failure    -out bench-out/failure.json
+	bin/ortbus bench jobs       -out bench-out/jobs.json
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./images/ ./codec/
 
 clean:

@@ -9,6 +9,7 @@
 //	throughput  batch class through the system vs an in-process loop, plain and dynamically batched
 //	collision   urgent + interactive + batch flood on pools sharing the CPU: solo, policy, FIFO
 //	failure     kill -9 of a loaded worker: time to answer what it held, lost requests, time to serve again
+//	jobs        N items as plain batch requests vs as one durable job, undisturbed and with kill -9 of the whole stack
 //
 // A report's top level is {"bench": NAME, "machine": {...}, "results": {...}}; the
 // results of each bench are documented on its result type and in docs/BENCHMARKS.md.
@@ -36,7 +37,7 @@ import (
 )
 
 // Names are the benchmarks Run knows, in the order `ortbus bench` lists them.
-var Names = []string{"overhead", "throughput", "collision", "failure"}
+var Names = []string{"overhead", "throughput", "collision", "failure", "jobs"}
 
 // RuntimeVersion is the ONNX Runtime version the benches' workers and in-process baselines
 // use (fetched by `make prepare` into <repo>/.deps/ort-VERSION/lib).
@@ -51,13 +52,14 @@ type Options struct {
 	// BinDir holds the gateway and ortworker binaries; "" = the executable's directory
 	// when both are there, else <Repo>/bin.
 	BinDir string
-	// N is the iteration count (overhead: requests per path); 0 = the bench's default.
+	// N is the iteration count (overhead: requests per path; jobs: items); 0 = the bench's
+	// default.
 	N int
 	// Duration is the measuring time (throughput: per path and model; failure: load before the
 	// kill; collision: overrides the scenario's arrival window); 0 = the default.
 	Duration time.Duration
-	// InFlight is how many requests the client keeps outstanding (throughput, failure);
-	// 0 = the default.
+	// InFlight is how many requests the client keeps outstanding (throughput, failure, the
+	// plain path of jobs); 0 = the default.
 	InFlight int
 	// Scenario is the collision scenario: a TOML file, or a built-in one ("" = "default",
 	// "onepool", "short"; see LoadScenario).
@@ -71,6 +73,9 @@ type Options struct {
 	// Logs receives the gateway's and workers' stderr (nil = kept in a file in the
 	// temporary directory and quoted in errors).
 	Logs io.Writer
+	// Kills is how many times the jobs bench kills the whole stack during its kill run
+	// (0 = the default, 2; < 0 = none).
+	Kills int
 	// KeepTemp keeps the temporary directory (configs, models, images, logs).
 	KeepTemp bool
 }
@@ -80,7 +85,7 @@ type Report struct {
 	Bench   string  `json:"bench"`
 	Machine Machine `json:"machine"`
 	// Results is the bench's own result type: *OverheadResults, *ThroughputResults,
-	// *CollisionResults or *FailureResults.
+	// *CollisionResults, *FailureResults or *JobsResults.
 	Results any `json:"results"`
 	// Notes say what the run could not do as asked, and where a target was missed.
 	Notes []string `json:"notes,omitempty"`
@@ -145,6 +150,8 @@ func Run(ctx context.Context, name string, o Options) (*Report, error) {
 		return Collision(ctx, o)
 	case "failure":
 		return Failure(ctx, o)
+	case "jobs":
+		return Jobs(ctx, o)
 	}
 	return nil, fmt.Errorf("unknown bench %q (want one of %s)", name, strings.Join(Names, ", "))
 }

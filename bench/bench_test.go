@@ -252,3 +252,62 @@ func TestRunUnknown(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestJobsSmall runs the jobs bench at a tiny size (200 items, one kill of the whole
+// stack) and checks its report: every path has a rate, each job has exactly one result
+// per item and no error, the kill was followed by a restart and new results, and no item
+// ran twice that was not redelivered. Figures are in docs/BENCHMARKS.md, from the full
+// bench.
+func TestJobsSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a gateway with JetStream and kills it; skipped with -short")
+	}
+	root := testenv.RepoRoot(t)
+	testenv.RuntimeLib(t, RuntimeVersion)
+	bin := buildSystem(t, root)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	const n = 200
+	var table bytes.Buffer
+	rep, err := Jobs(ctx, Options{Repo: root, BinDir: bin, N: n, Kills: 1, Out: &table})
+	t.Logf("jobs, %d items, one kill (load average %s):\n%s", n, loadAvg(), table.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := rep.Results.(*JobsResults)
+	if res.Items != n || res.Plain.OK != n || res.Plain.ItemsPerS <= 0 {
+		t.Errorf("plain path: %+v, want %d results and a rate", res.Plain, n)
+	}
+	for _, j := range []*JobsRun{res.Job, res.JobKills} {
+		if !j.ExactlyOnce || j.Results != n || j.Distinct != n || j.Duplicates != 0 || len(j.ResultErrors) != 0 {
+			t.Errorf("job %s: %d results for %d items, %d duplicates, errors %v; want exactly one result per item", j.Job, j.Results, j.Distinct, j.Duplicates, j.ResultErrors)
+		}
+		if j.State != "done" || j.Done != n || j.Failed != 0 || j.ItemsPerS <= 0 || j.ElapsedS <= 0 || j.SubmitMS <= 0 {
+			t.Errorf("job %s: %+v, want done with %d done, a rate, an elapsed and a submit time", j.Job, j, n)
+		}
+		if j.RunTwice > j.Redelivered {
+			t.Errorf("job %s: %d items ran twice but %d were redelivered", j.Job, j.RunTwice, j.Redelivered)
+		}
+	}
+	if len(res.Job.Kills) != 0 || res.Job.RunTwice != 0 || res.Job.Redelivered != 0 {
+		t.Errorf("undisturbed job: kills %v, %d ran twice, %d redelivered; want none", res.Job.Kills, res.Job.RunTwice, res.Job.Redelivered)
+	}
+	if len(res.JobKills.Kills) != 1 {
+		t.Fatalf("job with kills: %d kills, want 1", len(res.JobKills.Kills))
+	}
+	if k := res.JobKills.Kills[0]; k.Target != n/2 || k.AtResults < k.Target || k.AtResults >= n || k.PID <= 0 || k.LiveMS <= 0 || k.ResumeMS <= 0 {
+		t.Errorf("kill: %+v, want it after %d results, before the end, then a restart and a new result", k, n/2)
+	}
+	if res.JobOverPlain <= 0 || res.JobKillsOverPlain <= 0 {
+		t.Errorf("ratios %.3f, %.3f; want both > 0", res.JobOverPlain, res.JobKillsOverPlain)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{`"job_over_plain"`, `"run_twice"`, `"resume_ms"`, `"ack_wait_s"`, `"exactly_once":true`} {
+		if !bytes.Contains(b, []byte(k)) {
+			t.Errorf("report lacks %s: %s", k, b)
+		}
+	}
+}

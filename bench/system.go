@@ -121,6 +121,10 @@ type sysConfig struct {
 	Models  []modelSpec
 	// Heartbeat interval (default 250ms).
 	Heartbeat time.Duration
+	// StoreDir turns JetStream on in the embedded server (the job store); "" = off.
+	StoreDir string
+	// Jobs is the [jobs] table (zero = the defaults).
+	Jobs config.Jobs
 }
 
 // config is the configuration the bench writes: embedded NATS on a free port, quick
@@ -132,13 +136,14 @@ func (c sysConfig) config() *config.Config {
 		hb = 250 * time.Millisecond
 	}
 	cfg := &config.Config{
-		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
+		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0", StoreDir: c.StoreDir},
 		Gateway:  config.Gateway{ShutdownGrace: d(5 * time.Second), RestartBackoffMin: d(50 * time.Millisecond), Policy: c.Policy},
 		Health:   config.Health{HeartbeatInterval: d(hb), MissCount: 3},
 		Security: config.Security{AllowedRoots: []string{c.Images}},
 		Classes:  map[string]*config.Class{},
 		Pools:    map[string]*config.Pool{},
 		Models:   map[string]*config.Model{},
+		Jobs:     c.Jobs,
 	}
 	var classes, pools, models []string
 	for _, cl := range c.Classes {
@@ -206,6 +211,13 @@ type system struct {
 // ortworker, waits for its ready line, connects, and checks that every pool has all its
 // workers live. Its log is dir/name.log (and goes to o.Logs).
 func startSystem(ctx context.Context, o *Options, w *workdir, name, cfg string) (*system, error) {
+	return startSystemThen(ctx, o, w, name, cfg, nil)
+}
+
+// startSystemThen is startSystem that calls connected, when set, as soon as the
+// connection to the bus is open (before the wait for the workers): a subscription made
+// there sees everything the new system does.
+func startSystemThen(ctx context.Context, o *Options, w *workdir, name, cfg string, connected func(*nats.Conn) error) (*system, error) {
 	gw, err := launch.Start(filepath.Join(o.BinDir, "gateway"), []string{"-config", cfg, "-nats-listen", "127.0.0.1:0",
 		"-http-listen", "-", "-worker", filepath.Join(o.BinDir, "ortworker")},
 		launch.Options{Name: "gateway " + name, LogFile: filepath.Join(w.dir, name+".log"), Tee: o.Logs})
@@ -223,6 +235,12 @@ func startSystem(ctx context.Context, o *Options, w *workdir, name, cfg string) 
 		return nil, fmt.Errorf("connect to %s: %w", s.ready.NATSURL, err)
 	}
 	s.cl = client.New(s.nc)
+	if connected != nil {
+		if err := connected(s.nc); err != nil {
+			s.stop()
+			return nil, err
+		}
+	}
 	if err := s.awaitWorkers(ctx, 30*time.Second); err != nil {
 		s.stop()
 		return nil, err

@@ -15,12 +15,13 @@ import (
 )
 
 const benchUsage = `usage: ortbus bench NAME [flags]
-  NAME: overhead | throughput | collision | failure
+  NAME: overhead | throughput | collision | failure | jobs
   -out FILE.json   write the JSON report here (default <repo>/bench-out/NAME.json)
-  -n N             overhead: timed calls per path (default 3000)
+  -n N             overhead: timed calls per path (default 3000); jobs: items (default 10000)
   -duration D      throughput: measured time per path (default 8s); failure: load before the kill
                    (default 2s); collision: overrides the scenario's arrival window
-  -inflight N      throughput, failure: requests kept outstanding (default 32, 8)
+  -inflight N      throughput, failure, jobs (plain path): requests kept outstanding (default 32, 8, 32)
+  -kills N         jobs: kill -9 of the whole stack during the kill run (default 2; -1 = none)
   -scenario S      collision: a scenario TOML file, or a built-in one: default (two pools
                    sharing the CPU: bench/scenarios/collision.toml), onepool, short
   -chart FILE.png  collision: latency chart (default: next to -out, NAME.png; "-" = none)
@@ -44,6 +45,7 @@ func benchCmd(args []string) int {
 	n := fs.Int("n", 0, "")
 	dur := fs.Duration("duration", 0, "")
 	inflight := fs.Int("inflight", 0, "")
+	kills := fs.Int("kills", 0, "")
 	scenario := fs.String("scenario", "", "")
 	chart := fs.String("chart", "", "")
 	noSolo := fs.Bool("no-solo", false, "")
@@ -55,7 +57,7 @@ func benchCmd(args []string) int {
 		fmt.Fprint(os.Stderr, benchUsage)
 		return 2
 	}
-	o := bench.Options{Repo: *repo, BinDir: *bin, N: *n, Duration: *dur, InFlight: *inflight,
+	o := bench.Options{Repo: *repo, BinDir: *bin, N: *n, Duration: *dur, InFlight: *inflight, Kills: *kills,
 		Scenario: *scenario, SkipSolo: *noSolo, Out: os.Stdout, KeepTemp: *keep}
 	if *verbose {
 		o.Logs = os.Stderr
