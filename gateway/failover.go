@@ -104,7 +104,9 @@ func (g *Gateway) startFailover(ctx context.Context) error {
 func (f *failover) openAnswers(ctx context.Context) {
 	wait, lastErr := jobOpenRetry, ""
 	for ctx.Err() == nil {
-		js, err := jetstream.New(f.g.nc)
+		// Records are published without waiting; a backlog past this many unacknowledged
+		// stalls the publisher (up to 200 ms), so the bound is generous.
+		js, err := jetstream.New(f.g.nc, jetstream.WithPublishAsyncMaxPending(1<<16))
 		var kv jetstream.KeyValue
 		if err == nil {
 			octx, cancel := context.WithTimeout(ctx, 30*time.Second)

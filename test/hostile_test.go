@@ -678,6 +678,19 @@ func (h *hostileRun) surfaces(t *testing.T, s *hstack) []*hSurface {
 		out = append(out, &hSurface{name: "http POST /v1/" + op, kind: hHTTPRoute, method: http.MethodPost, path: "/v1/" + op, op: op,
 			muts: hThin(hGen(t, samples[op], oHTTP), n)})
 	}
+	for _, j := range []struct {
+		verb   string
+		sample any
+	}{
+		{"submit", &codec.JobSubmit{Job: "h-http-job", Op: "tag", Items: []string{red}}},
+		{"status", &codec.JobRef{Job: "h-http-job"}},
+		{"results", &codec.JobResultsRequest{Job: "h-http-job", Limit: 5}},
+		{"list", &codec.JobRef{}},
+	} {
+		// op "job.<verb>": a result decodes as JSON, an error must carry a known code.
+		out = append(out, &hSurface{name: "http POST /v1/job/" + j.verb, kind: hHTTPRoute, method: http.MethodPost, path: "/v1/job/" + j.verb,
+			op: "job." + j.verb, muts: hThin(hGen(t, j.sample, oHTTP), 12)})
+	}
 	for _, p := range []string{"/v1/status", "/v1/health", "/healthz", "/readyz", "/metrics"} {
 		out = append(out, &hSurface{name: "http GET " + p, kind: hHTTPRoute, method: http.MethodGet, path: p,
 			muts: hThin(hGen(t, &codec.Request{ID: "h-get"}, oHTTP), 40)})
