@@ -13,8 +13,8 @@ import { mkdir, readFile, unlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
 import { Decoder, Encoder } from "@msgpack/msgpack";
-import { connect as natsConnect } from "@nats-io/transport-node";
-import type { Msg, NatsConnection } from "@nats-io/transport-node";
+import { headers as natsHeaders, connect as natsConnect } from "@nats-io/transport-node";
+import type { Msg, NatsConnection, RequestOptions, Subscription } from "@nats-io/transport-node";
 
 // ---------------------------------------------------------------------------------------
 // Errors
@@ -463,6 +463,16 @@ export interface ConnectOptions {
   pass?: string | undefined;
   /** TLS to the server: the CA to trust (`caFile`), a client certificate for mutual TLS. */
   tls?: { caFile?: string; certFile?: string; keyFile?: string };
+  /**
+   * Gateway failover (default false): follow the gateways' beats (`ortbus.gw.*.hb`) and,
+   * when a gateway dies while inference calls wait, send those calls' requests again (same
+   * id, header `Ortbus-Resend`); the call takes the first answer that is not a notice.
+   * Call `gateways()` at start and wait until it lists the gateways you expect: a gateway
+   * that dies before the client heard it is never judged dead.
+   */
+  failover?: boolean;
+  /** Beat intervals of silence that make a gateway dead, with failover (default 3). */
+  missCount?: number;
 }
 
 /** Per-call options of every OrtbusClient method. */
@@ -833,6 +843,124 @@ const RETRY_MS = 100;
 const HEADER_ERROR_CODE = "Nats-Service-Error-Code";
 const HEADER_ERROR = "Nats-Service-Error";
 
+// ---------------------------------------------------------------------------------------
+// Gateway failover (the Go client's client/failover.go; the gateway's side is
+// gateway/failover.go): the client follows the gateways' beats on ortbus.gw.*.hb, and when
+// a gateway stops beating while a call waits, it sends the call's request again, same
+// body and id, with the header Ortbus-Resend. Whichever gateway takes the resend runs it,
+// answers it from what the answers bucket kept, or answers the notice Ortbus-Held (empty
+// body) when a live gateway still holds it: the call then goes on waiting, every request
+// it sent still outstanding (the holder answers on the first one's reply subject). The
+// call takes the first reply that is not a notice.
+
+/** Header of a request sent again after a gateway died. */
+const HEADER_RESEND = "Ortbus-Resend";
+/** Header of a gateway's notice that a live gateway (its value) holds the request. */
+const HEADER_HELD = "Ortbus-Held";
+/** Beat intervals of silence that make a gateway dead, by default. */
+const DEFAULT_MISS_COUNT = 3;
+/** At most this many resends of one call. */
+const MAX_RESENDS = 8;
+/** How often silent gateways are judged. */
+const JUDGE_EVERY_MS = 20;
+/** The subject of every gateway's beats. */
+const GATEWAY_BEATS = "ortbus.gw.*.hb";
+/** The ops that are inference work: queued, answered later, sent again after a gateway died. */
+const WORK_OPS: ReadonlySet<Op> = new Set<Op>(["tag", "embed", "compare", "detect", "segment", "infer"]);
+
+/** A gateway's beat (codec.GatewayBeat). */
+interface GatewayBeat {
+  gateway?: unknown;
+  seq?: unknown;
+  interval_ms?: unknown;
+}
+
+/** The gateways heard beating, judged dead after missCount of their intervals of silence. */
+class GatewayBeats {
+  private readonly peers = new Map<string, { seen: number; interval: number; dead: boolean }>();
+  /** Called (each once a tick, however many died in it) when a gateway is judged dead. */
+  private readonly onDeath = new Set<() => void>();
+  private readonly sub: Subscription;
+  private readonly timer: ReturnType<typeof setInterval>;
+
+  constructor(
+    nc: NatsConnection,
+    private readonly missCount: number,
+  ) {
+    this.sub = nc.subscribe(GATEWAY_BEATS, {
+      callback: (err, m) => {
+        if (err === null) this.hear(m);
+      },
+    });
+    this.timer = setInterval(() => this.judge(), JUDGE_EVERY_MS);
+    (this.timer as { unref?: () => void }).unref?.();
+  }
+
+  private hear(m: Msg): void {
+    const t = m.subject.split(".");
+    const id = t[2];
+    if (t.length !== 4 || t[0] !== "ortbus" || t[1] !== "gw" || t[3] !== "hb" || !id) return;
+    let b: GatewayBeat;
+    try {
+      b = decodeMsg<GatewayBeat>(m.data);
+    } catch {
+      return;
+    }
+    const iv = b?.interval_ms;
+    if (b?.gateway !== id || typeof iv !== "number" || !(iv > 0) || iv > 3_600_000) return;
+    let p = this.peers.get(id);
+    if (p === undefined) {
+      if (this.peers.size >= 256) return;
+      p = { seen: 0, interval: 0, dead: false };
+      this.peers.set(id, p);
+    }
+    p.seen = performance.now();
+    p.interval = iv;
+    p.dead = false;
+  }
+
+  private judge(): void {
+    const now = performance.now();
+    let died = false;
+    for (const [id, p] of this.peers) {
+      if (p.dead) {
+        if (now - p.seen > 3_600_000) this.peers.delete(id);
+      } else if (now - p.seen > this.missCount * p.interval) {
+        p.dead = true;
+        died = true;
+      }
+    }
+    if (died) for (const f of [...this.onDeath]) f();
+  }
+
+  /** The gateways heard beating and not judged dead, sorted. */
+  alive(): string[] {
+    return [...this.peers].filter(([, p]) => !p.dead).map(([id]) => id).sort();
+  }
+
+  /** Whether gateway id is judged dead, and its beat interval in milliseconds. */
+  isDead(id: string): [boolean, number] {
+    const p = this.peers.get(id);
+    return p === undefined ? [false, 0] : [p.dead, p.interval];
+  }
+
+  /** Calls f whenever gateways are judged dead, until the returned function is called. */
+  deaths(f: () => void): () => void {
+    this.onDeath.add(f);
+    return () => this.onDeath.delete(f);
+  }
+
+  close(): void {
+    clearInterval(this.timer);
+    this.onDeath.clear();
+    try {
+      this.sub.unsubscribe();
+    } catch {
+      // the connection is closed
+    }
+  }
+}
+
 /** Wire request fields (codec.Request), snake_case. */
 interface WireRequest {
   id?: string;
@@ -863,6 +991,14 @@ export class OrtbusClient {
   class?: OrtbusClass;
   pool?: string;
   timeoutMs: number;
+  /**
+   * Gateway failover (ConnectOptions.failover): inference calls are sent again when a
+   * gateway dies while they wait. missCount is read when the client starts following the
+   * beats: at connect with failover, else at its first call with failover or gateways().
+   */
+  failover: boolean;
+  missCount: number;
+  private beats: GatewayBeats | undefined;
 
   // Connection state, from the connection's status events: a request is not published
   // while the connection is down (nats.js would lose it, or its reply, around the
@@ -875,12 +1011,19 @@ export class OrtbusClient {
   // with the server (at most once), so it is sent again after the reconnect.
   private nextDisconnect: Promise<void>;
   private onDisconnect: () => void = () => {};
+  // Called at every disconnect: the failover exchanges waiting (each removes its own).
+  private readonly disconnects = new Set<() => void>();
 
-  constructor(nc: NatsConnection, defaults: { class?: OrtbusClass; pool?: string; timeoutMs?: number } = {}) {
+  constructor(
+    nc: NatsConnection,
+    defaults: { class?: OrtbusClass; pool?: string; timeoutMs?: number; failover?: boolean; missCount?: number } = {},
+  ) {
     this.nc = nc;
     if (defaults.class !== undefined) this.class = defaults.class;
     if (defaults.pool !== undefined) this.pool = defaults.pool;
     this.timeoutMs = defaults.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    this.failover = defaults.failover ?? false;
+    this.missCount = defaults.missCount ?? DEFAULT_MISS_COUNT;
     this.nextDisconnect = new Promise((res) => (this.onDisconnect = res));
     void this.watch();
   }
@@ -894,6 +1037,7 @@ export class OrtbusClient {
           const fire = this.onDisconnect;
           this.nextDisconnect = new Promise((res) => (this.onDisconnect = res));
           fire();
+          for (const f of [...this.disconnects]) f();
         } else if (s.type === "reconnect") {
           this.connected = true;
           this.lastReconnect = performance.now();
@@ -938,11 +1082,38 @@ export class OrtbusClient {
         cause: e,
       });
     }
-    const d: { class?: OrtbusClass; pool?: string; timeoutMs?: number } = {};
+    const d: { class?: OrtbusClass; pool?: string; timeoutMs?: number; failover?: boolean; missCount?: number } = {};
     if (opts.class !== undefined) d.class = opts.class;
     if (opts.pool !== undefined) d.pool = opts.pool;
     if (opts.timeoutMs !== undefined) d.timeoutMs = opts.timeoutMs;
-    return new OrtbusClient(nc, d);
+    if (opts.failover !== undefined) d.failover = opts.failover;
+    if (opts.missCount !== undefined) d.missCount = opts.missCount;
+    const c = new OrtbusClient(nc, d);
+    if (c.failover) c.followBeats(); // hear the gateways from the start
+    return c;
+  }
+
+  /**
+   * The gateways heard beating now (sorted ids), starting to follow their beats if the
+   * client does not yet. A gateway that dies before the client has heard it is never
+   * judged dead: a client with failover calls this at start and waits until it lists the
+   * gateways it expects (their beats come every heartbeat_interval) before its first
+   * calls. Throws an OrtbusError (`no_worker`) when the connection is closed.
+   */
+  gateways(): string[] {
+    return this.followBeats().alive();
+  }
+
+  /** The beats followed (started on first use). */
+  private followBeats(): GatewayBeats {
+    if (this.beats === undefined) {
+      try {
+        this.beats = new GatewayBeats(this.nc, this.missCount > 0 ? this.missCount : DEFAULT_MISS_COUNT);
+      } catch (e) {
+        throw new OrtbusError("no_worker", `cannot follow the gateways' beats (${GATEWAY_BEATS}): ${errText(e)}`, { cause: e });
+      }
+    }
+    return this.beats;
   }
 
   /**
@@ -950,6 +1121,8 @@ export class OrtbusClient {
    * it; bounded: after 5 s (say, while the server is unreachable) it just closes.
    */
   async close(): Promise<void> {
+    this.beats?.close();
+    this.beats = undefined;
     if (this.nc.isClosed()) return;
     let timer: ReturnType<typeof setTimeout> | undefined;
     try {
@@ -1174,12 +1347,16 @@ export class OrtbusClient {
     } catch (e) {
       return Promise.reject(new OrtbusError("bad_request", `encode ${op} request: ${errText(e)}`, withId({ cause: e })));
     }
+    const failover = this.failover && WORK_OPS.has(op);
     return new Promise<T>((resolve, reject) => {
       let settled = false;
+      // Ends a failover exchange still waiting (an abort).
+      let stopExchange: (() => void) | undefined;
       const finish = (fn: () => void) => {
         if (settled) return;
         settled = true;
         signal?.removeEventListener("abort", onAbort);
+        stopExchange?.();
         fn();
       };
       const onAbort = () => {
@@ -1199,11 +1376,14 @@ export class OrtbusClient {
           if (left <= 0) throw new TimeoutLocal();
           let msg: Msg;
           try {
-            const lost = this.nextDisconnect;
-            const req = this.nc.request(subject, data, { timeout: left });
-            if (!resendable) {
-              msg = await req;
+            if (failover) {
+              // Sent again, within the exchange, when a gateway dies or the connection drops.
+              msg = await this.exchange(subject, data, deadline, (stop) => (stopExchange = stop));
+            } else if (!resendable) {
+              msg = await this.nc.request(subject, data, { timeout: left });
             } else {
+              const lost = this.nextDisconnect;
+              const req = this.nc.request(subject, data, { timeout: left });
               const got = await Promise.race([req, lost.then(() => null)]);
               if (got === null) {
                 // The connection went down with the request out: it (or its reply) may be
@@ -1245,6 +1425,104 @@ export class OrtbusClient {
             reject(err);
           }),
       );
+    });
+  }
+
+  /**
+   * One call's request/reply with failover (see "Gateway failover" above): sends data to
+   * subject, and sends it again with the header Ortbus-Resend (at most MAX_RESENDS times)
+   * when a gateway is judged dead, once reconnected after the connection dropped, after
+   * one beat interval when a notice names a gateway this client judged dead, and shortly
+   * after a resend found no gateway while another send is still out. Every send stays out
+   * until the end. Resolves with the first reply that is not a notice; rejects with the
+   * last send's error when nothing is out or due any more, or with TimeoutLocal at
+   * deadline (or when onStop's function is called).
+   */
+  private exchange(subject: string, data: Uint8Array, deadline: number, onStop: (stop: () => void) => void): Promise<Msg> {
+    const beats = this.followBeats();
+    return new Promise<Msg>((resolve, reject) => {
+      let done = false;
+      let waiting = 0; // sends still out
+      let resends = 0;
+      let retry: ReturnType<typeof setTimeout> | undefined; // a resend due later
+      const end = (fn: () => void) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        if (retry !== undefined) clearTimeout(retry);
+        offDeaths();
+        this.disconnects.delete(resend);
+        fn();
+      };
+      const timer = setTimeout(() => end(() => reject(new TimeoutLocal())), Math.max(0, deadline - performance.now()));
+      onStop(() => end(() => reject(new TimeoutLocal())));
+      const onReply = (m: Msg) => {
+        waiting--;
+        if (done) return;
+        const held = m.headers?.get(HEADER_HELD) ?? "";
+        if (held === "") {
+          end(() => resolve(m));
+          return;
+        }
+        // A live gateway holds it: wait for its answer. One this client already judged
+        // dead while the answering gateway did not yet: ask again after one of its beats.
+        const [dead, interval] = beats.isDead(held);
+        if (dead) later(interval);
+      };
+      const onError = (e: unknown) => {
+        waiting--;
+        if (done) return;
+        if (isNoResponders(e) && waiting > 0) {
+          later(RETRY_MS); // no gateway right now (they are restarting): ask again shortly
+        } else if (waiting === 0 && retry === undefined) {
+          end(() => reject(e));
+        }
+      };
+      // Publishes one send, already counted in waiting.
+      const sendOnce = (resend: boolean) => {
+        const left = Math.ceil(deadline - performance.now());
+        if (left <= 0) {
+          onError(new TimeoutLocal());
+          return;
+        }
+        const o: RequestOptions = { timeout: left };
+        if (resend) {
+          const h = natsHeaders();
+          h.set(HEADER_RESEND, "1");
+          o.headers = h;
+        }
+        let p: Promise<Msg>;
+        try {
+          p = this.nc.request(subject, data, o);
+        } catch (e) {
+          p = Promise.reject(e);
+        }
+        p.then(onReply, onError);
+      };
+      const resend = () => {
+        if (done || resends >= MAX_RESENDS) return;
+        resends++;
+        waiting++;
+        // Not published while the connection is down (nats.js could lose it around the
+        // reconnect): sent once reconnected.
+        void this.whenConnected(deadline - performance.now()).then(() => {
+          if (!done) sendOnce(true);
+        });
+      };
+      const later = (ms: number) => {
+        if (retry !== undefined) clearTimeout(retry);
+        retry = setTimeout(() => {
+          retry = undefined;
+          resend();
+        }, ms);
+      };
+      const offDeaths = beats.deaths(resend);
+      // The connection went down with the sends out: they (or their replies) may be gone
+      // with the server. Sent again once reconnected; a gateway that still holds the
+      // request answers that resend with a notice, and its answer comes to the first send.
+      this.disconnects.add(resend);
+      waiting++;
+      sendOnce(false);
     });
   }
 
@@ -1521,6 +1799,14 @@ export class OrtbusAiClient implements IAiClient {
 
   close(): Promise<void> {
     return this.client.close();
+  }
+
+  /**
+   * The gateways heard beating (OrtbusClient.gateways): with `failover`, wait at start
+   * until it lists the gateways you expect.
+   */
+  gateways(): string[] {
+    return this.client.gateways();
   }
 
   /** True when the gateway answers and every pool has a live worker. */

@@ -100,6 +100,8 @@ export interface PoolCfg {
   maxDelay?: string;
   env?: Record<string, string>;
   worker?: string; // ortworker binary (or a wrapper) for this pool
+  /** false: a remote pool, its workers started by the test (startWorker), known by their beats. */
+  local?: boolean;
 }
 
 export interface ClassCfg {
@@ -130,6 +132,12 @@ export interface GatewayCfg {
    * and a local worker's death is seen at once by its supervisor anyway (process exit).
    */
   missCount?: number;
+  /** [health] heartbeat_interval (default "100ms"): workers' and gateways' beats. */
+  heartbeatInterval?: string;
+  /** [gateway] id (default: host-pid). */
+  gatewayId?: string;
+  /** [gateway] failover: keep accepted requests and answers in ortbus_answers (JetStream). */
+  failover?: boolean;
 }
 
 const q = (s: string) => JSON.stringify(s);
@@ -141,8 +149,11 @@ export function configText(c: GatewayCfg): string {
   else lines.push("[nats]", "embedded = true", `listen = "127.0.0.1:0"`, ...(c.storeDir ? [`store_dir = ${q(c.storeDir)}`] : []), "");
   // The suite kills workers on purpose (three deaths in a few seconds): a crash loop is
   // 10 deaths here, so those kills never stop a pool's restarts.
-  lines.push("[gateway]", `shutdown_grace = "3s"`, `restart_backoff_min = "50ms"`, "crash_loop_count = 10", "");
-  lines.push("[health]", `heartbeat_interval = "100ms"`, `miss_count = ${c.missCount ?? 10}`, "");
+  lines.push("[gateway]", `shutdown_grace = "3s"`, `restart_backoff_min = "50ms"`, "crash_loop_count = 10");
+  if (c.gatewayId) lines.push(`id = ${q(c.gatewayId)}`);
+  if (c.failover) lines.push("failover = true");
+  lines.push("");
+  lines.push("[health]", `heartbeat_interval = ${q(c.heartbeatInterval ?? "100ms")}`, `miss_count = ${c.missCount ?? 10}`, "");
   if (c.jobsAckWait) lines.push("[jobs]", `ack_wait = ${q(c.jobsAckWait)}`, "");
   // The app writes cut-outs next to its images: its root is an output root too.
   lines.push("[security]", `allowed_roots = [${q(c.root)}]`, `output_roots = [${q(c.root)}]`, `spool_dir = ${q(c.spool)}`, "");
@@ -173,6 +184,7 @@ export function configText(c: GatewayCfg): string {
     if (p.maxDelay) lines.push(`max_delay = ${q(p.maxDelay)}`);
     if (p.env) lines.push(`env = { ${Object.entries(p.env).map(([k, v]) => `${k} = ${q(v)}`).join(", ")} }`);
     if (p.worker) lines.push(`worker = ${q(p.worker)}`);
+    if (p.local === false) lines.push("local = false");
     lines.push("");
   }
   const m = c.models;
@@ -233,15 +245,9 @@ export interface Ready {
  * with --no-orphans, which kills every descendant on exit even where "exit" hooks do not
  * run; the Go driver also kills the suite's whole process group).
  */
-const running = new Set<ChildProcess>();
+const running = new Set<Proc>();
 process.once("exit", () => {
-  for (const c of running) {
-    try {
-      c.kill("SIGKILL");
-    } catch {
-      // already gone
-    }
-  }
+  for (const p of running) p.kill9();
 });
 
 /** A child process that printed a JSON ready line on stdout. */
@@ -250,21 +256,24 @@ export class Proc {
   readonly logPath: string;
   readonly name: string;
   ready?: Ready;
+  /** Whether the process leads a process group of its own (kill9 kills the group). */
+  readonly group: boolean;
   private exitedP: Promise<number | null>;
   private done = false;
 
-  constructor(name: string, cmd: string, args: string[], logPath: string) {
+  constructor(name: string, cmd: string, args: string[], logPath: string, opts: { group?: boolean } = {}) {
     this.name = name;
     this.logPath = logPath;
+    this.group = opts.group ?? false;
     mkdirSync(dirname(logPath), { recursive: true });
     const fd = openSync(logPath, "a");
-    this.child = spawn(cmd, args, { stdio: ["ignore", "pipe", fd] });
+    this.child = spawn(cmd, args, { stdio: ["ignore", "pipe", fd], detached: this.group });
     closeSync(fd);
-    running.add(this.child);
+    running.add(this);
     this.exitedP = new Promise((res) => {
       this.child.once("exit", (code, sig) => {
         this.done = true;
-        running.delete(this.child);
+        running.delete(this);
         res(code ?? (sig ? -1 : null));
       });
     });
@@ -333,8 +342,15 @@ export class Proc {
     }
   }
 
+  /** SIGKILL to the process, or to its whole process group when it leads one. */
   kill9(): void {
-    if (this.alive) this.child.kill("SIGKILL");
+    if (!this.alive) return; // (once reaped, its pid may be another's)
+    try {
+      if (this.group) process.kill(-this.pid, "SIGKILL");
+      else this.child.kill("SIGKILL");
+    } catch {
+      // already gone
+    }
   }
 
   /** SIGTERM (a gateway drains its workers), SIGKILL after the bound. */
@@ -354,8 +370,14 @@ export class Proc {
  * Starts `gateway -config cfgPath` on free ports (its embedded NATS server on natsListen,
  * for a gateway restarted on the same address) and waits for its ready line.
  */
-export async function startGateway(cfgPath: string, logPath: string, natsListen = "127.0.0.1:0"): Promise<Proc> {
-  const g = new Proc("gateway", bin("gateway"), ["-config", cfgPath, "-nats-listen", natsListen, "-http-listen", "127.0.0.1:0", "-worker", bin("ortworker")], logPath);
+export async function startGateway(cfgPath: string, logPath: string, natsListen = "127.0.0.1:0", opts: { group?: boolean } = {}): Promise<Proc> {
+  const g = new Proc(
+    "gateway",
+    bin("gateway"),
+    ["-config", cfgPath, "-nats-listen", natsListen, "-http-listen", "127.0.0.1:0", "-worker", bin("ortworker")],
+    logPath,
+    opts,
+  );
   try {
     await g.waitReady();
   } catch (e) {
@@ -365,9 +387,9 @@ export async function startGateway(cfgPath: string, logPath: string, natsListen 
   return g;
 }
 
-/** Starts `natsembed -p port` and waits for its ready line. */
-export async function startNats(port: number, logPath: string): Promise<Proc> {
-  const n = new Proc("natsembed", bin("natsembed"), ["-a", "127.0.0.1", "-p", String(port)], logPath);
+/** Starts `natsembed -p port` (with extra nats-server flags: `-js -sd DIR`) and waits for its ready line. */
+export async function startNats(port: number, logPath: string, extraArgs: string[] = []): Promise<Proc> {
+  const n = new Proc("natsembed", bin("natsembed"), ["-a", "127.0.0.1", "-p", String(port), ...extraArgs], logPath);
   try {
     await n.waitReady();
   } catch (e) {
@@ -375,6 +397,22 @@ export async function startNats(port: number, logPath: string): Promise<Proc> {
     throw e;
   }
   return n;
+}
+
+/**
+ * Starts `ortworker -config cfgPath -pool pool -id <pool>-w`, as another host runs a
+ * remote pool's worker (local = false; it takes NATS from the config), and waits for its
+ * ready line.
+ */
+export async function startWorker(cfgPath: string, pool: string, logPath: string): Promise<Proc> {
+  const w = new Proc(`worker ${pool}-w`, bin("ortworker"), ["-config", cfgPath, "-pool", pool, "-id", `${pool}-w`], logPath);
+  try {
+    await w.waitReady();
+  } catch (e) {
+    w.kill9();
+    throw e;
+  }
+  return w;
 }
 
 /** A running gateway with its directories: what each test file's beforeAll sets up. */
