@@ -1007,11 +1007,9 @@ export class OrtbusClient {
   private reconnected: Promise<void> = Promise.resolve();
   private onReconnected: () => void = () => {};
   private lastReconnect = 0;
-  // Resolved at the next disconnect: a request published before it may have been lost
-  // with the server (at most once), so it is sent again after the reconnect.
-  private nextDisconnect: Promise<void>;
-  private onDisconnect: () => void = () => {};
-  // Called at every disconnect: the failover exchanges waiting (each removes its own).
+  // Called at every disconnect: the requests waiting (each removes its own listener). A
+  // request published before a disconnect may have been lost with the server (at most
+  // once), so it is sent again after the reconnect.
   private readonly disconnects = new Set<() => void>();
 
   constructor(
@@ -1024,7 +1022,6 @@ export class OrtbusClient {
     this.timeoutMs = defaults.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     this.failover = defaults.failover ?? false;
     this.missCount = defaults.missCount ?? DEFAULT_MISS_COUNT;
-    this.nextDisconnect = new Promise((res) => (this.onDisconnect = res));
     void this.watch();
   }
 
@@ -1034,9 +1031,6 @@ export class OrtbusClient {
         if (s.type === "disconnect" && this.connected) {
           this.connected = false;
           this.reconnected = new Promise((res) => (this.onReconnected = res));
-          const fire = this.onDisconnect;
-          this.nextDisconnect = new Promise((res) => (this.onDisconnect = res));
-          fire();
           for (const f of [...this.disconnects]) f();
         } else if (s.type === "reconnect") {
           this.connected = true;
@@ -1382,9 +1376,19 @@ export class OrtbusClient {
             } else if (!resendable) {
               msg = await this.nc.request(subject, data, { timeout: left });
             } else {
-              const lost = this.nextDisconnect;
+              // Told of the next disconnect through a listener the request removes once
+              // settled: a reaction left on a shared promise would keep every reply alive
+              // until the next disconnect.
+              let onLost: () => void = () => {};
+              const lost = new Promise<null>((res) => (onLost = () => res(null)));
+              this.disconnects.add(onLost);
               const req = this.nc.request(subject, data, { timeout: left });
-              const got = await Promise.race([req, lost.then(() => null)]);
+              let got: Msg | null;
+              try {
+                got = await Promise.race([req, lost]);
+              } finally {
+                this.disconnects.delete(onLost);
+              }
               if (got === null) {
                 // The connection went down with the request out: it (or its reply) may be
                 // gone with the server. Inference is idempotent: send it again once
