@@ -37,9 +37,21 @@ func PrintStatus(w io.Writer, st *codec.StatusReply) {
 			wk.Slots, counts(wk.Queued), counts(wk.Running), wk.Served, wk.Failed, (time.Duration(wk.HeartbeatAgeMS) * time.Millisecond).String(), wk.Restarts, wk.LastExit)
 	}
 	if len(st.Devices) > 0 {
-		fmt.Fprintln(tw, "\nDEVICE\tCAPACITY\tSAFE\tBUDGET\tADMITTED\tFREE\tPOOLS")
+		fmt.Fprintln(tw, "\nDEVICE\tCAPACITY\tSAFE\tBUDGET\tADMITTED\tLEASED\tFREE\tPOOLS")
 		for _, d := range st.Devices {
-			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%s\t%s\t%s\n", d.Device, mib(d.CapacityBytes), d.SafeFraction, mib(d.BudgetBytes), mib(d.AdmittedBytes), mib(d.FreeBytes), strings.Join(d.Pools, ","))
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%s\t%s\t%s\t%s\n", d.Device, mib(d.CapacityBytes), d.SafeFraction, mib(d.BudgetBytes), mib(d.AdmittedBytes), mib(d.LeasedBytes), mib(d.FreeBytes), strings.Join(d.Pools, ","))
+		}
+		var leases []string
+		for _, d := range st.Devices {
+			for _, l := range d.Leases {
+				leases = append(leases, fmt.Sprintf("%s\t%s\t%s\t%s\t%s", d.Device, l.Holder, l.Class, mib(l.Bytes), time.Until(time.UnixMilli(l.ExpiresUnixMS)).Round(time.Second)))
+			}
+		}
+		if len(leases) > 0 {
+			fmt.Fprintln(tw, "\nLEASE ON\tHOLDER\tCLASS\tBYTES\tEXPIRES IN")
+			for _, l := range leases {
+				fmt.Fprintln(tw, l)
+			}
 		}
 	}
 	fmt.Fprintln(tw, "\nCLASS\tPRIORITY\tQUEUED\tRUNNING\tBOUND\tCHAIN")

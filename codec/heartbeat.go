@@ -106,6 +106,9 @@ type DeviceStatus struct {
 	AdmittedBytes int64    `msgpack:"admitted_bytes" json:"admitted_bytes"`
 	FreeBytes     int64    `msgpack:"free_bytes" json:"free_bytes"`
 	Pools         []string `msgpack:"pools" json:"pools"`
+	// LeasedBytes is held by leases (processes outside ortbus), counted in FreeBytes.
+	LeasedBytes int64        `msgpack:"leased_bytes,omitempty" json:"leased_bytes,omitempty"`
+	Leases      []LeaseReply `msgpack:"leases,omitempty" json:"leases,omitempty"`
 }
 
 // ClassStatus is one latency class in a status reply.

@@ -185,6 +185,8 @@ func NewReply(op string) any {
 		return new(HealthReply)
 	case "status":
 		return new(StatusReply)
+	case "lease":
+		return new(LeaseReply)
 	}
 	return nil
 }

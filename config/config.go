@@ -105,6 +105,12 @@ type Gateway struct {
 	// HTTPMaxConcurrent bounds the API requests served at once (default 256); one more
 	// is answered 429 overloaded at once.
 	HTTPMaxConcurrent int `toml:"http_max_concurrent,omitempty"`
+
+	// LeaseMaxTTL bounds a memory lease's ttl (default 10m): a holder that stops renewing
+	// loses its lease within this. A lease asked without a ttl gets LeaseDefaultTTL
+	// (default 30s).
+	LeaseMaxTTL     Duration `toml:"lease_max_ttl,omitempty"`
+	LeaseDefaultTTL Duration `toml:"lease_default_ttl,omitempty"`
 }
 
 // Jobs configures durable batch jobs (package jobs), kept in JetStream: they run

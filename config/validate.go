@@ -86,6 +86,12 @@ func (c *Config) applyDefaults() {
 	if g.HTTPMaxConcurrent == 0 {
 		g.HTTPMaxConcurrent = DefaultHTTPMaxConcurrent
 	}
+	if g.LeaseMaxTTL == 0 {
+		g.LeaseMaxTTL = Duration(10 * time.Minute)
+	}
+	if g.LeaseDefaultTTL == 0 {
+		g.LeaseDefaultTTL = Duration(min(30*time.Second, g.LeaseMaxTTL.D()))
+	}
 	for name, m := range c.Models {
 		if m == nil {
 			m = &Model{}

@@ -51,7 +51,8 @@ func (g *Gateway) remaining(device, except string) (int64, bool) {
 	if budget <= 0 {
 		return 0, false
 	}
-	return budget - g.admitted(device, except), true
+	leased, _ := g.leases.leased(device)
+	return budget - g.admitted(device, except) - leased, true
 }
 
 // admissionError is the refusal of a pool on a device whose budget cannot hold it: it
@@ -59,16 +60,24 @@ func (g *Gateway) remaining(device, except string) (int64, bool) {
 func (g *Gateway) admissionError(device, pool string, need int64) *codec.Error {
 	capacity, fraction, budget := g.deviceBudget(device)
 	adm := g.admitted(device, "")
-	return codec.Errorf(codec.CodeOverloaded, "memory admission refused pool %s on device %s: admitted %s + %s needed = %s, over the budget of %s (capacity %s x %.2f)",
-		pool, device, mb(adm), mb(need), mb(adm+need), mb(budget), mb(capacity), fraction).
+	leases := ""
+	if leased, _ := g.leases.leased(device); leased > 0 {
+		adm += leased // the leases of processes outside ortbus count as admitted
+		leases = " (leases " + mb(leased) + ")"
+	}
+	return codec.Errorf(codec.CodeOverloaded, "memory admission refused pool %s on device %s: admitted %s%s + %s needed = %s, over the budget of %s (capacity %s x %.2f)",
+		pool, device, mb(adm), leases, mb(need), mb(adm+need), mb(budget), mb(capacity), fraction).
 		With("device", device).With("pool", pool).With("sum_bytes", adm+need).With("budget_bytes", budget).With("capacity_bytes", capacity)
 }
 
 func mb(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }
 
-// deviceStatus reports every device that a pool names.
+// deviceStatus reports every device that a pool or a [devices] table names.
 func (g *Gateway) deviceStatus() []codec.DeviceStatus {
 	byDevice := map[string][]string{}
+	for d := range g.cfg.Devices {
+		byDevice[d] = nil
+	}
 	for _, name := range g.cfg.PoolNames() {
 		d := g.cfg.Pools[name].Device
 		byDevice[d] = append(byDevice[d], name)
@@ -77,8 +86,9 @@ func (g *Gateway) deviceStatus() []codec.DeviceStatus {
 	for d, pools := range byDevice {
 		capacity, fraction, budget := g.deviceBudget(d)
 		adm := g.admitted(d, "")
+		leased, ls := g.leases.leased(d)
 		out = append(out, codec.DeviceStatus{Device: d, CapacityBytes: capacity, SafeFraction: fraction, BudgetBytes: budget,
-			AdmittedBytes: adm, FreeBytes: max(0, budget-adm), Pools: pools})
+			AdmittedBytes: adm, FreeBytes: max(0, budget-adm-leased), Pools: pools, LeasedBytes: leased, Leases: ls})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
 	return out

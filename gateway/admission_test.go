@@ -157,8 +157,9 @@ func TestAdmissionError(t *testing.T) {
 	}
 }
 
-// TestDeviceStatus: every device a pool names, sorted, with its budget, admitted sum,
-// what is free (never negative) and its pools.
+// TestDeviceStatus: every device a pool or a [devices] table names (cpu: only the
+// latter, a device leases may use), sorted, with its budget, admitted sum, what is free
+// (never negative) and its pools.
 func TestDeviceStatus(t *testing.T) {
 	g := testGateway(t, admissionConfig)
 	f := newFleet(t, g)
@@ -169,9 +170,13 @@ func TestDeviceStatus(t *testing.T) {
 	for _, d := range st {
 		names = append(names, d.Device)
 	}
-	if !slices.Equal(names, []string{"cuda:0", "gpu.intel:0", "gpu.intel:1"}) {
+	if !slices.Equal(names, []string{"cpu", "cuda:0", "gpu.intel:0", "gpu.intel:1"}) {
 		t.Fatalf("devices %v", names)
 	}
+	if d := st[0]; len(d.Pools) != 0 || d.SafeFraction != 0.5 {
+		t.Errorf("cpu (no pool) %+v", d)
+	}
+	st = st[1:]
 	budget := int64(cudaBudget)
 	if d := st[0]; d.BudgetBytes != budget || d.AdmittedBytes != 100*mib || d.FreeBytes != budget-100*mib || !slices.Equal(d.Pools, []string{"a", "b"}) {
 		t.Errorf("cuda:0 %+v", d)

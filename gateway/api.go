@@ -143,6 +143,18 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by str
 		encode(&codec.CancelReply{ID: c.ID, Found: g.cancelAs(c.ID, by)})
 	case subjects.OpTag, subjects.OpEmbed, subjects.OpCompare, subjects.OpDetect, subjects.OpSegment, subjects.OpInfer:
 		g.submitFrom(op, data, asJSON, replyTo, ownerOf(by), reply)
+	case subjects.OpLease:
+		var req codec.LeaseRequest
+		if err := codec.Decode(data, &req, asJSON); err != nil {
+			reply(nil, codec.AsError(err))
+			return
+		}
+		l, e := g.lease(&req)
+		if e != nil {
+			reply(nil, e)
+			return
+		}
+		encode(l)
 	case subjects.OpJobSubmit, subjects.OpJobStatus, subjects.OpJobCancel, subjects.OpJobList, subjects.OpJobResults:
 		g.serveJob(op, data, asJSON, reply)
 	default:

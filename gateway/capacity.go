@@ -26,6 +26,7 @@ type capacity struct {
 	pools       map[string]*poolCap
 	deviceSlots map[string]int           // live slots per device (each worker's max(1, slots))
 	load        deviceLoad               // requests in flight per device and class, this pass's included
+	leased      deviceLoad               // live leases per device and class (lease.go, rule 3)
 	est         map[estKey]time.Duration // measured service times
 	// full holds pool+"\x00"+class once a pool is found full for a class in the pass: later
 	// items skip it without looking again.
@@ -43,7 +44,7 @@ type poolCap struct {
 // newCapacity is an empty snapshot of cfg's pools at now: no live worker, nothing in
 // flight, nothing measured, no word from the supervisor.
 func newCapacity(cfg *config.Config, now time.Time) *capacity {
-	c := &capacity{cfg: cfg, now: now, pools: map[string]*poolCap{}, deviceSlots: map[string]int{}, load: deviceLoad{},
+	c := &capacity{cfg: cfg, now: now, pools: map[string]*poolCap{}, deviceSlots: map[string]int{}, load: deviceLoad{}, leased: deviceLoad{},
 		est: map[estKey]time.Duration{}, full: map[string]bool{}}
 	for name := range cfg.Pools {
 		c.pools[name] = &poolCap{slots: map[string]int{}}
@@ -63,6 +64,7 @@ func (g *Gateway) snapshot(now time.Time) *capacity {
 		pc.poolStatus = g.supervisor.poolStatus(pool, now)
 	}
 	c.load = load
+	c.leased = g.leases.byDevice()
 	c.est = g.est.all()
 	return c
 }

@@ -62,6 +62,7 @@ type Gateway struct {
 	claimSubject string
 
 	jobs   *jobService
+	leases *leases   // memory leases of processes outside ortbus (lease.go)
 	fl     *flights  // every accepted request until its answer, and what it holds
 	est    estimator // measured service times
 	kickCh chan struct{}
@@ -72,7 +73,7 @@ type Gateway struct {
 // drained, NATS closed.
 func Run(ctx context.Context, o Options) error {
 	c := o.Config
-	g := &Gateway{cfg: c, log: o.Logger, fl: newFlights(), kickCh: make(chan struct{}, 1)}
+	g := &Gateway{cfg: c, log: o.Logger, fl: newFlights(), kickCh: make(chan struct{}, 1), leases: newLeases()}
 	if g.log == nil {
 		g.log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}

@@ -63,7 +63,7 @@ func unitGatewayOf(t testing.TB, toml string) *Gateway {
 	}
 	nc := testenv.InProcessNATS(t)
 	g := &Gateway{cfg: c, id: "unit", log: slog.New(slog.NewTextHandler(io.Discard, nil)), nc: nc,
-		fl: newFlights(), kickCh: make(chan struct{}, 1)}
+		fl: newFlights(), kickCh: make(chan struct{}, 1), leases: newLeases()}
 	g.queues = newQueues(c)
 	g.metrics = newMetrics(g)
 	g.tracker = &health.Tracker{}

@@ -23,6 +23,7 @@ import (
 //	ortbus_worker_restarts_total{pool,worker}         restarts of supervised workers
 //	ortbus_device_budget_bytes{device}                capacity x safe fraction of a device
 //	ortbus_device_admitted_bytes{device}              model peaks admitted on a device
+//	ortbus_device_leased_bytes{device}                memory held by leases of processes outside ortbus
 //	ortbus_panics_total                               panics recovered in this gateway (each answered internal)
 //	ortbus_bad_messages_total{kind}                   bus messages dropped as malformed or forged (heartbeat, claim, journal, request)
 //	ortbus_publish_errors_total{what}                 replies and messages that could not be sent (reply, cancel, journal)
@@ -130,6 +131,7 @@ var (
 	descRestarts = prometheus.NewDesc("ortbus_worker_restarts_total", "Restarts of a supervised worker.", []string{"pool", "worker"}, nil)
 	descBudget   = prometheus.NewDesc("ortbus_device_budget_bytes", "Memory budget of a device: capacity x safe fraction.", []string{"device"}, nil)
 	descAdmitted = prometheus.NewDesc("ortbus_device_admitted_bytes", "Model peak memory admitted on a device.", []string{"device"}, nil)
+	descLeased   = prometheus.NewDesc("ortbus_device_leased_bytes", "Memory of a device held by leases of processes outside ortbus.", []string{"device"}, nil)
 
 	descJobsActive     = prometheus.NewDesc("ortbus_jobs_active", "Jobs with items not yet settled.", nil, nil)
 	descJobPending     = prometheus.NewDesc("ortbus_job_items_pending", "Job items not yet delivered to any gateway (the consumer's lag).", nil, nil)
@@ -149,6 +151,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descRestarts
 	ch <- descBudget
 	ch <- descAdmitted
+	ch <- descLeased
 	for _, d := range []*prometheus.Desc{descJobsActive, descJobPending, descJobAckPending, descJobRedelivered, descJobHeld, descJobAcked} {
 		ch <- d
 	}
@@ -165,6 +168,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, d := range g.deviceStatus() {
 		ch <- prometheus.MustNewConstMetric(descBudget, prometheus.GaugeValue, float64(d.BudgetBytes), d.Device)
 		ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.GaugeValue, float64(d.AdmittedBytes), d.Device)
+		ch <- prometheus.MustNewConstMetric(descLeased, prometheus.GaugeValue, float64(d.LeasedBytes), d.Device)
 	}
 	c.collectJobs(ch)
 	now := time.Now()

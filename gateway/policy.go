@@ -13,8 +13,9 @@ import (
 // item may go now:
 //
 //   - Background classes (priority 2 and below, i.e. batch) are held to one unit in flight
-//     on a device while any higher class has work queued for, or running on, that device:
-//     an urgent request then waits at most one batch unit. A unit is one request, or one
+//     on a device while any higher class has work queued for, or running on, that device,
+//     or holds a memory lease on it (lease.go): an urgent request then waits at most one
+//     batch unit. A unit is one request, or one
 //     dynamic batch of the pool (max_batch items). A class's min_share of the device's
 //     slots raises that floor, which bounds the starvation of batch.
 //   - Deadline feasibility: a pool whose measured service time for the request's model
@@ -60,6 +61,11 @@ func (c *capacity) shareAllows(pool, class string, reserved map[string]bool) boo
 	}
 	for rp := range reserved {
 		if c.cfg.Pools[rp].Device == device {
+			higher = true
+		}
+	}
+	for other, n := range c.leased[device] {
+		if oc := c.cfg.Classes[other]; n > 0 && oc != nil && oc.Priority < cl.Priority {
 			higher = true
 		}
 	}

@@ -64,10 +64,11 @@ const (
 	OpCancel  = "cancel"
 	OpStatus  = "status"
 	OpHealth  = "health"
+	OpLease   = "lease"
 )
 
 // Ops lists every client API operation.
-var Ops = []string{OpTag, OpEmbed, OpCompare, OpDetect, OpSegment, OpInfer, OpCancel, OpStatus, OpHealth}
+var Ops = []string{OpTag, OpEmbed, OpCompare, OpDetect, OpSegment, OpInfer, OpCancel, OpStatus, OpHealth, OpLease}
 
 // The job API's operations: ortbus.v1.job.<verb> (POST /v1/job/<verb> over HTTP).
 const (

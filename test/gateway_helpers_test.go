@@ -97,7 +97,8 @@ type gwConfig struct {
 	NATSURL string // external NATS; "" = embedded
 	// StoreDir turns on the embedded server's JetStream, kept in this directory.
 	StoreDir string
-	Jobs     config.Jobs    // the [jobs] table (defaults where zero)
+	Jobs     config.Jobs // the [jobs] table (defaults where zero)
+	Devices  map[string]config.Device
 	Root     string         // the one allowed image root
 	Gateway  config.Gateway // the [gateway] table; shutdown_grace is 3s unless set
 	Pools    []gwPool
@@ -137,6 +138,7 @@ func (c gwConfig) writeIn(t testing.TB, dir string) string {
 		cfg.NATS = config.NATS{Embedded: true, Listen: "127.0.0.1:0", StoreDir: c.StoreDir}
 	}
 	cfg.Jobs = c.Jobs
+	cfg.Devices = c.Devices
 	if cfg.Gateway.ShutdownGrace == 0 {
 		cfg.Gateway.ShutdownGrace = config.Duration(3 * time.Second)
 	}

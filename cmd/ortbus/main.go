@@ -44,6 +44,7 @@ const usage = `usage:
   ortbus bench NAME [-out FILE.json]    overhead|throughput|collision|failure (docs/BENCHMARKS.md)
   ortbus status [-s URL] [-json]        pools, workers, devices and class queues, as tables
   ortbus req [-s URL] OP JSON           one request to ortbus.v1.OP (e.g. req tag '{"path":"/srv/a.png"}')
+  ortbus lease [-s URL] --device D --bytes N [--class C] -- CMD...   hold device memory for CMD (e.g. an LLM server)
   ortbus job submit [-s URL] [--op tag] [--class batch] [--model M] [--pool P] [--job ID] [--recursive] PATH|DIR...
                                         submit a job: each file, each image of each directory is an item; prints {"job","total"}
   ortbus job status|cancel [-s URL] ID  a job's status (cancel: after cancelling it), as JSON
@@ -72,6 +73,8 @@ func run(args []string) int {
 		return statusCmd(args[1:])
 	case "req":
 		return reqCmd(args[1:])
+	case "lease":
+		return leaseCmd(args[1:])
 	case "job":
 		return jobCmd(args[1:])
 	case "models":

@@ -1,0 +1,31 @@
+package client
+
+import (
+	"context"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// AcquireLease asks for bytes of memory on device for a process ortbus does not run (an
+// LLM server, a game), counted in the device's memory admission until released or
+// expired (ttl; 0: the gateway's default). A refusal is an overloaded *codec.Error whose
+// details name the device, the sum and the budget.
+func (c *Client) AcquireLease(ctx context.Context, device string, bytes int64, class, holder string, ttlMS int64) (*codec.LeaseReply, error) {
+	return c.lease(ctx, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: device, Bytes: bytes, Class: class, Holder: holder, TTLMS: ttlMS})
+}
+
+// RenewLease extends a lease by ttlMS (0: the gateway's default) from now.
+func (c *Client) RenewLease(ctx context.Context, lease string, ttlMS int64) (*codec.LeaseReply, error) {
+	return c.lease(ctx, &codec.LeaseRequest{Action: codec.LeaseRenew, Lease: lease, TTLMS: ttlMS})
+}
+
+// ReleaseLease gives a lease's memory back.
+func (c *Client) ReleaseLease(ctx context.Context, lease string) (*codec.LeaseReply, error) {
+	return c.lease(ctx, &codec.LeaseRequest{Action: codec.LeaseRelease, Lease: lease})
+}
+
+func (c *Client) lease(ctx context.Context, req *codec.LeaseRequest) (*codec.LeaseReply, error) {
+	var l codec.LeaseReply
+	return &l, c.do(ctx, subjects.OpLease, req, &l)
+}
