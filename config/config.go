@@ -250,6 +250,11 @@ type Pool struct {
 	// LazyLoad starts a local pool's workers on the pool's first request instead of at
 	// gateway start; that request waits for them (the wait is in its timing.queue_us).
 	LazyLoad bool `toml:"lazy_load,omitempty"`
+	// KeepAlive stops a local pool's workers once the pool has been idle that long,
+	// releasing their memory in the admission; its next request starts them again, as for
+	// lazy_load (Ollama's keep_alive): a duration ("5m"), "0" (stop after each use), or
+	// "-1" / unset (never: the workers stay loaded). See Pool.Idle.
+	KeepAlive string `toml:"keep_alive,omitempty"`
 	// MaxBatch and MaxDelay bound dynamic batching of the batch class (MaxBatch <= 1: off).
 	MaxBatch int      `toml:"max_batch,omitempty"`
 	MaxDelay Duration `toml:"max_delay,omitempty"`
@@ -335,3 +340,19 @@ const (
 	DefaultSafeFraction   = 0.85
 	DefaultJobMaxItems    = 1_000_000
 )
+
+// Idle is the pool's keep_alive: how long it may stay idle before its workers are
+// stopped, and whether they ever are (false: pinned, the default).
+func (p *Pool) Idle() (time.Duration, bool) {
+	switch p.KeepAlive {
+	case "", "-1":
+		return 0, false
+	case "0":
+		return 0, true
+	}
+	d, err := time.ParseDuration(p.KeepAlive)
+	if err != nil || d < 0 {
+		return 0, false
+	}
+	return d, true
+}

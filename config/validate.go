@@ -378,6 +378,14 @@ func (c *Config) validatePool(name string, p *Pool) error {
 	if p.Nice < 0 || p.Nice > 19 {
 		return c.errf(key+".nice", "must be in 0..19")
 	}
+	if k := p.KeepAlive; k != "" && k != "-1" && k != "0" {
+		if d, err := time.ParseDuration(k); err != nil || d < 0 {
+			return c.errf(key+".keep_alive", "%q: want a duration (\"5m\"), \"0\" (stop after each use) or \"-1\" (never)", k)
+		}
+	}
+	if _, unload := p.Idle(); unload && !p.IsLocal() {
+		return c.errf(key+".keep_alive", "only a local pool's workers can be stopped when idle")
+	}
 	if n := p.NATS; n != nil {
 		switch {
 		case n.CredsFile == "" && n.User == "":

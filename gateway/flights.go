@@ -24,14 +24,15 @@ import (
 type flights struct {
 	mu        sync.Mutex
 	byID      map[string]*pending
-	busy      map[string]int // requests in flight per pool
-	load      deviceLoad     // requests in flight per device and class
+	busy      map[string]int       // requests in flight per pool
+	used      map[string]time.Time // when each pool last took or gave back a request
+	load      deviceLoad           // requests in flight per device and class
 	lastDeath map[string]death
 	early     map[string]earlyCancel // cancels of ids not seen yet
 }
 
 func newFlights() *flights {
-	return &flights{byID: map[string]*pending{}, busy: map[string]int{}, load: deviceLoad{}, lastDeath: map[string]death{}, early: map[string]earlyCancel{}}
+	return &flights{byID: map[string]*pending{}, busy: map[string]int{}, used: map[string]time.Time{}, load: deviceLoad{}, lastDeath: map[string]death{}, early: map[string]earlyCancel{}}
 }
 
 // death is the last worker death seen in a pool.
@@ -111,6 +112,7 @@ func (f *flights) count() int {
 func (f *flights) hold(pool, device, class string) {
 	f.mu.Lock()
 	f.busy[pool]++
+	f.used[pool] = time.Now()
 	f.load.add(device, class, 1)
 	f.mu.Unlock()
 }
@@ -119,9 +121,19 @@ func (f *flights) hold(pool, device, class string) {
 func (f *flights) release(p *pending, pool, device string) {
 	f.mu.Lock()
 	f.busy[pool]--
+	f.used[pool] = time.Now()
 	f.load.add(device, p.class, -1)
 	p.cancel = nil
 	f.mu.Unlock()
+}
+
+// idleSince reports when pool last had a request back, if none is in flight now (ok
+// false while one is, or when it never had one).
+func (f *flights) idleSince(pool string) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.used[pool]
+	return t, ok && f.busy[pool] == 0
 }
 
 // inFlight is the number of requests dispatched to pool and not yet back.

@@ -247,19 +247,52 @@ func (g *Gateway) kick() {
 }
 
 // dispatchLoop runs a dispatch pass whenever something changed, and at least every 10 ms
-// so that deadlines of waiting items are noticed.
+// so that deadlines of waiting items are noticed; every 100 ms it also stops the pools
+// idle for their keep_alive.
 func (g *Gateway) dispatchLoop(ctx context.Context) {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
+	idle := time.NewTicker(100 * time.Millisecond)
+	defer idle.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-g.kickCh:
 		case <-tick.C:
+		case now := <-idle.C:
+			g.stopIdlePools(now)
+			continue
 		}
 		g.dispatchPass()
 	}
+}
+
+// stopIdlePools puts to sleep the local pools with a keep_alive that have had nothing in
+// flight and nothing queued for them for that long (supervisor.sleep).
+func (g *Gateway) stopIdlePools(now time.Time) {
+	for _, name := range g.cfg.PoolNames() {
+		pc := g.cfg.Pools[name]
+		keep, unload := pc.Idle()
+		if !unload || !pc.IsLocal() {
+			continue
+		}
+		since, idle := g.fl.idleSince(name)
+		if !idle || now.Sub(since) < keep || g.queuedFor(name) {
+			continue
+		}
+		g.supervisor.sleep(name)
+	}
+}
+
+// queuedFor reports whether a request waits in a class queue that pool serves.
+func (g *Gateway) queuedFor(pool string) bool {
+	for _, class := range g.cfg.Pools[pool].Classes {
+		if g.queues.Len(class) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // dispatchPass runs one pass of the scheduler and sends what it assigns.

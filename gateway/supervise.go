@@ -47,7 +47,8 @@ type poolProcs struct {
 	deaths       []time.Time
 	crashLooping bool
 	failed       *codec.Error // a start-up failure that a restart cannot fix (runtime_missing, ...)
-	// asleep: a lazy_load pool not started yet; wake starts it on its first request.
+	// asleep: a lazy_load pool not started yet, or one stopped after keep_alive of
+	// idleness (sleep); wake starts it on its next request.
 	asleep bool
 }
 
@@ -63,6 +64,8 @@ type proc struct {
 	lastExit string
 	settled  chan struct{} // closed when ready or failed
 	exited   chan struct{}
+	// stopping: sleep stopped this process; its exit is no death and is not restarted.
+	stopping bool
 }
 
 // memoryAdmission is the gateway's memory admission as the supervisor uses it (see
@@ -136,10 +139,24 @@ func (s *supervisor) wake(pool string) {
 	}
 	pp.asleep = false
 	procs := append([]*proc(nil), pp.procs...)
+	exits := map[*proc]chan struct{}{}
+	for _, p := range procs {
+		if p.id != "" { // stopped by sleep: its next process gets a new id
+			exits[p] = p.exited
+		}
+	}
 	s.mu.Unlock()
-	s.log.Info("starting a lazy pool for its first request", "pool", pool, "workers", len(procs))
+	s.log.Info("starting a sleeping pool for a request", "pool", pool, "workers", len(procs))
 	go func() {
 		for _, p := range procs {
+			if ex := exits[p]; ex != nil {
+				<-ex // the process sleep stopped has exited: one process per slot
+				s.mu.Lock()
+				old := p.id
+				p.gen++
+				s.mu.Unlock()
+				s.tracker.Forget(old)
+			}
 			s.spawn(p)
 			s.mu.Lock()
 			settled := p.settled
@@ -150,6 +167,32 @@ func (s *supervisor) wake(pool string) {
 			s.waitHeartbeat(p)
 		}
 	}()
+}
+
+// sleep stops the workers of a local pool that has been idle for its keep_alive: they
+// drain and exit (SIGTERM), their memory leaves the admission with their heartbeats, and
+// the pool is asleep: its next request starts it again (wake), as for lazy_load. A pool
+// that failed, crash-loops or is already asleep is left alone.
+func (s *supervisor) sleep(pool string) {
+	s.mu.Lock()
+	pp, ok := s.pools[pool]
+	if !ok || pp.asleep || s.closed || pp.failed != nil || pp.crashLooping {
+		s.mu.Unlock()
+		return
+	}
+	pp.asleep = true
+	var running []*proc
+	for _, p := range pp.procs {
+		if p.cmd != nil && p.cmd.Process != nil && !isClosed(p.exited) {
+			p.stopping = true
+			running = append(running, p)
+		}
+	}
+	s.mu.Unlock()
+	s.log.Info("stopping an idle pool (keep_alive)", "pool", pool, "keep_alive", pp.cfg.KeepAlive)
+	for _, p := range running {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+	}
 }
 
 // waitHeartbeat waits (a bounded time) until the tracker has heard a ready worker, so its
@@ -285,6 +328,13 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 			failure = s.mem.admissionError(pp.cfg.Device, p.pool, need)
 		}
 		pp.failed = failure
+	}
+	if p.stopping {
+		// Stopped by sleep: not a death, and not restarted here (wake starts it again).
+		p.stopping = false
+		s.mu.Unlock()
+		settle()
+		return
 	}
 	now := time.Now()
 	pp.deaths = append(pp.deaths, now)
@@ -487,4 +537,17 @@ func (s *supervisor) running(id string) bool {
 		return true
 	}
 	return false
+}
+
+// isClosed reports whether ch (nil: not made yet) is closed.
+func isClosed(ch chan struct{}) bool {
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

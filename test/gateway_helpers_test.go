@@ -73,15 +73,16 @@ func gwSlowTaggerDir(t testing.TB) string {
 
 // gwPool is one [pools.NAME] table of a gateway test config.
 type gwPool struct {
-	Name     string
-	Version  string // runtime version from .deps; ignored when Runtime is set
-	Runtime  string // explicit runtime path
-	Workers  int
-	Slots    int
-	Classes  []string
-	Models   []string
-	Env      map[string]string
-	LazyLoad bool
+	Name      string
+	Version   string // runtime version from .deps; ignored when Runtime is set
+	Runtime   string // explicit runtime path
+	Workers   int
+	Slots     int
+	Classes   []string
+	Models    []string
+	Env       map[string]string
+	LazyLoad  bool
+	KeepAlive string
 }
 
 // gwClass is one [classes.NAME] table.
@@ -145,7 +146,7 @@ func (c gwConfig) writeIn(t testing.TB, dir string) string {
 	var pools, classes []string
 	for _, p := range c.Pools {
 		cfg.Pools[p.Name] = &config.Pool{Runtime: runtimeOf(t, p.Runtime, p.Version), Threads: 1, Workers: p.Workers, Slots: p.Slots,
-			Classes: p.Classes, Models: p.Models, Env: p.Env, LazyLoad: p.LazyLoad}
+			Classes: p.Classes, Models: p.Models, Env: p.Env, LazyLoad: p.LazyLoad, KeepAlive: p.KeepAlive}
 		pools = append(pools, p.Name)
 	}
 	for _, cl := range c.Classes {

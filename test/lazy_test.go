@@ -1,9 +1,11 @@
 package test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 )
 
 // A lazy_load pool is not started with the gateway: its first request starts it, waits
@@ -45,4 +47,43 @@ func TestGatewayLazyPool(t *testing.T) {
 		t.Errorf("queue_us %d is less than the lazy worker's model load time %d ms", tr.Timing.QueueUS, load)
 	}
 	t.Logf("first request on the lazy pool: queue %d ms (model load %d ms), total %d ms", tr.Timing.QueueUS/1000, load, tr.Timing.TotalUS/1000)
+}
+
+// A pool with keep_alive stops its workers once idle that long, releasing their memory
+// in the admission, and its next request starts them again.
+func TestGatewayKeepAlive(t *testing.T) {
+	t.Parallel()
+	root := imageRoot(t)
+	red := colourPNG(t, root, "red")
+	g := startGateway(t, gwConfig{
+		Root:    root,
+		Devices: map[string]config.Device{"cpu": {Capacity: 1 << 30}},
+		Pools:   []gwPool{{Name: "ka", Version: "1.30.0", Classes: []string{"interactive"}, Models: []string{gwTagger}, KeepAlive: "300ms"}},
+		Classes: []gwClass{{Name: "interactive", Chain: []string{"ka"}}},
+	}.write(t))
+	admitted := func() int64 {
+		for _, d := range g.status(t).Devices {
+			if d.Device == "cpu" {
+				return d.AdmittedBytes
+			}
+		}
+		return -1
+	}
+	first := g.call(t, "tag", &codec.Request{Path: red, Model: gwTagger}, gwReplyBound).tag(t)
+	w := g.waitLive(t, "ka", 1)[first.Worker]
+	if admitted() <= 0 {
+		t.Fatalf("nothing admitted on cpu with worker %s loaded", first.Worker)
+	}
+	// Idle: the worker process exits and its memory leaves the admission.
+	checkFor(t, "the idle pool stopped", gwReplyBound, pollEvery, func() error {
+		if !gwProcessGone(w.PID) || len(gwLive(g.status(t), "ka")) != 0 || admitted() != 0 {
+			return fmt.Errorf("worker %s (pid %d) still there or admitted %d", first.Worker, w.PID, admitted())
+		}
+		return nil
+	})
+	// The next request starts it again.
+	second := g.call(t, "tag", &codec.Request{Path: red, Model: gwTagger}, gwReplyBound).tag(t)
+	if second.Pool != "ka" || second.Worker == first.Worker || second.General["red"] < 0.9 {
+		t.Fatalf("after the idle stop: served by %s/%s (first %s), tags %v", second.Pool, second.Worker, first.Worker, second.General)
+	}
 }
