@@ -109,6 +109,8 @@ type DeviceStatus struct {
 	// LeasedBytes is held by leases (processes outside ortbus), counted in FreeBytes.
 	LeasedBytes int64        `msgpack:"leased_bytes,omitempty" json:"leased_bytes,omitempty"`
 	Leases      []LeaseReply `msgpack:"leases,omitempty" json:"leases,omitempty"`
+	// ReservedBytes is the sum of the device's class reservations ([devices.NAME.reserve]).
+	ReservedBytes int64 `msgpack:"reserved_bytes,omitempty" json:"reserved_bytes,omitempty"`
 }
 
 // ClassStatus is one latency class in a status reply.

@@ -10,6 +10,7 @@
 package config
 
 import (
+	"math"
 	"time"
 )
 
@@ -185,6 +186,10 @@ type Device struct {
 	Capacity Bytes `toml:"capacity,omitempty"`
 	// SafeFraction of the capacity that admitted peaks may use (default 0.85).
 	SafeFraction float64 `toml:"safe_fraction,omitempty"`
+	// Reserve keeps part of the budget for a class ([devices.NAME.reserve] urgent =
+	// "2GiB"): only pools and leases of that class or a higher one may use it, so batch
+	// pools and batch leases never can (gateway/admission.go).
+	Reserve map[string]Bytes `toml:"reserve,omitempty"`
 }
 
 // Class is a latency class.
@@ -355,4 +360,18 @@ func (p *Pool) Idle() (time.Duration, bool) {
 		return 0, false
 	}
 	return d, true
+}
+
+// PoolPriority is the highest priority (lowest number) among the classes pool serves
+// (math.MaxInt for an unknown pool or one that serves no configured class).
+func (c *Config) PoolPriority(pool string) int {
+	best := math.MaxInt
+	if pc := c.Pools[pool]; pc != nil {
+		for _, name := range pc.Classes {
+			if cl := c.Classes[name]; cl != nil {
+				best = min(best, cl.Priority)
+			}
+		}
+	}
+	return best
 }

@@ -285,6 +285,19 @@ func (c *Config) validate() error {
 		if d.SafeFraction <= 0 || d.SafeFraction > 1 {
 			add(c.errf("devices."+name+".safe_fraction", "must be in (0, 1], got %v", d.SafeFraction))
 		}
+		var reserved Bytes
+		for class, b := range d.Reserve {
+			if _, ok := c.Classes[class]; !ok {
+				add(c.errf("devices."+name+".reserve", "class %q is not configured", class))
+			}
+			if b < 0 {
+				add(c.errf("devices."+name+".reserve", "%s: must not be negative", class))
+			}
+			reserved += b
+		}
+		if d.Capacity > 0 && float64(reserved) > float64(d.Capacity)*d.SafeFraction {
+			add(c.errf("devices."+name+".reserve", "reservations (%d bytes) exceed the budget (capacity x safe_fraction)", reserved))
+		}
 	}
 	for _, name := range c.Order("models", keys(c.Models)) {
 		add(c.validateModel(name, c.Models[name]))

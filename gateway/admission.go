@@ -45,14 +45,49 @@ func (g *Gateway) admitted(device, except string) int64 {
 	return sum
 }
 
-// remaining is the budget a new worker on device may use (ok false: no admission).
-func (g *Gateway) remaining(device, except string) (int64, bool) {
+// remaining is the budget a new worker of pool on device may use (ok false: no
+// admission): the budget less what is admitted, leased, and reserved for classes above
+// the pool's.
+func (g *Gateway) remaining(device, pool, except string) (int64, bool) {
 	_, _, budget := g.deviceBudget(device)
 	if budget <= 0 {
 		return 0, false
 	}
 	leased, _ := g.leases.leased(device)
-	return budget - g.admitted(device, except) - leased, true
+	return budget - g.admitted(device, except) - leased - g.reservedAgainst(device, g.cfg.PoolPriority(pool)), true
+}
+
+// Reservations ([devices.NAME.reserve] CLASS = SIZE) keep part of a device's budget for a
+// class: a pool or a lease may use the reservation of class C only if it serves C or a
+// class of higher priority (a lower number), so batch pools and batch leases never can.
+// What pools that may use a reservation have admitted fills it first.
+
+// reservedAgainst is the part of device's reservations that work of priority prio may
+// not use: for each class of a higher priority with a reservation, the reservation less
+// what the workers of pools that may use it have admitted.
+func (g *Gateway) reservedAgainst(device string, prio int) int64 {
+	d, ok := g.cfg.Devices[device]
+	if !ok || len(d.Reserve) == 0 {
+		return 0
+	}
+	var out int64
+	for class, b := range d.Reserve {
+		cl := g.cfg.Classes[class]
+		if cl == nil || cl.Priority >= prio {
+			continue // prio's own class, or a lower one: usable
+		}
+		var filled int64
+		for _, w := range g.tracker.Workers() {
+			if w.Dead || g.cfg.Pools[w.HB.Pool] == nil || g.cfg.Pools[w.HB.Pool].Device != device || g.cfg.PoolPriority(w.HB.Pool) > cl.Priority {
+				continue
+			}
+			for _, m := range w.HB.Models {
+				filled += m.PeakBytes
+			}
+		}
+		out += max(0, int64(b)-filled)
+	}
+	return out
 }
 
 // admissionError is the refusal of a pool on a device whose budget cannot hold it: it
@@ -60,13 +95,17 @@ func (g *Gateway) remaining(device, except string) (int64, bool) {
 func (g *Gateway) admissionError(device, pool string, need int64) *codec.Error {
 	capacity, fraction, budget := g.deviceBudget(device)
 	adm := g.admitted(device, "")
-	leases := ""
+	extra := ""
 	if leased, _ := g.leases.leased(device); leased > 0 {
 		adm += leased // the leases of processes outside ortbus count as admitted
-		leases = " (leases " + mb(leased) + ")"
+		extra = " (leases " + mb(leased) + ")"
+	}
+	if r := g.reservedAgainst(device, g.cfg.PoolPriority(pool)); r > 0 {
+		adm += r // reserved for higher classes: not this pool's to use
+		extra += " (reserved for higher classes " + mb(r) + ")"
 	}
 	return codec.Errorf(codec.CodeOverloaded, "memory admission refused pool %s on device %s: admitted %s%s + %s needed = %s, over the budget of %s (capacity %s x %.2f)",
-		pool, device, mb(adm), leases, mb(need), mb(adm+need), mb(budget), mb(capacity), fraction).
+		pool, device, mb(adm), extra, mb(need), mb(adm+need), mb(budget), mb(capacity), fraction).
 		With("device", device).With("pool", pool).With("sum_bytes", adm+need).With("budget_bytes", budget).With("capacity_bytes", capacity)
 }
 
@@ -87,8 +126,12 @@ func (g *Gateway) deviceStatus() []codec.DeviceStatus {
 		capacity, fraction, budget := g.deviceBudget(d)
 		adm := g.admitted(d, "")
 		leased, ls := g.leases.leased(d)
+		var reserved int64
+		for _, b := range g.cfg.Devices[d].Reserve {
+			reserved += int64(b)
+		}
 		out = append(out, codec.DeviceStatus{Device: d, CapacityBytes: capacity, SafeFraction: fraction, BudgetBytes: budget,
-			AdmittedBytes: adm, FreeBytes: max(0, budget-adm-leased), Pools: pools, LeasedBytes: leased, Leases: ls})
+			AdmittedBytes: adm, FreeBytes: max(0, budget-adm-leased), Pools: pools, LeasedBytes: leased, Leases: ls, ReservedBytes: reserved})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
 	return out

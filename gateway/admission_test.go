@@ -93,10 +93,10 @@ func TestDeviceBudget(t *testing.T) {
 			t.Errorf("deviceBudget(%s) = %d %v %d, want %d %v %d", c.device, capacity, fraction, budget, c.capacity, c.fraction, c.budget)
 		}
 	}
-	if left, ok := g.remaining("gpu.intel:1", ""); ok || left != 0 {
+	if left, ok := g.remaining("gpu.intel:1", "", ""); ok || left != 0 {
 		t.Errorf("remaining on a device of unknown capacity = %d %v, want no admission", left, ok)
 	}
-	if left, ok := g.remaining("cuda:0", ""); !ok || left != cudaBudget {
+	if left, ok := g.remaining("cuda:0", "", ""); !ok || left != cudaBudget {
 		t.Errorf("remaining on an empty cuda:0 = %d %v, want the whole budget", left, ok)
 	}
 }
@@ -127,7 +127,7 @@ func TestAdmitted(t *testing.T) {
 		}
 	}
 	budget := int64(cudaBudget)
-	if left, ok := g.remaining("cuda:0", "b-0"); !ok || left != budget-150*mib {
+	if left, ok := g.remaining("cuda:0", "", "b-0"); !ok || left != budget-150*mib {
 		t.Errorf("remaining for b-0 = %d %v, want the budget less a-0's 150 MiB", left, ok)
 	}
 	g.tracker.MarkDead("b-0", "exit code 1")

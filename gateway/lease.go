@@ -145,6 +145,8 @@ func (g *Gateway) lease(req *codec.LeaseRequest) (*codec.LeaseReply, *codec.Erro
 		}
 	}
 	adm := g.admitted(req.Device, "")
+	// Reservations of classes above the lease's are not its to use (admission.go).
+	adm += g.reservedAgainst(req.Device, g.cfg.Classes[class].Priority)
 	if sum := adm + leased + req.Bytes; sum > budget || sum < 0 {
 		return nil, codec.Errorf(codec.CodeOverloaded, "memory admission refused a lease of %s on device %s: admitted %s + leased %s + %s = %s, over the budget of %s (capacity %s x %.2f)",
 			mb(req.Bytes), req.Device, mb(adm), mb(leased), mb(req.Bytes), mb(sum), mb(budget), mb(capacity), fraction).

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func TestLeaseAdmission(t *testing.T) {
 	}
 	// It counts in the admission of pools and of other leases, and shows in status
 	// without its id.
-	if left, _ := g.remaining("cuda:0", ""); left != cudaBudget-800*mib {
+	if left, _ := g.remaining("cuda:0", "", ""); left != cudaBudget-800*mib {
 		t.Errorf("remaining with the lease = %d MiB, want budget - 800 MiB", left/mib)
 	}
 	if _, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 100 * mib}); e == nil || e.Code != codec.CodeOverloaded {
@@ -50,11 +51,11 @@ func TestLeaseAdmission(t *testing.T) {
 		t.Fatalf("renew: %+v %v", r, e)
 	}
 	now = now.Add(999 * time.Millisecond)
-	if left, _ := g.remaining("cuda:0", ""); left != cudaBudget-800*mib {
+	if left, _ := g.remaining("cuda:0", "", ""); left != cudaBudget-800*mib {
 		t.Errorf("before the renewed expiry: remaining %d MiB", left/mib)
 	}
 	now = now.Add(time.Millisecond)
-	if left, _ := g.remaining("cuda:0", ""); left != cudaBudget-300*mib {
+	if left, _ := g.remaining("cuda:0", "", ""); left != cudaBudget-300*mib {
 		t.Errorf("after expiry: remaining %d MiB, want the lease's bytes back", left/mib)
 	}
 	if _, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseRenew, Lease: l.Lease}); e == nil || e.Code != codec.CodeBadRequest {
@@ -68,7 +69,7 @@ func TestLeaseAdmission(t *testing.T) {
 	if r, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseRelease, Lease: l2.Lease}); e != nil || !r.Released {
 		t.Fatalf("release: %+v %v", r, e)
 	}
-	if left, _ := g.remaining("cuda:0", ""); left != cudaBudget-300*mib {
+	if left, _ := g.remaining("cuda:0", "", ""); left != cudaBudget-300*mib {
 		t.Errorf("after release: remaining %d MiB", left/mib)
 	}
 	// A ttl past lease_max_ttl is cut to it; bad requests are refused.
@@ -107,5 +108,36 @@ func TestLeaseHoldsBatchToOneUnit(t *testing.T) {
 	c.leased.add("cuda:0", "batch", 1)
 	if !c.shareAllows("b", "batch", nil) {
 		t.Error("a batch lease held batch to one unit")
+	}
+}
+
+// Reservations (admission.go): interactive's reservation on cuda:0 is not batch's to use,
+// in pool admission and in leases alike; interactive's own workers fill it first.
+func TestReservation(t *testing.T) {
+	g := testGateway(t, admissionConfig+`
+[devices."cuda:0".reserve]
+interactive = "400MiB"
+`)
+	f := newFleet(t, g)
+	if left, _ := g.remaining("cuda:0", "b", ""); left != cudaBudget-400*mib {
+		t.Errorf("batch pool b's budget = %d MiB, want the budget less the reservation", left/mib)
+	}
+	if left, _ := g.remaining("cuda:0", "a", ""); left != cudaBudget {
+		t.Errorf("interactive pool a's budget = %d MiB, want the whole budget", left/mib)
+	}
+	f.beat(codec.Heartbeat{Worker: "a-0", Pool: "a", Slots: 1, Models: peaks(300)})
+	if left, _ := g.remaining("cuda:0", "b", ""); left != cudaBudget-400*mib {
+		t.Errorf("with a-0's 300 MiB in the reservation, b's budget = %d MiB, want budget - 400 MiB", left/mib)
+	}
+	// 570.4 MiB left in all, 100 MiB of it still reserved: 500 MiB is too much for a batch
+	// lease, not for an interactive one.
+	if _, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 500 * mib, Class: "batch"}); e == nil || e.Code != codec.CodeOverloaded {
+		t.Errorf("a batch lease into interactive's reservation: %v, want overloaded", e)
+	}
+	if _, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 500 * mib, Class: "interactive"}); e != nil {
+		t.Errorf("an interactive lease of what is left: %v", e)
+	}
+	if e := g.admissionError("cuda:0", "b", 10*mib); !strings.Contains(e.Message, "reserved for higher classes") {
+		t.Errorf("refusal of b: %q does not name the reservation", e.Message)
 	}
 }

@@ -3,11 +3,13 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -72,7 +74,7 @@ type proc struct {
 // admission.go): how much of a device's budget is left for a worker, and the refusal of a
 // pool that does not fit.
 type memoryAdmission interface {
-	remaining(device, except string) (int64, bool)
+	remaining(device, pool, except string) (int64, bool)
 	admissionError(device, pool string, need int64) *codec.Error
 }
 
@@ -87,7 +89,11 @@ func newSupervisor(cfg *config.Config, tracker *health.Tracker, mem memoryAdmiss
 func (s *supervisor) start() <-chan struct{} {
 	byDevice := map[string][]*proc{}
 	var devicesInOrder []string
-	for _, name := range s.cfg.PoolNames() {
+	// Pools are admitted in class-priority order (the pool's highest class first), then
+	// in file order: the urgent pool gets its memory before the batch pool takes it.
+	names := s.cfg.PoolNames()
+	slices.SortStableFunc(names, func(a, b string) int { return cmp.Compare(s.cfg.PoolPriority(a), s.cfg.PoolPriority(b)) })
+	for _, name := range names {
 		pc := s.cfg.Pools[name]
 		if !pc.IsLocal() {
 			continue
@@ -242,7 +248,7 @@ func (s *supervisor) spawn(p *proc) {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	// Memory admission: the worker may use what the device's budget has left.
-	if left, ok := s.mem.remaining(pc.Device, p.id); ok {
+	if left, ok := s.mem.remaining(pc.Device, p.pool, p.id); ok {
 		if left <= 0 {
 			s.pools[p.pool].failed = s.mem.admissionError(pc.Device, p.pool, 0)
 			p.settled, p.exited = make(chan struct{}), make(chan struct{})

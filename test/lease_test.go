@@ -118,3 +118,43 @@ func jsonMsg(subject, body string) *nats.Msg {
 	m.Header.Set(codec.HeaderContentType, codec.ContentTypeJSON)
 	return m
 }
+
+// TestReservationProtectsUrgent: on a device whose budget is nearly all reserved for the
+// urgent class, the urgent pool is admitted (first, though the batch pool comes first in
+// the file) and serves, and the batch pool is refused overloaded, its error naming the
+// reservation.
+func TestReservationProtectsUrgent(t *testing.T) {
+	t.Parallel()
+	root := imageRoot(t)
+	red := colourPNG(t, root, "red")
+	g := startGateway(t, gwConfig{
+		Root: root,
+		Devices: map[string]config.Device{"cpu": {Capacity: 1 << 30, SafeFraction: 0.5, // budget 512 MiB
+			Reserve: map[string]config.Bytes{"urgent": 510 << 20}}},
+		Pools: []gwPool{
+			{Name: "bt", Version: "1.24.3", Classes: []string{"batch"}, Models: []string{gwTagger}},
+			{Name: "ur", Version: "1.30.0", Classes: []string{"urgent"}, Models: []string{gwTagger}},
+		},
+		Classes: []gwClass{{Name: "urgent", Chain: []string{"ur"}}, {Name: "batch", Chain: []string{"bt"}}},
+	}.write(t))
+	g.waitLive(t, "ur", 1)
+	st := g.waitStatus(t, "pool bt refused", func(st *codec.StatusReply) bool {
+		for _, p := range st.Pools {
+			if p.Name == "bt" && p.Error != nil {
+				return true
+			}
+		}
+		return false
+	})
+	for _, p := range st.Pools {
+		if p.Name == "bt" && (p.Error.Code != codec.CodeOverloaded || !strings.Contains(p.Error.Message, "reserved for higher classes") || p.Live != 0) {
+			t.Errorf("batch pool: %+v, want refused overloaded naming the reservation, no live worker", p)
+		}
+	}
+	if r := g.call(t, "tag", &codec.Request{Path: red, Model: gwTagger, Class: "urgent", TimeoutMS: 2000}, gwReplyBound).tag(t); r.Pool != "ur" {
+		t.Errorf("urgent request served by %s", r.Pool)
+	}
+	if r := g.call(t, "tag", &codec.Request{Path: red, Model: gwTagger, Class: "batch"}, gwReplyBound); r.code() != string(codec.CodeNoWorker) && r.code() != string(codec.CodeOverloaded) {
+		t.Errorf("batch request with its pool refused: %s, want no_worker or overloaded", r.code())
+	}
+}
