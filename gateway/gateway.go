@@ -105,6 +105,7 @@ func Run(ctx context.Context, o Options) error {
 	}, Pools: pools, OnDrop: func(string) { g.metrics.bad("heartbeat") }, Log: g.log}
 	g.supervisor = newSupervisor(g.cfg, g.tracker, g, g.log, o.WorkerBin, url)
 	g.tracker.Running = g.supervisor.running
+	g.supervisor.idle = g.poolIdle
 	if err := g.tracker.Start(g.nc); err != nil {
 		return err
 	}
@@ -283,6 +284,11 @@ func (g *Gateway) stopIdlePools(now time.Time) {
 		}
 		g.supervisor.sleep(name)
 	}
+}
+
+// poolIdle reports whether pool has nothing in flight and nothing queued for it.
+func (g *Gateway) poolIdle(pool string) bool {
+	return g.fl.inFlight(pool) == 0 && !g.queuedFor(pool)
 }
 
 // queuedFor reports whether a request waits in a class queue that pool serves.

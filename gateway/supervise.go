@@ -32,6 +32,9 @@ type supervisor struct {
 	cfg     *config.Config
 	tracker *health.Tracker
 	mem     memoryAdmission
+	// idle reports whether a pool has nothing in flight and nothing queued (the gateway's
+	// flights and queues); nil: no pool is idle (no eviction).
+	idle    func(pool string) bool
 	bin     string
 	url     string
 	log     *slog.Logger
@@ -52,6 +55,8 @@ type poolProcs struct {
 	// asleep: a lazy_load pool not started yet, or one stopped after keep_alive of
 	// idleness (sleep); wake starts it on its next request.
 	asleep bool
+	// lastPeak is what the pool's workers had admitted when sleep stopped them.
+	lastPeak int64
 }
 
 type proc struct {
@@ -154,6 +159,9 @@ func (s *supervisor) wake(pool string) {
 	s.mu.Unlock()
 	s.log.Info("starting a sleeping pool for a request", "pool", pool, "workers", len(procs))
 	go func() {
+		for _, ex := range s.evict(pool) {
+			<-ex // the evicted workers are gone, and their memory with their heartbeats
+		}
 		for _, p := range procs {
 			if ex := exits[p]; ex != nil {
 				<-ex // the process sleep stopped has exited: one process per slot
@@ -175,30 +183,109 @@ func (s *supervisor) wake(pool string) {
 	}()
 }
 
-// sleep stops the workers of a local pool that has been idle for its keep_alive: they
-// drain and exit (SIGTERM), their memory leaves the admission with their heartbeats, and
-// the pool is asleep: its next request starts it again (wake), as for lazy_load. A pool
-// that failed, crash-loops or is already asleep is left alone.
-func (s *supervisor) sleep(pool string) {
+// sleep stops the workers of a local pool that has been idle for its keep_alive (or is
+// evicted): they drain and exit (SIGTERM), their memory leaves the admission with their
+// heartbeats, and the pool is asleep: its next request starts it again (wake), as for
+// lazy_load. A pool that failed, crash-loops or is already asleep is left alone. It
+// returns the workers it stopped.
+func (s *supervisor) sleep(pool string) []*proc {
 	s.mu.Lock()
 	pp, ok := s.pools[pool]
 	if !ok || pp.asleep || s.closed || pp.failed != nil || pp.crashLooping {
 		s.mu.Unlock()
-		return
+		return nil
 	}
 	pp.asleep = true
 	var running []*proc
+	var peak int64
 	for _, p := range pp.procs {
 		if p.cmd != nil && p.cmd.Process != nil && !isClosed(p.exited) {
 			p.stopping = true
 			running = append(running, p)
+			if w, ok := s.tracker.Get(p.id); ok {
+				for _, m := range w.HB.Models {
+					peak += m.PeakBytes
+				}
+			}
 		}
 	}
+	if peak > 0 {
+		pp.lastPeak = peak
+	}
 	s.mu.Unlock()
-	s.log.Info("stopping an idle pool (keep_alive)", "pool", pool, "keep_alive", pp.cfg.KeepAlive)
+	s.log.Info("stopping an idle pool", "pool", pool, "keep_alive", pp.cfg.KeepAlive)
 	for _, p := range running {
 		p.cmd.Process.Signal(syscall.SIGTERM)
 	}
+	return running
+}
+
+// need is what a sleeping pool will admit when it starts: its workers' peaks when it was
+// last stopped, else the declared memory of its models times its workers (0: unknown).
+func (s *supervisor) need(pool string) int64 {
+	pp := s.pools[pool]
+	if pp.lastPeak > 0 {
+		return pp.lastPeak
+	}
+	var sum int64
+	for _, m := range pp.cfg.Models {
+		mc := s.cfg.Models[m]
+		if mc == nil || mc.Memory <= 0 {
+			return 0
+		}
+		sum += int64(mc.Memory)
+	}
+	return sum * int64(max(1, len(pp.procs)))
+}
+
+// evict makes room for pool on its device by stopping idle pools of lower classes whose
+// workers may be stopped (a keep_alive: not pinned), the lowest class first, until what
+// they free covers the pool's need. It returns the exits to wait for before starting the
+// pool. Without a known need, or with room enough, it stops nothing.
+func (s *supervisor) evict(pool string) []chan struct{} {
+	s.mu.Lock()
+	need := s.need(pool)
+	s.mu.Unlock()
+	device := s.cfg.Pools[pool].Device
+	left, ok := s.mem.remaining(device, pool, "")
+	if need <= 0 || !ok || left >= need || s.idle == nil {
+		return nil
+	}
+	prio := s.cfg.PoolPriority(pool)
+	var victims []string
+	for _, name := range s.cfg.PoolNames() {
+		pc := s.cfg.Pools[name]
+		if _, unload := pc.Idle(); name == pool || !unload || !pc.IsLocal() || pc.Device != device || s.cfg.PoolPriority(name) <= prio {
+			continue
+		}
+		victims = append(victims, name)
+	}
+	slices.SortStableFunc(victims, func(a, b string) int { return cmp.Compare(s.cfg.PoolPriority(b), s.cfg.PoolPriority(a)) })
+	var exits []chan struct{}
+	for _, v := range victims {
+		if left >= need {
+			break
+		}
+		if !s.idle(v) {
+			continue
+		}
+		freed := int64(0)
+		for _, w := range s.tracker.Live(v) {
+			for _, m := range w.HB.Models {
+				freed += m.PeakBytes
+			}
+		}
+		stopped := s.sleep(v)
+		if len(stopped) == 0 {
+			continue
+		}
+		s.log.Info("evicting an idle pool of a lower class for a pool that needs its memory", "evicted", v, "for", pool, "frees", freed, "need", need, "left", left)
+		for _, p := range stopped {
+			exits = append(exits, p.exited)
+		}
+		left += freed
+	}
+	return exits
 }
 
 // waitHeartbeat waits (a bounded time) until the tracker has heard a ready worker, so its

@@ -100,10 +100,12 @@ type gwConfig struct {
 	StoreDir string
 	Jobs     config.Jobs // the [jobs] table (defaults where zero)
 	Devices  map[string]config.Device
-	Root     string         // the one allowed image root
-	Gateway  config.Gateway // the [gateway] table; shutdown_grace is 3s unless set
-	Pools    []gwPool
-	Classes  []gwClass
+	// ModelMemory declares every model's peak (0: measured by the workers).
+	ModelMemory config.Bytes
+	Root        string         // the one allowed image root
+	Gateway     config.Gateway // the [gateway] table; shutdown_grace is 3s unless set
+	Pools       []gwPool
+	Classes     []gwClass
 }
 
 // gwModels are the models of the gateway tests' configs: the plain tagger and the slow one.
@@ -140,6 +142,9 @@ func (c gwConfig) writeIn(t testing.TB, dir string) string {
 	}
 	cfg.Jobs = c.Jobs
 	cfg.Devices = c.Devices
+	for _, m := range cfg.Models {
+		m.Memory = c.ModelMemory
+	}
 	if cfg.Gateway.ShutdownGrace == 0 {
 		cfg.Gateway.ShutdownGrace = config.Duration(3 * time.Second)
 	}

@@ -87,3 +87,35 @@ func TestGatewayKeepAlive(t *testing.T) {
 		t.Fatalf("after the idle stop: served by %s/%s (first %s), tags %v", second.Pool, second.Worker, first.Worker, second.General)
 	}
 }
+
+// A sleeping pool that needs memory an idle pool of a lower class holds has that pool
+// stopped (evicted) first: the budget holds one of them, the interactive one wins.
+func TestGatewayEvictsIdleLowerPool(t *testing.T) {
+	t.Parallel()
+	root := imageRoot(t)
+	red := colourPNG(t, root, "red")
+	g := startGateway(t, gwConfig{
+		Root:        root,
+		Devices:     map[string]config.Device{"cpu": {Capacity: 1 << 30, SafeFraction: 0.15}}, // budget ~153 MiB
+		ModelMemory: 100 << 20,
+		Pools: []gwPool{
+			{Name: "lo", Version: "1.24.3", Classes: []string{"batch"}, Models: []string{gwTagger}, KeepAlive: "1h"},
+			{Name: "hi", Version: "1.30.0", Classes: []string{"interactive"}, Models: []string{gwTagger}, LazyLoad: true},
+		},
+		Classes: []gwClass{{Name: "interactive", Chain: []string{"hi"}}, {Name: "batch", Chain: []string{"lo"}}},
+	}.write(t))
+	lo := g.waitLive(t, "lo", 1)
+	r := g.call(t, "tag", &codec.Request{Path: red, Model: gwTagger}, gwReplyBound).tag(t)
+	if r.Pool != "hi" || r.General["red"] < 0.9 {
+		t.Fatalf("interactive request: served by %s, tags %v", r.Pool, r.General)
+	}
+	st := g.status(t)
+	if n := len(gwLive(st, "lo")); n != 0 {
+		t.Errorf("pool lo has %d live workers after its eviction", n)
+	}
+	for id, w := range lo {
+		if !gwProcessGone(w.PID) {
+			t.Errorf("evicted worker %s (pid %d) still runs", id, w.PID)
+		}
+	}
+}
