@@ -277,8 +277,37 @@ export interface StatusReply {
   spool_dir: string;
   pools: PoolStatus[];
   workers: WorkerStatus[];
-  devices: Record<string, unknown>[];
+  devices: DeviceStatus[];
   classes: ClassStatus[];
+}
+
+/** One device in a status reply: its memory budget and who holds it. */
+export interface DeviceStatus {
+  device: string;
+  capacity_bytes: number;
+  safe_fraction: number;
+  budget_bytes: number;
+  admitted_bytes: number;
+  free_bytes: number;
+  pools: string[];
+  leased_bytes?: number;
+  leases?: Lease[];
+  reserved_bytes?: number;
+}
+
+// ---------------------------------------------------------------------------------------
+// Leases (codec/lease.go): memory of a device held for a process ortbus does not run
+
+/** A memory lease as granted, renewed or released (status lists them without `lease`). */
+export interface Lease {
+  /** The lease's id: the holder's capability to renew or release it. */
+  lease?: string;
+  device: string;
+  bytes: number;
+  class: string;
+  holder?: string;
+  expires_unix_ms: number;
+  released?: boolean;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -823,6 +852,7 @@ export type Op =
   | "cancel"
   | "status"
   | "health"
+  | "lease"
   | "job.submit"
   | "job.status"
   | "job.cancel"
@@ -1195,6 +1225,39 @@ export class OrtbusClient {
   /** The answering gateway's health. */
   health(opts: Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<HealthReply> {
     return this.send<HealthReply>("health", {}, undefined, opts);
+  }
+
+  // -------------------------------------------------------------------------------------
+  // Leases: device memory held for a process ortbus does not run (an LLM server, a game),
+  // counted in the device's memory admission until released or expired.
+
+  /**
+   * Acquires `bytes` of `device`'s memory budget. Rejects with code "overloaded" (details:
+   * device, sum_bytes, budget_bytes) when the budget cannot hold it. An urgent or
+   * interactive lease holds batch work on the device to one unit while it lives.
+   */
+  acquireLease(
+    device: string,
+    bytes: number,
+    o: { class?: OrtbusClass; ttlMs?: number; holder?: string } & Pick<CallOptions, "timeoutMs" | "signal"> = {},
+  ): Promise<Lease> {
+    const req: Record<string, unknown> = { action: "acquire", device, bytes };
+    if (o.class !== undefined) req.class = o.class;
+    if (o.ttlMs !== undefined) req.ttl_ms = o.ttlMs;
+    if (o.holder !== undefined) req.holder = o.holder;
+    return this.send<Lease>("lease", req, undefined, o);
+  }
+
+  /** Extends a lease by `ttlMs` (default: the gateway's) from now. */
+  renewLease(lease: string, o: { ttlMs?: number } & Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<Lease> {
+    const req: Record<string, unknown> = { action: "renew", lease };
+    if (o.ttlMs !== undefined) req.ttl_ms = o.ttlMs;
+    return this.send<Lease>("lease", req, undefined, o);
+  }
+
+  /** Gives a lease's memory back. */
+  releaseLease(lease: string, opts: Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<Lease> {
+    return this.send<Lease>("lease", { action: "release", lease }, undefined, opts);
   }
 
   // -------------------------------------------------------------------------------------

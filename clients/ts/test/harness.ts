@@ -138,6 +138,8 @@ export interface GatewayCfg {
   gatewayId?: string;
   /** [gateway] failover: keep accepted requests and answers in ortbus_answers (JetStream). */
   failover?: boolean;
+  /** [devices.NAME]: a declared capacity (e.g. "1GiB") and safe fraction, for leases. */
+  devices?: Record<string, { capacity: string; safeFraction?: number }>;
 }
 
 const q = (s: string) => JSON.stringify(s);
@@ -155,6 +157,9 @@ export function configText(c: GatewayCfg): string {
   lines.push("");
   lines.push("[health]", `heartbeat_interval = ${q(c.heartbeatInterval ?? "100ms")}`, `miss_count = ${c.missCount ?? 10}`, "");
   if (c.jobsAckWait) lines.push("[jobs]", `ack_wait = ${q(c.jobsAckWait)}`, "");
+  for (const [name, d] of Object.entries(c.devices ?? {})) {
+    lines.push(`[devices.${q(name)}]`, `capacity = ${q(d.capacity)}`, ...(d.safeFraction ? [`safe_fraction = ${d.safeFraction}`] : []), "");
+  }
   // The app writes cut-outs next to its images: its root is an output root too.
   lines.push("[security]", `allowed_roots = [${q(c.root)}]`, `output_roots = [${q(c.root)}]`, `spool_dir = ${q(c.spool)}`, "");
   for (const cl of c.classes) {

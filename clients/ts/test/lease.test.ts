@@ -1,0 +1,64 @@
+// Memory leases through the TypeScript client against a real gateway whose cpu device has
+// a declared capacity (1 GiB × 0.5): a lease over the budget is refused with the figures,
+// a smaller one is granted, shows in status without its id, is renewed, and released.
+
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
+
+import { OrtbusClient, OrtbusError } from "../index.ts";
+import { cleanupTmp, settle, setup } from "./harness.ts";
+import type { Env } from "./harness.ts";
+
+setDefaultTimeout(30_000);
+
+let env: Env;
+let client: OrtbusClient;
+
+beforeAll(async () => {
+  env = await setup("lease", {
+    edit: (c) => {
+      c.devices = { cpu: { capacity: "1GiB", safeFraction: 0.5 } };
+    },
+  });
+  client = await OrtbusClient.connect({ servers: env.url });
+}, 90_000);
+
+afterAll(async () => {
+  await client?.close();
+  if (env) {
+    await env.gateway.stop();
+    cleanupTmp(env.tmp);
+  }
+}, 30_000);
+
+const MiB = 1 << 20;
+
+test("a lease over the budget is refused overloaded, naming device, sum and budget", async () => {
+  const r = await settle(client.acquireLease("cpu", 600 * MiB, { class: "interactive", ttlMs: 5_000, holder: "llm" }));
+  expect(r.ok).toBe(false);
+  const e = (r as { error: unknown }).error as OrtbusError;
+  expect(e).toBeInstanceOf(OrtbusError);
+  expect(e.code).toBe("overloaded");
+  expect(e.details?.device).toBe("cpu");
+  expect(e.details?.budget_bytes).toBe(512 * MiB);
+  expect(Number(e.details?.sum_bytes)).toBeGreaterThan(512 * MiB);
+});
+
+test("a lease is granted, shown in status without its id, renewed and released", async () => {
+  const l = await client.acquireLease("cpu", 64 * MiB, { class: "interactive", ttlMs: 5_000, holder: "llm" });
+  expect(l.lease).toBeTruthy();
+  expect(l.bytes).toBe(64 * MiB);
+  const cpu = (await client.status()).devices.find((d) => d.device === "cpu")!;
+  expect(cpu.leased_bytes).toBe(64 * MiB);
+  expect(cpu.leases?.length).toBe(1);
+  expect(cpu.leases?.[0]?.holder).toBe("llm");
+  expect(cpu.leases?.[0]?.lease).toBeUndefined();
+  const renewed = await client.renewLease(l.lease!, { ttlMs: 10_000 });
+  expect(renewed.expires_unix_ms).toBeGreaterThan(l.expires_unix_ms);
+  const released = await client.releaseLease(l.lease!);
+  expect(released.released).toBe(true);
+  const after = (await client.status()).devices.find((d) => d.device === "cpu")!;
+  expect(after.leased_bytes ?? 0).toBe(0);
+  const again = await settle(client.renewLease(l.lease!));
+  expect(again.ok).toBe(false);
+  expect(((again as { error: unknown }).error as OrtbusError).code).toBe("bad_request");
+});
