@@ -109,6 +109,9 @@ type DeviceStatus struct {
 	// LeasedBytes is held by leases (processes outside ortbus), counted in FreeBytes.
 	LeasedBytes int64        `msgpack:"leased_bytes,omitempty" json:"leased_bytes,omitempty"`
 	Leases      []LeaseReply `msgpack:"leases,omitempty" json:"leases,omitempty"`
+	// ForeignBytes is the memory that processes outside ortbus are measured to use on the
+	// device (nvidia-smi for cuda:N) past what leases cover, counted in FreeBytes.
+	ForeignBytes int64 `msgpack:"foreign_bytes,omitempty" json:"foreign_bytes,omitempty"`
 }
 
 // ClassStatus is one latency class in a status reply.
