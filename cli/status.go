@@ -37,9 +37,9 @@ func PrintStatus(w io.Writer, st *codec.StatusReply) {
 			wk.Slots, counts(wk.Queued), counts(wk.Running), wk.Served, wk.Failed, (time.Duration(wk.HeartbeatAgeMS) * time.Millisecond).String(), wk.Restarts, wk.LastExit)
 	}
 	if len(st.Devices) > 0 {
-		fmt.Fprintln(tw, "\nDEVICE\tCAPACITY\tSAFE\tBUDGET\tADMITTED\tLEASED\tFREE\tPOOLS")
+		fmt.Fprintln(tw, "\nDEVICE\tCAPACITY\tSAFE\tBUDGET\tADMITTED\tLEASED\tFOREIGN\tFREE\tPOOLS")
 		for _, d := range st.Devices {
-			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%s\t%s\t%s\t%s\n", d.Device, mib(d.CapacityBytes), d.SafeFraction, mib(d.BudgetBytes), mib(d.AdmittedBytes), mib(d.LeasedBytes), mib(d.FreeBytes), strings.Join(d.Pools, ","))
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Device, mib(d.CapacityBytes), d.SafeFraction, mib(d.BudgetBytes), mib(d.AdmittedBytes), mib(d.LeasedBytes), mib(d.ForeignBytes), mib(d.FreeBytes), strings.Join(d.Pools, ","))
 		}
 		var leases []string
 		for _, d := range st.Devices {

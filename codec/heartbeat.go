@@ -111,6 +111,9 @@ type DeviceStatus struct {
 	Leases      []LeaseReply `msgpack:"leases,omitempty" json:"leases,omitempty"`
 	// ReservedBytes is the sum of the device's class reservations ([devices.NAME.reserve]).
 	ReservedBytes int64 `msgpack:"reserved_bytes,omitempty" json:"reserved_bytes,omitempty"`
+	// ForeignBytes is the memory that processes outside ortbus are measured to use on the
+	// device (nvidia-smi for cuda:N) past what leases cover, counted in FreeBytes.
+	ForeignBytes int64 `msgpack:"foreign_bytes,omitempty" json:"foreign_bytes,omitempty"`
 }
 
 // ClassStatus is one latency class in a status reply.

@@ -1,5 +1,6 @@
 // Package devices reads what ortbus needs to know of a physical device: its memory
-// capacity, and the memory in use on it (to measure a model's peak on a GPU). A device is
+// capacity, the memory in use on it (to measure a model's peak on a GPU), and the memory
+// each process uses on it (to count what processes outside ortbus hold). A device is
 // named cpu, cuda:N (NVIDIA, read through nvidia-smi when it is installed) or any
 // KIND:N whose capacity must then be configured.
 package devices
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -71,4 +73,117 @@ func nvidiaSMI(index string) (total, used int64, err error) {
 		return 0, 0, fmt.Errorf("nvidia-smi: unexpected output %q", out)
 	}
 	return t << 20, u << 20, nil
+}
+
+// ProcessReader reads how much of a device's memory each process uses: the pids of the
+// processes with memory on it, and their bytes. The gateway polls it to learn what
+// processes outside ortbus hold on the device (gateway/foreign.go).
+type ProcessReader interface {
+	ProcessMemory(device string) (map[int]int64, error)
+}
+
+// ProcessReaderFor returns the reader of device's memory per process, or nil where there
+// is none: only cuda:N has one (nvidia-smi).
+func ProcessReaderFor(device string) ProcessReader {
+	if !strings.HasPrefix(device, "cuda:") {
+		return nil
+	}
+	return &smiProcesses{}
+}
+
+// smiProcesses reads the compute processes of an NVIDIA GPU through nvidia-smi: the GPU
+// index of cuda:N is mapped to its uuid (--query-gpu=index,uuid, kept once read: it does
+// not change while the machine runs), and the rows of --query-compute-apps whose gpu_uuid
+// is that one are its processes. A row whose used_memory is not a number ([N/A]: not
+// reported, e.g. in MIG mode or without the rights) counts no bytes.
+type smiProcesses struct {
+	mu   sync.Mutex
+	uuid map[string]string // GPU index -> uuid
+}
+
+func (s *smiProcesses) ProcessMemory(device string) (map[int]int64, error) {
+	index, ok := strings.CutPrefix(device, "cuda:")
+	if !ok {
+		return nil, fmt.Errorf("device %s: no per-process memory reader", device)
+	}
+	uuid, err := s.uuidOf(index)
+	if err != nil {
+		return nil, err
+	}
+	out, err := runSMI("--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,noheader,nounits")
+	if err != nil {
+		return nil, err
+	}
+	return parseComputeApps(out, uuid)
+}
+
+func (s *smiProcesses) uuidOf(index string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if u, ok := s.uuid[index]; ok {
+		return u, nil
+	}
+	out, err := runSMI("--query-gpu=index,uuid", "--format=csv,noheader")
+	if err != nil {
+		return "", err
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		i, u, ok := strings.Cut(line, ",")
+		if !ok {
+			return "", fmt.Errorf("nvidia-smi --query-gpu=index,uuid: unexpected line %q", line)
+		}
+		m[strings.TrimSpace(i)] = strings.TrimSpace(u)
+	}
+	u, ok := m[index]
+	if !ok {
+		return "", fmt.Errorf("nvidia-smi lists no GPU of index %s", index)
+	}
+	s.uuid = m
+	return u, nil
+}
+
+// parseComputeApps sums, per pid, the used memory (MiB) of the rows gpu_uuid, pid,
+// used_memory whose uuid is the given one.
+func parseComputeApps(out []byte, uuid string) (map[int]int64, error) {
+	by := map[int]int64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		f := strings.Split(line, ",")
+		if len(f) != 3 {
+			return nil, fmt.Errorf("nvidia-smi --query-compute-apps: unexpected line %q", line)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(f[1]))
+		if err != nil || pid <= 0 {
+			return nil, fmt.Errorf("nvidia-smi --query-compute-apps: unexpected pid in %q", line)
+		}
+		if strings.TrimSpace(f[0]) != uuid {
+			continue
+		}
+		mib, err := strconv.ParseInt(strings.TrimSpace(f[2]), 10, 64)
+		if err != nil || mib < 0 {
+			by[pid] += 0 // listed, its usage not reported
+			continue
+		}
+		by[pid] += mib << 20
+	}
+	return by, nil
+}
+
+// runSMI runs nvidia-smi with args (bounded to 5 s, and a second more for its output).
+func runSMI(args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "nvidia-smi", args...)
+	cmd.WaitDelay = time.Second
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("nvidia-smi %s: %w", args[0], err)
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/devices"
@@ -16,6 +17,9 @@ import (
 // the budget is left (ORTBUS_MEM_BUDGET); a worker refuses a model, or caps its dynamic
 // batch, that would pass it, and a pool whose worker cannot fit is reported with the
 // device, the sum and the budget.
+//
+// Leases of processes outside ortbus (lease.go) and the measured memory of the other
+// processes outside ortbus (foreign.go) take their share of the budget too.
 
 // deviceBudget returns a device's capacity, safe fraction and budget in bytes (0 when the
 // capacity is unknown: no admission on that device).
@@ -54,7 +58,7 @@ func (g *Gateway) remaining(device, pool, except string) (int64, bool) {
 		return 0, false
 	}
 	leased, _ := g.leases.leased(device)
-	return budget - g.admitted(device, except) - leased - g.reservedAgainst(device, g.cfg.PoolPriority(pool)), true
+	return budget - g.admitted(device, except) - leased - g.foreignBytes(device, leased) - g.reservedAgainst(device, g.cfg.PoolPriority(pool)), true
 }
 
 // Reservations ([devices.NAME.reserve] CLASS = SIZE) keep part of a device's budget for a
@@ -95,18 +99,31 @@ func (g *Gateway) reservedAgainst(device string, prio int) int64 {
 func (g *Gateway) admissionError(device, pool string, need int64) *codec.Error {
 	capacity, fraction, budget := g.deviceBudget(device)
 	adm := g.admitted(device, "")
-	extra := ""
-	if leased, _ := g.leases.leased(device); leased > 0 {
-		adm += leased // the leases of processes outside ortbus count as admitted
-		extra = " (leases " + mb(leased) + ")"
+	leased, _ := g.leases.leased(device)
+	foreign := g.foreignBytes(device, leased)
+	var outside []string
+	if leased > 0 {
+		outside = append(outside, "leases "+mb(leased))
+	}
+	if foreign > 0 {
+		outside = append(outside, "foreign processes "+mb(foreign))
 	}
 	if r := g.reservedAgainst(device, g.cfg.PoolPriority(pool)); r > 0 {
 		adm += r // reserved for higher classes: not this pool's to use
-		extra += " (reserved for higher classes " + mb(r) + ")"
+		outside = append(outside, "reserved for higher classes "+mb(r))
 	}
-	return codec.Errorf(codec.CodeOverloaded, "memory admission refused pool %s on device %s: admitted %s%s + %s needed = %s, over the budget of %s (capacity %s x %.2f)",
-		pool, device, mb(adm), extra, mb(need), mb(adm+need), mb(budget), mb(capacity), fraction).
+	of := ""
+	if len(outside) > 0 {
+		adm += leased + foreign // the memory of processes outside ortbus counts as admitted
+		of = " (" + strings.Join(outside, ", ") + ")"
+	}
+	e := codec.Errorf(codec.CodeOverloaded, "memory admission refused pool %s on device %s: admitted %s%s + %s needed = %s, over the budget of %s (capacity %s x %.2f)",
+		pool, device, mb(adm), of, mb(need), mb(adm+need), mb(budget), mb(capacity), fraction).
 		With("device", device).With("pool", pool).With("sum_bytes", adm+need).With("budget_bytes", budget).With("capacity_bytes", capacity)
+	if foreign > 0 {
+		e = e.With("foreign_bytes", foreign)
+	}
+	return e
 }
 
 func mb(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }
@@ -130,8 +147,9 @@ func (g *Gateway) deviceStatus() []codec.DeviceStatus {
 		for _, b := range g.cfg.Devices[d].Reserve {
 			reserved += int64(b)
 		}
+		foreign := g.foreignBytes(d, leased)
 		out = append(out, codec.DeviceStatus{Device: d, CapacityBytes: capacity, SafeFraction: fraction, BudgetBytes: budget,
-			AdmittedBytes: adm, FreeBytes: max(0, budget-adm-leased), Pools: pools, LeasedBytes: leased, Leases: ls, ReservedBytes: reserved})
+			AdmittedBytes: adm, FreeBytes: max(0, budget-adm-leased-foreign), Pools: pools, LeasedBytes: leased, Leases: ls, ForeignBytes: foreign, ReservedBytes: reserved})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
 	return out

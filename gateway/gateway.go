@@ -61,11 +61,12 @@ type Gateway struct {
 	failover     *failover // gateway beats, peers, and the answers bucket for resends
 	claimSubject string
 
-	jobs   *jobService
-	leases *leases   // memory leases of processes outside ortbus (lease.go)
-	fl     *flights  // every accepted request until its answer, and what it holds
-	est    estimator // measured service times
-	kickCh chan struct{}
+	jobs    *jobService
+	leases  *leases     // memory leases of processes outside ortbus (lease.go)
+	foreign *foreignMem // measured memory of processes outside ortbus (foreign.go)
+	fl      *flights    // every accepted request until its answer, and what it holds
+	est     estimator   // measured service times
+	kickCh  chan struct{}
 }
 
 // Run starts the gateway and serves until ctx is cancelled, then shuts down: no new
@@ -110,6 +111,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer g.tracker.Stop()
+	defer g.startForeign()() // read before the workers start, so their budget knows it
 	if _, err := g.nc.Subscribe(g.claimSubject+".>", guard.Msg(g.log, "claim", g.nc, g.onClaim)); err != nil {
 		return err
 	}

@@ -16,14 +16,21 @@ import (
 // the device's memory admission:
 //
 //  1. A lease is granted only if the device's budget holds it beside what is admitted
-//     already (the peaks of live workers' models and the other leases); else the answer
-//     is overloaded naming the device, the sum and the budget, as for a pool.
+//     already (the peaks of live workers' models, the other leases, and the measured
+//     memory of processes outside ortbus that the leases do not cover: foreign.go); else
+//     the answer is overloaded naming the device, the sum and the budget, as for a pool.
 //  2. A lease counts in the admission until it is released or expires: its holder renews
 //     it within its ttl (at most gateway.lease_max_ttl), or loses it.
 //  3. While an urgent or interactive lease is held on a device, that device counts as
 //     busy with that class for the sharing policy (policy.go): batch is held to one unit.
 //  4. The lease id is the holder's capability (renew, release); status lists leases
 //     without it.
+//  5. A device's leases cover up to their bytes of the memory that processes outside
+//     ortbus are measured to use on it (a lease's holder is such a process, and nothing
+//     tells which pid holds which lease): only usage past the leased bytes counts as
+//     foreign, so a holder's memory is never counted twice. A holder should acquire
+//     before it allocates: memory it already uses when it asks is foreign, counted beside
+//     the lease asked for.
 //
 // Leases live in the gateway that granted them (one gateway per GPU host is the home
 // setup); a renew or release that reaches another gateway finds no such lease.
@@ -147,11 +154,12 @@ func (g *Gateway) lease(req *codec.LeaseRequest) (*codec.LeaseReply, *codec.Erro
 	adm := g.admitted(req.Device, "")
 	// Reservations of classes above the lease's are not its to use (admission.go).
 	adm += g.reservedAgainst(req.Device, g.cfg.Classes[class].Priority)
-	if sum := adm + leased + req.Bytes; sum > budget || sum < 0 {
-		return nil, codec.Errorf(codec.CodeOverloaded, "memory admission refused a lease of %s on device %s: admitted %s + leased %s + %s = %s, over the budget of %s (capacity %s x %.2f)",
-			mb(req.Bytes), req.Device, mb(adm), mb(leased), mb(req.Bytes), mb(sum), mb(budget), mb(capacity), fraction).
+	foreign := g.foreignBytes(req.Device, leased)
+	if sum := adm + leased + foreign + req.Bytes; sum > budget || sum < 0 {
+		return nil, codec.Errorf(codec.CodeOverloaded, "memory admission refused a lease of %s on device %s: admitted %s + leased %s + foreign %s + %s = %s, over the budget of %s (capacity %s x %.2f)",
+			mb(req.Bytes), req.Device, mb(adm), mb(leased), mb(foreign), mb(req.Bytes), mb(sum), mb(budget), mb(capacity), fraction).
 			With("device", req.Device).With("sum_bytes", sum).With("budget_bytes", budget).With("capacity_bytes", capacity).
-			With("admitted_bytes", adm).With("leased_bytes", leased)
+			With("admitted_bytes", adm).With("leased_bytes", leased).With("foreign_bytes", foreign)
 	}
 	x := &codec.LeaseReply{Lease: nuid.Next(), Device: req.Device, Bytes: req.Bytes, Class: class, Holder: req.Holder, ExpiresUnixMS: now.Add(ttl).UnixMilli()}
 	l.by[x.Lease] = x

@@ -24,6 +24,7 @@ import (
 //	ortbus_device_budget_bytes{device}                capacity x safe fraction of a device
 //	ortbus_device_admitted_bytes{device}              model peaks admitted on a device
 //	ortbus_device_leased_bytes{device}                memory held by leases of processes outside ortbus
+//	ortbus_device_foreign_bytes{device}               memory other processes outside ortbus use, measured, past the leases
 //	ortbus_panics_total                               panics recovered in this gateway (each answered internal)
 //	ortbus_bad_messages_total{kind}                   bus messages dropped as malformed or forged (heartbeat, claim, journal, request)
 //	ortbus_publish_errors_total{what}                 replies and messages that could not be sent (reply, cancel, journal)
@@ -132,6 +133,7 @@ var (
 	descBudget   = prometheus.NewDesc("ortbus_device_budget_bytes", "Memory budget of a device: capacity x safe fraction.", []string{"device"}, nil)
 	descAdmitted = prometheus.NewDesc("ortbus_device_admitted_bytes", "Model peak memory admitted on a device.", []string{"device"}, nil)
 	descLeased   = prometheus.NewDesc("ortbus_device_leased_bytes", "Memory of a device held by leases of processes outside ortbus.", []string{"device"}, nil)
+	descForeign  = prometheus.NewDesc("ortbus_device_foreign_bytes", "Memory of a device that processes outside ortbus are measured to use, past what leases cover.", []string{"device"}, nil)
 
 	descJobsActive     = prometheus.NewDesc("ortbus_jobs_active", "Jobs with items not yet settled.", nil, nil)
 	descJobPending     = prometheus.NewDesc("ortbus_job_items_pending", "Job items not yet delivered to any gateway (the consumer's lag).", nil, nil)
@@ -152,6 +154,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descBudget
 	ch <- descAdmitted
 	ch <- descLeased
+	ch <- descForeign
 	for _, d := range []*prometheus.Desc{descJobsActive, descJobPending, descJobAckPending, descJobRedelivered, descJobHeld, descJobAcked} {
 		ch <- d
 	}
@@ -169,6 +172,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBudget, prometheus.GaugeValue, float64(d.BudgetBytes), d.Device)
 		ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.GaugeValue, float64(d.AdmittedBytes), d.Device)
 		ch <- prometheus.MustNewConstMetric(descLeased, prometheus.GaugeValue, float64(d.LeasedBytes), d.Device)
+		ch <- prometheus.MustNewConstMetric(descForeign, prometheus.GaugeValue, float64(d.ForeignBytes), d.Device)
 	}
 	c.collectJobs(ch)
 	now := time.Now()

@@ -644,3 +644,18 @@ func isClosed(ch chan struct{}) bool {
 		return false
 	}
 }
+
+// pids are the process ids of the supervised workers that have started and not exited.
+func (s *supervisor) pids() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int
+	for _, pp := range s.pools {
+		for _, p := range pp.procs {
+			if p.cmd != nil && p.cmd.Process != nil && !isClosed(p.exited) {
+				out = append(out, p.cmd.Process.Pid)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"maps"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ortbus/ortbus/devices"
+)
+
+// Foreign memory: what processes outside ortbus use on a device, measured per process
+// where the device has a reader (devices.ProcessReader: nvidia-smi for cuda:N), shrinks
+// the device's budget beside the admitted peaks and the leases.
+//
+//  1. The gateway reads every such device at start (before its workers, so their budget
+//     knows it) and then every heartbeat interval; admission uses the latest reading.
+//  2. A pid is ortbus's own, not foreign, when it is a worker process this gateway
+//     supervises (and that has not exited), or the pid of a non-dead worker whose
+//     heartbeat names this host (a remote pool's worker started by hand here). A
+//     heartbeat's pid from another host says nothing of this host's pids (the same
+//     number here is another process), so it is never taken as ours. What an ortbus
+//     worker uses is counted by its models' peaks, not here; a worker of a pool this
+//     gateway's config does not name (another gateway's, on the same GPU) is foreign
+//     here, which is right: no admission of this gateway counts its memory otherwise.
+//  3. Leases (lease.go) are held by processes outside ortbus, whose memory is thus in the
+//     measured foreign usage too: the leases of a device cover up to their bytes of it,
+//     so foreign = max(0, measured usage of non-ortbus pids − leased bytes), and budget −
+//     admitted − leased − foreign is what is left (a lease is counted whole from its
+//     grant, before its holder allocates; an allocation past it counts as foreign).
+//  4. A reading that fails (nvidia-smi missing, timing out or printing what it should
+//     not) is logged once (and once more when readings work again) and leaves the
+//     device's foreign usage unknown: 0, as if no process outside ortbus used it.
+type foreignMem struct {
+	readers map[string]devices.ProcessReader // by device, only those with a reader
+
+	mu      sync.Mutex
+	bytes   map[string]int64 // device -> measured usage of non-ortbus pids, latest reading
+	failing map[string]bool  // device -> its last reading failed
+}
+
+// newForeign gives every device a pool or a [devices] table names its reader, if any.
+func (g *Gateway) newForeign() *foreignMem {
+	f := &foreignMem{readers: map[string]devices.ProcessReader{}, bytes: map[string]int64{}, failing: map[string]bool{}}
+	for _, d := range g.deviceNames() {
+		if r := devices.ProcessReaderFor(d); r != nil {
+			f.readers[d] = r
+		}
+	}
+	return f
+}
+
+// deviceNames are the devices the pools and the [devices] tables name, sorted.
+func (g *Gateway) deviceNames() []string {
+	var out []string
+	for d := range g.cfg.Devices {
+		out = append(out, d)
+	}
+	for _, p := range g.cfg.Pools {
+		out = append(out, p.Device)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// measured is the latest measured usage of processes outside ortbus on device (0 when
+// unknown or unread).
+func (f *foreignMem) measured(device string) int64 {
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.bytes[device]
+}
+
+// foreignBytes is what device's foreign usage takes from its budget beside leased bytes
+// of leases (rule 3 here, rule 5 of lease.go).
+func (g *Gateway) foreignBytes(device string, leased int64) int64 {
+	return max(0, g.foreign.measured(device)-leased)
+}
+
+// pollForeign reads every device with a reader once.
+func (g *Gateway) pollForeign() {
+	f := g.foreign
+	if f == nil || len(f.readers) == 0 {
+		return
+	}
+	for _, d := range slices.Sorted(maps.Keys(f.readers)) {
+		usage, err := f.readers[d].ProcessMemory(d)
+		ours := g.ourPIDs() // after the reading: a worker spawned meanwhile is ours
+		f.mu.Lock()
+		wasFailing := f.failing[d]
+		f.failing[d] = err != nil
+		if err != nil {
+			delete(f.bytes, d)
+		} else {
+			var sum int64
+			for pid, b := range usage {
+				if !ours[pid] {
+					sum += b
+				}
+			}
+			f.bytes[d] = sum
+		}
+		f.mu.Unlock()
+		switch {
+		case err != nil && !wasFailing:
+			g.log.Warn("cannot read the memory of the processes on a device; their usage is unknown and not counted", "device", d, "err", err)
+		case err == nil && wasFailing:
+			g.log.Info("reading the memory of the processes on a device again", "device", d)
+		}
+	}
+}
+
+// startForeign reads the devices once now, then every heartbeat interval until the
+// returned stop is called.
+func (g *Gateway) startForeign() (stop func()) {
+	g.foreign = g.newForeign()
+	if len(g.foreign.readers) == 0 {
+		return func() {}
+	}
+	g.pollForeign()
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(g.cfg.Health.HeartbeatInterval.D())
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				g.pollForeign()
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+// ourPIDs are the pids of ortbus's own processes on this host (rule 2).
+func (g *Gateway) ourPIDs() map[int]bool {
+	ours := map[int]bool{}
+	if g.supervisor != nil {
+		for _, pid := range g.supervisor.pids() {
+			ours[pid] = true
+		}
+	}
+	if g.tracker != nil {
+		host, _ := os.Hostname()
+		for _, w := range g.tracker.Workers() {
+			if !w.Dead && host != "" && w.HB.Host == host && w.HB.PID > 0 && g.cfg.Pools[w.HB.Pool] != nil {
+				ours[w.HB.PID] = true
+			}
+		}
+	}
+	return ours
+}
