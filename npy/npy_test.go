@@ -196,7 +196,7 @@ func TestRefusals(t *testing.T) {
 		{"fortran_order not a bool", file(1, "{'descr': '<f4', 'fortran_order': 0, 'shape': (2,)}", f32(1, 2)), "not True or False"},
 		{"shape not a tuple", file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': [2]}", f32(1, 2)), "not a tuple"},
 		{"shape of a float", file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2.0,)}", f32(1, 2)), "expected ',' or ')'"},
-		{"rank over the limit", file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (" + strings.Repeat("1,", MaxRank+1) + ")}", f32(1)), "more than 64 dimensions"},
+		{"rank over the limit", file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': ("+strings.Repeat("1,", MaxRank+1)+")}", f32(1)), "more than 64 dimensions"},
 		{"escape in a string", file(1, `{'descr': '<f\x34', 'fortran_order': False, 'shape': (1,)}`, f32(1)), "printable ASCII"},
 		{"unterminated string", append([]byte(Magic+"\x01\x00\x0c\x00"), "{'descr': '<f4"...), "unterminated"},
 		{"not a dict", file(1, "['<f4', False, (2,)]", f32(1, 2)), "expected '{'"},
