@@ -48,12 +48,13 @@ test: prepare vet fmt-check
 	$(GO) test $(GOFLAGS_TEST) ./...
 	$(MAKE) fuzz-handlers FUZZTIME=10s
 
-# A longer fuzzing pass over the codec's decoders and the gateway's and the worker's request
+# A longer fuzzing pass over the codec's decoders, the .npy reader, and the gateway's and the worker's request
 # handlers, in process (the seed corpora, and a short pass of each handler, run in `make test`).
 FUZZTIME ?= 30s
 fuzz:
 	for f in FuzzDecodeRequest FuzzDecodeJSONRequest FuzzDecodeHeartbeat FuzzDecodeReply; do \
 		$(GO) test ./codec -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
+	$(GO) test ./npy -run '^$$' -fuzz '^FuzzNPY$$' -fuzztime $(FUZZTIME)
 	$(MAKE) fuzz-handlers FUZZTIME=$(FUZZTIME)
 fuzz-handlers:
 	$(GO) test ./gateway -run '^$$' -fuzz '^FuzzHandle$$' -fuzztime $(FUZZTIME)

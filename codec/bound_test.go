@@ -2,6 +2,7 @@ package codec
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
 	"runtime"
 	"strings"
@@ -97,19 +98,28 @@ func TestRequestValidate(t *testing.T) {
 	nan, two := 0.0, 2.0
 	nan = nan / nan * 0
 	for name, r := range map[string]Request{
-		"id with dot":      {ID: "a.b"},
-		"id with space":    {ID: "a b"},
-		"id too long":      {ID: strings.Repeat("x", MaxIDLen+1)},
-		"id not ascii":     {ID: "é"},
-		"model too long":   {Model: strings.Repeat("m", MaxIDLen+1)},
-		"path NUL":         {Path: "/a\x00b"},
-		"out_path NUL":     {OutPath: "/a\x00b"},
-		"path too long":    {Path: "/" + strings.Repeat("p", MaxPathLen)},
-		"negative timeout": {TimeoutMS: -1},
-		"conf 2":           {Conf: &two},
-		"iou NaN":          {IoU: &nan},
-		"threshold NaN":    {Thresholds: &Thresholds{General: &nan}},
-		"null input":       {Inputs: map[string]*Tensor{"x": nil}},
+		"id with dot":                 {ID: "a.b"},
+		"id with space":               {ID: "a b"},
+		"id too long":                 {ID: strings.Repeat("x", MaxIDLen+1)},
+		"id not ascii":                {ID: "é"},
+		"model too long":              {Model: strings.Repeat("m", MaxIDLen+1)},
+		"path NUL":                    {Path: "/a\x00b"},
+		"out_path NUL":                {OutPath: "/a\x00b"},
+		"path too long":               {Path: "/" + strings.Repeat("p", MaxPathLen)},
+		"negative timeout":            {TimeoutMS: -1},
+		"conf 2":                      {Conf: &two},
+		"iou NaN":                     {IoU: &nan},
+		"threshold NaN":               {Thresholds: &Thresholds{General: &nan}},
+		"null input":                  {Inputs: map[string]*Tensor{"x": nil}},
+		"input path NUL":              {InputPaths: map[string]string{"x": "/a\x00b"}},
+		"input path empty":            {InputPaths: map[string]string{"x": ""}},
+		"input path long":             {InputPaths: map[string]string{"x": "/" + strings.Repeat("p", MaxPathLen)}},
+		"input name long":             {InputPaths: map[string]string{strings.Repeat("x", MaxIDLen+1): "/a.npy"}},
+		"input paths many":            {InputPaths: manyPaths(MaxTensorPaths + 1)},
+		"output paths many":           {OutputPaths: manyPaths(MaxTensorPaths + 1)},
+		"output path NUL":             {OutputPaths: map[string]string{"y": "/a\x00b"}},
+		"output_dir NUL":              {OutputDir: "/a\x00b"},
+		"output_dir and output_paths": {OutputDir: "/spool", OutputPaths: map[string]string{"y": "/spool/y.npy"}},
 	} {
 		if err := r.Validate(); CodeOf(err) != CodeBadRequest {
 			t.Fatalf("%s: %v", name, err)
@@ -119,6 +129,19 @@ func TestRequestValidate(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	byPath := Request{InputPaths: manyPaths(MaxTensorPaths), OutputPaths: manyPaths(MaxTensorPaths)}
+	if err := byPath.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// manyPaths is a map of n tensor names to paths.
+func manyPaths(n int) map[string]string {
+	m := map[string]string{}
+	for i := range n {
+		m[fmt.Sprint("t", i)] = fmt.Sprintf("/srv/t%d.npy", i)
+	}
+	return m
 }
 
 // BenchmarkBoundWalk measures what the bounds walk adds to decoding: the walk alone

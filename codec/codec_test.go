@@ -150,4 +150,11 @@ func TestTensorJSON(t *testing.T) {
 	if (&Tensor{Type: "complex", Shape: []int64{1}}).Validate() == nil {
 		t.Fatal("unknown type accepted")
 	}
+	// A shape whose element count overflows int64 to 0 is not an empty tensor.
+	if (&Tensor{Type: "float32", Shape: []int64{4, 1 << 62}}).Validate() == nil {
+		t.Fatal("shape [4, 2^62] with no data accepted (the count wrapped to 0)")
+	}
+	if (&Tensor{Type: "float32", Shape: []int64{1 << 30, 0}}).Validate() != nil {
+		t.Fatal("an empty tensor refused")
+	}
 }

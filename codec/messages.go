@@ -30,6 +30,12 @@ type Request struct {
 	// infer: named input tensors, and the outputs wanted (all when empty).
 	Inputs  map[string]*Tensor `msgpack:"inputs,omitempty" json:"inputs,omitempty"`
 	Outputs []string           `msgpack:"outputs,omitempty" json:"outputs,omitempty"`
+	// infer, tensors by path: inputs read from .npy files (by input name), and outputs
+	// written as new .npy files, either each wanted output to <output_dir>/<name>.npy or
+	// the named ones to their paths; written outputs come back as paths, not data.
+	InputPaths  map[string]string `msgpack:"input_paths,omitempty" json:"input_paths,omitempty"`
+	OutputDir   string            `msgpack:"output_dir,omitempty" json:"output_dir,omitempty"`
+	OutputPaths map[string]string `msgpack:"output_paths,omitempty" json:"output_paths,omitempty"`
 }
 
 // Thresholds overrides a tagger's score thresholds per category.
@@ -143,10 +149,13 @@ type SegmentReply struct {
 	Height  int    `msgpack:"height" json:"height"`
 }
 
-// InferReply answers infer with the named output tensors.
+// InferReply answers infer with the named output tensors: inline in Outputs, or, for the
+// outputs the request asked to be written (output_dir, output_paths), the path of each
+// .npy file written in OutputPaths.
 type InferReply struct {
-	Served  `msgpack:",inline"`
-	Outputs map[string]*Tensor `msgpack:"outputs" json:"outputs"`
+	Served      `msgpack:",inline"`
+	Outputs     map[string]*Tensor `msgpack:"outputs" json:"outputs"`
+	OutputPaths map[string]string  `msgpack:"output_paths,omitempty" json:"output_paths,omitempty"`
 }
 
 // CancelReply answers the client API's cancel.

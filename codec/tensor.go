@@ -15,6 +15,33 @@ type Tensor struct {
 	Data  []byte  `msgpack:"data" json:"-"`
 }
 
+// MaxTensorElems bounds the number of elements of a tensor (2^28: 1 GiB of float32).
+const MaxTensorElems = 1 << 28
+
+// Elements is the number of elements of a tensor of shape: an error for a negative
+// dimension or a count over MaxTensorElems, checked before each multiplication so that it
+// cannot overflow. A zero dimension makes the count 0 whatever the others are.
+func Elements(shape []int64) (int64, error) {
+	n := int64(1)
+	for _, d := range shape {
+		if d < 0 {
+			return 0, fmt.Errorf("tensor shape %v has a negative dimension", shape)
+		}
+	}
+	for _, d := range shape {
+		if d == 0 {
+			return 0, nil
+		}
+	}
+	for _, d := range shape {
+		if d > MaxTensorElems/n {
+			return 0, fmt.Errorf("tensor shape %v has more than %d elements", shape, MaxTensorElems)
+		}
+		n *= d
+	}
+	return n, nil
+}
+
 // ElemSize is the size in bytes of one element of a tensor type, or 0 if unknown.
 func ElemSize(typ string) int {
 	switch typ {
@@ -34,15 +61,9 @@ func (t *Tensor) Validate() error {
 	if size == 0 {
 		return fmt.Errorf("tensor type %q is not one of float32, float64, int64, int32, uint8, bool", t.Type)
 	}
-	n := int64(1)
-	for _, d := range t.Shape {
-		if d < 0 {
-			return fmt.Errorf("tensor shape %v has a negative dimension", t.Shape)
-		}
-		n *= d
-		if n > 1<<28 {
-			return fmt.Errorf("tensor shape %v is too large", t.Shape)
-		}
+	n, err := Elements(t.Shape)
+	if err != nil {
+		return err
 	}
 	if int64(len(t.Data)) != n*int64(size) {
 		return fmt.Errorf("tensor of shape %v and type %s needs %d bytes of data, got %d", t.Shape, t.Type, n*int64(size), len(t.Data))

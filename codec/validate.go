@@ -16,6 +16,8 @@ const (
 	MaxIDLen = subjects.MaxTokenLen
 	// MaxPathLen bounds a file path (Linux's PATH_MAX).
 	MaxPathLen = 4096
+	// MaxTensorPaths bounds the entries of infer's input_paths, and of its output_paths.
+	MaxTensorPaths = 64
 )
 
 // CheckID checks that id can stand as a request or worker id: 1 to MaxIDLen printable
@@ -70,9 +72,29 @@ func checkPaths(fs ...field) error {
 	return nil
 }
 
+// checkPathMap checks a map of tensor names to paths (input_paths, output_paths): at most
+// MaxTensorPaths entries, names of at most MaxIDLen bytes, paths as checkPaths.
+func checkPathMap(name, what string, m map[string]string) error {
+	if len(m) > MaxTensorPaths {
+		return badField(name, "%d entries, over the limit of %d", len(m), MaxTensorPaths)
+	}
+	for k, v := range m {
+		if len(k) > MaxIDLen {
+			return badField(name, "an %s name is %d bytes long, over the limit of %d", what, len(k), MaxIDLen)
+		}
+		if v == "" {
+			return badField(name, "the path of %s %q is empty", what, k)
+		}
+		if err := checkPaths(field{name, v}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Validate checks a decoded request's fields against the limits above: the id, names
 // (model, class, pool, device) no longer than MaxIDLen, paths no longer than MaxPathLen
-// and free of NUL bytes, a non-negative timeout, and score thresholds that are numbers
+// and free of NUL bytes, at most MaxTensorPaths input_paths and output_paths, a non-negative timeout, and score thresholds that are numbers
 // in [0, 1]. Errors are bad_request with details {field}.
 func (r *Request) Validate() error {
 	bad := badField
@@ -84,8 +106,17 @@ func (r *Request) Validate() error {
 	if err := checkNames(field{"model", r.Model}, field{"class", r.Class}, field{"pool", r.Pool}, field{"device", r.Device}); err != nil {
 		return err
 	}
-	if err := checkPaths(field{"path", r.Path}, field{"out_path", r.OutPath}); err != nil {
+	if err := checkPaths(field{"path", r.Path}, field{"out_path", r.OutPath}, field{"output_dir", r.OutputDir}); err != nil {
 		return err
+	}
+	if err := checkPathMap("input_paths", "input", r.InputPaths); err != nil {
+		return err
+	}
+	if err := checkPathMap("output_paths", "output", r.OutputPaths); err != nil {
+		return err
+	}
+	if r.OutputDir != "" && len(r.OutputPaths) > 0 {
+		return bad("output_paths", "output_dir and output_paths exclude each other")
 	}
 	if r.TimeoutMS < 0 {
 		return bad("timeout_ms", "%d is negative", r.TimeoutMS)

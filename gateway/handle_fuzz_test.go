@@ -3,6 +3,7 @@ package gateway
 import (
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 
@@ -116,6 +117,9 @@ func FuzzHandle(f *testing.F) {
 		f.Add([]byte{0x81, 0xaa, 'c', 'a', 'n', 'd', 'i', 'd', 'a', 't', 'e', 's', 0xdd, 0xff, 0xff, 0xff, 0xff}, uint8(2), asJSON)
 		f.Add([]byte(`{"id":"x","timeout_ms":9223372036854775807}`), uint8(0), asJSON)
 		f.Add([]byte(`{"id":"a.b"}`), uint8(6), asJSON)
+		byPath := codec.Request{ID: "r2", Model: "tiny", InputPaths: map[string]string{"x": "/srv/x.npy"}, OutputPaths: map[string]string{"y": "/srv/spool/y.npy"}}
+		b, _ = codec.Encode(&byPath, asJSON)
+		f.Add(b, uint8(slices.Index(subjects.Ops, subjects.OpInfer)), asJSON)
 	}
 	g := unitGateway(f)
 	f.Fuzz(func(t *testing.T, data []byte, opIndex uint8, asJSON bool) {

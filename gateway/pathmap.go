@@ -1,15 +1,17 @@
 package gateway
 
 import (
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/ortbus/ortbus/codec"
 )
 
 // A pool's path_map maps path prefixes as the clients (and this gateway) see them to
-// prefixes on the pool's host. Requests' paths (path, out_path) are mapped on the way to
-// the pool, and paths in replies (a segment reply's out_path) back on the way to the
-// client.
+// prefixes on the pool's host. Requests' paths (path, out_path, and infer's input_paths,
+// output_dir and output_paths) are mapped on the way to the pool, and paths in replies (a
+// segment reply's out_path, an infer reply's output_paths) back on the way to the client.
 
 // under reports whether path is prefix or lies below it, component-wise (/srv/img2 is not
 // under /srv/img), and returns the rest of path after prefix: "" or starting with "/".
@@ -84,25 +86,81 @@ func (g *Gateway) mappedOut(p *pending, pool string) (string, bool) {
 	return mapPrefix(g.cfg.Pools[pool].PathMap, p.req.OutPath)
 }
 
-// unmapReply rewrites the out_path of a segment reply (msgpack, from pool) from the
-// pool's host's view back to the client's. data is returned as it is when the pool maps
-// no paths, the path needs no change, or the reply does not decode (the caller's own
-// decoding reports that).
-func (g *Gateway) unmapReply(pool string, data []byte) []byte {
+// mapRequest rewrites every path of r by m (mapPrefix): path, out_path, output_dir and
+// the values of input_paths and output_paths. The maps are replaced by new ones, never
+// changed, so r may be a shallow copy of a request that other pools map their own way.
+// When a path is under no prefix of m it stops and returns false with the field (e.g.
+// input_paths.x) and its path; fields are tried in a fixed order, map keys sorted.
+func mapRequest(m map[string]string, r *codec.Request) (field, path string, ok bool) {
+	if len(m) == 0 {
+		return "", "", true
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"path", &r.Path}, {"out_path", &r.OutPath}, {"output_dir", &r.OutputDir}} {
+		mp, ok := mapPrefix(m, *f.v)
+		if !ok {
+			return f.name, *f.v, false
+		}
+		*f.v = mp
+	}
+	for _, f := range []struct {
+		name string
+		v    *map[string]string
+	}{{"input_paths", &r.InputPaths}, {"output_paths", &r.OutputPaths}} {
+		if len(*f.v) == 0 {
+			continue
+		}
+		out := make(map[string]string, len(*f.v))
+		for _, k := range slices.Sorted(maps.Keys(*f.v)) {
+			mp, ok := mapPrefix(m, (*f.v)[k])
+			if !ok {
+				return f.name + "." + k, (*f.v)[k], false
+			}
+			out[k] = mp
+		}
+		*f.v = out
+	}
+	return "", "", true
+}
+
+// unmapReply rewrites the paths of a reply of op (msgpack, from pool) from the pool's
+// host's view back to the client's: a segment reply's out_path, an infer reply's
+// output_paths. data is returned as it is for other ops, when the pool maps no paths, no
+// path needs a change, or the reply does not decode (the caller's own decoding reports
+// that).
+func (g *Gateway) unmapReply(op, pool string, data []byte) []byte {
 	pc := g.cfg.Pools[pool]
 	if pc == nil || len(pc.PathMap) == 0 {
 		return data
 	}
-	var rep codec.SegmentReply
-	if err := codec.Unmarshal(data, &rep); err != nil {
+	var rep any
+	changed := false
+	switch op {
+	case "segment":
+		var r codec.SegmentReply
+		if err := codec.Unmarshal(data, &r); err != nil {
+			return data
+		}
+		back := unmapPrefix(pc.PathMap, r.OutPath)
+		changed, r.OutPath, rep = back != r.OutPath, back, &r
+	case "infer":
+		var r codec.InferReply
+		if err := codec.Unmarshal(data, &r); err != nil {
+			return data
+		}
+		for k, v := range r.OutputPaths {
+			if back := unmapPrefix(pc.PathMap, v); back != v {
+				r.OutputPaths[k], changed = back, true
+			}
+		}
+		rep = &r
+	}
+	if !changed {
 		return data
 	}
-	back := unmapPrefix(pc.PathMap, rep.OutPath)
-	if back == rep.OutPath {
-		return data
-	}
-	rep.OutPath = back
-	b, err := codec.Marshal(&rep)
+	b, err := codec.Marshal(rep)
 	if err != nil {
 		return data
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -130,7 +131,80 @@ func TestOutPathMapped(t *testing.T) {
 		}
 	}
 	// From a pool without a map, the reply's bytes pass untouched.
-	if got := g.unmapReply("cpu", data); &got[0] != &data[0] {
+	if got := g.unmapReply("segment", "cpu", data); &got[0] != &data[0] {
 		t.Error("a reply from a pool without a path_map was re-encoded")
+	}
+}
+
+// TestTensorPathsMapped: infer's input_paths, output_dir and output_paths are mapped to
+// the pool's host like path (the request's own maps untouched, for a retry elsewhere),
+// refused at submit naming the field when a candidate pool cannot express one, and the
+// reply's output_paths come back in the client's view, for msgpack and JSON clients.
+func TestTensorPathsMapped(t *testing.T) {
+	g := pathMapGateway(t)
+	req := codec.Request{
+		InputPaths:  map[string]string{"x": "/srv/images/in/x.npy", "mask": "/srv/images/m.npy"},
+		OutputPaths: map[string]string{"y": "/srv/images/out/y.npy"},
+	}
+	p := &pending{op: "infer", req: req}
+	if err := g.mapPaths(p, []string{"gpu", "cpu"}); err != nil {
+		t.Fatalf("mapPaths: %v", err)
+	}
+	r := p.req
+	if field, path, ok := mapRequest(g.cfg.Pools["gpu"].PathMap, &r); !ok {
+		t.Fatalf("mapRequest: %s %s", field, path)
+	}
+	if r.InputPaths["x"] != "/mnt/app-images/in/x.npy" || r.InputPaths["mask"] != "/mnt/app-images/m.npy" || r.OutputPaths["y"] != "/mnt/app-images/out/y.npy" {
+		t.Errorf("on gpu: input_paths %v output_paths %v", r.InputPaths, r.OutputPaths)
+	}
+	if p.req.InputPaths["x"] != "/srv/images/in/x.npy" || p.req.OutputPaths["y"] != "/srv/images/out/y.npy" {
+		t.Errorf("mapping changed the request's own maps: %v %v", p.req.InputPaths, p.req.OutputPaths)
+	}
+	r = codec.Request{OutputDir: "/srv/images/out"}
+	if _, _, ok := mapRequest(g.cfg.Pools["gpu"].PathMap, &r); !ok || r.OutputDir != "/mnt/app-images/out" {
+		t.Errorf("output_dir on gpu = %q, %v", r.OutputDir, ok)
+	}
+	for field, bad := range map[string]codec.Request{
+		"input_paths.x":  {InputPaths: map[string]string{"a": "/srv/images/a.npy", "x": "/etc/x.npy"}},
+		"output_dir":     {OutputDir: "/tmp"},
+		"output_paths.y": {OutputPaths: map[string]string{"y": "/tmp/y.npy"}},
+	} {
+		err := g.mapPaths(&pending{op: "infer", req: bad}, []string{"cpu", "gpu"})
+		if err == nil || err.Code != codec.CodeForbiddenPath || err.Details["pool"] != "gpu" || !strings.HasPrefix(err.Message, field+" ") {
+			t.Errorf("unmappable %s: %v, want forbidden_path naming the field and pool gpu", field, err)
+		}
+		if err := g.mapPaths(&pending{op: "infer", req: bad}, []string{"cpu"}); err != nil {
+			t.Errorf("a pool without a map takes any %s: %v", field, err)
+		}
+	}
+
+	// The reply, as the gpu worker wrote it, reaches the client in its own view.
+	y := &codec.Tensor{Type: "float32", Shape: []int64{1}, Data: make([]byte, 4)}
+	data, err := codec.Marshal(&codec.InferReply{Outputs: map[string]*codec.Tensor{"z": y},
+		OutputPaths: map[string]string{"y": "/mnt/app-images/out/y.npy", "w": "/elsewhere/w.npy"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, asJSON := range []bool{false, true} {
+		var body []byte
+		var rerr *codec.Error
+		q := &pending{id: "r", op: "infer", asJSON: asJSON, pool: "gpu", reply: func(b []byte, e *codec.Error) { body, rerr = b, e }}
+		g.forward(q, &nats.Msg{Data: append([]byte(nil), data...)})
+		if rerr != nil {
+			t.Fatalf("forward (json %v): %v", asJSON, rerr)
+		}
+		var rep codec.InferReply
+		if err := codec.Decode(body, &rep, asJSON); err != nil {
+			t.Fatalf("reply (json %v): %v", asJSON, err)
+		}
+		if rep.OutputPaths["y"] != "/srv/images/out/y.npy" || rep.OutputPaths["w"] != "/elsewhere/w.npy" || rep.Outputs["z"] == nil {
+			t.Errorf("reply (json %v) = %+v, want output_paths in the client's view", asJSON, rep)
+		}
+	}
+	if got := g.unmapReply("infer", "cpu", data); &got[0] != &data[0] {
+		t.Error("a reply from a pool without a path_map was re-encoded")
+	}
+	if got := g.unmapReply("tag", "gpu", data); &got[0] != &data[0] {
+		t.Error("a reply of an op without paths was re-encoded")
 	}
 }

@@ -205,12 +205,7 @@ func (g *Gateway) send(p *pending, pool string) {
 	defer guard.Recover(g.log, "dispatch", func(e *codec.Error) { g.answer(p, nil, e) })
 	item := codec.WorkItem{Request: p.req, Op: p.op, DeadlineUnixMS: p.deadline.UnixMilli(), ClaimTo: g.claimSubject, EnqueuedUnixUS: p.accepted.UnixMicro()}
 	item.Class, item.Pool = p.class, pool
-	if mapped, ok := g.mapped(p, pool); ok {
-		item.Path = mapped
-	}
-	if out, ok := g.mappedOut(p, pool); ok {
-		item.OutPath = out
-	}
+	mapRequest(g.cfg.Pools[pool].PathMap, &item.Request) // checked at submit (mapPaths)
 	// Past the deadline, give the worker a moment to answer deadline_exceeded itself.
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ctx, stop := context.WithDeadline(ctx, p.deadline.Add(time.Second))
@@ -276,9 +271,7 @@ func (g *Gateway) forward(p *pending, msg *nats.Msg) {
 		// The worker's own time for the item: what the next one of its kind will cost.
 		g.est.observe(estKey{p.pool, p.op, p.req.Model}, time.Duration(t.TotalUS-t.QueueUS)*time.Microsecond)
 	}
-	if p.op == "segment" {
-		msg.Data = g.unmapReply(p.pool, msg.Data) // out_path back to the client's view
-	}
+	msg.Data = g.unmapReply(p.op, p.pool, msg.Data) // output paths back to the client's view
 	if !p.asJSON {
 		g.answer(p, msg.Data, nil)
 		return

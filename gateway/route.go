@@ -36,15 +36,14 @@ func (g *Gateway) poolsFor(chain []string, op, model string) []string {
 	return out
 }
 
-// mapPaths checks that the request's path and out_path can be expressed on every
-// candidate pool's host (pools may map path prefixes between hosts).
+// mapPaths checks that the request's paths (path, out_path, and infer's input_paths,
+// output_dir and output_paths) can be expressed on every candidate pool's host (pools may
+// map path prefixes between hosts).
 func (g *Gateway) mapPaths(p *pending, pools []string) *codec.Error {
 	for _, pool := range pools {
-		if _, ok := g.mapped(p, pool); !ok {
-			return codec.Errorf(codec.CodeForbiddenPath, "path %s is not under any prefix that pool %s maps", p.req.Path, pool).With("pool", pool)
-		}
-		if _, ok := g.mappedOut(p, pool); !ok {
-			return codec.Errorf(codec.CodeForbiddenPath, "out_path %s is not under any prefix that pool %s maps", p.req.OutPath, pool).With("pool", pool)
+		r := p.req
+		if field, path, ok := mapRequest(g.cfg.Pools[pool].PathMap, &r); !ok {
+			return codec.Errorf(codec.CodeForbiddenPath, "%s %s is not under any prefix that pool %s maps", field, path, pool).With("pool", pool)
 		}
 	}
 	return nil

@@ -7,7 +7,9 @@
 // once, into a buffer bounded by [Policy.MaxBytes], and its header is decoded before its
 // pixels, from that same buffer, so that a hostile "100000×100000" PNG is refused without
 // allocating pixel memory. Outputs are written only as new files under the output roots,
-// through an os.Root ([Policy.CreatePNG]). Every refusal is a *codec.Error with one of the contract's stable codes
+// through an os.Root ([Policy.CreatePNG]). The infer op's tensors by path go under the
+// same rules: [Policy.OpenTensor] reads a NumPy .npy file (package npy parses it) and
+// [Policy.CreateTensor] writes one. Every refusal is a *codec.Error with one of the contract's stable codes
 // (bad_request, forbidden_path, file_not_found, unsupported_image, image_too_large), so a
 // worker can put it on the bus as it is.
 //

@@ -65,7 +65,7 @@ func (p Policy) Open(path string) (image.Image, Info, error) {
 	if err != nil {
 		return nil, Info{}, err
 	}
-	f, err := openRegular(resolved, rootOf(roots, resolved), path)
+	f, err := openRegular(resolved, rootOf(roots, resolved), path, kindImage)
 	if err != nil {
 		return nil, Info{}, err
 	}
@@ -74,7 +74,7 @@ func (p Policy) Open(path string) (image.Image, Info, error) {
 	if err != nil {
 		return nil, Info{}, resolveError(err, path)
 	}
-	data, err := readBounded(f, fi.Size(), p.maxBytes(), path)
+	data, err := readBounded(f, fi.Size(), p.maxBytes(), path, kindImage)
 	if err != nil {
 		return nil, Info{}, withPath(err, path)
 	}
@@ -93,7 +93,7 @@ func Decode(r io.Reader, maxPixels int64) (image.Image, Info, error) {
 	if maxPixels <= 0 {
 		maxPixels = DefaultMaxPixels
 	}
-	data, err := readBounded(r, 0, DefaultMaxBytes, "image")
+	data, err := readBounded(r, 0, DefaultMaxBytes, "image", kindImage)
 	if err != nil {
 		return nil, Info{}, err
 	}
@@ -104,8 +104,9 @@ func Decode(r io.Reader, maxPixels int64) (image.Image, Info, error) {
 // image_too_large: at once when size (the file's size from fstat, 0 when unknown) is
 // over limit, and while reading, through a LimitReader of limit+1 bytes, when the file is
 // longer than it said (it grew after the fstat, or size was unknown). The buffer is sized
-// from size, so a file that keeps its size is read without copying.
-func readBounded(r io.Reader, size, limit int64, name string) ([]byte, error) {
+// from size, so a file that keeps its size is read without copying. A read error is
+// kind's (unsupported_image for an image, bad_request for a tensor).
+func readBounded(r io.Reader, size, limit int64, name string, kind fileKind) ([]byte, error) {
 	if size > limit {
 		return nil, codec.Errorf(codec.CodeImageTooLarge, "%s is %d bytes, over the limit of %d bytes", name, size, limit).
 			With("bytes", size).With("max_bytes", limit)
@@ -126,7 +127,7 @@ func readBounded(r io.Reader, size, limit int64, name string) ([]byte, error) {
 			return buf, nil
 		}
 		if err != nil {
-			return nil, codec.Errorf(codec.CodeUnsupportedImage, "cannot read %s: %v", name, err)
+			return nil, codec.Errorf(kind.code, "cannot read %s: %v", name, err)
 		}
 	}
 }
@@ -134,13 +135,14 @@ func readBounded(r io.Reader, size, limit int64, name string) ([]byte, error) {
 // openRegular opens resolved for reading, refusing anything but a regular file. The
 // file is opened through an os.Root at its allowed root, so a symlink swapped into the
 // path after it was checked still cannot lead outside; and with O_NONBLOCK, so that a
-// FIFO swapped in cannot block the open. name is the client's spelling, for messages.
-func openRegular(resolved, root, name string) (*os.File, error) {
+// FIFO swapped in cannot block the open. name is the client's spelling, for messages;
+// kind what the file should be.
+func openRegular(resolved, root, name string, kind fileKind) (*os.File, error) {
 	fi, err := os.Stat(resolved)
 	if err != nil {
 		return nil, resolveError(err, name)
 	}
-	if err := regular(fi, name); err != nil {
+	if err := regular(fi, name, kind); err != nil {
 		return nil, err
 	}
 	rel, err := filepath.Rel(root, resolved)
@@ -161,7 +163,7 @@ func openRegular(resolved, root, name string) (*os.File, error) {
 	}
 	fi, err = f.Stat()
 	if err == nil {
-		err = regular(fi, name)
+		err = regular(fi, name, kind)
 	}
 	if err != nil {
 		f.Close()
@@ -170,13 +172,25 @@ func openRegular(resolved, root, name string) (*os.File, error) {
 	return f, nil
 }
 
-// regular refuses directories and other non-regular files with unsupported_image.
-func regular(fi fs.FileInfo, name string) error {
+// fileKind is what a file read by path should be: the code and the noun of its refusals.
+type fileKind struct {
+	code codec.Code
+	noun string
+}
+
+var (
+	kindImage  = fileKind{codec.CodeUnsupportedImage, "an image file"}
+	kindTensor = fileKind{codec.CodeBadRequest, "a .npy tensor file"}
+)
+
+// regular refuses directories and other non-regular files with kind's code
+// (unsupported_image for an image).
+func regular(fi fs.FileInfo, name string, kind fileKind) error {
 	switch {
 	case fi.IsDir():
-		return codec.Errorf(codec.CodeUnsupportedImage, "%s is a directory, not an image file", name).With("path", name)
+		return codec.Errorf(kind.code, "%s is a directory, not %s", name, kind.noun).With("path", name)
 	case !fi.Mode().IsRegular():
-		return codec.Errorf(codec.CodeUnsupportedImage, "%s is not a regular file (%s)", name, fi.Mode().Type()).With("path", name)
+		return codec.Errorf(kind.code, "%s is not a regular file (%s)", name, fi.Mode().Type()).With("path", name)
 	}
 	return nil
 }

@@ -52,7 +52,7 @@ func (e *endless) Read(p []byte) (int, error) {
 func TestReadBoundedGrowing(t *testing.T) {
 	const limit = 10000
 	r := &endless{}
-	_, err := readBounded(r, 100, limit, "img")
+	_, err := readBounded(r, 100, limit, "img", kindImage)
 	if codeOf(t, err) != codec.CodeImageTooLarge {
 		t.Fatalf("endless file: %v, want image_too_large", err)
 	}
@@ -77,7 +77,7 @@ func TestReadBoundedGrowing(t *testing.T) {
 	if err := os.WriteFile(path, append(small, make([]byte, limit)...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = readBounded(file, fi.Size(), limit, path)
+	_, err = readBounded(file, fi.Size(), limit, path, kindImage)
 	var ce *codec.Error
 	if !errors.As(err, &ce) || ce.Code != codec.CodeImageTooLarge {
 		t.Fatalf("grown file: %v, want image_too_large", err)
@@ -89,7 +89,7 @@ func TestReadBoundedGrowing(t *testing.T) {
 	// Within the limit, every byte comes back, whatever the size hint.
 	data := bytes.Repeat([]byte("0123456789"), 500)
 	for _, hint := range []int64{0, 1, int64(len(data)), int64(len(data)) + 7} {
-		got, err := readBounded(bytes.NewReader(data), hint, limit, "img")
+		got, err := readBounded(bytes.NewReader(data), hint, limit, "img", kindImage)
 		if err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("hint %d: %d bytes, %v", hint, len(got), err)
 		}

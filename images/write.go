@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -27,6 +28,12 @@ import (
 // errors: bad_request (path not absolute or not clean, a symlink loop), file_not_found
 // (its directory does not exist), internal (the disk).
 func (p Policy) CreatePNG(path string, img image.Image) error {
+	return p.create(path, func(r *os.Root, rel string) error { return writePNGIn(r, rel, img, false) })
+}
+
+// create checks an output path and calls write with an os.Root at the output root that
+// holds it and the path relative to that root; errors from write are mapped to codes.
+func (p Policy) create(path string, write func(r *os.Root, rel string) error) error {
 	roots, err := p.admitOutput(path)
 	if err != nil {
 		return err
@@ -42,7 +49,7 @@ func (p Policy) CreatePNG(path string, img image.Image) error {
 		return outputError(err, path)
 	}
 	defer r.Close()
-	if err := writePNGIn(r, rel, img, false); err != nil {
+	if err := write(r, rel); err != nil {
 		return outputError(err, path)
 	}
 	return nil
@@ -94,11 +101,22 @@ func WritePNG(path string, img image.Image) error {
 	return nil
 }
 
-// writePNGIn encodes img as PNG into a new temporary file next to name (relative to r),
-// syncs it, makes it 0644 and gives it name: replacing whatever is there when replace is
-// set, else by a hard link that fails with fs.ErrExist if name exists. The temporary file
-// is removed in every case. Errors are the os package's, unwrapped.
-func writePNGIn(r *os.Root, name string, img image.Image, replace bool) (err error) {
+// writePNGIn encodes img as PNG into name relative to r (see writeNewIn).
+func writePNGIn(r *os.Root, name string, img image.Image, replace bool) error {
+	return writeNewIn(r, name, replace, func(w io.Writer) error {
+		enc := png.Encoder{CompressionLevel: png.BestSpeed}
+		if err := enc.Encode(w, img); err != nil {
+			return fmt.Errorf("encode: %w", err)
+		}
+		return nil
+	})
+}
+
+// writeNewIn writes a new temporary file next to name (relative to r) with write, syncs
+// it, makes it 0644 and gives it name: replacing whatever is there when replace is set,
+// else by a hard link that fails with fs.ErrExist if name exists. The temporary file is
+// removed in every case. Errors are the os package's (or write's), unwrapped.
+func writeNewIn(r *os.Root, name string, replace bool, write func(io.Writer) error) (err error) {
 	dir, base := filepath.Split(name)
 	tmp := filepath.Join(dir, "."+base+".tmp-"+strings.ToLower(rand.Text()))
 	f, err := r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -115,9 +133,8 @@ func writePNGIn(r *os.Root, name string, img image.Image, replace bool) (err err
 		}
 	}()
 	bw := bufio.NewWriterSize(f, 1<<16)
-	enc := png.Encoder{CompressionLevel: png.BestSpeed}
-	if err := enc.Encode(bw, img); err != nil {
-		return fmt.Errorf("encode: %w", err)
+	if err := write(bw); err != nil {
+		return err
 	}
 	if err := bw.Flush(); err != nil {
 		return err

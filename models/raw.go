@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
@@ -32,53 +34,152 @@ func openRaw(env Env, m *config.Model, dir string) (Model, error) {
 type rawItem struct {
 	inputs []ort.Tensor
 	want   []string
+	// files maps the outputs to write to their .npy paths (output_dir, output_paths).
+	files map[string]string
 }
 
+// Prepare checks the request and reads its inputs: inline (inputs) or from .npy files
+// (input_paths, under the image path rules), every input of the model exactly once. The
+// output files asked for (output_dir, output_paths) are checked before any input is read:
+// each inside an output root, its directory existing, nothing at its path yet.
 func (r *raw) Prepare(op string, req *codec.WorkItem) (Item, error) {
 	if err := r.checkOp(op); err != nil {
 		return nil, err
 	}
 	it := &rawItem{want: req.Outputs}
-	for _, in := range r.sess.Inputs {
-		t, ok := req.Inputs[in.Name]
-		if !ok || t == nil {
-			return nil, codec.Errorf(codec.CodeBadRequest, "missing input %q", in.Name)
-		}
-		if err := t.Validate(); err != nil {
-			return nil, codec.Errorf(codec.CodeBadRequest, "input %q: %v", in.Name, err)
-		}
-		if t.Type != in.Type {
-			return nil, codec.Errorf(codec.CodeBadRequest, "input %q is %s, the model wants %s", in.Name, t.Type, in.Type)
-		}
-		it.inputs = append(it.inputs, ort.Tensor{Name: in.Name, Shape: t.Shape, Data: fromBytes(t.Type, t.Data)})
-	}
 	for _, w := range req.Outputs {
-		if !slices.ContainsFunc(r.sess.Outputs, func(o ort.IOInfo) bool { return o.Name == w }) {
+		if !r.hasOutput(w) {
 			return nil, codec.Errorf(codec.CodeBadRequest, "the model has no output %q", w)
 		}
 	}
+	files, err := r.outputFiles(req)
+	if err != nil {
+		return nil, err
+	}
+	it.files = files
+	for name := range req.InputPaths {
+		if !slices.ContainsFunc(r.sess.Inputs, func(in ort.IOInfo) bool { return in.Name == name }) {
+			return nil, codec.Errorf(codec.CodeBadRequest, "input_paths: the model has no input %q", name).With("field", "input_paths")
+		}
+	}
+	for _, in := range r.sess.Inputs {
+		t, inline := req.Inputs[in.Name]
+		path, byPath := req.InputPaths[in.Name]
+		from := ""
+		switch {
+		case inline && byPath:
+			return nil, codec.Errorf(codec.CodeBadRequest, "input %q is given both inline (inputs) and by path (input_paths)", in.Name)
+		case byPath:
+			if t, err = r.env.Images.OpenTensor(path); err != nil {
+				return nil, codec.AsError(err).With("input", in.Name)
+			}
+			from = " (" + path + ")"
+		case t == nil:
+			return nil, codec.Errorf(codec.CodeBadRequest, "missing input %q", in.Name)
+		}
+		if err := t.Validate(); err != nil {
+			return nil, codec.Errorf(codec.CodeBadRequest, "input %q%s: %v", in.Name, from, err)
+		}
+		if t.Type != in.Type {
+			return nil, codec.Errorf(codec.CodeBadRequest, "input %q%s is %s, the model wants %s", in.Name, from, t.Type, in.Type)
+		}
+		it.inputs = append(it.inputs, ort.Tensor{Name: in.Name, Shape: t.Shape, Data: fromBytes(t.Type, t.Data)})
+	}
 	return it, nil
+}
+
+func (r *raw) hasOutput(name string) bool {
+	return slices.ContainsFunc(r.sess.Outputs, func(o ort.IOInfo) bool { return o.Name == name })
+}
+
+// outputFiles returns the .npy path of each output the request asks to be written, each
+// checked with CheckWritable: with output_dir, <output_dir>/<name>.npy for every wanted
+// output (outputs, else all); with output_paths, the named outputs (which must be wanted)
+// at their paths, no two at one path.
+func (r *raw) outputFiles(req *codec.WorkItem) (map[string]string, error) {
+	if req.OutputDir == "" && len(req.OutputPaths) == 0 {
+		return nil, nil
+	}
+	if req.OutputDir != "" && len(req.OutputPaths) > 0 {
+		return nil, codec.Errorf(codec.CodeBadRequest, "output_dir and output_paths exclude each other").With("field", "output_paths")
+	}
+	want := req.Outputs
+	if len(want) == 0 {
+		for _, o := range r.sess.Outputs {
+			want = append(want, o.Name)
+		}
+	}
+	files := map[string]string{}
+	if dir := req.OutputDir; dir != "" {
+		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+			return nil, codec.Errorf(codec.CodeBadRequest, "output_dir %q is not an absolute, clean path", dir).With("field", "output_dir")
+		}
+		for _, name := range want {
+			if name == "" || strings.ContainsAny(name, "/\x00") {
+				return nil, codec.Errorf(codec.CodeBadRequest, "output %q cannot be a file name in output_dir; name its file with output_paths", name).With("field", "output_dir")
+			}
+			files[name] = filepath.Join(dir, name+".npy")
+		}
+	} else {
+		seen := map[string]string{}
+		for name, path := range req.OutputPaths {
+			if !slices.Contains(want, name) {
+				if !r.hasOutput(name) {
+					return nil, codec.Errorf(codec.CodeBadRequest, "output_paths: the model has no output %q", name).With("field", "output_paths")
+				}
+				return nil, codec.Errorf(codec.CodeBadRequest, "output_paths: output %q is not one of the outputs asked for (%v)", name, req.Outputs).With("field", "output_paths")
+			}
+			if other, ok := seen[path]; ok {
+				return nil, codec.Errorf(codec.CodeBadRequest, "output_paths: outputs %q and %q both go to %s", min(name, other), max(name, other), path).With("field", "output_paths")
+			}
+			seen[path] = name
+			files[name] = path
+		}
+	}
+	for name, path := range files {
+		if _, err := r.env.Images.CheckWritable(path); err != nil {
+			return nil, codec.AsError(err).With("output", name)
+		}
+	}
+	return files, nil
 }
 
 func (r *raw) Run(ctx context.Context, op string, items []Item) ([]codec.Replier, []error) {
 	replies := make([]codec.Replier, len(items))
 	errs := make([]error, len(items))
 	for i, x := range items {
-		it := x.(*rawItem)
-		outs, err := r.sess.Run(ctx, it.inputs)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		rep := &codec.InferReply{Outputs: map[string]*codec.Tensor{}}
-		for _, o := range outs {
-			if len(it.want) == 0 || slices.Contains(it.want, o.Name) {
-				rep.Outputs[o.Name] = toCodec(o)
-			}
-		}
-		replies[i] = rep
+		replies[i], errs[i] = r.one(ctx, x.(*rawItem))
 	}
 	return replies, errs
+}
+
+// one runs one item: the wanted outputs inline, or written as new .npy files (in the
+// model's output order; an output already written stays if a later one fails).
+func (r *raw) one(ctx context.Context, it *rawItem) (codec.Replier, error) {
+	outs, err := r.sess.Run(ctx, it.inputs)
+	if err != nil {
+		return nil, err
+	}
+	rep := &codec.InferReply{Outputs: map[string]*codec.Tensor{}}
+	for _, o := range outs {
+		if len(it.want) > 0 && !slices.Contains(it.want, o.Name) {
+			continue
+		}
+		t := toCodec(o)
+		path, ok := it.files[o.Name]
+		if !ok {
+			rep.Outputs[o.Name] = t
+			continue
+		}
+		if err := r.env.Images.CreateTensor(path, t); err != nil {
+			return nil, codec.AsError(err).With("output", o.Name)
+		}
+		if rep.OutputPaths == nil {
+			rep.OutputPaths = map[string]string{}
+		}
+		rep.OutputPaths[o.Name] = path
+	}
+	return rep, nil
 }
 
 func fromBytes(typ string, b []byte) any {

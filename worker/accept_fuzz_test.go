@@ -77,6 +77,7 @@ func FuzzAccept(f *testing.F) {
 		f.Add(b, asJSON)
 		f.Add([]byte{0x81, 0xaa, 'c', 'a', 'n', 'd', 'i', 'd', 'a', 't', 'e', 's', 0xdd, 0xff, 0xff, 0xff, 0xff}, asJSON)
 		f.Add([]byte(`{"id":"r2","claim_to":"ortbus.v1.tag","op":"tag"}`), asJSON)
+		f.Add([]byte(`{"id":"r4","op":"infer","input_paths":{"x":"/srv/x.npy"},"output_dir":"/srv/spool"}`), asJSON)
 		f.Add([]byte(`{"id":"r3","deadline_unix_ms":-9223372036854775808,"timeout_ms":9223372036854775807}`), asJSON)
 	}
 	w, nc := unitWorker(f)

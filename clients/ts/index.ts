@@ -195,7 +195,10 @@ export interface Tensor {
 }
 
 export interface InferReply extends Served {
+  /** The wanted outputs sent inline. */
   outputs: Record<string, Tensor>;
+  /** The .npy file written for each output sent to a file (InferOptions.outputDir, outputPaths). */
+  output_paths?: Record<string, string>;
 }
 
 export interface CancelReply {
@@ -534,6 +537,15 @@ export interface SegmentOptions extends CallOptions {
 export interface InferOptions extends CallOptions {
   /** Output names wanted (all when unset). */
   outputs?: string[];
+  /**
+   * Inputs read by the workers from NumPy .npy files (npyBytes writes one), by input name:
+   * absolute paths under the allowed roots, for tensors too big for the bus.
+   */
+  inputPaths?: Record<string, string>;
+  /** Write every wanted output as a new file <outputDir>/<name>.npy (under spool_dir or output_roots). */
+  outputDir?: string;
+  /** Write the named outputs as new .npy files at these paths (not with outputDir). */
+  outputPaths?: Record<string, string>;
 }
 
 /** A float vector as a client may pass it. */
@@ -798,6 +810,54 @@ export function tensorBytes(t: TensorInput): Tensor {
   return { type: t.type, shape, data: out };
 }
 
+const NPY_DESCR: Record<TensorType, string> = { float32: "<f4", float64: "<f8", int64: "<i8", int32: "<i4", uint8: "|u1", bool: "|b1" };
+const NPY_MAGIC = [0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]; // \x93NUMPY
+
+/**
+ * A tensor as the bytes of a NumPy .npy file (version 1.0, C order, little-endian, the
+ * header padded to 64 bytes as np.save writes it): what infer's inputPaths read.
+ */
+export function npyBytes(t: TensorInput): Uint8Array {
+  const w = tensorBytes(t);
+  const shape = w.shape.length === 1 ? `(${w.shape[0]},)` : `(${w.shape.join(", ")})`;
+  let h = `{'descr': '${NPY_DESCR[w.type]}', 'fortran_order': False, 'shape': ${shape}, }`;
+  h += " ".repeat((64 - ((10 + h.length + 1) % 64)) % 64) + "\n";
+  const out = new Uint8Array(10 + h.length + w.data.byteLength);
+  out.set([...NPY_MAGIC, 1, 0, h.length & 0xff, h.length >> 8]);
+  for (let i = 0; i < h.length; i++) out[10 + i] = h.charCodeAt(i);
+  out.set(w.data, 10 + h.length);
+  return out;
+}
+
+/**
+ * Reads a NumPy .npy file (versions 1.0 to 3.0, C order, little-endian, a tensor type) as
+ * a Tensor, such as an output infer wrote; its data is a copy. Anything else throws
+ * OrtbusError bad_request.
+ */
+export function tensorFromNpy(b: Uint8Array): Tensor {
+  const bad = (why: string) => new OrtbusError("bad_request", `not a usable .npy tensor: ${why}`);
+  if (b.byteLength < 10 || NPY_MAGIC.some((m, i) => b[i] !== m)) throw bad("no \\x93NUMPY magic");
+  const dv = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  const major = b[6]!;
+  if (b[7] !== 0 || major < 1 || major > 3) throw bad(`format version ${major}.${b[7]}`);
+  const start = major === 1 ? 10 : 12;
+  if (b.byteLength < start) throw bad("truncated header length");
+  const hlen = major === 1 ? dv.getUint16(8, true) : dv.getUint32(8, true);
+  if (hlen > 65536 || start + hlen > b.byteLength) throw bad(`header length ${hlen}`);
+  const h = new TextDecoder("latin1").decode(b.subarray(start, start + hlen));
+  const descr = /['"]descr['"]\s*:\s*['"]([^'"]*)['"]/.exec(h)?.[1];
+  const type = (Object.keys(NPY_DESCR) as TensorType[]).find((k) => NPY_DESCR[k] === descr || (NPY_DESCR[k][0] === "|" && descr === "<" + NPY_DESCR[k].slice(1)));
+  if (type === undefined) throw bad(`dtype ${descr}`);
+  if (/['"]fortran_order['"]\s*:\s*True/.test(h)) throw bad("fortran_order is True");
+  const dims = /['"]shape['"]\s*:\s*\(([^)]*)\)/.exec(h)?.[1];
+  if (dims === undefined) throw bad("no shape");
+  const shape = dims.split(",").map((d) => d.trim().replace(/L$/, "")).filter((d) => d !== "").map(Number);
+  if (shape.some((d) => !Number.isSafeInteger(d) || d < 0)) throw bad(`shape (${dims})`);
+  const n = shape.reduce((a, d) => a * d, 1);
+  if (n * ELEM_SIZE[type] !== b.byteLength - start - hlen) throw bad(`shape (${dims}) does not match ${b.byteLength - start - hlen} bytes of data`);
+  return { type, shape, data: copyBytes(b.subarray(start + hlen)) };
+}
+
 /**
  * The values of a tensor: Float32Array, Float64Array, Int32Array or Uint8Array for those
  * types; int64 as a number array (exact up to 2^53, never bigints); bool as booleans.
@@ -1007,6 +1067,9 @@ interface WireRequest {
   candidates?: Uint8Array[];
   inputs?: Record<string, Tensor>;
   outputs?: string[];
+  input_paths?: Record<string, string>;
+  output_dir?: string;
+  output_paths?: Record<string, string>;
 }
 
 /**
@@ -1198,12 +1261,20 @@ export class OrtbusClient {
     return this.request<SegmentReply>("segment", req, opts);
   }
 
-  /** Runs a raw model on named tensors. */
+  /**
+   * Runs a raw model on named tensors: inline, or by path (opts.inputPaths); the outputs
+   * come back inline, or as .npy files (opts.outputDir, opts.outputPaths; read them with
+   * tensorFromNpy) named in the reply's output_paths.
+   */
   async infer(inputs: Record<string, TensorInput>, opts: InferOptions = {}): Promise<InferReply> {
     const wire: Record<string, Tensor> = {};
     for (const [k, v] of Object.entries(inputs)) wire[k] = tensorBytes(v);
-    const req: WireRequest = { inputs: wire };
+    const req: WireRequest = {};
+    if (Object.keys(wire).length > 0) req.inputs = wire;
     if (opts.outputs) req.outputs = [...opts.outputs];
+    if (opts.inputPaths) req.input_paths = { ...opts.inputPaths };
+    if (opts.outputDir !== undefined) req.output_dir = opts.outputDir;
+    if (opts.outputPaths) req.output_paths = { ...opts.outputPaths };
     const r = await this.request<InferReply>("infer", req, opts);
     const outputs: Record<string, Tensor> = {};
     for (const [k, t] of Object.entries(r.outputs ?? {})) {

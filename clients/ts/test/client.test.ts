@@ -5,7 +5,7 @@
 // the call in flight).
 
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { readdirSync, readFileSync, statSync, unlinkSync } from "node:fs";
+import { readdirSync, readFileSync, statSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { connect } from "@nats-io/transport-node";
@@ -20,6 +20,8 @@ import {
   encodeMsg,
   float32FromBytes,
   isOrtbusError,
+  npyBytes,
+  tensorFromNpy,
   tensorValues,
 } from "../index.ts";
 import type { OrtbusErrorCode, TagReply } from "../index.ts";
@@ -338,6 +340,27 @@ describe("detect, segment, infer, cancel", () => {
     expect(y.shape).toEqual([2, 4]);
     expect(Array.from(tensorValues(y) as Float32Array)).toEqual([3, 5, 7, 9, -1, 1, 2, 21]);
     await expectCode(client.infer({ x: { type: "int32", shape: [1, 4], data: [1, 2, 3, 4] } }, { model: "tiny" }), "bad_request");
+  });
+
+  test("infer by path: a .npy input in the root, the output written as a .npy in the spool", async () => {
+    const x = { type: "float32" as const, shape: [2, 4], data: new Float32Array([1, 2, 3, 4, -1, 0, 0.5, 10]) };
+    const xPath = join(env.root, "x.npy");
+    writeFileSync(xPath, npyBytes(x));
+    expect(tensorFromNpy(readFileSync(xPath))).toEqual({ type: "float32", shape: [2, 4], data: new Uint8Array(new Float32Array([1, 2, 3, 4, -1, 0, 0.5, 10]).buffer) });
+    const yPath = join(env.spool, "y-by-path.npy");
+    const r = await client.infer({}, { model: "tiny", inputPaths: { x: xPath }, outputPaths: { y: yPath } });
+    expect(r.output_paths).toEqual({ y: yPath });
+    expect(r.outputs).toEqual({});
+    const y = tensorFromNpy(readFileSync(yPath));
+    expect(y.shape).toEqual([2, 4]);
+    expect(Array.from(tensorValues(y) as Float32Array)).toEqual([3, 5, 7, 9, -1, 1, 2, 21]);
+    unlinkSync(yPath);
+    // Inline output from a by-path input; an output over an existing file is refused.
+    const inline = await client.infer({}, { model: "tiny", inputPaths: { x: xPath } });
+    expect(Array.from(tensorValues(inline.outputs.y!) as Float32Array)).toEqual([3, 5, 7, 9, -1, 1, 2, 21]);
+    await expectCode(client.infer({}, { model: "tiny", inputPaths: { x: xPath }, outputPaths: { y: xPath } }), "forbidden_path");
+    await expectCode(client.infer({}, { model: "tiny", inputPaths: { x: "/etc/passwd" } }), "forbidden_path");
+    expect(() => tensorFromNpy(new Uint8Array([1, 2, 3]))).toThrow(OrtbusError);
   });
 
   test("cancel of an unknown id answers found=false", async () => {
