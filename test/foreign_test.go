@@ -1,7 +1,6 @@
 package test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -98,35 +97,14 @@ func TestForeignMemory(t *testing.T) {
 	for _, w := range live {
 		worker = w
 	}
-	cuda := func() codec.DeviceStatus {
-		t.Helper()
-		for _, d := range g.status(t).Devices {
-			if d.Device == "cuda:0" {
-				return d
-			}
-		}
-		t.Fatal("no cuda:0 in status")
-		return codec.DeviceStatus{}
-	}
+	cuda := func() codec.DeviceStatus { return deviceOf(t, g, "cuda:0") }
 	lease := func(bytes int64) (codec.LeaseReply, *codec.Error) {
-		t.Helper()
-		m, err := g.NC.RequestMsg(jsonMsg("ortbus.v1.lease", fmt.Sprintf(`{"action":"acquire","device":"cuda:0","bytes":%d,"ttl_ms":60000,"holder":"llm"}`, bytes)), gwReplyBound)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := gwDecode(t, m)
-		var l codec.LeaseReply
-		if r.Err == nil {
-			if err := json.Unmarshal(m.Data, &l); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return l, r.Err
+		return leaseReq(t, g, fmt.Sprintf(`{"action":"acquire","device":"cuda:0","bytes":%d,"ttl_ms":60000,"holder":"llm"}`, bytes))
 	}
 	release := func(l codec.LeaseReply) {
 		t.Helper()
-		if _, err := g.NC.RequestMsg(jsonMsg("ortbus.v1.lease", `{"action":"release","lease":"`+l.Lease+`"}`), gwReplyBound); err != nil {
-			t.Fatal(err)
+		if _, e := leaseReq(t, g, `{"action":"release","lease":"`+l.Lease+`"}`); e != nil {
+			t.Fatal(e)
 		}
 	}
 	const budget = 512 << 20

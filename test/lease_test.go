@@ -26,30 +26,8 @@ func TestLease(t *testing.T) {
 		Classes: []gwClass{{Name: "interactive", Chain: []string{"p"}}, {Name: "batch", Chain: []string{"p"}}},
 	}.write(t))
 	g.waitLive(t, "p", 1)
-	req := func(body string) (codec.LeaseReply, *codec.Error) {
-		t.Helper()
-		m, err := g.NC.RequestMsg(jsonMsg("ortbus.v1.lease", body), gwReplyBound)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := gwDecode(t, m)
-		var l codec.LeaseReply
-		if r.Err == nil {
-			if err := json.Unmarshal(m.Data, &l); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return l, r.Err
-	}
-	cpu := func() codec.DeviceStatus {
-		for _, d := range g.status(t).Devices {
-			if d.Device == "cpu" {
-				return d
-			}
-		}
-		t.Fatal("no cpu device in status")
-		return codec.DeviceStatus{}
-	}
+	req := func(body string) (codec.LeaseReply, *codec.Error) { return leaseReq(t, g, body) }
+	cpu := func() codec.DeviceStatus { return deviceOf(t, g, "cpu") }
 	budget := cpu().BudgetBytes
 	if budget != 512<<20 {
 		t.Fatalf("cpu budget %d, want 512 MiB", budget)
@@ -108,6 +86,36 @@ func TestLease(t *testing.T) {
 	if _, err := os.Stat(marker); code != 1 || err == nil {
 		t.Errorf("refused lease: exit %d, CMD started: %v; want 1 and not started", code, err == nil)
 	}
+}
+
+// leaseReq sends a lease request with a JSON body, as `nats req ortbus.v1.lease` does,
+// and returns the granted lease or the error.
+func leaseReq(t testing.TB, g *gatewayProc, body string) (codec.LeaseReply, *codec.Error) {
+	t.Helper()
+	m, err := g.NC.RequestMsg(jsonMsg("ortbus.v1.lease", body), gwReplyBound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := gwDecode(t, m)
+	var l codec.LeaseReply
+	if r.Err == nil {
+		if err := json.Unmarshal(m.Data, &l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l, r.Err
+}
+
+// deviceOf is device's entry in g's status.
+func deviceOf(t testing.TB, g *gatewayProc, device string) codec.DeviceStatus {
+	t.Helper()
+	for _, d := range g.status(t).Devices {
+		if d.Device == device {
+			return d
+		}
+	}
+	t.Fatalf("no device %s in status", device)
+	return codec.DeviceStatus{}
 }
 
 // jsonMsg is a request on subject with a JSON body, as `nats req` sends with
