@@ -405,8 +405,10 @@ describe("typed errors", () => {
     const rs = await within(30_000, "10 slowq calls", Promise.all(calls));
     const codes = rs.map((r) => (r.ok ? "ok" : (r.error as OrtbusError).code));
     const over = rs.flatMap((r) => (!r.ok && isOrtbusError(r.error, "overloaded") ? [{ error: r.error, ms: r.ms }] : []));
-    // One running, two queued: at least three answered, the rest refused at once.
-    expect(codes.filter((c) => c === "ok").length).toBeGreaterThanOrEqual(3);
+    // Two queued (and one running, if the gateway dispatched the first before the third
+    // arrived: the ten come at once, so it may not have): at least two answered, the rest
+    // refused at once.
+    expect(codes.filter((c) => c === "ok").length).toBeGreaterThanOrEqual(2);
     expect(over.length).toBeGreaterThanOrEqual(5);
     expect(codes.every((c) => c === "ok" || c === "overloaded")).toBe(true);
     for (const r of over) {
