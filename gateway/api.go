@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,12 +126,12 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by str
 		}
 		reply(b, nil)
 	}
-	switch op {
-	case subjects.OpStatus:
+	switch {
+	case op == subjects.OpStatus:
 		encode(g.status())
-	case subjects.OpHealth:
+	case op == subjects.OpHealth:
 		encode(g.health())
-	case subjects.OpCancel:
+	case op == subjects.OpCancel:
 		var c codec.Cancel
 		if err := codec.Decode(data, &c, asJSON); err != nil {
 			reply(nil, codec.AsError(err))
@@ -141,9 +142,9 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by str
 			return
 		}
 		encode(&codec.CancelReply{ID: c.ID, Found: g.cancelAs(c.ID, by)})
-	case subjects.OpTag, subjects.OpEmbed, subjects.OpCompare, subjects.OpDetect, subjects.OpSegment, subjects.OpInfer:
+	case subjects.IsWork(op):
 		g.submitFrom(op, data, asJSON, replyTo, ownerOf(by), reply)
-	case subjects.OpLease:
+	case op == subjects.OpLease:
 		var req codec.LeaseRequest
 		if err := codec.Decode(data, &req, asJSON); err != nil {
 			reply(nil, codec.AsError(err))
@@ -155,7 +156,7 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by str
 			return
 		}
 		encode(l)
-	case subjects.OpJobSubmit, subjects.OpJobStatus, subjects.OpJobCancel, subjects.OpJobList, subjects.OpJobResults:
+	case slices.Contains(subjects.JobOps, op):
 		g.serveJob(op, data, asJSON, reply)
 	default:
 		reply(nil, codec.Errorf(codec.CodeUnknownOp, "unknown op %q", op))

@@ -141,8 +141,7 @@ func (g *Gateway) runJobItem(ctx context.Context, it jobs.Item) ([]byte, *codec.
 	rec := it.Job
 	p := &pending{op: rec.Op, accepted: time.Now(), owner: ownerJob}
 	if o := rec.Options; o != nil {
-		// What a job's options may set (codec.JobSubmit.Options).
-		p.req = codec.Request{Device: o.Device, TimeoutMS: o.TimeoutMS, Thresholds: o.Thresholds, Conf: o.Conf, IoU: o.IoU}
+		p.req = jobOptions(o) // what a job's options may set, whoever wrote the record
 	}
 	p.req.ID, p.req.Path, p.req.Model, p.req.Class, p.req.Pool = it.ID(), it.Path, rec.Model, rec.Class, rec.Pool
 	p.size = int64(len(it.Path) + len(p.req.ID) + 64)
@@ -263,7 +262,8 @@ func (g *Gateway) jobSpec(req *codec.JobSubmit) (*jobs.Record, []string, *codec.
 		rec.Class = subjects.ClassBatch
 	}
 	if o := req.Options; o != nil {
-		rec.Options = &codec.Request{Device: o.Device, TimeoutMS: o.TimeoutMS, Thresholds: o.Thresholds, Conf: o.Conf, IoU: o.IoU}
+		opts := jobOptions(o)
+		rec.Options = &opts
 	}
 	probe := &pending{op: rec.Op, accepted: time.Now()}
 	if rec.Options != nil {
@@ -312,4 +312,10 @@ func (g *Gateway) stopJobs(bound time.Duration) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// jobOptions is the part of a request's fields that a job's options may set
+// (codec.JobSubmit.Options): thresholds, conf, iou, timeout_ms and device.
+func jobOptions(o *codec.Request) codec.Request {
+	return codec.Request{Device: o.Device, TimeoutMS: o.TimeoutMS, Thresholds: o.Thresholds, Conf: o.Conf, IoU: o.IoU}
 }
