@@ -246,19 +246,23 @@ func (s *Session) run(ctx context.Context, in, out []onnx.Value) error {
 		return err
 	}
 	defer ro.Destroy()
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		select {
-		case <-ctx.Done():
+	// Terminate on cancel or deadline without a goroutine per run: the AfterFunc runs
+	// only if ctx ends first, and never once the run has returned (ro is destroyed then).
+	var mu sync.Mutex
+	finished := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !finished {
 			ro.Terminate()
-		case <-done:
 		}
-	}()
+	})
 	err = s.s.RunWithOptions(in, out, ro)
-	close(done)
-	<-stopped
+	if !stop() {
+		mu.Lock()
+		finished = true
+		mu.Unlock()
+	}
 	if err != nil && ctx.Err() != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return codec.Errorf(codec.CodeDeadlineExceeded, "run terminated at the deadline")
