@@ -79,7 +79,7 @@ func (c *capacity) shareAllows(pool, class string, reserved map[string]bool) boo
 	}
 	device := c.cfg.Pools[pool].Device
 	// Up to its floor a background class always goes.
-	unit := max(1, c.cfg.Pools[pool].MaxBatch)
+	unit := c.slotSize(pool)
 	units := 1
 	if cl.MinShare > 0 {
 		units = max(1, int(cl.MinShare*float64(c.deviceSlots[device])))
