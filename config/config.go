@@ -85,9 +85,18 @@ type Gateway struct {
 	CrashLoopCount    int      `toml:"crash_loop_count,omitempty"`
 	CrashLoopWindow   Duration `toml:"crash_loop_window,omitempty"`
 	// Policy is the scheduling policy: "priority" (the default: strict class priority,
-	// batch held to one unit in flight on a device while higher classes are busy there,
-	// deadline feasibility) or "fifo" (arrival order, no sharing rule; for comparison).
+	// batch held to one unit in flight on a device while higher classes are busy there, a
+	// device's last free slot kept from batch for ReserveWindow after urgent or interactive
+	// work there, deadline feasibility) or "fifo" (arrival order, no sharing rule; for
+	// comparison).
 	Policy string `toml:"policy,omitempty"`
+	// ReserveWindow is the hysteresis of the sharing policy's reservation (default
+	// DefaultReserveWindow): while urgent or interactive work (a class of priority 0 or 1)
+	// was queued for, or running on, a device within the last ReserveWindow, batch work
+	// (priority 2 and below) may not take that device's last free slot beyond its floor of
+	// one unit (or min_share), so the next urgent or interactive request finds a slot. "0s"
+	// turns the reservation off. Its zero is a value of its own: Marshal always writes it.
+	ReserveWindow Duration `toml:"reserve_window"`
 	// Failover: this gateway records the requests it accepts over NATS, and their
 	// answers, in the JetStream bucket ortbus_answers, so that a client's resend after a
 	// gateway died is answered once (gateway/failover.go).
@@ -165,8 +174,8 @@ type Security struct {
 	OutputRoots []string `toml:"output_roots,omitempty"`
 	// SpoolMaxAge is the age past which the gateway removes files from SpoolDir
 	// (default 1h; "0s" keeps them forever). Its zero is a value of its own, so that
-	// Marshal always writes it (as do priority and min_share of a class); every other key
-	// is left out when zero, and Load gives it its default.
+	// Marshal always writes it (as do gateway.reserve_window and a class's priority and
+	// min_share); every other key is left out when zero, and Load gives it its default.
 	SpoolMaxAge Duration `toml:"spool_max_age"`
 }
 
@@ -344,6 +353,12 @@ const (
 	DefaultSpoolMaxAge    = time.Hour
 	DefaultSafeFraction   = 0.85
 	DefaultJobMaxItems    = 1_000_000
+	// DefaultReserveWindow is gateway.reserve_window when the file leaves it out: longer
+	// than the gaps between requests of a latency class under steady traffic (8 requests a
+	// second leave a 2 s gap with probability e^-16), so the slot does not flip to batch and
+	// back between two of them; short enough that batch has the whole device again soon
+	// after that traffic stops.
+	DefaultReserveWindow = 2 * time.Second
 )
 
 // Idle is the pool's keep_alive: how long it may stay idle before its workers are

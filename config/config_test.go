@@ -180,3 +180,31 @@ func TestPoolCredentialsAndInboxPrefix(t *testing.T) {
 		t.Errorf("creds_file alone: %v", err)
 	}
 }
+
+// TestReserveWindow: gateway.reserve_window defaults to DefaultReserveWindow, takes a
+// duration, keeps "0s" (the reservation off) as a value of its own, and refuses a
+// negative one, naming its line.
+func TestReserveWindow(t *testing.T) {
+	for _, tc := range []struct {
+		gateway string // the [gateway] section's lines, if any
+		want    time.Duration
+	}{
+		{"", DefaultReserveWindow},
+		{`reserve_window = "500ms"`, 500 * time.Millisecond},
+		{`reserve_window = "0s"`, 0},
+	} {
+		c, err := Load(write(t, good+"\n[gateway]\n"+tc.gateway+"\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.gateway, err)
+		}
+		if got := c.Gateway.ReserveWindow.D(); got != tc.want {
+			t.Errorf("%q: reserve_window %v, want %v", tc.gateway, got, tc.want)
+		}
+	}
+	text := good + "\n[gateway]\nreserve_window = \"-1s\"\n"
+	_, err := Load(write(t, text))
+	line := strings.Count(text, "\n")
+	if err == nil || !strings.Contains(err.Error(), "gateway.reserve_window: must not be negative") || !strings.Contains(err.Error(), fmt.Sprintf(".toml:%d:", line)) {
+		t.Fatalf("negative reserve_window: %v, want an error naming line %d", err, line)
+	}
+}

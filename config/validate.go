@@ -171,11 +171,15 @@ func (c *Config) applyDefaults() {
 }
 
 // applyZeroDefaults applies the defaults of the keys whose zero is a value of its own
-// (security.spool_max_age "0s" keeps spool files forever; a standard class's priority and
-// min_share may be 0): such a key takes its default only when it has no value of its own.
+// (security.spool_max_age "0s" keeps spool files forever, gateway.reserve_window "0s" turns
+// the reservation off; a standard class's priority and min_share may be 0): such a key takes
+// its default only when it has no value of its own.
 func (c *Config) applyZeroDefaults() {
 	if !c.set("security.spool_max_age", c.Security.SpoolMaxAge == 0) {
 		c.Security.SpoolMaxAge = Duration(DefaultSpoolMaxAge)
+	}
+	if !c.set("gateway.reserve_window", c.Gateway.ReserveWindow == 0) {
+		c.Gateway.ReserveWindow = Duration(DefaultReserveWindow)
 	}
 	for name, cl := range c.Classes {
 		def, std := defaultClasses[name]
@@ -232,6 +236,9 @@ func (c *Config) validate() error {
 	}
 	if p := c.Gateway.Policy; p != PolicyPriority && p != PolicyFIFO {
 		add(c.errf("gateway.policy", "want %q or %q, got %q", PolicyPriority, PolicyFIFO, p))
+	}
+	if c.Gateway.ReserveWindow < 0 {
+		add(c.errf("gateway.reserve_window", "must not be negative (0 turns the reservation off)"))
 	}
 	add(c.validateHTTP())
 	if c.Health.HeartbeatInterval < Duration(10*time.Millisecond) {

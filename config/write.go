@@ -15,8 +15,8 @@ import (
 // zero would, with Load's defaults applied.
 //
 // A key whose value is zero is left out, and Load gives it its default, except for the
-// keys whose zero is a value of its own (security.spool_max_age, a class's priority and
-// min_share), which are always written: as their default when a configuration built in
+// keys whose zero is a value of its own (security.spool_max_age, gateway.reserve_window, a
+// class's priority and min_share), which are always written: as their default when a configuration built in
 // code leaves them zero. Pools, classes and models are written in the order of Order, so
 // that routing chains and listings keep it (SetOrder sets it for a configuration built in
 // code).

@@ -177,8 +177,8 @@ func unfiled(c *Config) *Config {
 
 // TestWriteBuilt: a configuration built in code, written and loaded, is what the same
 // keys written by hand load as: its zero values get Load's defaults as left-out keys do
-// (a standard class's priority and min_share, spool_max_age), and its pools keep the order
-// set in code (the default chain of interactive follows it).
+// (a standard class's priority and min_share, spool_max_age, reserve_window), and its
+// pools keep the order set in code (the default chain of interactive follows it).
 func TestWriteBuilt(t *testing.T) {
 	dir := t.TempDir()
 	got := loadWritten(t, dir, builtConfig(dir))
@@ -197,8 +197,10 @@ func TestWriteBuilt(t *testing.T) {
 	if ch := got.Classes["interactive"].Chain; !slices.Equal(ch, []string{"zeta", "alpha"}) {
 		t.Errorf("default interactive chain %v, want zeta, alpha", ch)
 	}
-	if b := got.Classes["batch"]; b.Priority != 2 || b.MinShare != 0.1 || got.Security.SpoolMaxAge.D() != DefaultSpoolMaxAge {
-		t.Errorf("zero values did not get their defaults: batch priority %d min_share %v, spool_max_age %v", b.Priority, b.MinShare, got.Security.SpoolMaxAge)
+	if b := got.Classes["batch"]; b.Priority != 2 || b.MinShare != 0.1 || got.Security.SpoolMaxAge.D() != DefaultSpoolMaxAge ||
+		got.Gateway.ReserveWindow.D() != DefaultReserveWindow {
+		t.Errorf("zero values did not get their defaults: batch priority %d min_share %v, spool_max_age %v, reserve_window %v",
+			b.Priority, b.MinShare, got.Security.SpoolMaxAge, got.Gateway.ReserveWindow)
 	}
 	if !got.Pools["zeta"].IsLocal() || got.Pools["alpha"].IsLocal() || got.WorkerNATS("alpha").User != "worker-alpha" {
 		t.Errorf("pools: %+v %+v", got.Pools["zeta"], got.Pools["alpha"])
@@ -207,7 +209,8 @@ func TestWriteBuilt(t *testing.T) {
 
 // TestWriteLoaded: a configuration that Load returned, written and loaded again, is the
 // same (the same file once more): every example in deploy/, the built one, and one whose
-// zeros are values of its own (spool files kept forever, a batch class of priority 0).
+// zeros are values of its own (spool files kept forever, a batch class of priority 0, the
+// reservation off).
 func TestWriteLoaded(t *testing.T) {
 	var files []string
 	filepath.WalkDir("../deploy", func(p string, d fs.DirEntry, err error) error {
@@ -219,7 +222,8 @@ func TestWriteLoaded(t *testing.T) {
 	dir := t.TempDir()
 	zeros := write(t, strings.NewReplacer(
 		`spool_dir = "images/spool"`, `spool_dir = "images/spool"`+"\nspool_max_age = \"0s\"",
-		"queue_bound = 10\n", "queue_bound = 10\npriority = 0\nmin_share = 0.0\n").Replace(good))
+		"queue_bound = 10\n", "queue_bound = 10\npriority = 0\nmin_share = 0.0\n").Replace(good)+
+		"\n[gateway]\nreserve_window = \"0s\"\n")
 	files = append(files, zeros)
 	if len(files) < 5 {
 		t.Fatalf("deploy configs: %v", files)
@@ -249,8 +253,9 @@ func TestWriteLoaded(t *testing.T) {
 			t.Errorf("%s: order of pools %v or models changed: %v", name, c.PoolNames(), again.PoolNames())
 		}
 		if name == zeros {
-			if b := again.Classes["batch"]; again.Security.SpoolMaxAge != 0 || b.Priority != 0 || b.MinShare != 0 {
-				t.Errorf("explicit zeros lost: spool_max_age %v, batch priority %d min_share %v", again.Security.SpoolMaxAge, b.Priority, b.MinShare)
+			if b := again.Classes["batch"]; again.Security.SpoolMaxAge != 0 || b.Priority != 0 || b.MinShare != 0 || again.Gateway.ReserveWindow != 0 {
+				t.Errorf("explicit zeros lost: spool_max_age %v, batch priority %d min_share %v, reserve_window %v",
+					again.Security.SpoolMaxAge, b.Priority, b.MinShare, again.Gateway.ReserveWindow)
 			}
 		}
 	}

@@ -11,9 +11,10 @@ import (
 
 // capacity is what one dispatch pass knows of where work can go: taken once, when the
 // pass first has an item to route (Gateway.snapshot), from the tracker's live workers,
-// the flights' requests in flight, the measured service times and the supervisor's view
-// of each pool. Routing (route.go) and the sharing policy (policy.go) read nothing else;
-// route records in it each unit it takes, so that later items of the same pass see it.
+// the flights' requests in flight and when each class was last active on each device,
+// the measured service times and the supervisor's view of each pool. Routing (route.go)
+// and the sharing policy (policy.go) read nothing else; route records in it each unit it
+// takes, so that later items of the same pass see it.
 //
 // Only the dispatch loop routes, one pass at a time, and it holds in flights each unit a
 // pass takes as soon as route decides it, so the next snapshot counts it. Nothing else
@@ -27,6 +28,7 @@ type capacity struct {
 	deviceSlots map[string]int           // live slots per device (each worker's max(1, slots))
 	load        deviceLoad               // requests in flight per device and class, this pass's included
 	leased      deviceLoad               // live leases per device and class (lease.go, rule 3)
+	active      lastActive               // when each class last had work queued for or running on each device
 	est         map[estKey]time.Duration // measured service times
 	// full holds pool+"\x00"+class once a pool is found full for a class in the pass: later
 	// items skip it without looking again.
@@ -35,17 +37,18 @@ type capacity struct {
 
 // poolCap is one pool in a capacity snapshot.
 type poolCap struct {
-	slots      map[string]int // requests its live workers take at once, per class
-	busy       int            // requests in flight, this pass's included
-	live       bool           // it has a live worker
-	poolStatus                // the supervisor's view, for when it has none
+	slots       map[string]int // requests its live workers take at once, per class
+	workerSlots int            // its live workers' slots (each worker's max(1, slots))
+	busy        int            // requests in flight, this pass's included
+	live        bool           // it has a live worker
+	poolStatus                 // the supervisor's view, for when it has none
 }
 
 // newCapacity is an empty snapshot of cfg's pools at now: no live worker, nothing in
 // flight, nothing measured, no word from the supervisor.
 func newCapacity(cfg *config.Config, now time.Time) *capacity {
 	c := &capacity{cfg: cfg, now: now, pools: map[string]*poolCap{}, deviceSlots: map[string]int{}, load: deviceLoad{}, leased: deviceLoad{},
-		est: map[estKey]time.Duration{}, full: map[string]bool{}}
+		active: lastActive{}, est: map[estKey]time.Duration{}, full: map[string]bool{}}
 	for name := range cfg.Pools {
 		c.pools[name] = &poolCap{slots: map[string]int{}}
 	}
@@ -58,12 +61,12 @@ func (g *Gateway) snapshot(now time.Time) *capacity {
 	for _, w := range g.tracker.Workers() {
 		c.addLive(w)
 	}
-	busy, load := g.fl.held()
+	busy, load, active := g.fl.held()
 	for pool, pc := range c.pools {
 		pc.busy = busy[pool]
 		pc.poolStatus = g.supervisor.poolStatus(pool, now)
 	}
-	c.load = load
+	c.load, c.active = load, active
 	c.leased = g.leases.byDevice()
 	c.est = g.est.all()
 	return c
@@ -78,6 +81,7 @@ func (c *capacity) addLive(w health.Worker) {
 	}
 	pc.live = true
 	slots := max(1, w.HB.Slots)
+	pc.workerSlots += slots
 	c.deviceSlots[c.cfg.Pools[w.HB.Pool].Device] += slots
 	for i, class := range w.HB.Classes {
 		if slices.Contains(w.HB.Classes[:i], class) {

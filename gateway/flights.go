@@ -11,7 +11,8 @@ import (
 
 // flights is the one owner of the requests this gateway has accepted and not yet
 // answered, and of what they hold: the pool capacity taken by dispatched requests (per
-// pool and per device and class), which worker claimed each one, the last worker death
+// pool and per device and class), when each class was last active on each device (for
+// the sharing policy's reservation), which worker claimed each one, the last worker death
 // of each pool, and cancels that arrived before their request. Everything here is
 // guarded by its one lock, and so are the dispatch fields of each pending request
 // (attempt, deaths, pool, worker, cancel, cancelAsked); no method calls out of the type
@@ -27,12 +28,13 @@ type flights struct {
 	busy      map[string]int       // requests in flight per pool
 	used      map[string]time.Time // when each pool last took or gave back a request
 	load      deviceLoad           // requests in flight per device and class
+	active    lastActive           // when each class last had work queued for or running on each device
 	lastDeath map[string]death
 	early     map[string]earlyCancel // cancels of ids not seen yet
 }
 
 func newFlights() *flights {
-	return &flights{byID: map[string]*pending{}, busy: map[string]int{}, used: map[string]time.Time{}, load: deviceLoad{}, lastDeath: map[string]death{}, early: map[string]earlyCancel{}}
+	return &flights{byID: map[string]*pending{}, busy: map[string]int{}, used: map[string]time.Time{}, load: deviceLoad{}, active: lastActive{}, lastDeath: map[string]death{}, early: map[string]earlyCancel{}}
 }
 
 // death is the last worker death seen in a pool.
@@ -107,22 +109,25 @@ func (f *flights) count() int {
 	return len(f.byID)
 }
 
-// hold takes one unit of pool (on device) for a request of class: a dispatch pass gave
-// it that pool.
-func (f *flights) hold(pool, device, class string) {
+// hold takes one unit of pool (on device) for a request of class: a dispatch pass at
+// time at gave it that pool.
+func (f *flights) hold(pool, device, class string, at time.Time) {
 	f.mu.Lock()
 	f.busy[pool]++
 	f.used[pool] = time.Now()
 	f.load.add(device, class, 1)
+	f.active.see(device, class, at)
 	f.mu.Unlock()
 }
 
-// release gives back what hold took, once the request's dispatch is over.
+// release gives back what hold took, once the request's dispatch is over: its class was
+// active on device until now.
 func (f *flights) release(p *pending, pool, device string) {
 	f.mu.Lock()
 	f.busy[pool]--
 	f.used[pool] = time.Now()
 	f.load.add(device, p.class, -1)
+	f.active.see(device, p.class, time.Now())
 	p.cancel = nil
 	f.mu.Unlock()
 }
@@ -136,6 +141,16 @@ func (f *flights) idleSince(pool string) (time.Time, bool) {
 	return t, ok && f.busy[pool] == 0
 }
 
+// queued records that a dispatch pass at time at left an item of class waiting for pools
+// on devices.
+func (f *flights) queued(devices []string, class string, at time.Time) {
+	f.mu.Lock()
+	for _, d := range devices {
+		f.active.see(d, class, at)
+	}
+	f.mu.Unlock()
+}
+
 // inFlight is the number of requests dispatched to pool and not yet back.
 func (f *flights) inFlight(pool string) int {
 	f.mu.Lock()
@@ -143,15 +158,20 @@ func (f *flights) inFlight(pool string) int {
 	return f.busy[pool]
 }
 
-// held is a copy of the requests in flight per pool, and per device and class.
-func (f *flights) held() (busy map[string]int, load deviceLoad) {
+// held is a copy of the requests in flight per pool, and per device and class, and of
+// when each class was last active on each device.
+func (f *flights) held() (busy map[string]int, load deviceLoad, active lastActive) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	load = make(deviceLoad, len(f.load))
 	for device, byClass := range f.load {
 		load[device] = maps.Clone(byClass)
 	}
-	return maps.Clone(f.busy), load
+	active = make(lastActive, len(f.active))
+	for device, byClass := range f.active {
+		active[device] = maps.Clone(byClass)
+	}
+	return maps.Clone(f.busy), load, active
 }
 
 // running counts the dispatched requests by class.

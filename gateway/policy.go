@@ -18,6 +18,20 @@ import (
 //     batch unit. A unit is one request, or one
 //     dynamic batch of the pool (max_batch items). A class's min_share of the device's
 //     slots raises that floor, which bounds the starvation of batch.
+//   - Reservation, with hysteresis: while a latency class (urgent or interactive, priority
+//     below 2) has been active on a device within gateway.reserve_window (default 2s) —
+//     had a request queued for, or running on, that device then or now — a background
+//     class beyond its floor may not take the device's last free slot, so that the next
+//     latency request finds a slot free instead of waiting for a batch unit to finish. The
+//     window is the hysteresis: the slot is not handed to batch in each gap between two
+//     latency requests, only once they have been gone for the whole window. A device's
+//     free slots are its live workers' slots less those its requests in flight hold (a
+//     pool that batches counts max_batch requests to a slot); a batch request that joins
+//     a started dynamic batch takes no new slot. The floor (one unit, or min_share) is
+//     never held back: batch is not starved by the rule, and on a device of a single slot
+//     the rule changes nothing (that slot is batch's one unit, and a latency request waits
+//     at most that unit); with two slots, batch keeps one while latency work comes. A
+//     reserve_window of 0 turns the reservation off.
 //   - Deadline feasibility: a pool whose measured service time for the request's model
 //     cannot finish before the request's deadline, even if dispatched now, is skipped; if
 //     every pool is infeasible the request is answered deadline_exceeded before it spends
@@ -30,6 +44,19 @@ import (
 
 // backgroundPriority is the priority from which a class yields a shared device.
 const backgroundPriority = 2
+
+// lastActive is when each class was last active (had a request queued for, or running
+// on, a device) per device and class. Owned by flights.
+type lastActive map[string]map[string]time.Time
+
+func (a lastActive) see(device, class string, at time.Time) {
+	if a[device] == nil {
+		a[device] = map[string]time.Time{}
+	}
+	if at.After(a[device][class]) {
+		a[device][class] = at
+	}
+}
 
 // deviceLoad counts requests in flight per device and class. Owned by flights.
 type deviceLoad map[string]map[string]int
@@ -44,40 +71,88 @@ func (d deviceLoad) add(device, class string, n int) {
 // policyOn reports whether the sharing policy applies.
 func (c *capacity) policyOn() bool { return c.cfg.Gateway.Policy != config.PolicyFIFO }
 
-// shareAllows applies the one-unit rule to a background class on pool's device; reserved
-// holds the pools that waiting higher-priority items keep.
+// shareAllows applies the one-unit rule and the reservation to a background class on
+// pool's device; reserved holds the pools that waiting higher-priority items keep.
 func (c *capacity) shareAllows(pool, class string, reserved map[string]bool) bool {
 	cl := c.cfg.Classes[class]
 	if !c.policyOn() || cl.Priority < backgroundPriority {
 		return true
 	}
 	device := c.cfg.Pools[pool].Device
-	load := c.load[device]
-	higher := false
-	for other, n := range load {
-		if n > 0 && c.cfg.Classes[other].Priority < cl.Priority {
-			higher = true
-		}
-	}
-	for rp := range reserved {
-		if c.cfg.Pools[rp].Device == device {
-			higher = true
-		}
-	}
-	for other, n := range c.leased[device] {
-		if oc := c.cfg.Classes[other]; n > 0 && oc != nil && oc.Priority < cl.Priority {
-			higher = true
-		}
-	}
-	if !higher {
-		return true
-	}
-	unit := max(1, c.cfg.Pools[pool].MaxBatch)
+	// Up to its floor a background class always goes.
+	unit := c.slotSize(pool)
 	units := 1
 	if cl.MinShare > 0 {
 		units = max(1, int(cl.MinShare*float64(c.deviceSlots[device])))
 	}
-	return load[class] < units*unit
+	if c.load[device][class] < units*unit {
+		return true
+	}
+	// Beyond it: not while a higher class has work queued for or running on the device
+	// (the one-unit rule),
+	for other, n := range c.load[device] {
+		if n > 0 && c.cfg.Classes[other].Priority < cl.Priority {
+			return false
+		}
+	}
+	for rp := range reserved {
+		if c.cfg.Pools[rp].Device == device {
+			return false
+		}
+	}
+	// or holds a memory lease on it,
+	for other, n := range c.leased[device] {
+		if oc := c.cfg.Classes[other]; n > 0 && oc != nil && oc.Priority < cl.Priority {
+			return false
+		}
+	}
+	// nor into the device's last free slot while a latency class was active there within
+	// the window (the reservation).
+	return !(c.reserving(device) && c.opensSlot(pool) && c.freeSlots(device) <= 1)
+}
+
+// reserves reports whether the activity of class keeps a device's last free slot from
+// background classes: a latency class, under the policy, with a reserve window.
+func (c *capacity) reserves(class string) bool {
+	cl := c.cfg.Classes[class]
+	return c.policyOn() && c.cfg.Gateway.ReserveWindow > 0 && cl != nil && cl.Priority < backgroundPriority
+}
+
+// reserving reports whether a latency class has been active on device within the reserve
+// window: it has requests running there, or was last seen queued or running there less
+// than the window ago.
+func (c *capacity) reserving(device string) bool {
+	for class, n := range c.load[device] {
+		if n > 0 && c.reserves(class) {
+			return true
+		}
+	}
+	for class, at := range c.active[device] {
+		if c.reserves(class) && c.now.Sub(at) < c.cfg.Gateway.ReserveWindow.D() {
+			return true
+		}
+	}
+	return false
+}
+
+// slotSize is how many requests in flight in pool hold one slot: max_batch in a pool that
+// batches, else one.
+func (c *capacity) slotSize(pool string) int { return max(1, c.cfg.Pools[pool].MaxBatch) }
+
+// opensSlot reports whether one more request in pool takes a slot of its own rather than
+// joining a started dynamic batch.
+func (c *capacity) opensSlot(pool string) bool { return c.pools[pool].busy%c.slotSize(pool) == 0 }
+
+// freeSlots is how many of device's live slots no request in flight holds.
+func (c *capacity) freeSlots(device string) int {
+	free := 0
+	for name, pc := range c.pools {
+		if pc.live && c.cfg.Pools[name].Device == device {
+			size := c.slotSize(name)
+			free += max(0, pc.workerSlots-(pc.busy+size-1)/size)
+		}
+	}
+	return free
 }
 
 // estimator keeps a measured service time (moving average of the worker's time from

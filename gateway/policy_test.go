@@ -348,3 +348,194 @@ func TestFeasibleDegrade(t *testing.T) {
 		})
 	}
 }
+
+// onePoolConfig: one pool, gpu, serves urgent, interactive and batch on cuda:0 (the shape
+// of the one-pool collision bench); bulk (batch only, dynamic batches of 4) is on cuda:1.
+// gateway and batch are more lines of [gateway] (a reserve_window) and [classes.batch].
+func onePoolConfig(policy, gateway, batch string) string {
+	return fmt.Sprintf(`
+[nats]
+url = "nats://127.0.0.1:1"
+[gateway]
+policy = %q
+%s
+[security]
+allowed_roots = ["/srv"]
+[devices."cuda:0"]
+capacity = "8GiB"
+[devices."cuda:1"]
+capacity = "8GiB"
+[classes.batch]
+chain = ["gpu", "bulk"]
+%s
+[pools.gpu]
+local = false
+device = "cuda:0"
+classes = ["urgent", "interactive", "batch"]
+models = ["tagger"]
+[pools.bulk]
+local = false
+device = "cuda:1"
+classes = ["batch"]
+models = ["tagger"]
+max_batch = 4
+[models.tagger]
+kind = "tagger-pixai"
+dir = "/srv/m/tagger"
+`, policy, gateway, batch)
+}
+
+// inFlight sets the requests of class in flight in pool (on device) in a snapshot.
+func inFlight(c *capacity, pool, device, class string, n int) {
+	c.pools[pool].busy += n - c.load[device][class]
+	setLoad(c, device, class, n)
+}
+
+// TestReserveLastSlot: while interactive or urgent work was active on the device within
+// gateway.reserve_window (default 2s), batch beyond its floor may not take the device's
+// last free slot; it may when more than one slot is free, once the window has passed, with
+// the window 0, and under FIFO. Batch's own activity reserves nothing.
+func TestReserveLastSlot(t *testing.T) {
+	snap := func(policy, gateway string) *capacity {
+		c := snapOf(t, onePoolConfig(policy, gateway, "min_share = 0"))
+		for range 3 {
+			ready(c, "gpu", 1, "urgent", "interactive", "batch") // 3 slots on cuda:0
+		}
+		return c
+	}
+	c := snap("priority", "")
+	if c.cfg.Gateway.ReserveWindow.D() != 2*time.Second {
+		t.Fatalf("default reserve_window %v, want 2s", c.cfg.Gateway.ReserveWindow)
+	}
+	allows := func(c *capacity, batchInFlight int) bool {
+		inFlight(c, "gpu", "cuda:0", "batch", batchInFlight)
+		return c.shareAllows("gpu", "batch", nil)
+	}
+	if !allows(c, 2) {
+		t.Fatal("batch refused the last free slot with no latency work ever on the device")
+	}
+	c.active.see("cuda:0", "batch", c.now)
+	if !allows(c, 2) {
+		t.Fatal("batch's own activity reserved the last free slot")
+	}
+	for _, class := range []string{"interactive", "urgent"} {
+		c := snap("priority", "")
+		c.active.see("cuda:0", class, c.now.Add(-time.Second))
+		if !allows(c, 1) {
+			t.Errorf("%s active 1s ago: batch refused with 2 slots free", class)
+		}
+		if allows(c, 2) {
+			t.Errorf("%s active 1s ago: batch took the last free slot", class)
+		}
+		if allows(c, 3) {
+			t.Errorf("%s active 1s ago: batch allowed with no slot free", class)
+		}
+		inFlight(c, "gpu", "cuda:0", "batch", 2)
+		for _, ago := range []time.Duration{2 * time.Second, 3 * time.Second} {
+			c.now = c.active["cuda:0"][class].Add(ago)
+			if !c.shareAllows("gpu", "batch", nil) {
+				t.Errorf("%s active %v ago (window 2s): batch refused the last free slot", class, ago)
+			}
+		}
+	}
+	// Another device's latency work reserves nothing here.
+	c = snap("priority", "")
+	c.active.see("cuda:1", "interactive", c.now)
+	if !allows(c, 2) {
+		t.Error("interactive active on cuda:1 reserved cuda:0's last free slot")
+	}
+
+	for _, off := range []struct{ policy, gateway string }{
+		{"priority", `reserve_window = "0s"`},
+		{"fifo", ""},
+	} {
+		c := snap(off.policy, off.gateway)
+		c.active.see("cuda:0", "interactive", c.now)
+		if !allows(c, 2) {
+			t.Errorf("policy %s %s: batch refused the last free slot", off.policy, off.gateway)
+		}
+	}
+	c = snap("priority", `reserve_window = "500ms"`)
+	c.active.see("cuda:0", "interactive", c.now.Add(-time.Second))
+	if !allows(c, 2) {
+		t.Error("reserve_window 500ms: interactive active 1s ago still reserves the slot")
+	}
+}
+
+// TestReserveKeepsFloor: the reservation never holds batch below its floor (one unit, or
+// min_share of the device's slots): on a device of a single slot batch still takes it;
+// and the one-unit rule still holds batch at its floor while latency work is in flight,
+// however many slots are free.
+func TestReserveKeepsFloor(t *testing.T) {
+	c := snapOf(t, onePoolConfig("priority", "", "min_share = 0"))
+	ready(c, "gpu", 1, "urgent", "interactive", "batch")
+	c.active.see("cuda:0", "interactive", c.now)
+	if pool := routeOK(t, c, newItem("batch", "tag", soon(), "gpu"), nil); pool != "gpu" {
+		t.Fatalf("one-slot device, interactive just active: batch routed to %q, want its one unit on gpu", pool)
+	}
+
+	c = snapOf(t, onePoolConfig("priority", "", "min_share = 0"))
+	ready(c, "gpu", 4, "urgent", "interactive", "batch")
+	inFlight(c, "gpu", "cuda:0", "interactive", 1)
+	inFlight(c, "gpu", "cuda:0", "batch", 1) // 2 of 4 slots free
+	if c.shareAllows("gpu", "batch", nil) {
+		t.Error("interactive in flight: batch allowed past its one unit (one-unit rule)")
+	}
+
+	c = snapOf(t, onePoolConfig("priority", "", "min_share = 0.5")) // floor: 0.5 × 4 slots = 2 units
+	ready(c, "gpu", 4, "urgent", "interactive", "batch")
+	c.active.see("cuda:0", "interactive", c.now)
+	inFlight(c, "gpu", "cuda:0", "interactive", 2)
+	inFlight(c, "gpu", "cuda:0", "batch", 1) // the last slot free
+	if !c.shareAllows("gpu", "batch", nil) {
+		t.Error("min_share 0.5 of 4 slots: batch held below its floor of 2")
+	}
+	inFlight(c, "gpu", "cuda:0", "batch", 2)
+	if c.shareAllows("gpu", "batch", nil) {
+		t.Error("min_share 0.5 of 4 slots: batch allowed past its floor of 2 with interactive in flight")
+	}
+}
+
+// TestReserveThroughRoute: on the one-pool shape with two slots, interactive active a
+// second ago: batch gets one slot and the other stays free for the next urgent request;
+// once the window has passed batch takes the free slot. In a batching pool, batch requests
+// that join a started dynamic batch take no new slot: only a new batch is held back.
+func TestReserveThroughRoute(t *testing.T) {
+	c := snapOf(t, onePoolConfig("priority", "", "min_share = 0"))
+	ready(c, "gpu", 1, "urgent", "interactive", "batch")
+	ready(c, "gpu", 1, "urgent", "interactive", "batch")
+	c.active.see("cuda:0", "interactive", c.now.Add(-time.Second))
+	batch := func(pool string) int {
+		n := 0
+		for range 20 {
+			if routeOK(t, c, newItem("batch", "tag", soon(), pool), nil) != "" {
+				n++
+			}
+		}
+		return n
+	}
+	if n := batch("gpu"); n != 1 {
+		t.Fatalf("%d batch items routed to gpu (2 slots) with interactive active 1s ago, want 1", n)
+	}
+	if pool := routeOK(t, c, newItem("urgent", "infer", soon(), "gpu"), nil); pool != "gpu" {
+		t.Fatalf("urgent routed to %q, want the reserved slot of gpu", pool)
+	}
+	inFlight(c, "gpu", "cuda:0", "urgent", 0) // answered
+	c = nextPass(c)
+	c.now = c.now.Add(2 * time.Second) // a pass 2s later, no latency work on cuda:0 since interactive's
+	if n := batch("gpu"); n != 1 {
+		t.Fatalf("%d batch items routed to gpu once the window passed, want the free slot", n)
+	}
+
+	// bulk on cuda:1: 3 slots of dynamic batches of 4; interactive was active there.
+	ready(c, "bulk", 3, "batch")
+	c.active.see("cuda:1", "interactive", c.now.Add(-time.Second))
+	if n := batch("bulk"); n != 8 {
+		t.Fatalf("%d batch items routed to bulk (3 slots × 4) with interactive active 1s ago, want 8: two batches, the third slot kept", n)
+	}
+	c = nextPass(c)
+	c.now = c.now.Add(2 * time.Second)
+	if n := batch("bulk"); n != 4 {
+		t.Fatalf("%d more batch items routed to bulk once the window passed, want the third batch of 4", n)
+	}
+}

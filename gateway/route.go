@@ -58,7 +58,8 @@ func (g *Gateway) mapped(p *pending, pool string) (string, bool) {
 // router is the sched.Router of one dispatch pass at now. It takes the pass's capacity
 // snapshot when it first has an item to route, decides each item with route, which reads
 // only the snapshot and the item, and then does what the decision asks: it holds the
-// unit taken in flights, or wakes a lazy pool.
+// unit taken in flights, or wakes a lazy pool. An item of a latency class that waits is
+// recorded in flights as active on its pools' devices (the policy's reservation).
 func (g *Gateway) router(now time.Time) sched.Router {
 	var snap *capacity
 	return func(it *sched.Item, reserved map[string]bool) (string, error) {
@@ -66,8 +67,15 @@ func (g *Gateway) router(now time.Time) sched.Router {
 			snap = g.snapshot(now)
 		}
 		d := snap.route(it, reserved)
-		if d.pool != "" {
-			g.fl.hold(d.pool, g.cfg.Pools[d.pool].Device, it.Class)
+		switch {
+		case d.pool != "":
+			g.fl.hold(d.pool, g.cfg.Pools[d.pool].Device, it.Class, now)
+		case d.err == nil && snap.reserves(it.Class):
+			devices := make([]string, len(it.Pools))
+			for i, pool := range it.Pools {
+				devices[i] = g.cfg.Pools[pool].Device
+			}
+			g.fl.queued(devices, it.Class, now)
 		}
 		if d.wake != "" {
 			g.supervisor.wake(d.wake) // a lazy_load pool starts on its first request

@@ -365,8 +365,9 @@ func TestRoom(t *testing.T) {
 }
 
 // TestSnapshot: a pass's snapshot holds the tracker's live workers (by TestRoom's rules),
-// the requests in flight per pool and per device and class, the measured service times
-// and the supervisor's view of each pool. It is a copy: what it takes does not reach the
+// the requests in flight per pool and per device and class, when each class was last
+// active on each device, the measured service times and the supervisor's view of each
+// pool. It is a copy: what it takes does not reach the
 // gateway, nor do the gateway's later changes reach it.
 func TestSnapshot(t *testing.T) {
 	g := testGateway(t, routeConfig)
@@ -375,20 +376,24 @@ func TestSnapshot(t *testing.T) {
 	f.beat(codec.Heartbeat{Worker: "bulk-2", Pool: "bulk", Slots: 5, Classes: []string{"interactive"}, State: codec.StateStarting})
 	f.ready("fast", "fast-1", 1, "urgent", "interactive")
 	g.tracker.MarkDead("fast-1", "exit code 1")
-	g.fl.hold("bulk", "cuda:0", "batch")
-	g.fl.hold("bulk", "cuda:0", "interactive")
+	held := time.Now().Add(-time.Second)
+	g.fl.hold("bulk", "cuda:0", "batch", held)
+	g.fl.hold("bulk", "cuda:0", "interactive", held)
 	g.est.observe(estKey{"bulk", "tag", "tagger"}, time.Second)
 	g.supervisor.pools["spare"] = &poolProcs{cfg: g.cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}, asleep: true}
 
 	c := g.snapshot(time.Now())
-	if b := c.pools["bulk"]; !b.live || b.slots["interactive"] != 2 || b.slots["batch"] != 8 || b.busy != 2 {
-		t.Fatalf("bulk: live %v slots %v busy %d, want live, interactive 2 batch 8, busy 2", b.live, b.slots, b.busy)
+	if b := c.pools["bulk"]; !b.live || b.slots["interactive"] != 2 || b.slots["batch"] != 8 || b.busy != 2 || b.workerSlots != 2 {
+		t.Fatalf("bulk: live %v slots %v (%d in all) busy %d, want live, interactive 2 batch 8 (2), busy 2", b.live, b.slots, b.workerSlots, b.busy)
 	}
 	if c.pools["fast"].live || c.room("fast", "interactive") != 0 {
 		t.Fatal("a dead worker counted")
 	}
 	if c.deviceSlots["cuda:0"] != 2 || c.load["cuda:0"]["batch"] != 1 || c.load["cuda:0"]["interactive"] != 1 {
 		t.Fatalf("cuda:0: slots %d load %v, want 2 and one batch, one interactive", c.deviceSlots["cuda:0"], c.load["cuda:0"])
+	}
+	if a := c.active["cuda:0"]; len(a) != 2 || !a["batch"].Equal(held) || !a["interactive"].Equal(held) {
+		t.Fatalf("cuda:0 last active %v, want batch and interactive at %v", a, held)
 	}
 	if got := c.est[estKey{"bulk", "tag", "tagger"}]; got != time.Second {
 		t.Fatalf("measured service time %s, want 1s", got)
@@ -401,13 +406,14 @@ func TestSnapshot(t *testing.T) {
 	}
 
 	c.take("bulk", "batch")
-	g.fl.hold("fast", "cuda:0", "urgent")
+	g.fl.hold("fast", "cuda:0", "urgent", time.Now())
 	g.est.observe(estKey{"fast", "tag", "tagger"}, time.Second)
-	busy, load := g.fl.held()
+	busy, load, _ := g.fl.held()
 	if busy["bulk"] != 2 || load["cuda:0"]["batch"] != 1 {
 		t.Fatalf("the snapshot's take reached flights: busy %v load %v", busy, load)
 	}
-	if c.pools["fast"].busy != 0 || c.load["cuda:0"]["urgent"] != 0 || c.est[estKey{"fast", "tag", "tagger"}] != 0 {
+	if c.pools["fast"].busy != 0 || c.load["cuda:0"]["urgent"] != 0 || c.est[estKey{"fast", "tag", "tagger"}] != 0 ||
+		!c.active["cuda:0"]["urgent"].IsZero() {
 		t.Fatal("the gateway's changes after the snapshot reached it")
 	}
 }
@@ -640,7 +646,7 @@ func TestRouter(t *testing.T) {
 	if pool, err := route(newItem("interactive", "tag", soon(), "fast", "bulk"), nil); pool != "fast" || err != nil {
 		t.Fatalf("routed to %q %v, want fast", pool, err)
 	}
-	if busy, load := g.fl.held(); busy["fast"] != 1 || load["cuda:0"]["interactive"] != 1 {
+	if busy, load, _ := g.fl.held(); busy["fast"] != 1 || load["cuda:0"]["interactive"] != 1 {
 		t.Fatalf("flights hold %v, %v; want fast 1 and one interactive on cuda:0", busy, load)
 	}
 	f.ready("bulk", "bulk-1", 1, "interactive")
@@ -667,5 +673,49 @@ func TestRouter(t *testing.T) {
 	_, err := g.router(time.Now())(newItem("batch", "tag", soon(), "spare"), nil)
 	if e := asErr(err); e.Code != codec.CodeInternal || !strings.Contains(e.Message, "start worker /nonexistent/ortworker") {
 		t.Fatalf("after the woken pool failed to start: %v, want its start error", err)
+	}
+}
+
+// TestRouterRecordsActivity: flights records when each class was last active on each
+// device, for the reservation: a unit held at the pass's time, a waiting latency item on
+// the devices of all its pools, a release at its time. A waiting batch item is not
+// recorded (its activity reserves nothing), nor a waiting latency item under FIFO.
+func TestRouterRecordsActivity(t *testing.T) {
+	for _, policy := range []string{"priority", "fifo"} {
+		t.Run(policy, func(t *testing.T) {
+			g := testGateway(t, strings.Replace(routeConfig, "[security]", fmt.Sprintf("[gateway]\npolicy = %q\n[security]", policy), 1))
+			f := newFleet(t, g)
+			f.ready("fast", "fast-1", 1, "urgent", "interactive")
+			f.ready("bulk", "bulk-1", 1, "interactive", "batch")
+			f.ready("spare", "spare-1", 1, "interactive", "batch")
+			pass := time.Now().Add(-time.Minute)
+			route := g.router(pass)
+			it := newItem("interactive", "tag", soon(), "fast")
+			if pool, err := route(it, nil); pool != "fast" || err != nil {
+				t.Fatalf("routed to %q %v, want fast", pool, err)
+			}
+			if pool, err := route(newItem("interactive", "tag", soon(), "fast", "spare"), map[string]bool{"spare": true}); pool != "" || err != nil {
+				t.Fatalf("fast full, spare reserved: %q %v, want a wait", pool, err)
+			}
+			if pool, err := route(newItem("batch", "tag", soon(), "bulk"), map[string]bool{"bulk": true}); pool != "" || err != nil {
+				t.Fatalf("bulk reserved: %q %v, want a wait", pool, err)
+			}
+			_, _, active := g.fl.held()
+			if !active["cuda:0"]["interactive"].Equal(pass) {
+				t.Errorf("cuda:0: interactive last active %v, want the pass's time %v", active["cuda:0"]["interactive"], pass)
+			}
+			if got, queued := active["cpu"]["interactive"], policy == "priority"; got.Equal(pass) != queued {
+				t.Errorf("cpu: interactive last active %v; recorded as queued there: %v, want %v", got, got.Equal(pass), queued)
+			}
+			if got := active["cuda:0"]["batch"]; !got.IsZero() {
+				t.Errorf("a waiting batch item recorded as active at %v", got)
+			}
+
+			before := time.Now()
+			g.fl.release(it.Value.(*pending), "fast", "cuda:0")
+			if _, _, active := g.fl.held(); active["cuda:0"]["interactive"].Before(before) {
+				t.Errorf("after the release: interactive last active %v, want its release (after %v)", active["cuda:0"]["interactive"], before)
+			}
+		})
 	}
 }
