@@ -18,9 +18,12 @@ type Heartbeat struct {
 	// IntervalMS is the worker's heartbeat interval, so a tracker can judge silence.
 	IntervalMS int64 `msgpack:"interval_ms" json:"interval_ms"`
 
-	Classes []string       `msgpack:"classes" json:"classes"`
-	Models  []ModelStatus  `msgpack:"models" json:"models"`
-	Slots   int            `msgpack:"slots" json:"slots"`
+	Classes []string      `msgpack:"classes" json:"classes"`
+	Models  []ModelStatus `msgpack:"models" json:"models"`
+	Slots   int           `msgpack:"slots" json:"slots"`
+	// Direct says the worker also serves infer.<pool>.<class>.<worker> for each of its
+	// classes, so that a gateway may send an item to it alone.
+	Direct  bool           `msgpack:"direct,omitempty" json:"direct,omitempty"`
 	Queued  map[string]int `msgpack:"queued" json:"queued"`
 	Running map[string]int `msgpack:"running" json:"running"`
 	Held    []string       `msgpack:"held" json:"held"`

@@ -25,9 +25,10 @@ type capacity struct {
 	cfg         *config.Config // read-only: classes (priority, min_share, degrade), pools (device, max_batch)
 	now         time.Time
 	pools       map[string]*poolCap
+	workers     map[string]*workerCap    // live workers that take items sent to them alone, by id
 	deviceSlots map[string]int           // live slots per device (each worker's max(1, slots))
-	load        deviceLoad               // requests in flight per device and class, this pass's included
-	leased      deviceLoad               // live leases per device and class (lease.go, rule 3)
+	load        classCounts              // requests in flight per device and class, this pass's included
+	leased      classCounts              // live leases per device and class (lease.go, rule 3)
 	active      lastActive               // when each class last had work queued for or running on each device
 	est         map[estKey]time.Duration // measured service times
 	// full holds pool+"\x00"+class once a pool is found full for a class in the pass: later
@@ -47,7 +48,7 @@ type poolCap struct {
 // newCapacity is an empty snapshot of cfg's pools at now: no live worker, nothing in
 // flight, nothing measured, no word from the supervisor.
 func newCapacity(cfg *config.Config, now time.Time) *capacity {
-	c := &capacity{cfg: cfg, now: now, pools: map[string]*poolCap{}, deviceSlots: map[string]int{}, load: deviceLoad{}, leased: deviceLoad{},
+	c := &capacity{cfg: cfg, now: now, pools: map[string]*poolCap{}, workers: map[string]*workerCap{}, deviceSlots: map[string]int{}, load: classCounts{}, leased: classCounts{},
 		active: lastActive{}, est: map[estKey]time.Duration{}, full: map[string]bool{}}
 	for name := range cfg.Pools {
 		c.pools[name] = &poolCap{slots: map[string]int{}}
@@ -61,12 +62,15 @@ func (g *Gateway) snapshot(now time.Time) *capacity {
 	for _, w := range g.tracker.Workers() {
 		c.addLive(w)
 	}
-	busy, load, active := g.fl.held()
+	h := g.fl.held()
 	for pool, pc := range c.pools {
-		pc.busy = busy[pool]
+		pc.busy = h.busy[pool]
 		pc.poolStatus = g.supervisor.poolStatus(pool, now)
 	}
-	c.load, c.active = load, active
+	for id, wc := range c.workers {
+		wc.busy = h.workers[id]
+	}
+	c.load, c.active = h.load, h.active
 	c.leased = g.leases.byDevice()
 	c.est = g.est.all()
 	return c
@@ -81,6 +85,9 @@ func (c *capacity) addLive(w health.Worker) {
 	}
 	pc.live = true
 	slots := max(1, w.HB.Slots)
+	if w.HB.Direct {
+		c.workers[w.HB.Worker] = &workerCap{pool: w.HB.Pool, slots: slots, classes: w.HB.Classes}
+	}
 	pc.workerSlots += slots
 	c.deviceSlots[c.cfg.Pools[w.HB.Pool].Device] += slots
 	for i, class := range w.HB.Classes {

@@ -27,14 +27,15 @@ type flights struct {
 	byID      map[string]*pending
 	busy      map[string]int       // requests in flight per pool
 	used      map[string]time.Time // when each pool last took or gave back a request
-	load      deviceLoad           // requests in flight per device and class
+	load      classCounts          // requests in flight per device and class
+	workers   classCounts          // requests in flight per worker they were sent to, and class
 	active    lastActive           // when each class last had work queued for or running on each device
 	lastDeath map[string]death
 	early     map[string]earlyCancel // cancels of ids not seen yet
 }
 
 func newFlights() *flights {
-	return &flights{byID: map[string]*pending{}, busy: map[string]int{}, used: map[string]time.Time{}, load: deviceLoad{}, active: lastActive{}, lastDeath: map[string]death{}, early: map[string]earlyCancel{}}
+	return &flights{byID: map[string]*pending{}, busy: map[string]int{}, used: map[string]time.Time{}, load: classCounts{}, workers: classCounts{}, active: lastActive{}, lastDeath: map[string]death{}, early: map[string]earlyCancel{}}
 }
 
 // death is the last worker death seen in a pool.
@@ -109,26 +110,39 @@ func (f *flights) count() int {
 	return len(f.byID)
 }
 
-// hold takes one unit of pool (on device) for a request of class: a dispatch pass at
-// time at gave it that pool.
-func (f *flights) hold(pool, device, class string, at time.Time) {
+// hold takes one unit of pool (on device) for p, a request of class: a dispatch pass at
+// time at gave it that pool, and the worker it is to be sent to ("" for the pool's queue
+// group).
+func (f *flights) hold(p *pending, pool, worker, device, class string, at time.Time) {
 	f.mu.Lock()
 	f.busy[pool]++
 	f.used[pool] = time.Now()
 	f.load.add(device, class, 1)
+	if worker != "" {
+		f.workers.add(worker, class, 1)
+	}
 	f.active.see(device, class, at)
+	p.target = worker
 	f.mu.Unlock()
 }
 
-// release gives back what hold took, once the request's dispatch is over: its class was
-// active on device until now.
+// release gives back what hold took, once the request's dispatch is over.
 func (f *flights) release(p *pending, pool, device string) {
 	f.mu.Lock()
 	f.busy[pool]--
 	f.used[pool] = time.Now()
 	f.load.add(device, p.class, -1)
+	if p.target != "" {
+		f.workers.add(p.target, p.class, -1)
+		if f.workers[p.target][p.class] == 0 {
+			delete(f.workers[p.target], p.class)
+			if len(f.workers[p.target]) == 0 {
+				delete(f.workers, p.target)
+			}
+		}
+	}
 	f.active.see(device, p.class, time.Now())
-	p.cancel = nil
+	p.cancel, p.target = nil, ""
 	f.mu.Unlock()
 }
 
@@ -158,20 +172,24 @@ func (f *flights) inFlight(pool string) int {
 	return f.busy[pool]
 }
 
-// held is a copy of the requests in flight per pool, and per device and class, and of
-// when each class was last active on each device.
-func (f *flights) held() (busy map[string]int, load deviceLoad, active lastActive) {
+// heldNow is a copy of what is in flight: requests per pool, per device and class, and
+// per worker and class, and when each class was last active on each device.
+type heldNow struct {
+	busy    map[string]int
+	load    classCounts
+	workers classCounts
+	active  lastActive
+}
+
+// held is a copy of what is in flight now.
+func (f *flights) held() heldNow {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	load = make(deviceLoad, len(f.load))
-	for device, byClass := range f.load {
-		load[device] = maps.Clone(byClass)
-	}
-	active = make(lastActive, len(f.active))
+	active := make(lastActive, len(f.active))
 	for device, byClass := range f.active {
 		active[device] = maps.Clone(byClass)
 	}
-	return maps.Clone(f.busy), load, active
+	return heldNow{busy: maps.Clone(f.busy), load: f.load.clone(), workers: f.workers.clone(), active: active}
 }
 
 // running counts the dispatched requests by class.
@@ -187,17 +205,18 @@ func (f *flights) running() map[string]int {
 	return out
 }
 
-// dispatch marks p sent to pool as its next attempt, cancellable with cancel. It reports
-// false, changing nothing, when the client cancelled p on its way out of the queue.
-func (f *flights) dispatch(p *pending, pool string, cancel context.CancelCauseFunc) (attempt int, ok bool) {
+// dispatch marks p sent to pool as its next attempt, cancellable with cancel, and
+// returns the worker it goes to ("" for the pool's queue group). It reports false,
+// changing nothing, when the client cancelled p on its way out of the queue.
+func (f *flights) dispatch(p *pending, pool string, cancel context.CancelCauseFunc) (attempt int, target string, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if p.cancelAsked {
-		return 0, false
+		return 0, "", false
 	}
 	p.attempt++
 	p.pool, p.worker, p.cancel = pool, "", cancel
-	return p.attempt, true
+	return p.attempt, p.target, true
 }
 
 // unclaimed returns how to cancel attempt of p, dispatched to pool at sent, when no
@@ -233,8 +252,9 @@ type lostOne struct {
 }
 
 // died records the death of worker in pool and returns the requests it held: those it
-// claimed, and, when the pool has no other live worker (others == 0), those dispatched
-// there whose claim had not arrived yet.
+// claimed, those sent to it alone whose claim had not arrived yet, and, when the pool
+// has no other live worker (others == 0), those sent to the pool's queue group whose
+// claim had not arrived yet.
 func (f *flights) died(pool, worker, why string, others int) []lostOne {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -244,7 +264,8 @@ func (f *flights) died(pool, worker, why string, others int) []lostOne {
 		if p.cancel == nil || p.pool != pool {
 			continue
 		}
-		if p.worker == worker || (p.worker == "" && others == 0) {
+		unclaimed := p.worker == ""
+		if p.worker == worker || (unclaimed && p.target == worker) || (unclaimed && p.target == "" && others == 0) {
 			hit = append(hit, lostOne{p, p.cancel})
 		}
 	}

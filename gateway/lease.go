@@ -79,8 +79,8 @@ func (l *leases) leased(device string) (int64, []codec.LeaseReply) {
 }
 
 // byDevice counts the live leases per device and class (rule 3), for a snapshot.
-func (l *leases) byDevice() deviceLoad {
-	out := deviceLoad{}
+func (l *leases) byDevice() classCounts {
+	out := classCounts{}
 	if l == nil {
 		return out
 	}

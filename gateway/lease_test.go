@@ -104,7 +104,7 @@ func TestLeaseHoldsBatchToOneUnit(t *testing.T) {
 	if c.shareAllows("b", "batch", nil) {
 		t.Error("batch took a second unit while an interactive lease is held on its device")
 	}
-	c.leased = deviceLoad{}
+	c.leased = classCounts{}
 	c.leased.add("cuda:0", "batch", 1)
 	if !c.shareAllows("b", "batch", nil) {
 		t.Error("a batch lease held batch to one unit")

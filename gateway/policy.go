@@ -58,14 +58,23 @@ func (a lastActive) see(device, class string, at time.Time) {
 	}
 }
 
-// deviceLoad counts requests in flight per device and class. Owned by flights.
-type deviceLoad map[string]map[string]int
+// classCounts counts requests per key (a device, or a worker) and class: in flight, or
+// held by leases. Owned by flights (and leases); snapshots get clones.
+type classCounts map[string]map[string]int
 
-func (d deviceLoad) add(device, class string, n int) {
-	if d[device] == nil {
-		d[device] = map[string]int{}
+func (d classCounts) add(key, class string, n int) {
+	if d[key] == nil {
+		d[key] = map[string]int{}
 	}
-	d[device][class] += n
+	d[key][class] += n
+}
+
+func (d classCounts) clone() classCounts {
+	out := make(classCounts, len(d))
+	for key, byClass := range d {
+		out[key] = maps.Clone(byClass)
+	}
+	return out
 }
 
 // policyOn reports whether the sharing policy applies.

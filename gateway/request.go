@@ -41,6 +41,7 @@ type pending struct {
 	attempt int    // dispatches so far
 	deaths  int    // holders that died with it
 	pool    string // where it is in flight ("" while queued)
+	target  string // the worker it is sent to ("" for the pool's queue group); set by hold
 	worker  string // the claiming worker, once known
 	cancel  context.CancelCauseFunc
 	// cancelAsked: the client cancelled it while it was between queues (accepted and
@@ -211,7 +212,7 @@ func (g *Gateway) send(p *pending, pool string) {
 	ctx, stop := context.WithDeadline(ctx, p.deadline.Add(time.Second))
 	defer stop()
 	defer cancel(nil)
-	attempt, ok := g.fl.dispatch(p, pool, cancel)
+	attempt, target, ok := g.fl.dispatch(p, pool, cancel)
 	if !ok {
 		g.release(p, pool)
 		g.answer(p, nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))
@@ -226,7 +227,11 @@ func (g *Gateway) send(p *pending, pool string) {
 	})
 	defer unclaimed.Stop()
 
+	// To the worker the dispatch pass chose, or else to the pool's queue group.
 	subj, _ := subjects.Infer(pool, p.class)
+	if target != "" {
+		subj, _ = subjects.InferWorker(pool, p.class, target)
+	}
 	data, err := codec.Marshal(&item)
 	if err != nil {
 		g.release(p, pool)

@@ -69,7 +69,7 @@ func (g *Gateway) router(now time.Time) sched.Router {
 		d := snap.route(it, reserved)
 		switch {
 		case d.pool != "":
-			g.fl.hold(d.pool, g.cfg.Pools[d.pool].Device, it.Class, now)
+			g.fl.hold(it.Value.(*pending), d.pool, d.worker, g.cfg.Pools[d.pool].Device, it.Class, now)
 		case d.err == nil && snap.reserves(it.Class):
 			devices := make([]string, len(it.Pools))
 			for i, pool := range it.Pools {
@@ -88,9 +88,10 @@ func (g *Gateway) router(now time.Time) sched.Router {
 // nowhere yet (pool ""): it waits, or fails with err. wake names a lazy_load pool to start
 // for it.
 type decision struct {
-	pool string
-	err  error
-	wake string
+	pool   string
+	worker string // the worker of pool it is sent to ("" for the pool's queue group)
+	err    error
+	wake   string
 }
 
 // route decides an item of a dispatch pass: the first candidate pool, in order, that is
@@ -115,7 +116,7 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 			continue
 		}
 		c.take(pool, it.Class)
-		return decision{pool: pool}
+		return decision{pool: pool, worker: c.pickWorker(pool, it.Class)}
 	}
 	if infeasible > 0 && infeasible == len(it.Pools) {
 		return decision{err: codec.Errorf(codec.CodeDeadlineExceeded, "cannot finish before its deadline on any of %v even if run now (measured service time)", it.Pools)}

@@ -193,10 +193,11 @@ func (f *fleet) beat(hb codec.Heartbeat) {
 	}
 }
 
-// ready makes a live worker of pool with slots, serving classes.
+// ready makes a live worker of pool with slots, serving classes, that takes items sent
+// to it alone (direct), as every worker of this version does.
 func (f *fleet) ready(pool, id string, slots int, classes ...string) {
 	f.t.Helper()
-	f.beat(codec.Heartbeat{Worker: id, Pool: pool, Slots: slots, Classes: classes})
+	f.beat(codec.Heartbeat{Worker: id, Pool: pool, Slots: slots, Classes: classes, Direct: true})
 }
 
 var itemSeq int
@@ -377,8 +378,8 @@ func TestSnapshot(t *testing.T) {
 	f.ready("fast", "fast-1", 1, "urgent", "interactive")
 	g.tracker.MarkDead("fast-1", "exit code 1")
 	held := time.Now().Add(-time.Second)
-	g.fl.hold("bulk", "cuda:0", "batch", held)
-	g.fl.hold("bulk", "cuda:0", "interactive", held)
+	g.fl.hold(&pending{}, "bulk", "bulk-1", "cuda:0", "batch", held)
+	g.fl.hold(&pending{}, "bulk", "", "cuda:0", "interactive", held)
 	g.est.observe(estKey{"bulk", "tag", "tagger"}, time.Second)
 	g.supervisor.pools["spare"] = &poolProcs{cfg: g.cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}, asleep: true}
 
@@ -388,6 +389,9 @@ func TestSnapshot(t *testing.T) {
 	}
 	if c.pools["fast"].live || c.room("fast", "interactive") != 0 {
 		t.Fatal("a dead worker counted")
+	}
+	if w, ok := c.workers["bulk-1"]; !ok || w.pool != "bulk" || w.slots != 2 || w.busy["batch"] != 1 || len(c.workers) != 1 {
+		t.Fatalf("direct workers %v (bulk-1: %+v), want bulk-1 alone, 2 slots, one batch item sent to it", c.workers, w)
 	}
 	if c.deviceSlots["cuda:0"] != 2 || c.load["cuda:0"]["batch"] != 1 || c.load["cuda:0"]["interactive"] != 1 {
 		t.Fatalf("cuda:0: slots %d load %v, want 2 and one batch, one interactive", c.deviceSlots["cuda:0"], c.load["cuda:0"])
@@ -406,11 +410,11 @@ func TestSnapshot(t *testing.T) {
 	}
 
 	c.take("bulk", "batch")
-	g.fl.hold("fast", "cuda:0", "urgent", time.Now())
+	g.fl.hold(&pending{}, "fast", "", "cuda:0", "urgent", time.Now())
 	g.est.observe(estKey{"fast", "tag", "tagger"}, time.Second)
-	busy, load, _ := g.fl.held()
-	if busy["bulk"] != 2 || load["cuda:0"]["batch"] != 1 {
-		t.Fatalf("the snapshot's take reached flights: busy %v load %v", busy, load)
+	h := g.fl.held()
+	if h.busy["bulk"] != 2 || h.load["cuda:0"]["batch"] != 1 {
+		t.Fatalf("the snapshot's take reached flights: busy %v load %v", h.busy, h.load)
 	}
 	if c.pools["fast"].busy != 0 || c.load["cuda:0"]["urgent"] != 0 || c.est[estKey{"fast", "tag", "tagger"}] != 0 ||
 		!c.active["cuda:0"]["urgent"].IsZero() {
@@ -643,11 +647,15 @@ func TestRouter(t *testing.T) {
 	f := newFleet(t, g)
 	route := g.router(time.Now())
 	f.ready("fast", "fast-1", 1, "urgent", "interactive")
-	if pool, err := route(newItem("interactive", "tag", soon(), "fast", "bulk"), nil); pool != "fast" || err != nil {
+	it := newItem("interactive", "tag", soon(), "fast", "bulk")
+	if pool, err := route(it, nil); pool != "fast" || err != nil {
 		t.Fatalf("routed to %q %v, want fast", pool, err)
 	}
-	if busy, load, _ := g.fl.held(); busy["fast"] != 1 || load["cuda:0"]["interactive"] != 1 {
-		t.Fatalf("flights hold %v, %v; want fast 1 and one interactive on cuda:0", busy, load)
+	if target := it.Value.(*pending).target; target != "fast-1" {
+		t.Fatalf("sent to worker %q, want fast-1 (the pool's one direct worker)", target)
+	}
+	if h := g.fl.held(); h.workers["fast-1"]["interactive"] != 1 || h.busy["fast"] != 1 || h.load["cuda:0"]["interactive"] != 1 {
+		t.Fatalf("flights hold %v, %v, %v; want fast 1, fast-1 1 and one interactive on cuda:0", h.busy, h.workers, h.load)
 	}
 	f.ready("bulk", "bulk-1", 1, "interactive")
 	if pool, err := route(newItem("interactive", "tag", soon(), "fast", "bulk"), nil); pool != "" || err != nil {
@@ -700,7 +708,7 @@ func TestRouterRecordsActivity(t *testing.T) {
 			if pool, err := route(newItem("batch", "tag", soon(), "bulk"), map[string]bool{"bulk": true}); pool != "" || err != nil {
 				t.Fatalf("bulk reserved: %q %v, want a wait", pool, err)
 			}
-			_, _, active := g.fl.held()
+			active := g.fl.held().active
 			if !active["cuda:0"]["interactive"].Equal(pass) {
 				t.Errorf("cuda:0: interactive last active %v, want the pass's time %v", active["cuda:0"]["interactive"], pass)
 			}
@@ -713,7 +721,7 @@ func TestRouterRecordsActivity(t *testing.T) {
 
 			before := time.Now()
 			g.fl.release(it.Value.(*pending), "fast", "cuda:0")
-			if _, _, active := g.fl.held(); active["cuda:0"]["interactive"].Before(before) {
+			if active := g.fl.held().active; active["cuda:0"]["interactive"].Before(before) {
 				t.Errorf("after the release: interactive last active %v, want its release (after %v)", active["cuda:0"]["interactive"], before)
 			}
 		})

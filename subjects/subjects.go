@@ -164,6 +164,21 @@ func Infer(pool, class string) (string, error) {
 	return InferPrefix + "." + pool + "." + class, nil
 }
 
+// InferWorker is the work subject of one worker for a class:
+// infer.<pool>.<class>.<worker>. A worker subscribes to it (no queue group) besides its
+// pool's queue group, so that the gateway can send an item to the worker it chose: the
+// one with a free slot (see the gateway's capacity.pickWorker).
+func InferWorker(pool, class, worker string) (string, error) {
+	subj, err := Infer(pool, class)
+	if err != nil {
+		return "", err
+	}
+	if err := ValidateToken("worker", worker); err != nil {
+		return "", err
+	}
+	return subj + "." + worker, nil
+}
+
 // InferQueue is the queue group of a pool's workers: ortworker-<pool>.
 func InferQueue(pool string) string { return "ortworker-" + pool }
 
@@ -260,7 +275,7 @@ type Parsed struct {
 	Pool   string // infer, heartbeat
 	Class  string // infer
 	Op     string // api
-	Worker string // heartbeat, worker control, claim; the gateway of a gateway subject
+	Worker string // heartbeat, worker control, claim, a worker's own infer; the gateway of a gateway subject
 	Verb   string // worker control
 	// Gateway is the gateway of a claim subject.
 	Gateway string
@@ -298,6 +313,8 @@ func Parse(subject string) (Parsed, error) {
 	switch {
 	case len(t) == 3 && t[0] == InferPrefix:
 		return check(Parsed{Kind: KindInfer, Pool: t[1], Class: t[2]}, "pool", t[1], "class", t[2])
+	case len(t) == 4 && t[0] == InferPrefix:
+		return check(Parsed{Kind: KindInfer, Pool: t[1], Class: t[2], Worker: t[3]}, "pool", t[1], "class", t[2], "worker", t[3])
 	case len(t) == 3 && t[0] == "ortbus" && t[1] == "v1":
 		return check(Parsed{Kind: KindAPI, Op: t[2]}, "op", t[2])
 	case len(t) == 4 && t[0] == "ortbus" && t[1] == "v1" && t[2] == "job":

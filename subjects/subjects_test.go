@@ -12,6 +12,7 @@ func TestBuildAndParse(t *testing.T) {
 		p     Parsed
 	}{
 		{func() (string, error) { return Infer("openvino", "interactive") }, "infer.openvino.interactive", Parsed{Kind: KindInfer, Pool: "openvino", Class: "interactive"}},
+		{func() (string, error) { return InferWorker("cpu", "batch", "cpu-w1") }, "infer.cpu.batch.cpu-w1", Parsed{Kind: KindInfer, Pool: "cpu", Class: "batch", Worker: "cpu-w1"}},
 		{func() (string, error) { return API(OpTag) }, "ortbus.v1.tag", Parsed{Kind: KindAPI, Op: "tag"}},
 		{func() (string, error) { return Heartbeat("cuda", "w-1") }, "ortbus.hb.cuda.w-1", Parsed{Kind: KindHeartbeat, Pool: "cuda", Worker: "w-1"}},
 		{func() (string, error) { return Worker("w-1", VerbDrain) }, "ortbus.worker.w-1.drain", Parsed{Kind: KindWorker, Worker: "w-1", Verb: "drain"}},
@@ -49,6 +50,7 @@ func TestBadTokens(t *testing.T) {
 		for _, f := range []func() (string, error){
 			func() (string, error) { return Infer(tok, "batch") },
 			func() (string, error) { return Infer("cpu", tok) },
+			func() (string, error) { return InferWorker("cpu", "batch", tok) },
 			func() (string, error) { return Heartbeat("cpu", tok) },
 			func() (string, error) { return Worker(tok, "stats") },
 			func() (string, error) { return API(tok) },
@@ -66,7 +68,7 @@ func TestBadTokens(t *testing.T) {
 }
 
 func TestParseRejects(t *testing.T) {
-	for _, s := range []string{"", "infer.cpu", "infer.cpu.batch.x", "infer.*.batch", "ortbus.v2.tag", "ortbus.hb.cpu", "foo.bar", "infer.cpu.>", "ortbus.v1. "} {
+	for _, s := range []string{"", "infer.cpu", "infer.cpu.batch.x.y", "infer.cpu.batch.*", "infer.*.batch", "ortbus.v2.tag", "ortbus.hb.cpu", "foo.bar", "infer.cpu.>", "ortbus.v1. "} {
 		if p, err := Parse(s); err == nil {
 			t.Fatalf("Parse(%q) accepted: %+v", s, p)
 		}

@@ -149,7 +149,7 @@ func TestClusterPermissions(t *testing.T) {
 		}{
 			{gw, "ortbus.hb.>", "", ch}, {gw, "ortbus.claim.>", "", ch},
 			{gw, "ortbus.v1.>", "ortbus-gateway", ch}, {gw, "ortbus.ops.>", "ortbus-gateway", ch},
-			{wcpu, "ortbus.cancel", "", wch}, {wcpu, "infer.cpu.*", "ortworker-cpu", wch}, {wcpu, "ortbus.worker.*.drain", "", wch},
+			{wcpu, "ortbus.cancel", "", wch}, {wcpu, "infer.cpu.*", "ortworker-cpu", wch}, {wcpu, "infer.cpu.*.*", "", wch}, {wcpu, "ortbus.worker.*.drain", "", wch},
 		} {
 			sub, err := s.c.ChanQueueSubscribe(s.subject, s.queue, s.ch)
 			if err != nil {
@@ -171,6 +171,7 @@ func TestClusterPermissions(t *testing.T) {
 		}
 		forged := []struct{ subject, what string }{
 			{"infer.cpu.batch", "a work item straight to pool cpu's workers"},
+			{"infer.cpu.batch.cpu-0", "a work item straight to worker cpu-0"},
 			{"ortbus.hb.cpu.w1", "a heartbeat of a worker w1 of pool cpu"},
 			{"ortbus.claim.app.cpu.w1", "a claim to gateway app"},
 			{"ortbus.cancel", "a cancel on the workers' subject"},
@@ -321,9 +322,11 @@ func TestClusterPermissions(t *testing.T) {
 			}
 			wcpu.violation(t, "Publish", s)
 		}
-		// It cannot take another pool's work, nor its own pool's outside the queue group
-		// (listening beside the queue would see every item of the pool).
-		for _, s := range []struct{ subject, queue string }{{"infer.cuda.>", ""}, {"infer.cuda.batch", "ortworker-cuda"}, {"infer.cpu.batch", ""}, {"infer.cpu.batch", "other"}} {
+		// It cannot take another pool's work, nor its own pool's queue items outside the
+		// queue group (listening beside the queue would see every item of the pool), nor
+		// another pool's items sent to one worker.
+		for _, s := range []struct{ subject, queue string }{{"infer.cuda.>", ""}, {"infer.cuda.batch", "ortworker-cuda"}, {"infer.cpu.batch", ""}, {"infer.cpu.batch", "other"},
+			{"infer.cuda.batch.cuda-w1", ""}, {"infer.cpu.>", ""}} {
 			if _, err := wcpu.QueueSubscribeSync(s.subject, s.queue); err != nil {
 				t.Fatal(err)
 			}

@@ -24,22 +24,42 @@ import (
 // a flood of large items could grow the worker's memory without bound.
 const pendingBytes = 256 << 20
 
-// subscribe joins the pool's queue group on infer.<pool>.<class> with the configured
-// per-subscription pending limit and pendingBytes.
-func (w *Worker) subscribe(nc *nats.Conn, class string) (*nats.Subscription, error) {
-	subj, err := subjects.Infer(w.pool.Name, class)
+// subscribe joins the pool's queue group on infer.<pool>.<class>, and subscribes to the
+// worker's own infer.<pool>.<class>.<worker> (where a gateway sends the items it chose
+// this worker for), each with the configured per-subscription pending limit and
+// pendingBytes.
+func (w *Worker) subscribe(nc *nats.Conn, class string) ([]*nats.Subscription, error) {
+	pool, err := subjects.Infer(w.pool.Name, class)
 	if err != nil {
 		return nil, err
 	}
-	s, err := nc.QueueSubscribe(subj, subjects.InferQueue(w.pool.Name), func(m *nats.Msg) { w.accept(nc, class, m) })
+	own, err := subjects.InferWorker(w.pool.Name, class, w.id)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.SetPendingLimits(w.pool.PendingMsgs, pendingBytes); err != nil {
-		s.Unsubscribe()
-		return nil, err
+	handle := func(m *nats.Msg) { w.accept(nc, class, m) }
+	var subs []*nats.Subscription
+	for _, subj := range []string{pool, own} {
+		var s *nats.Subscription
+		if subj == pool {
+			s, err = nc.QueueSubscribe(subj, subjects.InferQueue(w.pool.Name), handle)
+		} else {
+			s, err = nc.Subscribe(subj, handle)
+		}
+		if err == nil {
+			if err = s.SetPendingLimits(w.pool.PendingMsgs, pendingBytes); err != nil {
+				s.Unsubscribe()
+			}
+		}
+		if err != nil {
+			for _, s := range subs {
+				s.Unsubscribe()
+			}
+			return nil, err
+		}
+		subs = append(subs, s)
 	}
-	return s, nil
+	return subs, nil
 }
 
 // accept decodes a work item and queues it, or answers at once: malformed, unknown model
@@ -326,7 +346,7 @@ func (w *Worker) snapshot() *codec.Heartbeat {
 	return &codec.Heartbeat{
 		Worker: w.id, Pool: w.pool.Name, Host: w.host, PID: pid, State: state,
 		Runtime: w.rt.Version, Library: w.rt.Path, EP: w.ep, Device: w.pool.Device,
-		Classes: w.pool.Classes, Models: w.stats, Slots: w.pool.Slots,
+		Classes: w.pool.Classes, Models: w.stats, Slots: w.pool.Slots, Direct: true,
 		Queued: queued, Running: running, Held: held,
 		Served: w.served.Load(), Failed: w.failed.Load(), SessionsCreated: ort.SessionsCreated(),
 		RSSBytes: rssBytes(), UptimeMS: time.Since(w.start).Milliseconds(),

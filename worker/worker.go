@@ -253,7 +253,7 @@ func (w *Worker) ServeConn(ctx context.Context, nc *nats.Conn) error {
 		if err != nil {
 			return err
 		}
-		subs = append(subs, s)
+		subs = append(subs, s...)
 	}
 	ctl, err := w.control(nc)
 	if err != nil {
