@@ -26,6 +26,7 @@ type capacity struct {
 	now         time.Time
 	pools       map[string]*poolCap
 	workers     map[string]*workerCap    // live workers that take items sent to them alone, by id
+	sent        uint64                   // orders the workers' lastSent after the flights' sequence
 	deviceSlots map[string]int           // live slots per device (each worker's max(1, slots))
 	load        classCounts              // requests in flight per device and class, this pass's included
 	leased      classCounts              // live leases per device and class (lease.go, rule 3)
@@ -68,7 +69,8 @@ func (g *Gateway) snapshot(now time.Time) *capacity {
 		pc.poolStatus = g.supervisor.poolStatus(pool, now)
 	}
 	for id, wc := range c.workers {
-		wc.busy = h.workers[id]
+		wc.busy, wc.lastSent = h.workers[id], h.lastSent[id]
+		c.sent = max(c.sent, wc.lastSent)
 	}
 	c.load, c.active = h.load, h.active
 	c.leased = g.leases.byDevice()

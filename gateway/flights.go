@@ -29,13 +29,15 @@ type flights struct {
 	used      map[string]time.Time // when each pool last took or gave back a request
 	load      classCounts          // requests in flight per device and class
 	workers   classCounts          // requests in flight per worker they were sent to, and class
+	sentSeq   uint64               // counts the requests held for a worker
+	lastSent  map[string]uint64    // per worker, sentSeq when it was last given a request
 	active    lastActive           // when each class last had work queued for or running on each device
 	lastDeath map[string]death
 	early     map[string]earlyCancel // cancels of ids not seen yet
 }
 
 func newFlights() *flights {
-	return &flights{byID: map[string]*pending{}, busy: map[string]int{}, used: map[string]time.Time{}, load: classCounts{}, workers: classCounts{}, active: lastActive{}, lastDeath: map[string]death{}, early: map[string]earlyCancel{}}
+	return &flights{byID: map[string]*pending{}, busy: map[string]int{}, used: map[string]time.Time{}, load: classCounts{}, workers: classCounts{}, lastSent: map[string]uint64{}, active: lastActive{}, lastDeath: map[string]death{}, early: map[string]earlyCancel{}}
 }
 
 // death is the last worker death seen in a pool.
@@ -120,6 +122,8 @@ func (f *flights) hold(p *pending, pool, worker, device, class string, at time.T
 	f.load.add(device, class, 1)
 	if worker != "" {
 		f.workers.add(worker, class, 1)
+		f.sentSeq++
+		f.lastSent[worker] = f.sentSeq
 	}
 	f.active.see(device, class, at)
 	p.target = worker
@@ -173,12 +177,13 @@ func (f *flights) inFlight(pool string) int {
 }
 
 // heldNow is a copy of what is in flight: requests per pool, per device and class, and
-// per worker and class, and when each class was last active on each device.
+// per worker and class, when each worker was last given one, and when each class was last active on each device.
 type heldNow struct {
-	busy    map[string]int
-	load    classCounts
-	workers classCounts
-	active  lastActive
+	busy     map[string]int
+	load     classCounts
+	workers  classCounts
+	lastSent map[string]uint64
+	active   lastActive
 }
 
 // held is a copy of what is in flight now.
@@ -189,7 +194,7 @@ func (f *flights) held() heldNow {
 	for device, byClass := range f.active {
 		active[device] = maps.Clone(byClass)
 	}
-	return heldNow{busy: maps.Clone(f.busy), load: f.load.clone(), workers: f.workers.clone(), active: active}
+	return heldNow{busy: maps.Clone(f.busy), load: f.load.clone(), workers: f.workers.clone(), lastSent: maps.Clone(f.lastSent), active: active}
 }
 
 // running counts the dispatched requests by class.
@@ -259,6 +264,7 @@ func (f *flights) died(pool, worker, why string, others int) []lostOne {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastDeath[pool] = death{worker: worker, why: why, at: time.Now()}
+	delete(f.lastSent, worker)
 	var hit []lostOne
 	for _, p := range f.byID {
 		if p.cancel == nil || p.pool != pool {

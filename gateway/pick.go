@@ -19,9 +19,12 @@ import (
 //  2. The worker with the most room for the item wins: for the batch class in a pool
 //     that batches, the batch items its free slots and its started batches can still
 //     take; for every other item, its free slots. A worker's slot is taken by a request
-//     of a latency class, or by up to max_batch batch requests.
-//  3. Ties go to the worker with the fewest requests in flight, then to the lowest id, so
-//     that the choice is the same for the same state.
+//     of a latency class, or by up to max_batch batch requests. When the prefetch rule
+//     (policy.go) lets the class hold one item more at each worker, each worker's room
+//     for it is one more: a worker with a free slot still comes first.
+//  3. Ties go to the worker with the fewest requests in flight, then to the one given a
+//     request least recently (never: first; then the lowest id), so that idle workers
+//     take turns, as in a queue group, and every worker's sessions stay warm.
 //  4. When no worker has room (the pool-level count let the item through, but the room is
 //     split between workers, or the workers do not take direct items), the item goes to
 //     the pool's queue group, as before: it waits in some worker's local queue.
@@ -32,6 +35,9 @@ type workerCap struct {
 	slots   int            // max(1, its heartbeat's slots)
 	classes []string       // the classes it serves
 	busy    map[string]int // requests in flight sent to it, per class, this pass's included
+	// lastSent orders the workers by when they were last given a request (flights'
+	// sequence; 0: never), this pass's included.
+	lastSent uint64
 }
 
 // room is how many more items of class w can start now: rule 2.
@@ -59,31 +65,42 @@ func (w *workerCap) inFlight() int {
 }
 
 // pickWorker returns the worker of pool an item of class is sent to, counting it in the
-// snapshot, or "" for the pool's queue group (rule 4).
-func (c *capacity) pickWorker(pool, class string) string {
+// snapshot, or "" for the pool's queue group (rule 4). prefetch gives each worker room
+// for one item more.
+func (c *capacity) pickWorker(pool, class string, prefetch bool) string {
 	size := 1
 	if class == subjects.ClassBatch {
 		size = c.slotSize(pool)
 	}
-	best, bestRoom, bestBusy := "", 0, 0
+	var best *workerCap
+	bestID, bestRoom, bestBusy := "", 0, 0
 	for id, w := range c.workers {
 		if w.pool != pool || !slices.Contains(w.classes, class) {
 			continue
 		}
 		room, busy := w.room(class, size), w.inFlight()
+		if prefetch {
+			room++
+		}
 		if room <= 0 {
 			continue
 		}
-		if best == "" || room > bestRoom || (room == bestRoom && (busy < bestBusy || (busy == bestBusy && id < best))) {
-			best, bestRoom, bestBusy = id, room, busy
+		better := best == nil || room > bestRoom
+		if !better && room == bestRoom {
+			better = busy < bestBusy || (busy == bestBusy && (w.lastSent < best.lastSent || (w.lastSent == best.lastSent && id < bestID)))
+		}
+		if better {
+			best, bestID, bestRoom, bestBusy = w, id, room, busy
 		}
 	}
-	if best != "" {
-		w := c.workers[best]
-		if w.busy == nil {
-			w.busy = map[string]int{}
-		}
-		w.busy[class]++
+	if best == nil {
+		return ""
 	}
-	return best
+	if best.busy == nil {
+		best.busy = map[string]int{}
+	}
+	best.busy[class]++
+	c.sent++
+	best.lastSent = c.sent
+	return bestID
 }

@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"time"
+
 	"testing"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/health"
+	"github.com/ortbus/ortbus/sched"
 )
 
 // Worker selection (pick.go), on in-memory snapshots.
@@ -22,21 +25,30 @@ func TestPickFreeWorker(t *testing.T) {
 	all := []string{"urgent", "interactive", "batch"}
 	readyWorker(c, "gpu", "w1", 1, true, all...)
 	readyWorker(c, "gpu", "w2", 1, true, all...)
-	if got := c.pickWorker("gpu", "batch"); got != "w1" {
+	if got := c.pickWorker("gpu", "batch", false); got != "w1" {
 		t.Fatalf("both free: %q, want w1 (lower id)", got)
 	}
-	if got := c.pickWorker("gpu", "interactive"); got != "w2" {
+	if got := c.pickWorker("gpu", "interactive", false); got != "w2" {
 		t.Fatalf("w1 runs a batch item: interactive sent to %q, want w2", got)
 	}
-	if got := c.pickWorker("gpu", "urgent"); got != "" {
+	if got := c.pickWorker("gpu", "urgent", false); got != "" {
 		t.Fatalf("both busy: urgent sent to %q, want the queue group", got)
 	}
 	if c.workers["w1"].busy["batch"] != 1 || c.workers["w2"].busy["interactive"] != 1 {
 		t.Fatalf("counted %v %v, want w1 one batch, w2 one interactive", c.workers["w1"].busy, c.workers["w2"].busy)
 	}
 	c.workers["w1"].busy = map[string]int{}
-	if got := c.pickWorker("gpu", "urgent"); got != "w1" {
+	if got := c.pickWorker("gpu", "urgent", false); got != "w1" {
 		t.Fatalf("w1 free again: urgent sent to %q, want w1", got)
+	}
+	// Idle workers take turns: the one given a request least recently goes first.
+	c.workers["w1"].busy, c.workers["w2"].busy = map[string]int{}, map[string]int{}
+	for i, want := range []string{"w2", "w1", "w2"} {
+		got := c.pickWorker("gpu", "interactive", false)
+		c.workers[got].busy = map[string]int{}
+		if got != want {
+			t.Fatalf("idle pair, request %d: sent to %q, want %q (the other was given one last)", i, got, want)
+		}
 	}
 }
 
@@ -49,7 +61,7 @@ func TestPickBatchSlots(t *testing.T) {
 	readyWorker(c, "bulk", "b2", 1, true, "batch")
 	var got []string
 	for i := 0; i < 13; i++ {
-		got = append(got, c.pickWorker("bulk", "batch"))
+		got = append(got, c.pickWorker("bulk", "batch", false))
 	}
 	n := map[string]int{}
 	for _, w := range got {
@@ -79,13 +91,68 @@ func TestPickSkipsOthers(t *testing.T) {
 	readyWorker(c, "bulk", "b1", 4, true, "batch")
 	readyWorker(c, "gpu", "g-old", 4, false, "urgent", "interactive", "batch")
 	readyWorker(c, "gpu", "g-batch", 4, true, "batch")
-	if got := c.pickWorker("gpu", "interactive"); got != "" {
+	if got := c.pickWorker("gpu", "interactive", false); got != "" {
 		t.Fatalf("picked %q, want the queue group", got)
 	}
 	if _, ok := c.workers["g-old"]; ok {
 		t.Fatal("a worker without direct in the snapshot's direct workers")
 	}
-	if got := c.pickWorker("gpu", "batch"); got != "g-batch" {
+	if got := c.pickWorker("gpu", "batch", false); got != "g-batch" {
 		t.Fatalf("batch: %q, want g-batch", got)
+	}
+}
+
+// TestPrefetch: with both workers of pool gpu busy with batch, batch may send one item
+// more to each (routed, and to the worker that has none queued yet), never a third; not
+// for interactive; not while interactive is in flight or waits for the device, and, under
+// the priority policy, not while it was active within the reserve window; under FIFO
+// that window does not hold it back.
+func TestPrefetch(t *testing.T) {
+	busyPair := func(policy string) *capacity {
+		c := snapOf(t, onePoolConfig(policy, "", "min_share = 0"))
+		all := []string{"urgent", "interactive", "batch"}
+		readyWorker(c, "gpu", "w1", 1, true, all...)
+		readyWorker(c, "gpu", "w2", 1, true, all...)
+		for _, w := range []string{"w1", "w2"} {
+			c.take("gpu", "batch")
+			c.workers[w].busy = map[string]int{"batch": 1}
+		}
+		return c
+	}
+	batch := func() *sched.Item { return newItem("batch", "tag", soon(), "gpu") }
+
+	c := busyPair("priority")
+	if n := c.prefetch("gpu", "batch", nil); n != 2 {
+		t.Fatalf("prefetch room %d, want one per worker (2)", n)
+	}
+	if n := c.prefetch("gpu", "interactive", nil); n != 0 {
+		t.Fatalf("interactive prefetch room %d, want 0", n)
+	}
+	d1, d2 := c.route(batch(), nil), c.route(batch(), nil)
+	if d1.pool != "gpu" || d2.pool != "gpu" || d1.worker == d2.worker || d1.worker == "" || d2.worker == "" {
+		t.Fatalf("two prefetched items went to %+v and %+v, want one to each worker", d1, d2)
+	}
+	if d := c.route(batch(), nil); d.pool != "" {
+		t.Fatalf("a third item went to %+v, want a wait", d)
+	}
+	if d := nextPass(busyPair("priority")).route(newItem("interactive", "tag", soon(), "gpu"), nil); d.pool != "" {
+		t.Fatalf("interactive prefetched to %+v", d)
+	}
+
+	c = busyPair("priority")
+	c.load.add("cuda:0", "interactive", 1)
+	if n := c.prefetch("gpu", "batch", nil); n != 0 {
+		t.Fatalf("interactive in flight on the device: prefetch room %d, want 0", n)
+	}
+	c = busyPair("priority")
+	if n := c.prefetch("gpu", "batch", map[string]bool{"gpu": true}); n != 0 {
+		t.Fatalf("interactive waits for the device: prefetch room %d, want 0", n)
+	}
+	for _, policy := range []string{"priority", "fifo"} {
+		c = busyPair(policy)
+		c.active.see("cuda:0", "interactive", c.now.Add(-time.Second))
+		if n, want := c.prefetch("gpu", "batch", nil), map[string]int{"priority": 0, "fifo": 2}[policy]; n != want {
+			t.Fatalf("%s, interactive active 1s ago: prefetch room %d, want %d", policy, n, want)
+		}
 	}
 }

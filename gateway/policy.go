@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,6 +42,16 @@ import (
 //     next pool of the chain is tried rather than waiting.
 //
 // Under gateway.policy = "fifo" none of these rules apply (the baseline for benchmarks).
+//
+// One rule holds under both policies:
+//
+//   - Prefetch: a background class may hold one item more than its running slots at each
+//     live worker that takes items sent to it alone (pick.go), queued there, so that the
+//     device does not idle between the end of one item and the arrival of the next (a
+//     round trip through the gateway, and a file to read). Never for urgent or
+//     interactive items, and not while a higher class has work queued for, running on, or
+//     a lease on the device, nor, under the policy, while it reserves the device's last
+//     slot: a prefetched item starts before anything the gateway sends later.
 
 // backgroundPriority is the priority from which a class yields a shared device.
 const backgroundPriority = 2
@@ -118,6 +129,41 @@ func (c *capacity) shareAllows(pool, class string, reserved map[string]bool) boo
 	// nor into the device's last free slot while a latency class was active there within
 	// the window (the reservation).
 	return !(c.reserving(device) && c.opensSlot(pool) && c.freeSlots(device) <= 1)
+}
+
+// prefetch is how many items of class pool may hold at its workers beyond their running
+// slots now (the prefetch rule): one per live direct worker serving class, or 0.
+func (c *capacity) prefetch(pool, class string, reserved map[string]bool) int {
+	cl := c.cfg.Classes[class]
+	if cl == nil || cl.Priority < backgroundPriority {
+		return 0
+	}
+	device := c.cfg.Pools[pool].Device
+	for other, n := range c.load[device] {
+		if oc := c.cfg.Classes[other]; n > 0 && oc != nil && oc.Priority < cl.Priority {
+			return 0
+		}
+	}
+	for other, n := range c.leased[device] {
+		if oc := c.cfg.Classes[other]; n > 0 && oc != nil && oc.Priority < cl.Priority {
+			return 0
+		}
+	}
+	for rp := range reserved {
+		if c.cfg.Pools[rp].Device == device {
+			return 0
+		}
+	}
+	if c.policyOn() && c.reserving(device) {
+		return 0
+	}
+	n := 0
+	for _, w := range c.workers {
+		if w.pool == pool && slices.Contains(w.classes, class) {
+			n++
+		}
+	}
+	return n
 }
 
 // reserves reports whether the activity of class keeps a device's last free slot from
