@@ -58,6 +58,10 @@ type WorkItem struct {
 	ClaimTo string `msgpack:"claim_to,omitempty" json:"claim_to,omitempty"`
 	// EnqueuedUnixUS is when the gateway accepted the request, for queue-time accounting.
 	EnqueuedUnixUS int64 `msgpack:"enqueued_unix_us,omitempty" json:"enqueued_unix_us,omitempty"`
+	// ReplyDirect says that the item's NATS reply subject is the client's own: the worker
+	// answers there as always, and then tells the gateway with a claim of state "done" on
+	// ClaimTo (which it requires).
+	ReplyDirect bool `msgpack:"reply_direct,omitempty" json:"reply_direct,omitempty"`
 }
 
 // Claim tells the dispatching gateway that a worker holds a request (State "taken"): it
@@ -68,10 +72,18 @@ type Claim struct {
 	Pool    string `msgpack:"pool" json:"pool"`
 	Attempt int    `msgpack:"attempt,omitempty" json:"attempt,omitempty"`
 	State   string `msgpack:"state" json:"state"`
+	// Code is the error code of the reply a "done" claim reports ("" for a result), and
+	// Timing the result's timing.
+	Code   Code    `msgpack:"code,omitempty" json:"code,omitempty"`
+	Timing *Timing `msgpack:"timing,omitempty" json:"timing,omitempty"`
 }
 
-// ClaimTaken is the state of a claim: the worker queued the item.
-const ClaimTaken = "taken"
+// The states of a claim: the worker queued the item (taken), or it has sent the item's
+// reply to the client itself (done; only for an item with reply_direct).
+const (
+	ClaimTaken = "taken"
+	ClaimDone  = "done"
+)
 
 // Cancel asks that the request with this id be dropped (queued) or stopped (running).
 type Cancel struct {

@@ -101,6 +101,12 @@ type Gateway struct {
 	// answers, in the JetStream bucket ortbus_answers, so that a client's resend after a
 	// gateway died is answered once (gateway/failover.go).
 	Failover bool `toml:"failover,omitempty"`
+	// RelayReplies sends every worker's reply back through the gateway. By default a
+	// worker answers a request that came over NATS in msgpack straight to the client's
+	// reply subject and tells the gateway with a small notice (gateway/request.go,
+	// replyDirect), which saves one leg of the bus; requests over HTTP or in JSON, job
+	// items, pools with a path_map and gateways with failover are always relayed.
+	RelayReplies bool `toml:"relay_replies,omitempty"`
 
 	// The HTTP API's guards. HTTPHosts are extra names (host or host:port) a request's
 	// Host header may carry besides the listen address (and, on loopback, localhost,

@@ -146,7 +146,7 @@ func (f *flights) release(p *pending, pool, device string) {
 		}
 	}
 	f.active.see(device, p.class, time.Now())
-	p.cancel, p.target = nil, ""
+	p.cancel, p.target, p.done = nil, "", nil
 	f.mu.Unlock()
 }
 
@@ -213,14 +213,15 @@ func (f *flights) running() map[string]int {
 // dispatch marks p sent to pool as its next attempt, cancellable with cancel, and
 // returns the worker it goes to ("" for the pool's queue group). It reports false,
 // changing nothing, when the client cancelled p on its way out of the queue.
-func (f *flights) dispatch(p *pending, pool string, cancel context.CancelCauseFunc) (attempt int, target string, ok bool) {
+// done, when not nil, gets the attempt's "done" claim (its worker answered the client).
+func (f *flights) dispatch(p *pending, pool string, cancel context.CancelCauseFunc, done chan<- codec.Claim) (attempt int, target string, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if p.cancelAsked {
 		return 0, "", false
 	}
 	p.attempt++
-	p.pool, p.worker, p.cancel = pool, "", cancel
+	p.pool, p.worker, p.cancel, p.done = pool, "", cancel, done
 	return p.attempt, p.target, true
 }
 
@@ -240,13 +241,28 @@ func (f *flights) unclaimed(p *pending, attempt int, pool string, sent time.Time
 	return p.cancel, &errUnclaimed{after: after}
 }
 
-// claim records that worker of pool took attempt of request id (when that is still the
-// request's current dispatch).
-func (f *flights) claim(id, pool, worker string, attempt int) {
+// claim records a claim of worker of pool on attempt of a request (when that is still
+// the request's current dispatch): that it took it, or (done) that it answered the client
+// itself, which is handed to the request's dispatch when it waits for that, and the
+// claiming worker was the one it was sent to (or the one that took it).
+func (f *flights) claim(c codec.Claim) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if p, ok := f.byID[id]; ok && p.attempt == attempt && p.pool == pool {
-		p.worker = worker
+	p, ok := f.byID[c.ID]
+	if !ok || p.attempt != c.Attempt || p.pool != c.Pool {
+		return
+	}
+	switch c.State {
+	case codec.ClaimTaken:
+		p.worker = c.Worker
+	case codec.ClaimDone:
+		if p.done != nil && (c.Worker == p.target || c.Worker == p.worker || (p.target == "" && p.worker == "")) {
+			p.worker = c.Worker
+			select {
+			case p.done <- c:
+			default: // one is enough
+			}
+		}
 	}
 }
 

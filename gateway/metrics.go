@@ -111,15 +111,10 @@ func (m *metrics) observe(p *pending, outcome string) {
 	m.requests.WithLabelValues(m.labelOf(p.op), m.labelOf(p.class), m.labelOf(p.pool), m.labelOf(p.req.Model), m.labelOf(outcome)).Inc()
 }
 
-// timing records the worker's timing of a successful reply and returns it.
-func (m *metrics) timing(p *pending, body []byte) (codec.Timing, bool) {
-	var s codec.Served
-	if codec.Unmarshal(body, &s) != nil {
-		return codec.Timing{}, false
-	}
-	m.queueWait.WithLabelValues(m.labelOf(p.class), m.labelOf(p.pool)).Observe(float64(s.Timing.QueueUS) / 1e6)
-	m.inference.WithLabelValues(m.labelOf(p.class), m.labelOf(p.pool), m.labelOf(s.Model)).Observe(float64(s.Timing.InferUS) / 1e6)
-	return s.Timing, true
+// timing records the worker's timing of a result of model.
+func (m *metrics) timing(p *pending, t codec.Timing, model string) {
+	m.queueWait.WithLabelValues(m.labelOf(p.class), m.labelOf(p.pool)).Observe(float64(t.QueueUS) / 1e6)
+	m.inference.WithLabelValues(m.labelOf(p.class), m.labelOf(p.pool), m.labelOf(model)).Observe(float64(t.InferUS) / 1e6)
 }
 
 // stateCollector reports gauges read from the gateway's state at scrape time.

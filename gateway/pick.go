@@ -25,7 +25,11 @@ import (
 //  3. Ties go to the worker with the fewest requests in flight, then to the one given a
 //     request least recently (never: first; then the lowest id), so that idle workers
 //     take turns, as in a queue group, and every worker's sessions stay warm.
-//  4. When no worker has room (the pool-level count let the item through, but the room is
+//  4. A latency item may bump a prefetched batch item: when no worker has a free slot, it
+//     goes to a worker that holds a prefetched batch unit and no latency item, whose
+//     queue runs it first; without this, the prefetched unit would start before it, and
+//     it would wait two batch units instead of one.
+//  5. When no worker has room (the pool-level count let the item through, but the room is
 //     split between workers, or the workers do not take direct items), the item goes to
 //     the pool's queue group, as before: it waits in some worker's local queue.
 
@@ -40,9 +44,8 @@ type workerCap struct {
 	lastSent uint64
 }
 
-// room is how many more items of class w can start now: rule 2.
-func (w *workerCap) room(class string, size int) int {
-	batch, other := 0, 0
+// counts are w's requests in flight of the batch class and of the others.
+func (w *workerCap) counts() (batch, other int) {
 	for cl, n := range w.busy {
 		if cl == subjects.ClassBatch {
 			batch += n
@@ -50,10 +53,25 @@ func (w *workerCap) room(class string, size int) int {
 			other += n
 		}
 	}
+	return batch, other
+}
+
+// room is how many more items of class w can start now (rule 2), in a pool whose slot
+// takes size batch items.
+func (w *workerCap) room(class string, size int) int {
+	batch, other := w.counts()
 	if class == subjects.ClassBatch {
 		return (w.slots-other)*size - batch
 	}
 	return w.slots - other - (batch+size-1)/size
+}
+
+// bumpable reports whether a latency item may go to w although its slots are taken
+// (rule 5): w holds a batch unit beyond its slots, prefetched and not started, and no
+// latency item; its queue runs the latency item first, when the unit running ends.
+func (w *workerCap) bumpable(size int) bool {
+	batch, other := w.counts()
+	return other == 0 && (batch+size-1)/size > w.slots
 }
 
 func (w *workerCap) inFlight() int {
@@ -64,8 +82,43 @@ func (w *workerCap) inFlight() int {
 	return n
 }
 
+// hasRoom reports whether pool can take one more item of class now: a free slot of its
+// live workers by the pool's count, a worker's own free slot (the pool's count also holds
+// prefetched batch items, which take no slot from a latency item), a prefetch (policy.go)
+// or a bump (rule 4).
+func (c *capacity) hasRoom(pool, class string, reserved map[string]bool) bool {
+	if c.room(pool, class)+c.prefetch(pool, class, reserved) > 0 || c.bumps(pool, class) > 0 {
+		return true
+	}
+	size := 1
+	if class == subjects.ClassBatch {
+		size = c.slotSize(pool)
+	}
+	for _, w := range c.workers {
+		if w.pool == pool && slices.Contains(w.classes, class) && w.room(class, size) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// bumps is how many latency items of class pool may send to workers whose slots are
+// taken, bumping their prefetched batch units (rule 4).
+func (c *capacity) bumps(pool, class string) int {
+	if class == subjects.ClassBatch {
+		return 0
+	}
+	n := 0
+	for _, w := range c.workers {
+		if w.pool == pool && slices.Contains(w.classes, class) && w.bumpable(c.slotSize(pool)) {
+			n++
+		}
+	}
+	return n
+}
+
 // pickWorker returns the worker of pool an item of class is sent to, counting it in the
-// snapshot, or "" for the pool's queue group (rule 4). prefetch gives each worker room
+// snapshot, or "" for the pool's queue group (rule 5). prefetch gives each worker room
 // for one item more.
 func (c *capacity) pickWorker(pool, class string, prefetch bool) string {
 	size := 1
@@ -78,9 +131,13 @@ func (c *capacity) pickWorker(pool, class string, prefetch bool) string {
 		if w.pool != pool || !slices.Contains(w.classes, class) {
 			continue
 		}
-		room, busy := w.room(class, size), w.inFlight()
+		// Scores: twice the room, so that a bump (score 1) comes after any free slot.
+		room, busy := 2*w.room(class, size), w.inFlight()
 		if prefetch {
-			room++
+			room += 2
+		}
+		if room <= 0 && class != subjects.ClassBatch && w.bumpable(c.slotSize(pool)) {
+			room = 1
 		}
 		if room <= 0 {
 			continue

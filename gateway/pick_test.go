@@ -156,3 +156,31 @@ func TestPrefetch(t *testing.T) {
 		}
 	}
 }
+
+// TestBumpPrefetched: a latency item goes to a worker whose one slot runs a batch item
+// and which holds a prefetched one (its queue runs the latency item first), rather than
+// wait in the gateway until the prefetched unit has started too (rule 4); only one such
+// item per worker, and a worker with a free slot comes first.
+func TestBumpPrefetched(t *testing.T) {
+	c := snapOf(t, onePoolConfig("priority", "", "min_share = 0"))
+	all := []string{"urgent", "interactive", "batch"}
+	readyWorker(c, "gpu", "w1", 1, true, all...)
+	c.pools["gpu"].busy = 2
+	c.load.add("cuda:0", "batch", 2)
+	c.workers["w1"].busy = map[string]int{"batch": 2}
+	if d := c.route(newItem("interactive", "tag", soon(), "gpu"), nil); d.pool != "gpu" || d.worker != "w1" {
+		t.Fatalf("interactive behind a running and a prefetched batch item: %+v, want sent to w1", d)
+	}
+	if d := c.route(newItem("urgent", "tag", soon(), "gpu"), nil); d.pool != "" {
+		t.Fatalf("a second latency item went to %+v, want a wait", d)
+	}
+	c = nextPass(c)
+	readyWorker(c, "gpu", "w2", 1, true, all...)
+	c.workers["w1"].busy = map[string]int{"batch": 2}
+	if d := c.route(newItem("urgent", "tag", soon(), "gpu"), nil); d.worker != "w2" {
+		t.Fatalf("w2 free: urgent sent to %+v, want w2", d)
+	}
+	if d := c.route(newItem("batch", "tag", soon(), "gpu"), nil); d.pool != "" {
+		t.Fatalf("batch went to %+v, want a wait (its prefetch is taken, and latency work is in flight)", d)
+	}
+}

@@ -44,6 +44,7 @@ type pending struct {
 	target  string // the worker it is sent to ("" for the pool's queue group); set by hold
 	worker  string // the claiming worker, once known
 	cancel  context.CancelCauseFunc
+	done    chan<- codec.Claim // where a "done" claim goes, while a reply_direct attempt waits
 	// cancelAsked: the client cancelled it while it was between queues (accepted and
 	// not yet queued, or leaving the queue for a pool); it is answered cancelled there.
 	cancelAsked bool
@@ -212,13 +213,18 @@ func (g *Gateway) send(p *pending, pool string) {
 	ctx, stop := context.WithDeadline(ctx, p.deadline.Add(time.Second))
 	defer stop()
 	defer cancel(nil)
-	attempt, target, ok := g.fl.dispatch(p, pool, cancel)
+	direct := g.replyDirect(p, pool)
+	var done chan codec.Claim
+	if direct {
+		done = make(chan codec.Claim, 1)
+	}
+	attempt, target, ok := g.fl.dispatch(p, pool, cancel, done)
 	if !ok {
 		g.release(p, pool)
 		g.answer(p, nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))
 		return
 	}
-	item.Attempt = attempt
+	item.Attempt, item.ReplyDirect = attempt, direct
 	ct, sent := g.claimTimeout(), time.Now()
 	unclaimed := time.AfterFunc(ct, func() {
 		if c, cause := g.fl.unclaimed(p, attempt, pool, sent, ct); c != nil {
@@ -238,9 +244,17 @@ func (g *Gateway) send(p *pending, pool string) {
 		g.answer(p, nil, codec.Errorf(codec.CodeInternal, "encode work item: %v", err))
 		return
 	}
-	msg, err := g.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subj, Data: data})
+	var msg *nats.Msg
+	var claim codec.Claim
+	if direct {
+		claim, err = g.exchangeDirect(ctx, &nats.Msg{Subject: subj, Reply: p.replyTo, Data: data}, done)
+	} else {
+		msg, err = g.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subj, Data: data})
+	}
 	g.release(p, pool)
 	switch cause := context.Cause(ctx); {
+	case err == nil && direct:
+		g.repliedDirect(p, claim)
 	case err == nil:
 		g.forward(p, msg)
 	case errors.As(cause, new(*errLost)):
@@ -260,6 +274,55 @@ func (g *Gateway) send(p *pending, pool string) {
 	}
 }
 
+// replyDirect reports whether the worker is to answer p straight to its client (the item's
+// reply subject is the client's, and the worker tells the gateway with a "done" claim):
+// a request that came over NATS in msgpack, not a job item, to a pool without a path_map
+// (whose output paths the gateway maps back), on a gateway without failover (which keeps
+// each answer) and without gateway.relay_replies. It saves the reply's leg through the
+// gateway; the gateway still owns the request: its deadline, retries after a worker's
+// death, cancels, metrics and measured service times.
+func (g *Gateway) replyDirect(p *pending, pool string) bool {
+	gw := g.cfg.Gateway
+	return p.replyTo != "" && !p.asJSON && p.owner != ownerJob && len(g.cfg.Pools[pool].PathMap) == 0 && !gw.Failover && !gw.RelayReplies
+}
+
+// exchangeDirect publishes a work item whose reply goes to the client, and waits for its
+// worker's "done" claim (onClaim), or for ctx to end (a worker's death, no claim, the
+// deadline).
+func (g *Gateway) exchangeDirect(ctx context.Context, m *nats.Msg, done <-chan codec.Claim) (codec.Claim, error) {
+	if err := g.nc.PublishMsg(m); err != nil {
+		return codec.Claim{}, err
+	}
+	select {
+	case c := <-done:
+		return c, nil
+	case <-ctx.Done():
+		return codec.Claim{}, ctx.Err()
+	}
+}
+
+// repliedDirect settles p, whose worker has answered its client itself (claim c, state
+// done): what answer does, without sending.
+func (g *Gateway) repliedDirect(p *pending, c codec.Claim) {
+	p.once.Do(func() {
+		g.fl.finish(p)
+		outcome := "ok"
+		if c.Code != "" {
+			outcome = string(c.Code)
+		} else if c.Timing != nil {
+			g.observe(p, *c.Timing, p.req.Model)
+		}
+		g.metrics.observe(p, outcome)
+	})
+}
+
+// observe records the worker's timing of a result: in the metrics, and as the measured
+// service time of its pool, op and model (what the next one of its kind will cost).
+func (g *Gateway) observe(p *pending, t codec.Timing, model string) {
+	g.metrics.timing(p, t, model)
+	g.est.observe(estKey{p.pool, p.op, p.req.Model}, time.Duration(t.TotalUS-t.QueueUS)*time.Microsecond)
+}
+
 // release returns a pool slot and triggers a dispatch pass.
 func (g *Gateway) release(p *pending, pool string) {
 	g.fl.release(p, pool, g.cfg.Pools[pool].Device)
@@ -272,9 +335,9 @@ func (g *Gateway) forward(p *pending, msg *nats.Msg) {
 		g.answer(p, nil, e)
 		return
 	}
-	if t, ok := g.metrics.timing(p, msg.Data); ok {
-		// The worker's own time for the item: what the next one of its kind will cost.
-		g.est.observe(estKey{p.pool, p.op, p.req.Model}, time.Duration(t.TotalUS-t.QueueUS)*time.Microsecond)
+	var s codec.Served
+	if codec.Unmarshal(msg.Data, &s) == nil {
+		g.observe(p, s.Timing, s.Model)
 	}
 	msg.Data = g.unmapReply(p.op, p.pool, msg.Data) // output paths back to the client's view
 	if !p.asJSON {
@@ -360,7 +423,7 @@ func (g *Gateway) onClaim(m *nats.Msg) {
 		g.metrics.bad("claim")
 		return
 	}
-	g.fl.claim(c.ID, c.Pool, c.Worker, c.Attempt)
+	g.fl.claim(c)
 }
 
 // ownerHTTP owns the requests that came over HTTP: only an HTTP cancel may cancel them.

@@ -106,8 +106,7 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 		if reserved[pool] || c.full[key] {
 			continue
 		}
-		prefetch := c.prefetch(pool, it.Class, reserved)
-		if c.room(pool, it.Class)+prefetch <= 0 || !c.shareAllows(pool, it.Class, reserved) {
+		if !c.hasRoom(pool, it.Class, reserved) || !c.shareAllows(pool, it.Class, reserved) {
 			// Full for this class for the rest of the pass: later items skip it cheaply.
 			c.full[key] = true
 			continue
@@ -117,7 +116,7 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 			continue
 		}
 		c.take(pool, it.Class)
-		return decision{pool: pool, worker: c.pickWorker(pool, it.Class, prefetch > 0)}
+		return decision{pool: pool, worker: c.pickWorker(pool, it.Class, c.prefetch(pool, it.Class, reserved) > 0)}
 	}
 	if infeasible > 0 && infeasible == len(it.Pools) {
 		return decision{err: codec.Errorf(codec.CodeDeadlineExceeded, "cannot finish before its deadline on any of %v even if run now (measured service time)", it.Pools)}

@@ -233,8 +233,9 @@ func TestGatewayPriorityAndDeadline(t *testing.T) {
 	if slices.Contains(ids, "dl") {
 		t.Errorf("the expired request was dispatched to a worker: %v", ids)
 	}
-	if i := slices.Index(ids, "int"); i < 0 || i > 1 {
-		t.Errorf("interactive request dispatched at %d, want right after the running b00; dispatch order %v", i, ids)
+	// (b00 and a prefetched b01 leave in one dispatch pass, in either order.)
+	if i := slices.Index(ids, "int"); i < 0 || i > 2 || (i == 2 && !slices.Contains(ids[:2], "b01")) {
+		t.Errorf("interactive request dispatched at %d, want right after the running b00 (and b01, if it was prefetched); dispatch order %v", i, ids)
 	}
 	if len(ids) != nBatch+1 {
 		t.Errorf("%d work items dispatched to bt, want %d (every request exactly once): %v", len(ids), nBatch+1, ids)
@@ -263,13 +264,18 @@ func TestGatewayCancel(t *testing.T) {
 		g.post(t, in, "tag", id, &codec.Request{ID: id, Path: img["blue"], Class: "batch", Model: gwSlow})
 	}
 	gwClaimOf(t, claims, "c0")
-	// c1 and c2 wait in the gateway. (Each op is its own subscription of the micro
-	// service, so a cancel may overtake the tag requests sent before it: wait until
-	// status shows them queued.)
-	g.waitStatus(t, "c1 and c2 queued", func(st *codec.StatusReply) bool {
+	// c2 waits in the gateway, and c1 too, unless the gateway prefetched it to the worker
+	// (one batch item beyond its slot, when no interactive work was on the device within
+	// the reserve window). (Each op is its own subscription of the micro service, so a
+	// cancel may overtake the tag requests sent before it: wait until status shows them
+	// queued.)
+	g.waitStatus(t, "c1 and c2 queued, or c2 queued and c1 prefetched", func(st *codec.StatusReply) bool {
 		for _, c := range st.Classes {
 			if c.Name == "batch" {
-				return c.Queued == 2
+				return c.Queued == 2 || (c.Queued == 1 && slices.ContainsFunc(claims.drain(t, g.NC), func(m *nats.Msg) bool {
+					var x codec.Claim
+					return codec.Unmarshal(m.Data, &x) == nil && x.ID == "c1" && x.State == codec.ClaimTaken
+				}))
 			}
 		}
 		return false

@@ -17,6 +17,7 @@ import (
 type job struct {
 	msg      *nats.Msg
 	item     *codec.WorkItem
+	claim    string // the subject of its claims ("" when the item asked for none)
 	op       string
 	class    string
 	model    models.Model

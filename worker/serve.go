@@ -80,11 +80,10 @@ func (w *Worker) accept(nc *nats.Conn, class string, m *nats.Msg) {
 	if j.item.ID == "" {
 		j.item.ID = nuid.Next()
 	}
-	claim := ""
 	if j.item.ClaimTo != "" {
 		// Claims go only to a gateway's claim subject, never where a forged item says.
 		var err error
-		if claim, err = subjects.ClaimFrom(j.item.ClaimTo, w.pool.Name, w.id); err != nil {
+		if j.claim, err = subjects.ClaimFrom(j.item.ClaimTo, w.pool.Name, w.id); err != nil {
 			w.answer(j, nil, codec.Errorf(codec.CodeBadRequest, "%v", err).With("field", "claim_to"))
 			return
 		}
@@ -111,11 +110,19 @@ func (w *Worker) accept(nc *nats.Conn, class string, m *nats.Msg) {
 		w.answer(j, nil, codec.Errorf(codec.CodeOverloaded, "worker %s: %s queue is full (%d)", w.id, class, w.pool.QueueBound).With("worker", w.id).With("class", class))
 		return
 	}
-	if claim != "" {
-		b, _ := codec.Marshal(&codec.Claim{ID: j.item.ID, Worker: w.id, Pool: w.pool.Name, Attempt: j.item.Attempt, State: codec.ClaimTaken})
-		if err := nc.Publish(claim, b); err != nil {
-			w.publishFailed("claim", j.item.ID, err)
-		}
+	w.claim(j, codec.ClaimTaken, "", nil)
+}
+
+// claim tells the gateway that dispatched j (its claim_to, if any) that the worker took
+// it (taken), or, for an item with reply_direct, that its reply went to the client (done,
+// with the reply's error code or its timing).
+func (w *Worker) claim(j *job, state string, code codec.Code, t *codec.Timing) {
+	if j.claim == "" {
+		return
+	}
+	b, _ := codec.Marshal(&codec.Claim{ID: j.item.ID, Worker: w.id, Pool: w.pool.Name, Attempt: j.item.Attempt, State: state, Code: code, Timing: t})
+	if err := w.nc.Publish(j.claim, b); err != nil {
+		w.publishFailed("claim", j.item.ID, err)
 	}
 }
 
@@ -256,8 +263,11 @@ func (w *Worker) answer(j *job, rep codec.Replier, err error) {
 		err = codec.Errorf(codec.CodeInternal, "no result")
 	}
 	var out *nats.Msg
+	var code codec.Code
+	var t *codec.Timing
 	if err != nil {
 		e := codec.AsError(err)
+		code = e.Code
 		if e.Code == codec.CodeInternal {
 			w.log.Error("request failed", "id", j.item.ID, "err", err)
 		}
@@ -269,14 +279,25 @@ func (w *Worker) answer(j *job, rep codec.Replier, err error) {
 		b, encErr := codec.Encode(rep, j.asJSON)
 		if encErr != nil {
 			out = reply.Error(j.msg.Reply, codec.Errorf(codec.CodeInternal, "encode reply: %v", encErr), j.asJSON)
+			code = codec.CodeInternal
 			w.failed.Add(1)
 		} else {
 			out = reply.Result(j.msg.Reply, b, j.asJSON)
+			t = &s.Timing
 			w.served.Add(1)
 		}
 	}
-	if err := reply.Send(w.nc, out); err != nil {
+	if out = reply.Fit(out, w.nc.MaxPayload()); code == "" && out.Header.Get(reply.HeaderErrorCode) != "" {
+		code, t = codec.CodeReplyTooLarge, nil
+	}
+	if err := w.nc.PublishMsg(out); err != nil {
 		w.publishFailed("reply", j.item.ID, err)
+	}
+	if j.item.ReplyDirect {
+		// After the reply, never before: a worker that dies between the two leaves the
+		// gateway to retry a request whose client already has its answer (a duplicate
+		// the client drops), never a request answered to the gateway and not the client.
+		w.claim(j, codec.ClaimDone, code, t)
 	}
 }
 
