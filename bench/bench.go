@@ -68,6 +68,9 @@ type Options struct {
 	Chart string
 	// SkipSolo leaves out collision's solo runs (for quick checks of policy vs FIFO).
 	SkipSolo bool
+	// RelayReplies runs overhead's gateway with [gateway] relay_replies: every reply
+	// through the gateway, as before replies went straight to the client.
+	RelayReplies bool
 	// Out receives the printed tables (nil = discarded).
 	Out io.Writer
 	// Logs receives the gateway's and workers' stderr (nil = kept in a file in the

@@ -31,6 +31,9 @@ type OverheadResults struct {
 	// Gateway is the full client path: client.Infer -> ortbus.v1.infer -> gateway ->
 	// worker -> gateway -> client.
 	Gateway LatencyUS `json:"gateway"`
+	// RelayReplies says the gateway relayed every reply (-relay); else a worker answered
+	// the client straight.
+	RelayReplies bool `json:"relay_replies"`
 	// NATSEcho is, for reference, one request/reply through the same NATS server to a
 	// responder in the bench process that answers at once: the bus's own floor.
 	NATSEcho LatencyUS      `json:"nats_echo"`
@@ -54,6 +57,12 @@ type OverheadRatios struct {
 	// GatewayMinusInProcessP50US is gateway p50 - in-process p50, in microseconds.
 	GatewayMinusInProcessP50US float64 `json:"gateway_minus_inprocess_p50_us"`
 	GatewayMinusRawP50US       float64 `json:"gateway_minus_raw_p50_us"`
+	// GatewayOverEchoP50 and RawOverEchoP50 compare each path's p50 with the same run's
+	// NATS echo (issue 12's goals: <= 1.6 and <= 1.2); the p99 ratios likewise.
+	GatewayOverEchoP50 float64 `json:"gateway_over_echo_p50"`
+	RawOverEchoP50     float64 `json:"raw_over_echo_p50"`
+	GatewayOverEchoP99 float64 `json:"gateway_over_echo_p99"`
+	RawOverEchoP99     float64 `json:"raw_over_echo_p99"`
 }
 
 func latencyUS(s Summary) LatencyUS {
@@ -104,7 +113,7 @@ func Overhead(ctx context.Context, o Options) (*Report, error) {
 
 	const pool = "tiny"
 	cfg, err := w.writeConfig(&o, "overhead", sysConfig{
-		Images: w.images,
+		Images: w.images, RelayReplies: o.RelayReplies,
 		Pools: []poolSpec{{Name: pool, Runtime: lib, Workers: 1, Slots: 1, Threads: 1,
 			Classes: []string{subjects.ClassUrgent, subjects.ClassInteractive, subjects.ClassBatch}, Models: []string{"tiny"}}},
 		Models: []modelSpec{{Name: "tiny", Kind: config.KindRaw, Dir: tinyDir}},
@@ -193,13 +202,15 @@ func Overhead(ctx context.Context, o Options) (*Report, error) {
 			}
 		}
 	}
-	in, rw, g := summarize(paths[0].ds), summarize(paths[1].ds), summarize(paths[2].ds)
-	res := &OverheadResults{Model: "tiny (onnxgen, x [1,4] -> y)", N: n, InProcess: latencyUS(in), RawNATS: latencyUS(rw), Gateway: latencyUS(g),
-		NATSEcho: latencyUS(summarize(paths[3].ds))}
+	in, rw, g, ec := summarize(paths[0].ds), summarize(paths[1].ds), summarize(paths[2].ds), summarize(paths[3].ds)
+	res := &OverheadResults{Model: "tiny (onnxgen, x [1,4] -> y)", N: n, RelayReplies: o.RelayReplies, InProcess: latencyUS(in), RawNATS: latencyUS(rw), Gateway: latencyUS(g),
+		NATSEcho: latencyUS(ec)}
 	res.Ratios = OverheadRatios{
 		GatewayOverInProcessP50: ratio(float64(g.P50), float64(in.P50)), GatewayOverInProcessP99: ratio(float64(g.P99), float64(in.P99)),
 		GatewayOverRawP50: ratio(float64(g.P50), float64(rw.P50)), GatewayOverRawP99: ratio(float64(g.P99), float64(rw.P99)),
 		GatewayMinusInProcessP50US: round(us(g.P50)-us(in.P50), 1), GatewayMinusRawP50US: round(us(g.P50)-us(rw.P50), 1),
+		GatewayOverEchoP50: ratio(float64(g.P50), float64(ec.P50)), RawOverEchoP50: ratio(float64(rw.P50), float64(ec.P50)),
+		GatewayOverEchoP99: ratio(float64(g.P99), float64(ec.P99)), RawOverEchoP99: ratio(float64(rw.P99), float64(ec.P99)),
 	}
 	rep.Results = res
 
@@ -219,6 +230,20 @@ func Overhead(ctx context.Context, o Options) (*Report, error) {
 	fmt.Fprintf(out, "gateway - in-process p50: %.1f µs (target <= 300 µs: %s)\n", rt0.GatewayMinusInProcessP50US, verdict(okDiff))
 	fmt.Fprintf(out, "gateway / raw NATS p50: %.2fx, p99: %.2fx (target p50 <= 3x: %s)\n", rt0.GatewayOverRawP50, rt0.GatewayOverRawP99, verdict(okRaw))
 	fmt.Fprintf(out, "gateway / in-process p50: %.1fx, p99: %.1fx\n", rt0.GatewayOverInProcessP50, rt0.GatewayOverInProcessP99)
+	okGwEcho, okRawEcho := rt0.GatewayOverEchoP50 <= 1.6, rt0.RawOverEchoP50 <= 1.2
+	fmt.Fprintf(out, "gateway / NATS echo p50: %.2fx, p99: %.2fx (target p50 <= 1.6x: %s)\n", rt0.GatewayOverEchoP50, rt0.GatewayOverEchoP99, verdict(okGwEcho))
+	fmt.Fprintf(out, "raw NATS / NATS echo p50: %.2fx, p99: %.2fx (target p50 <= 1.2x: %s)\n", rt0.RawOverEchoP50, rt0.RawOverEchoP99, verdict(okRawEcho))
+	if o.RelayReplies {
+		fmt.Fprintln(out, "replies: relayed by the gateway (-relay)")
+	} else {
+		fmt.Fprintln(out, "replies: straight from the worker to the client")
+	}
+	if !okGwEcho {
+		rep.note("target missed: gateway p50 is %.2fx the NATS echo (target <= 1.6x)", rt0.GatewayOverEchoP50)
+	}
+	if !okRawEcho {
+		rep.note("target missed: raw NATS p50 is %.2fx the NATS echo (target <= 1.2x)", rt0.RawOverEchoP50)
+	}
 	if !okDiff {
 		rep.note("target missed: gateway p50 is %.1f µs above in-process (target <= 300 µs)", rt0.GatewayMinusInProcessP50US)
 	}

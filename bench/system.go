@@ -118,7 +118,9 @@ type modelSpec struct {
 type sysConfig struct {
 	// Policy is the [gateway] policy ("" = leave the key out).
 	Policy string
-	Images string
+	// RelayReplies is [gateway] relay_replies.
+	RelayReplies bool
+	Images       string
 	// Spool is security.spool_dir, inside Images ("" = none).
 	Spool   string
 	Pools   []poolSpec
@@ -142,7 +144,7 @@ func (c sysConfig) config() *config.Config {
 	}
 	cfg := &config.Config{
 		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0", StoreDir: c.StoreDir},
-		Gateway:  config.Gateway{ShutdownGrace: d(5 * time.Second), RestartBackoffMin: d(50 * time.Millisecond), Policy: c.Policy},
+		Gateway:  config.Gateway{ShutdownGrace: d(5 * time.Second), RestartBackoffMin: d(50 * time.Millisecond), Policy: c.Policy, RelayReplies: c.RelayReplies},
 		Health:   config.Health{HeartbeatInterval: d(hb), MissCount: 3},
 		Security: config.Security{AllowedRoots: []string{c.Images}, SpoolDir: c.Spool},
 		Classes:  map[string]*config.Class{},

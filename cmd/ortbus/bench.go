@@ -26,6 +26,7 @@ const benchUsage = `usage: ortbus bench NAME [flags]
                    sharing the CPU: bench/scenarios/collision.toml), onepool, short
   -chart FILE.png  collision: latency chart (default: next to -out, NAME.png; "-" = none)
   -no-solo         collision: skip the solo runs
+  -relay           overhead: the gateway relays every reply ([gateway] relay_replies)
   -repo DIR        repository root (default: found from this binary or the working directory)
   -bin DIR         gateway and ortworker binaries (default: next to this binary, else <repo>/bin)
   -v               show the gateway's and workers' logs
@@ -49,6 +50,7 @@ func benchCmd(args []string) int {
 	scenario := fs.String("scenario", "", "")
 	chart := fs.String("chart", "", "")
 	noSolo := fs.Bool("no-solo", false, "")
+	relay := fs.Bool("relay", false, "")
 	repo := fs.String("repo", "", "")
 	bin := fs.String("bin", "", "")
 	verbose := fs.Bool("v", false, "")
@@ -58,7 +60,7 @@ func benchCmd(args []string) int {
 		return 2
 	}
 	o := bench.Options{Repo: *repo, BinDir: *bin, N: *n, Duration: *dur, InFlight: *inflight, Kills: *kills,
-		Scenario: *scenario, SkipSolo: *noSolo, Out: os.Stdout, KeepTemp: *keep}
+		Scenario: *scenario, SkipSolo: *noSolo, RelayReplies: *relay, Out: os.Stdout, KeepTemp: *keep}
 	if *verbose {
 		o.Logs = os.Stderr
 	}
