@@ -20,11 +20,13 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/gateway"
+	"github.com/ortbus/ortbus/internal/profile"
 )
 
 func main() { os.Exit(run()) }
 
 func run() int {
+	defer profile.Start("gateway")()
 	cfgPath := flag.String("config", "", "ortbus config file (TOML)")
 	natsListen := flag.String("nats-listen", "", "embedded NATS listen address (port 0 = any free port)")
 	httpListen := flag.String("http-listen", "", "HTTP API address (port 0 = any free port; - = off)")

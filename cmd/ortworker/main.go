@@ -31,6 +31,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/internal/profile"
 	"github.com/ortbus/ortbus/natsconn"
 	"github.com/ortbus/ortbus/worker"
 )
@@ -38,6 +39,7 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
+	defer profile.Start("ortworker")()
 	cfgPath := flag.String("config", "", "ortbus config file (TOML)")
 	pool := flag.String("pool", "", "the pool this worker serves")
 	id := flag.String("id", "", "worker id (default: <pool>-<random>)")
