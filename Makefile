@@ -14,7 +14,7 @@ MODELS    := $(DEPS)/models/tagger/model.onnx
 BINARIES  := bin/ortbus bin/ortworker bin/natsembed bin/gateway
 GOFLAGS_TEST ?= -race -count=1 -p 1 -timeout 40m
 
-.PHONY: all build prepare runtimes models ocr-model demo test vet fmt-check fuzz fuzz-handlers bench clean
+.PHONY: all build prepare runtimes models ocr-model vad-model demo test vet fmt-check fuzz fuzz-handlers bench clean
 all: build
 
 build: $(BINARIES)
@@ -66,9 +66,16 @@ ocr-model: $(OCR_MODEL)
 $(OCR_MODEL): scripts/fetch-ocr-model.sh
 	scripts/fetch-ocr-model.sh $(DEPS)
 
+# Silero VAD v5 (npm @ricky0123/vad-web), the live audio stream of the real-model collision
+# and capacity benches.
+VAD_MODEL := $(DEPS)/vad/silero-v5/model.onnx
+vad-model: $(VAD_MODEL)
+$(VAD_MODEL): scripts/fetch-vad-model.sh
+	scripts/fetch-vad-model.sh $(DEPS)
+
 # Every bench once (about 11 minutes on 2 cores, jobs alone about 6); figures and commands in
 # docs/BENCHMARKS.md.
-bench: build prepare $(OCR_MODEL)
+bench: build prepare $(OCR_MODEL) $(VAD_MODEL)
 	bin/ortbus bench overhead   -out bench-out/overhead.json
 	bin/ortbus bench throughput -out bench-out/throughput.json
 	bin/ortbus bench collision  -out bench-out/collision.json -chart bench-out/collision.png
