@@ -74,7 +74,8 @@ vad-model: $(VAD_MODEL)
 $(VAD_MODEL): scripts/fetch-vad-model.sh
 	scripts/fetch-vad-model.sh $(DEPS)
 
-# Every bench once (about 11 minutes on 2 cores, jobs alone about 6); figures and commands in
+# Every bench once (about 11 minutes on 2 cores before the real-model collision and capacity,
+# which add a few; jobs alone about 6); figures and commands in
 # docs/BENCHMARKS.md.
 bench: build prepare $(OCR_MODEL) $(VAD_MODEL)
 	bin/ortbus bench overhead   -out bench-out/overhead.json

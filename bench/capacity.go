@@ -267,7 +267,7 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 			}
 			set(st, run)
 			ran[i], missedAt[i] = true, targetMisses(sc, run.Classes)
-			st.Missed[name] = missedAt[i]
+			st.Missed[name] = append([]string{}, missedAt[i]...) // [] when every target was met
 			if knee < 0 && len(missedAt[i]) > 0 {
 				knee = i
 			}
