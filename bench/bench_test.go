@@ -95,7 +95,7 @@ func buildSystem(t *testing.T, root string) string {
 }
 
 func TestScenariosParse(t *testing.T) {
-	for _, name := range []string{"default", "onepool", "short"} {
+	for _, name := range []string{"default", "onepool", "short", "real", "real-short", "capacity"} {
 		sc, err := LoadScenario(name)
 		if err != nil {
 			t.Fatal(err)
@@ -129,8 +129,9 @@ func TestScenariosParse(t *testing.T) {
 // scenario's order, nice only under the sharing policy, and the policy only when set.
 func TestSystemConfig(t *testing.T) {
 	dir := t.TempDir()
-	w := &workdir{dir: dir, models: filepath.Join(dir, "models"), images: filepath.Join(dir, "images")}
-	for _, name := range []string{"default", "onepool", "short"} {
+	w := &workdir{dir: dir, models: filepath.Join(dir, "models"), images: filepath.Join(dir, "images"),
+		fetched: map[string]string{"vad": filepath.Join(dir, "vad"), "ocr": filepath.Join(dir, "ocr")}}
+	for _, name := range []string{"default", "onepool", "short", "real", "real-short", "capacity"} {
 		sc, err := LoadScenario(name)
 		if err != nil {
 			t.Fatal(err)
@@ -162,8 +163,13 @@ func TestSystemConfig(t *testing.T) {
 				t.Errorf("%s: pools %v, want %v", name, got.PoolNames(), pools)
 			}
 			for _, cl := range sc.Classes {
-				if gc := got.Classes[cl.Name]; gc.Timeout != cl.Timeout || len(gc.Chain) == 0 {
+				if gc := got.Classes[cl.Name]; gc.Timeout != cl.Timeout || len(gc.Chain) == 0 || gc.MaxTimeout < gc.Timeout {
 					t.Errorf("%s: class %s is %+v", name, cl.Name, gc)
+				}
+			}
+			for _, m := range []string{"vad", "ocr"} {
+				if sc.uses(m) && (got.Models[m] == nil || got.Models[m].Dir != w.fetched[m] || got.Models[m].Kind != config.KindRaw || got.Security.SpoolDir != w.spool()) {
+					t.Errorf("%s: model %s is %+v (spool %q)", name, m, got.Models[m], got.Security.SpoolDir)
 				}
 			}
 		}

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nuid"
@@ -80,6 +82,9 @@ type ClassStats struct {
 	WindowThroughputPerS float64        `json:"window_throughput_per_s"`
 	Errors               map[string]int `json:"errors,omitempty"`
 	Unanswered           int            `json:"unanswered"`
+	// Stream holds the audio streams' figures of a stream class (see stream.go); its
+	// frames are the class's requests, their latency counted from each frame's due time.
+	Stream *StreamStats `json:"stream,omitempty"`
 
 	latencies []time.Duration // sorted; for the chart
 }
@@ -98,6 +103,19 @@ type CollisionRatios struct {
 	BatchThroughputFIFOOverSolo   float64 `json:"batch_throughput_fifo_over_solo"`
 	DrainMSPolicy                 float64 `json:"drain_ms_policy"`
 	DrainMSFIFO                   float64 `json:"drain_ms_fifo"`
+	// UrgentStream is set when the urgent class is audio streams.
+	UrgentStream *StreamRatios `json:"urgent_stream,omitempty"`
+}
+
+// StreamRatios are the urgent audio streams' dropped frames (a fraction of the frames)
+// and real-time factors (see StreamStats) in each run.
+type StreamRatios struct {
+	DroppedSolo   float64 `json:"dropped_fraction_solo"`
+	DroppedPolicy float64 `json:"dropped_fraction_policy"`
+	DroppedFIFO   float64 `json:"dropped_fraction_fifo"`
+	RTFSolo       float64 `json:"rtf_solo"`
+	RTFPolicy     float64 `json:"rtf_policy"`
+	RTFFIFO       float64 `json:"rtf_fifo"`
 }
 
 // Collision runs the collision scenario: solo runs of each class, then every class at
@@ -112,6 +130,9 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 	}
 	if o.Duration > 0 {
 		sc.Window = config.Duration(o.Duration)
+	}
+	if o.Seed != 0 {
+		sc.Seed = o.Seed
 	}
 	lib, err := o.runtimeLib(RuntimeVersion)
 	if err != nil {
@@ -129,28 +150,15 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 	for _, a := range sched {
 		res.Counts[sc.Classes[a.Class].Name]++
 	}
-	rep.Results = res
-
-	// The requests of each class.
-	reqs := make([]func() codec.Request, len(sc.Classes))
-	colours := []color.RGBA{{R: 255, A: 255}, {G: 255, A: 255}, {B: 255, A: 255}}
-	for i, c := range sc.Classes {
-		c := c
-		switch c.Op {
-		case subjects.OpInfer:
-			x := &codec.Tensor{Type: "float32", Shape: []int64{1, onnxgen.TinyDim}, Data: codec.Float32Bytes([]float32{1, 2, 3, 4})}
-			reqs[i] = func() codec.Request {
-				return codec.Request{Model: c.Model, Class: c.Name, Inputs: map[string]*codec.Tensor{"x": x}, TimeoutMS: c.Timeout.D().Milliseconds()}
-			}
-		case subjects.OpTag:
-			p, err := w.solidPNG(c.Name, c.Image, colours[i%len(colours)])
-			if err != nil {
-				return nil, err
-			}
-			reqs[i] = func() codec.Request {
-				return codec.Request{Model: c.Model, Class: c.Name, Path: p, TimeoutMS: c.Timeout.D().Milliseconds()}
-			}
+	for _, c := range sc.Classes {
+		if c.Arrival == "stream" {
+			res.Counts[c.Name] = c.Streams * sc.frames(c)
 		}
+	}
+	rep.Results = res
+	reqs, ocr, err := scenarioRequests(&o, sc, w)
+	if err != nil {
+		return nil, err
 	}
 
 	base := collisionConfig(sc, w, lib)
@@ -168,15 +176,28 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 	out := o.out()
 	fmt.Fprintf(out, "collision: scenario %s, seed %d, window %v; requests: %s\n", sc.Name, sc.Seed, sc.Window.D(), countsLine(sc, res.Counts))
 
-	sys, err := startSystem(ctx, &o, w, "policy", policyCfg)
+	// checkOCR checks the detector's output files after a run (ocr is set when the
+	// scenario has the by-path detector): every file whole, then removed.
+	checkOCR := func(run string, r *CollisionRun) {
+		if ocr == nil || r == nil {
+			return
+		}
+		n, err := ocr.checkSpool()
+		if err != nil {
+			rep.note("%s run: a detector output file is wrong: %v", run, err)
+		}
+		for _, c := range sc.Classes {
+			if s := r.Classes[c.Name]; c.Model == "ocr" && s != nil && s.OK != n {
+				rep.note("%s run: %d detector results but %d whole output files", run, s.OK, n)
+			}
+		}
+	}
+
+	sys, err := startScenario(ctx, &o, w, "policy", policyCfg, sc, reqs)
 	if err != nil {
 		return nil, err
 	}
 	sys.runtimes(ctx, &rep.Machine.Runtimes)
-	if err := warmUp(ctx, sys, sc, reqs); err != nil {
-		sys.stop()
-		return nil, err
-	}
 	if !o.SkipSolo {
 		res.Solo = map[string]*ClassStats{}
 		for ci, c := range sc.Classes {
@@ -186,21 +207,25 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 					only = append(only, a)
 				}
 			}
+			active := make([]bool, len(sc.Classes))
+			active[ci] = true
 			fmt.Fprintf(out, "  solo %s ...\n", c.Name)
-			run, err := runSchedule(ctx, sys, sc, only, reqs)
+			run, err := runSchedule(ctx, sys, sc, only, reqs, active)
 			if err != nil {
 				sys.stop()
 				return nil, fmt.Errorf("solo %s: %w", c.Name, err)
 			}
+			checkOCR("solo "+c.Name, run)
 			res.Solo[c.Name] = run.Classes[c.Name]
 		}
 	}
 	fmt.Fprintf(out, "  policy ...\n")
-	res.Policy, err = runSchedule(ctx, sys, sc, sched, reqs)
+	res.Policy, err = runSchedule(ctx, sys, sc, sched, reqs, nil)
 	sys.stop()
 	if err != nil {
 		return nil, fmt.Errorf("policy run: %w", err)
 	}
+	checkOCR("policy", res.Policy)
 
 	if res.PolicyKey == "ok" {
 		base.Policy = config.PolicyFIFO
@@ -209,19 +234,16 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 		fmt.Fprintf(out, "  fifo ...\n")
-		fsys, err := startSystem(ctx, &o, w, "fifo", fifoCfg)
+		fsys, err := startScenario(ctx, &o, w, "fifo", fifoCfg, sc, reqs)
 		if err != nil {
 			return nil, err
 		}
-		if err := warmUp(ctx, fsys, sc, reqs); err != nil {
-			fsys.stop()
-			return nil, err
-		}
-		res.FIFO, err = runSchedule(ctx, fsys, sc, sched, reqs)
+		res.FIFO, err = runSchedule(ctx, fsys, sc, sched, reqs, nil)
 		fsys.stop()
 		if err != nil {
 			return nil, fmt.Errorf("fifo run: %w", err)
 		}
+		checkOCR("fifo", res.FIFO)
 	}
 	res.ratios()
 	res.print(out, rep)
@@ -233,7 +255,84 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
-// collisionConfig is the gateway config of a scenario (without its policy).
+// scenarioRequests fetches the real models the scenario loads (into w.fetched) and
+// returns how each class makes a request (a stream class: a first frame, for the
+// warm-up; its frames are made by its streams), and the by-path detector when a class
+// uses it (its spool made).
+func scenarioRequests(o *Options, sc *Scenario, w *workdir) ([]func() codec.Request, *ocrPath, error) {
+	w.fetched = map[string]string{}
+	for model, dir := range map[string]func() (string, error){"vad": o.vadDir, "ocr": o.ocrDir} {
+		if sc.uses(model) {
+			d, err := dir()
+			if err != nil {
+				return nil, nil, err
+			}
+			w.fetched[model] = d
+		}
+	}
+	var ocr *ocrPath
+	if sc.uses("ocr") {
+		if err := os.MkdirAll(w.spool(), 0o755); err != nil {
+			return nil, nil, err
+		}
+		var err error
+		if ocr, err = newOCRPath(w, OCRPathSide); err != nil {
+			return nil, nil, err
+		}
+	}
+	reqs := make([]func() codec.Request, len(sc.Classes))
+	colours := []color.RGBA{{R: 255, A: 255}, {G: 255, A: 255}, {B: 255, A: 255}}
+	for i, c := range sc.Classes {
+		timeout := c.Timeout.D().Milliseconds()
+		switch c.Model {
+		case "tiny":
+			x := &codec.Tensor{Type: "float32", Shape: []int64{1, onnxgen.TinyDim}, Data: codec.Float32Bytes([]float32{1, 2, 3, 4})}
+			reqs[i] = func() codec.Request {
+				return codec.Request{Model: c.Model, Class: c.Name, Inputs: map[string]*codec.Tensor{"x": x}, TimeoutMS: timeout}
+			}
+		case "vad":
+			frame := streamAudio(sc.Seed, 0, 1)
+			reqs[i] = func() codec.Request {
+				r := vadRequest(c.Model, c.Name, make([]float32, vadContext), frame, make([]float32, vadState))
+				r.TimeoutMS = timeout
+				return r
+			}
+		case "ocr":
+			reqs[i] = func() codec.Request {
+				r := ocr.request(c.Model)
+				r.Class, r.TimeoutMS = c.Name, timeout
+				return r
+			}
+		default: // tag: tagger, heavy
+			p, err := w.solidPNG(c.Name, c.Image, colours[i%len(colours)])
+			if err != nil {
+				return nil, nil, err
+			}
+			reqs[i] = func() codec.Request {
+				return codec.Request{Model: c.Model, Class: c.Name, Path: p, TimeoutMS: timeout}
+			}
+		}
+	}
+	return reqs, ocr, nil
+}
+
+// startScenario starts a system on cfg and warms it up.
+func startScenario(ctx context.Context, o *Options, w *workdir, name, cfg string, sc *Scenario, reqs []func() codec.Request) (*system, error) {
+	sys, err := startSystem(ctx, o, w, name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := warmUp(ctx, sys, sc, reqs); err != nil {
+		sys.stop()
+		return nil, err
+	}
+	clearDir(w.spool()) // the warm-up's detector outputs
+	return sys, nil
+}
+
+// collisionConfig is the gateway config of a scenario (without its policy). A stream
+// class's max_timeout is at least 30 s, for the warm-up (its frames carry their own
+// timeout_ms, below its timeout).
 func collisionConfig(sc *Scenario, w *workdir, lib string) sysConfig {
 	c := sysConfig{Images: w.images}
 	for _, p := range sc.Pools {
@@ -247,12 +346,18 @@ func collisionConfig(sc *Scenario, w *workdir, lib string) sysConfig {
 				chain = append(chain, p.Name)
 			}
 		}
-		c.Classes = append(c.Classes, classSpec{Name: cl.Name, Chain: chain, Timeout: cl.Timeout.D(), MaxTimeout: cl.Timeout.D(), QueueBound: cl.QueueBound})
+		maxTimeout := cl.Timeout.D()
+		if cl.Arrival == "stream" {
+			maxTimeout = max(maxTimeout, 30*time.Second)
+		}
+		c.Classes = append(c.Classes, classSpec{Name: cl.Name, Chain: chain, Timeout: cl.Timeout.D(), MaxTimeout: maxTimeout, QueueBound: cl.QueueBound})
 	}
 	dirs := map[string]modelSpec{
 		"tiny":   {Name: "tiny", Kind: config.KindRaw, Dir: filepath.Join(w.models, onnxgen.TinyDir)},
 		"tagger": {Name: "tagger", Kind: config.KindTaggerPixAI, Dir: filepath.Join(w.models, onnxgen.TaggerDir)},
 		"heavy":  {Name: "heavy", Kind: config.KindTaggerPixAI, Dir: filepath.Join(w.models, onnxgen.TaggerHeavyDir)},
+		"vad":    {Name: "vad", Kind: config.KindRaw, Dir: w.fetched["vad"]},
+		"ocr":    {Name: "ocr", Kind: config.KindRaw, Dir: w.fetched["ocr"]},
 	}
 	used := map[string]bool{}
 	for _, p := range sc.Pools {
@@ -260,10 +365,13 @@ func collisionConfig(sc *Scenario, w *workdir, lib string) sysConfig {
 			used[m] = true
 		}
 	}
-	for _, name := range []string{"tiny", "tagger", "heavy"} {
+	for _, name := range []string{"tiny", "tagger", "heavy", "vad", "ocr"} {
 		if used[name] {
 			c.Models = append(c.Models, dirs[name])
 		}
+	}
+	if used["ocr"] {
+		c.Spool = w.spool()
 	}
 	return c
 }
@@ -287,54 +395,132 @@ func warmUp(ctx context.Context, sys *system, sc *Scenario, reqs []func() codec.
 	return nil
 }
 
-// runSchedule sends the schedule's requests at their times, waits for every answer (up
-// to the scenario's drain timeout after the window) and computes each class's statistics.
-func runSchedule(ctx context.Context, sys *system, sc *Scenario, sched []arrival, reqs []func() codec.Request) (*CollisionRun, error) {
+// runSchedule runs one collision: the schedule's requests sent at their times, each
+// stream class's audio streams (stream.go) and each flood class's flood (inflight
+// requests outstanding, each answer followed by a new request, from the class's start
+// until the end of the window), for the classes active marks (nil: all). It waits for
+// every answer (up to the scenario's drain timeout after the window) and computes each
+// class's statistics.
+func runSchedule(ctx context.Context, sys *system, sc *Scenario, sched []arrival, reqs []func() codec.Request, active []bool) (*CollisionRun, error) {
+	on := func(ci int) bool { return active == nil || active[ci] }
 	cl, err := newCaller(sys.nc)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.close()
 	start := time.Now().Add(50 * time.Millisecond)
+	windowEnd := start.Add(sc.Window.D())
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// Floods: a token per request that may be outstanding, given back by its answer.
+	floods := map[string]chan struct{}{}
+	for ci, c := range sc.Classes {
+		if c.Arrival == "flood" && on(ci) {
+			floods[c.Name] = make(chan struct{}, c.InFlight)
+			for range c.InFlight {
+				floods[c.Name] <- struct{}{}
+			}
+		}
+	}
+	if len(floods) > 0 {
+		cl.setOnReply(func(k *call) {
+			if ch, ok := floods[k.Class]; ok {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}
+	var wg sync.WaitGroup
+	frames := make([][]frameRec, len(sc.Classes))
+	for ci, c := range sc.Classes {
+		if !on(ci) {
+			continue
+		}
+		switch c.Arrival {
+		case "flood":
+			tokens := floods[c.Name]
+			wg.Go(func() {
+				from := time.NewTimer(time.Until(start.Add(c.Start.D())))
+				defer from.Stop()
+				select {
+				case <-rctx.Done():
+					return
+				case <-from.C:
+				}
+				end := time.NewTimer(time.Until(windowEnd))
+				defer end.Stop()
+				for {
+					select {
+					case <-rctx.Done():
+						return
+					case <-end.C:
+						return
+					case <-tokens:
+						req := reqs[ci]()
+						req.ID = nuid.Next()
+						cl.send(c.Op, &req) // a failed publish is recorded on its call
+					}
+				}
+			})
+		case "stream":
+			wg.Go(func() {
+				frames[ci] = runStreams(rctx, sys.cl, c, sc.Seed, c.Streams, sc.frames(c), start)
+			})
+		}
+	}
+	fail := func(err error) (*CollisionRun, error) {
+		cancel()
+		wg.Wait()
+		return nil, err
+	}
 	for _, a := range sched {
 		if d := time.Until(start.Add(a.At)); d > 0 {
 			select {
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return fail(ctx.Err())
 			case <-time.After(d):
 			}
 		}
 		req := reqs[a.Class]()
 		req.ID = nuid.Next()
 		if _, err := cl.send(sc.Classes[a.Class].Op, &req); err != nil {
-			return nil, err
+			return fail(err)
 		}
 	}
-	windowEnd := start.Add(sc.Window.D())
 	if d := time.Until(windowEnd); d > 0 {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return fail(ctx.Err())
 		case <-time.After(d):
 		}
 	}
+	wg.Wait() // the streams' last answers; no flood sends after the window
 	cl.wait(ctx, sc.DrainTimeout.D())
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	calls := cl.snapshot()
 	run := &CollisionRun{Classes: map[string]*ClassStats{}}
-	for _, c := range sc.Classes {
+	for ci, c := range sc.Classes {
 		var mine []call
 		for _, k := range calls {
 			if k.Class == c.Name {
 				mine = append(mine, k)
 			}
 		}
+		for i := range frames[ci] {
+			mine = append(mine, frames[ci][i].asCall(c.Name))
+		}
 		if len(mine) == 0 {
 			continue
 		}
 		run.Classes[c.Name] = classStats(mine, start, windowEnd)
+		if c.Arrival == "stream" {
+			run.Classes[c.Name].Stream = streamStats(frames[ci], c.Streams)
+		}
 		if c.Name == subjects.ClassBatch {
 			var last time.Time
 			for _, k := range mine {
@@ -376,6 +562,11 @@ func classStats(calls []call, start, windowEnd time.Time) *ClassStats {
 			s.Errors[k.Code]++
 			// A miss counts in the latencies as at least its deadline: it was not served
 			// in time, however early the system said so.
+			lat = append(lat, max(k.Latency(), k.Deadline))
+		case codeSkipped:
+			// A frame the client did not send: its deadline had passed (stream.go).
+			s.DeadlineMisses++
+			s.Errors[k.Code]++
 			lat = append(lat, max(k.Latency(), k.Deadline))
 		case string(codec.CodeOverloaded):
 			s.Overloaded++
@@ -434,6 +625,18 @@ func (r *CollisionResults) ratios() {
 	r.Ratios.UrgentMissesFIFO = get(fifo, u).DeadlineMisses
 	r.Ratios.BatchThroughputPolicyOverSolo = ratio(get(pol, b).WindowThroughputPerS, get(r.Solo, b).WindowThroughputPerS)
 	r.Ratios.BatchThroughputFIFOOverSolo = ratio(get(fifo, b).WindowThroughputPerS, get(r.Solo, b).WindowThroughputPerS)
+	if i := slices.IndexFunc(r.Scenario.Classes, func(c ScenarioClass) bool { return c.Name == u }); i >= 0 && r.Scenario.Classes[i].Arrival == "stream" {
+		st := func(m map[string]*ClassStats) *StreamStats {
+			if s := get(m, u); s.Stream != nil {
+				return s.Stream
+			}
+			return &StreamStats{}
+		}
+		r.Ratios.UrgentStream = &StreamRatios{
+			DroppedSolo: st(r.Solo).DroppedFraction, DroppedPolicy: st(pol).DroppedFraction, DroppedFIFO: st(fifo).DroppedFraction,
+			RTFSolo: st(r.Solo).RTF, RTFPolicy: st(pol).RTF, RTFFIFO: st(fifo).RTF,
+		}
+	}
 }
 
 func countsLine(sc *Scenario, counts map[string]int) string {
@@ -484,6 +687,17 @@ func (r *CollisionResults) print(out io.Writer, rep *Report) {
 		row("fifo", r.FIFO.Classes)
 	}
 	tw.Flush()
+	var runs []namedRun
+	if r.Solo != nil {
+		runs = append(runs, namedRun{"solo", r.Solo})
+	}
+	if r.Policy != nil {
+		runs = append(runs, namedRun{"policy", r.Policy.Classes})
+	}
+	if r.FIFO != nil {
+		runs = append(runs, namedRun{"fifo", r.FIFO.Classes})
+	}
+	printStreams(out, r.Scenario, runs)
 	q := r.Ratios
 	if r.Policy != nil {
 		fmt.Fprintf(out, "batch drain after the window: policy %.0f ms", q.DrainMSPolicy)
@@ -529,4 +743,33 @@ func (r *CollisionResults) print(out io.Writer, rep *Report) {
 			rep.note("target missed: %d urgent deadline misses of %d urgent requests under the policy (target 0 of >= 500)", q.UrgentMissesPolicy, q.UrgentCountPolicy)
 		}
 	}
+}
+
+// namedRun is one run's class statistics, named for a table.
+type namedRun struct {
+	name    string
+	classes map[string]*ClassStats
+}
+
+// printStreams prints the audio streams' figures of the runs (nothing when the scenario
+// has no stream class).
+func printStreams(out io.Writer, sc *Scenario, runs []namedRun) {
+	tw := table(out)
+	head := false
+	for _, run := range runs {
+		for _, c := range sc.Classes {
+			s := run.classes[c.Name]
+			if s == nil || s.Stream == nil {
+				continue
+			}
+			if !head {
+				fmt.Fprintln(tw, "run\tclass\tstreams\tframes\tsent\ton time\tdropped\tdropped %\tskipped\texpired\tlate\terrors\trtf\trtf compute\tspeech\t")
+				head = true
+			}
+			st := s.Stream
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.2f\t%d\t%d\t%d\t%d\t%.4f\t%.4f\t%.3f\t\n", run.name, c.Name, st.Streams, st.Frames, st.Sent,
+				st.OnTime, st.Dropped, 100*st.DroppedFraction, st.Skipped, st.Expired, st.Late, st.Errors+st.Unanswered, st.RTF, st.RTFCompute, st.SpeechFraction)
+		}
+	}
+	tw.Flush()
 }

@@ -30,6 +30,20 @@ type Scenario struct {
 	HeavyLayers  int             `toml:"heavy_layers" json:"heavy_layers"`
 	Pools        []ScenarioPool  `toml:"pool" json:"pools"`
 	Classes      []ScenarioClass `toml:"class" json:"classes"`
+	// Capacity is the load steps of `bench capacity` (nil in collision scenarios).
+	Capacity *CapacityPlan `toml:"capacity" json:"capacity,omitempty"`
+}
+
+// CapacityPlan is the [capacity] table: the load steps of `bench capacity`. Step i runs
+// Streams[i] audio streams in the stream class and the Poisson class at Rates[i] per
+// second, for Window (the scenario's window when 0), against the constant flood.
+type CapacityPlan struct {
+	Streams []int           `toml:"streams" json:"streams"`
+	Rates   []float64       `toml:"rates" json:"rates"`
+	Window  config.Duration `toml:"window" json:"window,omitempty"`
+	// AfterKnee is how many steps a run goes on after its knee (the first step where a
+	// class misses its target), to show the curve bending; < 0 = every step.
+	AfterKnee int `toml:"after_knee" json:"after_knee"`
 }
 
 // ScenarioPool is one pool of a scenario.
@@ -61,14 +75,39 @@ type ScenarioClass struct {
 	Count      int             `toml:"count" json:"count,omitempty"`
 	Start      config.Duration `toml:"start" json:"start,omitempty"`
 	Spread     config.Duration `toml:"spread" json:"spread,omitempty"`
+	// Streams is the number of audio streams of an arrival = "stream" class.
+	Streams int `toml:"streams" json:"streams,omitempty"`
+	// InFlight is how many requests an arrival = "flood" class keeps outstanding.
+	InFlight int `toml:"inflight" json:"inflight,omitempty"`
+	// TargetP95 and MaxMissed are the class's target in `bench capacity`: p95 latency at
+	// most TargetP95 (default: timeout) and at most MaxMissed of its requests (a fraction;
+	// default 0.01) missed: deadline misses (dropped frames), errors and unanswered.
+	// A flood class has no target.
+	TargetP95 config.Duration `toml:"target_p95" json:"target_p95,omitempty"`
+	MaxMissed float64         `toml:"max_missed" json:"max_missed,omitempty"`
 }
 
-// The models a scenario may name, and the ops they serve.
-var scenarioModels = map[string]string{"tiny": subjects.OpInfer, "tagger": subjects.OpTag, "heavy": subjects.OpTag}
+// The models a scenario may name, and the ops they serve: generated (tiny, tagger,
+// heavy) and fetched (vad: Silero VAD v5, frames of an audio stream; ocr: the PP-OCRv4
+// detector at 640x640 by path).
+var scenarioModels = map[string]string{"tiny": subjects.OpInfer, "tagger": subjects.OpTag, "heavy": subjects.OpTag,
+	"vad": subjects.OpInfer, "ocr": subjects.OpInfer}
+
+// uses reports whether a pool of the scenario loads model.
+func (s *Scenario) uses(model string) bool {
+	for _, p := range s.Pools {
+		if slices.Contains(p.Models, model) {
+			return true
+		}
+	}
+	return false
+}
 
 // LoadScenario reads a scenario: a TOML file, or a built-in one: "" or "default"
 // (scenarios/collision.toml), "onepool" (collision-onepool.toml), "short"
-// (collision-short.toml, for tests).
+// (collision-short.toml, for tests), "real" (collision-real.toml: Silero VAD audio
+// streams, the PP-OCRv4 detector, the tagger flood), "real-short" (the same, short, for
+// tests), "capacity" (capacity.toml, for `bench capacity`).
 func LoadScenario(name string) (*Scenario, error) {
 	var data []byte
 	var err error
@@ -76,8 +115,11 @@ func LoadScenario(name string) (*Scenario, error) {
 	case "", "default":
 		name = "scenarios/collision.toml"
 		data, err = builtinScenarios.ReadFile(name)
-	case "onepool", "short":
+	case "onepool", "short", "real", "real-short":
 		name = "scenarios/collision-" + name + ".toml"
+		data, err = builtinScenarios.ReadFile(name)
+	case "capacity":
+		name = "scenarios/capacity.toml"
 		data, err = builtinScenarios.ReadFile(name)
 	default:
 		data, err = os.ReadFile(name)
@@ -122,7 +164,7 @@ func (s *Scenario) check() error {
 		}
 		for _, m := range p.Models {
 			if _, ok := scenarioModels[m]; !ok {
-				return fmt.Errorf("pool %s: unknown model %q (want tiny, tagger or heavy)", p.Name, m)
+				return fmt.Errorf("pool %s: unknown model %q (want tiny, tagger, heavy, vad or ocr)", p.Name, m)
 			}
 			if m == "heavy" && s.HeavyLayers == 0 {
 				return fmt.Errorf("pool %s loads heavy but heavy_layers is 0", p.Name)
@@ -143,7 +185,13 @@ func (s *Scenario) check() error {
 		seen[c.Name] = true
 		op, ok := scenarioModels[c.Model]
 		if !ok || op != c.Op {
-			return fmt.Errorf("class %s: model %q does not serve op %q (tiny: infer; tagger, heavy: tag)", c.Name, c.Model, c.Op)
+			return fmt.Errorf("class %s: model %q does not serve op %q (tiny, vad, ocr: infer; tagger, heavy: tag)", c.Name, c.Model, c.Op)
+		}
+		if (c.Model == "vad") != (c.Arrival == "stream") {
+			return fmt.Errorf("class %s: the vad model takes arrival = \"stream\" (audio streams), and only it does", c.Name)
+		}
+		if c.TargetP95 < 0 || c.MaxMissed < 0 || c.MaxMissed > 1 {
+			return fmt.Errorf("class %s: target_p95 must be >= 0 and max_missed in [0, 1]", c.Name)
 		}
 		if c.Op == subjects.OpTag && c.Image == 0 {
 			c.Image = 256
@@ -167,11 +215,53 @@ func (s *Scenario) check() error {
 			if c.Count <= 0 {
 				return fmt.Errorf("class %s: a burst needs count > 0", c.Name)
 			}
+		case "stream":
+			if c.Interval <= 0 || c.Streams <= 0 {
+				return fmt.Errorf("class %s: audio streams need interval (the frame period) > 0 and streams > 0", c.Name)
+			}
+		case "flood":
+			if c.InFlight <= 0 {
+				return fmt.Errorf("class %s: a flood needs inflight > 0", c.Name)
+			}
 		default:
-			return fmt.Errorf("class %s: arrival %q (want periodic, poisson or burst)", c.Name, c.Arrival)
+			return fmt.Errorf("class %s: arrival %q (want periodic, poisson, burst, stream or flood)", c.Name, c.Arrival)
+		}
+	}
+	if p := s.Capacity; p != nil {
+		if len(p.Streams) == 0 || len(p.Streams) != len(p.Rates) {
+			return fmt.Errorf("[capacity]: streams and rates must be lists of the same length > 0")
+		}
+		if s.classBy("stream") < 0 || s.classBy("poisson") < 0 {
+			return fmt.Errorf("[capacity]: needs a class with arrival = \"stream\" and one with arrival = \"poisson\" (the loads it raises)")
+		}
+		for i := range p.Streams {
+			if p.Streams[i] <= 0 || p.Rates[i] <= 0 {
+				return fmt.Errorf("[capacity]: step %d: streams and rate must be > 0", i+1)
+			}
+		}
+		if p.Window < 0 {
+			return fmt.Errorf("[capacity]: window must be >= 0")
 		}
 	}
 	return nil
+}
+
+// classBy is the index of the first class with that arrival, or -1.
+func (s *Scenario) classBy(arrival string) int {
+	return slices.IndexFunc(s.Classes, func(c ScenarioClass) bool { return c.Arrival == arrival })
+}
+
+// frames is how many frames each stream of a stream class sends in the window: one
+// every interval from the start, while before the window's end.
+func (s *Scenario) frames(c ScenarioClass) int {
+	if c.Arrival != "stream" {
+		return 0
+	}
+	w, iv := s.Window.D()-c.Start.D(), c.Interval.D()
+	if w <= 0 {
+		return 0
+	}
+	return int((w + iv - 1) / iv)
 }
 
 // chain is the pools serving class that load model, in file order.
@@ -192,7 +282,8 @@ type arrival struct {
 	Class int
 }
 
-// Schedule is the arrival schedule: deterministic for a seed, in time order.
+// Schedule is the arrival schedule: deterministic for a seed, in time order. Stream and
+// flood classes have none: their requests follow their own answers (runSchedule).
 func (s *Scenario) Schedule() []arrival {
 	var out []arrival
 	window := s.Window.D()

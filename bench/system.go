@@ -36,6 +36,8 @@ type workdir struct {
 	models string // generated models (onnxgen)
 	images string // the one allowed image root
 	keep   bool
+	// fetched maps the fetched models a scenario loads (vad, ocr) to their folders.
+	fetched map[string]string
 }
 
 // newWorkdir makes the temporary directory and generates the models into it, the heavy

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"image/color"
-	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -19,7 +17,6 @@ import (
 	"github.com/ortbus/ortbus/images"
 	"github.com/ortbus/ortbus/models"
 	"github.com/ortbus/ortbus/models/onnxgen"
-	"github.com/ortbus/ortbus/npy"
 	"github.com/ortbus/ortbus/ort"
 	"github.com/ortbus/ortbus/subjects"
 )
@@ -320,76 +317,26 @@ func Throughput(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
-// ocrDir is the PP-OCRv4 detector's folder, fetched by scripts/fetch-ocr-model.sh when
-// it is not there yet.
-func (o *Options) ocrDir() (string, error) {
-	dir := filepath.Join(o.Repo, ".deps", "ocr", "ppocrv4-det")
-	if isFile(filepath.Join(dir, "model.onnx")) {
-		return dir, nil
-	}
-	script := filepath.Join(o.Repo, "scripts", "fetch-ocr-model.sh")
-	cmd := exec.Command(script, filepath.Join(o.Repo, ".deps"))
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s is missing and %s failed (%v)", filepath.Join(dir, "model.onnx"), script, err)
-	}
-	return dir, nil
-}
-
-// ocrInput is a deterministic noise image of side x side for the detector.
-func ocrInput(side int) *codec.Tensor {
-	rng := rand.New(rand.NewPCG(1, 2))
-	x := make([]float32, 3*side*side)
-	for i := range x {
-		x[i] = float32(rng.Float64()*2 - 1)
-	}
-	return &codec.Tensor{Type: "float32", Shape: []int64{1, 3, int64(side), int64(side)}, Data: codec.Float32Bytes(x)}
-}
-
 // ocrByPath is the by-path row of the detector: OCRPathSide x OCRPathSide, OCRPathThreads
 // threads. Through the system each request names the input .npy (written once, in the
 // allowed root) and a fresh output .npy in the spool; the client then reads the output
-// file whole, checks its size and removes it. The in-process loop runs the same model on
-// the same tensor held in memory, its output returned in memory: what a program that
-// loads the runtime itself does.
+// file whole, checks its size and removes it (ocrPath). The in-process loop runs the same
+// model on the same tensor held in memory, its output returned in memory: what a program
+// that loads the runtime itself does.
 func ocrByPath(w *workdir, dir, source string) (tpModel, error) {
-	x := ocrInput(OCRPathSide)
-	xPath := filepath.Join(w.images, "ocr-x-640.npy")
-	b, err := npy.Encode(x)
+	p, err := newOCRPath(w, OCRPathSide)
 	if err != nil {
 		return tpModel{}, err
 	}
-	if err := os.WriteFile(xPath, b, 0o644); err != nil {
-		return tpModel{}, err
-	}
-	// The output file: a header (128 bytes, as npy.HeaderOf writes [1,1,640,640]) and
-	// 640*640 float32.
-	wantBytes := int64(128 + 4*OCRPathSide*OCRPathSide)
 	return tpModel{name: ocrPathModel, kind: config.KindRaw, op: subjects.OpInfer, dir: dir, threads: OCRPathThreads,
 		input: fmt.Sprintf("x float32 [1,3,%d,%d] (uniform noise in [-1,1]); system: input_paths (a %d-byte .npy written once) and output_paths (a new .npy in the spool per item, read whole and removed by the client); in-process: the tensor in memory, the output returned in memory",
-			OCRPathSide, OCRPathSide, len(b)),
+			OCRPathSide, OCRPathSide, p.inputBytes),
 		source: source,
-		req: func() codec.Request {
-			return codec.Request{Model: ocrPathModel, InputPaths: map[string]string{ocrInputName: xPath},
-				OutputPaths: map[string]string{ocrOutputName: filepath.Join(w.spool(), "y-"+nuid.Next()+".npy")}}
-		},
+		req:    func() codec.Request { return p.request(ocrPathModel) },
 		inproc: func() codec.Request {
-			return codec.Request{Model: ocrPathModel, Inputs: map[string]*codec.Tensor{ocrInputName: x}}
+			return codec.Request{Model: ocrPathModel, Inputs: map[string]*codec.Tensor{ocrInputName: p.x}}
 		},
-		after: func(r *codec.InferReply) error {
-			p, ok := r.OutputPaths[ocrOutputName]
-			if !ok {
-				return fmt.Errorf("the reply names no file for output %s (output_paths %v)", ocrOutputName, r.OutputPaths)
-			}
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			if int64(len(data)) != wantBytes {
-				return fmt.Errorf("%s is %d bytes, want %d", p, len(data), wantBytes)
-			}
-			return os.Remove(p)
-		},
+		after: p.after,
 	}, nil
 }
 

@@ -158,3 +158,38 @@ func TestTensorJSON(t *testing.T) {
 		t.Fatal("an empty tensor refused")
 	}
 }
+
+// TestTensorScalar: a scalar (shape [], one element) is a legitimate tensor, as Silero
+// VAD's int64 input "sr" is declared; it validates and keeps its one element through
+// msgpack and JSON, in a request's inputs.
+func TestTensorScalar(t *testing.T) {
+	sr := &Tensor{Type: "int64", Shape: []int64{}, Data: []byte{0x80, 0x3e, 0, 0, 0, 0, 0, 0}} // 16000
+	if err := sr.Validate(); err != nil {
+		t.Fatalf("scalar refused: %v", err)
+	}
+	if err := (&Tensor{Type: "int64", Data: sr.Data}).Validate(); err != nil {
+		t.Fatalf("scalar with a nil shape refused: %v", err)
+	}
+	if (&Tensor{Type: "int64", Shape: []int64{}, Data: make([]byte, 16)}).Validate() == nil {
+		t.Fatal("a scalar of two elements accepted")
+	}
+	b, err := Marshal(&Request{Model: "vad", Inputs: map[string]*Tensor{"sr": sr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Request
+	if err := Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Inputs["sr"]; got == nil || len(got.Shape) != 0 || !bytes.Equal(got.Data, sr.Data) || got.Validate() != nil {
+		t.Fatalf("msgpack round trip: %+v", got)
+	}
+	j, err := json.Marshal(sr)
+	if err != nil || string(j) != `{"type":"int64","shape":[],"data":[16000]}` {
+		t.Fatalf("JSON: %s %v", j, err)
+	}
+	var back Tensor
+	if err := json.Unmarshal(j, &back); err != nil || len(back.Shape) != 0 || !bytes.Equal(back.Data, sr.Data) {
+		t.Fatalf("JSON round trip: %+v %v", back, err)
+	}
+}

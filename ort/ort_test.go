@@ -94,6 +94,7 @@ func TestRuntimeChild(t *testing.T) {
 	t.Run("Detector", c.testDetector)
 	t.Run("Segmenter", c.testSegmenter)
 	t.Run("Tiny", c.testTiny)
+	t.Run("ScalarInput", c.testScalarInput)
 	t.Run("Concurrent", c.testConcurrent)
 	t.Run("SessionsCreated", c.testSessionsCreated)
 	t.Run("MissingInput", c.testMissingInput)
@@ -373,6 +374,36 @@ func (c *child) testTiny(t *testing.T) {
 	got, shape := run(t, s, "x", []int64{3, onnxgen.TinyDim}, x)
 	wantShape(t, "y", shape, []int64{3, onnxgen.TinyDim})
 	near(t, "y", got, onnxgen.RefTiny(x))
+}
+
+// testScalarInput runs a model with a rank-0 input (an int64 scalar, as Silero VAD's
+// sample rate "sr" is declared): a tensor of shape [] with one element goes in as a
+// scalar, y = x * float(k).
+func (c *child) testScalarInput(t *testing.T) {
+	g := onnxgen.NewGraph("scalar_input")
+	g.AddInput("x", onnxgen.Float, "N", 2)
+	g.AddInput("k", onnxgen.Int64)
+	g.AddOutput("y", onnxgen.Float, "N", 2)
+	g.AddNode("Mul", []string{"x", g.Op("Cast", []string{"k"}, onnxgen.AttrInt("to", int64(onnxgen.Float)))}, []string{"y"})
+	path := filepath.Join(t.TempDir(), "scalar.onnx")
+	if err := g.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	s := c.session(t, path, ort.SessionConfig{IntraOpThreads: 1})
+	wantIO(t, s,
+		[]ort.IOInfo{{Name: "x", Shape: []int64{-1, 2}, Type: "float32"}, {Name: "k", Type: "int64"}},
+		[]ort.IOInfo{{Name: "y", Shape: []int64{-1, 2}, Type: "float32"}})
+	for _, shape := range [][]int64{nil, {}} {
+		outs, err := s.Run(context.Background(), []ort.Tensor{{Name: "x", Shape: []int64{1, 2}, Data: []float32{1.5, -2}}, {Name: "k", Shape: shape, Data: []int64{3}}})
+		if err != nil {
+			t.Fatalf("Run with k of shape %#v: %v", shape, err)
+		}
+		near(t, "y", outs[0].Float32(), []float32{4.5, -6})
+	}
+	// A scalar holds exactly one element.
+	if _, err := s.Run(context.Background(), []ort.Tensor{{Name: "x", Shape: []int64{1, 2}, Data: []float32{1, 2}}, {Name: "k", Data: []int64{}}}); err == nil {
+		t.Error("Run with a scalar of no element: no error")
+	}
 }
 
 // testConcurrent runs one tiny session from four goroutines at once, each with its own

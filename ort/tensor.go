@@ -8,7 +8,8 @@ import (
 )
 
 // Tensor is a named tensor held in Go memory. Data is one of []float32, []float64,
-// []int64, []int32, []uint8 or []bool, with len = product of Shape.
+// []int64, []int32, []uint8 or []bool, with len = product of Shape; an empty Shape is a
+// scalar (rank 0, one element).
 type Tensor struct {
 	Name  string
 	Shape []int64
@@ -41,6 +42,9 @@ func (t Tensor) value() (onnx.Value, error) {
 	if l := int64(reflect.ValueOf(t.Data).Len()); l != n {
 		return nil, fmt.Errorf("shape %v needs %d values, got %d", t.Shape, n, l)
 	}
+	if len(t.Shape) == 0 {
+		return scalarValue(t.Data)
+	}
 	shape := onnx.NewShape(t.Shape...)
 	switch d := t.Data.(type) {
 	case []float32:
@@ -59,6 +63,27 @@ func (t Tensor) value() (onnx.Value, error) {
 	return nil, fmt.Errorf("unsupported tensor data %T", t.Data)
 }
 
+// scalarValue is the rank-0 value (shape []) holding data's one element: onnx.NewTensor
+// refuses a shape without dimensions, and a model input declared as a scalar (Silero
+// VAD's int64 sample rate "sr", for one) wants rank 0.
+func scalarValue(data any) (onnx.Value, error) {
+	switch d := data.(type) {
+	case []float32:
+		return onnx.NewScalar(d[0])
+	case []float64:
+		return onnx.NewScalar(d[0])
+	case []int64:
+		return onnx.NewScalar(d[0])
+	case []int32:
+		return onnx.NewScalar(d[0])
+	case []uint8:
+		return onnx.NewScalar(d[0])
+	case []bool:
+		return onnx.NewScalar(d[0])
+	}
+	return nil, fmt.Errorf("unsupported tensor data %T", data)
+}
+
 // fromValue copies an ORT-allocated output into Go memory.
 func fromValue(name string, v onnx.Value) (Tensor, error) {
 	t := Tensor{Name: name, Shape: append([]int64(nil), v.GetShape()...)}
@@ -75,6 +100,18 @@ func fromValue(name string, v onnx.Value) (Tensor, error) {
 		t.Data = append([]uint8(nil), x.GetData()...)
 	case *onnx.Tensor[bool]:
 		t.Data = append([]bool(nil), x.GetData()...)
+	case *onnx.Scalar[float32]:
+		t.Data = []float32{x.GetData()}
+	case *onnx.Scalar[float64]:
+		t.Data = []float64{x.GetData()}
+	case *onnx.Scalar[int64]:
+		t.Data = []int64{x.GetData()}
+	case *onnx.Scalar[int32]:
+		t.Data = []int32{x.GetData()}
+	case *onnx.Scalar[uint8]:
+		t.Data = []uint8{x.GetData()}
+	case *onnx.Scalar[bool]:
+		t.Data = []bool{x.GetData()}
 	default:
 		return t, fmt.Errorf("output %q has an unsupported type %T", name, v)
 	}

@@ -15,16 +15,21 @@ import (
 )
 
 const benchUsage = `usage: ortbus bench NAME [flags]
-  NAME: overhead | throughput | collision | failure | jobs
+  NAME: overhead | throughput | collision | capacity | failure | jobs
   -out FILE.json   write the JSON report here (default <repo>/bench-out/NAME.json)
   -n N             overhead: timed calls per path (default 3000); jobs: items (default 10000)
   -duration D      throughput: measured time per path (default 8s); failure: load before the kill
-                   (default 2s); collision: overrides the scenario's arrival window
+                   (default 2s); collision: overrides the scenario's arrival window; capacity:
+                   overrides each step's window
   -inflight N      throughput, failure, jobs (plain path): requests kept outstanding (default 32, 8, 32)
   -kills N         jobs: kill -9 of the whole stack during the kill run (default 2; -1 = none)
   -scenario S      collision: a scenario TOML file, or a built-in one: default (two pools
-                   sharing the CPU: bench/scenarios/collision.toml), onepool, short
-  -chart FILE.png  collision: latency chart (default: next to -out, NAME.png; "-" = none)
+                   sharing the CPU: bench/scenarios/collision.toml), onepool, short, real
+                   (Silero VAD audio + PP-OCRv4 det 640 + the tagger flood), real-short;
+                   capacity: a TOML file with a [capacity] table, default capacity
+  -seed N          collision, capacity: replaces the scenario's seed (printed either way)
+  -steps LIST      capacity: the load steps, STREAMS:RATE,... (e.g. 1:0.5,2:1,4:2)
+  -chart FILE.png  collision, capacity: chart (default: next to -out, NAME.png; "-" = none)
   -no-solo         collision: skip the solo runs
   -relay           overhead: the gateway relays every reply ([gateway] relay_replies)
   -repo DIR        repository root (default: found from this binary or the working directory)
@@ -48,6 +53,8 @@ func benchCmd(args []string) int {
 	inflight := fs.Int("inflight", 0, "")
 	kills := fs.Int("kills", 0, "")
 	scenario := fs.String("scenario", "", "")
+	seed := fs.Uint64("seed", 0, "")
+	steps := fs.String("steps", "", "")
 	chart := fs.String("chart", "", "")
 	noSolo := fs.Bool("no-solo", false, "")
 	relay := fs.Bool("relay", false, "")
@@ -60,7 +67,7 @@ func benchCmd(args []string) int {
 		return 2
 	}
 	o := bench.Options{Repo: *repo, BinDir: *bin, N: *n, Duration: *dur, InFlight: *inflight, Kills: *kills,
-		Scenario: *scenario, SkipSolo: *noSolo, RelayReplies: *relay, Out: os.Stdout, KeepTemp: *keep}
+		Scenario: *scenario, Seed: *seed, Steps: *steps, SkipSolo: *noSolo, RelayReplies: *relay, Out: os.Stdout, KeepTemp: *keep}
 	if *verbose {
 		o.Logs = os.Stderr
 	}
@@ -75,7 +82,7 @@ func benchCmd(args []string) int {
 	if *out == "" {
 		*out = filepath.Join(o.Repo, "bench-out", name+".json")
 	}
-	if name == "collision" && *chart != "-" {
+	if (name == "collision" || name == "capacity") && *chart != "-" {
 		o.Chart = *chart
 		if o.Chart == "" {
 			o.Chart = strings.TrimSuffix(*out, ".json") + ".png"

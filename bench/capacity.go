@@ -1,0 +1,379 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ortbus/ortbus/config"
+)
+
+// CapacityResults are the results of `bench capacity`: under a constant batch flood, the
+// load of the higher classes (the stream class's audio streams, the Poisson class's rate)
+// raised step by step, each step run under the sharing policy and under FIFO, until some
+// class misses its target (the knee), and a few steps more (after_knee).
+type CapacityResults struct {
+	Scenario *Scenario `json:"scenario"`
+	// Seed is the seed of every step's arrivals and audio (the same in every run).
+	Seed uint64 `json:"seed"`
+	// StepWindowS is each step's arrival window.
+	StepWindowS float64 `json:"step_window_s"`
+	// Targets are the classes' targets (classes with a target only).
+	Targets map[string]CapacityTarget `json:"targets"`
+	Steps   []*CapacityStep           `json:"steps"`
+	// Knee is the knee of each run ("policy", "fifo").
+	Knee map[string]*CapacityKnee `json:"knee"`
+	// PolicyKey says whether the gateway took `[gateway] policy` ("ok"), or why not (no
+	// FIFO runs then).
+	PolicyKey string `json:"policy_key"`
+}
+
+// CapacityTarget is a class's target: p95 at most P95MS, and at most MaxMissed of its
+// requests missed (deadline misses, dropped frames, errors, unanswered).
+type CapacityTarget struct {
+	P95MS     float64 `json:"p95_ms"`
+	MaxMissed float64 `json:"max_missed"`
+}
+
+// CapacityStep is one load step and its runs (nil: not run, past the run's knee).
+type CapacityStep struct {
+	Step    int     `json:"step"` // 1-based
+	Streams int     `json:"streams"`
+	Rate    float64 `json:"rate"`
+	// Policy and FIFO are the step's runs: each class's statistics and drain_ms.
+	Policy *CollisionRun `json:"policy"`
+	FIFO   *CollisionRun `json:"fifo"`
+	// Missed lists, per run, each target missed at this step ("class: why").
+	Missed map[string][]string `json:"missed"`
+}
+
+// CapacityKnee is where a run first missed a target.
+type CapacityKnee struct {
+	// Step is the first step (1-based) where some class missed its target; 0 when every
+	// step run met every target.
+	Step    int     `json:"step"`
+	Streams int     `json:"streams,omitempty"`
+	Rate    float64 `json:"rate,omitempty"`
+	// Missed are the targets missed there.
+	Missed []string `json:"missed,omitempty"`
+	// LastMet is the last step before the knee (0: none; every step when there is no
+	// knee), with its load: the highest load that met every target.
+	LastMet        int     `json:"last_met_step"`
+	LastMetStreams int     `json:"last_met_streams,omitempty"`
+	LastMetRate    float64 `json:"last_met_rate,omitempty"`
+}
+
+// hasTarget reports whether a class has a capacity target: every class but the flood
+// (and a batch burst), which is the constant load.
+func hasTarget(c ScenarioClass) bool { return c.Arrival != "flood" && c.Arrival != "burst" }
+
+// target is a class's target, its defaults filled in.
+func target(c ScenarioClass) CapacityTarget {
+	t := CapacityTarget{P95MS: ms(c.Timeout.D()), MaxMissed: 0.01}
+	if c.TargetP95 > 0 {
+		t.P95MS = ms(c.TargetP95.D())
+	}
+	if c.MaxMissed > 0 {
+		t.MaxMissed = c.MaxMissed
+	}
+	return t
+}
+
+// missed counts a class's requests that missed: deadline misses (dropped frames
+// included), errors other than those, and the unanswered.
+func missed(s *ClassStats) int {
+	n := s.DeadlineMisses + s.Unanswered
+	for code, k := range s.Errors {
+		if code != "deadline_exceeded" && code != codeSkipped {
+			n += k
+		}
+	}
+	return n
+}
+
+// targetMisses lists the targets a run missed ("class: why"), in class order; a class
+// with a target but no statistics missed (it served nothing).
+func targetMisses(sc *Scenario, classes map[string]*ClassStats) []string {
+	var out []string
+	for _, c := range sc.Classes {
+		if !hasTarget(c) {
+			continue
+		}
+		t := target(c)
+		s := classes[c.Name]
+		if s == nil || s.Count == 0 {
+			out = append(out, c.Name+": no requests answered")
+			continue
+		}
+		if s.P95MS > t.P95MS {
+			out = append(out, fmt.Sprintf("%s: p95 %.1f ms > %.1f ms", c.Name, s.P95MS, t.P95MS))
+		}
+		if f := float64(missed(s)) / float64(s.Count); f > t.MaxMissed {
+			what := "missed"
+			if s.Stream != nil {
+				what = "frames dropped"
+			}
+			out = append(out, fmt.Sprintf("%s: %d of %d %s (%.1f%% > %.1f%%)", c.Name, missed(s), s.Count, what, 100*f, 100*t.MaxMissed))
+		}
+	}
+	return out
+}
+
+// kneeOf is the knee of a run's steps (missed[i]: the targets missed at step i; nil
+// entries are steps not run, which end the run).
+func kneeOf(steps []*CapacityStep, missed [][]string, ran []bool) *CapacityKnee {
+	k := &CapacityKnee{}
+	for i, s := range steps {
+		if !ran[i] {
+			break
+		}
+		if len(missed[i]) > 0 {
+			k.Step, k.Streams, k.Rate, k.Missed = s.Step, s.Streams, s.Rate, missed[i]
+			return k
+		}
+		k.LastMet, k.LastMetStreams, k.LastMetRate = s.Step, s.Streams, s.Rate
+	}
+	return k
+}
+
+// ParseSteps reads a step list "STREAMS:RATE,...", e.g. "1:0.5,2:1,4:2".
+func ParseSteps(s string) (streams []int, rates []float64, err error) {
+	for _, part := range strings.Split(s, ",") {
+		a, b, ok := strings.Cut(strings.TrimSpace(part), ":")
+		n, err1 := strconv.Atoi(a)
+		r, err2 := strconv.ParseFloat(b, 64)
+		if !ok || err1 != nil || err2 != nil || n <= 0 || r <= 0 {
+			return nil, nil, fmt.Errorf("steps: %q is not STREAMS:RATE (a count > 0 and a rate > 0)", part)
+		}
+		streams, rates = append(streams, n), append(rates, r)
+	}
+	return streams, rates, nil
+}
+
+// withLoad is a copy of the scenario with step i's load: its streams in the stream
+// class, its rate in the Poisson class, the step window.
+func (s *Scenario) withLoad(i int) *Scenario {
+	c := *s
+	c.Classes = slices.Clone(s.Classes)
+	c.Classes[s.classBy("stream")].Streams = s.Capacity.Streams[i]
+	c.Classes[s.classBy("poisson")].Rate = s.Capacity.Rates[i]
+	if s.Capacity.Window > 0 {
+		c.Window = s.Capacity.Window
+	}
+	return &c
+}
+
+// Capacity runs the capacity curve (see CapacityResults).
+func Capacity(ctx context.Context, o Options) (*Report, error) {
+	if err := o.resolve(); err != nil {
+		return nil, err
+	}
+	if o.Scenario == "" {
+		o.Scenario = "capacity"
+	}
+	sc, err := LoadScenario(o.Scenario)
+	if err != nil {
+		return nil, err
+	}
+	if sc.Capacity == nil {
+		return nil, fmt.Errorf("scenario %s has no [capacity] table (the load steps)", sc.Name)
+	}
+	if o.Steps != "" {
+		if sc.Capacity.Streams, sc.Capacity.Rates, err = ParseSteps(o.Steps); err != nil {
+			return nil, err
+		}
+	}
+	if o.Duration > 0 {
+		sc.Capacity.Window = config.Duration(o.Duration)
+	}
+	if o.Seed != 0 {
+		sc.Seed = o.Seed
+	}
+	lib, err := o.runtimeLib(RuntimeVersion)
+	if err != nil {
+		return nil, err
+	}
+	w, err := newWorkdir(&o, sc.HeavyLayers)
+	if err != nil {
+		return nil, err
+	}
+	defer w.close()
+	rep := newReport("capacity")
+	defer rep.finish()
+	res := &CapacityResults{Scenario: sc, Seed: sc.Seed, StepWindowS: sc.withLoad(0).Window.D().Seconds(), Targets: map[string]CapacityTarget{},
+		Knee: map[string]*CapacityKnee{}, PolicyKey: "ok"}
+	for _, c := range sc.Classes {
+		if hasTarget(c) {
+			res.Targets[c.Name] = target(c)
+		}
+	}
+	for i := range sc.Capacity.Streams {
+		res.Steps = append(res.Steps, &CapacityStep{Step: i + 1, Streams: sc.Capacity.Streams[i], Rate: sc.Capacity.Rates[i], Missed: map[string][]string{}})
+	}
+	rep.Results = res
+	reqs, ocr, err := scenarioRequests(&o, sc, w)
+	if err != nil {
+		return nil, err
+	}
+
+	base := collisionConfig(sc, w, lib)
+	base.Policy = config.PolicyPriority
+	policyCfg, err := w.writeConfig(&o, "policy", base)
+	if policyRefused(err) {
+		res.PolicyKey = "refused: " + err.Error()
+		rep.note("the gateway's config has no [gateway] policy key yet (%v): the policy runs used its built-in policy, and there are no FIFO runs", err)
+		base.Policy = ""
+		policyCfg, err = w.writeConfig(&o, "policy", base)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := o.out()
+	var targets []string
+	for _, c := range sc.Classes {
+		if t, ok := res.Targets[c.Name]; ok {
+			targets = append(targets, fmt.Sprintf("%s p95 <= %.0f ms and <= %.1f%% missed", c.Name, t.P95MS, 100*t.MaxMissed))
+		}
+	}
+	fmt.Fprintf(out, "capacity: scenario %s, seed %d, %d steps of %v (streams:rate %s), after the knee %d more; targets: %s\n",
+		sc.Name, sc.Seed, len(res.Steps), sc.withLoad(0).Window.D(), stepsLine(res.Steps), sc.Capacity.AfterKnee, strings.Join(targets, "; "))
+
+	runAll := func(name, cfg string, set func(*CapacityStep, *CollisionRun)) error {
+		sys, err := startScenario(ctx, &o, w, name, cfg, sc, reqs)
+		if err != nil {
+			return err
+		}
+		defer sys.stop()
+		sys.runtimes(ctx, &rep.Machine.Runtimes)
+		missedAt := make([][]string, len(res.Steps))
+		ran := make([]bool, len(res.Steps))
+		knee := -1
+		for i, st := range res.Steps {
+			if knee >= 0 && sc.Capacity.AfterKnee >= 0 && i > knee+sc.Capacity.AfterKnee {
+				break
+			}
+			step := sc.withLoad(i)
+			run, err := runSchedule(ctx, sys, step, step.Schedule(), reqs, nil)
+			if err != nil {
+				return fmt.Errorf("%s run, step %d: %w", name, st.Step, err)
+			}
+			if ocr != nil {
+				if _, err := ocr.checkSpool(); err != nil {
+					rep.note("%s run, step %d: a detector output file is wrong: %v", name, st.Step, err)
+				}
+			}
+			set(st, run)
+			ran[i], missedAt[i] = true, targetMisses(sc, run.Classes)
+			st.Missed[name] = append([]string{}, missedAt[i]...) // [] when every target was met
+			if knee < 0 && len(missedAt[i]) > 0 {
+				knee = i
+			}
+			fmt.Fprintf(out, "  %s step %d (%d streams, %g/s): %s\n", name, st.Step, st.Streams, st.Rate, verdictLine(missedAt[i]))
+		}
+		res.Knee[name] = kneeOf(res.Steps, missedAt, ran)
+		return nil
+	}
+	if err := runAll("policy", policyCfg, func(s *CapacityStep, r *CollisionRun) { s.Policy = r }); err != nil {
+		return nil, err
+	}
+	if res.PolicyKey == "ok" {
+		base.Policy = config.PolicyFIFO
+		fifoCfg, err := w.writeConfig(&o, "fifo", base)
+		if err != nil {
+			return nil, err
+		}
+		if err := runAll("fifo", fifoCfg, func(s *CapacityStep, r *CollisionRun) { s.FIFO = r }); err != nil {
+			return nil, err
+		}
+	}
+	res.print(out, rep)
+	if o.Chart != "" {
+		if err := writeCapacityChart(o.Chart, res); err != nil {
+			return nil, fmt.Errorf("chart: %w", err)
+		}
+	}
+	return rep, nil
+}
+
+func stepsLine(steps []*CapacityStep) string {
+	var parts []string
+	for _, s := range steps {
+		parts = append(parts, fmt.Sprintf("%d:%g", s.Streams, s.Rate))
+	}
+	return strings.Join(parts, ",")
+}
+
+func verdictLine(missed []string) string {
+	if len(missed) == 0 {
+		return "every target met"
+	}
+	return "MISSED " + strings.Join(missed, "; ")
+}
+
+func (r *CapacityResults) print(out io.Writer, rep *Report) {
+	tw := table(out)
+	fmt.Fprint(tw, "step\tstreams\trate/s\trun\t")
+	for _, c := range r.Scenario.Classes {
+		if c.Arrival == "stream" {
+			fmt.Fprintf(tw, "%s p95 ms\tdropped\trtf\t", c.Name)
+		} else if hasTarget(c) {
+			fmt.Fprintf(tw, "%s p95 ms\tmissed\t", c.Name)
+		} else {
+			fmt.Fprintf(tw, "%s p95 ms\t%s /s in window\t", c.Name, c.Name)
+		}
+	}
+	fmt.Fprintln(tw, "targets\t")
+	for _, st := range r.Steps {
+		for _, run := range []struct {
+			name string
+			r    *CollisionRun
+		}{{"policy", st.Policy}, {"fifo", st.FIFO}} {
+			if run.r == nil {
+				continue
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%g\t%s\t", st.Step, st.Streams, st.Rate, run.name)
+			for _, c := range r.Scenario.Classes {
+				s := run.r.Classes[c.Name]
+				if s == nil {
+					s = &ClassStats{}
+				}
+				switch {
+				case c.Arrival == "stream" && s.Stream != nil:
+					fmt.Fprintf(tw, "%.1f\t%d/%d\t%.3f\t", s.P95MS, s.Stream.Dropped, s.Stream.Frames, s.Stream.RTF)
+				case c.Arrival == "stream":
+					fmt.Fprint(tw, "-\t-\t-\t")
+				case hasTarget(c):
+					fmt.Fprintf(tw, "%.1f\t%d/%d\t", s.P95MS, missed(s), s.Count)
+				default:
+					fmt.Fprintf(tw, "%.1f\t%.2f\t", s.P95MS, s.WindowThroughputPerS)
+				}
+			}
+			v := "met"
+			if len(st.Missed[run.name]) > 0 {
+				v = "MISSED"
+			}
+			fmt.Fprintf(tw, "%s\t\n", v)
+		}
+	}
+	tw.Flush()
+	for _, name := range []string{"policy", "fifo"} {
+		k := r.Knee[name]
+		if k == nil {
+			continue
+		}
+		if k.Step == 0 {
+			fmt.Fprintf(out, "knee, %s: none within the steps (every target met up to step %d: %d streams, %g/s)\n", name, k.LastMet, k.LastMetStreams, k.LastMetRate)
+			continue
+		}
+		last := "no step met every target"
+		if k.LastMet > 0 {
+			last = fmt.Sprintf("last step meeting every target: %d (%d streams, %g/s)", k.LastMet, k.LastMetStreams, k.LastMetRate)
+		}
+		fmt.Fprintf(out, "knee, %s: step %d (%d streams, %g/s): %s; %s\n", name, k.Step, k.Streams, k.Rate, strings.Join(k.Missed, "; "), last)
+		rep.note("%s: knee at step %d (%d streams, %g/s): %s", name, k.Step, k.Streams, k.Rate, strings.Join(k.Missed, "; "))
+	}
+	fmt.Fprintf(out, "seed %d\n", r.Seed)
+}
