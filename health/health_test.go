@@ -84,6 +84,19 @@ func TestTrackerDeathAndRevival(t *testing.T) {
 		t.Fatalf("second death reported: %+v", w)
 	default:
 	}
+	// Its draining beat, its last word, arriving after its exit was seen: still dead.
+	b, _ := codec.Marshal(&codec.Heartbeat{Worker: "w1", Pool: "cpu", State: codec.StateDraining, Seq: 99, Slots: 2})
+	nc.Publish("ortbus.hb.cpu.w1", b)
+	nc.Flush()
+	for {
+		if w, ok := tr.Get("w1"); ok && w.HB.Seq == 99 {
+			if !w.Dead || len(tr.Live("cpu")) != 0 {
+				t.Fatalf("a draining beat after the exit brought w1 back: %+v", w)
+			}
+			break
+		}
+		<-changed
+	}
 }
 
 func TestTrackerIgnoresGarbageAndFailed(t *testing.T) {

@@ -29,7 +29,7 @@ func (w *Worker) Live() bool { return !w.Dead && w.HB.State == codec.StateReady 
 // silent for MissCount of its own intervals is judged dead and OnDead is called once;
 // the supervisor of a local worker can also report its death at once with MarkDead.
 // Silence while the tracker's own connection is down (a NATS restart) is not counted.
-// A dead worker that beats again comes back as live.
+// A dead worker that beats again comes back as live (unless the beat says it is draining).
 type Tracker struct {
 	// MissCount is how many intervals of silence mean death (default 3).
 	MissCount int
@@ -226,7 +226,11 @@ func (t *Tracker) beat(hb codec.Heartbeat) {
 		return
 	}
 	w.HB, w.Seen = hb, time.Now()
-	if w.Dead && hb.State != codec.StateFailed {
+	// A dead worker that beats again is live again — but not on a draining beat: that is
+	// a worker's last word before it exits, which may arrive after its exit was seen
+	// (the supervisor's MarkDead), and must not bring back, for memory admission, a
+	// process that is gone.
+	if w.Dead && hb.State != codec.StateFailed && hb.State != codec.StateDraining {
 		w.Dead, w.Why = false, ""
 	}
 	t.mu.Unlock()
