@@ -406,9 +406,12 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 	err := cmd.Wait()
 	why := exitReason(cmd, err)
 	s.log.Warn("worker exited", "worker", p.id, "pool", p.pool, "reason", why)
-	close(exited)
 	// The process is gone: every request it held is answered now, not after heartbeats.
+	// Marked dead before its exit is announced: whoever waits for the exit (an eviction)
+	// then finds its memory gone from the admission. (workerDead does not wait for
+	// exited on an exit's reason.)
 	s.tracker.MarkDead(p.id, why)
+	close(exited)
 	s.mu.Lock()
 	pp := s.pools[p.pool]
 	p.lastExit, p.ready = why, false
