@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/models"
 	"github.com/ortbus/ortbus/subjects"
 )
@@ -26,9 +28,24 @@ type job struct {
 	deadline time.Time
 	ctx      context.Context
 	cancel   context.CancelFunc
+	// The prepared input (decoded image, read tensors), made once: by the slot that runs
+	// the job, or ahead of it while the unit before it runs (prepareAhead).
+	prep     sync.Once
+	ahead    atomic.Bool // a goroutine was started to prepare it ahead
 	prepared models.Item
+	prepErr  error
 	// answered is set by the job's one terminal answer; later answers are ignored.
 	answered atomic.Bool
+}
+
+// prepare returns the job's prepared input, preparing it on the first call (a panic in
+// the model's Prepare is the job's internal error, counted by guard).
+func (j *job) prepare(log *slog.Logger) (models.Item, error) {
+	j.prep.Do(func() {
+		defer guard.Recover(log, "prepare", func(e *codec.Error) { j.prepErr = e })
+		j.prepared, j.prepErr = j.model.Prepare(j.op, j.item)
+	})
+	return j.prepared, j.prepErr
 }
 
 // queues holds the worker's local per-class queues. Its policy, enforced in take:
@@ -96,6 +113,19 @@ func (q *queues) take() []*job {
 		}
 		q.cond.Wait()
 	}
+}
+
+// next returns the job a free slot would take next (the head of the highest-priority
+// class with work), without taking it; nil when nothing is queued.
+func (q *queues) next() *job {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, class := range q.order {
+		if len(q.q[class]) > 0 {
+			return q.q[class][0]
+		}
+	}
+	return nil
 }
 
 // gather adds queued items of the same model and op to a batch, waiting up to maxDelay

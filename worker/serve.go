@@ -170,17 +170,16 @@ func (w *Worker) runUnit(unit []*job) {
 			continue
 		}
 		fault.Check(j.item.Path)
-		it, err := j.model.Prepare(j.op, j.item)
-		if err != nil {
+		if _, err := j.prepare(w.log); err != nil {
 			w.answer(j, nil, err)
 			continue
 		}
-		j.prepared = it
 		ready = append(ready, j)
 	}
 	if len(ready) == 0 {
 		return
 	}
+	w.prepareAhead()
 	items := make([]models.Item, len(ready))
 	for i, j := range ready {
 		items[i] = j.prepared
@@ -199,6 +198,19 @@ func (w *Worker) runUnit(unit []*job) {
 		}
 		w.answerTimed(j, replies[i], err, taken, inferUS, len(ready))
 	}
+}
+
+// prepareAhead starts preparing the job a slot will take next (decoding its image,
+// reading its tensors) while this unit runs, so that its runtime call can follow this
+// one's at once: a worker's Go side works while ONNX Runtime computes (the runtime call
+// releases the Go processor). One job ahead, once; a job cancelled meanwhile wastes only
+// its preparation.
+func (w *Worker) prepareAhead() {
+	j := w.q.next()
+	if j == nil || j.ctx.Err() != nil || j.ahead.Swap(true) {
+		return
+	}
+	go j.prepare(w.log)
 }
 
 // unitContext is done when every job's context is done.
