@@ -219,17 +219,13 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 
-	base := collisionConfig(sc, w, lib)
-	base.Policy = config.PolicyPriority
-	policyCfg, err := w.writeConfig(&o, "policy", base)
-	if policyRefused(err) {
-		res.PolicyKey = "refused: " + err.Error()
-		rep.note("the gateway's config has no [gateway] policy key yet (%v): the policy runs used its built-in policy, and there are no FIFO runs", err)
-		base.Policy = ""
-		policyCfg, err = w.writeConfig(&o, "policy", base)
-	}
+	policyCfg, base, refused, err := w.writePolicyConfig(&o, collisionConfig(sc, w, lib))
 	if err != nil {
 		return nil, err
+	}
+	if refused != "" {
+		res.PolicyKey = "refused: " + refused
+		rep.note("the gateway's config has no [gateway] policy key yet (%s): the policy runs used its built-in policy, and there are no FIFO runs", refused)
 	}
 	out := o.out()
 	var targets []string

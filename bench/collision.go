@@ -161,17 +161,13 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 
-	base := collisionConfig(sc, w, lib)
-	base.Policy = config.PolicyPriority
-	policyCfg, err := w.writeConfig(&o, "policy", base)
-	if policyRefused(err) {
-		res.PolicyKey = "refused: " + err.Error()
-		rep.note("the gateway's config has no [gateway] policy key yet (%v): the policy run used its built-in policy, and there is no FIFO run", err)
-		base.Policy = ""
-		policyCfg, err = w.writeConfig(&o, "policy", base)
-	}
+	policyCfg, base, refused, err := w.writePolicyConfig(&o, collisionConfig(sc, w, lib))
 	if err != nil {
 		return nil, err
+	}
+	if refused != "" {
+		res.PolicyKey = "refused: " + refused
+		rep.note("the gateway's config has no [gateway] policy key yet (%s): the policy run used its built-in policy, and there is no FIFO run", refused)
 	}
 	out := o.out()
 	fmt.Fprintf(out, "collision: scenario %s, seed %d, window %v; requests: %s\n", sc.Name, sc.Seed, sc.Window.D(), countsLine(sc, res.Counts))

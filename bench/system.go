@@ -206,6 +206,21 @@ func policyRefused(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "policy")
 }
 
+// writePolicyConfig writes base under the priority policy as the config "policy" and
+// returns its path, and base as written. refused is "" when the gateway took the policy
+// key, else why not: then the config is written without it (the gateway's built-in
+// policy), and there can be no FIFO run.
+func (w *workdir) writePolicyConfig(o *Options, base sysConfig) (path string, written sysConfig, refused string, err error) {
+	base.Policy = config.PolicyPriority
+	path, err = w.writeConfig(o, "policy", base)
+	if policyRefused(err) {
+		refused = err.Error()
+		base.Policy = ""
+		path, err = w.writeConfig(o, "policy", base)
+	}
+	return path, base, refused, err
+}
+
 // system is a running gateway (with its embedded NATS server and local workers) and a
 // client connection to its bus.
 type system struct {
