@@ -28,7 +28,8 @@ import (
 //  4. A latency item may bump a prefetched batch item: when no worker has a free slot, it
 //     goes to a worker that holds a prefetched batch unit and no latency item, whose
 //     queue runs it first; without this, the prefetched unit would start before it, and
-//     it would wait two batch units instead of one.
+//     it would wait two batch units instead of one. Only in the first live pool of the
+//     item's chain (route.go): past a live pool that is busy, the item waits for it.
 //  5. When no worker has room (the pool-level count let the item through, but the room is
 //     split between workers, or the workers do not take direct items), the item goes to
 //     the pool's queue group, as before: it waits in some worker's local queue.
@@ -82,12 +83,12 @@ func (w *workerCap) inFlight() int {
 	return n
 }
 
-// hasRoom reports whether pool can take one more item of class now: a free slot of its
-// live workers by the pool's count, a worker's own free slot (the pool's count also holds
-// prefetched batch items, which take no slot from a latency item), a prefetch (policy.go)
-// or a bump (rule 4).
+// hasRoom reports whether pool can take one more item of class now, without a bump
+// (rule 4): a free slot of its live workers by the pool's count, a worker's own free slot
+// (the pool's count also holds prefetched batch items, which take no slot from a latency
+// item), or a prefetch (policy.go).
 func (c *capacity) hasRoom(pool, class string, reserved map[string]bool) bool {
-	if c.room(pool, class)+c.prefetch(pool, class, reserved) > 0 || c.bumps(pool, class) > 0 {
+	if c.room(pool, class)+c.prefetch(pool, class, reserved) > 0 {
 		return true
 	}
 	size := 1

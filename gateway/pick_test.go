@@ -184,3 +184,29 @@ func TestBumpPrefetched(t *testing.T) {
 		t.Fatalf("batch went to %+v, want a wait (its prefetch is taken, and latency work is in flight)", d)
 	}
 }
+
+// TestBumpOnlyInFirstLivePool: interactive's chain is fast, bulk, spare. With fast live
+// and busy, and a worker of spare holding a running and a prefetched batch item, an
+// interactive item waits for fast rather than bump into spare; with fast not live, spare's
+// bump is taken (bulk has no live worker: spare is the first live pool).
+func TestBumpOnlyInFirstLivePool(t *testing.T) {
+	snap := func(fastLive bool) *capacity {
+		c := snapOf(t, routeConfig)
+		if fastLive {
+			readyWorker(c, "fast", "f1", 1, true, "urgent", "interactive")
+			c.take("fast", "interactive")
+			c.workers["f1"].busy = map[string]int{"interactive": 1}
+		}
+		readyWorker(c, "spare", "s1", 1, true, "interactive", "batch")
+		c.pools["spare"].busy = 2
+		c.load.add("cpu", "batch", 2)
+		c.workers["s1"].busy = map[string]int{"batch": 2}
+		return c
+	}
+	if d := snap(true).route(newItem("interactive", "tag", soon(), "fast", "bulk", "spare"), nil); d.pool != "" || d.err != nil {
+		t.Fatalf("fast live and busy: %+v, want a wait (no bump past it)", d)
+	}
+	if d := snap(false).route(newItem("interactive", "tag", soon(), "fast", "bulk", "spare"), nil); d.pool != "spare" || d.worker != "s1" {
+		t.Fatalf("spare the first live pool: %+v, want a bump to s1", d)
+	}
+}

@@ -101,14 +101,24 @@ type decision struct {
 func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 	p := it.Value.(*pending)
 	infeasible := 0
+	earlierLive := false // a pool before this one in the chain has live workers
 	for _, pool := range it.Pools {
 		key := pool + "\x00" + it.Class
+		// A bump (pick.go, rule 4) commits the item to a busy worker: only in the first
+		// live pool of its chain, never past a live pool that is about to free a slot
+		// (with replies straight to the client, a client's next request can come before
+		// the gateway has heard that the last one is done).
+		bump := !earlierLive
+		earlierLive = earlierLive || c.pools[pool].live
 		if reserved[pool] || c.full[key] {
 			continue
 		}
-		if !c.hasRoom(pool, it.Class, reserved) || !c.shareAllows(pool, it.Class, reserved) {
-			// Full for this class for the rest of the pass: later items skip it cheaply.
-			c.full[key] = true
+		room := c.hasRoom(pool, it.Class, reserved) || (bump && c.bumps(pool, it.Class) > 0)
+		if !room || !c.shareAllows(pool, it.Class, reserved) {
+			if room || bump {
+				// Full for this class for the rest of the pass: later items skip it cheaply.
+				c.full[key] = true
+			}
 			continue
 		}
 		if !c.feasible(estKey{pool, p.op, p.req.Model}, it.Class, it.Deadline) {
