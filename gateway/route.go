@@ -102,7 +102,12 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 	p := it.Value.(*pending)
 	infeasible := 0
 	earlierLive := false // a pool before this one in the chain has live workers
+	busyEarlier := false // a live pool before this one was busy (not infeasible)
+	spill := c.maySpill(p)
 	for _, pool := range it.Pools {
+		if busyEarlier && !spill {
+			return decision{} // wait for the chain's first live pool a moment (maySpill)
+		}
 		key := pool + "\x00" + it.Class
 		// A bump (pick.go, rule 4) commits the item to a busy worker: only in the first
 		// live pool of its chain, never past a live pool that is about to free a slot
@@ -111,6 +116,7 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 		bump := !earlierLive
 		earlierLive = earlierLive || c.pools[pool].live
 		if reserved[pool] || c.full[key] {
+			busyEarlier = busyEarlier || c.pools[pool].live
 			continue
 		}
 		room := c.hasRoom(pool, it.Class, reserved) || (bump && c.bumps(pool, it.Class) > 0)
@@ -119,6 +125,7 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 				// Full for this class for the rest of the pass: later items skip it cheaply.
 				c.full[key] = true
 			}
+			busyEarlier = busyEarlier || c.pools[pool].live
 			continue
 		}
 		if !c.feasible(estKey{pool, p.op, p.req.Model}, it.Class, it.Deadline) {
@@ -156,6 +163,23 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 		}
 	}
 	return decision{err: e}
+}
+
+// spillGrace is how long a new request waits for the first live pool of its chain before
+// a later pool may take it.
+const spillGrace = 20 * time.Millisecond
+
+// maySpill reports whether p may go to a later pool of its chain than the first one with
+// live workers. With replies straight to the client the gateway hears that a request is
+// done one hop after its client does, so a client that sends its next request at once
+// can find its preferred pool still counted busy, and the request would spill to the next
+// pool that has room (an interactive request to the CUDA pool while the iGPU's worker is
+// in fact free). So a new request waits up to spillGrace for the first live pool (the
+// done claim frees it within a hop); after that, or when replies are relayed (the gateway
+// knows first), it spills as before. A dispatch pass runs at every change and every
+// 10 ms, so a spill under real overload comes within spillGrace + 10 ms.
+func (c *capacity) maySpill(p *pending) bool {
+	return c.cfg.Gateway.RelayReplies || c.now.Sub(p.accepted) >= spillGrace
 }
 
 // retryable reports whether a retry of p could run: some pool it may go to has a live

@@ -727,3 +727,41 @@ func TestRouterRecordsActivity(t *testing.T) {
 		})
 	}
 }
+
+// TestSpillGrace: with fast (the chain's first pool) live and full and bulk free, a new
+// interactive request waits for fast for spillGrace before it spills to bulk (replies go
+// straight to clients, so fast may already be free without the gateway knowing); one that
+// has waited that long spills; with relay_replies it spills at once; and an earlier pool
+// skipped as infeasible does not hold it.
+func TestSpillGrace(t *testing.T) {
+	snap := func(toml string) *capacity {
+		c := snapOf(t, toml)
+		readyWorker(c, "fast", "f1", 1, true, "urgent", "interactive")
+		readyWorker(c, "bulk", "b1", 1, true, "interactive", "batch")
+		c.take("fast", "interactive")
+		c.workers["f1"].busy = map[string]int{"interactive": 1}
+		return c
+	}
+	item := func(age time.Duration) *sched.Item {
+		it := newItem("interactive", "tag", soon(), "fast", "bulk")
+		it.Value.(*pending).accepted = time.Now().Add(-age)
+		return it
+	}
+	if d := snap(routeConfig).route(item(0), nil); d.pool != "" || d.err != nil {
+		t.Fatalf("new request, fast busy: %+v, want a wait", d)
+	}
+	if d := snap(routeConfig).route(item(2*spillGrace), nil); d.pool != "bulk" {
+		t.Fatalf("request waiting %v: %+v, want bulk", 2*spillGrace, d)
+	}
+	relay := strings.Replace(routeConfig, "[security]", "[gateway]\nrelay_replies = true\n[security]", 1)
+	if d := snap(relay).route(item(0), nil); d.pool != "bulk" {
+		t.Fatalf("relay_replies, new request: %+v, want bulk at once", d)
+	}
+	c := snap(routeConfig)
+	c.workers["f1"].busy = nil
+	c.pools["fast"].busy = 0
+	c.est[estKey{"fast", "tag", "tagger"}] = time.Hour // fast cannot finish in time
+	if d := c.route(item(0), nil); d.pool != "bulk" {
+		t.Fatalf("fast infeasible: %+v, want bulk at once", d)
+	}
+}

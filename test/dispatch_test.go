@@ -142,6 +142,16 @@ func TestDispatchToWorkers(t *testing.T) {
 			t.Errorf("a JSON request was answered straight to the client: %+v", c)
 		}
 	}
+	// The gateway counts a direct answer when its done claim comes, a hop after the client
+	// has it: wait until nothing is in flight.
+	g.waitStatus(t, "nothing in flight", func(st *codec.StatusReply) bool {
+		for _, c := range st.Classes {
+			if c.Running != 0 || c.Queued != 0 {
+				return false
+			}
+		}
+		return true
+	})
 	counts := gwRequestCounts(t, g.Ready.HTTP)
 	if n := counts[gwMetricKey("tag", "interactive", "two", gwTagger, "ok")]; n < 2 {
 		t.Errorf("ortbus_requests_total ok for the tagger on two: %v, want the direct and the relayed answer", n)
