@@ -96,7 +96,7 @@ func FuzzAccept(f *testing.F) {
 			m.Header.Set(codec.HeaderContentType, codec.ContentTypeJSON)
 		}
 		panics := guard.Panics()
-		w.accept(nc, "interactive", m)
+		w.accept("interactive", m)
 		if guard.Panics() != panics {
 			t.Fatal("a panic was recovered")
 		}

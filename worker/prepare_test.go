@@ -52,7 +52,7 @@ func TestPrepareAhead(t *testing.T) {
 	}
 	for _, p := range []string{"/srv/a.png", "/srv/b.png"} {
 		b, _ := codec.Marshal(&codec.WorkItem{Request: codec.Request{ID: p[5:6], Path: p, Model: "tagger", Class: "batch"}, Op: "tag"})
-		w.accept(nc, "batch", &nats.Msg{Subject: "infer.cpu.batch", Reply: "_INBOX.ahead." + p[5:6], Data: b})
+		w.accept("batch", &nats.Msg{Subject: "infer.cpu.batch", Reply: "_INBOX.ahead." + p[5:6], Data: b})
 	}
 	if n, _, _ := replies.Pending(); n > 0 {
 		r, _ := replies.NextMsg(time.Second)

@@ -37,27 +37,26 @@ func (w *Worker) subscribe(nc *nats.Conn, class string) ([]*nats.Subscription, e
 	if err != nil {
 		return nil, err
 	}
-	handle := func(m *nats.Msg) { w.accept(nc, class, m) }
-	var subs []*nats.Subscription
-	for _, subj := range []string{pool, own} {
-		var s *nats.Subscription
-		if subj == pool {
-			s, err = nc.QueueSubscribe(subj, subjects.InferQueue(w.pool.Name), handle)
-		} else {
-			s, err = nc.Subscribe(subj, handle)
-		}
-		if err == nil {
+	handle := func(m *nats.Msg) { w.accept(class, m) }
+	qs, err := nc.QueueSubscribe(pool, subjects.InferQueue(w.pool.Name), handle)
+	if err != nil {
+		return nil, err
+	}
+	subs := []*nats.Subscription{qs}
+	ws, err := nc.Subscribe(own, handle)
+	if err == nil {
+		subs = append(subs, ws)
+		for _, s := range subs {
 			if err = s.SetPendingLimits(w.pool.PendingMsgs, pendingBytes); err != nil {
-				s.Unsubscribe()
+				break
 			}
 		}
-		if err != nil {
-			for _, s := range subs {
-				s.Unsubscribe()
-			}
-			return nil, err
+	}
+	if err != nil {
+		for _, s := range subs {
+			s.Unsubscribe()
 		}
-		subs = append(subs, s)
+		return nil, err
 	}
 	return subs, nil
 }
@@ -65,7 +64,7 @@ func (w *Worker) subscribe(nc *nats.Conn, class string) ([]*nats.Subscription, e
 // accept decodes a work item and queues it, or answers at once: malformed, unknown model
 // or op, already past its deadline, or its class queue full (overloaded). It runs on the
 // subscription's goroutine, so it never blocks.
-func (w *Worker) accept(nc *nats.Conn, class string, m *nats.Msg) {
+func (w *Worker) accept(class string, m *nats.Msg) {
 	asJSON := m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON
 	j := &job{msg: m, class: class, asJSON: asJSON, received: time.Now(), item: &codec.WorkItem{}}
 	defer guard.Recover(w.log, "work item", func(e *codec.Error) { w.answer(j, nil, e) })
