@@ -138,12 +138,6 @@ func (f *flights) release(p *pending, pool, device string) {
 	f.load.add(device, p.class, -1)
 	if p.target != "" {
 		f.workers.add(p.target, p.class, -1)
-		if f.workers[p.target][p.class] == 0 {
-			delete(f.workers[p.target], p.class)
-			if len(f.workers[p.target]) == 0 {
-				delete(f.workers, p.target)
-			}
-		}
 	}
 	f.active.see(device, p.class, time.Now())
 	p.cancel, p.target, p.done = nil, "", nil
@@ -190,11 +184,7 @@ type heldNow struct {
 func (f *flights) held() heldNow {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	active := make(lastActive, len(f.active))
-	for device, byClass := range f.active {
-		active[device] = maps.Clone(byClass)
-	}
-	return heldNow{busy: maps.Clone(f.busy), load: f.load.clone(), workers: f.workers.clone(), lastSent: maps.Clone(f.lastSent), active: active}
+	return heldNow{busy: maps.Clone(f.busy), load: f.load.clone(), workers: f.workers.clone(), lastSent: maps.Clone(f.lastSent), active: f.active.clone()}
 }
 
 // running counts the dispatched requests by class.

@@ -45,6 +45,11 @@ type workerCap struct {
 	lastSent uint64
 }
 
+// serves reports whether w is a worker of pool that serves class.
+func (w *workerCap) serves(pool, class string) bool {
+	return w.pool == pool && slices.Contains(w.classes, class)
+}
+
 // counts are w's requests in flight of the batch class and of the others.
 func (w *workerCap) counts() (batch, other int) {
 	for cl, n := range w.busy {
@@ -68,7 +73,7 @@ func (w *workerCap) room(class string, size int) int {
 }
 
 // bumpable reports whether a latency item may go to w although its slots are taken
-// (rule 5): w holds a batch unit beyond its slots, prefetched and not started, and no
+// (rule 4): w holds a batch unit beyond its slots, prefetched and not started, and no
 // latency item; its queue runs the latency item first, when the unit running ends.
 func (w *workerCap) bumpable(size int) bool {
 	batch, other := w.counts()
@@ -91,16 +96,22 @@ func (c *capacity) hasRoom(pool, class string, reserved map[string]bool) bool {
 	if c.room(pool, class)+c.prefetch(pool, class, reserved) > 0 {
 		return true
 	}
-	size := 1
-	if class == subjects.ClassBatch {
-		size = c.slotSize(pool)
-	}
+	size := c.unitSize(pool, class)
 	for _, w := range c.workers {
-		if w.pool == pool && slices.Contains(w.classes, class) && w.room(class, size) > 0 {
+		if w.serves(pool, class) && w.room(class, size) > 0 {
 			return true
 		}
 	}
 	return false
+}
+
+// unitSize is how many items of class one slot of pool takes: the pool's max_batch for
+// the batch class (slotSize), else one.
+func (c *capacity) unitSize(pool, class string) int {
+	if class == subjects.ClassBatch {
+		return c.slotSize(pool)
+	}
+	return 1
 }
 
 // bumps is how many latency items of class pool may send to workers whose slots are
@@ -111,7 +122,7 @@ func (c *capacity) bumps(pool, class string) int {
 	}
 	n := 0
 	for _, w := range c.workers {
-		if w.pool == pool && slices.Contains(w.classes, class) && w.bumpable(c.slotSize(pool)) {
+		if w.serves(pool, class) && w.bumpable(c.slotSize(pool)) {
 			n++
 		}
 	}
@@ -122,14 +133,11 @@ func (c *capacity) bumps(pool, class string) int {
 // snapshot, or "" for the pool's queue group (rule 5). prefetch gives each worker room
 // for one item more.
 func (c *capacity) pickWorker(pool, class string, prefetch bool) string {
-	size := 1
-	if class == subjects.ClassBatch {
-		size = c.slotSize(pool)
-	}
+	size := c.unitSize(pool, class)
 	var best *workerCap
 	bestID, bestRoom, bestBusy := "", 0, 0
 	for id, w := range c.workers {
-		if w.pool != pool || !slices.Contains(w.classes, class) {
+		if !w.serves(pool, class) {
 			continue
 		}
 		// Scores: twice the room, so that a bump (score 1) comes after any free slot.

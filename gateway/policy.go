@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -60,6 +59,14 @@ const backgroundPriority = 2
 // on, a device) per device and class. Owned by flights.
 type lastActive map[string]map[string]time.Time
 
+func (a lastActive) clone() lastActive {
+	out := make(lastActive, len(a))
+	for device, byClass := range a {
+		out[device] = maps.Clone(byClass)
+	}
+	return out
+}
+
 func (a lastActive) see(device, class string, at time.Time) {
 	if a[device] == nil {
 		a[device] = map[string]time.Time{}
@@ -73,11 +80,18 @@ func (a lastActive) see(device, class string, at time.Time) {
 // held by leases. Owned by flights (and leases); snapshots get clones.
 type classCounts map[string]map[string]int
 
+// add adds n to key's count of class; a count back at zero is dropped (and a key with
+// none left), so that keys that come and go (workers) leave nothing behind.
 func (d classCounts) add(key, class string, n int) {
 	if d[key] == nil {
 		d[key] = map[string]int{}
 	}
-	d[key][class] += n
+	if d[key][class] += n; d[key][class] == 0 {
+		delete(d[key], class)
+		if len(d[key]) == 0 {
+			delete(d, key)
+		}
+	}
 }
 
 func (d classCounts) clone() classCounts {
@@ -159,7 +173,7 @@ func (c *capacity) prefetch(pool, class string, reserved map[string]bool) int {
 	}
 	n := 0
 	for _, w := range c.workers {
-		if w.pool == pool && slices.Contains(w.classes, class) {
+		if w.serves(pool, class) {
 			n++
 		}
 	}

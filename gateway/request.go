@@ -75,15 +75,28 @@ func (g *Gateway) claimTimeout() time.Duration {
 // answer sends the terminal reply once; later calls are ignored. It also clears the
 // request from the in-flight table.
 func (g *Gateway) answer(p *pending, body []byte, err *codec.Error) {
-	p.once.Do(func() {
-		g.fl.finish(p)
-		outcome := "ok"
-		if err != nil {
-			outcome = string(err.Code)
-		}
-		g.metrics.observe(p, outcome)
+	outcome := codec.Code("")
+	if err != nil {
+		outcome = err.Code
+	}
+	g.settle(p, outcome, func() {
 		p.reply(body, err)
 		g.failover.record(p, true, body, err)
+	})
+}
+
+// settle ends p once, with outcome (its error code, "" for a result): out of the
+// in-flight table, counted in the metrics, then then (sending the answer, or what else
+// its end needs). Later calls for p are ignored.
+func (g *Gateway) settle(p *pending, outcome codec.Code, then func()) {
+	p.once.Do(func() {
+		g.fl.finish(p)
+		label := "ok"
+		if outcome != "" {
+			label = string(outcome)
+		}
+		g.metrics.observe(p, label)
+		then()
 	})
 }
 
@@ -304,15 +317,10 @@ func (g *Gateway) exchangeDirect(ctx context.Context, m *nats.Msg, done <-chan c
 // repliedDirect settles p, whose worker has answered its client itself (claim c, state
 // done): what answer does, without sending.
 func (g *Gateway) repliedDirect(p *pending, c codec.Claim) {
-	p.once.Do(func() {
-		g.fl.finish(p)
-		outcome := "ok"
-		if c.Code != "" {
-			outcome = string(c.Code)
-		} else if c.Timing != nil {
+	g.settle(p, c.Code, func() {
+		if c.Code == "" && c.Timing != nil {
 			g.observe(p, *c.Timing, p.req.Model)
 		}
-		g.metrics.observe(p, outcome)
 	})
 }
 
