@@ -219,7 +219,7 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 
-	policyCfg, base, refused, err := w.writePolicyConfig(&o, collisionConfig(sc, w, lib))
+	policyCfg, fifoCfg, refused, err := w.runConfigs(&o, collisionConfig(sc, w, lib))
 	if err != nil {
 		return nil, err
 	}
@@ -276,11 +276,6 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	if res.PolicyKey == "ok" {
-		base.Policy = config.PolicyFIFO
-		fifoCfg, err := w.writeConfig(&o, "fifo", base)
-		if err != nil {
-			return nil, err
-		}
 		if err := runAll("fifo", fifoCfg, func(s *CapacityStep, r *CollisionRun) { s.FIFO = r }); err != nil {
 			return nil, err
 		}

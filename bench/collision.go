@@ -161,7 +161,7 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 
-	policyCfg, base, refused, err := w.writePolicyConfig(&o, collisionConfig(sc, w, lib))
+	policyCfg, fifoCfg, refused, err := w.runConfigs(&o, collisionConfig(sc, w, lib))
 	if err != nil {
 		return nil, err
 	}
@@ -224,11 +224,6 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 	checkOCR("policy", res.Policy)
 
 	if res.PolicyKey == "ok" {
-		base.Policy = config.PolicyFIFO
-		fifoCfg, err := w.writeConfig(&o, "fifo", base)
-		if err != nil {
-			return nil, err
-		}
 		fmt.Fprintf(out, "  fifo ...\n")
 		fsys, err := startScenario(ctx, &o, w, "fifo", fifoCfg, sc, reqs)
 		if err != nil {

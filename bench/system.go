@@ -206,19 +206,25 @@ func policyRefused(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "policy")
 }
 
-// writePolicyConfig writes base under the priority policy as the config "policy" and
-// returns its path, and base as written. refused is "" when the gateway took the policy
-// key, else why not: then the config is written without it (the gateway's built-in
-// policy), and there can be no FIFO run.
-func (w *workdir) writePolicyConfig(o *Options, base sysConfig) (path string, written sysConfig, refused string, err error) {
+// runConfigs writes base as the configs of a scenario's runs: "policy" (the priority
+// policy) and "fifo". refused is "" when the gateway took the policy key; else why not:
+// then "policy" is written without the key (the gateway's built-in policy) and there is
+// no FIFO config (fifo is "").
+func (w *workdir) runConfigs(o *Options, base sysConfig) (policy, fifo, refused string, err error) {
 	base.Policy = config.PolicyPriority
-	path, err = w.writeConfig(o, "policy", base)
+	policy, err = w.writeConfig(o, "policy", base)
 	if policyRefused(err) {
 		refused = err.Error()
 		base.Policy = ""
-		path, err = w.writeConfig(o, "policy", base)
+		policy, err = w.writeConfig(o, "policy", base)
+		return policy, "", refused, err
 	}
-	return path, base, refused, err
+	if err != nil {
+		return "", "", "", err
+	}
+	base.Policy = config.PolicyFIFO
+	fifo, err = w.writeConfig(o, "fifo", base)
+	return policy, fifo, "", err
 }
 
 // system is a running gateway (with its embedded NATS server and local workers) and a
