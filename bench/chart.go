@@ -148,14 +148,7 @@ func writeChart(path string, r *CollisionResults) error {
 			text(img, x0+6, y(d)-4, chartDead, fmtMS(d))
 		}
 	}
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, img); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, buf.Bytes(), 0o644)
+	return writePNG(path, img)
 }
 
 func fmtMS(v float64) string {
@@ -312,14 +305,7 @@ func writeCapacityChart(path string, r *CapacityResults) error {
 			}
 		}
 	}
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, img); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, buf.Bytes(), 0o644)
+	return writePNG(path, img)
 }
 
 // line draws a 2-pixel line from (x0, y0) to (x1, y1), dashed when asked.
@@ -356,4 +342,16 @@ func abs(v int) int {
 		return -v
 	}
 	return v
+}
+
+// writePNG encodes img as a PNG file at path, making its folder.
+func writePNG(path string, img image.Image) error {
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, img); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
 }
