@@ -12,6 +12,7 @@ require (
 	github.com/yalue/onnxruntime_go v1.27.0
 	golang.org/x/crypto v0.58.0
 	golang.org/x/image v0.48.0
+	golang.org/x/net v0.60.0
 	google.golang.org/protobuf v1.36.12
 )
 

@@ -37,6 +37,9 @@ type Heartbeat struct {
 	// PublishErrors how many replies, claims or beats it could not send.
 	Panics        uint64 `msgpack:"panics,omitempty" json:"panics,omitempty"`
 	PublishErrors uint64 `msgpack:"publish_errors,omitempty" json:"publish_errors,omitempty"`
+	// BadMessages is how many messages it dropped unanswered for their reply subject
+	// (not under a reply prefix, or malformed: subjects.CheckReply).
+	BadMessages uint64 `msgpack:"bad_messages,omitempty" json:"bad_messages,omitempty"`
 
 	// Error is set when State is failed: why the worker cannot serve (runtime_missing,
 	// provider_unavailable, ...).

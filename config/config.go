@@ -11,7 +11,10 @@ package config
 
 import (
 	"math"
+	"slices"
 	"time"
+
+	"github.com/ortbus/ortbus/subjects"
 )
 
 // Config is the whole configuration.
@@ -59,6 +62,26 @@ type NATS struct {
 	// gateway role of deploy/cluster/permissions.conf: _INBOX_gateway.>) keeps one user
 	// from reading another's replies.
 	InboxPrefix string `toml:"inbox_prefix,omitempty"`
+	// ReplyPrefixes are the only reply destinations a gateway or worker publishes an answer
+	// to on a requester's behalf (subjects.CheckReply): a request whose reply subject is
+	// under none of them is dropped and counted, never answered or forwarded. Default
+	// subjects.DefaultReplyPrefixes; inbox_prefix is always added (the gateway's own
+	// requests to workers come back to it). Each is a subject of whole tokens, e.g.
+	// "_INBOX_app1".
+	ReplyPrefixes []string `toml:"reply_prefixes,omitempty"`
+}
+
+// Replies is the effective list of reply prefixes: reply_prefixes (or the defaults) and
+// inbox_prefix.
+func (n *NATS) Replies() []string {
+	out := n.ReplyPrefixes
+	if len(out) == 0 {
+		out = subjects.DefaultReplyPrefixes
+	}
+	if n.InboxPrefix != "" && !slices.Contains(out, n.InboxPrefix) {
+		out = append(slices.Clip(out), n.InboxPrefix)
+	}
+	return out
 }
 
 // Credentials is a NATS identity of its own, with the keys of [nats]: a credentials file,

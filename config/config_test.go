@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ortbus/ortbus/subjects"
 )
 
 const good = `
@@ -157,7 +160,7 @@ func TestPoolCredentialsAndInboxPrefix(t *testing.T) {
 	if w.User != "worker-cpu" || w.PasswordFile != filepath.Join(filepath.Dir(p), "secrets", "worker-cpu.pass") || w.InboxPrefix != "" || w.Listen != c.NATS.Listen {
 		t.Fatalf("pool cpu's NATS section %+v", w)
 	}
-	if w := c.WorkerNATS("cuda"); w != c.NATS {
+	if w := c.WorkerNATS("cuda"); !reflect.DeepEqual(w, c.NATS) {
 		t.Fatalf("a pool without credentials gets %+v, want [nats] %+v", w, c.NATS)
 	}
 	for i, tc := range []struct{ edit, want string }{
@@ -178,6 +181,34 @@ func TestPoolCredentialsAndInboxPrefix(t *testing.T) {
 	}
 	if _, err := Load(write(t, good+"\n[pools.cpu.nats]\ncreds_file = \"worker-cpu.creds\"\n")); err != nil {
 		t.Errorf("creds_file alone: %v", err)
+	}
+}
+
+// TestReplyPrefixes: the defaults, a configured list replacing them, inbox_prefix always
+// accepted, and malformed prefixes refused with their key.
+func TestReplyPrefixes(t *testing.T) {
+	c, err := Load(write(t, good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.NATS.Replies(); !reflect.DeepEqual(got, subjects.DefaultReplyPrefixes) {
+		t.Fatalf("default replies %v", got)
+	}
+	c, err = Load(write(t, strings.Replace(good, "[nats]", "[nats]\ninbox_prefix = \"_INBOX_gw\"\nreply_prefixes = [\"_INBOX_app1\", \"_R_\"]", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.NATS.Replies(); !reflect.DeepEqual(got, []string{"_INBOX_app1", "_R_", "_INBOX_gw"}) {
+		t.Fatalf("configured replies %v", got)
+	}
+	if subjects.CheckReply("_INBOX.abc.1", c.NATS.Replies()) == nil {
+		t.Fatal("the default _INBOX accepted though reply_prefixes replaced it")
+	}
+	for _, bad := range []string{"", "_INBOX.>", "a.*", "a.", ".a", "a b"} {
+		_, err := Load(write(t, strings.Replace(good, "[nats]", "[nats]\nreply_prefixes = [\""+bad+"\"]", 1)))
+		if err == nil || !strings.Contains(err.Error(), "nats.reply_prefixes") {
+			t.Errorf("reply_prefixes [%q]: %v, want refused", bad, err)
+		}
 	}
 }
 

@@ -283,6 +283,11 @@ func (c *Config) validate() error {
 	if err := checkInboxPrefix(c.NATS.InboxPrefix); err != nil {
 		add(c.errf("nats.inbox_prefix", "%v", err))
 	}
+	for _, p := range c.NATS.ReplyPrefixes {
+		if err := checkInboxPrefix(p); p == "" || err != nil {
+			add(c.errf("nats.reply_prefixes", "%q: want a subject without wildcards, spaces or empty tokens, e.g. \"_INBOX_app1\"", p))
+		}
+	}
 
 	for name, d := range c.Devices {
 		if d.SafeFraction == 0 {

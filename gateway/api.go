@@ -64,6 +64,15 @@ const apiPendingBytes = 256 << 20
 // is answered internal; a reply too large for the bus is answered reply_too_large; a
 // reply that cannot be sent is counted and logged.
 func (g *Gateway) handle(op string, r micro.Request, ops bool) {
+	if to := r.Reply(); to != "" && subjects.CheckReply(to, g.cfg.NATS.Replies()) != nil {
+		// The reply subject is input too (subjects.CheckReply): one that is not a
+		// requester's inbox is never answered nor forwarded to a worker, so that no
+		// request makes the gateway publish with its own rights to a subject the
+		// requester chose (JetStream's API, ortbus.ops.cancel, 4 KB of subject that would
+		// close the gateway's connection). Dropped before anything can answer it.
+		g.metrics.bad("reply_subject")
+		return
+	}
 	asJSON := r.Headers().Get(codec.HeaderContentType) == codec.ContentTypeJSON
 	var once sync.Once
 	respond := func(body []byte, e *codec.Error) {

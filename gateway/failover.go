@@ -89,7 +89,7 @@ func (g *Gateway) startFailover(ctx context.Context) error {
 	if f.beat, err = subjects.GatewayBeat(g.id); err != nil {
 		return err
 	}
-	if _, err := g.nc.Subscribe(subjects.GWAll, guard.Msg(g.log, "failover", g.nc, f.hear)); err != nil {
+	if _, err := g.nc.Subscribe(subjects.GWAll, guard.Msg(g.log, "failover", g.nc, nil, f.hear)); err != nil {
 		return err
 	}
 	g.failover = f

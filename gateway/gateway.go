@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -67,14 +69,22 @@ type Gateway struct {
 	fl      *flights    // every accepted request until its answer, and what it holds
 	est     estimator   // measured service times
 	kickCh  chan struct{}
+
+	// A NATS connection closed for good other than by closeNATS (onClosed).
+	closing      atomic.Bool   // closeNATS closes it: that close is no loss
+	connLost     chan struct{} // closed on a loss, after connLostErr is set
+	connLostErr  error
+	connLostOnce sync.Once
 }
 
 // Run starts the gateway and serves until ctx is cancelled, then shuts down: no new
 // requests, queued and in-flight work answered (within the shutdown grace), workers
-// drained, NATS closed.
+// drained, NATS closed. When its NATS connection is closed for good first (onClosed), it
+// shuts down the same way without waiting for work that can no longer be answered, and
+// returns that error.
 func Run(ctx context.Context, o Options) error {
 	c := o.Config
-	g := &Gateway{cfg: c, log: o.Logger, fl: newFlights(), kickCh: make(chan struct{}, 1), leases: newLeases()}
+	g := &Gateway{cfg: c, log: o.Logger, fl: newFlights(), kickCh: make(chan struct{}, 1), leases: newLeases(), connLost: make(chan struct{})}
 	if g.log == nil {
 		g.log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
@@ -112,7 +122,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer g.tracker.Stop()
 	defer g.startForeign()() // read before the workers start, so their budget knows it
-	if _, err := g.nc.Subscribe(g.claimSubject+".>", guard.Msg(g.log, "claim", g.nc, g.onClaim)); err != nil {
+	if _, err := g.nc.Subscribe(g.claimSubject+".>", guard.Msg(g.log, "claim", g.nc, nil, g.onClaim)); err != nil {
 		return err
 	}
 	jobsCtx, stopJobs := context.WithCancel(context.Background())
@@ -126,40 +136,86 @@ func Run(ctx context.Context, o Options) error {
 	dispatchCtx, stopDispatch := context.WithCancel(context.Background())
 	go func() { defer close(dispatchDone); g.dispatchLoop(dispatchCtx) }()
 
+	// A lost connection ends each wait, before ready (never announced then) and after.
 	select {
 	case <-g.supervisor.start():
 	case <-ctx.Done():
+	case <-g.connLost:
 	}
-	if err := g.serveAPI(); err != nil {
-		stopDispatch()
-		g.supervisor.stop(c.Gateway.ShutdownGrace.D())
-		return err
-	}
-	httpAddr, err := g.serveHTTP(o.HTTPListen)
-	if err != nil {
-		stopDispatch()
-		g.supervisor.stop(c.Gateway.ShutdownGrace.D())
-		return err
-	}
-	// Ready means a client may send requests now: the server has the API's subscriptions.
-	if err := g.nc.Flush(); err != nil {
-		g.log.Warn("NATS flush before ready failed", "err", err)
-	}
-	g.log.Info("gateway ready", "id", g.id, "nats", url, "http", httpAddr)
-	if o.OnReady != nil {
-		o.OnReady(Ready{Event: codec.EventReady, NATSURL: url, HTTP: httpAddr})
+	if !g.connIsLost() {
+		if err := g.serveAPI(); err != nil {
+			stopDispatch()
+			g.supervisor.stop(c.Gateway.ShutdownGrace.D())
+			return err
+		}
+		httpAddr, err := g.serveHTTP(o.HTTPListen)
+		if err != nil {
+			stopDispatch()
+			g.supervisor.stop(c.Gateway.ShutdownGrace.D())
+			return err
+		}
+		// Ready means a client may send requests now: the server has the API's subscriptions.
+		if err := g.nc.Flush(); err != nil {
+			g.log.Warn("NATS flush before ready failed", "err", err)
+		}
+		g.log.Info("gateway ready", "id", g.id, "nats", url, "http", httpAddr)
+		if o.OnReady != nil {
+			o.OnReady(Ready{Event: codec.EventReady, NATSURL: url, HTTP: httpAddr})
+		}
+		select {
+		case <-ctx.Done():
+		case <-g.connLost:
+		}
 	}
 
-	<-ctx.Done()
+	lost := g.connIsLost()
 	// Job items held here are cancelled first: JetStream gives them to another gateway
 	// (or to this one when it is back), and the batch work they were queued as does not
-	// hold up the stop.
+	// hold up the stop. Without a connection their end cannot reach JetStream: no wait
+	// (it redelivers them after their ack wait).
 	stopJobs()
-	g.stopJobs(jobStopBound)
-	g.shutdown()
+	if !lost {
+		g.stopJobs(jobStopBound)
+	}
+	g.shutdown(lost)
 	stopDispatch()
 	<-dispatchDone
+	if lost {
+		return g.connLostErr
+	}
 	return nil
+}
+
+// onClosed is the NATS connection's ClosedHandler. nats.go closes a connection for good
+// on a fatal server error ("maximum control line exceeded") or on the same authorization
+// error twice when reconnecting (natsconn.Reconnect); a gateway that went on would
+// answer nothing (clients get "no responders") while its process and /readyz looked
+// alive. So a close that closeNATS did not make is a loss: logged with the connection's
+// last error, it ends Run with an error, so the process exits non-zero and its
+// supervisor restarts it.
+func (g *Gateway) onClosed(nc *nats.Conn) {
+	if g.closing.Load() {
+		return
+	}
+	g.connLostOnce.Do(func() {
+		err := nc.LastError()
+		if err == nil {
+			err = nats.ErrConnectionClosed
+		}
+		g.log.Error("NATS connection closed for good; the gateway stops", "err", err)
+		g.connLostErr = fmt.Errorf("NATS connection closed: %w", err)
+		close(g.connLost)
+	})
+}
+
+// connIsLost reports whether the NATS connection was lost (onClosed).
+func (g *Gateway) connIsLost() bool {
+	select {
+	case <-g.connLost:
+		return true
+	default:
+		return false
+	}
 }
 
 // newQueues makes the class queues of the config: each class's priority, bounds (count
@@ -185,12 +241,13 @@ func (g *Gateway) connect(listen string) (string, error) {
 		}
 		g.log.Warn("nats error", "subject", subj, "err", err)
 	})
+	onClosed := nats.ClosedHandler(g.onClosed)
 	if !c.NATS.Embedded {
 		opts, err := natsconn.Options(c.NATS, "ortbus-gateway "+g.id)
 		if err != nil {
 			return "", err
 		}
-		opts = append(opts, logErr)
+		opts = append(opts, logErr, onClosed)
 		nc, err := nats.Connect(c.NATS.URL, opts...)
 		if err != nil {
 			return "", fmt.Errorf("connect to NATS %s: %w", c.NATS.URL, err)
@@ -219,8 +276,10 @@ func (g *Gateway) connect(listen string) (string, error) {
 	if g.srv, err = natsd.Start(sopts); err != nil {
 		return "", fmt.Errorf("embedded NATS: %w", err)
 	}
-	// In-process: no TLS or credentials (the embedded server is loopback-only and open).
-	opts := []nats.Option{nats.Name("ortbus-gateway " + g.id), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), logErr}
+	// In-process: no TLS or credentials (the embedded server is loopback-only and open);
+	// the reconnect settings of every connection (natsconn.Reconnect).
+	opts := append([]nats.Option{nats.Name("ortbus-gateway " + g.id)}, natsconn.Reconnect()...)
+	opts = append(opts, logErr, onClosed)
 	if c.NATS.InboxPrefix != "" {
 		opts = append(opts, nats.CustomInboxPrefix(c.NATS.InboxPrefix))
 	}
@@ -232,6 +291,7 @@ func (g *Gateway) connect(listen string) (string, error) {
 }
 
 func (g *Gateway) closeNATS() {
+	g.closing.Store(true) // before Drain: its close is this gateway's own (onClosed)
 	if g.nc != nil {
 		g.nc.Drain()
 		g.nc.Close()
@@ -317,8 +377,11 @@ func (g *Gateway) dispatchPass() {
 }
 
 // shutdown stops taking requests, waits (up to the grace) for queued and in-flight work
-// to be answered, answers what is left, and drains the workers.
-func (g *Gateway) shutdown() {
+// to be answered, answers what is left, and drains the workers. With the NATS connection
+// lost there is no such wait: nothing can settle work any more (claims and answers come
+// over NATS); the workers are drained as ever (a worker still connected answers its
+// direct replies), and what is left answered (an HTTP client gets it).
+func (g *Gateway) shutdown(lost bool) {
 	g.log.Info("gateway shutting down")
 	if g.svc != nil {
 		g.svc.Stop()
@@ -330,7 +393,7 @@ func (g *Gateway) shutdown() {
 	}
 	grace := g.cfg.Gateway.ShutdownGrace.D()
 	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) && g.fl.count() > 0 {
+	for !lost && time.Now().Before(deadline) && g.fl.count() > 0 {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, it := range g.queues.Drain() {

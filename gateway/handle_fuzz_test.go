@@ -4,10 +4,12 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go/micro"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
@@ -105,30 +107,39 @@ func (r *fakeRequest) Subject() string        { return "" }
 func (r *fakeRequest) Reply() string          { return r.reply }
 
 // FuzzHandle drives the gateway's API handler with arbitrary bodies on every op, msgpack
-// and JSON: no panic (counted by the guard), and every request either answered exactly
-// once with a contract code or accepted into a class queue (an accepted request is then
-// cancelled and must be answered cancelled).
+// and JSON, with arbitrary reply subjects and the resend header on or off: no panic
+// (counted by the guard); a request whose reply subject is not a reply destination
+// (subjects.CheckReply) is dropped and counted, never answered nor queued; every other
+// request is either answered exactly once with a contract code or accepted into a class
+// queue (an accepted request is then cancelled and must be answered cancelled).
 func FuzzHandle(f *testing.F) {
 	req := codec.Request{ID: "r1", Path: "/srv/a.png", Class: "batch", TimeoutMS: 500}
 	for _, asJSON := range []bool{false, true} {
 		b, _ := codec.Encode(&req, asJSON)
-		f.Add(b, uint8(0), asJSON)
-		f.Add([]byte{0x81, 0xa5, 'c', 'l', 'a', 's', 's', 0xa1, 0xff}, uint8(0), asJSON)
-		f.Add([]byte{0x81, 0xaa, 'c', 'a', 'n', 'd', 'i', 'd', 'a', 't', 'e', 's', 0xdd, 0xff, 0xff, 0xff, 0xff}, uint8(2), asJSON)
-		f.Add([]byte(`{"id":"x","timeout_ms":9223372036854775807}`), uint8(0), asJSON)
-		f.Add([]byte(`{"id":"a.b"}`), uint8(6), asJSON)
+		f.Add(b, uint8(0), asJSON, "_INBOX.fuzz.1", false)
+		f.Add(b, uint8(0), asJSON, "$JS.API.STREAM.PURGE.ORTBUS_JOB_ITEMS", false)
+		f.Add(b, uint8(0), asJSON, "ortbus.ops.cancel", true)
+		f.Add(b, uint8(0), asJSON, "_INBOX."+strings.Repeat("a", 4096), false)
+		f.Add(b, uint8(0), asJSON, "_INBOX_client.abc.7", true)
+		f.Add([]byte{0x81, 0xa5, 'c', 'l', 'a', 's', 's', 0xa1, 0xff}, uint8(0), asJSON, "_INBOX.fuzz.1", false)
+		f.Add([]byte{0x81, 0xaa, 'c', 'a', 'n', 'd', 'i', 'd', 'a', 't', 'e', 's', 0xdd, 0xff, 0xff, 0xff, 0xff}, uint8(2), asJSON, "_INBOX.fuzz.1", false)
+		f.Add([]byte(`{"id":"x","timeout_ms":9223372036854775807}`), uint8(0), asJSON, "_INBOX.fuzz.1", false)
+		f.Add([]byte(`{"id":"a.b"}`), uint8(6), asJSON, "_INBOX.fuzz.1", false)
 		byPath := codec.Request{ID: "r2", Model: "tiny", InputPaths: map[string]string{"x": "/srv/x.npy"}, OutputPaths: map[string]string{"y": "/srv/spool/y.npy"}}
 		b, _ = codec.Encode(&byPath, asJSON)
-		f.Add(b, uint8(slices.Index(subjects.Ops, subjects.OpInfer)), asJSON)
+		f.Add(b, uint8(slices.Index(subjects.Ops, subjects.OpInfer)), asJSON, "_INBOX.fuzz.1", false)
 	}
 	g := unitGateway(f)
-	f.Fuzz(func(t *testing.T, data []byte, opIndex uint8, asJSON bool) {
+	f.Fuzz(func(t *testing.T, data []byte, opIndex uint8, asJSON bool, replyTo string, resend bool) {
 		op := subjects.Ops[int(opIndex)%len(subjects.Ops)]
-		r := &fakeRequest{data: data, headers: micro.Headers{}, reply: "_INBOX.fuzz.1"}
+		r := &fakeRequest{data: data, headers: micro.Headers{}, reply: replyTo}
 		if asJSON {
 			r.headers[codec.HeaderContentType] = []string{codec.ContentTypeJSON}
 		}
-		panics := guard.Panics()
+		if resend {
+			r.headers[codec.HeaderResend] = []string{"1"}
+		}
+		panics, bad := guard.Panics(), badCount(g, "reply_subject")
 		g.handle(op, r, false)
 		if guard.Panics() != panics {
 			t.Fatalf("op %s: a panic was recovered", op)
@@ -136,6 +147,18 @@ func FuzzHandle(f *testing.F) {
 		r.mu.Lock()
 		n := len(r.replies)
 		r.mu.Unlock()
+		if replyTo == "" || subjects.CheckReply(replyTo, g.cfg.NATS.Replies()) != nil {
+			g.fl.mu.Lock()
+			left := len(g.fl.byID)
+			g.fl.mu.Unlock()
+			if n != 0 || left != 0 {
+				t.Fatalf("op %s, reply subject %q: %d replies, %d in flight; want it dropped", op, replyTo, n, left)
+			}
+			if replyTo != "" && badCount(g, "reply_subject") != bad+1 {
+				t.Fatalf("reply subject %q dropped uncounted", replyTo)
+			}
+			return
+		}
 		if n == 0 {
 			// Accepted: it waits in a queue. Cancel it as its sender: answered cancelled.
 			var id string
@@ -144,7 +167,7 @@ func FuzzHandle(f *testing.F) {
 				id = k
 			}
 			g.fl.mu.Unlock()
-			if id == "" || !g.cancelAs(id, "_INBOX.fuzz.2") {
+			if id == "" || !g.cancelAs(id, "") { // as an operator
 				t.Fatalf("op %s: no reply and nothing in flight", op)
 			}
 		}
@@ -166,4 +189,13 @@ func FuzzHandle(f *testing.F) {
 			t.Fatalf("op %s: %d requests left in flight", op, left)
 		}
 	})
+}
+
+// badCount is the gateway's ortbus_bad_messages_total{kind}.
+func badCount(g *Gateway, kind string) float64 {
+	var m dto.Metric
+	if err := g.metrics.badMsgs.WithLabelValues(kind).Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
 }

@@ -17,24 +17,35 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
+	"golang.org/x/net/netutil"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/guard"
+	"github.com/ortbus/ortbus/jobs"
 	"github.com/ortbus/ortbus/subjects"
 )
 
 // Limits of the HTTP server that do not depend on the configuration. The write timeout
-// does: see httpWriteTimeout.
+// and the number of connections do: see httpWriteTimeout and httpMaxConns.
 const (
 	httpReadHeaderTimeout = 5 * time.Second
-	httpReadTimeout       = 30 * time.Second // headers and body
-	httpIdleTimeout       = 2 * time.Minute
-	httpMaxHeaderBytes    = 64 << 10
+	httpReadTimeout       = 30 * time.Second // headers and body, where httpBodyTimeout is not set
+	// httpBodyTimeout bounds the reading of an API request's body, from when its handler
+	// starts (its headers read): a client that sends its body slowly holds its connection
+	// (bounded by httpMaxConns) for at most this long, and never a concurrency slot, which a
+	// request takes only once its body is read. Else 408.
+	httpBodyTimeout    = 10 * time.Second
+	httpIdleTimeout    = 2 * time.Minute
+	httpMaxHeaderBytes = 64 << 10
 	// httpWriteMargin is added to the longest class max_timeout: a request answered at
 	// its deadline still has its answer written.
 	httpWriteMargin = 30 * time.Second
+	// httpMinConns and httpConnsPerSlot make httpMaxConns.
+	httpMinConns     = 64
+	httpConnsPerSlot = 4
 )
 
 // httpAPI is the HTTP face of the client API, with the guards every request passes, in
@@ -45,14 +56,18 @@ const (
 //     any IP literal (and localhost) with its port; and gateway.http_hosts. Else 421.
 //   - With a token (gateway.http_token_file, or ORTBUS_HTTP_TOKEN), every route but
 //     /healthz needs `Authorization: Bearer TOKEN`. Else 401.
-//   - At most gateway.http_max_concurrent API requests (/v1/...) at once. Else 429
-//     overloaded, at once.
-//   - A POST body must be `Content-Type: application/json` (else 415: a cross-site
-//     "simple" request, text/plain or a form, cannot run work) and at most
-//     gateway.http_max_body bytes (else 413).
+//   - A route takes the path and method: else 404, or 405 for a known path (notFound).
+//   - The API routes (op), in this order: a POST body must be `Content-Type:
+//     application/json` (else 415: a cross-site "simple" request, text/plain or a form,
+//     cannot run work), at most gateway.http_max_body bytes (else 413), and arrive in
+//     full within httpBodyTimeout (else 408); then at most gateway.http_max_concurrent
+//     API requests are served at once (else 429 overloaded, at once). A request takes its
+//     slot only once its body is read, so that slow senders cannot hold the slots.
 //
-// Every error is a JSON {code, message, details} body with a stable code; a request whose
-// client goes away is cancelled.
+// Before any of them, the listener keeps at most httpMaxConns connections open (more
+// wait in the listen backlog), and the server bounds the headers (httpReadHeaderTimeout,
+// httpMaxHeaderBytes). Every error is a JSON {code, message, details} body with a stable
+// code; a request whose client goes away is cancelled.
 type httpAPI struct {
 	g       *Gateway
 	mux     *http.ServeMux
@@ -62,7 +77,9 @@ type httpAPI struct {
 	names   map[string]bool // host names accepted on any port (http_hosts without a port)
 	token   []byte          // SHA-256 of the bearer token; nil: none required
 	maxBody int64
-	slots   chan struct{} // one per API request being served
+	// bodyTimeout is httpBodyTimeout (shorter in tests).
+	bodyTimeout time.Duration
+	slots       chan struct{} // one per API request being served (its body read)
 }
 
 // serveHTTP serves the same API as JSON over HTTP (on a loopback address by default):
@@ -84,9 +101,17 @@ func (g *Gateway) serveHTTP(override string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	a := newHTTPAPI(g, addr, ln.Addr(), token)
-	g.http = &http.Server{
-		Handler:           a,
+	g.http = g.startHTTP(ln, newHTTPAPI(g, addr, ln.Addr(), token))
+	return ln.Addr().String(), nil
+}
+
+// startHTTP serves h on ln, with the server's limits, until the server is closed. At
+// most httpMaxConns connections are open at once (idle keep-alive ones included): the
+// next one is accepted when one closes, and waits in the listen backlog meanwhile. Each
+// request's headers are bounded in time and size; its body by op.
+func (g *Gateway) startHTTP(ln net.Listener, h http.Handler) *http.Server {
+	srv := &http.Server{
+		Handler:           h,
 		ReadHeaderTimeout: httpReadHeaderTimeout,
 		ReadTimeout:       httpReadTimeout,
 		WriteTimeout:      httpWriteTimeout(g.cfg),
@@ -94,8 +119,15 @@ func (g *Gateway) serveHTTP(override string) (string, error) {
 		MaxHeaderBytes:    httpMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
-	go g.http.Serve(ln)
-	return ln.Addr().String(), nil
+	go srv.Serve(netutil.LimitListener(ln, httpMaxConns(g.cfg)))
+	return srv
+}
+
+// httpMaxConns bounds the open HTTP connections: httpConnsPerSlot per concurrency slot
+// (room for the clients reading their answers, sending their bodies or idle between
+// requests), at least httpMinConns.
+func httpMaxConns(c *config.Config) int {
+	return max(httpMinConns, httpConnsPerSlot*c.Gateway.HTTPMaxConcurrent)
 }
 
 // httpWriteTimeout is longer than any request may take: the longest class timeout or
@@ -140,6 +172,8 @@ func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI 
 		token:   token,
 		maxBody: int64(g.cfg.Gateway.HTTPMaxBody),
 		slots:   make(chan struct{}, max(1, g.cfg.Gateway.HTTPMaxConcurrent)),
+
+		bodyTimeout: httpBodyTimeout,
 	}
 	var ip net.IP
 	if tcp, ok := bound.(*net.TCPAddr); ok {
@@ -177,8 +211,8 @@ func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI 
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if h := g.health(); h.Workers == 0 {
-			httpError(w, http.StatusServiceUnavailable, codec.Errorf(codec.CodeNoWorker, "no live workers"))
+		if e := g.notReady(); e != nil {
+			httpError(w, http.StatusServiceUnavailable, e)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -210,17 +244,53 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusUnauthorized, codec.Errorf(codec.CodeBadRequest, "missing or wrong bearer token (Authorization: Bearer TOKEN)"))
 		return
 	}
-	if strings.HasPrefix(r.URL.Path, "/v1/") {
-		select {
-		case a.slots <- struct{}{}:
-			defer func() { <-a.slots }()
-		default:
-			httpError(w, http.StatusTooManyRequests, codec.Errorf(codec.CodeOverloaded,
-				"over %d HTTP requests in progress (gateway.http_max_concurrent)", cap(a.slots)))
-			return
-		}
-	}
 	a.mux.ServeHTTP(w, r)
+}
+
+// notReady says why this gateway should not be sent requests (GET /readyz answers it
+// 503), or nil when it is ready:
+//   - its NATS connection is not CONNECTED (connecting, reconnecting, draining, closed):
+//     no request reaches a worker, no job item arrives;
+//   - no pool has a live worker;
+//   - the job store is expected and not open yet (jobService.opening).
+func (g *Gateway) notReady() *codec.Error {
+	if g.nc == nil {
+		return codec.Errorf(codec.CodeUnavailable, "not connected to NATS")
+	}
+	if st := g.nc.Status(); st != nats.CONNECTED {
+		return codec.Errorf(codec.CodeUnavailable, "the NATS connection is %s", st).With("nats", st.String())
+	}
+	if h := g.health(); h.Workers == 0 {
+		return codec.Errorf(codec.CodeNoWorker, "no live workers")
+	}
+	if e := g.jobs.opening(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// opening returns why the job store is not open while startJobs still tries to open it,
+// else nil: open, never tried (no job service; the embedded server without
+// nats.store_dir), given up at the gateway's stop, or refused by a server that answered
+// it has no JetStream (jobs.Unavailable): where JetStream is off the job API answers
+// unavailable by design, which is no reason to hold inference back.
+func (j *jobService) opening() *codec.Error {
+	if j == nil {
+		return nil
+	}
+	select {
+	case <-j.done:
+		return nil
+	default:
+	}
+	s, why := j.get()
+	if s != nil || why == nil {
+		return nil
+	}
+	if off := jobs.Unavailable(); why.Code == off.Code && why.Message == off.Message {
+		return nil
+	}
+	return why
 }
 
 // hostAllowed reports whether a Host header names this gateway.
@@ -297,17 +367,22 @@ func (a *httpAPI) op(w http.ResponseWriter, r *http.Request, op string) {
 				"want Content-Type: application/json, got %q", truncate(ct, 128)))
 			return
 		}
-		var err error
-		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
-		if err != nil {
-			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-				httpError(w, http.StatusRequestEntityTooLarge, codec.Errorf(codec.CodeBadRequest,
-					"body over %d bytes (gateway.http_max_body)", a.maxBody).With("limit", a.maxBody))
-				return
-			}
-			httpError(w, http.StatusBadRequest, codec.Errorf(codec.CodeBadRequest, "reading the body: %v", err))
+		var status int
+		var e *codec.Error
+		if body, status, e = a.readBody(w, r); e != nil {
+			httpError(w, status, e)
 			return
 		}
+	}
+	// The concurrency bound counts requests whose body is read (a GET has none): a client
+	// that sends its body slowly holds its connection, not a slot.
+	select {
+	case a.slots <- struct{}{}:
+		defer func() { <-a.slots }()
+	default:
+		httpError(w, http.StatusTooManyRequests, codec.Errorf(codec.CodeOverloaded,
+			"over %d HTTP requests in progress (gateway.http_max_concurrent)", cap(a.slots)))
+		return
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("{}")
@@ -336,6 +411,39 @@ func (a *httpAPI) op(w http.ResponseWriter, r *http.Request, op string) {
 			}
 		}
 	}
+}
+
+// readBody reads r's body: at most a.maxBody bytes (else 413), all of it within
+// a.bodyTimeout (else 408). It returns the status and error to answer on failure.
+func (a *httpAPI) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, *codec.Error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		// Nothing to read. No deadline is set either: the server already watches the
+		// connection for the client going away, and a read that timed out there would
+		// cancel the request.
+		return nil, 0, nil
+	}
+	rc := http.NewResponseController(w)
+	// A writer that cannot set one (a test's recorder) leaves the server's ReadTimeout.
+	rc.SetReadDeadline(time.Now().Add(a.bodyTimeout))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+	if err != nil {
+		// The deadline stays: what the server reads of the rest of the body after the
+		// answer is bounded too.
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, http.StatusRequestEntityTooLarge, codec.Errorf(codec.CodeBadRequest,
+				"body over %d bytes (gateway.http_max_body)", a.maxBody).With("limit", a.maxBody)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, http.StatusRequestTimeout, codec.Errorf(codec.CodeBadRequest,
+				"the body did not arrive within %v", a.bodyTimeout)
+		}
+		return nil, http.StatusBadRequest, codec.Errorf(codec.CodeBadRequest, "reading the body: %v", err)
+	}
+	// No deadline while the request is served (net/http clears it too, when it starts
+	// watching for the client going away at the body's end): a read that timed out would
+	// cancel the request as abandoned.
+	rc.SetReadDeadline(time.Time{})
+	return body, 0, nil
 }
 
 // withID returns the request's id, giving it one when it has none. A body that does not

@@ -1,21 +1,28 @@
 package gateway
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/jobs"
 )
 
 // testHTTPAPI is the HTTP handler of a gateway that is not started: enough for the
@@ -222,5 +229,299 @@ func checkJSONError(t *testing.T, w *httptest.ResponseRecorder, code codec.Code)
 	var e codec.Error
 	if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || e.Code != code || e.Message == "" {
 		t.Errorf("body %q (%v), want a JSON error with code %s and a message", w.Body, err, code)
+	}
+}
+
+// httpTestWait bounds a wait of these tests on the server, so that a failure does not
+// hang the run: it is never the measure of a result.
+const httpTestWait = time.Minute
+
+// serveTestHTTP serves h on ln with the gateway's server and limits (startHTTP) until
+// the test ends.
+func serveTestHTTP(t *testing.T, a *httpAPI, ln net.Listener, h http.Handler) {
+	t.Helper()
+	srv := a.g.startHTTP(ln, h)
+	t.Cleanup(func() { srv.Close() })
+}
+
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// rawConn is a client connection that writes an HTTP/1.1 request by hand, a piece at a
+// time, and reads its response.
+type rawConn struct {
+	t    *testing.T
+	conn net.Conn
+}
+
+func dialRaw(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(httpTestWait))
+	return &rawConn{t: t, conn: c}
+}
+
+func (c *rawConn) write(s string) {
+	c.t.Helper()
+	if _, err := io.WriteString(c.conn, s); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *rawConn) response() (*http.Response, []byte) {
+	c.t.Helper()
+	resp, err := http.ReadResponse(bufio.NewReader(c.conn), nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return resp, b
+}
+
+// checkJSONBody is checkJSONError on a response read from the wire.
+func checkJSONBody(t *testing.T, resp *http.Response, body []byte, status int, code codec.Code) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	w.Code = resp.StatusCode
+	maps.Copy(w.Header(), resp.Header)
+	w.Body.Write(body)
+	if w.Code != status {
+		t.Fatalf("status %d, want %d: %s", w.Code, status, body)
+	}
+	checkJSONError(t, w, code)
+}
+
+// readNotifier sends on read each time a read of the body it wraps returns bytes.
+type readNotifier struct {
+	io.ReadCloser
+	read chan<- struct{}
+}
+
+func (b readNotifier) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.read <- struct{}{}
+	}
+	return n, err
+}
+
+// TestHTTPSlowBodies: http_max_concurrent clients that send their bodies one byte at a
+// time hold no concurrency slot: a request sent meanwhile is served (here answered
+// unknown_op: the op is not one, and no NATS is needed), not refused 429. Each slow one
+// is served too once its body is in.
+func TestHTTPSlowBodies(t *testing.T) {
+	const slots = 2
+	ln := listenLoopback(t)
+	a := testHTTPAPI(t, fmt.Sprintf("http_max_concurrent = %d", slots), "127.0.0.1:0", ln.Addr(), "")
+	read := make(chan struct{}, 64) // more than the bytes of every body of the test
+	serveTestHTTP(t, a, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != http.NoBody {
+			r.Body = readNotifier{r.Body, read}
+		}
+		a.ServeHTTP(w, r)
+	}))
+	addr := ln.Addr().String()
+	waitRead := func(what string) {
+		t.Helper()
+		select {
+		case <-read:
+		case <-time.After(httpTestWait):
+			t.Fatalf("the server never read %s", what)
+		}
+	}
+
+	const body = `{"a":1}`
+	slow := make([]*rawConn, slots)
+	for i := range slow {
+		slow[i] = dialRaw(t, addr)
+		slow[i].write(fmt.Sprintf("POST /v1/nosuch HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+			addr, len(body), body[:1]))
+		waitRead(fmt.Sprintf("slow client %d's first byte", i))
+	}
+	// One more byte each, one at a time, the last one kept back.
+	for k := 1; k < len(body)-1; k++ {
+		for i, c := range slow {
+			c.write(body[k : k+1])
+			waitRead(fmt.Sprintf("slow client %d's byte %d", i, k))
+		}
+	}
+
+	good := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: httpTestWait}
+	resp, err := good.Post("http://"+addr+"/v1/nosuch", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		t.Fatalf("a whole request while %d clients send their bodies slowly: 429 %s", slots, b)
+	}
+	checkJSONBody(t, resp, b, http.StatusNotFound, codec.CodeUnknownOp)
+
+	for _, c := range slow {
+		c.write(body[len(body)-1:])
+		resp, b := c.response()
+		checkJSONBody(t, resp, b, http.StatusNotFound, codec.CodeUnknownOp)
+	}
+}
+
+// TestHTTPSlowBodyTimeout: a body that does not arrive in full within the body timeout
+// is answered 408 (the op, which would answer anything else, never runs).
+func TestHTTPSlowBodyTimeout(t *testing.T) {
+	ln := listenLoopback(t)
+	a := testHTTPAPI(t, "http_max_concurrent = 1", "127.0.0.1:0", ln.Addr(), "")
+	a.bodyTimeout = 50 * time.Millisecond
+	serveTestHTTP(t, a, ln, a)
+	addr := ln.Addr().String()
+	c := dialRaw(t, addr)
+	c.write(fmt.Sprintf("POST /v1/tag HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{", addr))
+	resp, b := c.response()
+	checkJSONBody(t, resp, b, http.StatusRequestTimeout, codec.CodeBadRequest)
+}
+
+// countingListener counts the connections accepted and not yet closed, and the most
+// open at once; it sends on accepted at each accept.
+type countingListener struct {
+	net.Listener
+	accepted   chan struct{}
+	mu         sync.Mutex
+	open, most int
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.open++
+	l.most = max(l.most, l.open)
+	l.mu.Unlock()
+	l.accepted <- struct{}{}
+	return &countedConn{Conn: c, l: l}, nil
+}
+
+func (l *countingListener) mostOpen() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.most
+}
+
+type countedConn struct {
+	net.Conn
+	l    *countingListener
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		c.l.open--
+		c.l.mu.Unlock()
+	})
+	return err
+}
+
+// TestHTTPConnBound: the server keeps at most httpMaxConns connections open. With that
+// many open (idle, sending nothing), one more waits unaccepted, and is served once one
+// of them closes.
+func TestHTTPConnBound(t *testing.T) {
+	inner := listenLoopback(t)
+	a := testHTTPAPI(t, "http_max_concurrent = 2", "127.0.0.1:0", inner.Addr(), "")
+	limit := httpMaxConns(a.g.cfg)
+	if limit != httpMinConns {
+		t.Fatalf("httpMaxConns with 2 slots: %d, want %d", limit, httpMinConns)
+	}
+	ln := &countingListener{Listener: inner, accepted: make(chan struct{}, 2*limit)}
+	serveTestHTTP(t, a, ln, a)
+	addr := inner.Addr().String()
+
+	held := make([]*rawConn, limit)
+	for i := range held {
+		held[i] = dialRaw(t, addr)
+	}
+	for i := range limit {
+		select {
+		case <-ln.accepted:
+		case <-time.After(httpTestWait):
+			t.Fatalf("%d of %d connections accepted", i, limit)
+		}
+	}
+	extra := dialRaw(t, addr)
+	extra.write("GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\nConnection: close\r\n\r\n")
+	// Unbounded, the server has accepted extra as soon as it connected.
+	held[0].conn.Close()
+	resp, b := extra.response()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("the connection over the bound, once one closed: %d %s", resp.StatusCode, b)
+	}
+	if most := ln.mostOpen(); most > limit {
+		t.Errorf("%d connections open at once, want at most %d", most, limit)
+	}
+	if got := httpMaxConns(parseConfig(t, unitConfig)); got != httpConnsPerSlot*config.DefaultHTTPMaxConcurrent {
+		t.Errorf("httpMaxConns with the default http_max_concurrent: %d", got)
+	}
+}
+
+// TestHTTPReadyz: /readyz answers 503 while no worker is live, while the NATS connection
+// is not connected, and while the job store is being opened; 200 otherwise, JetStream
+// off included.
+func TestHTTPReadyz(t *testing.T) {
+	g := testGateway(t, unitConfig)
+	a := newHTTPAPI(g, "127.0.0.1:0", tcpAddr("127.0.0.1", 8080), nil)
+	readyz := func(what string, status int, code codec.Code) *httptest.ResponseRecorder {
+		t.Helper()
+		w := httptest.NewRecorder()
+		a.ServeHTTP(w, httptest.NewRequest("GET", "http://127.0.0.1:8080/readyz", nil))
+		if w.Code != status {
+			t.Fatalf("%s: /readyz %d %s, want %d", what, w.Code, w.Body, status)
+		}
+		if code != "" {
+			checkJSONError(t, w, code)
+		}
+		return w
+	}
+	readyz("no live worker", 503, codec.CodeNoWorker)
+	f := newFleet(t, g)
+	f.ready("fast", "fast-0", 1, "interactive")
+	if w := readyz("a live worker", 200, ""); w.Body.String() != "ready\n" {
+		t.Errorf("/readyz body %q", w.Body)
+	}
+
+	notOpen := codec.Errorf(codec.CodeUnavailable, "the job store is not open yet")
+	g.jobs = &jobService{done: make(chan struct{}), why: notOpen}
+	readyz("the job store being opened", 503, codec.CodeUnavailable)
+	g.jobs.mu.Lock()
+	g.jobs.why = jobs.Unavailable()
+	g.jobs.mu.Unlock()
+	readyz("a server without JetStream", 200, "")
+	g.jobs.mu.Lock()
+	g.jobs.why = notOpen
+	g.jobs.mu.Unlock()
+	close(g.jobs.done)
+	readyz("the job store's opener stopped", 200, "")
+
+	g.nc.Close()
+	w := readyz("NATS closed", 503, codec.CodeUnavailable)
+	if !strings.Contains(w.Body.String(), nats.CLOSED.String()) {
+		t.Errorf("/readyz with NATS closed: %s, want it named", w.Body)
 	}
 }

@@ -26,7 +26,7 @@ import (
 //	ortbus_device_leased_bytes{device}                memory held by leases of processes outside ortbus
 //	ortbus_device_foreign_bytes{device}               memory other processes outside ortbus use, measured, past the leases
 //	ortbus_panics_total                               panics recovered in this gateway (each answered internal)
-//	ortbus_bad_messages_total{kind}                   bus messages dropped as malformed or forged (heartbeat, claim, journal, request)
+//	ortbus_bad_messages_total{kind}                   bus messages dropped as malformed or forged (heartbeat, claim, journal, request, reply_subject)
 //	ortbus_publish_errors_total{what}                 replies and messages that could not be sent (reply, cancel, journal)
 //	ortbus_jobs_active                                jobs with items not yet settled (JetStream)
 //	ortbus_job_items_pending                          items not yet delivered to any gateway: the consumer's lag

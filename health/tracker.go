@@ -75,7 +75,7 @@ func (t *Tracker) Start(nc *nats.Conn) error {
 	if t.MaxPerPool <= 0 {
 		t.MaxPerPool = DefaultMaxPerPool
 	}
-	sub, err := nc.Subscribe(subjects.HBAll, guard.Msg(t.Log, "heartbeat", nc, func(m *nats.Msg) {
+	sub, err := nc.Subscribe(subjects.HBAll, guard.Msg(t.Log, "heartbeat", nc, nil, func(m *nats.Msg) {
 		var hb codec.Heartbeat
 		if Decode(m, &hb) != nil {
 			t.drop("malformed")

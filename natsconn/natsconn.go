@@ -3,7 +3,9 @@
 // a password read from a file or from the environment variable ORTBUS_NATS_PASSWORD —
 // never a secret written in the config itself — and TLS (a CA file, and a client
 // certificate for mutual TLS) for servers on other hosts. A worker connects with its
-// pool's own identity (config.Config.WorkerNATS), never with the gateway's.
+// pool's own identity (config.Config.WorkerNATS), never with the gateway's. It is also
+// the one home of the reconnect settings (Reconnect), which the gateway's in-process
+// connection to its embedded server shares.
 package natsconn
 
 import (
@@ -20,14 +22,47 @@ import (
 // PasswordEnv is read when the config names a user but no password file.
 const PasswordEnv = "ORTBUS_NATS_PASSWORD"
 
-// Options returns the connection options for the config's NATS section, named name.
-func Options(c config.NATS, name string) ([]nats.Option, error) {
-	opts := []nats.Option{
-		nats.Name(name),
+// Reconnect settings of every long-lived ortbus connection (gateway, worker; the
+// gateway's in-process one too): the one place they are decided.
+const (
+	// ReconnectWait is the pause after each round over the server list: a NATS restart
+	// costs a gateway or worker about this much, not a restart of its own.
+	ReconnectWait = 100 * time.Millisecond
+	// ReconnectJitter (plain) and ReconnectJitterTLS are the upper bounds of a random
+	// delay added to ReconnectWait, so that the gateways and workers a restarted server
+	// lost do not all reconnect in the same instant; a TLS handshake costs the server more,
+	// so those spread wider. (nats.go's defaults, stated here.)
+	ReconnectJitter    = 100 * time.Millisecond
+	ReconnectJitterTLS = time.Second
+	// ReconnectBufSize bounds what is published while reconnecting (replies, claims,
+	// heartbeats, work items): held and sent once reconnected, so an answer computed
+	// during a server restart still reaches its client; past the bound a publish fails at
+	// once (nats.ErrReconnectBufExceeded) rather than memory growing for as long as the
+	// server is away. 8 MiB (nats.go's default) holds 8 replies of the default 1 MiB
+	// max_payload.
+	ReconnectBufSize = 8 << 20
+)
+
+// Reconnect returns the reconnect options: reconnect for ever, every ReconnectWait plus
+// jitter, with ReconnectBufSize of buffer. For ever means while the server is away, not
+// when it refuses this connection: nats.go closes a connection for good on a fatal server
+// error ("maximum control line exceeded") or on the same authorization error twice in a
+// row when reconnecting (a rotated password, a removed user), and ortbus keeps that
+// (no IgnoreAuthErrorAbort): the gateway and the workers then stop with an error, and
+// their supervisor restarts them, which reads the credentials afresh.
+func Reconnect() []nats.Option {
+	return []nats.Option{
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(100 * time.Millisecond),
-		nats.Timeout(2 * time.Second),
+		nats.ReconnectWait(ReconnectWait),
+		nats.ReconnectJitter(ReconnectJitter, ReconnectJitterTLS),
+		nats.ReconnectBufSize(ReconnectBufSize),
 	}
+}
+
+// Options returns the connection options for the config's NATS section, named name: the
+// Reconnect settings, credentials, TLS and the inbox prefix.
+func Options(c config.NATS, name string) ([]nats.Option, error) {
+	opts := append([]nats.Option{nats.Name(name), nats.Timeout(2 * time.Second)}, Reconnect()...)
 	switch {
 	case c.CredsFile != "":
 		opts = append(opts, nats.UserCredentials(c.CredsFile))

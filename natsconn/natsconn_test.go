@@ -48,3 +48,25 @@ func TestOptionsInboxPrefixAndPasswordFile(t *testing.T) {
 		t.Fatal("a user without a password was accepted")
 	}
 }
+
+// TestReconnectSettings: Options carries the one set of reconnect settings (Reconnect),
+// and keeps nats.go's abort on a repeated authorization error.
+func TestReconnectSettings(t *testing.T) {
+	opts, err := Options(config.NATS{}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, set := range map[string][]nats.Option{"Options": opts, "Reconnect": Reconnect()} {
+		o := nats.GetDefaultOptions()
+		for _, f := range set {
+			if err := f(&o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if o.MaxReconnect != -1 || o.ReconnectWait != ReconnectWait || o.ReconnectJitter != ReconnectJitter ||
+			o.ReconnectJitterTLS != ReconnectJitterTLS || o.ReconnectBufSize != ReconnectBufSize || o.IgnoreAuthErrorAbort {
+			t.Errorf("%s: max reconnects %d, wait %v, jitter %v/%v, buffer %d, ignore auth error abort %v", name,
+				o.MaxReconnect, o.ReconnectWait, o.ReconnectJitter, o.ReconnectJitterTLS, o.ReconnectBufSize, o.IgnoreAuthErrorAbort)
+		}
+	}
+}

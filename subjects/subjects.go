@@ -261,6 +261,51 @@ func InboxOwner(reply string) string {
 	return reply[:i]
 }
 
+// MaxReplyLen bounds a reply subject that ortbus publishes to on a requester's behalf.
+// nats.go's inboxes (_INBOX.<22-byte nuid>.<token>), a custom inbox prefix and a service
+// import's mapped replies (_R_.<...>) are far shorter; a longer one is not a reply
+// subject of any client, and an answer published to 4 KB of subject would exceed the
+// server's control line and close the publisher's connection.
+const MaxReplyLen = 256
+
+// DefaultReplyPrefixes are the reply destinations accepted when the config names none
+// ([nats] reply_prefixes): nats.go's and nats.js's default _INBOX, the inbox prefixes of
+// the roles of deploy/cluster/permissions.conf, and _R_, where nats-server maps the
+// replies of a request that crossed a service import from another account.
+var DefaultReplyPrefixes = []string{"_INBOX", "_INBOX_client", "_INBOX_ops", "_INBOX_gateway", "_R_"}
+
+// CheckReply reports whether reply is a subject ortbus may publish an answer to on a
+// requester's behalf (the rules of docs/PROTOCOL.md, "Reply subjects"):
+//
+//  1. at most MaxReplyLen bytes;
+//  2. every token valid (ValidateToken: no empty token, no wildcard, no whitespace or
+//     control character, valid UTF-8);
+//  3. under one of prefixes (each a whole number of tokens, e.g. "_INBOX" or
+//     "_INBOX_client"), with at least one token after it.
+//
+// Anything else — an API, JetStream, $SYS or ortbus subject — is no reply destination:
+// a requester could otherwise make ortbus publish an answer wherever it likes (a purge
+// request of JetStream's API, the operators' cancel) with ortbus's own rights.
+func CheckReply(reply string, prefixes []string) error {
+	if len(reply) > MaxReplyLen {
+		return fmt.Errorf("reply subject is %d bytes long, over the limit of %d", len(reply), MaxReplyLen)
+	}
+	if reply == "" {
+		return fmt.Errorf("reply subject is empty")
+	}
+	for t := range strings.SplitSeq(reply, ".") {
+		if err := ValidateToken("reply token", t); err != nil {
+			return err
+		}
+	}
+	for _, p := range prefixes {
+		if p != "" && len(reply) > len(p)+1 && reply[len(p)] == '.' && strings.HasPrefix(reply, p) {
+			return nil
+		}
+	}
+	return fmt.Errorf("reply subject %q is not under a reply prefix (%s)", reply, strings.Join(prefixes, ", "))
+}
+
 // GatewayBeat is the heartbeat subject of a gateway: ortbus.gw.<gateway>.hb.
 func GatewayBeat(gateway string) (string, error) {
 	if err := ValidateToken("gateway", gateway); err != nil {

@@ -97,3 +97,47 @@ func TestInboxOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckReply: a reply destination is an inbox under a configured prefix, of bounded
+// length and valid tokens; every other subject a requester could choose is refused.
+func TestCheckReply(t *testing.T) {
+	prefixes := []string{"_INBOX", "_INBOX_client", "_R_"}
+	for _, ok := range []string{
+		"_INBOX.8mQnSd3kZ0kXc7D4gVh2AA.1",
+		"_INBOX.abc",
+		"_INBOX_client.x.y",
+		"_R_.aB3.Zk9",
+		"_INBOX." + strings.Repeat("a", 120) + "." + strings.Repeat("b", MaxReplyLen-len("_INBOX.")-121), // exactly the limit
+	} {
+		if err := CheckReply(ok, prefixes); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{
+		"",
+		"_INBOX",          // the prefix alone
+		"_INBOX.",         // an empty token
+		"_INBOX..a",       // an empty token
+		"_INBOXx.a",       // not the prefix's token
+		"_INBOX_ops.a",    // a prefix not configured
+		"_INBOX.a.>",      // wildcards
+		"_INBOX.*",        // wildcards
+		"_INBOX.a b",      // whitespace
+		"_INBOX.a\x00",    // control
+		"_INBOX.\xff\xfe", // invalid UTF-8
+		"$JS.API.STREAM.PURGE.ORTBUS_JOB_ITEMS",
+		"ortbus.ops.cancel",
+		"ortbus.v1.tag",
+		"infer.fast.interactive",
+		"$SYS.REQ.SERVER.PING",
+		"_INBOX." + strings.Repeat("a", 120) + "." + strings.Repeat("b", MaxReplyLen-len("_INBOX.")-120), // one byte over
+		"_INBOX." + strings.Repeat("a", 4096),
+	} {
+		if err := CheckReply(bad, prefixes); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if CheckReply("_INBOX.a", nil) == nil {
+		t.Error("accepted with no prefixes")
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/models"
 	"github.com/ortbus/ortbus/ort"
+	"github.com/ortbus/ortbus/subjects"
 )
 
 // echoModel is a model that serves tag without a runtime.
@@ -62,40 +63,48 @@ dir = "/srv/m"
 	nc := testenv.InProcessNATS(t)
 	p := c.Pools["cpu"]
 	w := &Worker{cfg: c, pool: p, id: "cpu-unit", log: slog.New(slog.NewTextHandler(io.Discard, nil)), rt: &ort.Runtime{Version: "unit"},
-		models: map[string]models.Model{"tagger": echoModel{}}, order: []string{"tagger"}, start: time.Now(), nc: nc,
+		models: map[string]models.Model{"tagger": echoModel{}}, order: []string{"tagger"}, start: time.Now(), nc: nc, replies: c.NATS.Replies(),
 		q: newQueues(p.Classes, p.QueueBound, p.MaxBatch, p.MaxDelay.D())}
 	return w, nc
 }
 
 // FuzzAccept drives the worker's work-item handler with arbitrary bodies, msgpack and
-// JSON: no panic, and every item is answered exactly once with a result or a contract
-// error — at once, or (queued) when it is cancelled. Claims go only to claim subjects.
+// JSON, and arbitrary reply subjects: no panic; an item whose reply subject is not a
+// reply destination (subjects.CheckReply) is dropped and counted, nothing published on
+// its behalf; every other item is answered exactly once, on its reply subject, with a
+// result or a contract error — at once, or (queued) when it is cancelled. Claims go only
+// to claim subjects.
 func FuzzAccept(f *testing.F) {
 	item := codec.WorkItem{Request: codec.Request{ID: "r1", Path: "/srv/a.png", TimeoutMS: 5000}, Op: "tag", ClaimTo: "ortbus.claim.gw"}
 	for _, asJSON := range []bool{false, true} {
 		b, _ := codec.Encode(&item, asJSON)
-		f.Add(b, asJSON)
-		f.Add([]byte{0x81, 0xaa, 'c', 'a', 'n', 'd', 'i', 'd', 'a', 't', 'e', 's', 0xdd, 0xff, 0xff, 0xff, 0xff}, asJSON)
-		f.Add([]byte(`{"id":"r2","claim_to":"ortbus.v1.tag","op":"tag"}`), asJSON)
-		f.Add([]byte(`{"id":"r4","op":"infer","input_paths":{"x":"/srv/x.npy"},"output_dir":"/srv/spool"}`), asJSON)
-		f.Add([]byte(`{"id":"r3","deadline_unix_ms":-9223372036854775808,"timeout_ms":9223372036854775807}`), asJSON)
+		f.Add(b, asJSON, "_INBOX.fuzz.1")
+		f.Add(b, asJSON, "$JS.API.STREAM.PURGE.ORTBUS_JOB_ITEMS")
+		f.Add(b, asJSON, "ortbus.ops.cancel")
+		f.Add(b, asJSON, "_INBOX."+strings.Repeat("a", 4096))
+		f.Add(b, asJSON, "_R_.abc.def")
+		f.Add(b, asJSON, "")
+		f.Add([]byte{0x81, 0xaa, 'c', 'a', 'n', 'd', 'i', 'd', 'a', 't', 'e', 's', 0xdd, 0xff, 0xff, 0xff, 0xff}, asJSON, "_INBOX.fuzz.1")
+		f.Add([]byte(`{"id":"r2","claim_to":"ortbus.v1.tag","op":"tag"}`), asJSON, "_INBOX.fuzz.1")
+		f.Add([]byte(`{"id":"r4","op":"infer","input_paths":{"x":"/srv/x.npy"},"output_dir":"/srv/spool"}`), asJSON, "_INBOX_client.q.2")
+		f.Add([]byte(`{"id":"r3","deadline_unix_ms":-9223372036854775808,"timeout_ms":9223372036854775807}`), asJSON, "_INBOX.fuzz.1")
 	}
 	w, nc := unitWorker(f)
-	replies, err := nc.SubscribeSync("_INBOX.fuzz.>")
+	all, err := nc.SubscribeSync(">") // everything published, to catch a stray claim or reply
 	if err != nil {
 		f.Fatal(err)
 	}
-	other, err := nc.SubscribeSync(">") // everything published, to catch a stray claim
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Fuzz(func(t *testing.T, data []byte, asJSON bool) {
+	f.Fuzz(func(t *testing.T, data []byte, asJSON bool, replyTo string) {
 		m := nats.NewMsg("infer.cpu.interactive")
-		m.Reply, m.Data = "_INBOX.fuzz.1", data
+		m.Reply, m.Data = replyTo, data
 		if asJSON {
 			m.Header.Set(codec.HeaderContentType, codec.ContentTypeJSON)
 		}
-		panics := guard.Panics()
+		// An item without a reply subject is run and answered to nobody (its sender asked
+		// for no answer); it is no bad message.
+		noReply := replyTo == ""
+		valid := noReply || subjects.CheckReply(replyTo, w.replies) == nil
+		panics, bad := guard.Panics(), w.badMessages.Load()
 		w.accept("interactive", m)
 		if guard.Panics() != panics {
 			t.Fatal("a panic was recovered")
@@ -103,12 +112,11 @@ func FuzzAccept(f *testing.F) {
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		if n, _, _ := replies.Pending(); n == 0 {
-			// Queued: cancel it; it is answered cancelled.
-			_, _, held := w.q.counts()
-			if len(held) != 1 {
-				t.Fatalf("no reply and %d items held", len(held))
+		if _, _, held := w.q.counts(); len(held) == 1 {
+			if !valid {
+				t.Fatalf("an item with reply subject %q was queued", replyTo)
 			}
+			// Queued: cancel it; it is answered cancelled.
 			if j, found := w.q.cancel(held[0]); !found || j == nil {
 				t.Fatal("queued item not found by its id")
 			} else {
@@ -116,24 +124,29 @@ func FuzzAccept(f *testing.F) {
 			}
 			nc.Flush()
 		}
-		if n, _, _ := replies.Pending(); n != 1 {
-			t.Fatalf("%d replies", n)
+		if got := w.badMessages.Load() - bad; valid != (got == 0) {
+			t.Fatalf("reply subject %q (valid %v): %d counted bad", replyTo, valid, got)
 		}
-		r, _ := replies.NextMsg(time.Second)
-		if e := reply.ErrorOf(r); e != nil && !e.Code.Known() {
-			t.Fatalf("error reply %+v", e)
-		}
+		nReplies := 0
 		for {
-			o, err := other.NextMsg(0)
+			o, err := all.NextMsg(0)
 			if err != nil {
 				break
 			}
 			switch {
-			case o.Subject == "_INBOX.fuzz.1" || o.Subject == "infer.cpu.interactive":
-			case strings.HasPrefix(o.Subject, "ortbus.claim.") && strings.HasSuffix(o.Subject, ".cpu.cpu-unit") && strings.Count(o.Subject, ".") == 4:
+			case o.Subject == "infer.cpu.interactive":
+			case valid && o.Subject == replyTo:
+				nReplies++
+				if e := reply.ErrorOf(o); e != nil && !e.Code.Known() {
+					t.Fatalf("error reply %+v", e)
+				}
+			case valid && strings.HasPrefix(o.Subject, "ortbus.claim.") && strings.HasSuffix(o.Subject, ".cpu.cpu-unit") && strings.Count(o.Subject, ".") == 4:
 			default:
-				t.Fatalf("published on %q", o.Subject)
+				t.Fatalf("reply subject %q (valid %v): published on %q", replyTo, valid, o.Subject)
 			}
+		}
+		if want := map[bool]int{true: 1, false: 0}[valid && !noReply]; nReplies != want {
+			t.Fatalf("reply subject %q: %d replies, want %d", replyTo, nReplies, want)
 		}
 	})
 }

@@ -65,6 +65,9 @@ func (w *Worker) subscribe(nc *nats.Conn, class string) ([]*nats.Subscription, e
 // or op, already past its deadline, or its class queue full (overloaded). It runs on the
 // subscription's goroutine, so it never blocks.
 func (w *Worker) accept(class string, m *nats.Msg) {
+	if !w.replyOK(m) {
+		return
+	}
 	asJSON := m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON
 	j := &job{msg: m, class: class, asJSON: asJSON, received: time.Now(), item: &codec.WorkItem{}}
 	defer guard.Recover(w.log, "work item", func(e *codec.Error) { w.answer(j, nil, e) })
@@ -110,6 +113,20 @@ func (w *Worker) accept(class string, m *nats.Msg) {
 		return
 	}
 	w.claim(j, codec.ClaimTaken, "", nil)
+}
+
+// replyOK reports whether the worker may answer m: it has no reply subject, or one that
+// subjects.CheckReply accepts under the configured reply prefixes. The gateway checked
+// the reply subject of every item it forwards; the worker checks again, since anyone who
+// may publish a work item or a control message chooses its reply subject, and a worker
+// answers with its own rights. A message with any other reply subject is dropped whole
+// (not run, not answered) and counted in the heartbeat's bad_messages.
+func (w *Worker) replyOK(m *nats.Msg) bool {
+	if m.Reply == "" || subjects.CheckReply(m.Reply, w.replies) == nil {
+		return true
+	}
+	w.badMessages.Add(1)
+	return false
 }
 
 // claim tells the gateway that dispatched j (its claim_to, if any) that the worker took
@@ -314,7 +331,10 @@ func (w *Worker) answer(j *job, rep codec.Replier, err error) {
 
 // control subscribes to cancels and to this worker's control verbs.
 func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
-	cs, err := nc.Subscribe(subjects.Cancel, guard.Msg(w.log, "cancel", nc, func(m *nats.Msg) {
+	cs, err := nc.Subscribe(subjects.Cancel, guard.Msg(w.log, "cancel", nc, w.replies, func(m *nats.Msg) {
+		if !w.replyOK(m) {
+			return
+		}
 		var c codec.Cancel
 		if codec.Decode(m.Data, &c, m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON) != nil || c.ID == "" {
 			return
@@ -341,7 +361,10 @@ func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
 			return nil, err
 		}
 		verb := verb
-		s, err := nc.Subscribe(subj, guard.Msg(w.log, "control", nc, func(m *nats.Msg) {
+		s, err := nc.Subscribe(subj, guard.Msg(w.log, "control", nc, w.replies, func(m *nats.Msg) {
+			if !w.replyOK(m) {
+				return
+			}
 			if verb == subjects.VerbDrain {
 				w.draining.Store(true)
 			}
@@ -382,6 +405,6 @@ func (w *Worker) snapshot() *codec.Heartbeat {
 		Queued: queued, Running: running, Held: held,
 		Served: w.served.Load(), Failed: w.failed.Load(), SessionsCreated: ort.SessionsCreated(),
 		RSSBytes: rssBytes(), UptimeMS: time.Since(w.start).Milliseconds(),
-		Panics: guard.Panics(), PublishErrors: w.publishErrors.Load(),
+		Panics: guard.Panics(), PublishErrors: w.publishErrors.Load(), BadMessages: w.badMessages.Load(),
 	}
 }

@@ -6,6 +6,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -59,6 +60,8 @@ type Worker struct {
 	rssBase        int64 // peak RSS before the next model's load
 	served, failed atomic.Uint64
 	publishErrors  atomic.Uint64
+	badMessages    atomic.Uint64 // messages dropped for their reply subject (replyOK)
+	replies        []string      // the reply prefixes it answers under (config NATS.Replies)
 	draining       atomic.Bool
 	nc             *nats.Conn // set by Serve
 }
@@ -72,7 +75,7 @@ func New(opts Options) (*Worker, error) {
 	if !ok {
 		return nil, codec.Errorf(codec.CodeUnknownPool, "pool %q is not in the config", opts.Pool)
 	}
-	w := &Worker{cfg: c, pool: p, id: opts.ID, log: opts.Logger, models: map[string]models.Model{}, start: time.Now(), ready: opts.OnReady}
+	w := &Worker{cfg: c, pool: p, id: opts.ID, log: opts.Logger, models: map[string]models.Model{}, start: time.Now(), ready: opts.OnReady, replies: c.NATS.Replies()}
 	if w.id == "" {
 		w.id = p.Name + "-" + nuid.Next()[16:]
 	}
@@ -221,8 +224,13 @@ func (w *Worker) Close() {
 	}
 }
 
+// ErrConnectionLost is what Serve and ServeConn return, wrapped with the connection's
+// last error, when the NATS connection is closed for good under them (see ServeConn).
+var ErrConnectionLost = errors.New("NATS connection closed for good")
+
 // Serve connects to NATS at url, subscribes and serves until ctx is cancelled, then
 // drains: no new work, every queued item answered, a last heartbeat, and returns nil.
+// A connection closed for good first ends it with ErrConnectionLost (ServeConn).
 func (w *Worker) Serve(ctx context.Context, url string, natsOpts ...nats.Option) error {
 	// The pool's own NATS identity when it has one ([pools.NAME.nats]); then a user:password
 	// in the URL (the gateway's) must not log it in as someone else.
@@ -245,8 +253,18 @@ func (w *Worker) Serve(ctx context.Context, url string, natsOpts ...nats.Option)
 }
 
 // ServeConn serves on an existing connection (see Serve).
+//
+// The connection reconnects for ever while the server is away (natsconn.Reconnect), but
+// nats.go closes it for good on a fatal server error ("maximum control line exceeded")
+// or on the same authorization error twice when reconnecting (a rotated password). A
+// worker that went on would serve nothing while its process looked alive, so ServeConn
+// then stops (lost) and returns ErrConnectionLost: ortworker exits non-zero and its
+// supervisor (the gateway, systemd) restarts it. ServeConn itself never closes nc, so
+// every close it sees while serving is such a loss.
 func (w *Worker) ServeConn(ctx context.Context, nc *nats.Conn) error {
 	w.nc = nc
+	closed, unwatch := connClosed(nc)
+	defer unwatch()
 	var subs []*nats.Subscription
 	for _, class := range w.pool.Classes {
 		s, err := w.subscribe(nc, class)
@@ -281,38 +299,98 @@ func (w *Worker) ServeConn(ctx context.Context, nc *nats.Conn) error {
 		w.ready(w)
 	}
 
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-closed:
+		err := w.lost(nc)
+		slots.Wait()
+		stopHB()
+		hbDone.Wait()
+		return err
+	}
 
 	// Drain: stop taking work (pending messages already in the client are still
 	// delivered to the handler and queued or answered), finish what is queued, say so.
+	// A loss meanwhile ends the drain: what is left cannot be answered (lost).
 	w.draining.Store(true)
+	drained := make(chan struct{})
+	lostWhileDraining := make(chan error, 1)
+	go func() {
+		select {
+		case <-closed:
+			lostWhileDraining <- w.lost(nc)
+		case <-drained:
+			lostWhileDraining <- nil
+		}
+	}()
 	for _, s := range subs {
 		s.Drain()
 	}
 	for _, s := range subs {
-		waitClosed(s)
+		waitClosed(s, closed)
 	}
 	w.q.idle()
 	w.q.close()
 	slots.Wait()
+	close(drained)
 	for _, s := range ctl {
 		s.Unsubscribe()
 	}
 	stopHB()
 	hbDone.Wait()
+	if err := <-lostWhileDraining; err != nil {
+		return err
+	}
 	pub.Beat()
 	w.log.Info("drained", "served", w.served.Load(), "failed", w.failed.Load())
 	return nc.Flush()
 }
 
-// waitClosed waits until a draining subscription has handed over every pending message.
-func waitClosed(s *nats.Subscription) {
+// lost stops the work of a worker whose connection nc is closed for good, and returns
+// the error that says so (ErrConnectionLost with nc's last error): no answer can be sent
+// any more, so nothing is drained. Queued items are dropped and running ones cancelled
+// (their gateways retry them on another worker, or answer them); the queues close, so
+// the slots end.
+func (w *Worker) lost(nc *nats.Conn) error {
+	err := nc.LastError()
+	if err == nil {
+		err = nats.ErrConnectionClosed
+	}
+	w.log.Error("NATS connection closed for good; the worker stops", "err", err)
+	w.draining.Store(true)
+	w.q.close()
+	_, _, held := w.q.counts()
+	for _, id := range held {
+		if j, _ := w.q.cancel(id); j != nil && j.cancel != nil {
+			j.cancel()
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrConnectionLost, err)
+}
+
+// connClosed returns a channel closed once nc is closed (nats.go's status events), so
+// that every wait of ServeConn can end on it, and the function that stops the watch.
+func connClosed(nc *nats.Conn) (<-chan struct{}, func()) {
+	ch := nc.StatusChanged(nats.CLOSED)
+	done := make(chan struct{})
+	go func() {
+		if _, ok := <-ch; ok {
+			close(done)
+		}
+	}()
+	return done, func() { nc.RemoveStatusListener(ch) }
+}
+
+// waitClosed waits until a draining subscription has handed over every pending message,
+// or the connection is closed (which ends the subscription without a status event).
+func waitClosed(s *nats.Subscription, connClosed <-chan struct{}) {
 	ch := s.StatusChanged(nats.SubscriptionClosed)
 	if !s.IsValid() {
 		return
 	}
 	select {
 	case <-ch:
+	case <-connClosed:
 	case <-time.After(30 * time.Second):
 	}
 }

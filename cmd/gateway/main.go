@@ -5,6 +5,10 @@
 // codec.Event):
 //
 //	{"event":"ready","nats_url":"nats://127.0.0.1:PORT","http":"127.0.0.1:PORT"}
+//
+// Exit status: 0 after SIGTERM or SIGINT (a clean shutdown) or a passing -check; 1 a run
+// failure, among them a NATS connection closed for good (gateway.Run); 2 a usage or
+// config error.
 package main
 
 import (

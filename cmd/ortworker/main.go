@@ -12,12 +12,19 @@
 //
 // instead, publishes a failed heartbeat if NATS is reachable, and exits 3.
 //
+// Exit status: 0 drained after SIGTERM or SIGINT; 1 serving failed; 2 a usage or config
+// error; 3 it could not start (the failed line); 4 its NATS connection was closed for good
+// (a fatal server error, or an authorization error again on reconnecting: a rotated
+// password) — restarting it (the gateway, systemd) connects afresh, rereading the
+// credentials.
+//
 // Test-only: ORTBUS_FAULT_INJECT=1 makes a request whose path contains
 // __ortbus_fault_segv__ (or __ortbus_fault_abort__) crash the process natively.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -38,6 +45,9 @@ import (
 )
 
 func main() { os.Exit(run()) }
+
+// exitConnLost is the exit status after worker.ErrConnectionLost (see the package doc).
+const exitConnLost = 4
 
 func run() int {
 	defer profile.Start("ortworker")()
@@ -90,6 +100,9 @@ func run() int {
 	defer stop()
 	if err := w.Serve(ctx, url); err != nil {
 		log.Error("worker stopped", "err", err)
+		if errors.Is(err, worker.ErrConnectionLost) {
+			return exitConnLost
+		}
 		return 1
 	}
 	return 0

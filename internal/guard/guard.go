@@ -15,6 +15,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/internal/reply"
+	"github.com/ortbus/ortbus/subjects"
 )
 
 var panics atomic.Uint64
@@ -44,11 +45,13 @@ func Recover(log *slog.Logger, where string, answer func(*codec.Error)) {
 }
 
 // Msg wraps a subscription handler: a panic is recovered, and a message with a reply
-// subject is answered internal.
-func Msg(log *slog.Logger, where string, nc *nats.Conn, h nats.MsgHandler) nats.MsgHandler {
+// subject under one of replies (subjects.CheckReply) is answered internal. Handlers of
+// messages that are never answered (heartbeats, claims, beats) pass nil: a reply subject
+// on them is never published to.
+func Msg(log *slog.Logger, where string, nc *nats.Conn, replies []string, h nats.MsgHandler) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		defer Recover(log, where, func(e *codec.Error) {
-			if m.Reply != "" {
+			if m.Reply != "" && subjects.CheckReply(m.Reply, replies) == nil {
 				asJSON := m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON
 				reply.Send(nc, reply.Error(m.Reply, e, asJSON))
 			}
