@@ -124,6 +124,11 @@ type Gateway struct {
 	// answers, in the JetStream bucket ortbus_answers, so that a client's resend after a
 	// gateway died is answered once (gateway/failover.go).
 	Failover bool `toml:"failover,omitempty"`
+	// Identity says who owns requests, jobs and leases (gateway/identity.go): "local"
+	// (the default: one owner, every requester on the bus) or "account" (each
+	// application in a NATS account of its own importing the API; its account, from the
+	// Nats-Request-Info header nats-server writes on the import, is the owner).
+	Identity string `toml:"identity,omitempty"`
 	// RelayReplies sends every worker's reply back through the gateway. By default a
 	// worker answers a request that came over NATS in msgpack straight to the client's
 	// reply subject and tells the gateway with a small notice (gateway/request.go,

@@ -23,6 +23,12 @@ const (
 	PolicyFIFO     = "fifo"
 )
 
+// Identity modes (gateway.identity).
+const (
+	IdentityLocal   = "local"
+	IdentityAccount = "account"
+)
+
 // Shed policies.
 const (
 	ShedRejectNew  = "reject_new"

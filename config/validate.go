@@ -77,6 +77,9 @@ func (c *Config) applyDefaults() {
 	if g.CrashLoopWindow == 0 {
 		g.CrashLoopWindow = Duration(30 * time.Second)
 	}
+	if g.Identity == "" {
+		g.Identity = IdentityLocal
+	}
 	if g.Policy == "" {
 		g.Policy = PolicyPriority
 	}
@@ -233,6 +236,9 @@ func (c *Config) validate() error {
 	}
 	if c.NATS.URL == "" && !c.NATS.Embedded {
 		add(c.errf("nats", "set url (an external NATS server) or embedded = true"))
+	}
+	if id := c.Gateway.Identity; id != IdentityLocal && id != IdentityAccount {
+		add(c.errf("gateway.identity", "want %q or %q, got %q", IdentityLocal, IdentityAccount, id))
 	}
 	if p := c.Gateway.Policy; p != PolicyPriority && p != PolicyFIFO {
 		add(c.errf("gateway.policy", "want %q or %q, got %q", PolicyPriority, PolicyFIFO, p))

@@ -115,18 +115,19 @@ func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 			return
 		}
 	}
-	g.serveFrom(op, r.Data(), asJSON, r.Reply(), by, respond)
+	g.serveFrom(op, r.Data(), asJSON, r.Reply(), by, g.tenantOf(r.Headers()), respond)
 }
 
 // serve dispatches one request of op from HTTP.
 func (g *Gateway) serve(op string, data []byte, asJSON bool, reply Reply) {
-	g.serveFrom(op, data, asJSON, "", ownerHTTP, reply)
+	g.serveFrom(op, data, asJSON, "", ownerHTTP, "", reply)
 }
 
 // serveFrom dispatches one request of op. replyTo is its NATS reply subject ("" over
 // HTTP); by is who sent it, for cancel's ownership check (see canCancel): its reply
-// subject, ownerHTTP, or "" for an operator.
-func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by string, reply Reply) {
+// subject, ownerHTTP, or "" for an operator; tenant owns its jobs and leases and is
+// bounded on its own (identity.go).
+func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by, tenant string, reply Reply) {
 	encode := func(v any) {
 		b, err := codec.Encode(v, asJSON)
 		if err != nil {
@@ -150,16 +151,16 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by str
 			reply(nil, codec.Errorf(codec.CodeBadRequest, "cancel needs {id}: %v", err).With("field", "id"))
 			return
 		}
-		encode(&codec.CancelReply{ID: c.ID, Found: g.cancelAs(c.ID, by)})
+		encode(&codec.CancelReply{ID: c.ID, Found: g.cancelAs(c.ID, by, tenant)})
 	case subjects.IsWork(op):
-		g.submitFrom(op, data, asJSON, replyTo, ownerOf(by), reply)
+		g.submitFrom(op, data, asJSON, replyTo, ownerOf(by), tenant, reply)
 	case op == subjects.OpLease:
 		var req codec.LeaseRequest
 		if err := codec.Decode(data, &req, asJSON); err != nil {
 			reply(nil, codec.AsError(err))
 			return
 		}
-		l, e := g.lease(&req)
+		l, e := g.leaseAs(&req, tenant)
 		if e != nil {
 			reply(nil, e)
 			return

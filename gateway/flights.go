@@ -34,10 +34,14 @@ type flights struct {
 	active    lastActive           // when each class last had work queued for or running on each device
 	lastDeath map[string]death
 	early     map[string]earlyCancel // cancels of ids not seen yet
+	// perTenant counts the unanswered requests of each tenant other than the local
+	// owner; tenantMax bounds it (0: no bound). See identity.go, rule 4.
+	perTenant map[string]int
+	tenantMax int
 }
 
 func newFlights() *flights {
-	return &flights{byID: map[string]*pending{}, busy: map[string]int{}, used: map[string]time.Time{}, load: classCounts{}, workers: classCounts{}, lastSent: map[string]uint64{}, active: lastActive{}, lastDeath: map[string]death{}, early: map[string]earlyCancel{}}
+	return &flights{byID: map[string]*pending{}, busy: map[string]int{}, used: map[string]time.Time{}, load: classCounts{}, workers: classCounts{}, lastSent: map[string]uint64{}, active: lastActive{}, lastDeath: map[string]death{}, early: map[string]earlyCancel{}, perTenant: map[string]int{}}
 }
 
 // death is the last worker death seen in a pool.
@@ -48,8 +52,9 @@ type death struct {
 
 // earlyCancel is a cancel of an id not seen yet, and who sent it.
 type earlyCancel struct {
-	at time.Time
-	by string
+	at     time.Time
+	by     string
+	tenant string
 }
 
 // cancelMemory is how long a cancel of an unknown id is remembered, so that a request
@@ -73,6 +78,14 @@ func (f *flights) admit(p *pending) *codec.Error {
 	if _, dup := f.byID[p.id]; dup {
 		return codec.Errorf(codec.CodeBadRequest, "a request with id %q is already in progress", p.id)
 	}
+	if p.tenant != "" {
+		// One tenant holds at most tenantMax requests unanswered (queued or in flight),
+		// so its flood leaves the queues' room to the others (identity.go, rule 4).
+		if n := f.perTenant[p.tenant]; f.tenantMax > 0 && n >= f.tenantMax {
+			return codec.Errorf(codec.CodeOverloaded, "you have %d requests queued or in flight, this gateway's bound for one owner", n).With("limit", f.tenantMax)
+		}
+		f.perTenant[p.tenant]++
+	}
 	f.byID[p.id] = p
 	return nil
 }
@@ -82,6 +95,11 @@ func (f *flights) finish(p *pending) {
 	f.mu.Lock()
 	if f.byID[p.id] == p {
 		delete(f.byID, p.id)
+		if p.tenant != "" {
+			if f.perTenant[p.tenant]--; f.perTenant[p.tenant] <= 0 {
+				delete(f.perTenant, p.tenant)
+			}
+		}
 	}
 	f.mu.Unlock()
 }
@@ -303,7 +321,7 @@ func (f *flights) cancelAsked(p *pending) bool {
 // unanswered request with id exists that by may cancel; it is marked cancelAsked, and
 // dispatched says whether it is out at a worker (with its cancel function). A cancel of an
 // unknown id is remembered for a while (see cancelMemory).
-func (f *flights) askCancel(id, by string) (p *pending, dispatched, found bool) {
+func (f *flights) askCancel(id, by, tenant string) (p *pending, dispatched, found bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p, ok := f.byID[id]
@@ -314,8 +332,10 @@ func (f *flights) askCancel(id, by string) (p *pending, dispatched, found bool) 
 				delete(f.early, k)
 			}
 		}
-		if len(f.early) < maxEarlyCancels {
-			f.early[id] = earlyCancel{at: now, by: by}
+		// Bounded in total, and per tenant (identity.go, rule 4): one tenant's cancels of
+		// made-up ids never crowd out another's.
+		if len(f.early) < maxEarlyCancels && (tenant == "" || f.earlyOf(tenant) < tenantBound(maxEarlyCancels)) {
+			f.early[id] = earlyCancel{at: now, by: by, tenant: tenant}
 		}
 		return nil, false, false
 	}
@@ -324,6 +344,17 @@ func (f *flights) askCancel(id, by string) (p *pending, dispatched, found bool) 
 	}
 	p.cancelAsked = true
 	return p, p.cancel != nil, true
+}
+
+// earlyOf is how many early cancels tenant has remembered: f.mu held.
+func (f *flights) earlyOf(tenant string) int {
+	n := 0
+	for _, c := range f.early {
+		if c.tenant == tenant {
+			n++
+		}
+	}
+	return n
 }
 
 // mayCancel reports whether by may cancel the unanswered request id (false when there is

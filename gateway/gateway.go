@@ -98,6 +98,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("gateway id: %w", err)
 	}
 	g.queues = newQueues(c)
+	g.fl.tenantMax = tenantBound(totalQueueBound(c))
 
 	url, err := g.connect(o.NATSListen)
 	if err != nil {

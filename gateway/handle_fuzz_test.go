@@ -167,7 +167,7 @@ func FuzzHandle(f *testing.F) {
 				id = k
 			}
 			g.fl.mu.Unlock()
-			if id == "" || !g.cancelAs(id, "") { // as an operator
+			if id == "" || !g.cancelAs(id, "", "") { // as an operator
 				t.Fatalf("op %s: no reply and nothing in flight", op)
 			}
 		}

@@ -479,7 +479,7 @@ func withID(body []byte) ([]byte, string) {
 // must run).
 func (g *Gateway) cancelAbandoned(id string) {
 	if _, ok := g.fl.get(id); ok {
-		g.cancelAs(id, ownerHTTP)
+		g.cancelAs(id, ownerHTTP, "")
 	}
 }
 

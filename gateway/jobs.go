@@ -157,7 +157,7 @@ func (g *Gateway) runJobItem(ctx context.Context, it jobs.Item) ([]byte, *codec.
 		return a.body, a.err
 	case <-ctx.Done():
 	}
-	g.cancelAs(p.id, "")
+	g.cancelAs(p.id, "", "")
 	t := time.NewTimer(jobCancelWait)
 	defer t.Stop()
 	select {

@@ -24,7 +24,9 @@ import (
 //  3. While an urgent or interactive lease is held on a device, that device counts as
 //     busy with that class for the sharing policy (policy.go): batch is held to one unit.
 //  4. The lease id is the holder's capability (renew, release); status lists leases
-//     without it.
+//     without it. A lease also has an owner, its tenant (identity.go): a renew or release
+//     from another tenant finds no such lease, and a tenant other than the local owner
+//     holds at most tenantBound(maxLeases) leases, so it cannot take every one.
 //  5. A device's leases cover up to their bytes of the memory that processes outside
 //     ortbus are measured to use on it (a lease's holder is such a process, and nothing
 //     tells which pid holds which lease): only usage past the leased bytes counts as
@@ -35,11 +37,31 @@ import (
 // Leases live in the gateway that granted them (one gateway per GPU host is the home
 // setup); a renew or release that reaches another gateway finds no such lease.
 type leases struct {
-	mu sync.Mutex
-	by map[string]*codec.LeaseReply // by id
+	mu    sync.Mutex
+	by    map[string]*codec.LeaseReply // by id
+	owner map[string]string            // each lease's tenant, by id
 }
 
-func newLeases() *leases { return &leases{by: map[string]*codec.LeaseReply{}} }
+func newLeases() *leases {
+	return &leases{by: map[string]*codec.LeaseReply{}, owner: map[string]string{}}
+}
+
+// drop forgets lease id: l.mu held.
+func (l *leases) drop(id string) {
+	delete(l.by, id)
+	delete(l.owner, id)
+}
+
+// held is how many leases tenant holds: l.mu held.
+func (l *leases) held(tenant string) int {
+	n := 0
+	for _, o := range l.owner {
+		if o == tenant {
+			n++
+		}
+	}
+	return n
+}
 
 // maxLeases bounds the leases held at once; past it acquire is answered overloaded.
 const maxLeases = 1024
@@ -51,7 +73,7 @@ var leaseNow = time.Now
 func (l *leases) expire(now time.Time) {
 	for id, x := range l.by {
 		if now.UnixMilli() >= x.ExpiresUnixMS {
-			delete(l.by, id)
+			l.drop(id)
 		}
 	}
 }
@@ -93,8 +115,13 @@ func (l *leases) byDevice() classCounts {
 	return out
 }
 
-// lease answers one ortbus.v1.lease request.
+// lease answers one ortbus.v1.lease request of the local owner.
 func (g *Gateway) lease(req *codec.LeaseRequest) (*codec.LeaseReply, *codec.Error) {
+	return g.leaseAs(req, "")
+}
+
+// leaseAs answers one ortbus.v1.lease request of tenant (rule 4).
+func (g *Gateway) leaseAs(req *codec.LeaseRequest, tenant string) (*codec.LeaseReply, *codec.Error) {
 	if err := req.Validate(); err != nil {
 		return nil, codec.AsError(err)
 	}
@@ -110,11 +137,11 @@ func (g *Gateway) lease(req *codec.LeaseRequest) (*codec.LeaseReply, *codec.Erro
 		defer l.mu.Unlock()
 		l.expire(now)
 		x, ok := l.by[req.Lease]
-		if !ok {
+		if !ok || (tenant != "" && l.owner[req.Lease] != tenant) {
 			return nil, codec.Errorf(codec.CodeBadRequest, "no lease %q here (expired, released, or granted by another gateway)", req.Lease).With("field", "lease")
 		}
 		if req.Action == codec.LeaseRelease {
-			delete(l.by, req.Lease)
+			l.drop(req.Lease)
 			c := *x
 			c.Released = true
 			return &c, nil
@@ -145,6 +172,9 @@ func (g *Gateway) lease(req *codec.LeaseRequest) (*codec.LeaseReply, *codec.Erro
 	if len(l.by) >= maxLeases {
 		return nil, codec.Errorf(codec.CodeOverloaded, "%d leases are held; release some first", len(l.by))
 	}
+	if n := l.held(tenant); tenant != "" && n >= tenantBound(maxLeases) {
+		return nil, codec.Errorf(codec.CodeOverloaded, "you hold %d leases, this gateway's bound for one owner; release some first", n).With("limit", tenantBound(maxLeases))
+	}
 	var leased int64
 	for _, x := range l.by {
 		if x.Device == req.Device {
@@ -163,6 +193,7 @@ func (g *Gateway) lease(req *codec.LeaseRequest) (*codec.LeaseReply, *codec.Erro
 	}
 	x := &codec.LeaseReply{Lease: nuid.Next(), Device: req.Device, Bytes: req.Bytes, Class: class, Holder: req.Holder, ExpiresUnixMS: now.Add(ttl).UnixMilli()}
 	l.by[x.Lease] = x
+	l.owner[x.Lease] = tenant
 	g.log.Info("lease granted", "device", x.Device, "bytes", x.Bytes, "class", x.Class, "holder", x.Holder, "ttl", ttl)
 	c := *x
 	return &c, nil

@@ -34,6 +34,7 @@ type pending struct {
 	reply    Reply
 	replyTo  string // the client's NATS reply subject ("" over HTTP), for failover
 	owner    string // who may cancel it (see canCancel)
+	tenant   string // whose bound it counts in (identity.go)
 	size     int64  // the request's encoded size, counted against its class queue's bytes
 	once     sync.Once
 
@@ -101,9 +102,10 @@ func (g *Gateway) settle(p *pending, outcome codec.Code, then func()) {
 }
 
 // submitFrom accepts a client request for op: decode, validate, route check, queue.
-// replyTo is its NATS reply subject ("" over HTTP), owner who may cancel it.
-func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner string, reply Reply) {
-	p := &pending{op: op, asJSON: asJSON, accepted: time.Now(), reply: reply, replyTo: replyTo, owner: owner, size: int64(len(data))}
+// replyTo is its NATS reply subject ("" over HTTP), owner who may cancel it, tenant
+// whose bound it counts in (identity.go).
+func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner, tenant string, reply Reply) {
+	p := &pending{op: op, asJSON: asJSON, accepted: time.Now(), reply: reply, replyTo: replyTo, owner: owner, tenant: tenant, size: int64(len(data))}
 	if err := codec.Decode(data, &p.req, asJSON); err != nil {
 		g.answer(p, nil, codec.AsError(err))
 		return
@@ -470,14 +472,14 @@ func canCancel(owner, by string) bool {
 // cancelAs cancels a queued or in-flight request by id for the sender by (see
 // canCancel). A cancel that may not cancel the request finds nothing, as if the id were
 // unknown.
-func (g *Gateway) cancelAs(id, by string) bool {
+func (g *Gateway) cancelAs(id, by, tenant string) bool {
 	if g.fl.mayCancel(id, by) {
 		if it := g.queues.Remove(id); it != nil {
 			g.answer(it.Value.(*pending), nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))
 			return true
 		}
 	}
-	p, dispatched, found := g.fl.askCancel(id, by)
+	p, dispatched, found := g.fl.askCancel(id, by, tenant)
 	if !found {
 		return false
 	}

@@ -1,0 +1,122 @@
+package gateway
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+)
+
+// Identity (identity.go), in process: tenants from the header nats-server writes, and
+// the bounds and ownership of rule 4, without NATS.
+
+func TestTenantOf(t *testing.T) {
+	g := unitGateway(t)
+	hdr := func(v string) micro.Headers { return micro.Headers{requestInfoHeader: {v}} }
+	// Rule 1: in local mode the header means nothing (any connection could write it).
+	if got := g.tenantOf(hdr(`{"acc":"APP1"}`)); got != "" {
+		t.Fatalf("local mode: tenant %q, want the local owner", got)
+	}
+	g.cfg.Gateway.Identity = config.IdentityAccount
+	for _, c := range []struct {
+		h    micro.Headers
+		want string
+	}{
+		{micro.Headers{}, ""}, // from ortbus's own account: the local owner
+		{hdr(`{"acc":"APP1","rtt":1000}`), "account:APP1"},
+		{hdr(`{"acc":"APP2","user":"bun"}`), "account:APP2"},
+		// Malformed (never written so by the server): a tenant that owns nothing, never
+		// the local owner.
+		{hdr(`{"acc":""}`), "account:"},
+		{hdr(`not json`), "account:"},
+		{hdr(`{"acc":"` + strings.Repeat("a", 300) + `"}`), "account:"},
+		{hdr(strings.Repeat("[", 70<<10)), "account:"},
+	} {
+		if got := g.tenantOf(c.h); got != c.want {
+			t.Errorf("headers %.60v: tenant %q, want %q", c.h, got, c.want)
+		}
+	}
+}
+
+// Rule 4 for leases: another tenant's lease is not found; one tenant holds at most
+// tenantBound(maxLeases), and another tenant's first lease is still granted.
+func TestLeaseOwners(t *testing.T) {
+	g := testGateway(t, admissionConfig)
+	a, b := "account:A", "account:B"
+	acquire := func(tenant string) (*codec.LeaseReply, *codec.Error) {
+		return g.leaseAs(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 1, TTLMS: 60000}, tenant)
+	}
+	la, e := acquire(a)
+	if e != nil {
+		t.Fatal(e)
+	}
+	for _, action := range []string{codec.LeaseRenew, codec.LeaseRelease} {
+		if _, e := g.leaseAs(&codec.LeaseRequest{Action: action, Lease: la.Lease}, b); e == nil || e.Code != codec.CodeBadRequest {
+			t.Fatalf("%s of A's lease by B: %v, want no such lease", action, e)
+		}
+	}
+	if r, e := g.leaseAs(&codec.LeaseRequest{Action: codec.LeaseRenew, Lease: la.Lease}, a); e != nil || r.Lease != la.Lease {
+		t.Fatalf("renew by its owner: %v", e)
+	}
+	for i := 1; i < tenantBound(maxLeases); i++ {
+		if _, e := acquire(a); e != nil {
+			t.Fatalf("A's lease %d: %v", i+1, e)
+		}
+	}
+	if _, e := acquire(a); e == nil || e.Code != codec.CodeOverloaded {
+		t.Fatalf("A past its bound: %v, want overloaded", e)
+	}
+	if _, e := acquire(b); e != nil {
+		t.Fatalf("B's first lease while A holds its bound: %v", e)
+	}
+	// The local owner (an operator) may release any lease.
+	if r, e := g.leaseAs(&codec.LeaseRequest{Action: codec.LeaseRelease, Lease: la.Lease}, ""); e != nil || !r.Released {
+		t.Fatalf("release by the local owner: %v", e)
+	}
+	if _, e := acquire(a); e != nil {
+		t.Fatalf("A after one of its leases went: %v", e)
+	}
+}
+
+// Rule 4 for requests and early cancels: one tenant's unanswered requests and cancels of
+// unknown ids are bounded on their own.
+func TestTenantRequestBound(t *testing.T) {
+	f := newFlights()
+	f.tenantMax = 2
+	p := func(id, tenant string) *pending { return &pending{id: id, tenant: tenant, owner: "_INBOX.x"} }
+	a1, a2 := p("a1", "account:A"), p("a2", "account:A")
+	for _, q := range []*pending{a1, a2} {
+		if e := f.admit(q); e != nil {
+			t.Fatal(e)
+		}
+	}
+	if e := f.admit(p("a3", "account:A")); e == nil || e.Code != codec.CodeOverloaded {
+		t.Fatalf("A's third request: %v, want overloaded", e)
+	}
+	if e := f.admit(p("b1", "account:B")); e != nil {
+		t.Fatalf("B's first request while A is at its bound: %v", e)
+	}
+	if e := f.admit(p("l1", "")); e != nil {
+		t.Fatalf("the local owner is bounded by the queues only: %v", e)
+	}
+	f.finish(a1)
+	if e := f.admit(p("a4", "account:A")); e != nil {
+		t.Fatalf("A after one answer: %v", e)
+	}
+	// Early cancels: A's fill its share, B's first is still remembered.
+	for i := 0; i < tenantBound(maxEarlyCancels)+10; i++ {
+		f.askCancel("unknown-a-"+strconv.Itoa(i), "_R_.a.1", "account:A")
+	}
+	f.askCancel("unknown-b", "_R_.b.1", "account:B")
+	f.mu.Lock()
+	nA := f.earlyOf("account:A")
+	_, bKept := f.early["unknown-b"]
+	f.mu.Unlock()
+	if nA != tenantBound(maxEarlyCancels) || !bKept {
+		t.Fatalf("early cancels: A kept %d (bound %d), B's kept %v", nA, tenantBound(maxEarlyCancels), bKept)
+	}
+}
