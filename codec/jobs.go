@@ -47,18 +47,21 @@ type JobRef struct {
 	Job string `msgpack:"job" json:"job"`
 }
 
-// Job states.
+// Job states. A job is failed when the job store refused what its items need (their
+// results, the marks of their runs) for good, or did not take it for jobs.ack_wait: it
+// does not wait on storage without end, and JobStatus.Error says why.
 const (
 	JobRunning   = "running"
 	JobDone      = "done"
 	JobCancelled = "cancelled"
+	JobFailed    = "failed"
 )
 
 // JobStatus answers job.status, job.cancel and is one entry of job.list. Done counts
 // items answered with the op's reply, Failed items answered with an error (Done + Failed
 // is Total once the job is done); Running is what is delivered
 // and not yet answered (across gateways); Redelivered counts items that needed more than
-// one delivery.
+// one delivery. Error is why a failed job failed.
 type JobStatus struct {
 	Job            string  `msgpack:"job" json:"job"`
 	State          string  `msgpack:"state" json:"state"`
@@ -74,10 +77,13 @@ type JobStatus struct {
 	EtaS           float64 `msgpack:"eta_s" json:"eta_s"`
 	StartedUnixMS  int64   `msgpack:"started_unix_ms" json:"started_unix_ms"`
 	FinishedUnixMS int64   `msgpack:"finished_unix_ms,omitempty" json:"finished_unix_ms,omitempty"`
+	Error          *Error  `msgpack:"error,omitempty" json:"error,omitempty"`
 }
 
 // Finished reports whether the job will change no more.
-func (s *JobStatus) Finished() bool { return s.State == JobDone || s.State == JobCancelled }
+func (s *JobStatus) Finished() bool {
+	return s.State == JobDone || s.State == JobCancelled || s.State == JobFailed
+}
 
 // JobListReply answers job.list: the jobs still kept, newest first.
 type JobListReply struct {

@@ -254,8 +254,9 @@ func decodeChecked(data []byte, v any, asJSON bool, check func() error) *codec.E
 // jobSpec turns a checked submit into the job's record and its items: the class
 // defaults to batch; the class, model, pool and op must resolve as a request of the job
 // would (checked once here, not per item); a directory must lie inside the allowed
-// roots (symlinks resolved) before it is listed. Each item's path is checked where it
-// is read, like any request's.
+// roots (symlinks resolved), and is listed through an os.Root so that nothing outside
+// them is listed, however it is swapped meanwhile (jobs.ExpandAllowed). Each item's
+// path is checked where it is read, like any request's.
 func (g *Gateway) jobSpec(req *codec.JobSubmit) (*jobs.Record, []string, *codec.Error) {
 	rec := &jobs.Record{Job: req.Job, Op: req.Op, Model: req.Model, Class: req.Class, Pool: req.Pool}
 	if rec.Class == "" {
@@ -280,10 +281,7 @@ func (g *Gateway) jobSpec(req *codec.JobSubmit) (*jobs.Record, []string, *codec.
 		return rec, req.Items, nil
 	}
 	policy := images.Policy{AllowedRoots: g.cfg.Security.AllowedRoots}
-	if _, err := policy.Check(req.Dir.Path); err != nil {
-		return nil, nil, codec.AsError(err).With("field", "dir.path")
-	}
-	paths, e := jobs.Expand(*req.Dir, g.cfg.Jobs.MaxItems)
+	paths, e := jobs.ExpandAllowed(policy, *req.Dir, g.cfg.Jobs.MaxItems)
 	if e != nil {
 		return nil, nil, e
 	}

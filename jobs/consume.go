@@ -120,6 +120,15 @@ func (s *Store) holding() int {
 // Held is how many items this gateway holds (delivered here, not yet finished).
 func (s *Store) Held() int { return s.holding() }
 
+// outcome is what becomes of a delivered item once handled.
+type outcome int
+
+const (
+	settled  outcome = iota // acknowledged: it has its result, or will never run
+	handedOn                // handed back now, to the next gateway (this one stops)
+	left                    // left to JetStream, which delivers it again after ack_wait
+)
+
 // handle follows the rules of the package doc for one delivered item.
 func (s *Store) handle(ctx context.Context, m jetstream.Msg, run Runner) {
 	defer s.hold(-1)
@@ -135,29 +144,39 @@ func (s *Store) handle(ctx context.Context, m jetstream.Msg, run Runner) {
 		s.handBack(m)
 		return
 	}
+	stop := s.keepAlive(ctx, m) // rule 4, until the item is settled or let go
+	out := s.follow(ctx, w, md.NumDelivered > 1, run)
+	stop()
+	switch out {
+	case settled:
+		s.ack(m)
+	case handedOn:
+		s.handBack(m)
+	}
+}
+
+// follow takes a delivered item through the rules and says what becomes of it.
+func (s *Store) follow(ctx context.Context, w wireItem, redelivered bool, run Runner) outcome {
 	rec, err := s.record(ctx, w.Job)
 	if err != nil {
 		if ctx.Err() != nil {
-			s.handBack(m)
+			return handedOn
 		}
-		return // JetStream unreachable: the item comes back after ack_wait
+		return left // JetStream unreachable: the item comes back after ack_wait
 	}
-	if rec == nil || rec.Cancel != 0 || w.Index >= rec.Total { // rule 2
-		s.ack(m)
-		return
+	if rec == nil || rec.finished() || w.Index >= rec.Total { // rule 2
+		return settled
 	}
 	if s.hasResult(ctx, w.Job, w.Index) { // rule 1
-		s.ack(m)
-		return
+		return settled
 	}
-	redelivered := md.NumDelivered > 1
 	it := Item{Job: rec, Index: w.Index, Path: w.Path}
 	it.Run, err = s.markRun(ctx, w.Job, w.Index) // rule 3
 	if err != nil {
 		if ctx.Err() != nil {
-			s.handBack(m)
+			return handedOn
 		}
-		return
+		return s.storeFailed(ctx, it, "run mark", err) // rule 7
 	}
 	if it.Run > 1 {
 		redelivered = true
@@ -167,19 +186,17 @@ func (s *Store) handle(ctx context.Context, m jetstream.Msg, run Runner) {
 	if it.Run == 0 {
 		e = codec.Errorf(codec.CodePoisonInput, "item %d (%s) was running twice when its gateway died; not run again", w.Index, w.Path)
 	} else {
-		body, e = s.run(ctx, m, it, run)
+		body, e = s.run(ctx, it, run)
 	}
-	if s.cancelled(w.Job) {
-		s.ack(m)
-		return
+	if s.stopped(w.Job) {
+		return settled
 	}
 	if ctx.Err() != nil {
 		if e != nil {
 			// Interrupted by the gateway's stop: the run did not finish, so it gives its
 			// mark back and the item goes to the next gateway now (not after ack_wait).
 			s.unmarkRun(context.WithoutCancel(ctx), w.Job, w.Index, it.Run)
-			s.handBack(m)
-			return
+			return handedOn
 		}
 		// Done as the gateway stops: the result is kept, within a bound.
 		var cancel context.CancelFunc
@@ -187,9 +204,12 @@ func (s *Store) handle(ctx context.Context, m jetstream.Msg, run Runner) {
 		defer cancel()
 	}
 	if err := s.publishResult(ctx, it, body, e, redelivered); err != nil { // rule 6
-		return
+		if ctx.Err() != nil {
+			return left
+		}
+		return s.storeFailed(ctx, it, "result", err) // rule 7
 	}
-	s.ack(m)
+	return settled
 }
 
 // ack settles an item for good and counts it.
@@ -199,29 +219,33 @@ func (s *Store) ack(m jetstream.Msg) {
 	}
 }
 
-// run runs an item, retrying errors that say nothing about the item (rule 5), and keeps
-// telling JetStream the item is in progress (rule 4).
-func (s *Store) run(ctx context.Context, m jetstream.Msg, it Item, run Runner) ([]byte, *codec.Error) {
+// keepAlive tells JetStream every third of ack_wait that m is in progress (rule 4), until
+// stop is called (and has returned) or ctx ends.
+func (s *Store) keepAlive(ctx context.Context, m jetstream.Msg) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	s.track(it, cancel)
-	defer s.untrack(it)
-	stop := make(chan struct{})
-	defer close(stop)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		t := time.NewTicker(s.cfg.AckWait.D() / 3)
 		defer t.Stop()
 		for {
 			select {
-			case <-stop:
-				return
-			case <-ctx.Done(): // the job is cancelled or the gateway stops
+			case <-ctx.Done():
 				return
 			case <-t.C:
 				m.InProgress()
 			}
 		}
 	}()
+	return func() { cancel(); <-done }
+}
+
+// run runs an item, retrying errors that say nothing about the item (rule 5).
+func (s *Store) run(ctx context.Context, it Item, run Runner) ([]byte, *codec.Error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.track(it, cancel)
+	defer s.untrack(it)
 	lost := 0
 	wait := time.Second
 	for {
@@ -265,12 +289,12 @@ func (s *Store) untrack(it Item) {
 	}
 }
 
-// cancelled reports whether job is known here to be cancelled.
-func (s *Store) cancelled(job string) bool {
+// stopped reports whether job is known here to be cancelled or failed.
+func (s *Store) stopped(job string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.records[job]
-	return r != nil && r.Cancel != 0
+	return r != nil && r.finished()
 }
 
 // hasResult reports whether item n of job has its result. An unreachable store counts as
@@ -280,16 +304,16 @@ func (s *Store) hasResult(ctx context.Context, job string, n int) bool {
 	return err == nil
 }
 
-// markRun takes item n's next run mark: 1 or 2, or 0 when both are taken.
+// markRun takes item n's next run mark: 1 or 2, or 0 when both are taken. An error is
+// the store's refusal (rule 7).
 func (s *Store) markRun(ctx context.Context, job string, n int) (int, error) {
 	for k := 1; k <= 2; k++ {
-		subj := subjects.JobRun(job, n, k)
-		_, err := s.js.Publish(ctx, subj, nil, jetstream.WithExpectStream(ResultsStream))
+		err := s.write(ctx, nats.NewMsg(subjects.JobRun(job, n, k)))
 		if err == nil {
 			return k, nil
 		}
-		if _, gerr := s.results.GetLastMsgForSubject(ctx, subj); gerr != nil {
-			return 0, err // not "taken": the store failed
+		if !errors.Is(err, errTaken) {
+			return 0, err
 		}
 	}
 	return 0, nil
@@ -309,12 +333,35 @@ func (s *Store) unmarkRun(ctx context.Context, job string, n, k int) {
 }
 
 // publishResult records an item's one result (rule 6): a second one for the same item is
-// refused by the stream, which is what the caller wants too. It retries while the store
-// is unreachable, until ctx ends.
+// refused by the stream, which is what the caller wants too. A result over the store's
+// size limits is recorded as the error reply_too_large instead (rule 7: the work did
+// run, and the item is answered, never dropped). Other refusals are write's.
 func (s *Store) publishResult(ctx context.Context, it Item, body []byte, e *codec.Error, redelivered bool) error {
-	b, err := codec.Marshal(&storedResult{Index: it.Index, Path: it.Path, Result: body, Error: e})
+	msg, err := resultMsg(it, body, e, redelivered)
 	if err != nil {
 		return err
+	}
+	err = s.write(ctx, msg)
+	var r *refusedError
+	if errors.As(err, &r) && r.kind == msgTooLarge {
+		tooLarge := codec.Errorf(codec.CodeReplyTooLarge, "the result is %d bytes, more than the job store takes: %v", len(msg.Data), r.err).
+			With("bytes", len(msg.Data))
+		if msg, err = resultMsg(it, nil, tooLarge, redelivered); err != nil {
+			return err
+		}
+		err = s.write(ctx, msg)
+	}
+	if errors.Is(err, errTaken) {
+		return nil
+	}
+	return err
+}
+
+// resultMsg is an item's result message.
+func resultMsg(it Item, body []byte, e *codec.Error, redelivered bool) (*nats.Msg, error) {
+	b, err := codec.Marshal(&storedResult{Index: it.Index, Path: it.Path, Result: body, Error: e})
+	if err != nil {
+		return nil, err
 	}
 	msg := nats.NewMsg(subjects.JobResult(it.Job.Job, it.Index))
 	msg.Data = b
@@ -325,21 +372,7 @@ func (s *Store) publishResult(ctx context.Context, it Item, body []byte, e *code
 	if redelivered {
 		msg.Header.Set(HeaderRedelivered, "1")
 	}
-	wait := 100 * time.Millisecond
-	for {
-		_, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(ResultsStream))
-		if err == nil || s.hasResult(ctx, it.Job.Job, it.Index) {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return err
-		}
-		s.log.Warn("record job result", "job", it.Job.Job, "item", it.Index, "err", err)
-		if !sleep(ctx, wait) {
-			return ctx.Err()
-		}
-		wait = min(2*wait, 5*time.Second)
-	}
+	return msg, nil
 }
 
 // itemIndex reads n from a result subject ortbus.job.result.<job>.<n>.

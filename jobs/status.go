@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"slices"
 	"sync"
@@ -138,6 +137,8 @@ func (s *Store) status(ctx context.Context, rec *Record) (*codec.JobStatus, *cod
 	switch {
 	case rec.Cancel != 0:
 		st.State, st.FinishedUnixMS = codec.JobCancelled, rec.Cancel
+	case rec.Failed != 0:
+		st.State, st.FinishedUnixMS, st.Error = codec.JobFailed, rec.Failed, rec.Reason
 	case left <= 0:
 		st.State, st.FinishedUnixMS = codec.JobDone, last.UnixMilli()
 		if d := last.Sub(time.UnixMilli(rec.Created)).Seconds(); d > 0 {
@@ -275,37 +276,16 @@ func (s *Store) Results(ctx context.Context, req *codec.JobResultsRequest, maxBy
 
 // Cancel cancels a job: no item of it runs any more (those running are stopped, here and
 // at every gateway that watches the bucket), its waiting items are removed, and what it
-// has done stays readable.
+// has done stays readable. A job that failed stays failed.
 func (s *Store) Cancel(ctx context.Context, job string) (*codec.JobStatus, *codec.Error) {
-	for attempt := 0; ; attempt++ {
-		e, err := s.kv.Get(ctx, job)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil, unknownJob(job)
-		}
-		if err != nil {
-			return nil, storeError("read the job", err)
-		}
-		rec, err := decodeRecord(e.Value())
-		if err != nil {
-			return nil, storeError("read the job", err)
-		}
-		if rec.Cancel == 0 {
-			rec.Cancel = time.Now().UnixMilli()
-			b, _ := json.Marshal(rec)
-			if _, err := s.kv.Update(ctx, job, b, e.Revision()); err != nil {
-				if attempt < 5 {
-					continue // another gateway wrote it meanwhile
-				}
-				return nil, storeError("cancel the job", err)
-			}
-		}
-		s.cache(rec)
-		s.stopRunning(job)
-		if err := s.items.Purge(ctx, jetstream.WithPurgeSubject(subjects.JobItems(job))); err != nil {
-			return nil, storeError("remove waiting items", err)
-		}
-		return s.status(ctx, rec)
+	rec, err := s.finish(ctx, job, func(r *Record) { r.Cancel = time.Now().UnixMilli() })
+	if err != nil {
+		return nil, storeError("cancel the job", err)
 	}
+	if rec == nil {
+		return nil, unknownJob(job)
+	}
+	return s.status(ctx, rec)
 }
 
 // stopRunning cancels the items of job running here.
@@ -317,8 +297,8 @@ func (s *Store) stopRunning(job string) {
 	}
 }
 
-// Watch follows the bucket until ctx ends, so that a job cancelled at another gateway
-// stops here too.
+// Watch follows the bucket until ctx ends, so that a job cancelled or failed at another
+// gateway stops here too.
 func (s *Store) Watch(ctx context.Context) {
 	w, err := s.kv.WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
@@ -341,7 +321,7 @@ func (s *Store) Watch(ctx context.Context) {
 			continue
 		}
 		s.cache(rec)
-		if rec.Cancel != 0 {
+		if rec.finished() {
 			s.stopRunning(rec.Job)
 		}
 	}

@@ -17,17 +17,26 @@
 // The rules an item follows, wherever it is delivered (handle, consume.go):
 //
 //  1. An item with a result is acknowledged and not run again.
-//  2. An item of a cancelled or unknown job is acknowledged and not run.
+//  2. An item of a cancelled, failed or unknown job is acknowledged and not run.
 //  3. Before it runs, an item takes its next run mark; an item whose two marks are taken
 //     (it was running when its gateway, or the whole stack, died twice) is answered
 //     poison_input without running: no item runs more than twice. A run stopped by its
 //     gateway's graceful stop gives its mark back, and the item is handed on at once.
-//  4. While it runs, its gateway tells JetStream so every third of ack_wait; a gateway
-//     that dies stops doing so, and the item is delivered again after ack_wait.
+//  4. While it runs (and while its mark and result are written), its gateway tells
+//     JetStream so every third of ack_wait; a gateway that dies stops doing so, and the
+//     item is delivered again after ack_wait.
 //  5. Errors that say nothing about the item (no worker, overloaded, a worker lost once)
 //     are retried by the gateway that holds it, after a pause, for as long as the job
 //     runs; any other outcome is the item's result.
 //  6. The result is recorded before the item is acknowledged.
+//  7. Storage never stalls a job (refuse.go). A run mark or result the store refuses for
+//     good (the results stream, or JetStream's storage, is full) fails the job: its state
+//     is failed with the reason, its waiting items are removed and none of it runs any
+//     more. A result refused for its size alone is recorded as the item's error
+//     reply_too_large instead. Any other failure (no answer, a leader being elected) is
+//     retried for ack_wait (at least storeRetryMin), then fails the job as unavailable;
+//     where even that cannot be recorded, the item is left to be delivered again, and
+//     rule 3 still bounds its runs.
 //
 // Counts (done, failed, redelivered) are read from the results themselves, so every
 // gateway reports the same figures and none is lost with a gateway.
@@ -89,7 +98,13 @@ type Record struct {
 	Total   int            `json:"total"`
 	Created int64          `json:"created_unix_ms"`
 	Cancel  int64          `json:"cancelled_unix_ms,omitempty"`
+	// Failed is when the job failed (rule 7), Reason why.
+	Failed int64        `json:"failed_unix_ms,omitempty"`
+	Reason *codec.Error `json:"reason,omitempty"`
 }
+
+// finished reports whether the job was cancelled or failed: none of its items runs any more.
+func (r *Record) finished() bool { return r.Cancel != 0 || r.Failed != 0 }
 
 // Store is this gateway's handle on the jobs: the API's reads and writes, and the
 // consumer that runs items.
@@ -109,6 +124,10 @@ type Store struct {
 	held    int // items delivered here and not yet finished
 	wake    chan struct{}
 	acked   atomic.Uint64 // items this gateway settled
+
+	// storeRetry bounds the retries of a write the store did not take for a transient
+	// reason (rule 7): ack_wait, at least storeRetryMin.
+	storeRetry time.Duration
 }
 
 // ErrNoJetStream: the NATS server has no JetStream (for the embedded server, set
@@ -133,7 +152,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg config.Jobs, log *slog.Logger)
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	s := &Store{cfg: cfg, log: log, js: js, records: map[string]*Record{}, tallies: map[string]*tally{},
-		running: map[string]map[int]context.CancelFunc{}, wake: make(chan struct{}, 1)}
+		running: map[string]map[int]context.CancelFunc{}, wake: make(chan struct{}, 1),
+		storeRetry: max(cfg.AckWait.D(), storeRetryMin)}
 	if s.items, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        ItemsStream,
 		Description: "ortbus: job items waiting to run",

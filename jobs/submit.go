@@ -5,11 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -60,6 +56,9 @@ func (s *Store) Submit(ctx context.Context, rec *Record, paths []string) (*codec
 		}
 		if old.Cancel != 0 {
 			return nil, codec.Errorf(codec.CodeCancelled, "job %s was cancelled", rec.Job).With("job", rec.Job)
+		}
+		if old.Failed != 0 {
+			return nil, failedJob(old)
 		}
 		rec = old
 	} else {
@@ -128,6 +127,7 @@ func (s *Store) forget(ctx context.Context, job string) {
 func sameSpec(a, b *Record) bool {
 	x, y := *a, *b
 	x.Created, y.Created, x.Cancel, y.Cancel = 0, 0, 0, 0
+	x.Failed, y.Failed, x.Reason, y.Reason = 0, 0, nil, nil
 	bx, _ := json.Marshal(&x)
 	by, _ := json.Marshal(&y)
 	return bytes.Equal(bx, by)
@@ -145,78 +145,25 @@ func decodeRecord(b []byte) (*Record, error) {
 	return &r, nil
 }
 
-// storeError is the API's answer when JetStream failed: overloaded when a stream is full,
-// unavailable when it cannot be reached, internal otherwise.
+// failedJob is the answer to a re-submit of a failed job: why it failed.
+func failedJob(r *Record) *codec.Error {
+	code, why := codec.CodeInternal, "no reason recorded"
+	if r.Reason != nil {
+		code, why = r.Reason.Code, r.Reason.Message
+	}
+	return codec.Errorf(code, "job %s failed: %s", r.Job, why).With("job", r.Job)
+}
+
+// storeError is the API's answer when JetStream failed: overloaded when a stream (or
+// JetStream's storage) is full, unavailable when it cannot be reached, internal otherwise.
 func storeError(what string, err error) *codec.Error {
 	switch {
 	case err == nil:
 		return codec.Errorf(codec.CodeInternal, "%s: not found", what)
-	case strings.Contains(err.Error(), "maximum bytes exceeded") || strings.Contains(err.Error(), "maximum messages exceeded"):
-		return codec.Errorf(codec.CodeOverloaded, "%s: the job store is full (jobs.items_max_bytes, jobs.results_max_bytes): %v", what, err)
+	case refusalOf(err) == storeFull:
+		return codec.Errorf(codec.CodeOverloaded, "%s: the job store is full (jobs.items_max_bytes, jobs.results_max_bytes, or JetStream's storage): %v", what, err)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrJetStreamNotEnabled):
 		return codec.Errorf(codec.CodeUnavailable, "%s: JetStream did not answer: %v", what, err)
 	}
 	return codec.Errorf(codec.CodeInternal, "%s: %v", what, err)
 }
-
-// imageExts are the file extensions a directory walk takes when no glob is given.
-var imageExts = map[string]bool{".png": true, ".jpg": true, ".jpeg": true, ".webp": true, ".gif": true, ".bmp": true}
-
-// Expand lists the images of a directory (sorted; its subdirectories too when recursive):
-// the regular files whose base name matches glob, or that have an image extension when
-// glob is empty. Symlinks are not followed (each item is checked where it is read). More
-// than max files is an error.
-func Expand(d codec.JobDir, max int) ([]string, *codec.Error) {
-	if d.Glob != "" {
-		if _, err := filepath.Match(d.Glob, ""); err != nil {
-			return nil, codec.Errorf(codec.CodeBadRequest, "dir.glob %q: %v", d.Glob, err).With("field", "dir.glob")
-		}
-	}
-	// The directory itself may be a symlink (WalkDir would not enter it): its items are
-	// then listed under the directory it points to.
-	root := d.Path
-	if fi, err := os.Lstat(root); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-		if r, err := filepath.EvalSymlinks(root); err == nil {
-			root = r
-		}
-	}
-	var out []string
-	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if e.IsDir() {
-			if p != root && !d.Recursive {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if !e.Type().IsRegular() {
-			return nil
-		}
-		name := e.Name()
-		if d.Glob != "" {
-			if ok, _ := filepath.Match(d.Glob, name); !ok {
-				return nil
-			}
-		} else if !imageExts[strings.ToLower(filepath.Ext(name))] {
-			return nil
-		}
-		if len(out) == max {
-			return errTooMany
-		}
-		out = append(out, p)
-		return nil
-	})
-	switch {
-	case errors.Is(err, errTooMany):
-		return nil, codec.Errorf(codec.CodeBadRequest, "%s holds more than %d images (jobs.max_items)", d.Path, max).With("field", "dir")
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, codec.Errorf(codec.CodeFileNotFound, "directory %s does not exist", d.Path).With("field", "dir")
-	case err != nil:
-		return nil, codec.Errorf(codec.CodeBadRequest, "read directory %s: %v", d.Path, err).With("field", "dir")
-	}
-	return out, nil
-}
-
-var errTooMany = errors.New("too many files")

@@ -105,8 +105,9 @@ func jobCheckResults(t *testing.T, c *client.Client, job string, paths, colours 
 	}
 }
 
-// TestJobRunsThroughTheGateway submits a directory as a job, reads its status and its
-// results, and checks the API's answers to bad input.
+// TestJobRunsThroughTheGateway submits a directory as a job (holding symlinks out of the
+// allowed root, which are not followed), reads its status and its results, and checks
+// the API's answers to bad input.
 func TestJobRunsThroughTheGateway(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -115,11 +116,22 @@ func TestJobRunsThroughTheGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	paths, colours := jobImages(t, dir, 40)
+	outsideDir := t.TempDir()
+	writePNG(t, outsideDir, "secret.png", 8, 8, onnxgen.Solid(onnxgen.Colours[0].RGB))
+	for link, target := range map[string]string{"out": outsideDir, "link.png": filepath.Join(outsideDir, "secret.png")} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	away := filepath.Join(root, "away")
+	if err := os.Symlink(outsideDir, away); err != nil {
+		t.Fatal(err)
+	}
 	g := startGateway(t, jobConfig(t, root, t.TempDir(), 1, 5*time.Second))
 	c := jobClient(t, g)
 	ctx := context.Background()
 
-	sub, err := c.SubmitJob(ctx, &codec.JobSubmit{Job: "lib", Op: "tag", Dir: &codec.JobDir{Path: dir}})
+	sub, err := c.SubmitJob(ctx, &codec.JobSubmit{Job: "lib", Op: "tag", Dir: &codec.JobDir{Path: dir, Recursive: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +145,7 @@ func TestJobRunsThroughTheGateway(t *testing.T) {
 	jobCheckResults(t, c, "lib", paths, colours)
 
 	// The same submit again adds nothing; another spec under the same id is refused.
-	again, err := c.SubmitJob(ctx, &codec.JobSubmit{Job: "lib", Op: "tag", Dir: &codec.JobDir{Path: dir}})
+	again, err := c.SubmitJob(ctx, &codec.JobSubmit{Job: "lib", Op: "tag", Dir: &codec.JobDir{Path: dir, Recursive: true}})
 	if err != nil || again.Total != len(paths) {
 		t.Fatalf("re-submit: %+v, %v", again, err)
 	}
@@ -163,6 +175,8 @@ func TestJobRunsThroughTheGateway(t *testing.T) {
 		{"other spec, same id", codec.JobSubmit{Job: "lib", Op: "tag", Items: paths[:3]}, codec.CodeBadRequest},
 		{"dir outside the roots", codec.JobSubmit{Op: "tag", Dir: &codec.JobDir{Path: t.TempDir()}}, codec.CodeForbiddenPath},
 		{"dir that does not exist", codec.JobSubmit{Op: "tag", Dir: &codec.JobDir{Path: filepath.Join(root, "nope")}}, codec.CodeFileNotFound},
+		{"dir linking out of the roots", codec.JobSubmit{Op: "tag", Dir: &codec.JobDir{Path: away, Recursive: true}}, codec.CodeForbiddenPath},
+		{"dir that is a file", codec.JobSubmit{Op: "tag", Dir: &codec.JobDir{Path: paths[0]}}, codec.CodeBadRequest},
 		{"unknown model", codec.JobSubmit{Op: "tag", Model: "nope", Items: paths[:1]}, codec.CodeUnknownModel},
 		{"unknown class", codec.JobSubmit{Op: "tag", Class: "nope", Items: paths[:1]}, codec.CodeBadRequest},
 		{"op not a job op", codec.JobSubmit{Op: "compare", Items: paths[:1]}, codec.CodeBadRequest},

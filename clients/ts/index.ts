@@ -377,8 +377,9 @@ export interface JobSubmitReply {
   total: number;
 }
 
-/** "running", then "done" (every item answered) or "cancelled". */
-export type JobState = "running" | "done" | "cancelled" | (string & {});
+/** "running", then "done" (every item answered), "cancelled", or "failed" (its results
+ * could not be stored: `error` says why). */
+export type JobState = "running" | "done" | "cancelled" | "failed" | (string & {});
 
 /** A job's counts and state (job.status, job.cancel, each entry of listJobs). */
 export interface JobStatus {
@@ -402,11 +403,13 @@ export interface JobStatus {
   eta_s: number;
   started_unix_ms: number;
   finished_unix_ms?: number;
+  /** Why a failed job failed. */
+  error?: { code: string; message: string; details?: Record<string, unknown> };
 }
 
-/** Reports whether a job will change no more (done or cancelled). */
+/** Reports whether a job will change no more (done, cancelled or failed). */
 export function jobFinished(st: Pick<JobStatus, "state">): boolean {
-  return st.state === "done" || st.state === "cancelled";
+  return st.state === "done" || st.state === "cancelled" || st.state === "failed";
 }
 
 export interface JobListReply {
