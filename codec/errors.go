@@ -11,11 +11,13 @@ type Code string
 
 // The stable error codes of the contract.
 const (
-	CodeBadRequest          Code = "bad_request"
-	CodeUnknownOp           Code = "unknown_op"
-	CodeUnknownModel        Code = "unknown_model"
-	CodeUnknownPool         Code = "unknown_pool"
-	CodeUnknownJob          Code = "unknown_job"
+	CodeBadRequest   Code = "bad_request"
+	CodeUnknownOp    Code = "unknown_op"
+	CodeUnknownModel Code = "unknown_model"
+	CodeUnknownPool  Code = "unknown_pool"
+	CodeUnknownJob   Code = "unknown_job"
+	// CodeConflict: a job id already taken, by another owner or with other items.
+	CodeConflict            Code = "conflict"
 	CodeFileNotFound        Code = "file_not_found"
 	CodeForbiddenPath       Code = "forbidden_path"
 	CodeUnsupportedImage    Code = "unsupported_image"
@@ -43,6 +45,7 @@ var Codes = []Code{
 	CodeForbiddenPath, CodeUnsupportedImage, CodeImageTooLarge, CodeRuntimeMissing,
 	CodeProviderUnavailable, CodeNoWorker, CodeOverloaded, CodeDeadlineExceeded,
 	CodeCancelled, CodeWorkerLost, CodePoisonInput, CodeReplyTooLarge, CodeUnavailable, CodeInternal,
+	CodeConflict,
 }
 
 // Status is the HTTP-like number sent in the Nats-Service-Error-Code header (and used as
@@ -57,6 +60,8 @@ func (c Code) Status() int {
 		return 404
 	case CodeCancelled:
 		return 499
+	case CodeConflict:
+		return 409
 	case CodeImageTooLarge:
 		return 413
 	case CodePoisonInput:

@@ -167,7 +167,7 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by, te
 		}
 		encode(l)
 	case slices.Contains(subjects.JobOps, op):
-		g.serveJob(op, data, asJSON, reply)
+		g.serveJob(op, data, asJSON, tenant, reply)
 	default:
 		reply(nil, codec.Errorf(codec.CodeUnknownOp, "unknown op %q", op))
 	}

@@ -24,10 +24,12 @@ import (
 //     header itself.
 //  3. Over HTTP the tenant is "" too: the HTTP API is loopback-bound and its bearer token
 //     is the operator's.
-//  4. A tenant other than "" sees only its own jobs (another's is unknown_job), renews and
-//     releases only its own leases, and is bounded on its own (tenantShare): leases,
-//     cancels of unknown ids, requests accepted and unanswered, and jobs with items left,
-//     so that one tenant's flood never refuses another tenant's first request.
+//  4. A tenant other than "" sees only its own jobs (another's is unknown_job, its id
+//     conflict to a submit: jobs.Store.owned), renews and releases only its own leases,
+//     and is bounded on its own (tenantShare): leases, cancels of unknown ids, and
+//     requests accepted and unanswered, so that one tenant's flood never refuses another
+//     tenant's first request. (Jobs with items left are bounded in total only:
+//     jobs.items_max_bytes.)
 //
 // Requests and their cancels keep the finer owner of canCancel (the requesting
 // connection's inbox; across an import, the importing account's reply prefix _R_.<x>).

@@ -168,9 +168,10 @@ func (g *Gateway) runJobItem(ctx context.Context, it jobs.Item) ([]byte, *codec.
 	}
 }
 
-// serveJob answers one job op. The work runs in its own goroutine (a submit publishes
-// every item and waits for JetStream), at most jobOpsAtOnce at a time.
-func (g *Gateway) serveJob(op string, data []byte, asJSON bool, reply Reply) {
+// serveJob answers one job op of tenant, who owns the jobs it submits and reaches only
+// those (identity.go). The work runs in its own goroutine (a submit publishes every item
+// and waits for JetStream), at most jobOpsAtOnce at a time.
+func (g *Gateway) serveJob(op string, data []byte, asJSON bool, tenant string, reply Reply) {
 	s, e := g.jobs.get()
 	if e != nil {
 		reply(nil, e)
@@ -187,7 +188,7 @@ func (g *Gateway) serveJob(op string, data []byte, asJSON bool, reply Reply) {
 		defer guard.Recover(g.log, "job "+op, func(e *codec.Error) { reply(nil, e) })
 		ctx, cancel := context.WithTimeout(context.Background(), jobOpTimeout)
 		defer cancel()
-		v, e := g.jobOp(ctx, s, op, data, asJSON)
+		v, e := g.jobOp(ctx, s, op, data, asJSON, tenant)
 		if e != nil {
 			reply(nil, e)
 			return
@@ -201,8 +202,8 @@ func (g *Gateway) serveJob(op string, data []byte, asJSON bool, reply Reply) {
 	}()
 }
 
-// jobOp decodes, checks and runs one job op.
-func (g *Gateway) jobOp(ctx context.Context, s *jobs.Store, op string, data []byte, asJSON bool) (any, *codec.Error) {
+// jobOp decodes, checks and runs one job op of tenant.
+func (g *Gateway) jobOp(ctx context.Context, s *jobs.Store, op string, data []byte, asJSON bool, tenant string) (any, *codec.Error) {
 	switch op {
 	case subjects.OpJobSubmit:
 		var req codec.JobSubmit
@@ -213,6 +214,7 @@ func (g *Gateway) jobOp(ctx context.Context, s *jobs.Store, op string, data []by
 		if e != nil {
 			return nil, e
 		}
+		rec.Owner = tenant
 		return s.Submit(ctx, rec, paths)
 	case subjects.OpJobStatus, subjects.OpJobCancel:
 		var ref codec.JobRef
@@ -220,11 +222,11 @@ func (g *Gateway) jobOp(ctx context.Context, s *jobs.Store, op string, data []by
 			return nil, err
 		}
 		if op == subjects.OpJobCancel {
-			return s.Cancel(ctx, ref.Job)
+			return s.Cancel(ctx, ref.Job, tenant)
 		}
-		return s.Status(ctx, ref.Job)
+		return s.Status(ctx, ref.Job, tenant)
 	case subjects.OpJobList:
-		return s.List(ctx)
+		return s.List(ctx, tenant)
 	case subjects.OpJobResults:
 		var req codec.JobResultsRequest
 		if err := decodeChecked(data, &req, asJSON, func() error { return codec.CheckJobID(req.Job) }); err != nil {
@@ -235,7 +237,7 @@ func (g *Gateway) jobOp(ctx context.Context, s *jobs.Store, op string, data []by
 		if asJSON {
 			limit /= 3
 		}
-		return s.Results(ctx, &req, limit)
+		return s.Results(ctx, &req, tenant, limit)
 	}
 	return nil, codec.Errorf(codec.CodeUnknownOp, "unknown op %q", op)
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -86,7 +87,7 @@ func waitStatus(t *testing.T, s *Store, job string, ok func(*codec.JobStatus) bo
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		st, e := s.Status(context.Background(), job)
+		st, e := s.Status(context.Background(), job, "")
 		if e != nil {
 			t.Fatalf("status: %v", e)
 		}
@@ -105,7 +106,7 @@ func allResults(t *testing.T, s *Store, job string, limit int) []codec.JobResult
 	var out []codec.JobResult
 	req := &codec.JobResultsRequest{Job: job, Limit: limit}
 	for pages := 0; ; pages++ {
-		page, e := s.Results(context.Background(), req, 1<<20)
+		page, e := s.Results(context.Background(), req, "", 1<<20)
 		if e != nil {
 			t.Fatal(e)
 		}
@@ -143,7 +144,7 @@ func TestJobRunsEveryItemOnceWithOneResult(t *testing.T) {
 		t.Fatalf("re-submit: %+v %v", rep, e)
 	}
 	// Another spec under the same id is refused.
-	if _, e := s.Submit(context.Background(), &Record{Job: "lib1", Op: "embed", Class: "batch"}, paths(100)); e == nil || e.Code != codec.CodeBadRequest {
+	if _, e := s.Submit(context.Background(), &Record{Job: "lib1", Op: "embed", Class: "batch"}, paths(100)); e == nil || e.Code != codec.CodeConflict {
 		t.Fatalf("conflicting re-submit: %v", e)
 	}
 	res := allResults(t, s, "lib1", 7) // small pages: paging is exercised
@@ -175,7 +176,7 @@ func TestJobRunsEveryItemOnceWithOneResult(t *testing.T) {
 			t.Fatalf("item %d ran %d times", i, n)
 		}
 	}
-	list, e := s.List(context.Background())
+	list, e := s.List(context.Background(), "")
 	if e != nil || len(list.Jobs) != 1 || list.Jobs[0].Job != "lib1" || list.Jobs[0].Done != 90 {
 		t.Fatalf("list: %+v %v", list, e)
 	}
@@ -299,7 +300,7 @@ func TestJobCancel(t *testing.T) {
 		t.Fatal(e)
 	}
 	<-started
-	st, e := s.Cancel(context.Background(), "j4")
+	st, e := s.Cancel(context.Background(), "j4", "")
 	if e != nil || st.State != codec.JobCancelled {
 		t.Fatalf("cancel: %+v %v", st, e)
 	}
@@ -307,7 +308,7 @@ func TestJobCancel(t *testing.T) {
 	if n := len(started); n > 4 {
 		t.Fatalf("%d more items started after the cancel", n)
 	}
-	if _, e := s.Status(context.Background(), "nope"); e == nil || e.Code != codec.CodeUnknownJob {
+	if _, e := s.Status(context.Background(), "nope", ""); e == nil || e.Code != codec.CodeUnknownJob {
 		t.Fatalf("unknown job: %v", e)
 	}
 	if _, e := s.Submit(context.Background(), &Record{Job: "j4", Op: "tag", Class: "batch"}, paths(50)); e == nil || e.Code != codec.CodeCancelled {
@@ -356,5 +357,68 @@ func TestExpand(t *testing.T) {
 	}
 	if _, e := Expand(codec.JobDir{Path: dir, Glob: "["}, 3); e == nil || e.Code != codec.CodeBadRequest {
 		t.Errorf("bad glob: %v", e)
+	}
+}
+
+// Owners: a job is seen, read and cancelled only by its owner (or the local owner ""),
+// another owner's job is unknown_job, and its id cannot be taken over: a re-submit by
+// another owner, or with other items, is conflict — never answered with the job's
+// results.
+func TestJobOwners(t *testing.T) {
+	nc := testenv.InProcessJetStream(t)
+	s := open(t, nc)
+	ctx := context.Background()
+	a, b := "account:A", "account:B"
+	if _, e := s.Submit(ctx, &Record{Job: "ja", Op: "tag", Class: "batch", Owner: a}, paths(3)); e != nil {
+		t.Fatal(e)
+	}
+	if _, e := s.Submit(ctx, &Record{Job: "jb", Op: "tag", Class: "batch", Owner: b}, paths(2)); e != nil {
+		t.Fatal(e)
+	}
+	for _, c := range []struct {
+		what string
+		err  func() *codec.Error
+	}{
+		{"status", func() *codec.Error { _, e := s.Status(ctx, "ja", b); return e }},
+		{"results", func() *codec.Error { _, e := s.Results(ctx, &codec.JobResultsRequest{Job: "ja"}, b, 1<<20); return e }},
+		{"cancel", func() *codec.Error { _, e := s.Cancel(ctx, "ja", b); return e }},
+	} {
+		if e := c.err(); e == nil || e.Code != codec.CodeUnknownJob {
+			t.Errorf("B's %s of A's job: %v, want unknown_job", c.what, e)
+		}
+	}
+	if st, e := s.Status(ctx, "ja", a); e != nil || st.State == codec.JobCancelled {
+		t.Fatalf("A's own job after B's cancel: %+v %v", st, e)
+	}
+	list := func(owner string) []string {
+		l, e := s.List(ctx, owner)
+		if e != nil {
+			t.Fatal(e)
+		}
+		var ids []string
+		for _, j := range l.Jobs {
+			ids = append(ids, j.Job)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	if got := list(b); !slices.Equal(got, []string{"jb"}) {
+		t.Errorf("B's list %v, want only jb", got)
+	}
+	if got := list(""); !slices.Equal(got, []string{"ja", "jb"}) {
+		t.Errorf("the local owner's list %v, want every job", got)
+	}
+	// The id is A's: B's submit of it, same spec and items, is conflict; so is A's own
+	// re-submit with other items. A's identical re-submit is answered as before.
+	if _, e := s.Submit(ctx, &Record{Job: "ja", Op: "tag", Class: "batch", Owner: b}, paths(3)); e == nil || e.Code != codec.CodeConflict {
+		t.Fatalf("B's submit of A's job id: %v, want conflict", e)
+	}
+	other := paths(3)
+	other[1] += ".other.png"
+	if _, e := s.Submit(ctx, &Record{Job: "ja", Op: "tag", Class: "batch", Owner: a}, other); e == nil || e.Code != codec.CodeConflict {
+		t.Fatalf("re-submit with other items: %v, want conflict", e)
+	}
+	if r, e := s.Submit(ctx, &Record{Job: "ja", Op: "tag", Class: "batch", Owner: a}, paths(3)); e != nil || r.Job != "ja" || r.Total != 3 {
+		t.Fatalf("A's identical re-submit: %+v %v", r, e)
 	}
 }

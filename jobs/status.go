@@ -107,17 +107,30 @@ func (s *Store) count(ctx context.Context, job string, t *tally) error {
 	return nil
 }
 
-// Status reports a job.
-func (s *Store) Status(ctx context.Context, job string) (*codec.JobStatus, *codec.Error) {
+// Status reports a job of owner.
+func (s *Store) Status(ctx context.Context, job, owner string) (*codec.JobStatus, *codec.Error) {
+	rec, e := s.owned(ctx, job, owner)
+	if e != nil {
+		return nil, e
+	}
+	return s.status(ctx, rec)
+}
+
+// owned reads job's record for owner: another owner's job is unknown_job, as if it did
+// not exist (the local owner "" reaches every job).
+func (s *Store) owned(ctx context.Context, job, owner string) (*Record, *codec.Error) {
 	rec, err := s.record(ctx, job)
 	if err != nil {
 		return nil, storeError("read the job", err)
 	}
-	if rec == nil {
+	if rec == nil || !ownedBy(rec, owner) {
 		return nil, unknownJob(job)
 	}
-	return s.status(ctx, rec)
+	return rec, nil
 }
+
+// ownedBy reports whether owner may see rec: its own owner, or the local owner "".
+func ownedBy(rec *Record, owner string) bool { return owner == "" || rec.Owner == owner }
 
 func unknownJob(job string) *codec.Error {
 	return codec.Errorf(codec.CodeUnknownJob, "no job %q (never submitted, or older than jobs.results_max_age)", job).With("job", job)
@@ -180,8 +193,9 @@ func (s *Store) inFlight(ctx context.Context, job string, left int) int {
 // maxList bounds job.list.
 const maxList = 100
 
-// List reports the jobs kept, newest first (at most 100).
-func (s *Store) List(ctx context.Context) (*codec.JobListReply, *codec.Error) {
+// List reports owner's jobs kept (every job for the local owner ""), newest first (at
+// most 100).
+func (s *Store) List(ctx context.Context, owner string) (*codec.JobListReply, *codec.Error) {
 	lister, err := s.kv.ListKeys(ctx)
 	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
 		return nil, storeError("list jobs", err)
@@ -189,7 +203,7 @@ func (s *Store) List(ctx context.Context) (*codec.JobListReply, *codec.Error) {
 	var recs []*Record
 	if lister != nil {
 		for k := range lister.Keys() {
-			if r, err := s.record(ctx, k); err == nil && r != nil {
+			if r, err := s.record(ctx, k); err == nil && r != nil && ownedBy(r, owner) {
 				recs = append(recs, r)
 			}
 		}
@@ -207,13 +221,10 @@ func (s *Store) List(ctx context.Context) (*codec.JobListReply, *codec.Error) {
 // Results pages through a job's results in the order they were recorded: from stream
 // sequence req.From, at most req.Limit (default and cap 1000), and no more than maxBytes
 // of encoded results (at least one).
-func (s *Store) Results(ctx context.Context, req *codec.JobResultsRequest, maxBytes int) (*codec.JobResultsReply, *codec.Error) {
-	rec, err := s.record(ctx, req.Job)
-	if err != nil {
-		return nil, storeError("read the job", err)
-	}
-	if rec == nil {
-		return nil, unknownJob(req.Job)
+func (s *Store) Results(ctx context.Context, req *codec.JobResultsRequest, owner string, maxBytes int) (*codec.JobResultsReply, *codec.Error) {
+	rec, e := s.owned(ctx, req.Job, owner)
+	if e != nil {
+		return nil, e
 	}
 	limit := req.Limit
 	if limit <= 0 || limit > 1000 {
@@ -277,7 +288,10 @@ func (s *Store) Results(ctx context.Context, req *codec.JobResultsRequest, maxBy
 // Cancel cancels a job: no item of it runs any more (those running are stopped, here and
 // at every gateway that watches the bucket), its waiting items are removed, and what it
 // has done stays readable. A job that failed stays failed.
-func (s *Store) Cancel(ctx context.Context, job string) (*codec.JobStatus, *codec.Error) {
+func (s *Store) Cancel(ctx context.Context, job, owner string) (*codec.JobStatus, *codec.Error) {
+	if _, e := s.owned(ctx, job, owner); e != nil {
+		return nil, e
+	}
 	rec, err := s.finish(ctx, job, func(r *Record) { r.Cancel = time.Now().UnixMilli() })
 	if err != nil {
 		return nil, storeError("cancel the job", err)

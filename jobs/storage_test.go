@@ -108,7 +108,7 @@ func TestJobFailsWhenTheResultsStoreIsFull(t *testing.T) {
 			if _, e := s.Submit(context.Background(), rec(), paths(n)); e == nil || e.Code != codec.CodeOverloaded {
 				t.Fatalf("re-submit of a failed job: %v", e)
 			}
-			if st, e := s.Cancel(context.Background(), "full"); e != nil || st.State != codec.JobFailed {
+			if st, e := s.Cancel(context.Background(), "full", ""); e != nil || st.State != codec.JobFailed {
 				t.Fatalf("cancel of a failed job: %+v %v", st, e)
 			}
 		})

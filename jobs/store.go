@@ -89,7 +89,13 @@ func (it Item) ID() string { return fmt.Sprintf("%s%s:%d", ItemIDPrefix, it.Job.
 
 // Record is a job as kept in the bucket (`nats kv get ortbus_jobs JOB` shows it).
 type Record struct {
-	Job     string         `json:"job"`
+	Job string `json:"job"`
+	// Owner is the tenant that submitted it (the gateway's identity rules): only it, or
+	// the local owner "", sees, reads or cancels the job.
+	Owner string `json:"owner,omitempty"`
+	// Items is a digest of the job's item paths, so that a re-submit of the id with other
+	// items is told apart (conflict) rather than answered with this job's results.
+	Items   string         `json:"items,omitempty"`
 	Op      string         `json:"op"`
 	Model   string         `json:"model,omitempty"`
 	Class   string         `json:"class"`

@@ -3,6 +3,8 @@ package jobs
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -37,6 +39,7 @@ func (s *Store) Submit(ctx context.Context, rec *Record, paths []string) (*codec
 		rec.Job = nuid.Next()
 	}
 	rec.Total = len(paths)
+	rec.Items = itemsDigest(paths)
 	rec.Created = time.Now().UnixMilli()
 	data, err := json.Marshal(rec)
 	if err != nil {
@@ -51,8 +54,12 @@ func (s *Store) Submit(ctx context.Context, rec *Record, paths []string) (*codec
 		if err != nil || old == nil {
 			return nil, storeError("read the job", err)
 		}
+		if old.Owner != rec.Owner {
+			// Another owner's job: say nothing of it, and never answer with its results.
+			return nil, codec.Errorf(codec.CodeConflict, "job id %s is taken; submit without an id, or with another", rec.Job).With("job", rec.Job)
+		}
 		if !sameSpec(old, rec) {
-			return nil, codec.Errorf(codec.CodeBadRequest, "job %s exists with another op, model, class, pool, options or item count", rec.Job).With("job", rec.Job)
+			return nil, codec.Errorf(codec.CodeConflict, "job %s exists with another op, model, class, pool, options or items", rec.Job).With("job", rec.Job)
 		}
 		if old.Cancel != 0 {
 			return nil, codec.Errorf(codec.CodeCancelled, "job %s was cancelled", rec.Job).With("job", rec.Job)
@@ -131,6 +138,17 @@ func sameSpec(a, b *Record) bool {
 	bx, _ := json.Marshal(&x)
 	by, _ := json.Marshal(&y)
 	return bytes.Equal(bx, by)
+}
+
+// itemsDigest is the SHA-256 of a job's item paths, in order, each ended by a NUL (which
+// no path holds).
+func itemsDigest(paths []string) string {
+	h := sha256.New()
+	for _, p := range paths {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // decodeRecord reads a record from the bucket (which only gateways write; still checked).

@@ -172,7 +172,7 @@ func TestJobRunsThroughTheGateway(t *testing.T) {
 		req  codec.JobSubmit
 		code codec.Code
 	}{
-		{"other spec, same id", codec.JobSubmit{Job: "lib", Op: "tag", Items: paths[:3]}, codec.CodeBadRequest},
+		{"other spec, same id", codec.JobSubmit{Job: "lib", Op: "tag", Items: paths[:3]}, codec.CodeConflict},
 		{"dir outside the roots", codec.JobSubmit{Op: "tag", Dir: &codec.JobDir{Path: t.TempDir()}}, codec.CodeForbiddenPath},
 		{"dir that does not exist", codec.JobSubmit{Op: "tag", Dir: &codec.JobDir{Path: filepath.Join(root, "nope")}}, codec.CodeFileNotFound},
 		{"dir linking out of the roots", codec.JobSubmit{Op: "tag", Dir: &codec.JobDir{Path: away, Recursive: true}}, codec.CodeForbiddenPath},

@@ -41,6 +41,7 @@ export const ORTBUS_ERROR_CODES = [
   "reply_too_large",
   "unavailable",
   "internal",
+  "conflict",
 ] as const;
 
 /** A stable ortbus error code. */
@@ -62,6 +63,8 @@ export function statusOf(code: OrtbusErrorCode): number {
     case "unknown_job":
     case "file_not_found":
       return 404;
+    case "conflict":
+      return 409;
     case "image_too_large":
       return 413;
     case "poison_input":

@@ -1,6 +1,6 @@
 // Jobs through the TypeScript client against a real gateway whose embedded NATS server
 // runs JetStream (store_dir): submit, watch to the end, read every result typed by the
-// job's op, re-submit (nothing added), a clashing spec (bad_request), unknown jobs
+// job's op, re-submit (nothing added), a clashing spec or items (conflict), unknown jobs
 // (unknown_job), cancel, and a watch that goes on through a restart of the gateway (with
 // its NATS server and store) on the same port.
 
@@ -138,7 +138,7 @@ test("a job of the fixture images: watched to done, one typed result per item, p
   expect(list.jobs.find((j) => j.job === "ts-fixtures")?.state).toBe("done");
 });
 
-test("the same submit again adds nothing; another spec under the same id is bad_request", async () => {
+test("the same submit again adds nothing; another spec or items under the same id is conflict", async () => {
   const again = await client.submitJob({ job: "ts-fixtures", op: "tag", items });
   expect(again).toEqual({ job: "ts-fixtures", total: items.length });
   const st = await client.jobStatus("ts-fixtures");
@@ -147,9 +147,11 @@ test("the same submit again adds nothing; another spec under the same id is bad_
   expect(st.failed).toBe(0);
   await checkTagResults("ts-fixtures", items);
 
-  const e = await expectCode(client.submitJob({ job: "ts-fixtures", op: "tag", items: items.slice(0, 3) }), "bad_request");
-  expect(e.status).toBe(400);
-  await expectCode(client.submitJob({ job: "ts-fixtures", op: "embed", items }), "bad_request");
+  const e = await expectCode(client.submitJob({ job: "ts-fixtures", op: "tag", items: items.slice(0, 3) }), "conflict");
+  expect(e.status).toBe(409);
+  await expectCode(client.submitJob({ job: "ts-fixtures", op: "embed", items }), "conflict");
+  // The same count of other items: conflict, never this job's results.
+  await expectCode(client.submitJob({ job: "ts-fixtures", op: "tag", items: [...items].reverse() }), "conflict");
   expect((await client.jobStatus("ts-fixtures")).done).toBe(items.length);
 });
 
