@@ -177,6 +177,10 @@ type Jobs struct {
 	MaxDeliveries int `toml:"max_deliveries,omitempty"`
 	// MaxItems bounds the items of one job (default 1,000,000).
 	MaxItems int `toml:"max_items,omitempty"`
+	// MaxRunning bounds the jobs running at once (submitted, not yet done, cancelled or
+	// failed; default 256): past it a submit is answered overloaded. One owner other than
+	// the local one may run a quarter of it (gateway/identity.go).
+	MaxRunning int `toml:"max_running,omitempty"`
 	// ItemsMaxBytes bounds the stream of items waiting to run (default 1GiB); a submit
 	// past it is answered overloaded.
 	ItemsMaxBytes Bytes `toml:"items_max_bytes,omitempty"`
@@ -387,6 +391,7 @@ const (
 	DefaultSpoolMaxAge    = time.Hour
 	DefaultSafeFraction   = 0.85
 	DefaultJobMaxItems    = 1_000_000
+	DefaultJobMaxRunning  = 256
 	// DefaultReserveWindow is gateway.reserve_window when the file leaves it out: longer
 	// than the gaps between requests of a latency class under steady traffic (8 requests a
 	// second leave a 2 s gap with probability e^-16), so the slot does not flip to batch and

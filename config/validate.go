@@ -52,6 +52,9 @@ func (c *Config) applyDefaults() {
 	if j.MaxItems == 0 {
 		j.MaxItems = DefaultJobMaxItems
 	}
+	if j.MaxRunning == 0 {
+		j.MaxRunning = DefaultJobMaxRunning
+	}
 	if j.ItemsMaxBytes == 0 {
 		j.ItemsMaxBytes = 1 << 30
 	}
@@ -519,6 +522,9 @@ func (c *Config) validateJobs() error {
 	}
 	if j.MaxItems < 1 {
 		errs = append(errs, c.errf("jobs.max_items", "must be at least 1"))
+	}
+	if j.MaxRunning < 1 {
+		errs = append(errs, c.errf("jobs.max_running", "must be at least 1"))
 	}
 	if j.ItemsMaxBytes < 1<<20 || j.ResultsMaxBytes < 1<<20 {
 		errs = append(errs, c.errf("jobs", "items_max_bytes and results_max_bytes must be at least 1MiB"))

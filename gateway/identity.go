@@ -26,10 +26,9 @@ import (
 //     is the operator's.
 //  4. A tenant other than "" sees only its own jobs (another's is unknown_job, its id
 //     conflict to a submit: jobs.Store.owned), renews and releases only its own leases,
-//     and is bounded on its own (tenantShare): leases, cancels of unknown ids, and
-//     requests accepted and unanswered, so that one tenant's flood never refuses another
-//     tenant's first request. (Jobs with items left are bounded in total only:
-//     jobs.items_max_bytes.)
+//     and is bounded on its own (tenantShare): leases, cancels of unknown ids, requests
+//     accepted and unanswered, and running jobs (jobs.max_running), so that one tenant's
+//     flood never refuses another tenant's first request.
 //
 // Requests and their cancels keep the finer owner of canCancel (the requesting
 // connection's inbox; across an import, the importing account's reply prefix _R_.<x>).

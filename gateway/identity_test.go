@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/jobs"
 )
 
 // Identity (identity.go), in process: tenants from the header nats-server writes, and
@@ -118,5 +121,48 @@ func TestTenantRequestBound(t *testing.T) {
 	f.mu.Unlock()
 	if nA != tenantBound(maxEarlyCancels) || !bKept {
 		t.Fatalf("early cancels: A kept %d (bound %d), B's kept %v", nA, tenantBound(maxEarlyCancels), bKept)
+	}
+}
+
+// Rule 4 for jobs: a tenant runs at most tenantBound(jobs.max_running) jobs, another
+// tenant's first job is still taken, a re-submit of a job that exists is no new job, and
+// the total bound holds for everyone.
+func TestTenantJobBound(t *testing.T) {
+	g := unitGateway(t)
+	g.cfg.Jobs.MaxRunning = 8 // a tenant: 2
+	s, err := jobs.Open(context.Background(), testenv.InProcessJetStream(t), g.cfg.Jobs, g.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	submit := func(id, tenant string) *codec.Error {
+		rec := &jobs.Record{Job: id, Op: "tag", Class: "batch", Owner: tenant}
+		if e := g.jobsRunningRoom(ctx, s, rec, tenant); e != nil {
+			return e
+		}
+		_, e := s.Submit(ctx, rec, []string{"/srv/" + id + ".png"})
+		return e
+	}
+	for _, id := range []string{"a1", "a2"} {
+		if e := submit(id, "account:A"); e != nil {
+			t.Fatal(e)
+		}
+	}
+	if e := submit("a3", "account:A"); e == nil || e.Code != codec.CodeOverloaded {
+		t.Fatalf("A's third running job: %v, want overloaded", e)
+	}
+	if e := submit("a2", "account:A"); e != nil {
+		t.Fatalf("A's re-submit of a2: %v", e)
+	}
+	if e := submit("b1", "account:B"); e != nil {
+		t.Fatalf("B's first job while A is at its bound: %v", e)
+	}
+	for i := range 5 { // the local owner: up to the total
+		if e := submit("l"+strconv.Itoa(i), ""); e != nil {
+			t.Fatalf("local job %d: %v", i, e)
+		}
+	}
+	if e := submit("l9", ""); e == nil || e.Code != codec.CodeOverloaded {
+		t.Fatalf("past jobs.max_running: %v, want overloaded", e)
 	}
 }

@@ -215,6 +215,9 @@ func (g *Gateway) jobOp(ctx context.Context, s *jobs.Store, op string, data []by
 			return nil, e
 		}
 		rec.Owner = tenant
+		if e := g.jobsRunningRoom(ctx, s, rec, tenant); e != nil {
+			return nil, e
+		}
 		return s.Submit(ctx, rec, paths)
 	case subjects.OpJobStatus, subjects.OpJobCancel:
 		var ref codec.JobRef
@@ -318,4 +321,28 @@ func (g *Gateway) stopJobs(bound time.Duration) {
 // (codec.JobSubmit.Options): thresholds, conf, iou, timeout_ms and device.
 func jobOptions(o *codec.Request) codec.Request {
 	return codec.Request{Device: o.Device, TimeoutMS: o.TimeoutMS, Thresholds: o.Thresholds, Conf: o.Conf, IoU: o.IoU}
+}
+
+// jobsRunningRoom refuses a new job (overloaded) while jobs.max_running jobs run, or while its
+// tenant other than the local owner runs tenantBound of them (identity.go, rule 4). A
+// re-submit of a job that exists is no new job. Concurrent submits may pass the check
+// together: the bound is exceeded by at most jobOpsAtOnce.
+func (g *Gateway) jobsRunningRoom(ctx context.Context, s *jobs.Store, rec *jobs.Record, tenant string) *codec.Error {
+	if rec.Job != "" {
+		if _, e := s.Status(ctx, rec.Job, tenant); e == nil {
+			return nil
+		}
+	}
+	all, own, e := s.Running(ctx, tenant)
+	if e != nil {
+		return e
+	}
+	limit := g.cfg.Jobs.MaxRunning
+	if all >= limit {
+		return codec.Errorf(codec.CodeOverloaded, "%d jobs are running, jobs.max_running; try again when one is done", all).With("limit", limit)
+	}
+	if tenant != "" && own >= tenantBound(limit) {
+		return codec.Errorf(codec.CodeOverloaded, "you have %d jobs running, this gateway's bound for one owner; try again when one is done", own).With("limit", tenantBound(limit))
+	}
+	return nil
 }

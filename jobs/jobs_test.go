@@ -422,3 +422,36 @@ func TestJobOwners(t *testing.T) {
 		t.Fatalf("A's identical re-submit: %+v %v", r, e)
 	}
 }
+
+// Running counts the jobs not yet done, cancelled or failed, in all and per owner.
+func TestJobsRunning(t *testing.T) {
+	nc := testenv.InProcessJetStream(t)
+	s := open(t, nc)
+	ctx := context.Background()
+	check := func(owner string, all, own int) {
+		t.Helper()
+		a, o, e := s.Running(ctx, owner)
+		if e != nil || a != all || o != own {
+			t.Fatalf("Running(%q) = %d, %d, %v; want %d, %d", owner, a, o, e, all, own)
+		}
+	}
+	check("account:A", 0, 0)
+	for _, j := range []struct{ id, owner string }{{"r1", "account:A"}, {"r2", "account:A"}, {"r3", "account:B"}} {
+		if _, e := s.Submit(ctx, &Record{Job: j.id, Op: "tag", Class: "batch", Owner: j.owner}, paths(2)); e != nil {
+			t.Fatal(e)
+		}
+	}
+	check("account:A", 3, 2)
+	check("account:B", 3, 1)
+	if _, e := s.Cancel(ctx, "r1", ""); e != nil {
+		t.Fatal(e)
+	}
+	check("account:A", 2, 1)
+	// A job whose every item is answered is done, no longer running.
+	consume(t, s, 4, (&runs{}).runner(func(it Item) ([]byte, *codec.Error) {
+		return nil, codec.Errorf(codec.CodeFileNotFound, "gone")
+	}))
+	waitStatus(t, s, "r3", func(st *codec.JobStatus) bool { return st.State == codec.JobDone })
+	waitStatus(t, s, "r2", func(st *codec.JobStatus) bool { return st.State == codec.JobDone })
+	check("account:B", 0, 0)
+}

@@ -371,3 +371,29 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	st.ActiveJobs = len(info.State.Subjects)
 	return st, nil
 }
+
+// Running counts the jobs running now (submitted, not yet done, cancelled or failed):
+// all of them, and those of owner. It reads every job kept (a submit's check, not a hot
+// path).
+func (s *Store) Running(ctx context.Context, owner string) (all, own int, e *codec.Error) {
+	lister, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return 0, 0, nil
+		}
+		return 0, 0, storeError("list jobs", err)
+	}
+	for k := range lister.Keys() {
+		r, err := s.record(ctx, k)
+		if err != nil || r == nil || r.finished() {
+			continue
+		}
+		if st, e := s.status(ctx, r); e == nil && st.State == codec.JobRunning {
+			all++
+			if r.Owner == owner {
+				own++
+			}
+		}
+	}
+	return all, own, nil
+}
