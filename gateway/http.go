@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -80,7 +81,39 @@ type httpAPI struct {
 	// bodyTimeout is httpBodyTimeout (shorter in tests).
 	bodyTimeout time.Duration
 	slots       chan struct{} // one per API request being served (its body read)
+	// reading is the bytes of bodies being read now, over every connection; bodyBudget
+	// bounds it (see budgetReader).
+	reading    atomic.Int64
+	bodyBudget int64
 }
+
+// errBodyBudget fails a body's read when the bodies being read would pass the budget.
+var errBodyBudget = errors.New("the gateway is reading its budget of HTTP bodies")
+
+// budgetReader takes a's body budget as a body's bytes arrive, so that the bodies being
+// read at once — up to httpMaxConns of them, each up to http_max_body — hold at most
+// bodyBudget bytes (http_max_concurrent × http_max_body: what the bodies of the requests
+// in their slots may hold too). A client that sends slowly holds only what it sent.
+// release gives the bytes back once the body is read: it then lives under its slot.
+type budgetReader struct {
+	a    *httpAPI
+	r    io.Reader
+	held int64
+}
+
+func (b *budgetReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if n > 0 {
+		if b.a.reading.Add(int64(n)) > b.a.bodyBudget {
+			b.a.reading.Add(-int64(n))
+			return 0, errBodyBudget
+		}
+		b.held += int64(n)
+	}
+	return n, err
+}
+
+func (b *budgetReader) release() { b.a.reading.Add(-b.held); b.held = 0 }
 
 // serveHTTP serves the same API as JSON over HTTP (on a loopback address by default):
 // POST /v1/<op>, POST /v1/job/<verb>, GET /v1/job/list, GET /v1/status, GET /v1/health,
@@ -174,6 +207,7 @@ func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI 
 		slots:   make(chan struct{}, max(1, g.cfg.Gateway.HTTPMaxConcurrent)),
 
 		bodyTimeout: httpBodyTimeout,
+		bodyBudget:  int64(max(1, g.cfg.Gateway.HTTPMaxConcurrent)) * int64(g.cfg.Gateway.HTTPMaxBody),
 	}
 	var ip net.IP
 	if tcp, ok := bound.(*net.TCPAddr); ok {
@@ -414,7 +448,7 @@ func (a *httpAPI) op(w http.ResponseWriter, r *http.Request, op string) {
 }
 
 // readBody reads r's body: at most a.maxBody bytes (else 413), all of it within
-// a.bodyTimeout (else 408). It returns the status and error to answer on failure.
+// a.bodyTimeout (else 408), within the body budget of budgetReader (else 429). It returns the status and error to answer on failure.
 func (a *httpAPI) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, *codec.Error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		// Nothing to read. No deadline is set either: the server already watches the
@@ -425,8 +459,14 @@ func (a *httpAPI) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int,
 	rc := http.NewResponseController(w)
 	// A writer that cannot set one (a test's recorder) leaves the server's ReadTimeout.
 	rc.SetReadDeadline(time.Now().Add(a.bodyTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+	budget := &budgetReader{a: a, r: r.Body}
+	defer budget.release()
+	body, err := io.ReadAll(http.MaxBytesReader(w, io.NopCloser(budget), a.maxBody))
 	if err != nil {
+		if errors.Is(err, errBodyBudget) {
+			return nil, http.StatusTooManyRequests, codec.Errorf(codec.CodeOverloaded,
+				"the gateway is reading %d bytes of HTTP bodies, its bound (http_max_concurrent × http_max_body); try again", a.bodyBudget).With("limit", a.bodyBudget)
+		}
 		// The deadline stays: what the server reads of the rest of the body after the
 		// answer is bounded too.
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {

@@ -525,3 +525,76 @@ func TestHTTPReadyz(t *testing.T) {
 		t.Errorf("/readyz with NATS closed: %s, want it named", w.Body)
 	}
 }
+
+// byteNotifier reports how many bytes each read of a body returned.
+type byteNotifier struct {
+	io.ReadCloser
+	read chan<- int
+}
+
+func (b byteNotifier) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.read <- n
+	}
+	return n, err
+}
+
+// TestHTTPBodyBudget: the bodies being read at once hold at most http_max_concurrent ×
+// http_max_body bytes. While one slow client holds 700 of a budget of 1024, a body of 600
+// is answered 429 overloaded, one of 200 is read and served; the slow body, completed,
+// is served too, and every byte is given back.
+func TestHTTPBodyBudget(t *testing.T) {
+	ln := listenLoopback(t)
+	a := testHTTPAPI(t, "http_max_concurrent = 1\nhttp_max_body = 1024", "127.0.0.1:0", ln.Addr(), "")
+	if a.bodyBudget != 1024 {
+		t.Fatalf("budget %d, want 1024", a.bodyBudget)
+	}
+	read := make(chan int, 4096)
+	serveTestHTTP(t, a, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Slow") != "" && r.Body != http.NoBody {
+			r.Body = byteNotifier{r.Body, read}
+		}
+		a.ServeHTTP(w, r)
+	}))
+	addr := ln.Addr().String()
+	body := func(n int) string { return `{"a":"` + strings.Repeat("x", n-8) + `"}` }
+
+	slow := dialRaw(t, addr)
+	full := body(1000)
+	slow.write(fmt.Sprintf("POST /v1/nosuch HTTP/1.1\r\nHost: %s\r\nX-Slow: 1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		addr, len(full), full[:700]))
+	for got := 0; got < 700; {
+		select {
+		case n := <-read:
+			got += n
+		case <-time.After(httpTestWait):
+			t.Fatalf("the server read %d of the slow body's first 700 bytes", got)
+		}
+	}
+	post := func(n int) (*http.Response, []byte) {
+		t.Helper()
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: httpTestWait}
+		resp, err := c.Post("http://"+addr+"/v1/nosuch", "application/json", strings.NewReader(body(n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, b
+	}
+	resp, b := post(600)
+	checkJSONBody(t, resp, b, http.StatusTooManyRequests, codec.CodeOverloaded)
+	resp, b = post(200)
+	checkJSONBody(t, resp, b, http.StatusNotFound, codec.CodeUnknownOp)
+
+	slow.write(full[700:])
+	resp, b = slow.response()
+	checkJSONBody(t, resp, b, http.StatusNotFound, codec.CodeUnknownOp)
+	if n := a.reading.Load(); n != 0 {
+		t.Fatalf("%d bytes of budget still taken after every body was read", n)
+	}
+}
