@@ -2,6 +2,12 @@
 // takes a context: its deadline becomes the request's timeout_ms, and cancelling it sends
 // ortbus.v1.cancel for the request, so the gateway drops it if queued or has the worker
 // stop it if running. Errors from ortbus are *codec.Error with the contract's stable code.
+//
+// Give every call a deadline. A request is held by the gateway that took it, and only
+// that gateway answers it: when it dies, a call without failover (Client.Failover) is
+// never answered, and one whose context has no deadline waits for ever. With failover on,
+// the call is sent again when its gateway dies (failover.go); the deadline still bounds
+// it all.
 package client
 
 import (
@@ -25,9 +31,10 @@ type Client struct {
 	// Class and Pool are defaults for requests that leave them empty.
 	Class string
 	Pool  string
-	// Failover: follow the gateways' beats and send a waiting request again when a
-	// gateway dies (failover.go). MissCount is how many beat intervals of silence make a
-	// gateway dead (default 3, the gateways' own health.miss_count by default).
+	// Failover: follow the gateways' beats and send a waiting request again when the
+	// gateway holding it dies (failover.go). MissCount is how many beat intervals of
+	// silence make a gateway dead (default 3, the gateways' own health.miss_count by
+	// default).
 	Failover  bool
 	MissCount int
 

@@ -21,6 +21,10 @@ import (
 // answers bucket kept, or answers Ortbus-Held when a live gateway still holds it (the
 // call then goes on waiting). The call returns the first answer that is not a notice.
 //
+// A call knows its holder once a notice names it: from then on only that gateway's death
+// makes it send again (a peer that flaps or crash-loops does not spend its resends);
+// before, when the holder is not known, any gateway's death does.
+//
 // Under deploy/cluster's permissions the client role may subscribe to ortbus.gw.*.hb.
 
 // Failover's bounds.
@@ -38,6 +42,7 @@ type beats struct {
 	sub       *nats.Subscription
 	peers     map[string]*gwBeat
 	died      chan struct{} // closed, and replaced, when a gateway is judged dead
+	total     uint64        // gateways judged dead so far (each death of each)
 	stop      chan struct{}
 }
 
@@ -45,6 +50,7 @@ type gwBeat struct {
 	seen     time.Time
 	interval time.Duration
 	dead     bool
+	deaths   uint64 // times it was judged dead
 }
 
 // watch starts following the beats (once per client).
@@ -102,6 +108,8 @@ func (b *beats) judge() {
 					continue
 				}
 				p.dead = true
+				p.deaths++
+				b.total++
 				if now.Sub(p.seen) > time.Hour {
 					delete(b.peers, id)
 				}
@@ -134,22 +142,37 @@ func (c *Client) Gateways() ([]string, error) {
 	return out, nil
 }
 
-// deaths is closed when the next gateway is judged dead.
-func (b *beats) deaths() <-chan struct{} {
+// closedCh is a channel that is closed.
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// deaths is closed once more than seen gateway deaths have been judged (at once if they
+// have been).
+func (b *beats) deaths(seen uint64) <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.total > seen {
+		return closedCh
+	}
 	return b.died
 }
 
-// isDead reports whether gateway id is judged dead, and its beat interval.
-func (b *beats) isDead(id string) (bool, time.Duration) {
+// judged is how many gateway deaths have been judged so far.
+func (b *beats) judged() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total
+}
+
+// isDead reports whether gateway id is judged dead, its beat interval, and how many
+// times it was judged dead.
+func (b *beats) isDead(id string) (bool, time.Duration, uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.peers[id]
 	if p == nil {
-		return false, 0
+		return false, 0, 0
 	}
-	return p.dead, p.interval
+	return p.dead, p.interval, p.deaths
 }
 
 func (b *beats) close() {
@@ -185,9 +208,13 @@ func (c *Client) requestFailover(ctx context.Context, subj string, data []byte) 
 			results <- result{m, err}
 		}()
 	}
+	seen := b.judged() // deaths judged before the call are not its business
 	send(false)
 	waiting, resends := 1, 0
 	var retry <-chan time.Time // a resend to send again later
+	// holder is the gateway the last notice named as holding the call ("": not known),
+	// and holderDeaths its deaths then: a death of another gateway does not resend.
+	holder, holderDeaths := "", uint64(0)
 	resend := func() {
 		if resends < maxResends {
 			resends++
@@ -196,6 +223,7 @@ func (c *Client) requestFailover(ctx context.Context, subj string, data []byte) 
 		}
 	}
 	for {
+		died := b.deaths(seen)
 		select {
 		case r := <-results:
 			waiting--
@@ -204,7 +232,11 @@ func (c *Client) requestFailover(ctx context.Context, subj string, data []byte) 
 				// Held by a live gateway: wait for its answer. A gateway this client
 				// already judged dead but the answering gateway not yet: ask again
 				// after one of its beats.
-				if dead, iv := b.isDead(r.m.Header.Get(codec.HeaderHeld)); dead {
+				var dead bool
+				var iv time.Duration
+				holder = r.m.Header.Get(codec.HeaderHeld)
+				dead, iv, holderDeaths = b.isDead(holder)
+				if dead {
 					retry = time.After(iv)
 				}
 			case r.err == nil:
@@ -216,7 +248,14 @@ func (c *Client) requestFailover(ctx context.Context, subj string, data []byte) 
 			default:
 				return nil, r.err
 			}
-		case <-b.deaths():
+		case <-died:
+			seen = b.judged()
+			if holder != "" {
+				if _, _, n := b.isDead(holder); n == holderDeaths {
+					continue // another gateway died: the holder still has the call
+				}
+			}
+			holder = "" // the holder died: the resend's answer says who holds it now
 			resend()
 		case <-retry:
 			retry = nil

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,14 +27,16 @@ import (
 //  1. Every gateway beats on ortbus.gw.<id>.hb every heartbeat interval, and follows its
 //     peers' beats: a peer silent for miss_count of its intervals is dead.
 //  2. A client that follows the beats too (the Go and TS clients with failover on) sends
-//     again, with the same id and the header Ortbus-Resend, every request it still waits
-//     for when a gateway dies; whichever gateway takes the resend answers it.
+//     again, with the same id and the header Ortbus-Resend, a request it still waits for
+//     when the gateway holding it dies (any gateway, while no notice has named the
+//     holder); whichever gateway takes the resend answers it.
 //  3. A gateway taking a resend answers at once with the notice header Ortbus-Held
 //     (empty body; the client goes on waiting) when the request is still held by a live
 //     gateway: itself (same id, same owner), or, per the answers bucket, a peer that
 //     beats. Otherwise it runs the request, or, when the answers bucket holds the answer
-//     a gateway gave it, sends that answer again. The client takes the first answer that
-//     is not a notice; every other reply to the same call is dropped by it.
+//     a gateway gave it, sends that answer again. The bucket is read off the API handler
+//     (resendReaders, resendBacklog: overloaded past it). The client takes the first
+//     answer that is not a notice; every other reply to the same call is dropped by it.
 //  4. With gateway.failover = true and JetStream, a gateway records in the KV bucket
 //     ortbus_answers (entries kept failoverTTL) each request it accepts over NATS, under
 //     a key of its owner and id, and then its answer: that is what rule 3 reads. Records
@@ -51,6 +54,10 @@ type failover struct {
 	kv    jetstream.KeyValue // nil without gateway.failover or JetStream
 	js    jetstream.JetStream
 	stop  chan struct{}
+	// reads are the resends waiting for an answers-bucket read (rule 3), done by
+	// resendReaders goroutines off the API handler; a resend finding it full is answered
+	// overloaded.
+	reads chan func()
 }
 
 type peer struct {
@@ -70,6 +77,13 @@ const (
 	// maxStoredAnswer bounds an answer kept for a resend; a larger one is not kept (its
 	// request would run again).
 	maxStoredAnswer = 256 << 10
+	// resendReaders read the answers bucket for resends, so that a slow read never holds
+	// the API handler (which takes every request of its op in turn); resendBacklog
+	// bounds the resends waiting for them, past which a resend is answered overloaded.
+	resendReaders = 8
+	resendBacklog = 1024
+	// resendReadTimeout bounds one read of the answers bucket.
+	resendReadTimeout = 2 * time.Second
 )
 
 // answerRecord is the value of an answers record: who holds the request, and its answer
@@ -84,7 +98,7 @@ type answerRecord struct {
 // startFailover starts the beats and the peer tracking (always: clients follow the
 // beats) and, with gateway.failover, opens the answers bucket in the background.
 func (g *Gateway) startFailover(ctx context.Context) error {
-	f := &failover{g: g, peers: map[string]*peer{}, stop: make(chan struct{})}
+	f := newFailover(g)
 	var err error
 	if f.beat, err = subjects.GatewayBeat(g.id); err != nil {
 		return err
@@ -98,6 +112,35 @@ func (g *Gateway) startFailover(ctx context.Context) error {
 		go f.openAnswers(ctx)
 	}
 	return nil
+}
+
+// newFailover is g's failover with its resend readers running (until close).
+func newFailover(g *Gateway) *failover {
+	f := &failover{g: g, peers: map[string]*peer{}, stop: make(chan struct{}), reads: make(chan func(), resendBacklog)}
+	for range resendReaders {
+		go f.reader()
+	}
+	return f
+}
+
+// reader runs the answers-bucket reads of resends until close, then those still waiting
+// (each is bounded by resendReadTimeout): every resend taken is answered.
+func (f *failover) reader() {
+	for {
+		select {
+		case read := <-f.reads:
+			read()
+		case <-f.stop:
+			for {
+				select {
+				case read := <-f.reads:
+					read()
+				default:
+					return
+				}
+			}
+		}
+	}
 }
 
 // openAnswers opens the answers bucket, trying again while JetStream is not ready.
@@ -173,8 +216,15 @@ func (f *failover) record(p *pending, answered bool, body []byte, e *codec.Error
 	}
 }
 
-// resent answers a resend (rule 3) when it can: true when it replied (a notice or the
-// kept answer), false when the request is to run as a new one.
+// resent handles a resend (rule 3): true when it has answered it or will (a notice, the
+// kept answer, or the request run as new once the answers bucket has been read), false
+// when the request is to run as a new one now.
+//
+// The answers bucket is read off the API handler, by the resend readers: the handler
+// takes every request of its op in turn, and a slow read (JetStream busy, a leader
+// election) must not hold them. A resend that finds resendBacklog resends waiting is
+// answered overloaded. Each resend is answered exactly once: by a notice, by respond, or
+// by the gateway's handler when it runs as new.
 func (f *failover) resent(r micro.Request, id, owner string, respond Reply) bool {
 	if f == nil {
 		return false
@@ -190,7 +240,43 @@ func (f *failover) resent(r micro.Request, id, owner string, respond Reply) bool
 	if kv == nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	op, _ := strings.CutPrefix(r.Subject(), subjects.APIPrefix+".")
+	if !subjects.IsWork(op) {
+		return false // not an inference endpoint's subject: run here as it is
+	}
+	read := func() {
+		defer guard.Recover(g.log, "resend "+op, func(e *codec.Error) { respond(nil, e) })
+		switch {
+		case f.answerKept(r, id, owner, kv, respond):
+		case g.svc != nil && g.svc.Stopped():
+			// The gateway stopped taking requests while the bucket was read: its queues
+			// may be answered already, so this one is answered as they were.
+			respond(nil, codec.Errorf(codec.CodeNoWorker, "gateway shut down before the request was dispatched"))
+		default:
+			// Runs as a new request, through the handler as if it had not been resent.
+			g.handle(op, fresh{r}, false)
+		}
+	}
+	select {
+	case f.reads <- read:
+	default:
+		respond(nil, codec.Errorf(codec.CodeOverloaded, "%d resends are waiting for the answers bucket; send again later", resendBacklog))
+	}
+	return true
+}
+
+// answerKept answers a resend from the answers bucket when it can (rule 3): the answer a
+// gateway gave, or a notice naming the live gateway that holds it. False: the request is
+// to run as a new one (no record, a record of a dead gateway or of this one before a
+// restart, or a bucket that cannot be read now).
+func (f *failover) answerKept(r micro.Request, id, owner string, kv jetstream.KeyValue, respond Reply) bool {
+	g := f.g
+	if p, ok := g.fl.get(id); ok && p.owner == owner {
+		// Taken meanwhile (another resend of it that ran as new): held here.
+		f.notice(r, g.id)
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resendReadTimeout)
 	defer cancel()
 	entry, err := kv.Get(ctx, answerKey(owner, id))
 	if err != nil {
@@ -212,6 +298,20 @@ func (f *failover) resent(r micro.Request, id, owner string, respond Reply) bool
 		return true
 	}
 	return false // held by a dead gateway (or by this one before a restart): run it
+}
+
+// fresh is a resend as a new request: its headers without Ortbus-Resend, so the handler
+// runs it.
+type fresh struct{ micro.Request }
+
+func (r fresh) Headers() micro.Headers {
+	h := micro.Headers{}
+	for k, v := range r.Request.Headers() {
+		if !strings.EqualFold(k, codec.HeaderResend) {
+			h[k] = v
+		}
+	}
+	return h
 }
 
 // notice replies that the request is held by gateway.

@@ -115,7 +115,7 @@ func Run(ctx context.Context, o Options) error {
 	g.tracker = &health.Tracker{MissCount: c.Health.MissCount, OnChange: g.kick, OnDead: func(w health.Worker) {
 		g.onDead(w.HB.Worker, w.HB.Pool, w.Why)
 	}, Pools: pools, OnDrop: func(string) { g.metrics.bad("heartbeat") }, Log: g.log}
-	g.supervisor = newSupervisor(g.cfg, g.tracker, g, g.log, o.WorkerBin, url)
+	g.supervisor = newSupervisor(g.cfg, g.tracker, g, g.log, g.id, o.WorkerBin, url)
 	g.tracker.Running = g.supervisor.running
 	g.supervisor.idle = g.poolIdle
 	if err := g.tracker.Start(g.nc); err != nil {

@@ -70,7 +70,7 @@ func unitGatewayOf(t testing.TB, toml string) *Gateway {
 	g.queues = newQueues(c)
 	g.metrics = newMetrics(g)
 	g.tracker = &health.Tracker{}
-	g.supervisor = newSupervisor(g.cfg, g.tracker, g, g.log, "", "")
+	g.supervisor = newSupervisor(g.cfg, g.tracker, g, g.log, g.id, "", "")
 	return g
 }
 

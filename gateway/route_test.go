@@ -97,7 +97,7 @@ func snapOf(t testing.TB, toml string) *capacity {
 	t.Helper()
 	cfg := parseConfig(t, toml)
 	now := time.Now()
-	s := newSupervisor(cfg, nil, nil, nil, "", "")
+	s := newSupervisor(cfg, nil, nil, nil, "", "", "")
 	s.started = now.Add(-time.Hour)
 	c := newCapacity(cfg, now)
 	for name, pc := range c.pools {
@@ -429,7 +429,7 @@ func TestSnapshot(t *testing.T) {
 // shuts down.
 func TestPoolStatus(t *testing.T) {
 	cfg := parseConfig(t, routeConfig)
-	s := newSupervisor(cfg, nil, nil, nil, "", "")
+	s := newSupervisor(cfg, nil, nil, nil, "", "", "")
 	grace := time.Duration(cfg.Health.MissCount) * cfg.Health.HeartbeatInterval.D()
 	if st := s.poolStatus("fast", s.started.Add(grace-time.Millisecond)); !st.coming || st.reason != "remote workers not heard yet" {
 		t.Errorf("remote pool within its grace: %+v", st)

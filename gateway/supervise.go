@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,9 +37,11 @@ type supervisor struct {
 	mem     memoryAdmission
 	// idle reports whether a pool has nothing in flight and nothing queued (the gateway's
 	// flights and queues); nil: no pool is idle (no eviction).
-	idle    func(pool string) bool
-	bin     string
-	url     string
+	idle func(pool string) bool
+	bin  string
+	url  string
+	// gateway is this gateway's id: part of every worker id it gives (WorkerID).
+	gateway string
 	log     *slog.Logger
 	mu      sync.Mutex
 	pools   map[string]*poolProcs
@@ -83,8 +88,54 @@ type memoryAdmission interface {
 	admissionError(device, pool string, need int64) *codec.Error
 }
 
-func newSupervisor(cfg *config.Config, tracker *health.Tracker, mem memoryAdmission, log *slog.Logger, bin, url string) *supervisor {
-	return &supervisor{cfg: cfg, tracker: tracker, mem: mem, bin: bin, url: url, log: log, pools: map[string]*poolProcs{}, byID: map[string]*proc{}, started: time.Now()}
+// newSupervisor makes the supervisor of the gateway with id gateway (part of every
+// worker id it gives: WorkerID).
+func newSupervisor(cfg *config.Config, tracker *health.Tracker, mem memoryAdmission, log *slog.Logger, gateway, bin, url string) *supervisor {
+	return &supervisor{cfg: cfg, tracker: tracker, mem: mem, bin: bin, url: url, log: log, gateway: cmp.Or(gateway, "gateway"),
+		pools: map[string]*poolProcs{}, byID: map[string]*proc{}, started: time.Now()}
+}
+
+// WorkerID is the id a gateway gives the worker it supervises in slot of pool, after gen
+// restarts: <pool>-<slot>@<gateway>, and <pool>-<slot>-r<gen>@<gateway> once restarted.
+// The gateway's id makes the workers of two gateways unique on one bus even when their
+// pools have the same name (gateway ids are unique on a bus: their claims and beats are
+// addressed by them). Only slot digits and "-r" stand between the pool and the '@', so
+// two ids of one pool and gateway differ by slot or generation alone.
+//
+// A worker id is 1 to 128 printable ASCII characters without ' ', '.', '*', '>'
+// (codec.CheckID). When the plain form breaks that — a pool or gateway name outside
+// printable ASCII, or the two together too long — each name keeps its printable ASCII
+// characters (others become '_'), both are cut to fit, and "~" and 12 hex digits of a
+// SHA-256 of the exact pool and gateway names end the id:
+// <pool'>-<slot>[-r<gen>]@<gateway'>~<hash>.
+func WorkerID(pool string, slot, gen int, gateway string) string {
+	mid := "-" + strconv.Itoa(slot)
+	if gen > 0 {
+		mid += "-r" + strconv.Itoa(gen)
+	}
+	if id := pool + mid + "@" + gateway; codec.CheckID("worker", id) == nil {
+		return id
+	}
+	sum := sha256.Sum256([]byte(pool + "\x00" + gateway))
+	tail := "~" + hex.EncodeToString(sum[:6])
+	p, g := asciiName(pool), asciiName(gateway)
+	room := codec.MaxIDLen - len(mid) - len("@") - len(tail)
+	// The pool keeps at least half the room (more when the gateway's name is short).
+	keep := min(len(p), max(room/2, room-len(g)))
+	p = p[:keep]
+	g = g[:min(len(g), room-keep)]
+	return p + mid + "@" + g + tail
+}
+
+// asciiName is s with every byte that a worker id cannot hold turned into '_'.
+func asciiName(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c <= ' ' || c >= 0x7f || c == '.' || c == '*' || c == '>' {
+			b[i] = '_'
+		}
+	}
+	return string(b)
 }
 
 // start spawns every local pool's workers and returns a channel closed once each of them
@@ -314,10 +365,7 @@ func (s *supervisor) spawn(p *proc) {
 		return
 	}
 	pc := s.pools[p.pool].cfg
-	p.id = fmt.Sprintf("%s-%d", p.pool, p.slot)
-	if p.gen > 0 {
-		p.id = fmt.Sprintf("%s-%d-r%d", p.pool, p.slot, p.gen)
-	}
+	p.id = WorkerID(p.pool, p.slot, p.gen, s.gateway)
 	bin := s.bin
 	if pc.Worker != "" {
 		bin = pc.Worker

@@ -161,7 +161,7 @@ func TestClusterMultiHost(t *testing.T) {
 	}
 
 	t.Run("Routing", func(t *testing.T) {
-		checkServed(t, "interactive", call(t, &codec.Request{Path: red, Model: gwTagger}), "cpu", "cpu-0")
+		checkServed(t, "interactive", call(t, &codec.Request{Path: red, Model: gwTagger}), "cpu", "cpu-0@gw1") // the gateway supervises it: <pool>-<slot>@<gateway id>
 		// The client names the file by its client-side path; the remote worker reads it
 		// under its own root.
 		checkServed(t, "batch", call(t, &codec.Request{Path: clientRed, Model: gwTagger, Class: "batch"}), "cuda", remote.ID)
@@ -275,7 +275,7 @@ func TestClusterMultiHost(t *testing.T) {
 			if i%2 == 0 {
 				checkServed(t, k, got[k], "cuda", remote.ID)
 			} else {
-				checkServed(t, k, got[k], "cpu", "cpu-0")
+				checkServed(t, k, got[k], "cpu", "cpu-0@gw1") // the gateway supervises it: <pool>-<slot>@<gateway id>
 			}
 		}
 		// Nothing more arrives: every request got exactly one answer.

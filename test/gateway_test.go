@@ -43,6 +43,7 @@ func TestGatewayRouting(t *testing.T) {
 	g, img := sharedGateway(t)
 	claims := newGWSpy(t, g.NC, "ortbus.claim.>")
 	in := newInbox(t, g.NC)
+	ia0, bt0 := g.supervised(t, "ia", 0), g.supervised(t, "bt", 0)
 	// Batch work on bt, queued and running...
 	const nBatch = 8
 	for i := 0; i < nBatch; i++ {
@@ -54,8 +55,8 @@ func TestGatewayRouting(t *testing.T) {
 		start := time.Now()
 		r := g.call(t, "tag", &codec.Request{Path: img["red"], Model: gwTagger}, gwReplyBound)
 		tr := r.tag(t)
-		if tr.Pool != "ia" || tr.Worker != "ia-0" || tr.Runtime != "1.30.0" {
-			t.Errorf("interactive request served by pool %s worker %s runtime %s, want ia ia-0 1.30.0", tr.Pool, tr.Worker, tr.Runtime)
+		if tr.Pool != "ia" || tr.Worker != ia0 || tr.Runtime != "1.30.0" {
+			t.Errorf("interactive request served by pool %s worker %s runtime %s, want ia %s 1.30.0", tr.Pool, tr.Worker, tr.Runtime, ia0)
 		}
 		checkColourTag(t, tr, "red")
 		t.Logf("interactive %d: %v (timing %+v)", i, time.Since(start).Round(time.Microsecond), tr.Timing)
@@ -63,8 +64,8 @@ func TestGatewayRouting(t *testing.T) {
 	// An explicit pool is honoured even though the class's first pool is free.
 	r := g.call(t, "tag", &codec.Request{Path: img["green"], Model: gwTagger, Pool: "bt"}, gwReplyBound)
 	tr := r.tag(t)
-	if tr.Pool != "bt" || tr.Worker != "bt-0" || tr.Runtime != "1.24.3" {
-		t.Errorf("pool: bt request served by pool %s worker %s runtime %s, want bt bt-0 1.24.3", tr.Pool, tr.Worker, tr.Runtime)
+	if tr.Pool != "bt" || tr.Worker != bt0 || tr.Runtime != "1.24.3" {
+		t.Errorf("pool: bt request served by pool %s worker %s runtime %s, want bt %s 1.24.3", tr.Pool, tr.Worker, tr.Runtime, bt0)
 	}
 	checkColourTag(t, tr, "green")
 	// Both classes were in service at the same time: batch work was still going on.
@@ -74,8 +75,8 @@ func TestGatewayRouting(t *testing.T) {
 	order, got := gwCollect(t, in, nBatch)
 	for _, k := range order {
 		tr := got[k].tag(t)
-		if tr.Pool != "bt" || tr.Worker != "bt-0" || tr.Runtime != "1.24.3" {
-			t.Errorf("batch %s served by pool %s worker %s runtime %s, want bt bt-0 1.24.3", k, tr.Pool, tr.Worker, tr.Runtime)
+		if tr.Pool != "bt" || tr.Worker != bt0 || tr.Runtime != "1.24.3" {
+			t.Errorf("batch %s served by pool %s worker %s runtime %s, want bt %s 1.24.3", k, tr.Pool, tr.Worker, tr.Runtime, bt0)
 		}
 		checkColourTag(t, tr, "blue")
 	}
@@ -171,15 +172,16 @@ func TestGatewayReuse(t *testing.T) {
 // TestGatewayPriorityAndDeadline queues 30 slow batch items on bt, then an interactive
 // request for bt and a batch request of timeout_ms 1: the interactive one overtakes every
 // queued batch item, the expired one is answered deadline_exceeded at once and never
-// dispatched, and bt-0 counts exactly the 31 results.
+// dispatched, and bt's worker counts exactly the 31 results.
 func TestGatewayPriorityAndDeadline(t *testing.T) {
 	g, img := sharedGateway(t)
 	claims := newGWSpy(t, g.NC, "ortbus.claim.>")
 	dispatched := newGWSpy(t, g.NC, "infer.bt.>")
 	in := newInbox(t, g.NC)
-	bt0, ok := gwLive(g.status(t), "bt")["bt-0"]
+	bt0ID := g.supervised(t, "bt", 0)
+	bt0, ok := gwLive(g.status(t), "bt")[bt0ID]
 	if !ok {
-		t.Fatal("bt-0 is not live")
+		t.Fatalf("%s is not live", bt0ID)
 	}
 	const nBatch = 30
 	for i := 0; i < nBatch; i++ {
@@ -241,13 +243,13 @@ func TestGatewayPriorityAndDeadline(t *testing.T) {
 		t.Errorf("%d work items dispatched to bt, want %d (every request exactly once): %v", len(ids), nBatch+1, ids)
 	}
 	// And the worker never counted it: served grew by exactly the 31 results.
-	st := g.waitStatus(t, "bt-0 to count the 31 results", func(st *codec.StatusReply) bool {
-		w, ok := gwLive(st, "bt")["bt-0"]
+	st := g.waitStatus(t, bt0ID+" to count the 31 results", func(st *codec.StatusReply) bool {
+		w, ok := gwLive(st, "bt")[bt0ID]
 		return ok && w.Served >= bt0.Served+nBatch+1
 	})
-	w := gwLive(st, "bt")["bt-0"]
+	w := gwLive(st, "bt")[bt0ID]
 	if w.Served != bt0.Served+nBatch+1 || w.Failed != bt0.Failed {
-		t.Errorf("bt-0 served %d -> %d, failed %d -> %d; want +%d and +0", bt0.Served, w.Served, bt0.Failed, w.Failed, nBatch+1)
+		t.Errorf("%s served %d -> %d, failed %d -> %d; want +%d and +0", bt0ID, bt0.Served, w.Served, bt0.Failed, w.Failed, nBatch+1)
 	}
 }
 
@@ -650,14 +652,16 @@ func gwFailuresConfig(t *testing.T, root string) string {
 	}.write(t)
 }
 
-// gwSlotOf is a supervised worker's slot: its id without the -rN restart suffix.
+// gwSlotOf is a supervised worker's slot: its id (<pool>-<slot>[-r<n>]@<gateway>) without
+// the -rN restart suffix.
 func gwSlotOf(id string) string {
-	if i := strings.LastIndex(id, "-r"); i > 0 {
-		if _, err := strconv.Atoi(id[i+2:]); err == nil {
-			return id[:i]
+	base, gw, _ := strings.Cut(id, "@")
+	if i := strings.LastIndex(base, "-r"); i > 0 {
+		if _, err := strconv.Atoi(base[i+2:]); err == nil {
+			base = base[:i]
 		}
 	}
-	return id
+	return base + "@" + gw
 }
 
 // gwWaitReplaced waits until the worker old (pid) has a live replacement in its slot, with
@@ -886,16 +890,17 @@ func TestGatewayNATSRestart(t *testing.T) {
 		t.Errorf("ready line names %s, want the external %s", g.Ready.NATSURL, natsURL)
 	}
 	g.call(t, "tag", &codec.Request{Path: red, Model: gwTagger}, gwReplyBound).tag(t)
-	w0, ok := g.waitLive(t, "nr", 1)["nr-0"]
+	nr0 := g.supervised(t, "nr", 0)
+	w0, ok := g.waitLive(t, "nr", 1)[nr0]
 	if !ok {
-		t.Fatal("nr-0 is not live")
+		t.Fatalf("%s is not live", nr0)
 	}
 
 	srv.Shutdown()
 	down := time.Now()
 	// Keep the server down until the gateway has heard no heartbeat for longer than the
 	// miss threshold (its HTTP side stays up and says so), as in a real restart.
-	gwWaitHeartbeatAge(t, g, "nr-0", 2*gwMissCount*gwHeartbeat)
+	gwWaitHeartbeatAge(t, g, nr0, 2*gwMissCount*gwHeartbeat)
 	srv = start(u.Port())
 	up := time.Now()
 	t.Logf("NATS down for %v", up.Sub(down).Round(time.Millisecond))
@@ -921,9 +926,9 @@ func TestGatewayNATSRestart(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		g.call(t, "tag", &codec.Request{Path: red, Model: gwTagger}, gwReplyBound).tag(t)
 	}
-	w1, ok := g.waitLive(t, "nr", 1)["nr-0"]
+	w1, ok := g.waitLive(t, "nr", 1)[nr0]
 	if !ok || w1.PID != w0.PID || w1.Restarts != 0 {
-		t.Errorf("after the NATS restart: nr-0 live %v pid %d restarts %d, want the same worker (pid %d) reconnected", ok, w1.PID, w1.Restarts, w0.PID)
+		t.Errorf("after the NATS restart: %s live %v pid %d restarts %d, want the same worker (pid %d) reconnected", nr0, ok, w1.PID, w1.Restarts, w0.PID)
 	}
 	if !g.alive() {
 		t.Fatal("the gateway died")

@@ -503,8 +503,10 @@ export interface ConnectOptions {
   tls?: { caFile?: string; certFile?: string; keyFile?: string };
   /**
    * Gateway failover (default false): follow the gateways' beats (`ortbus.gw.*.hb`) and,
-   * when a gateway dies while inference calls wait, send those calls' requests again (same
+   * when the gateway holding a waiting inference call dies, send its request again (same
    * id, header `Ortbus-Resend`); the call takes the first answer that is not a notice.
+   * Its holder is known once a notice named it; until then any gateway's death counts.
+   * Without failover a call whose gateway dies ends only at its timeoutMs.
    * Call `gateways()` at start and wait until it lists the gateways you expect: a gateway
    * that dies before the client heard it is never judged dead.
    */
@@ -947,7 +949,9 @@ const HEADER_ERROR = "Nats-Service-Error";
 // answers it from what the answers bucket kept, or answers the notice Ortbus-Held (empty
 // body) when a live gateway still holds it: the call then goes on waiting, every request
 // it sent still outstanding (the holder answers on the first one's reply subject). The
-// call takes the first reply that is not a notice.
+// call takes the first reply that is not a notice. A call knows its holder once a notice
+// names it: from then on only that gateway's death sends it again (a peer that flaps or
+// crash-loops does not spend its resends); before, any gateway's death does.
 
 /** Header of a request sent again after a gateway died. */
 const HEADER_RESEND = "Ortbus-Resend";
@@ -973,7 +977,8 @@ interface GatewayBeat {
 
 /** The gateways heard beating, judged dead after missCount of their intervals of silence. */
 class GatewayBeats {
-  private readonly peers = new Map<string, { seen: number; interval: number; dead: boolean }>();
+  /** Each gateway heard: its last beat, interval, whether judged dead, and how many times it was. */
+  private readonly peers = new Map<string, { seen: number; interval: number; dead: boolean; deaths: number }>();
   /** Called (each once a tick, however many died in it) when a gateway is judged dead. */
   private readonly onDeath = new Set<() => void>();
   private readonly sub: Subscription;
@@ -1007,7 +1012,7 @@ class GatewayBeats {
     let p = this.peers.get(id);
     if (p === undefined) {
       if (this.peers.size >= 256) return;
-      p = { seen: 0, interval: 0, dead: false };
+      p = { seen: 0, interval: 0, dead: false, deaths: 0 };
       this.peers.set(id, p);
     }
     p.seen = performance.now();
@@ -1023,6 +1028,7 @@ class GatewayBeats {
         if (now - p.seen > 3_600_000) this.peers.delete(id);
       } else if (now - p.seen > this.missCount * p.interval) {
         p.dead = true;
+        p.deaths++;
         died = true;
       }
     }
@@ -1034,10 +1040,13 @@ class GatewayBeats {
     return [...this.peers].filter(([, p]) => !p.dead).map(([id]) => id).sort();
   }
 
-  /** Whether gateway id is judged dead, and its beat interval in milliseconds. */
-  isDead(id: string): [boolean, number] {
+  /**
+   * Whether gateway id is judged dead, its beat interval in milliseconds, and how many
+   * times it was judged dead.
+   */
+  isDead(id: string): [boolean, number, number] {
     const p = this.peers.get(id);
-    return p === undefined ? [false, 0] : [p.dead, p.interval];
+    return p === undefined ? [false, 0, 0] : [p.dead, p.interval, p.deaths];
   }
 
   /** Calls f whenever gateways are judged dead, until the returned function is called. */
@@ -1589,6 +1598,10 @@ export class OrtbusClient {
       let waiting = 0; // sends still out
       let resends = 0;
       let retry: ReturnType<typeof setTimeout> | undefined; // a resend due later
+      // The gateway the last notice named as holding the call (undefined: not known), and
+      // its deaths then: the death of another gateway does not send again.
+      let holder: string | undefined;
+      let holderDeaths = 0;
       const end = (fn: () => void) => {
         if (done) return;
         done = true;
@@ -1610,7 +1623,9 @@ export class OrtbusClient {
         }
         // A live gateway holds it: wait for its answer. One this client already judged
         // dead while the answering gateway did not yet: ask again after one of its beats.
-        const [dead, interval] = beats.isDead(held);
+        const [dead, interval, deaths] = beats.isDead(held);
+        holder = held;
+        holderDeaths = deaths;
         if (dead) later(interval);
       };
       const onError = (e: unknown) => {
@@ -1660,7 +1675,14 @@ export class OrtbusClient {
           resend();
         }, ms);
       };
-      const offDeaths = beats.deaths(resend);
+      // Gateways were judged dead: sent again when the holder is among them, or not known.
+      const onDeaths = () => {
+        if (done) return;
+        if (holder !== undefined && beats.isDead(holder)[2] === holderDeaths) return; // another one died
+        holder = undefined; // the resend's answer names who holds it now
+        resend();
+      };
+      const offDeaths = beats.deaths(onDeaths);
       // The connection went down with the sends out: they (or their replies) may be gone
       // with the server. Sent again once reconnected; a gateway that still holds the
       // request answers that resend with a notice, and its answer comes to the first send.

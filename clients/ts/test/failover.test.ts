@@ -7,12 +7,18 @@
 // group) while it holds a dispatched and a queued request. Every call must resolve with
 // its correct tags: those A held are sent again by the client when A's beats stop, and
 // gateway B runs them. B keeps serving afterwards.
+//
+// A second test, on a NATS server of its own with fake gateways (a plain connection that
+// beats for them and answers for them), checks that a call's resends are spent only on
+// the death of the gateway holding it: a peer flapping ten times while the holder keeps
+// the call does not leave the call without a resend when the holder dies.
 
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { connect } from "@nats-io/transport-node";
+import { encode } from "@msgpack/msgpack";
+import { connect, headers as natsHeaders } from "@nats-io/transport-node";
 import type { NatsConnection } from "@nats-io/transport-node";
 
 import { OrtbusClient, OrtbusError } from "../index.ts";
@@ -25,6 +31,7 @@ import {
   settle,
   startGateway,
   startNats,
+  sleep,
   startWorker,
   tempDir,
   until,
@@ -189,4 +196,64 @@ test("gateway A killed -9 while it holds requests: every call gets its one corre
   // resends worked is that every call above succeeded although A held some.
   const after = await within(REPLY_BOUND_MS, "a call after the failover", c.tag(blue, { model: "tagger_slow", timeoutMs: REPLY_BOUND_MS }));
   expect(after.general.blue).toBeGreaterThanOrEqual(0.9);
+});
+
+test("a flapping peer does not spend a held call's resends: the holder's death still sends it again", async () => {
+  const port = await freePort();
+  const own = await startNats(port, join(tmp, "natsembed-flap.log"));
+  const url = `nats://127.0.0.1:${port}`;
+  const fake = await connect({ servers: url });
+  const c = await OrtbusClient.connect({ servers: url, failover: true, missCount: 2 });
+  // fx holds the call; fy flaps (beats, falls silent until judged dead, beats again).
+  const alive = { fx: true, fy: true };
+  let seq = 0;
+  const beats = setInterval(() => {
+    for (const id of ["fx", "fy"] as const) {
+      if (alive[id]) fake.publish(`ortbus.gw.${id}.hb`, encode({ gateway: id, seq: ++seq, interval_ms: 10 }));
+    }
+  }, 10);
+  let resends = 0;
+  try {
+    // The fake gateways' API: the first send is held by fx and never answered here; a
+    // resend is answered "Ortbus-Held: fx" while fx beats, and with the result once it
+    // is dead (as a gateway that runs a request whose holder died would).
+    fake.subscribe("ortbus.v1.tag", {
+      queue: "ortbus-gateway",
+      callback: (_, m) => {
+        if (!m.headers?.get("Ortbus-Resend")) return;
+        resends++;
+        if (alive.fx) {
+          const h = natsHeaders();
+          h.set("Ortbus-Held", "fx");
+          m.respond(new Uint8Array(), { headers: h });
+        } else {
+          m.respond(encode({ general: { blue: 0.99 }, pool: "fake", worker: "fake-0" }));
+        }
+      },
+    });
+    await fake.flush();
+    await until("the client hearing fx and fy", async () => JSON.stringify(c.gateways()) === JSON.stringify(["fx", "fy"]), REPLY_BOUND_MS, 10);
+    const call = settle(c.tag("/srv/flap.png", { id: "flap-1", timeoutMs: 20_000 }));
+    await sleep(50); // the first send is out, held by fx
+    for (let i = 0; i < 10; i++) {
+      alive.fy = false;
+      await until(`fy judged dead (${i + 1})`, async () => !c.gateways().includes("fy"), REPLY_BOUND_MS, 5);
+      alive.fy = true;
+      await until(`fy beating again (${i + 1})`, async () => c.gateways().includes("fy"), REPLY_BOUND_MS, 5);
+    }
+    alive.fx = false;
+    const t0 = performance.now();
+    const r = await within(REPLY_BOUND_MS, "the held call", call);
+    if (!r.ok) throw r.error;
+    expect(r.value.general.blue).toBeGreaterThanOrEqual(0.9);
+    console.log(`flap test: answered ${(performance.now() - t0).toFixed(0)} ms after fx stopped beating; resends ${resends}`);
+    // One resend for fy's first death (the holder not known yet: its notice names fx),
+    // none for the nine others, one for fx's death.
+    expect(resends).toBeLessThanOrEqual(3);
+  } finally {
+    clearInterval(beats);
+    await c.close();
+    await fake.close();
+    await own.stop();
+  }
 });

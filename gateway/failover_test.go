@@ -1,0 +1,184 @@
+package gateway
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// fakeKV is an answers bucket whose reads wait until released (or their context ends),
+// then answer with get.
+type fakeKV struct {
+	jetstream.KeyValue
+	release chan struct{}
+	reads   atomic.Int32
+	get     func(key string) (jetstream.KeyValueEntry, error)
+}
+
+func (kv *fakeKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	kv.reads.Add(1)
+	select {
+	case <-kv.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return kv.get(key)
+}
+
+type fakeEntry struct {
+	jetstream.KeyValueEntry
+	value []byte
+}
+
+func (e fakeEntry) Value() []byte { return e.value }
+
+// onSubject is a fakeRequest received on an API subject.
+type onSubject struct {
+	*fakeRequest
+	subject string
+}
+
+func (r onSubject) Subject() string { return r.subject }
+
+func (r *fakeRequest) answers() []fakeReply {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]fakeReply(nil), r.replies...)
+}
+
+// resendReq is a resend of a tag request with id, as the API handler receives it.
+func resendReq(t *testing.T, id string) onSubject {
+	t.Helper()
+	b, err := codec.Marshal(&codec.Request{ID: id, Path: "/srv/a.png", Class: "batch", TimeoutMS: 30000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return onSubject{&fakeRequest{data: b, headers: micro.Headers{codec.HeaderResend: {"1"}}, reply: "_INBOX.resend." + id},
+		subjects.APIPrefix + "." + subjects.OpTag}
+}
+
+// handleQuickly runs the API handler on r and fails t unless it returns within 200 ms.
+func handleQuickly(t *testing.T, g *Gateway, r micro.Request) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.handle(subjects.OpTag, r, false)
+	}()
+	select {
+	case <-done:
+	case <-time.After(200 * time.Millisecond):
+		t.Fatal("the API handler is held by the answers bucket's read of a resend")
+	}
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Rule 3 off the handler: a resend's read of the answers bucket never holds the API
+// handler (a slow bucket would hold every request of the op); once read, the resend is
+// answered exactly once: from the record, or run as a new request.
+func TestResendReadOffHandler(t *testing.T) {
+	g := unitGateway(t)
+	f := newFailover(g)
+	g.failover = f
+	t.Cleanup(f.close)
+	kv := &fakeKV{release: make(chan struct{})}
+	f.kv = kv
+	kept, _ := codec.Marshal(&codec.TagReply{General: map[string]float32{"blue": 0.99}})
+	kv.get = func(key string) (jetstream.KeyValueEntry, error) {
+		if key == answerKey(ownerOf("_INBOX.resend.answered"), "answered") {
+			b, _ := codec.Marshal(&answerRecord{Gateway: "gone", Answered: true, Body: kept})
+			return fakeEntry{value: b}, nil
+		}
+		return nil, jetstream.ErrKeyNotFound
+	}
+
+	answered, unknown := resendReq(t, "answered"), resendReq(t, "unknown")
+	handleQuickly(t, g, answered)
+	handleQuickly(t, g, unknown)
+	waitFor(t, "both reads started", func() bool { return kv.reads.Load() == 2 })
+	if n := len(answered.answers()) + len(unknown.answers()); n != 0 {
+		t.Fatalf("%d answers before the bucket answered", n)
+	}
+	close(kv.release)
+	waitFor(t, "the kept answer", func() bool { return len(answered.answers()) > 0 })
+	waitFor(t, "the unknown resend queued as a new request", func() bool { _, ok := g.fl.get("unknown"); return ok })
+	time.Sleep(20 * time.Millisecond) // a second answer would come now
+	if a := answered.answers(); len(a) != 1 || a[0].code != "" || string(a[0].body) != string(kept) {
+		t.Fatalf("the answered resend's replies: %+v, want the kept answer once", a)
+	}
+	if a := unknown.answers(); len(a) != 0 {
+		t.Fatalf("the resend run as new was answered before it ran: %+v", a)
+	}
+	// Run as new, it is held here: its next resend is answered with a notice at once.
+	again := resendReq(t, "unknown")
+	handleQuickly(t, g, again)
+	if a := again.answers(); len(a) != 1 || len(a[0].body) != 0 {
+		t.Fatalf("a resend of a request held here: %+v, want one notice", a)
+	}
+}
+
+// The resends waiting for the answers bucket are bounded: past resendReaders reading and
+// resendBacklog waiting, a resend is answered overloaded at once; each waiting one is
+// still answered once the bucket answers.
+func TestResendBacklogBounded(t *testing.T) {
+	g := unitGateway(t)
+	f := newFailover(g)
+	g.failover = f
+	t.Cleanup(f.close)
+	kv := &fakeKV{release: make(chan struct{})}
+	f.kv = kv
+	kv.get = func(string) (jetstream.KeyValueEntry, error) {
+		b, _ := codec.Marshal(&answerRecord{Gateway: "gone", Answered: true, Body: []byte{0xc0}})
+		return fakeEntry{value: b}, nil
+	}
+	var reqs []onSubject
+	for i := range resendReaders + resendBacklog {
+		r := resendReq(t, "q"+strconv.Itoa(i))
+		handleQuickly(t, g, r)
+		reqs = append(reqs, r)
+	}
+	waitFor(t, "every reader reading", func() bool { return kv.reads.Load() == resendReaders })
+	over := resendReq(t, "over")
+	handleQuickly(t, g, over)
+	a := over.answers()
+	var e codec.Error
+	if len(a) != 1 || a[0].code != strconv.Itoa(codec.CodeOverloaded.Status()) || codec.Unmarshal(a[0].body, &e) != nil || e.Code != codec.CodeOverloaded {
+		t.Fatalf("a resend past the backlog: %+v, want overloaded", a)
+	}
+	close(kv.release)
+	var wg sync.WaitGroup
+	for _, r := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			waitFor(t, "a waiting resend's answer", func() bool { return len(r.answers()) > 0 })
+		}()
+	}
+	wg.Wait()
+	time.Sleep(20 * time.Millisecond)
+	for _, r := range reqs {
+		if a := r.answers(); len(a) != 1 {
+			t.Fatalf("resend %s: %d answers, want 1", r.reply, len(a))
+		}
+	}
+}
