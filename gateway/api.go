@@ -103,9 +103,16 @@ func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 		g.metrics.bad("request")
 		return
 	}
+	tenant := g.tenantOf(r.Headers())
 	by := r.Reply()
-	if ops {
+	switch {
+	case ops:
 		by = "" // an operator may cancel any request
+	case tenant != "":
+		// Across a service import the reply subject is _R_.<prefix>.<n>, whose prefix is
+		// the exporting account's on the requester's server: shared by every importing
+		// account (and another on another server). It names no owner; the account does.
+		by = tenantOwner(tenant)
 	}
 	if r.Headers().Get(codec.HeaderResend) != "" && subjects.IsWork(op) {
 		// A client's resend after a gateway died (failover.go, rule 3).
@@ -115,7 +122,7 @@ func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 			return
 		}
 	}
-	g.serveFrom(op, r.Data(), asJSON, r.Reply(), by, g.tenantOf(r.Headers()), respond)
+	g.serveFrom(op, r.Data(), asJSON, r.Reply(), by, tenant, respond)
 }
 
 // serve dispatches one request of op from HTTP.

@@ -30,8 +30,12 @@ import (
 //     accepted and unanswered, and running jobs (jobs.max_running), so that one tenant's
 //     flood never refuses another tenant's first request.
 //
-// Requests and their cancels keep the finer owner of canCancel (the requesting
-// connection's inbox; across an import, the importing account's reply prefix _R_.<x>).
+// Requests and their cancels: without a tenant, the owner is the requesting
+// connection's inbox (canCancel). A tenant's requests are owned by the tenant itself
+// (tenantOwner): across an import the reply subject is _R_.<prefix>.<n>, whose prefix is
+// the exporting account's on the requester's server — shared by every importing account —
+// so it names no owner. Such a reply is also never given to a worker to answer straight
+// (replyDirect): nats-server refuses a publish whose reply subject is _R_.…
 
 // requestInfoHeader is the header nats-server sets on a request that crossed a service
 // import (its ClientInfoHdr).

@@ -166,3 +166,28 @@ func TestTenantJobBound(t *testing.T) {
 		t.Fatalf("past jobs.max_running: %v, want overloaded", e)
 	}
 }
+
+// A tenant's requests are owned by the tenant, not by their _R_ reply subject (which every
+// importing account shares): another tenant's cancel, or one from a reply subject alone,
+// finds nothing; the tenant's own cancel, from any connection, and an operator's do.
+func TestTenantCancelOwner(t *testing.T) {
+	a, b := tenantOwner("account:A"), tenantOwner("account:B")
+	if got := ownerOf(a); got != a {
+		t.Fatalf("ownerOf(%q) = %q", a, got)
+	}
+	for _, c := range []struct {
+		owner, by string
+		want      bool
+	}{
+		{a, a, true},
+		{a, b, false},
+		{a, "_R_.abc.1", false}, // the shared import prefix names no one
+		{"_R_.abc", a, false},
+		{a, "", true}, // an operator
+		{a, ownerHTTP, false},
+	} {
+		if got := canCancel(c.owner, c.by); got != c.want {
+			t.Errorf("canCancel(%q, %q) = %v, want %v", c.owner, c.by, got, c.want)
+		}
+	}
+}

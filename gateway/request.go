@@ -293,12 +293,13 @@ func (g *Gateway) send(p *pending, pool string) {
 // reply subject is the client's, and the worker tells the gateway with a "done" claim):
 // a request that came over NATS in msgpack, not a job item, to a pool without a path_map
 // (whose output paths the gateway maps back), on a gateway without failover (which keeps
-// each answer) and without gateway.relay_replies. It saves the reply's leg through the
+// each answer) and without gateway.relay_replies, whose reply subject is not an import's
+// (subjects.IsImportReply: nats-server refuses it as the reply subject of a work item). It saves the reply's leg through the
 // gateway; the gateway still owns the request: its deadline, retries after a worker's
 // death, cancels, metrics and measured service times.
 func (g *Gateway) replyDirect(p *pending, pool string) bool {
 	gw := g.cfg.Gateway
-	return p.replyTo != "" && !p.asJSON && p.owner != ownerJob && len(g.cfg.Pools[pool].PathMap) == 0 && !gw.Failover && !gw.RelayReplies
+	return p.replyTo != "" && !subjects.IsImportReply(p.replyTo) && !p.asJSON && p.owner != ownerJob && len(g.cfg.Pools[pool].PathMap) == 0 && !gw.Failover && !gw.RelayReplies
 }
 
 // exchangeDirect publishes a work item whose reply goes to the client, and waits for its
@@ -445,7 +446,7 @@ const ownerHTTP = "http"
 // with per-user inbox prefixes and subscribe permissions no other user can read, and
 // without them no other client can guess.
 func ownerOf(by string) string {
-	if by == ownerHTTP {
+	if by == ownerHTTP || strings.HasPrefix(by, tenantOwnerMark) {
 		return by
 	}
 	if o := subjects.InboxOwner(by); o != "" {
@@ -465,9 +466,18 @@ func canCancel(owner, by string) bool {
 		return false // a job's items are cancelled through the job
 	case by == ownerHTTP || owner == ownerHTTP:
 		return by == owner
+	case strings.HasPrefix(by, tenantOwnerMark) || strings.HasPrefix(owner, tenantOwnerMark):
+		return by == owner
 	}
 	return strings.HasPrefix(by, owner+".")
 }
+
+// tenantOwnerMark starts the owner of a request that crossed a service import: its
+// tenant. A space is in no subject, so no reply subject reads as one.
+const tenantOwnerMark = "tenant "
+
+// tenantOwner is the owner (and cancel sender) of tenant's requests.
+func tenantOwner(tenant string) string { return tenantOwnerMark + tenant }
 
 // cancelAs cancels a queued or in-flight request by id for the sender by (see
 // canCancel). A cancel that may not cancel the request finds nothing, as if the id were

@@ -272,7 +272,17 @@ const MaxReplyLen = 256
 // ([nats] reply_prefixes): nats.go's and nats.js's default _INBOX, the inbox prefixes of
 // the roles of deploy/cluster/permissions.conf, and _R_, where nats-server maps the
 // replies of a request that crossed a service import from another account.
-var DefaultReplyPrefixes = []string{"_INBOX", "_INBOX_client", "_INBOX_ops", "_INBOX_gateway", "_R_"}
+var DefaultReplyPrefixes = []string{"_INBOX", "_INBOX_client", "_INBOX_ops", "_INBOX_gateway", ImportReplyPrefix}
+
+// ImportReplyPrefix is where nats-server maps the reply subject of a request that crossed
+// a service import: _R_.<prefix>.<n>. The prefix is the exporting account's on the
+// requester's server, shared by every importing account, so it names no requester; and
+// nats-server refuses a client's publish whose reply subject is under it, so such a reply
+// can be answered but not handed on as a reply subject.
+const ImportReplyPrefix = "_R_"
+
+// IsImportReply reports whether reply is under ImportReplyPrefix.
+func IsImportReply(reply string) bool { return strings.HasPrefix(reply, ImportReplyPrefix+".") }
 
 // CheckReply reports whether reply is a subject ortbus may publish an answer to on a
 // requester's behalf (the rules of docs/PROTOCOL.md, "Reply subjects"):

@@ -73,8 +73,14 @@ type clusterSecrets map[string]string
 // value a string for nats-server's parser, see permissions.conf).
 func newClusterSecrets(t testing.TB) clusterSecrets {
 	t.Helper()
+	return newRoleSecrets(t, clusterRoles)
+}
+
+// newRoleSecrets generates a random password for every one of roles.
+func newRoleSecrets(t testing.TB, roles []clusterRole) clusterSecrets {
+	t.Helper()
 	s := clusterSecrets{}
-	for _, r := range clusterRoles {
+	for _, r := range roles {
 		b := make([]byte, 18)
 		if _, err := rand.Read(b); err != nil {
 			t.Fatal(err)
@@ -88,13 +94,19 @@ func newClusterSecrets(t testing.TB) clusterSecrets {
 // variable of its own, plus each role's password or bcrypt hash.
 func (s clusterSecrets) nodeEnv(t testing.TB) []string {
 	t.Helper()
+	return s.nodeEnvFor(t, clusterRoles)
+}
+
+// nodeEnvFor is nodeEnv for the users of another file (roles).
+func (s clusterSecrets) nodeEnvFor(t testing.TB, roles []clusterRole) []string {
+	t.Helper()
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "ORTBUS_NATS_") {
 			env = append(env, kv)
 		}
 	}
-	for _, r := range clusterRoles {
+	for _, r := range roles {
 		v := s[r.User]
 		if r.Bcrypt {
 			h, err := bcrypt.GenerateFromPassword([]byte(v), bcrypt.MinCost)
@@ -202,6 +214,9 @@ type clusterNodeSpec struct {
 	JetStream bool
 	// ClusterPort is the route listener's port (0: any, picked by the server).
 	ClusterPort int
+	// Include is the deploy file of users and permissions copied beside the config and
+	// included (default: deploy/cluster/permissions.conf).
+	Include string
 }
 
 // freePort returns a TCP port on host that was free a moment ago (for a listener whose
@@ -216,16 +231,24 @@ func freePort(t testing.TB, host string) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// clusterWriteNode writes the node's config, and deploy/cluster/permissions.conf
-// unchanged beside it, into a new directory, and returns the config's path.
+// clusterWriteNode writes the node's config, and deploy/cluster/permissions.conf (or
+// n.Include) unchanged beside it, into a new directory, and returns the config's path.
 func clusterWriteNode(t testing.TB, tc *clusterTLS, n clusterNodeSpec) string {
 	t.Helper()
 	dir := t.TempDir()
-	perms, err := os.ReadFile(filepath.Join(clusterDeployDir(t), "permissions.conf"))
+	include := n.Include
+	if include == "" {
+		include = filepath.Join(clusterDeployDir(t), "permissions.conf")
+	}
+	perms, err := os.ReadFile(include)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "permissions.conf"), perms, 0o600); err != nil {
+	incName := filepath.Base(include)
+	if incName == n.Name+".conf" {
+		t.Fatalf("node %s: its config would overwrite %s", n.Name, incName)
+	}
+	if err := os.WriteFile(filepath.Join(dir, incName), perms, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	q := strconv.Quote
@@ -237,7 +260,7 @@ func clusterWriteNode(t testing.TB, tc *clusterTLS, n clusterNodeSpec) string {
 		fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n  max_memory_store: 64MB\n  max_file_store: 256MB\n}\n", q(filepath.Join(dir, "js")))
 	}
 	if n.Standalone {
-		b.WriteString("include ./permissions.conf\n")
+		b.WriteString("include ./" + incName + "\n")
 		return clusterWriteFile(t, filepath.Join(dir, n.Name+".conf"), b.String())
 	}
 	// advertise: every node here connects to the others from 127.0.0.1 (the kernel's
@@ -256,7 +279,7 @@ func clusterWriteNode(t testing.TB, tc *clusterTLS, n clusterNodeSpec) string {
 		}
 		b.WriteString("  ]\n")
 	}
-	b.WriteString("}\ninclude ./permissions.conf\n")
+	b.WriteString("}\ninclude ./" + incName + "\n")
 	return clusterWriteFile(t, filepath.Join(dir, n.Name+".conf"), b.String())
 }
 
