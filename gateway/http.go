@@ -92,8 +92,10 @@ var errBodyBudget = errors.New("the gateway is reading its budget of HTTP bodies
 
 // budgetReader takes a's body budget as a body's bytes arrive, so that the bodies being
 // read at once — up to httpMaxConns of them, each up to http_max_body — hold at most
-// bodyBudget bytes (http_max_concurrent × http_max_body: what the bodies of the requests
-// in their slots may hold too). A client that sends slowly holds only what it sent.
+// bodyBudget bytes ((http_max_concurrent + 1) × http_max_body: what the bodies of the
+// requests in their slots may hold too, and one more body, so that a body alone never
+// passes it before it passes http_max_body, which is answered 413). A client that sends
+// slowly holds only what it sent.
 // release gives the bytes back once the body is read: it then lives under its slot.
 type budgetReader struct {
 	a    *httpAPI
@@ -207,7 +209,7 @@ func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI 
 		slots:   make(chan struct{}, max(1, g.cfg.Gateway.HTTPMaxConcurrent)),
 
 		bodyTimeout: httpBodyTimeout,
-		bodyBudget:  int64(max(1, g.cfg.Gateway.HTTPMaxConcurrent)) * int64(g.cfg.Gateway.HTTPMaxBody),
+		bodyBudget:  int64(max(1, g.cfg.Gateway.HTTPMaxConcurrent)+1) * int64(g.cfg.Gateway.HTTPMaxBody),
 	}
 	var ip net.IP
 	if tcp, ok := bound.(*net.TCPAddr); ok {
@@ -465,7 +467,7 @@ func (a *httpAPI) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int,
 	if err != nil {
 		if errors.Is(err, errBodyBudget) {
 			return nil, http.StatusTooManyRequests, codec.Errorf(codec.CodeOverloaded,
-				"the gateway is reading %d bytes of HTTP bodies, its bound (http_max_concurrent × http_max_body); try again", a.bodyBudget).With("limit", a.bodyBudget)
+				"the gateway is reading %d bytes of HTTP bodies, its bound ((http_max_concurrent + 1) × http_max_body); try again", a.bodyBudget).With("limit", a.bodyBudget)
 		}
 		// The deadline stays: what the server reads of the rest of the body after the
 		// answer is bounded too.

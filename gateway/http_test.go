@@ -540,15 +540,16 @@ func (b byteNotifier) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// TestHTTPBodyBudget: the bodies being read at once hold at most http_max_concurrent ×
-// http_max_body bytes. While one slow client holds 700 of a budget of 1024, a body of 600
-// is answered 429 overloaded, one of 200 is read and served; the slow body, completed,
-// is served too, and every byte is given back.
+// TestHTTPBodyBudget: the bodies being read at once hold at most (http_max_concurrent + 1)
+// × http_max_body bytes. While two slow clients hold 1600 of a budget of 2048, a body of
+// 600 is answered 429 overloaded, one of 300 is read and served; the slow bodies,
+// completed, are served too, and every byte is given back. A body over http_max_body
+// alone is 413, never 429.
 func TestHTTPBodyBudget(t *testing.T) {
 	ln := listenLoopback(t)
 	a := testHTTPAPI(t, "http_max_concurrent = 1\nhttp_max_body = 1024", "127.0.0.1:0", ln.Addr(), "")
-	if a.bodyBudget != 1024 {
-		t.Fatalf("budget %d, want 1024", a.bodyBudget)
+	if a.bodyBudget != 2048 {
+		t.Fatalf("budget %d, want 2048", a.bodyBudget)
 	}
 	read := make(chan int, 4096)
 	serveTestHTTP(t, a, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -559,19 +560,6 @@ func TestHTTPBodyBudget(t *testing.T) {
 	}))
 	addr := ln.Addr().String()
 	body := func(n int) string { return `{"a":"` + strings.Repeat("x", n-8) + `"}` }
-
-	slow := dialRaw(t, addr)
-	full := body(1000)
-	slow.write(fmt.Sprintf("POST /v1/nosuch HTTP/1.1\r\nHost: %s\r\nX-Slow: 1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-		addr, len(full), full[:700]))
-	for got := 0; got < 700; {
-		select {
-		case n := <-read:
-			got += n
-		case <-time.After(httpTestWait):
-			t.Fatalf("the server read %d of the slow body's first 700 bytes", got)
-		}
-	}
 	post := func(n int) (*http.Response, []byte) {
 		t.Helper()
 		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: httpTestWait}
@@ -586,14 +574,34 @@ func TestHTTPBodyBudget(t *testing.T) {
 		}
 		return resp, b
 	}
-	resp, b := post(600)
+	resp, b := post(1025)
+	checkJSONBody(t, resp, b, http.StatusRequestEntityTooLarge, codec.CodeBadRequest)
+
+	full := body(1000)
+	slow := make([]*rawConn, 2)
+	for i := range slow {
+		slow[i] = dialRaw(t, addr)
+		slow[i].write(fmt.Sprintf("POST /v1/nosuch HTTP/1.1\r\nHost: %s\r\nX-Slow: 1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+			addr, len(full), full[:800]))
+	}
+	for got := 0; got < 1600; {
+		select {
+		case n := <-read:
+			got += n
+		case <-time.After(httpTestWait):
+			t.Fatalf("the server read %d of the slow bodies' first 1600 bytes", got)
+		}
+	}
+	resp, b = post(600)
 	checkJSONBody(t, resp, b, http.StatusTooManyRequests, codec.CodeOverloaded)
-	resp, b = post(200)
+	resp, b = post(300)
 	checkJSONBody(t, resp, b, http.StatusNotFound, codec.CodeUnknownOp)
 
-	slow.write(full[700:])
-	resp, b = slow.response()
-	checkJSONBody(t, resp, b, http.StatusNotFound, codec.CodeUnknownOp)
+	for _, c := range slow {
+		c.write(full[800:])
+		resp, b := c.response()
+		checkJSONBody(t, resp, b, http.StatusNotFound, codec.CodeUnknownOp)
+	}
 	if n := a.reading.Load(); n != 0 {
 		t.Fatalf("%d bytes of budget still taken after every body was read", n)
 	}

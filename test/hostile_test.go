@@ -278,6 +278,21 @@ func (h *hostileRun) start(t *testing.T) *hstack {
 	hMust(t, sub.SetPendingLimits(-1, -1))
 	hMust(t, g.NC.Flush())
 	s.sub = sub
+	// The spy: an answer (a message without a reply subject of its own) on any of the
+	// envelope attack's reply subjects is a failure.
+	for _, b := range hostileBadReplies {
+		if len(b) > subjects.MaxReplyLen || strings.Contains(b, ">") {
+			continue // checked by the gateway's count; not a subject to subscribe to
+		}
+		spy, err := g.NC.Subscribe(b, func(m *nats.Msg) {
+			if m.Reply == "" {
+				h.fail("bad reply published", fmt.Sprintf("a message of %d bytes was published on the attacker's reply subject %s", len(m.Data), m.Subject))
+			}
+		})
+		hMust(t, err)
+		hMust(t, spy.SetPendingLimits(-1, -1))
+	}
+	hMust(t, g.NC.Flush())
 	if h.feature == nil {
 		h.feature = h.realFeature(t, g)
 	}
@@ -515,7 +530,33 @@ const (
 	hNATSRequest hSurfaceKind = iota // request with a reply inbox: must be answered exactly once
 	hNATSPublish                     // fire and forget (heartbeats, claims, cancels, gateway beats and journals)
 	hHTTPRoute
+	// hNATSBadReply: a request whose reply subject is no requester's inbox
+	// (hostileBadReplies): dropped unanswered, nothing published on it (the spy).
+	hNATSBadReply
 )
+
+// hostileBadReplies are the reply subjects of the envelope attack: each must be dropped
+// (subjects.CheckReply), never published to. The spy subscribes to each but the long one.
+var hostileBadReplies = []string{
+	"$JS.API.STREAM.PURGE.ORTBUS_JOB_ITEMS",
+	"$JS.API.STREAM.DELETE.ORTBUS_JOB_RESULTS",
+	"$KV.ortbus_jobs.h-job",
+	"ortbus.gw.hostile-spy.log",
+	"infer.fast.urgent.hostile-spy",
+	"app.events",
+	"_INBOX_evil.x",                                // a prefix no deployment configures
+	"_INBOX." + strings.Repeat("long.", 780) + "x", // ~3.9 KB: the control line
+}
+
+// hostileEnvelopeHeaders are headers a request may carry that it chose itself: a forged
+// requester identity, a resend mark, a header of 4 KiB. The request is still answered
+// exactly once, on its own reply subject.
+var hostileEnvelopeHeaders = []nats.Header{
+	{"Nats-Request-Info": {`{"acc":"EVIL","user":"root"}`}},
+	{codec.HeaderResend: {"1"}},
+	{"X-Hostile": {strings.Repeat("h", 4<<10)}},
+	{"Nats-Request-Info": {strings.Repeat("{", 1<<10)}, codec.HeaderResend: {"\x00"}},
+}
 
 // hSurface is one attack surface and the mutations it gets.
 type hSurface struct {
@@ -535,6 +576,9 @@ type hJob struct {
 	sd   *hSurface
 	m    hostile.Mutation
 	good string // colour of a good tag request ("" for a hostile one)
+	// resend: the request carries Ortbus-Resend, so a notice (Ortbus-Held) or the answer
+	// the gateway kept for an earlier request of its id and sender is a right answer too.
+	resend bool
 }
 
 // hThin keeps every nth mutation of seq, and the first of each category.
@@ -655,6 +699,23 @@ func (h *hostileRun) surfaces(t *testing.T, s *hstack) []*hSurface {
 		&hSurface{name: "nats ortbus.gw.<gateway>.hb (forged)", kind: hNATSPublish, subject: func(s *hstack) string { return "ortbus.gw." + s.gwID + ".hb" },
 			muts: hThin(hGen(t, beat, o), 6)},
 	)
+	// The envelope: valid and mutated bodies on the gateway's and a worker's subjects,
+	// each with a reply subject that is no requester's inbox.
+	for _, b := range []struct {
+		subj   string
+		sample any
+	}{
+		{"ortbus.v1.tag", samples[subjects.OpTag]},
+		{"ortbus.v1.lease", samples[subjects.OpLease]},
+		{"ortbus.v1.job.list", &codec.JobRef{}},
+		{"ortbus.ops.cancel", &codec.Cancel{ID: "h-cancel"}},
+		{"infer.fast.interactive", item("tag", "interactive")},
+		{"ortbus.worker." + fastW + ".stats", &codec.Request{ID: "h-stats"}},
+	} {
+		subj := b.subj
+		out = append(out, &hSurface{name: "nats " + subj + " (bad reply subject)", kind: hNATSBadReply, subject: func(*hstack) string { return subj },
+			muts: hThin(hGen(t, b.sample, o), 40)})
+	}
 	// The job API (JetStream in the stack's store): every verb's body mutated.
 	for _, j := range []struct {
 		op     string
@@ -729,31 +790,28 @@ func (h *hostileRun) send(s *hstack, j hJob) {
 	case hNATSPublish:
 		key := "pub-" + strconv.FormatInt(h.seq.Add(1)%64, 10) // the last 64 published
 		h.others.Store(key, &hreq{surface: name, name: j.m.Name, sent: time.Now()})
-		msg := &nats.Msg{Subject: sd.subject(s), Data: j.m.Body, Header: nats.Header{}}
-		if j.m.JSON {
-			msg.Header.Set(codec.HeaderContentType, codec.ContentTypeJSON)
-		}
-		err := s.g.NC.PublishMsg(msg)
-		h.count(name, func(c *hStats) {
-			c.sent++
-			if err != nil {
-				c.sendErr++
-			} else {
-				c.published++
-			}
-		})
-		if err != nil {
-			h.fail("send", fmt.Sprintf("%s %s: %v", sd.name, j.m.Name, err))
-		}
+		h.publish(s, j, name, "")
 		if h.seq.Add(1)%64 == 0 {
 			s.g.NC.FlushTimeout(5 * time.Second)
 		}
+		return
+	case hNATSBadReply:
+		n := h.seq.Add(1)
+		h.publish(s, j, name, hostileBadReplies[n%int64(len(hostileBadReplies))])
 		return
 	}
 	key := strconv.FormatInt(h.seq.Add(1), 10)
 	r := &hreq{key: key, surface: name, name: j.m.Name, sent: time.Now(), first: make(chan *nats.Msg, 1)}
 	h.pending.Store(key, r)
 	msg := &nats.Msg{Subject: sd.subject(s), Reply: s.prefix + "." + key, Data: j.m.Body, Header: nats.Header{}}
+	if n, _ := strconv.Atoi(key); j.good == "" && n%5 == 0 && int64(len(j.m.Body)+16<<10) < s.g.NC.MaxPayload() {
+		// The envelope is input too: headers the sender chose, with the body (one that
+		// leaves them room in the bus's max_payload).
+		for k, v := range hostileEnvelopeHeaders[(n/5)%len(hostileEnvelopeHeaders)] {
+			msg.Header[k] = v
+		}
+		j.resend = msg.Header.Get(codec.HeaderResend) != ""
+	}
 	if j.m.JSON {
 		msg.Header.Set(codec.HeaderContentType, codec.ContentTypeJSON)
 	}
@@ -774,6 +832,27 @@ func (h *hostileRun) send(s *hstack, j hJob) {
 	}
 }
 
+// publish publishes one job without waiting for an answer (reply: its reply subject, or
+// none) and counts it.
+func (h *hostileRun) publish(s *hstack, j hJob, name, reply string) {
+	msg := &nats.Msg{Subject: j.sd.subject(s), Reply: reply, Data: j.m.Body, Header: nats.Header{}}
+	if j.m.JSON {
+		msg.Header.Set(codec.HeaderContentType, codec.ContentTypeJSON)
+	}
+	err := s.g.NC.PublishMsg(msg)
+	h.count(name, func(c *hStats) {
+		c.sent++
+		if err != nil {
+			c.sendErr++
+		} else {
+			c.published++
+		}
+	})
+	if err != nil {
+		h.fail("send", fmt.Sprintf("%s %s: %v", j.sd.name, j.m.Name, err))
+	}
+}
+
 // judge checks one NATS reply: an error with a contract code, or a result of the op.
 func (h *hostileRun) judge(j hJob, name string, m *nats.Msg) {
 	sd := j.sd
@@ -784,6 +863,12 @@ func (h *hostileRun) judge(j hJob, name string, m *nats.Msg) {
 		}
 		h.count(name, func(c *hStats) { c.noResp++ })
 		h.fail("no_responders", fmt.Sprintf("%s %s", name, j.m.Name))
+		return
+	}
+	if j.resend && subjects.IsWork(sd.op) && (m.Header.Get(codec.HeaderHeld) != "" || m.Header.Get(codec.HeaderErrorCode) == "") {
+		// A resend's notice, or a kept answer of an earlier request with its id: exactly
+		// one reply is all that is checked (duplicates are counted apart).
+		h.count(name, func(c *hStats) { c.ok++ })
 		return
 	}
 	// A JSON request is answered in JSON (the contract), whether or not the reply says so.
@@ -1093,6 +1178,7 @@ feed:
 	// The scrape after the flood, on a stack that is still up.
 	if cur := h.live(t); cur != nil {
 		h.scrapeOnce(cur, "final")
+		h.checkBadReplies(t, cur)
 	}
 }
 
@@ -1416,4 +1502,42 @@ func hStatusOf(s *hstack) (*codec.StatusReply, error) {
 		return nil, err
 	}
 	return &st, nil
+}
+
+// checkBadReplies: every request of the envelope attack was dropped and counted, by the
+// gateway (ortbus_bad_messages_total{kind="reply_subject"}) or by the worker it was
+// addressed to (its heartbeat's bad_messages). Counters restart with a crashed stack, so
+// the counts are compared only on the first stack.
+func (h *hostileRun) checkBadReplies(t *testing.T, s *hstack) {
+	var toGateway, toWorkers int
+	h.mu.Lock()
+	for name, c := range h.stats {
+		if !strings.HasSuffix(name, "(bad reply subject)") {
+			continue
+		}
+		if strings.HasPrefix(name, "nats ortbus.v1.") || strings.HasPrefix(name, "nats ortbus.ops.") {
+			toGateway += c.published
+		} else {
+			toWorkers += c.published
+		}
+	}
+	restarts := h.restarts
+	h.mu.Unlock()
+	gw := badReplyCount(t, s.g)
+	var workers uint64
+	want := uint64(toWorkers)
+	st := s.g.waitStatus(t, "the workers' heartbeats counting every bad reply subject", func(st *codec.StatusReply) bool {
+		var n uint64
+		for _, w := range st.Workers {
+			n += w.Heartbeat.BadMessages
+		}
+		return restarts > 0 || n >= want
+	})
+	for _, w := range st.Workers {
+		workers += w.Heartbeat.BadMessages
+	}
+	t.Logf("envelope: %d requests with bad reply subjects to the gateway (counted %v), %d to workers (counted %d)", toGateway, gw, toWorkers, workers)
+	if restarts == 0 && (gw != float64(toGateway) || workers != want) {
+		h.fail("bad reply uncounted", fmt.Sprintf("the gateway counted %v of %d, the workers %d of %d", gw, toGateway, workers, toWorkers))
+	}
 }
