@@ -118,7 +118,7 @@ func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 		// A client's resend after a gateway died (failover.go, rule 3).
 		var req codec.Request
 		if codec.Decode(r.Data(), &req, asJSON) == nil && codec.CheckID("id", req.ID) == nil &&
-			g.failover.resent(r, req.ID, ownerOf(by), respond) {
+			g.failover.resent(r, tenantID(tenant, req.ID), ownerOf(by), respond) {
 			return
 		}
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"sync"
@@ -35,7 +36,7 @@ type flights struct {
 	lastDeath map[string]death
 	early     map[string]earlyCancel // cancels of ids not seen yet
 	// perTenant counts the unanswered requests of each tenant other than the local
-	// owner; tenantMax bounds it (0: no bound). See identity.go, rule 4.
+	// owner; tenantMax bounds it (0: no bound). See identity.go, rule 5.
 	perTenant map[string]int
 	tenantMax int
 }
@@ -76,11 +77,11 @@ func (f *flights) admit(p *pending) *codec.Error {
 		return codec.Errorf(codec.CodeCancelled, "cancelled by the client before it arrived")
 	}
 	if _, dup := f.byID[p.id]; dup {
-		return codec.Errorf(codec.CodeBadRequest, "a request with id %q is already in progress", p.id)
+		return codec.Errorf(codec.CodeBadRequest, "a request with id %q is already in progress", cmp.Or(p.clientID, p.id))
 	}
 	if p.tenant != "" {
 		// One tenant holds at most tenantMax requests unanswered (queued or in flight),
-		// so its flood leaves the queues' room to the others (identity.go, rule 4).
+		// so its flood leaves the queues' room to the others (identity.go, rule 5).
 		if n := f.perTenant[p.tenant]; f.tenantMax > 0 && n >= f.tenantMax {
 			return codec.Errorf(codec.CodeOverloaded, "you have %d requests queued or in flight, this gateway's bound for one owner", n).With("limit", f.tenantMax)
 		}
@@ -332,7 +333,7 @@ func (f *flights) askCancel(id, by, tenant string) (p *pending, dispatched, foun
 				delete(f.early, k)
 			}
 		}
-		// Bounded in total, and per tenant (identity.go, rule 4): one tenant's cancels of
+		// Bounded in total, and per tenant (identity.go, rule 5): one tenant's cancels of
 		// made-up ids never crowd out another's.
 		if len(f.early) < maxEarlyCancels && (tenant == "" || f.earlyOf(tenant) < tenantBound(maxEarlyCancels)) {
 			f.early[id] = earlyCancel{at: now, by: by, tenant: tenant}

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 
 	"github.com/nats-io/nats.go/micro"
@@ -22,9 +24,14 @@ import (
 //     (operators, peers): tenant "", the local owner, who may see and cancel every job.
 //     No application may have a user in ortbus's account, where it could write the
 //     header itself.
-//  3. Over HTTP the tenant is "" too: the HTTP API is loopback-bound and its bearer token
+//  3. Request ids are per tenant: a tenant's request runs under an id of the gateway's
+//     (tenantID: a hash of the tenant and its id), answered with its own id, and its
+//     cancels and resends name its own id; so one tenant's id never collides with,
+//     reveals or blocks another's (two tenants may both use "1"), and workers, claims and
+//     cancels on the bus see only the gateway's ids.
+//  4. Over HTTP the tenant is "" too: the HTTP API is loopback-bound and its bearer token
 //     is the operator's.
-//  4. A tenant other than "" sees only its own jobs (another's is unknown_job, its id
+//  5. A tenant other than "" sees only its own jobs (another's is unknown_job, its id
 //     conflict to a submit: jobs.Store.owned), renews and releases only its own leases,
 //     and is bounded on its own (tenantShare): leases, cancels of unknown ids, requests
 //     accepted and unanswered, and running jobs (jobs.max_running), so that one tenant's
@@ -77,4 +84,14 @@ func totalQueueBound(c *config.Config) int {
 		n += cl.QueueBound
 	}
 	return n
+}
+
+// tenantID is the id under which the gateway runs tenant's request id (rule 3); the local
+// owner's ids are their own.
+func tenantID(tenant, id string) string {
+	if tenant == "" {
+		return id
+	}
+	sum := sha256.Sum256([]byte(tenant + "\x00" + id))
+	return "~" + hex.EncodeToString(sum[:16])
 }

@@ -12,10 +12,11 @@ import (
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/jobs"
+	"github.com/ortbus/ortbus/subjects"
 )
 
 // Identity (identity.go), in process: tenants from the header nats-server writes, and
-// the bounds and ownership of rule 4, without NATS.
+// the ids, bounds and ownership of rules 3 and 5, without NATS.
 
 func TestTenantOf(t *testing.T) {
 	g := unitGateway(t)
@@ -189,5 +190,52 @@ func TestTenantCancelOwner(t *testing.T) {
 		if got := canCancel(c.owner, c.by); got != c.want {
 			t.Errorf("canCancel(%q, %q) = %v, want %v", c.owner, c.by, got, c.want)
 		}
+	}
+}
+
+// Rule 3: request ids are per tenant. Two tenants may both send id "1": both are
+// accepted, each under an id of the gateway's; a tenant's cancel of "1" reaches its own
+// request only, and the local owner's "1" is its own id.
+func TestTenantRequestIDs(t *testing.T) {
+	g := unitGateway(t)
+	body, err := codec.Marshal(&codec.Request{ID: "1", Path: "/srv/a.png", Class: "batch", TimeoutMS: 60000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers := map[string]*codec.Error{}
+	submit := func(tenant, replyTo string) {
+		g.submitFrom(subjects.OpTag, body, false, replyTo, ownerOf(tenantOwner(tenant)), tenant, func(_ []byte, e *codec.Error) { answers[tenant] = e })
+	}
+	submit("account:A", "_R_.x.1")
+	submit("account:B", "_R_.x.2")
+	if len(answers) != 0 {
+		t.Fatalf("answered at once: %v", answers)
+	}
+	ida, idb := tenantID("account:A", "1"), tenantID("account:B", "1")
+	if ida == idb || ida == "1" {
+		t.Fatalf("ids %q and %q", ida, idb)
+	}
+	for _, id := range []string{ida, idb} {
+		if p, ok := g.fl.get(id); !ok || p.clientID != "1" {
+			t.Fatalf("no request %s with client id 1", id)
+		}
+	}
+	if g.cancelAs("1", tenantOwner("account:C"), "account:C") {
+		t.Fatal("C's cancel of 1 found a request")
+	}
+	if !g.cancelAs("1", tenantOwner("account:B"), "account:B") {
+		t.Fatal("B's cancel of its own 1 found nothing")
+	}
+	if e := answers["account:B"]; e == nil || e.Code != codec.CodeCancelled {
+		t.Fatalf("B's request: %v, want cancelled", answers["account:B"])
+	}
+	if _, ok := answers["account:A"]; ok {
+		t.Fatalf("A's request was answered: %v", answers["account:A"])
+	}
+	if _, ok := g.fl.get(ida); !ok {
+		t.Fatal("A's request is gone")
+	}
+	if tenantID("", "1") != "1" {
+		t.Fatal("the local owner's id is not its own")
 	}
 }

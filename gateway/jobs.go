@@ -324,7 +324,7 @@ func jobOptions(o *codec.Request) codec.Request {
 }
 
 // jobsRunningRoom refuses a new job (overloaded) while jobs.max_running jobs run, or while its
-// tenant other than the local owner runs tenantBound of them (identity.go, rule 4). A
+// tenant other than the local owner runs tenantBound of them (identity.go, rule 5). A
 // re-submit of a job that exists is no new job. Concurrent submits may pass the check
 // together: the bound is exceeded by at most jobOpsAtOnce.
 func (g *Gateway) jobsRunningRoom(ctx context.Context, s *jobs.Store, rec *jobs.Record, tenant string) *codec.Error {

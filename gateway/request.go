@@ -35,6 +35,7 @@ type pending struct {
 	replyTo  string // the client's NATS reply subject ("" over HTTP), for failover
 	owner    string // who may cancel it (see canCancel)
 	tenant   string // whose bound it counts in (identity.go)
+	clientID string // the id its client gave it, when it runs under another (tenantID)
 	size     int64  // the request's encoded size, counted against its class queue's bytes
 	once     sync.Once
 
@@ -120,6 +121,10 @@ func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner
 	}
 	if p.req.ID == "" {
 		p.req.ID = nuid.Next()
+	}
+	if tenant != "" {
+		// Ids are per tenant (identity.go, rule 3): it runs under the gateway's id for it.
+		p.clientID, p.req.ID = p.req.ID, tenantID(tenant, p.req.ID)
 	}
 	g.submit(p)
 }
@@ -299,7 +304,7 @@ func (g *Gateway) send(p *pending, pool string) {
 // death, cancels, metrics and measured service times.
 func (g *Gateway) replyDirect(p *pending, pool string) bool {
 	gw := g.cfg.Gateway
-	return p.replyTo != "" && !subjects.IsImportReply(p.replyTo) && !p.asJSON && p.owner != ownerJob && len(g.cfg.Pools[pool].PathMap) == 0 && !gw.Failover && !gw.RelayReplies
+	return p.replyTo != "" && !subjects.IsImportReply(p.replyTo) && p.clientID == "" && !p.asJSON && p.owner != ownerJob && len(g.cfg.Pools[pool].PathMap) == 0 && !gw.Failover && !gw.RelayReplies
 }
 
 // exchangeDirect publishes a work item whose reply goes to the client, and waits for its
@@ -351,7 +356,7 @@ func (g *Gateway) forward(p *pending, msg *nats.Msg) {
 		g.observe(p, s.Timing, s.Model)
 	}
 	msg.Data = g.unmapReply(p.op, p.pool, msg.Data) // output paths back to the client's view
-	if !p.asJSON {
+	if !p.asJSON && p.clientID == "" {
 		g.answer(p, msg.Data, nil)
 		return
 	}
@@ -360,7 +365,10 @@ func (g *Gateway) forward(p *pending, msg *nats.Msg) {
 		g.answer(p, nil, codec.Errorf(codec.CodeInternal, "worker reply: %v", err))
 		return
 	}
-	b, err := codec.Encode(rep, true)
+	if r, ok := rep.(codec.Replier); ok && p.clientID != "" {
+		r.Meta().ID = p.clientID // its own id back (identity.go, rule 3)
+	}
+	b, err := codec.Encode(rep, p.asJSON)
 	if err != nil {
 		g.answer(p, nil, codec.Errorf(codec.CodeInternal, "encode reply: %v", err))
 		return
@@ -483,6 +491,7 @@ func tenantOwner(tenant string) string { return tenantOwnerMark + tenant }
 // canCancel). A cancel that may not cancel the request finds nothing, as if the id were
 // unknown.
 func (g *Gateway) cancelAs(id, by, tenant string) bool {
+	id = tenantID(tenant, id) // a tenant names its own ids (identity.go, rule 3)
 	if g.fl.mayCancel(id, by) {
 		if it := g.queues.Remove(id); it != nil {
 			g.answer(it.Value.(*pending), nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))

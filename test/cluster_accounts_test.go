@@ -330,6 +330,20 @@ func TestAccountOwners(t *testing.T) {
 			}
 			return false
 		})
+		// Ids are per owner: app2 uses the id of one of app1's requests in flight, and each
+		// is answered under its own id (before: bad_request "already in progress").
+		dup := ids[n-2]
+		b, err := codec.Marshal(&codec.Request{ID: dup, Path: app1Red, Model: gwTagger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := app2.Request("ortbus.v1.tag", b, gwReplyBound)
+		if err != nil {
+			t.Fatalf("app2's tag with app1's id %s: %v", dup, err)
+		}
+		if tr := gwDecode(t, m).tag(t); tr.ID != dup {
+			t.Errorf("app2's tag with id %s: answered with id %q", dup, tr.ID)
+		}
 		target := ids[n-1] // the last: queued behind the others
 		cr2 := cancelAs(app2, target)
 		cr1 := cancelAs(app1, target)
@@ -343,6 +357,8 @@ func TestAccountOwners(t *testing.T) {
 		for _, id := range ids[:n-1] {
 			if c := got[id].code(); c != "ok" {
 				t.Errorf("%s: answered %s, want its result", id, c)
+			} else if tr := got[id].tag(t); tr.ID != id {
+				t.Errorf("%s: answered with id %q, want its own", id, tr.ID)
 			}
 		}
 		switch c := got[target].code(); {
