@@ -16,22 +16,25 @@ import (
 )
 
 // fakeGateways beats for gateways on a NATS connection (every 10 ms while alive) and
-// answers ortbus.v1.tag for them: a first send is held (never answered here); a resend is
-// answered with the notice "Ortbus-Held: <holder>" while the holder beats, and with a
-// result once it does not (as a gateway that runs a request whose holder died).
+// answers ortbus.v1.tag for them: a first send is held (never answered here; firsts
+// tells of it); a resend is answered with the notice "Ortbus-Held: <holder>" while the
+// holder beats, and with a result once it does not (as a gateway that runs a request
+// whose holder died).
 type fakeGateways struct {
 	nc      *nats.Conn
 	holder  string
 	mu      sync.Mutex
 	alive   map[string]bool
 	resends atomic.Int32
+	firsts  chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
 }
 
 func newFakeGateways(t *testing.T, nc *nats.Conn, holder string, ids ...string) *fakeGateways {
 	t.Helper()
-	f := &fakeGateways{nc: nc, holder: holder, alive: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	f := &fakeGateways{nc: nc, holder: holder, alive: map[string]bool{}, firsts: make(chan struct{}, 16),
+		stop: make(chan struct{}), done: make(chan struct{})}
 	for _, id := range ids {
 		f.alive[id] = true
 	}
@@ -83,6 +86,10 @@ func (f *fakeGateways) beat() {
 
 func (f *fakeGateways) serve(m *nats.Msg) {
 	if m.Header.Get(codec.HeaderResend) == "" {
+		select {
+		case f.firsts <- struct{}{}:
+		default:
+		}
 		return // the first send: held by the holder, which answers nothing here
 	}
 	f.resends.Add(1)
@@ -94,6 +101,17 @@ func (f *fakeGateways) serve(m *nats.Msg) {
 	}
 	b, _ := codec.Marshal(&codec.TagReply{General: map[string]float32{"blue": 0.99}})
 	m.Respond(b)
+}
+
+// firstSent waits until a call's first send reaches the gateways: the call is waiting
+// for its answer, and every gateway death judged from then on is its business.
+func (f *fakeGateways) firstSent(t *testing.T) {
+	t.Helper()
+	select {
+	case <-f.firsts:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call's first send never reached the gateways")
+	}
 }
 
 // waitGateways waits until the client hears exactly want beating.
@@ -138,7 +156,7 @@ func TestFailoverBudgetHolderOnly(t *testing.T) {
 		r, err := c.Tag(ctx, codec.Request{ID: "flap-1", Path: "/srv/flap.png"})
 		done <- outcome{r, err}
 	}()
-	time.Sleep(50 * time.Millisecond) // the first send is out, held by fx
+	f.firstSent(t) // the first send is out, held by fx
 	for i := range 2 * maxResends {
 		f.set("fy", false)
 		waitGateways(t, c, "fx")
@@ -185,7 +203,7 @@ func TestFailoverUnknownHolder(t *testing.T) {
 		_, err := c.Tag(ctx, codec.Request{ID: "unknown-1", Path: "/srv/u.png"})
 		errc <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	f.firstSent(t)
 	f.set("gone", false) // the holder (never named by a notice) dies: the resend is answered
 	select {
 	case err := <-errc:

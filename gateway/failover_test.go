@@ -93,6 +93,26 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// readersDone waits until every resend reader of f has finished the reads it took: each
+// reader takes one of resendReaders barriers, which hold until all of them are taken.
+func readersDone(t *testing.T, f *failover) {
+	t.Helper()
+	var took sync.WaitGroup
+	took.Add(resendReaders)
+	release := make(chan struct{})
+	defer close(release)
+	for range resendReaders {
+		f.reads <- func() { took.Done(); <-release }
+	}
+	all := make(chan struct{})
+	go func() { took.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the resend readers did not finish their reads")
+	}
+}
+
 // Rule 3 off the handler: a resend's read of the answers bucket never holds the API
 // handler (a slow bucket would hold every request of the op); once read, the resend is
 // answered exactly once: from the record, or run as a new request.
@@ -122,7 +142,7 @@ func TestResendReadOffHandler(t *testing.T) {
 	close(kv.release)
 	waitFor(t, "the kept answer", func() bool { return len(answered.answers()) > 0 })
 	waitFor(t, "the unknown resend queued as a new request", func() bool { _, ok := g.fl.get("unknown"); return ok })
-	time.Sleep(20 * time.Millisecond) // a second answer would come now
+	readersDone(t, f) // a second answer would have come by now
 	if a := answered.answers(); len(a) != 1 || a[0].code != "" || string(a[0].body) != string(kept) {
 		t.Fatalf("the answered resend's replies: %+v, want the kept answer once", a)
 	}
@@ -175,7 +195,7 @@ func TestResendBacklogBounded(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	time.Sleep(20 * time.Millisecond)
+	readersDone(t, f) // a second answer would have come by now
 	for _, r := range reqs {
 		if a := r.answers(); len(a) != 1 {
 			t.Fatalf("resend %s: %d answers, want 1", r.reply, len(a))

@@ -14,8 +14,10 @@ import (
 )
 
 // spoolTree makes a spool directory with old and new files, and the traps around it, and
-// returns the time between the two (files' ages are their change times, which cannot be
-// set, so "old" files are made before it and new ones after):
+// returns the time between the two. Files' ages are their change times (lastChange), which
+// cannot be set: the "old" files are made first, the cutoff is just after the latest of
+// their change times, and the new ones are made once the filesystem's clock has passed it
+// (fsClockPast), however coarse that clock is:
 //
 //	spool/old.png, spool/sub/old.txt, spool/.x.png.tmp-1   old regular files (removed)
 //	spool/new.png, spool/sub/new.txt                       new regular files (kept)
@@ -51,14 +53,57 @@ func spoolTree(t *testing.T) (spool, outside string, cutoff time.Time) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
-	cutoff = time.Now()
-	time.Sleep(50 * time.Millisecond)
+	for _, name := range []string{"spool/old.png", "spool/sub/old.txt", "spool/.x.png.tmp-1"} {
+		if c := changed(t, filepath.Join(base, name)); !c.Before(cutoff) {
+			cutoff = c.Add(time.Nanosecond)
+		}
+	}
+	fsClockPast(t, base, cutoff)
 	put("spool/new.png", "spool/sub/new.txt", "spool/copied.png")
 	if err := os.Chtimes(filepath.Join(spool, "copied.png"), old, old); err != nil {
 		t.Fatal(err)
 	}
+	for _, name := range []string{"spool/new.png", "spool/sub/new.txt", "spool/copied.png"} {
+		if c := changed(t, filepath.Join(base, name)); c.Before(cutoff) {
+			t.Fatalf("%s changed at %v, before the cutoff %v it was made after", name, c, cutoff)
+		}
+	}
 	return spool, outside, cutoff
+}
+
+// changed is when the file at p last changed, as the sweep sees it.
+func changed(t *testing.T, p string) time.Time {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lastChange(fi)
+}
+
+// fsClockPast waits until a file made in dir now changes at or after at: the clock that
+// stamps files is coarser than time.Now (a few milliseconds), so a file made right after
+// another may carry the same change time.
+func fsClockPast(t *testing.T, dir string, at time.Time) {
+	t.Helper()
+	probe := filepath.Join(dir, ".clock")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if err := os.WriteFile(probe, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c := changed(t, probe)
+		if err := os.Remove(probe); err != nil {
+			t.Fatal(err)
+		}
+		if !c.Before(at) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a file made now changes at %v, still before %v", c, at)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // names lists every path under dir, relative to it, without following links.
@@ -115,9 +160,9 @@ func TestSpoolSweeperStartStop(t *testing.T) {
 		spool   bool
 		removed bool
 	}{
-		{"max age 1s", time.Second, true, true},
+		{"max age 1ms", time.Millisecond, true, true},
 		{"max age 0: never", 0, true, false},
-		{"no spool dir", time.Second, false, false},
+		{"no spool dir", time.Millisecond, false, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -126,8 +171,19 @@ func TestSpoolSweeperStartStop(t *testing.T) {
 			if err := os.WriteFile(oldFile, nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(1500 * time.Millisecond) // old.png is now 1.5 s old
+			// old.png is past a max age of 1 ms once its change time is more than 1 ms ago.
+			for deadline := time.Now().Add(5 * time.Second); !changed(t, oldFile).Before(time.Now().Add(-time.Millisecond)); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("old.png changed at %v, not yet 1 ms ago", changed(t, oldFile))
+				}
+			}
+			// new.png changes an hour from now (its modification time), so no sweep of this
+			// test takes it for an old file.
 			if err := os.WriteFile(newFile, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			later := time.Now().Add(time.Hour)
+			if err := os.Chtimes(newFile, later, later); err != nil {
 				t.Fatal(err)
 			}
 			g := &Gateway{cfg: &config.Config{}, log: logger}

@@ -71,13 +71,13 @@ func TestTSClient(t *testing.T) {
 // TestTSClientErrorCodes checks that the TypeScript client knows every stable error code
 // of the contract, in codec's order: a code it lacks would reach the app as internal.
 func TestTSClientErrorCodes(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "clients", "ts", "index.ts"))
+	src, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "clients", "ts", "src", "errors.ts"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile(`(?s)export const ORTBUS_ERROR_CODES = \[(.*?)\] as const;`).FindSubmatch(src)
 	if m == nil {
-		t.Fatal("clients/ts/index.ts: no `export const ORTBUS_ERROR_CODES = [...] as const;`")
+		t.Fatal("clients/ts/src/errors.ts: no `export const ORTBUS_ERROR_CODES = [...] as const;`")
 	}
 	var ts []string
 	for _, q := range regexp.MustCompile(`"([a-z_]+)"`).FindAllSubmatch(m[1], -1) {
@@ -88,7 +88,7 @@ func TestTSClientErrorCodes(t *testing.T) {
 		want = append(want, string(c))
 	}
 	if !slices.Equal(ts, want) {
-		t.Errorf("ORTBUS_ERROR_CODES of clients/ts/index.ts:\n%v\nwant codec.Codes:\n%v", ts, want)
+		t.Errorf("ORTBUS_ERROR_CODES of clients/ts/src/errors.ts:\n%v\nwant codec.Codes:\n%v", ts, want)
 	}
 }
 

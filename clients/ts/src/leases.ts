@@ -1,0 +1,42 @@
+// Leases (codec/lease.go): memory of a device held for a process ortbus does not run (an
+// LLM server, a game), counted in the device's memory admission until released or
+// expired. OrtbusClient's acquireLease, renewLease and releaseLease call these.
+
+import type { OrtbusClass } from "./messages.ts";
+import type { CallOptions } from "./options.ts";
+import type { Sender } from "./requests.ts";
+
+/** A memory lease as granted, renewed or released (status lists them without `lease`). */
+export interface Lease {
+  /** The lease's id: the holder's capability to renew or release it. */
+  lease?: string;
+  device: string;
+  bytes: number;
+  class: string;
+  holder?: string;
+  expires_unix_ms: number;
+  released?: boolean;
+}
+
+export function acquireLease(
+  c: Sender,
+  device: string,
+  bytes: number,
+  o: { class?: OrtbusClass; ttlMs?: number; holder?: string } & Pick<CallOptions, "timeoutMs" | "signal">,
+): Promise<Lease> {
+  const req: Record<string, unknown> = { action: "acquire", device, bytes };
+  if (o.class !== undefined) req.class = o.class;
+  if (o.ttlMs !== undefined) req.ttl_ms = o.ttlMs;
+  if (o.holder !== undefined) req.holder = o.holder;
+  return c.send<Lease>("lease", req, undefined, o);
+}
+
+export function renewLease(c: Sender, lease: string, o: { ttlMs?: number } & Pick<CallOptions, "timeoutMs" | "signal">): Promise<Lease> {
+  const req: Record<string, unknown> = { action: "renew", lease };
+  if (o.ttlMs !== undefined) req.ttl_ms = o.ttlMs;
+  return c.send<Lease>("lease", req, undefined, o);
+}
+
+export function releaseLease(c: Sender, lease: string, opts: Pick<CallOptions, "timeoutMs" | "signal">): Promise<Lease> {
+  return c.send<Lease>("lease", { action: "release", lease }, undefined, opts);
+}

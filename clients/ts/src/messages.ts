@@ -1,0 +1,183 @@
+// Messages (codec/messages.go): the replies of the client API, as the client returns them.
+
+import type { Lease } from "./leases.ts";
+
+/** A latency class: "urgent", "interactive", "batch", or one the gateway's config adds. */
+export type OrtbusClass = "urgent" | "interactive" | "batch" | (string & {});
+
+/** Timing of a reply, in microseconds. */
+export interface Timing {
+  queue_us: number;
+  infer_us: number;
+  total_us: number;
+  /** How many requests shared the runtime call (dynamic batching). */
+  batch?: number;
+}
+
+/** Who served a reply; every inference reply carries it. */
+export interface Served {
+  id: string;
+  model: string;
+  pool: string;
+  worker: string;
+  /** ONNX Runtime version of the worker. */
+  runtime?: string;
+  /** Execution provider in use. */
+  ep?: string;
+  timing: Timing;
+}
+
+export interface TagReply extends Served {
+  general: Record<string, number>;
+  character: Record<string, number>;
+  rating: Record<string, number>;
+  ips: string[];
+  ips_mapping: Record<string, string[]>;
+}
+
+export interface EmbedReply extends Served {
+  dim: number;
+  /** The embedding, decoded from msgpack bin (little-endian float32). */
+  embedding: Float32Array;
+}
+
+export interface CompareReply extends Served {
+  /** The feature's difference to each candidate, in candidate order. */
+  differences: number[];
+  /** The model's threshold: same character when difference <= threshold. */
+  threshold: number;
+  same: boolean[];
+}
+
+export interface Box {
+  x1: number;
+  y1: number;
+  x2: number;
+  y2: number;
+  label: string;
+  score: number;
+}
+
+export interface DetectReply extends Served {
+  boxes: Box[];
+}
+
+export interface SegmentReply extends Served {
+  /** Where the RGBA PNG cut-out was written. */
+  out_path: string;
+  width: number;
+  height: number;
+}
+
+export type TensorType = "float32" | "float64" | "int64" | "int32" | "uint8" | "bool";
+
+/** A raw tensor of the infer op: little-endian element bytes of `type`. */
+export interface Tensor {
+  type: TensorType;
+  shape: number[];
+  data: Uint8Array;
+}
+
+export interface InferReply extends Served {
+  /** The wanted outputs sent inline. */
+  outputs: Record<string, Tensor>;
+  /** The .npy file written for each output sent to a file (InferOptions.outputDir, outputPaths). */
+  output_paths?: Record<string, string>;
+}
+
+export interface CancelReply {
+  id: string;
+  /** True when the request was queued or running and is now being cancelled. */
+  found: boolean;
+}
+
+export interface HealthReply {
+  status: "ok" | "degraded" | (string & {});
+  workers: number;
+  pools: number;
+}
+
+export interface ModelStatus {
+  name: string;
+  kind: string;
+  loaded: boolean;
+  peak_bytes: number;
+  peak_source?: string;
+  max_batch?: number;
+  load_ms: number;
+}
+
+export interface WorkerStatus {
+  worker: string;
+  pool: string;
+  host: string;
+  pid: number;
+  seq: number;
+  sent_unix_ms: number;
+  state: string;
+  runtime: string;
+  library?: string;
+  ep: string;
+  device?: string;
+  interval_ms: number;
+  classes: string[];
+  models: ModelStatus[];
+  slots: number;
+  queued: Record<string, number>;
+  running: Record<string, number>;
+  held: string[];
+  served: number;
+  failed: number;
+  sessions_created: number;
+  rss_bytes: number;
+  uptime_ms: number;
+  error?: { code: string; message: string; details?: Record<string, unknown> };
+  heartbeat_age_ms: number;
+  restarts: number;
+  last_exit?: string;
+}
+
+export interface PoolStatus {
+  name: string;
+  ep: string;
+  device: string;
+  local: boolean;
+  classes: string[];
+  workers: number;
+  live: number;
+  crash_looping: boolean;
+  error?: { code: string; message: string; details?: Record<string, unknown> };
+}
+
+export interface ClassStatus {
+  name: string;
+  priority: number;
+  queued: number;
+  running: number;
+  bound: number;
+  chain: string[];
+}
+
+export interface StatusReply {
+  gateway: string;
+  allowed_roots: string[];
+  spool_dir: string;
+  pools: PoolStatus[];
+  workers: WorkerStatus[];
+  devices: DeviceStatus[];
+  classes: ClassStatus[];
+}
+
+/** One device in a status reply: its memory budget and who holds it. */
+export interface DeviceStatus {
+  device: string;
+  capacity_bytes: number;
+  safe_fraction: number;
+  budget_bytes: number;
+  admitted_bytes: number;
+  free_bytes: number;
+  pools: string[];
+  leased_bytes?: number;
+  leases?: Lease[];
+  reserved_bytes?: number;
+}

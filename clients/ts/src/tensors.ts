@@ -1,0 +1,180 @@
+// Tensors and float vectors: what infer, embed and compare send and return, encoded as
+// little-endian bytes; NumPy .npy files for infer's inputPaths and output files.
+
+import { OrtbusError } from "./errors.ts";
+import type { Tensor, TensorType } from "./messages.ts";
+import { copyBytes } from "./wire.ts";
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+/** A float vector as a client may pass it. */
+export type FloatVector = Float32Array | Float64Array | ArrayLike<number>;
+
+/** A tensor as a client may pass it to infer: raw bytes or a typed array of its type. */
+export interface TensorInput {
+  type: TensorType;
+  shape: number[];
+  data: Uint8Array | Float32Array | Float64Array | Int32Array | BigInt64Array | ArrayLike<number> | ArrayLike<boolean>;
+}
+
+/** Little-endian float32 bytes of a vector (what msgpack sends as bin). */
+export function float32Bytes(v: FloatVector): Uint8Array {
+  if (v instanceof Float32Array && LITTLE_ENDIAN) {
+    // A copy of exactly the view's bytes, whatever its offset in its buffer.
+    return copyBytes(new Uint8Array(v.buffer, v.byteOffset, v.byteLength));
+  }
+  const out = new Uint8Array(4 * v.length);
+  const dv = new DataView(out.buffer);
+  for (let i = 0; i < v.length; i++) dv.setFloat32(4 * i, Number(v[i]), true);
+  return out;
+}
+
+/**
+ * A Float32Array from little-endian float32 bytes. The bytes are copied first: a msgpack
+ * bin arrives as a view into the message whose byteOffset need not be a multiple of 4.
+ * A number array (a JSON reply, a Go []float32) is accepted too.
+ */
+export function float32FromBytes(raw: unknown): Float32Array {
+  if (raw == null) return new Float32Array(0);
+  if (Array.isArray(raw)) return Float32Array.from(raw as number[]);
+  if (!(raw instanceof Uint8Array)) {
+    throw new OrtbusError("internal", `float vector: want bin or number array, got ${typeof raw}`);
+  }
+  if (raw.byteLength % 4 !== 0) {
+    throw new OrtbusError("internal", `float32 bin of ${raw.byteLength} bytes is not a multiple of 4`);
+  }
+  const n = raw.byteLength / 4;
+  if (LITTLE_ENDIAN) {
+    const copy = copyBytes(raw); // own buffer, byteOffset 0
+    return new Float32Array(copy.buffer, 0, n);
+  }
+  const out = new Float32Array(n);
+  const dv = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
+  for (let i = 0; i < n; i++) out[i] = dv.getFloat32(4 * i, true);
+  return out;
+}
+
+const ELEM_SIZE: Record<TensorType, number> = { float32: 4, float64: 8, int64: 8, int32: 4, uint8: 1, bool: 1 };
+
+/** Encodes a tensor for infer: its values as little-endian bytes of its type. */
+export function tensorBytes(t: TensorInput): Tensor {
+  const size = ELEM_SIZE[t.type];
+  if (size === undefined) throw new OrtbusError("bad_request", `tensor type ${String(t.type)} is not one of ${Object.keys(ELEM_SIZE).join(", ")}`);
+  const shape = t.shape.map((d) => Number(d));
+  const d = t.data;
+  if (d instanceof Uint8Array && t.type !== "uint8" && t.type !== "bool") {
+    return { type: t.type, shape, data: copyBytes(d) }; // already raw bytes
+  }
+  const n = (d as ArrayLike<unknown>).length;
+  const out = new Uint8Array(n * size);
+  const dv = new DataView(out.buffer);
+  for (let i = 0; i < n; i++) {
+    const v = (d as ArrayLike<unknown>)[i];
+    switch (t.type) {
+      case "float32":
+        dv.setFloat32(4 * i, Number(v), true);
+        break;
+      case "float64":
+        dv.setFloat64(8 * i, Number(v), true);
+        break;
+      case "int64":
+        dv.setBigInt64(8 * i, typeof v === "bigint" ? v : BigInt(Math.trunc(Number(v))), true);
+        break;
+      case "int32":
+        dv.setInt32(4 * i, Number(v), true);
+        break;
+      case "uint8":
+        dv.setUint8(i, Number(v));
+        break;
+      case "bool":
+        dv.setUint8(i, v ? 1 : 0);
+        break;
+    }
+  }
+  return { type: t.type, shape, data: out };
+}
+
+const NPY_DESCR: Record<TensorType, string> = { float32: "<f4", float64: "<f8", int64: "<i8", int32: "<i4", uint8: "|u1", bool: "|b1" };
+const NPY_MAGIC = [0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]; // \x93NUMPY
+
+/**
+ * A tensor as the bytes of a NumPy .npy file (version 1.0, C order, little-endian, the
+ * header padded to 64 bytes as np.save writes it): what infer's inputPaths read.
+ */
+export function npyBytes(t: TensorInput): Uint8Array {
+  const w = tensorBytes(t);
+  const shape = w.shape.length === 1 ? `(${w.shape[0]},)` : `(${w.shape.join(", ")})`;
+  let h = `{'descr': '${NPY_DESCR[w.type]}', 'fortran_order': False, 'shape': ${shape}, }`;
+  h += " ".repeat((64 - ((10 + h.length + 1) % 64)) % 64) + "\n";
+  const out = new Uint8Array(10 + h.length + w.data.byteLength);
+  out.set([...NPY_MAGIC, 1, 0, h.length & 0xff, h.length >> 8]);
+  for (let i = 0; i < h.length; i++) out[10 + i] = h.charCodeAt(i);
+  out.set(w.data, 10 + h.length);
+  return out;
+}
+
+/**
+ * Reads a NumPy .npy file (versions 1.0 to 3.0, C order, little-endian, a tensor type) as
+ * a Tensor, such as an output infer wrote; its data is a copy. Anything else throws
+ * OrtbusError bad_request.
+ */
+export function tensorFromNpy(b: Uint8Array): Tensor {
+  const bad = (why: string) => new OrtbusError("bad_request", `not a usable .npy tensor: ${why}`);
+  if (b.byteLength < 10 || NPY_MAGIC.some((m, i) => b[i] !== m)) throw bad("no \\x93NUMPY magic");
+  const dv = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  const major = b[6]!;
+  if (b[7] !== 0 || major < 1 || major > 3) throw bad(`format version ${major}.${b[7]}`);
+  const start = major === 1 ? 10 : 12;
+  if (b.byteLength < start) throw bad("truncated header length");
+  const hlen = major === 1 ? dv.getUint16(8, true) : dv.getUint32(8, true);
+  if (hlen > 65536 || start + hlen > b.byteLength) throw bad(`header length ${hlen}`);
+  const h = new TextDecoder("latin1").decode(b.subarray(start, start + hlen));
+  const descr = /['"]descr['"]\s*:\s*['"]([^'"]*)['"]/.exec(h)?.[1];
+  const type = (Object.keys(NPY_DESCR) as TensorType[]).find((k) => NPY_DESCR[k] === descr || (NPY_DESCR[k][0] === "|" && descr === "<" + NPY_DESCR[k].slice(1)));
+  if (type === undefined) throw bad(`dtype ${descr}`);
+  if (/['"]fortran_order['"]\s*:\s*True/.test(h)) throw bad("fortran_order is True");
+  const dims = /['"]shape['"]\s*:\s*\(([^)]*)\)/.exec(h)?.[1];
+  if (dims === undefined) throw bad("no shape");
+  const shape = dims.split(",").map((d) => d.trim().replace(/L$/, "")).filter((d) => d !== "").map(Number);
+  if (shape.some((d) => !Number.isSafeInteger(d) || d < 0)) throw bad(`shape (${dims})`);
+  const n = shape.reduce((a, d) => a * d, 1);
+  if (n * ELEM_SIZE[type] !== b.byteLength - start - hlen) throw bad(`shape (${dims}) does not match ${b.byteLength - start - hlen} bytes of data`);
+  return { type, shape, data: copyBytes(b.subarray(start + hlen)) };
+}
+
+/**
+ * The values of a tensor: Float32Array, Float64Array, Int32Array or Uint8Array for those
+ * types; int64 as a number array (exact up to 2^53, never bigints); bool as booleans.
+ */
+export function tensorValues(t: Tensor): Float32Array | Float64Array | Int32Array | Uint8Array | number[] | boolean[] {
+  const size = ELEM_SIZE[t.type];
+  if (size === undefined) throw new OrtbusError("internal", `unknown tensor type ${String(t.type)}`);
+  const n = Math.floor(t.data.byteLength / size);
+  const dv = new DataView(t.data.buffer, t.data.byteOffset, t.data.byteLength);
+  switch (t.type) {
+    case "float32": {
+      const out = new Float32Array(n);
+      for (let i = 0; i < n; i++) out[i] = dv.getFloat32(4 * i, true);
+      return out;
+    }
+    case "float64": {
+      const out = new Float64Array(n);
+      for (let i = 0; i < n; i++) out[i] = dv.getFloat64(8 * i, true);
+      return out;
+    }
+    case "int64": {
+      const out: number[] = new Array(n);
+      for (let i = 0; i < n; i++) out[i] = Number(dv.getBigInt64(8 * i, true));
+      return out;
+    }
+    case "int32": {
+      const out = new Int32Array(n);
+      for (let i = 0; i < n; i++) out[i] = dv.getInt32(4 * i, true);
+      return out;
+    }
+    case "uint8":
+      return copyBytes(t.data);
+    case "bool":
+      return Array.from(t.data, (b) => b !== 0);
+  }
+}
