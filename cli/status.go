@@ -14,13 +14,14 @@ import (
 	"github.com/ortbus/ortbus/subjects"
 )
 
-// PrintStatus writes a status reply as tables: pools, workers, devices, classes.
+// PrintStatus writes a status reply as tables: pools, workers, models, devices, classes.
 func PrintStatus(w io.Writer, st *codec.StatusReply) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "gateway %s   allowed roots %s   spool %s\n\n", st.Gateway, strings.Join(st.AllowedRoots, ","), st.SpoolDir)
 	fmt.Fprintln(tw, "POOL\tEP\tDEVICE\tLOCAL\tCLASSES\tLIVE/WORKERS\tSTATE")
 	for _, p := range st.Pools {
 		state := "ok"
+		failed := failedModels(st.Workers, p.Name)
 		switch {
 		case p.Error != nil:
 			state = string(p.Error.Code) + ": " + p.Error.Message
@@ -28,6 +29,9 @@ func PrintStatus(w io.Writer, st *codec.StatusReply) {
 			state = "crash-looping"
 		case p.Live == 0:
 			state = "no live workers"
+		case len(failed) > 0:
+			// A model is the unit of failure: the pool serves its other models.
+			state = "ok; failed models: " + strings.Join(failed, ",")
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d/%d\t%s\n", p.Name, p.EP, p.Device, p.Local, strings.Join(p.Classes, ","), p.Live, p.Workers, state)
 	}
@@ -36,6 +40,7 @@ func PrintStatus(w io.Writer, st *codec.StatusReply) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%d\t%s\n", wk.Worker, wk.Pool, wk.PID, wk.Host, wk.State, wk.Runtime, wk.EP,
 			wk.Slots, counts(wk.Queued), counts(wk.Running), wk.Served, wk.Failed, (time.Duration(wk.HeartbeatAgeMS) * time.Millisecond).String(), wk.Restarts, wk.LastExit)
 	}
+	printModels(tw, st.Workers)
 	if len(st.Devices) > 0 {
 		fmt.Fprintln(tw, "\nDEVICE\tCAPACITY\tSAFE\tBUDGET\tADMITTED\tLEASED\tFOREIGN\tFREE\tPOOLS")
 		for _, d := range st.Devices {
@@ -81,3 +86,64 @@ func counts(m map[string]int) string {
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.0fMiB", float64(b)/(1<<20)) }
+
+// printModels writes each worker's models: state, load time, peak memory, and why a
+// failed model failed (or why a ready one's warm-up failed). Workers without models (a
+// worker that failed to start) are left out.
+func printModels(tw io.Writer, workers []codec.WorkerStatus) {
+	header := false
+	for _, wk := range workers {
+		for _, m := range wk.Models {
+			if !header {
+				fmt.Fprintln(tw, "\nMODEL\tPOOL\tWORKER\tSTATE\tLOAD\tPEAK\tREASON")
+				header = true
+			}
+			reason := ""
+			switch {
+			case m.Error != nil:
+				reason = string(m.Error.Code) + ": " + m.Error.Message
+			case m.WarmupError != "":
+				reason = "warm-up failed (serves all the same): " + m.WarmupError
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, wk.Pool, wk.Worker, modelState(m),
+				(time.Duration(m.LoadMS) * time.Millisecond).String(), mib(m.PeakBytes), oneLine(reason, 160))
+		}
+	}
+}
+
+// modelState is a model's state as a heartbeat reports it; a worker older than the
+// field says only whether it is loaded.
+func modelState(m codec.ModelStatus) string {
+	switch {
+	case m.State != "":
+		return m.State
+	case m.Loaded:
+		return codec.ModelReady
+	}
+	return "-"
+}
+
+// failedModels lists the models that failed on a worker of pool (each once, in order).
+func failedModels(workers []codec.WorkerStatus, pool string) []string {
+	var out []string
+	for _, wk := range workers {
+		if wk.Pool != pool {
+			continue
+		}
+		for _, m := range wk.Models {
+			if m.State == codec.ModelFailed && !slices.Contains(out, m.Name) {
+				out = append(out, m.Name)
+			}
+		}
+	}
+	return out
+}
+
+// oneLine is s on one line (a tab or newline would break the table), cut to n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

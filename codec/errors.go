@@ -36,7 +36,12 @@ const (
 	// CodeUnavailable: a service the request needs is not there (the job API where the
 	// NATS server has no JetStream).
 	CodeUnavailable Code = "unavailable"
-	CodeInternal    Code = "internal"
+	// CodeModelUnavailable: the worker runs, but the model asked for failed to load there
+	// (ONNX Runtime refused it, its files are missing, its warm-up panicked); the load
+	// error is in details.error. A model is the unit of failure: the worker's other
+	// models serve.
+	CodeModelUnavailable Code = "model_unavailable"
+	CodeInternal         Code = "internal"
 )
 
 // Codes lists every stable code, for documentation and tests.
@@ -45,7 +50,7 @@ var Codes = []Code{
 	CodeForbiddenPath, CodeUnsupportedImage, CodeImageTooLarge, CodeRuntimeMissing,
 	CodeProviderUnavailable, CodeNoWorker, CodeOverloaded, CodeDeadlineExceeded,
 	CodeCancelled, CodeWorkerLost, CodePoisonInput, CodeReplyTooLarge, CodeUnavailable, CodeInternal,
-	CodeConflict,
+	CodeConflict, CodeModelUnavailable,
 }
 
 // Status is the HTTP-like number sent in the Nats-Service-Error-Code header (and used as
@@ -68,7 +73,7 @@ func (c Code) Status() int {
 		return 422
 	case CodeOverloaded:
 		return 429
-	case CodeRuntimeMissing, CodeProviderUnavailable, CodeNoWorker, CodeWorkerLost, CodeUnavailable:
+	case CodeRuntimeMissing, CodeProviderUnavailable, CodeNoWorker, CodeWorkerLost, CodeUnavailable, CodeModelUnavailable:
 		return 503
 	case CodeDeadlineExceeded:
 		return 504

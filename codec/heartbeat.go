@@ -33,7 +33,8 @@ type Heartbeat struct {
 	SessionsCreated uint64 `msgpack:"sessions_created" json:"sessions_created"`
 	RSSBytes        int64  `msgpack:"rss_bytes" json:"rss_bytes"`
 	UptimeMS        int64  `msgpack:"uptime_ms" json:"uptime_ms"`
-	// Panics is how many panics the worker recovered (each answered internal);
+	// Panics is how many panics the worker recovered (each answered internal, or failing
+	// the model it was loading);
 	// PublishErrors how many replies, claims or beats it could not send.
 	Panics        uint64 `msgpack:"panics,omitempty" json:"panics,omitempty"`
 	PublishErrors uint64 `msgpack:"publish_errors,omitempty" json:"publish_errors,omitempty"`
@@ -54,19 +55,45 @@ const (
 	StateFailed   = "failed"
 )
 
+// Model states, as a worker's heartbeat reports each of its models (ModelStatus.State).
+// A worker loads each model on its own: one that fails is failed, with its reason, and
+// the worker serves the others (a request for it is answered model_unavailable).
+const (
+	// ModelLoading: being loaded. Today's worker loads every model before its first
+	// heartbeat, so it never sends it.
+	ModelLoading = "loading"
+	// ModelReady: loaded and warmed up; it serves.
+	ModelReady = "ready"
+	// ModelFailed: ONNX Runtime refused it, its files are missing, or its load or warm-up
+	// panicked; ModelStatus.Error says why.
+	ModelFailed = "failed"
+)
+
 // ModelStatus is one model of a worker as its heartbeat reports it.
 type ModelStatus struct {
-	Name      string `msgpack:"name" json:"name"`
-	Kind      string `msgpack:"kind" json:"kind"`
-	Loaded    bool   `msgpack:"loaded" json:"loaded"`
-	PeakBytes int64  `msgpack:"peak_bytes" json:"peak_bytes"`
+	Name string `msgpack:"name" json:"name"`
+	Kind string `msgpack:"kind" json:"kind"`
+	// State is ModelLoading, ModelReady or ModelFailed ("" from a worker older than the
+	// field: Loaded says it).
+	State string `msgpack:"state,omitempty" json:"state,omitempty"`
+	// Loaded is State == ready.
+	Loaded bool `msgpack:"loaded" json:"loaded"`
+	// Error is why a failed model failed: its load error (the same as a request for it
+	// gets in details.error).
+	Error *Error `msgpack:"error,omitempty" json:"error,omitempty"`
+	// WarmupError is why a ready model's warm-up on synthetic inputs (zeros) failed: such
+	// inputs are not valid for every model (a VAD's sample rate of 0), so the model serves
+	// all the same, its peak memory measured without the warm-up.
+	WarmupError string `msgpack:"warmup_error,omitempty" json:"warmup_error,omitempty"`
+	PeakBytes   int64  `msgpack:"peak_bytes" json:"peak_bytes"`
 	// PeakSource says where PeakBytes comes from: measured (rss or device) or declared.
 	PeakSource string `msgpack:"peak_source,omitempty" json:"peak_source,omitempty"`
 	MaxBatch   int    `msgpack:"max_batch,omitempty" json:"max_batch,omitempty"`
 	// PerItemBytes is the extra memory one more item of a dynamic batch takes (measured
 	// between warm-ups at batch 1 and at max_batch), so a batch can be capped to fit.
 	PerItemBytes int64 `msgpack:"per_item_bytes,omitempty" json:"per_item_bytes,omitempty"`
-	LoadMS       int64 `msgpack:"load_ms" json:"load_ms"`
+	// LoadMS is how long loading (and warming up) took, failed or not.
+	LoadMS int64 `msgpack:"load_ms" json:"load_ms"`
 }
 
 // StatusReply answers status: the whole system as the gateway sees it.

@@ -102,11 +102,15 @@ func (t *Tensor) MarshalJSON() ([]byte, error) {
 			vals[i] = b[0] != 0
 		}
 	}
+	shape := t.Shape
+	if shape == nil {
+		shape = []int64{} // a scalar's shape is [], never null
+	}
 	return json.Marshal(struct {
 		Type  string  `json:"type"`
 		Shape []int64 `json:"shape"`
 		Data  []any   `json:"data"`
-	}{t.Type, t.Shape, vals})
+	}{t.Type, shape, vals})
 }
 
 // UnmarshalJSON reads the data from a number (or bool) array.

@@ -69,6 +69,7 @@ func TestProtocolNames(t *testing.T) {
 		config.MemBudgetEnv,
 		codec.ClaimTaken,
 		codec.StateStarting, codec.StateReady, codec.StateDraining, codec.StateFailed,
+		codec.ModelLoading, codec.ModelReady, codec.ModelFailed,
 		codec.HeaderErrorCode, codec.HeaderError,
 	)
 	names = append(names, config.KnownKinds...)

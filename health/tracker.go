@@ -127,7 +127,7 @@ const (
 	maxText      = 1024  // host, runtime, library, ep, device, state
 	maxList      = 64    // classes, models, queued and running classes
 	maxHeld      = 65536 // request ids held
-	maxErrorSize = 16384 // the encoded error of a failed worker
+	maxErrorSize = 16384 // the encoded error of a failed worker, or of a failed model; a model's warm-up error
 )
 
 // sizesOK checks the heartbeat's strings, lists and error against the limits above.
@@ -146,8 +146,13 @@ func sizesOK(hb *codec.Heartbeat) bool {
 		}
 	}
 	for _, m := range hb.Models {
-		if len(m.Name) > codec.MaxIDLen || len(m.Kind) > codec.MaxIDLen || len(m.PeakSource) > codec.MaxIDLen {
+		if len(m.Name) > codec.MaxIDLen || len(m.Kind) > codec.MaxIDLen || len(m.PeakSource) > codec.MaxIDLen || len(m.State) > codec.MaxIDLen || len(m.WarmupError) > maxErrorSize {
 			return false
+		}
+		if m.Error != nil {
+			if b, err := codec.Marshal(m.Error); err != nil || len(b) > maxErrorSize {
+				return false
+			}
 		}
 	}
 	for _, id := range hb.Held {

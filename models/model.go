@@ -136,13 +136,14 @@ func (b *base) Warmup(ctx context.Context, n int) error {
 	return nil
 }
 
-// zeros is an all-zero input: symbolic batch dimension n, other symbolic dimensions 64.
+// zeros is an all-zero input: symbolic batch dimension n, other symbolic dimensions 64;
+// a fixed dimension as declared (0 included), no dimension for a scalar input.
 func zeros(in ort.IOInfo, n int) (ort.Tensor, error) {
 	shape := make([]int64, len(in.Shape))
 	size := 1
 	for i, d := range in.Shape {
 		switch {
-		case d > 0:
+		case d >= 0:
 			shape[i] = d
 		case i == 0:
 			shape[i] = int64(n)

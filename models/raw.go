@@ -48,8 +48,8 @@ func (r *raw) Prepare(op string, req *codec.WorkItem) (Item, error) {
 	}
 	it := &rawItem{want: req.Outputs}
 	for _, w := range req.Outputs {
-		if !r.hasOutput(w) {
-			return nil, codec.Errorf(codec.CodeBadRequest, "the model has no output %q", w)
+		if err := r.checkOutput(w); err != nil {
+			return nil, err
 		}
 	}
 	files, err := r.outputFiles(req)
@@ -92,6 +92,22 @@ func (r *raw) hasOutput(name string) bool {
 	return slices.ContainsFunc(r.sess.Outputs, func(o ort.IOInfo) bool { return o.Name == name })
 }
 
+// checkOutput refuses an output the request asks for that the model does not have, or
+// that ortbus cannot return (a sequence, a map, …: the session never fetches it, so a
+// request that does not ask for it still runs).
+func (r *raw) checkOutput(name string) error {
+	for _, o := range r.sess.Outputs {
+		if o.Name != name {
+			continue
+		}
+		if !r.sess.Returns(name) {
+			return codec.Errorf(codec.CodeBadRequest, "output %q is of type %s, which ortbus cannot return", name, o.Type).With("output", name)
+		}
+		return nil
+	}
+	return codec.Errorf(codec.CodeBadRequest, "the model has no output %q", name)
+}
+
 // outputFiles returns the .npy path of each output the request asks to be written, each
 // checked with CheckWritable: with output_dir, <output_dir>/<name>.npy for every wanted
 // output (outputs, else all); with output_paths, the named outputs (which must be wanted)
@@ -106,7 +122,9 @@ func (r *raw) outputFiles(req *codec.WorkItem) (map[string]string, error) {
 	want := req.Outputs
 	if len(want) == 0 {
 		for _, o := range r.sess.Outputs {
-			want = append(want, o.Name)
+			if r.sess.Returns(o.Name) {
+				want = append(want, o.Name)
+			}
 		}
 	}
 	files := map[string]string{}
@@ -216,9 +234,11 @@ func fromBytes(typ string, b []byte) any {
 	return append([]uint8(nil), b...)
 }
 
+// toCodec is t as the contract's tensor; its shape is never nil ([] for a scalar, which
+// JSON writes as [] and not null).
 func toCodec(t ort.Tensor) *codec.Tensor {
 	le := binary.LittleEndian
-	out := &codec.Tensor{Shape: t.Shape}
+	out := &codec.Tensor{Shape: append([]int64{}, t.Shape...)}
 	switch d := t.Data.(type) {
 	case []float32:
 		out.Type, out.Data = "float32", codec.Float32Bytes(d)

@@ -95,6 +95,12 @@ func TestRuntimeChild(t *testing.T) {
 	t.Run("Segmenter", c.testSegmenter)
 	t.Run("Tiny", c.testTiny)
 	t.Run("ScalarInput", c.testScalarInput)
+	t.Run("ScalarModel", c.testScalarModel)
+	t.Run("ConstModel", c.testConstModel)
+	t.Run("UnknownRank", c.testUnknownRank)
+	t.Run("UnreturnableOutput", c.testUnreturnableOutput)
+	t.Run("Unloadable", c.testUnloadable)
+	t.Run("ProbeChain", c.testProbeChain)
 	t.Run("Concurrent", c.testConcurrent)
 	t.Run("SessionsCreated", c.testSessionsCreated)
 	t.Run("MissingInput", c.testMissingInput)
@@ -403,6 +409,205 @@ func (c *child) testScalarInput(t *testing.T) {
 	// A scalar holds exactly one element.
 	if _, err := s.Run(context.Background(), []ort.Tensor{{Name: "x", Shape: []int64{1, 2}, Data: []float32{1, 2}}, {Name: "k", Data: []int64{}}}); err == nil {
 		t.Error("Run with a scalar of no element: no error")
+	}
+}
+
+// outputsByName runs s on ins and returns its outputs by name, failing t on an error.
+func outputsByName(t *testing.T, s *ort.Session, ins []ort.Tensor) map[string]ort.Tensor {
+	t.Helper()
+	outs, err := s.Run(context.Background(), ins)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	m := map[string]ort.Tensor{}
+	for _, o := range outs {
+		m[o.Name] = o
+	}
+	return m
+}
+
+// wantTensor fails t unless got has the shape (never nil: [] for a scalar) and data.
+func wantTensor(t *testing.T, got ort.Tensor, shape []int64, data any) {
+	t.Helper()
+	if got.Shape == nil || !slices.Equal(got.Shape, shape) || !reflect.DeepEqual(got.Data, data) {
+		t.Errorf("%s = %#v %#v, want %#v %#v", got.Name, got.Shape, got.Data, shape, data)
+	}
+}
+
+// testScalarModel runs the generated scalar model: rank-0 input k, rank-0 outputs sum and
+// count (which onnxruntime_go cannot copy when the runtime allocates them: a nil tensor
+// destroyed in Run's cleanup panicked), and a zero-size x; each answer is worked out by
+// hand. Its first run learns that sum and count are rank 0; every run after gives the
+// same.
+func (c *child) testScalarModel(t *testing.T) {
+	s := c.session(t, c.model(onnxgen.ScalarDir, onnxgen.ModelFile), ort.SessionConfig{IntraOpThreads: 1})
+	wantIO(t, s,
+		[]ort.IOInfo{{Name: "x", Shape: []int64{-1, 3}, Type: "float32"}, {Name: "k", Type: "float32"}},
+		[]ort.IOInfo{{Name: "sum", Type: "float32"}, {Name: "count", Type: "int64"}, {Name: "y", Shape: []int64{-1, 3}, Type: "float32"}})
+	k := ort.Tensor{Name: "k", Shape: []int64{}, Data: []float32{0.5}}
+	for range 3 {
+		// x = [[1 2 3] [4 5 6]], k = 0.5: sum = 21*0.5, count = 6, y = x/2.
+		got := outputsByName(t, s, []ort.Tensor{{Name: "x", Shape: []int64{2, 3}, Data: []float32{1, 2, 3, 4, 5, 6}}, k})
+		if len(got) != 3 {
+			t.Fatalf("outputs %v, want sum, count and y", got)
+		}
+		wantTensor(t, got["sum"], []int64{}, []float32{10.5})
+		wantTensor(t, got["count"], []int64{}, []int64{6})
+		wantTensor(t, got["y"], []int64{2, 3}, []float32{0.5, 1, 1.5, 2, 2.5, 3})
+	}
+	// Zero rows: the sum of nothing is 0, y has no element.
+	got := outputsByName(t, s, []ort.Tensor{{Name: "x", Shape: []int64{0, 3}, Data: []float32{}}, {Name: "k", Data: []float32{-3}}})
+	wantTensor(t, got["sum"], []int64{}, []float32{0})
+	wantTensor(t, got["count"], []int64{}, []int64{0})
+	wantTensor(t, got["y"], []int64{0, 3}, []float32{})
+	// Concurrent runs share the learnt shapes.
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			outs, err := s.Run(context.Background(), []ort.Tensor{{Name: "x", Shape: []int64{1, 3}, Data: []float32{float32(i), 1, 2}}, {Name: "k", Data: []float32{2}}})
+			if err != nil || len(outs) != 3 || outs[0].Float32()[0] != float32(2*(i+3)) {
+				t.Errorf("run %d: %v %v, want sum %d", i, outs, err, 2*(i+3))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// testConstModel runs the generated model without inputs (its outputs come from
+// Constant nodes: onnxruntime_go's plain run panicked, index out of range): a rank-0
+// int64, a [2,3] float and a zero-size [0,2] float.
+func (c *child) testConstModel(t *testing.T) {
+	s := c.session(t, c.model(onnxgen.ConstDir, onnxgen.ModelFile), ort.SessionConfig{})
+	wantIO(t, s, []ort.IOInfo{},
+		[]ort.IOInfo{{Name: "answer", Type: "int64"}, {Name: "table", Shape: []int64{2, 3}, Type: "float32"}, {Name: "none", Shape: []int64{0, 2}, Type: "float32"}})
+	for _, ins := range [][]ort.Tensor{nil, {{Name: "ignored", Shape: []int64{1}, Data: []float32{1}}}} {
+		got := outputsByName(t, s, ins)
+		wantTensor(t, got["answer"], []int64{}, []int64{42})
+		wantTensor(t, got["table"], []int64{2, 3}, []float32{0.5, 1.5, 2.5, -1, -2, 1e6})
+		wantTensor(t, got["none"], []int64{0, 2}, []float32{})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Run(ctx, nil); codec.CodeOf(err) != codec.CodeCancelled {
+		t.Errorf("Run with a cancelled context: %v, want cancelled", err)
+	}
+	// Without inputs, an output of a dynamic shape cannot be preallocated: refused at load.
+	g := onnxgen.NewGraph("dynamic_const")
+	g.AddOutput("v", onnxgen.Float, "N")
+	g.AddNode("ConstantOfShape", []string{g.Op("Constant", nil, onnxgen.AttrTensor("value", onnxgen.Int64Tensor("n", []int64{1}, []int64{3})))}, []string{"v"})
+	path := filepath.Join(t.TempDir(), "dynamic.onnx")
+	if err := g.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := c.rt.NewSession(path, ort.SessionConfig{}); err == nil {
+		// The runtime may infer the shape [3]: then it runs.
+		defer s.Close()
+		got := outputsByName(t, s, nil)
+		wantTensor(t, got["v"], []int64{3}, []float32{0, 0, 0})
+	} else if codec.CodeOf(err) != codec.CodeModelUnavailable || !strings.Contains(err.Error(), "dynamic shape") {
+		t.Errorf("NewSession of a model without inputs and a dynamic output: %v, want model_unavailable naming the dynamic shape", err)
+	}
+}
+
+// testUnknownRank: an output declared without a shape is reported like a rank-0 one (no
+// dimensions); one that is not rank 0 is left to the runtime to allocate, one that is
+// is learnt at its first run. y = Reshape(x, shape) (rank len(shape)), s = ReduceSum(x).
+func (c *child) testUnknownRank(t *testing.T) {
+	g := onnxgen.NewGraph("unknown_rank")
+	g.AddInput("x", onnxgen.Float, "N")
+	g.AddInput("shape", onnxgen.Int64, "K")
+	g.AddOutputNoShape("y", onnxgen.Float)
+	g.AddOutputNoShape("s", onnxgen.Float)
+	g.AddNode("Reshape", []string{"x", "shape"}, []string{"y"})
+	g.AddNode("ReduceSum", []string{"x"}, []string{"s"}, onnxgen.AttrInt("keepdims", 0))
+	path := filepath.Join(t.TempDir(), "unknown.onnx")
+	if err := g.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	s := c.session(t, path, ort.SessionConfig{})
+	x := ort.Tensor{Name: "x", Shape: []int64{4}, Data: []float32{1, 2, 3, 4}}
+	for _, shape := range [][]int64{{2, 2}, {4}, {1, 1, 4}, {2, 2}} {
+		got := outputsByName(t, s, []ort.Tensor{x, {Name: "shape", Shape: []int64{int64(len(shape))}, Data: shape}})
+		wantTensor(t, got["y"], shape, []float32{1, 2, 3, 4})
+		wantTensor(t, got["s"], []int64{}, []float32{10})
+	}
+}
+
+// testUnreturnableOutput: a model with an output ortbus cannot return (a sequence) loads
+// and runs; that output is left out, and Returns says so.
+func (c *child) testUnreturnableOutput(t *testing.T) {
+	g := onnxgen.NewGraph("with_sequence")
+	g.AddInput("x", onnxgen.Float, 2)
+	g.AddOutput("y", onnxgen.Float, 2)
+	g.AddOutputSequence("parts", onnxgen.Float)
+	g.AddNode("Neg", []string{"x"}, []string{"y"})
+	g.AddNode("SequenceConstruct", []string{"x", "x"}, []string{"parts"})
+	path := filepath.Join(t.TempDir(), "sequence.onnx")
+	if err := g.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	s := c.session(t, path, ort.SessionConfig{})
+	if len(s.Outputs) != 2 || s.Outputs[1].Type != "sequence" || !s.Returns("y") || s.Returns("parts") {
+		t.Errorf("outputs %+v, Returns(y) %v, Returns(parts) %v: want parts a sequence, not returned", s.Outputs, s.Returns("y"), s.Returns("parts"))
+	}
+	outs, err := s.Run(context.Background(), []ort.Tensor{{Name: "x", Shape: []int64{2}, Data: []float32{1, -2}}})
+	if err != nil || len(outs) != 1 {
+		t.Fatalf("Run: %v %v, want y alone", outs, err)
+	}
+	wantTensor(t, outs[0], []int64{2}, []float32{-1, 2})
+
+	// A model whose only output cannot be returned cannot be served: refused at load.
+	g = onnxgen.NewGraph("only_sequence")
+	g.AddInput("x", onnxgen.Float, 2)
+	g.AddOutputSequence("parts", onnxgen.Float)
+	g.AddNode("SequenceConstruct", []string{"x"}, []string{"parts"})
+	if err := g.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.rt.NewSession(path, ort.SessionConfig{}); codec.CodeOf(err) != codec.CodeModelUnavailable {
+		t.Errorf("NewSession of a model with only a sequence output: %v, want model_unavailable", err)
+	}
+}
+
+// testUnloadable: a file the runtime refuses (an operator it does not know, bytes that
+// are no model) is model_unavailable with the runtime's text, and no session.
+func (c *child) testUnloadable(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "unloadable.onnx")
+	if err := onnxgen.UnloadableGraph().WriteFile(bad); err != nil {
+		t.Fatal(err)
+	}
+	junk := filepath.Join(dir, "junk.onnx")
+	if err := os.WriteFile(junk, []byte("this is not an ONNX model"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := ort.SessionsCreated()
+	for path, text := range map[string]string{bad: "NoSuchOp", junk: ""} {
+		_, err := c.rt.NewSession(path, ort.SessionConfig{})
+		if codec.CodeOf(err) != codec.CodeModelUnavailable || !strings.Contains(err.Error(), text) {
+			t.Errorf("NewSession(%s): %v, want model_unavailable with the runtime's text %q", filepath.Base(path), err, text)
+		}
+	}
+	if ort.SessionsCreated() != before {
+		t.Error("a refused model counted a session")
+	}
+}
+
+// testProbeChain: a chain with a usable provider probes fine; one whose every provider
+// cannot be appended is provider_unavailable naming each.
+func (c *child) testProbeChain(t *testing.T) {
+	for _, chain := range [][]ort.Provider{nil, {{Name: "cpu"}}, {{Name: "cuda"}, {Name: "cpu"}}} {
+		if err := c.rt.ProbeChain(ort.SessionConfig{Providers: chain}); err != nil {
+			t.Errorf("ProbeChain(%v): %v", chain, err)
+		}
+	}
+	err := c.rt.ProbeChain(ort.SessionConfig{Providers: []ort.Provider{{Name: "cuda"}, {Name: "tensorrt"}}})
+	e := codec.AsError(err)
+	if e == nil || e.Code != codec.CodeProviderUnavailable || e.Details["ep"] != "cuda" {
+		t.Fatalf("ProbeChain(cuda, tensorrt) on the CPU-only library: %v, want provider_unavailable for cuda", err)
+	}
+	if tried, _ := e.Details["tried"].([]string); len(tried) != 2 {
+		t.Errorf("details tried = %v, want cuda and tensorrt", e.Details["tried"])
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,10 +52,18 @@ type Session struct {
 	Path    string
 	EP      string // the provider actually in use
 	Inputs  []IOInfo
-	Outputs []IOInfo
+	Outputs []IOInfo // every output of the model, in model order
 
 	mu sync.RWMutex // Run holds it shared, Close exclusively: no run outlives its session
 	s  *onnx.DynamicAdvancedSession
+	// fetch are the indices in Outputs of the outputs the session fetches: the tensors of
+	// an element type ortbus can return (Returns). The others (a sequence, a map, an
+	// optional, an element type it cannot copy) are never fetched, so that a model with
+	// such an output still runs for the others.
+	fetch []int
+	// scalar[i] is set once output fetch[i] is known to be rank 0: it is then given to the
+	// runtime preallocated (see Run).
+	scalar []atomic.Bool
 }
 
 var sessionsCreated atomic.Uint64
@@ -69,16 +79,29 @@ func (r *Runtime) NewSession(path string, cfg SessionConfig) (*Session, error) {
 	}
 	ins, outs, err := onnx.GetInputOutputInfo(path)
 	if err != nil {
-		return nil, fmt.Errorf("read model %s: %w", path, err)
+		// The runtime itself refuses the file (not a model, an operator it does not know,
+		// an opset it does not have): this model cannot be served, whatever the EP.
+		return nil, codec.Errorf(codec.CodeModelUnavailable, "ONNX Runtime cannot load %s: %v", path, err).With("path", path)
 	}
 	s := &Session{Path: path, Inputs: ioInfos(ins), Outputs: ioInfos(outs)}
+	var fetched []IOInfo
+	for i, o := range s.Outputs {
+		if Returnable(o.Type) {
+			s.fetch = append(s.fetch, i)
+			fetched = append(fetched, o)
+		}
+	}
+	s.scalar = make([]atomic.Bool, len(s.fetch))
+	if err := s.check(); err != nil {
+		return nil, err
+	}
 	provs := cfg.Providers
 	if len(provs) == 0 {
 		provs = []Provider{{Name: "cpu"}}
 	}
 	var tried []string
 	for _, p := range provs {
-		sess, err := newSession(path, s.Inputs, s.Outputs, p, cfg)
+		sess, err := newSession(path, s.Inputs, fetched, p, cfg)
 		if err == nil {
 			s.s, s.EP = sess, p.Name
 			sessionsCreated.Add(1)
@@ -184,9 +207,47 @@ func (s *Session) Input(name string) (IOInfo, bool) {
 	return IOInfo{}, false
 }
 
-// Run runs the model on the named inputs and returns every output in model order. When
-// ctx is cancelled the run is stopped through ONNX Runtime's terminate flag and Run
-// returns a cancelled *codec.Error.
+// check refuses, at load, a model that Run could never run: one without an output ortbus
+// can return, or one without inputs whose outputs' shapes are not all known (such a model
+// is run through an I/O binding, which needs every output preallocated).
+func (s *Session) check() error {
+	if len(s.fetch) == 0 {
+		return codec.Errorf(codec.CodeModelUnavailable, "model %s has no output ortbus can return (outputs: %s)", s.Path, describe(s.Outputs)).With("path", s.Path)
+	}
+	if len(s.Inputs) > 0 {
+		return nil
+	}
+	for _, i := range s.fetch {
+		if o := s.Outputs[i]; slices.Contains(o.Shape, -1) {
+			return codec.Errorf(codec.CodeModelUnavailable, "model %s has no inputs and its output %q has a dynamic shape %v: ortbus runs a model without inputs only when the runtime knows each output's shape", s.Path, o.Name, o.Shape).With("path", s.Path)
+		}
+	}
+	return nil
+}
+
+// Returns reports whether Run returns the output named name (see Session.fetch).
+func (s *Session) Returns(name string) bool {
+	for _, i := range s.fetch {
+		if s.Outputs[i].Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Run runs the model on the named inputs and returns its outputs in model order: every
+// output Returns reports, the others left out. When ctx is cancelled the run is stopped
+// through ONNX Runtime's terminate flag and Run returns a cancelled *codec.Error.
+//
+// Shapes: a rank-0 (scalar) input or output, a zero-size dimension, and a model without
+// inputs all run. onnxruntime_go cannot copy a rank-0 output that the runtime allocated
+// (its tensors need a dimension), so a rank-0 output is given to the runtime
+// preallocated. The runtime reports an output of unknown rank with no dimensions too, as
+// if it were rank 0, so such an output is first left to the runtime to allocate; when
+// that run shows it is rank 0 (its copy fails), it is marked so and the run is done again
+// with it preallocated — once per output for the life of the session. A model without
+// inputs is run through an I/O binding with every output preallocated (onnxruntime_go's
+// plain run needs at least one input); that run cannot be terminated midway.
 func (s *Session) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -194,13 +255,7 @@ func (s *Session) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error) {
 		return nil, codec.Errorf(codec.CodeInternal, "session of %s is closed", s.Path)
 	}
 	vals := make([]onnx.Value, len(s.Inputs))
-	defer func() {
-		for _, v := range vals {
-			if v != nil {
-				v.Destroy()
-			}
-		}
-	}()
+	defer destroy(vals)
 	for i, in := range s.Inputs {
 		t, ok := findTensor(inputs, in.Name)
 		if !ok {
@@ -212,26 +267,131 @@ func (s *Session) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error) {
 		}
 		vals[i] = v
 	}
-	outs := make([]onnx.Value, len(s.Outputs))
-	defer func() {
-		for _, v := range outs {
-			if v != nil {
-				v.Destroy()
-			}
+	for range len(s.fetch) + 1 { // each retry learns one more rank-0 output
+		outs, err := s.outputs()
+		if err != nil {
+			destroy(outs)
+			return nil, err
 		}
-	}()
-	if err := s.run(ctx, vals, outs); err != nil {
-		return nil, err
+		if len(vals) == 0 {
+			err = s.runBound(ctx, outs)
+		} else {
+			err = s.run(ctx, vals, outs)
+		}
+		if err != nil {
+			retry := s.learnScalar(outs)
+			destroy(outs)
+			if retry {
+				continue
+			}
+			return nil, err
+		}
+		res, err := s.results(outs)
+		destroy(outs)
+		return res, err
 	}
+	return nil, codec.Errorf(codec.CodeInternal, "run of %s: the shapes of its outputs could not be learnt", s.Path)
+}
+
+// outputs are the output values of one run: a preallocated scalar for each output known
+// to be rank 0; for a model without inputs, a preallocated tensor of its known shape for
+// every other output (check made sure there is one); nil, for the runtime to allocate,
+// otherwise.
+func (s *Session) outputs() ([]onnx.Value, error) {
+	outs := make([]onnx.Value, len(s.fetch))
+	for j, i := range s.fetch {
+		o := s.Outputs[i]
+		var err error
+		switch {
+		case s.scalar[j].Load() || len(s.Inputs) == 0 && len(o.Shape) == 0:
+			outs[j], err = newScalar(o.Type)
+		case len(s.Inputs) == 0:
+			outs[j], err = newEmpty(o.Type, o.Shape)
+		}
+		if err != nil {
+			return outs, codec.Errorf(codec.CodeInternal, "output %q: %v", o.Name, err)
+		}
+	}
+	return outs, nil
+}
+
+// learnScalar looks at the outputs of a failed run for one the runtime allocated and
+// onnxruntime_go could not copy (it leaves a nil tensor there): if that output has no
+// dimensions as reported, it is rank 0; it is marked so, and learnScalar reports that
+// the run should be done again. A run that failed otherwise is not retried. (That failed
+// copy leaks the runtime's values of the outputs after it, in onnxruntime_go: once per
+// rank-0 output of unknown rank, for the life of the session.)
+func (s *Session) learnScalar(outs []onnx.Value) bool {
+	for j, v := range outs {
+		if v == nil || !isNil(v) {
+			continue
+		}
+		if len(s.Outputs[s.fetch[j]].Shape) != 0 || s.scalar[j].Swap(true) {
+			return false
+		}
+		return true
+	}
+	return false
+}
+
+// results copies the outputs of a run into Go memory.
+func (s *Session) results(outs []onnx.Value) ([]Tensor, error) {
 	res := make([]Tensor, len(outs))
-	for i, v := range outs {
-		t, err := fromValue(s.Outputs[i].Name, v)
+	for j, v := range outs {
+		name := s.Outputs[s.fetch[j]].Name
+		if v == nil || isNil(v) {
+			return nil, codec.Errorf(codec.CodeInternal, "the runtime returned no value for output %q", name)
+		}
+		t, err := fromValue(name, v)
 		if err != nil {
 			return nil, err
 		}
-		res[i] = t
+		res[j] = t
 	}
 	return res, nil
+}
+
+// runBound runs a model without inputs through an I/O binding, every output bound to its
+// preallocated value. RunWithBinding takes no run options, so ctx is only checked first.
+func (s *Session) runBound(ctx context.Context, outs []onnx.Value) error {
+	if err := ctx.Err(); err != nil {
+		return codec.Errorf(codec.CodeCancelled, "cancelled before running: %v", err)
+	}
+	b, err := s.s.CreateIoBinding()
+	if err != nil {
+		return err
+	}
+	defer b.Destroy()
+	for j, v := range outs {
+		if err := b.BindOutput(s.Outputs[s.fetch[j]].Name, v); err != nil {
+			return err
+		}
+	}
+	return s.s.RunWithBinding(b)
+}
+
+// destroy releases the values of a run. onnxruntime_go may leave a nil tensor in an
+// interface (an output it failed to copy): that is skipped, never destroyed.
+func destroy(vals []onnx.Value) {
+	for _, v := range vals {
+		if v != nil && !isNil(v) {
+			v.Destroy()
+		}
+	}
+}
+
+// isNil reports whether v holds a nil pointer.
+func isNil(v onnx.Value) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+func describe(infos []IOInfo) string {
+	parts := make([]string, len(infos))
+	for i, x := range infos {
+		parts[i] = x.Name + ": " + x.Type
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (s *Session) run(ctx context.Context, in, out []onnx.Value) error {
@@ -283,9 +443,30 @@ func names(infos []IOInfo) []string {
 func ioInfos(in []onnx.InputOutputInfo) []IOInfo {
 	out := make([]IOInfo, len(in))
 	for i, x := range in {
-		out[i] = IOInfo{Name: x.Name, Shape: append([]int64(nil), x.Dimensions...), Type: typeName(x.DataType)}
+		typ := typeName(x.DataType)
+		if x.OrtValueType != onnx.ONNXTypeTensor {
+			typ = valueKind(x.OrtValueType)
+		}
+		out[i] = IOInfo{Name: x.Name, Shape: append([]int64(nil), x.Dimensions...), Type: typ}
 	}
 	return out
+}
+
+// valueKind names an input or output that is not a tensor.
+func valueKind(t onnx.ONNXType) string {
+	switch t {
+	case onnx.ONNXTypeSequence:
+		return "sequence"
+	case onnx.ONNXTypeMap:
+		return "map"
+	case onnx.ONNXTypeOptional:
+		return "optional"
+	case onnx.ONNXTypeSparseTensor:
+		return "sparse_tensor"
+	case onnx.ONNXTypeOpaque:
+		return "opaque"
+	}
+	return "onnx_type" + strconv.Itoa(int(t))
 }
 
 func typeName(t onnx.TensorElementDataType) string {
@@ -315,4 +496,27 @@ func (r *Runtime) ProbeProvider(p Provider) error {
 	}
 	defer opts.Destroy()
 	return appendProvider(opts, p)
+}
+
+// ProbeChain reports whether any provider of cfg's chain (the preferred EP, then its
+// fallbacks) can be appended to fresh session options of this runtime: nil when one can,
+// else a provider_unavailable *codec.Error carrying each one's error, as NewSession's.
+// It loads no model: a pool whose whole chain is unusable (a provider library missing)
+// is told apart from a model that one provider refuses.
+func (r *Runtime) ProbeChain(cfg SessionConfig) error {
+	provs := cfg.Providers
+	if len(provs) == 0 {
+		return nil
+	}
+	var tried []string
+	for _, p := range provs {
+		err := r.ProbeProvider(p)
+		if err == nil {
+			return nil
+		}
+		tried = append(tried, p.Name+": "+err.Error())
+	}
+	first := provs[0]
+	return codec.Errorf(codec.CodeProviderUnavailable, "execution provider %s unavailable: %s", first.Name, strings.Join(tried, "; ")).
+		With("ep", first.Name).With("error", tried[0]).With("tried", tried)
 }

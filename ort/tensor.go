@@ -39,7 +39,11 @@ func (t Tensor) value() (onnx.Value, error) {
 		}
 		n *= d
 	}
-	if l := int64(reflect.ValueOf(t.Data).Len()); l != n {
+	rv := reflect.ValueOf(t.Data)
+	if rv.Kind() != reflect.Slice {
+		return nil, fmt.Errorf("unsupported tensor data %T", t.Data)
+	}
+	if l := int64(rv.Len()); l != n {
 		return nil, fmt.Errorf("shape %v needs %d values, got %d", t.Shape, n, l)
 	}
 	if len(t.Shape) == 0 {
@@ -84,22 +88,74 @@ func scalarValue(data any) (onnx.Value, error) {
 	return nil, fmt.Errorf("unsupported tensor data %T", data)
 }
 
-// fromValue copies an ORT-allocated output into Go memory.
+// Returnable reports whether Session.Run can return an output of type typ (an IOInfo's
+// Type): a tensor of an element type that fromValue copies. Keep it in step with
+// fromValue, newScalar and newEmpty.
+func Returnable(typ string) bool {
+	switch typ {
+	case "float32", "float64", "int64", "int32", "uint8", "bool":
+		return true
+	}
+	return false
+}
+
+// newScalar is a preallocated rank-0 output of element type typ.
+func newScalar(typ string) (onnx.Value, error) {
+	switch typ {
+	case "float32":
+		return onnx.NewScalar[float32](0)
+	case "float64":
+		return onnx.NewScalar[float64](0)
+	case "int64":
+		return onnx.NewScalar[int64](0)
+	case "int32":
+		return onnx.NewScalar[int32](0)
+	case "uint8":
+		return onnx.NewScalar[uint8](0)
+	case "bool":
+		return onnx.NewScalar(false)
+	}
+	return nil, fmt.Errorf("unsupported output type %s", typ)
+}
+
+// newEmpty is a preallocated output of element type typ and a known shape (at least one
+// dimension; a zero dimension makes it empty).
+func newEmpty(typ string, shape []int64) (onnx.Value, error) {
+	s := onnx.NewShape(shape...)
+	switch typ {
+	case "float32":
+		return onnx.NewEmptyTensor[float32](s)
+	case "float64":
+		return onnx.NewEmptyTensor[float64](s)
+	case "int64":
+		return onnx.NewEmptyTensor[int64](s)
+	case "int32":
+		return onnx.NewEmptyTensor[int32](s)
+	case "uint8":
+		return onnx.NewEmptyTensor[uint8](s)
+	case "bool":
+		return onnx.NewEmptyTensor[bool](s)
+	}
+	return nil, fmt.Errorf("unsupported output type %s", typ)
+}
+
+// fromValue copies an output into Go memory. The shape and data are never nil: a rank-0
+// output has the shape [] and one element, a zero-size one no element.
 func fromValue(name string, v onnx.Value) (Tensor, error) {
-	t := Tensor{Name: name, Shape: append([]int64(nil), v.GetShape()...)}
+	t := Tensor{Name: name, Shape: append([]int64{}, v.GetShape()...)}
 	switch x := v.(type) {
 	case *onnx.Tensor[float32]:
-		t.Data = append([]float32(nil), x.GetData()...)
+		t.Data = append([]float32{}, x.GetData()...)
 	case *onnx.Tensor[float64]:
-		t.Data = append([]float64(nil), x.GetData()...)
+		t.Data = append([]float64{}, x.GetData()...)
 	case *onnx.Tensor[int64]:
-		t.Data = append([]int64(nil), x.GetData()...)
+		t.Data = append([]int64{}, x.GetData()...)
 	case *onnx.Tensor[int32]:
-		t.Data = append([]int32(nil), x.GetData()...)
+		t.Data = append([]int32{}, x.GetData()...)
 	case *onnx.Tensor[uint8]:
-		t.Data = append([]uint8(nil), x.GetData()...)
+		t.Data = append([]uint8{}, x.GetData()...)
 	case *onnx.Tensor[bool]:
-		t.Data = append([]bool(nil), x.GetData()...)
+		t.Data = append([]bool{}, x.GetData()...)
 	case *onnx.Scalar[float32]:
 		t.Data = []float32{x.GetData()}
 	case *onnx.Scalar[float64]:

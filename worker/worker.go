@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
@@ -24,6 +25,8 @@ import (
 	"github.com/ortbus/ortbus/devices"
 	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/images"
+	"github.com/ortbus/ortbus/internal/fault"
+	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/models"
 	"github.com/ortbus/ortbus/natsconn"
 	"github.com/ortbus/ortbus/ort"
@@ -50,12 +53,15 @@ type Worker struct {
 	log    *slog.Logger
 	rt     *ort.Runtime
 	ep     string
-	models map[string]models.Model // by name
-	order  []string                // model names in pool order
-	stats  []codec.ModelStatus
-	q      *queues
-	start  time.Time
-	ready  func(*Worker)
+	models map[string]models.Model // the ready models, by name
+	order  []string                // the pool's model names in pool order, failed ones too
+	// failedModels are the models that failed to load, with their load errors: requests
+	// for them are answered model_unavailable (a model is the unit of failure).
+	failedModels map[string]*codec.Error
+	stats        []codec.ModelStatus // every model of the pool, in pool order
+	q            *queues
+	start        time.Time
+	ready        func(*Worker)
 
 	rssBase        int64 // peak RSS before the next model's load
 	served, failed atomic.Uint64
@@ -68,14 +74,21 @@ type Worker struct {
 
 // New finds and loads the pool's runtime and opens its models. A runtime
 // that cannot be found or loaded is a runtime_missing *codec.Error naming every searched
-// path; an EP that cannot be used is provider_unavailable.
+// path; an EP chain none of which can be used is provider_unavailable; models over the
+// memory budget are overloaded: those fail the pool, and New returns them.
+//
+// A model is the unit of failure, not the pool: each model is loaded on its own, and one
+// that fails (ONNX Runtime refuses it, its files are missing, an EP cannot run it, its
+// load or warm-up panics) is failed with its reason while the worker serves the others.
+// A worker whose every model failed still starts, and answers model_unavailable.
 func New(opts Options) (*Worker, error) {
 	c := opts.Config
 	p, ok := c.Pools[opts.Pool]
 	if !ok {
 		return nil, codec.Errorf(codec.CodeUnknownPool, "pool %q is not in the config", opts.Pool)
 	}
-	w := &Worker{cfg: c, pool: p, id: opts.ID, log: opts.Logger, models: map[string]models.Model{}, start: time.Now(), ready: opts.OnReady, replies: c.NATS.Replies()}
+	w := &Worker{cfg: c, pool: p, id: opts.ID, log: opts.Logger, models: map[string]models.Model{}, failedModels: map[string]*codec.Error{},
+		start: time.Now(), ready: opts.OnReady, replies: c.NATS.Replies()}
 	if w.id == "" {
 		w.id = p.Name + "-" + nuid.Next()[16:]
 	}
@@ -93,47 +106,124 @@ func New(opts Options) (*Worker, error) {
 	}
 	w.rt = rt
 	w.rssBase = rssBytes()
+	sc := ort.PoolSessionConfig(p)
+	// An EP chain none of which the runtime can use at all (its provider library is
+	// missing) fails every model alike: that is the pool's failure, as a missing runtime
+	// is, and the worker does not start. An EP that refuses one model fails that model.
+	if err := rt.ProbeChain(sc); err != nil {
+		return nil, codec.AsError(err).With("pool", p.Name)
+	}
 	env := models.Env{
 		Runtime:  rt,
-		Session:  ort.PoolSessionConfig(p),
+		Session:  sc,
 		Images:   images.Policy{AllowedRoots: c.Security.AllowedRoots, OutputRoots: c.Security.WriteRoots(), MaxPixels: c.Security.MaxImagePixels, MaxBytes: int64(c.Security.MaxImageBytes)},
 		SpoolDir: c.Security.SpoolDir,
 	}
-	budget := memBudget()
-	var admitted int64
-	for _, name := range p.Models {
-		mc := c.Models[name]
-		t0 := time.Now()
-		m, err := models.Open(env, mc)
-		if err != nil {
-			w.Close()
-			if e, ok := err.(*codec.Error); ok {
-				return nil, e.With("pool", p.Name).With("model", name)
-			}
-			return nil, fmt.Errorf("pool %s: model %s: %w", p.Name, name, err)
-		}
-		w.models[name] = m
-		w.order = append(w.order, name)
-		st := w.measure(m, mc, p, budget-admitted, budget > 0)
-		st.LoadMS = time.Since(t0).Milliseconds()
-		w.stats = append(w.stats, st)
-		if s := m.Sessions(); len(s) > 0 {
-			w.ep = s[0].EP
-		}
-		// Memory admission: the gateway passes what this worker may use on its device.
-		admitted += st.PeakBytes
-		if budget > 0 && admitted > budget {
-			w.Close()
-			return nil, codec.Errorf(codec.CodeOverloaded, "memory admission refused on device %s: models up to %s need %s, over this worker's budget of %s",
-				p.Device, name, mib(admitted), mib(budget)).With("device", p.Device).With("sum_bytes", admitted).With("budget_bytes", budget).With("pool", p.Name)
-		}
+	if err := w.loadModels(env, models.Open, memBudget()); err != nil {
+		w.Close()
+		return nil, err
 	}
 	w.q = newQueues(c.ClassNames(), p.QueueBound, p.MaxBatch, p.MaxDelay.D())
 	for _, st := range w.stats {
-		w.q.caps[st.Name] = st.MaxBatch
+		if st.State == codec.ModelReady {
+			w.q.caps[st.Name] = st.MaxBatch
+		}
 	}
-	w.log.Info("worker loaded", "runtime", rt.Version, "library", rt.Path, "ep", w.ep, "models", w.order)
+	var failed []string
+	for _, st := range w.stats {
+		if st.State == codec.ModelFailed {
+			failed = append(failed, st.Name)
+		}
+	}
+	w.log.Info("worker loaded", "runtime", rt.Version, "library", rt.Path, "ep", w.ep, "models", w.order, "failed", failed)
 	return w, nil
+}
+
+// opener opens one model (models.Open; a test's fake).
+type opener func(models.Env, *config.Model) (models.Model, error)
+
+// loadModels loads the pool's models in order, each on its own (loadModel), and records
+// each one's status. Memory admission: the gateway passes what this worker may use on
+// its device (budget, 0: no limit); the peaks of the ready models are summed as they
+// load, and a sum over the budget fails the pool (overloaded), as before. A failed model
+// adds nothing to it.
+func (w *Worker) loadModels(env models.Env, open opener, budget int64) error {
+	p := w.pool
+	var admitted int64
+	for _, name := range p.Models {
+		mc := w.cfg.Models[name]
+		w.order = append(w.order, name)
+		m, st := w.loadModel(env, open, mc, budget-admitted, budget > 0)
+		w.stats = append(w.stats, st)
+		if m == nil {
+			w.failedModels[name] = st.Error
+			w.log.Error("model failed to load; the worker serves the others", "model", name, "code", st.Error.Code, "err", st.Error.Message)
+			// Whatever the failed load left in memory is not the next model's.
+			w.rssBase = hwmBytes()
+			continue
+		}
+		w.models[name] = m
+		if s := m.Sessions(); len(s) > 0 && w.ep == "" {
+			w.ep = s[0].EP
+		}
+		admitted += st.PeakBytes
+		if budget > 0 && admitted > budget {
+			return codec.Errorf(codec.CodeOverloaded, "memory admission refused on device %s: models up to %s need %s, over this worker's budget of %s",
+				p.Device, name, mib(admitted), mib(budget)).With("device", p.Device).With("sum_bytes", admitted).With("budget_bytes", budget).With("pool", p.Name)
+		}
+	}
+	return nil
+}
+
+// loadModel opens one model and warms it up (measure). It returns the model and its
+// ready status, or nil and a failed status with the load error: an error from open, or
+// a panic in open or in the warm-up, recovered here (counted in the heartbeat's panics),
+// after which the model's sessions are closed. A native crash while loading still ends
+// the process. A warm-up that returns an error does not fail the model (see measure).
+func (w *Worker) loadModel(env models.Env, open opener, mc *config.Model, left int64, limited bool) (m models.Model, st codec.ModelStatus) {
+	t0 := time.Now()
+	defer func() {
+		if v := recover(); v != nil {
+			guard.Count(w.log, "loading model "+mc.Name, v)
+			if m != nil {
+				closeQuietly(m)
+			}
+			m, st = nil, failedStatus(mc, codec.Errorf(codec.CodeInternal, "panic while loading model %s: %v", mc.Name, v))
+		}
+		st.LoadMS = time.Since(t0).Milliseconds()
+	}()
+	m, err := open(env, mc)
+	if err != nil {
+		return nil, failedStatus(mc, err)
+	}
+	return m, w.measure(m, mc, w.pool, left, limited)
+}
+
+// closeQuietly closes a model that failed, ignoring its error and any panic.
+func closeQuietly(m models.Model) {
+	defer func() { recover() }()
+	m.Close()
+}
+
+// maxLoadError bounds the message of a load error, and a warm-up error, as heartbeats
+// carry them (the runtime's own text can be long), and maxLoadDetail each detail kept, so
+// that a worker's heartbeat stays within the tracker's limits (health: 16 KiB each).
+const (
+	maxLoadError  = 4096
+	maxLoadDetail = 1024
+)
+
+// failedStatus is the status of a model that failed with err: its code and message
+// (bounded), and only the details that say which model, file and EP.
+func failedStatus(mc *config.Model, err error) codec.ModelStatus {
+	e := codec.AsError(err)
+	le := &codec.Error{Code: e.Code, Message: bounded(e.Message)}
+	for _, k := range []string{"model", "path", "ep"} {
+		if v, ok := e.Details[k].(string); ok && len(v) <= maxLoadDetail {
+			le.With(k, v)
+		}
+	}
+	return codec.ModelStatus{Name: mc.Name, Kind: mc.Kind, State: codec.ModelFailed, Error: le}
 }
 
 func memBudget() int64 {
@@ -155,14 +245,22 @@ func (w *Worker) measure(m models.Model, mc *config.Model, p *config.Pool, left 
 	if mc.MaxBatch > 0 {
 		maxBatch = min(maxBatch, mc.MaxBatch)
 	}
-	st := codec.ModelStatus{Name: mc.Name, Kind: mc.Kind, Loaded: true, MaxBatch: maxBatch}
+	st := codec.ModelStatus{Name: mc.Name, Kind: mc.Kind, State: codec.ModelReady, Loaded: true, MaxBatch: maxBatch}
 	gpuBefore, onGPU := devices.Used(p.Device)
 	ctx := context.Background()
+	fault.Panic(mc.Dir)
+	// The warm-up runs on synthetic inputs (zeros, symbolic dimensions 64), which not
+	// every model accepts (a VAD refuses a sample rate of 0): an error here says nothing
+	// of the inputs it will get, so the model serves all the same, the error kept in its
+	// status. A panic here fails the model (loadModel).
+	warmed := true
 	if err := m.Warmup(ctx, 1); err != nil {
 		w.log.Warn("warm-up failed; peak not measured", "model", mc.Name, "err", err)
+		st.WarmupError = bounded(err.Error())
+		warmed = false
 	}
 	one := hwmBytes()
-	if maxBatch > 1 {
+	if maxBatch > 1 && warmed {
 		if err := m.Warmup(ctx, maxBatch); err != nil {
 			w.log.Warn("warm-up at max batch failed", "model", mc.Name, "batch", maxBatch, "err", err)
 		} else {
@@ -186,6 +284,18 @@ func (w *Worker) measure(m models.Model, mc *config.Model, p *config.Pool, left 
 		w.rssBase = hwmBytes()
 	}
 	return st
+}
+
+// bounded is s cut to at most maxLoadError bytes, at a character boundary.
+func bounded(s string) string {
+	if len(s) <= maxLoadError {
+		return s
+	}
+	i := maxLoadError
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }
 
 // ID is the worker's id.
@@ -402,12 +512,17 @@ func subjectOf(s *nats.Subscription) string {
 	return s.Subject
 }
 
-// modelFor picks the model for a request: the named one, or the pool's first model that
-// serves op (or, with no op either, the pool's first model and its first op).
+// modelFor picks the model for a request: the named one, or the pool's first ready model
+// that serves op (or, with no op either, the pool's first ready model and its first op).
+// A failed model is answered model_unavailable: named, or when it is the only model of
+// the pool for op.
 func (w *Worker) modelFor(name, op string) (models.Model, string, error) {
 	if name != "" {
 		m, ok := w.models[name]
 		if !ok {
+			if _, failed := w.failedModels[name]; failed {
+				return nil, "", w.unavailable(name)
+			}
 			return nil, "", codec.Errorf(codec.CodeUnknownModel, "model %q is not loaded by pool %s (it has %v)", name, w.pool.Name, w.order).With("pool", w.pool.Name)
 		}
 		if op == "" {
@@ -418,8 +533,15 @@ func (w *Worker) modelFor(name, op string) (models.Model, string, error) {
 		}
 		return m, op, nil
 	}
+	failed := ""
 	for _, n := range w.order {
-		m := w.models[n]
+		m, ok := w.models[n]
+		if !ok {
+			if _, f := w.failedModels[n]; f && failed == "" && (op == "" || w.kindServes(n, op)) {
+				failed = n
+			}
+			continue
+		}
 		if op == "" {
 			return m, m.Ops()[0], nil
 		}
@@ -427,5 +549,29 @@ func (w *Worker) modelFor(name, op string) (models.Model, string, error) {
 			return m, op, nil
 		}
 	}
+	if failed != "" {
+		return nil, "", w.unavailable(failed)
+	}
 	return nil, "", codec.Errorf(codec.CodeUnknownOp, "no model of pool %s serves op %q", w.pool.Name, op).With("pool", w.pool.Name)
+}
+
+// kindServes reports whether the kind of the configured model name serves op.
+func (w *Worker) kindServes(name, op string) bool {
+	mc := w.cfg.Models[name]
+	if mc == nil {
+		return false
+	}
+	k, ok := config.KindOf(mc.Kind)
+	return ok && slices.Contains(k.Ops, op)
+}
+
+// unavailable is the model_unavailable answer for the failed model name: its load error
+// in details.error.
+func (w *Worker) unavailable(name string) *codec.Error {
+	le := w.failedModels[name]
+	if le == nil {
+		le = codec.Errorf(codec.CodeInternal, "unknown load error")
+	}
+	return codec.Errorf(codec.CodeModelUnavailable, "model %s failed to load on worker %s: %s", name, w.id, le.Message).
+		With("model", name).With("pool", w.pool.Name).With("worker", w.id).With("error", le)
 }

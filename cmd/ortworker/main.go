@@ -6,11 +6,14 @@
 //
 //	{"event":"ready","worker":ID,"pool":POOL,"runtime":VERSION,"ep":EP,"pid":PID}
 //
-// On start-up failure (runtime_missing, provider_unavailable, a bad model) it prints
+// On start-up failure of the pool (runtime_missing, provider_unavailable for the whole EP
+// chain, overloaded for memory admission) it prints
 //
 //	{"event":"failed","worker":ID,"pool":POOL,"error":{"code":…,"message":…,"details":…}}
 //
-// instead, publishes a failed heartbeat if NATS is reachable, and exits 3.
+// instead, publishes a failed heartbeat if NATS is reachable, and exits 3. A model that
+// fails to load does not stop it: that model is failed in its heartbeat and answered
+// model_unavailable, and the worker serves the others (even with none left).
 //
 // Exit status: 0 drained after SIGTERM or SIGINT; 1 serving failed; 2 a usage or config
 // error; 3 it could not start (the failed line); 4 its NATS connection was closed for good

@@ -1,7 +1,9 @@
 // Package fault is a fault-injection switch for chaos tests ONLY: with the environment
 // variable ORTBUS_FAULT_INJECT=1, a request whose path contains MagicSegv makes the
-// process die of a real native SIGSEGV (through cgo), and MagicAbort of a native abort().
-// It is off by default, and nothing in a normal configuration turns it on.
+// process die of a real native SIGSEGV (through cgo), and MagicAbort of a native abort();
+// a model whose folder's path contains MagicPanic makes the worker panic (a Go panic)
+// while warming it up. It is off by default, and nothing in a normal configuration turns
+// it on.
 package fault
 
 /*
@@ -27,6 +29,7 @@ const EnvVar = "ORTBUS_FAULT_INJECT"
 const (
 	MagicSegv  = "__ortbus_fault_segv__"
 	MagicAbort = "__ortbus_fault_abort__"
+	MagicPanic = "__ortbus_fault_panic__"
 )
 
 var enabled = os.Getenv(EnvVar) == "1"
@@ -41,5 +44,12 @@ func Check(path string) {
 		C.ortbus_segv()
 	case strings.Contains(path, MagicAbort):
 		C.ortbus_abort()
+	}
+}
+
+// Panic panics if the switch is on and path asks for it (MagicPanic).
+func Panic(path string) {
+	if enabled && strings.Contains(path, MagicPanic) {
+		panic("fault injection: " + MagicPanic + " in " + path)
 	}
 }

@@ -31,17 +31,25 @@ func Recover(log *slog.Logger, where string, answer func(*codec.Error)) {
 	if v == nil {
 		return
 	}
-	panics.Add(1)
-	if log == nil {
-		log = slog.Default()
-	}
-	log.Error("panic recovered", "where", where, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	Count(log, where, v)
 	if answer != nil {
 		func() {
 			defer func() { recover() }() // an answer that panics too is not retried
 			answer(codec.Errorf(codec.CodeInternal, "internal error in %s", where))
 		}()
 	}
+}
+
+// Count counts and logs (with the stack) a panic value v that the caller recovered
+// itself — recover works only when the deferred function calls it directly — for a
+// caller that turns the panic into an error of its own (a model that panicked while
+// loading is failed with it).
+func Count(log *slog.Logger, where string, v any) {
+	panics.Add(1)
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Error("panic recovered", "where", where, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 }
 
 // Msg wraps a subscription handler: a panic is recovered, and a message with a reply

@@ -20,6 +20,8 @@ const (
 	DetectorDir    = "detector"     // model.onnx
 	SegmenterDir   = "isnetis"      // model.onnx
 	TinyDir        = "tiny"         // model.onnx
+	ScalarDir      = "scalar"       // model.onnx: rank-0 inputs and outputs (ScalarGraph)
+	ConstDir       = "const"        // model.onnx: no inputs (ConstGraph)
 
 	ModelFile        = "model.onnx"
 	SelectedTagsFile = "selected_tags.csv"
@@ -79,6 +81,8 @@ func Generate(dir string, opt Options) error {
 		{filepath.Join(DetectorDir, ModelFile), func() []byte { return DetectorGraph().Bytes() }},
 		{filepath.Join(SegmenterDir, ModelFile), func() []byte { return SegmenterGraph().Bytes() }},
 		{filepath.Join(TinyDir, ModelFile), func() []byte { return TinyGraph().Bytes() }},
+		{filepath.Join(ScalarDir, ModelFile), func() []byte { return ScalarGraph().Bytes() }},
+		{filepath.Join(ConstDir, ModelFile), func() []byte { return ConstGraph().Bytes() }},
 	}
 	if n := opt.TaggerComputeLayers; n > 0 {
 		files = append(files,
@@ -369,6 +373,62 @@ func TinyGraph() *Graph {
 	g.AddInput("x", Float, "N", TinyDim)
 	g.AddOutput("y", Float, "N", TinyDim)
 	g.AddNode("Add", []string{g.Op("Mul", []string{"x", g.Scalar(tinyMul)}), g.Scalar(tinyAdd)}, []string{"y"})
+	return g
+}
+
+// ScalarGraph builds a model with rank-0 (scalar) inputs and outputs, for the shapes of
+// infer: inputs "x" float [N,3] and "k" float [] (a scalar) ->
+//
+//	sum   float [] = ReduceSum(x) * k   (every axis; 0 for N = 0)
+//	count int64 [] = Size(x)            (3N)
+//	y     float [N,3] = x * k
+func ScalarGraph() *Graph {
+	g := NewGraph("onnxgen_scalar")
+	g.AddInput("x", Float, "N", ScalarWidth)
+	g.AddInput("k", Float)
+	g.AddOutput("sum", Float)
+	g.AddOutput("count", Int64)
+	g.AddOutput("y", Float, "N", ScalarWidth)
+	g.AddNode("Mul", []string{g.Op("ReduceSum", []string{"x"}, AttrInt("keepdims", 0)), "k"}, []string{"sum"})
+	g.AddNode("Size", []string{"x"}, []string{"count"})
+	g.AddNode("Mul", []string{"x", "k"}, []string{"y"})
+	return g
+}
+
+// ConstGraph builds a model without inputs, its outputs made by Constant nodes:
+// "answer" int64 [] = ConstAnswer, "table" float [2,3] = ConstTable, and "none" float
+// [0,2], a zero-size tensor.
+func ConstGraph() *Graph {
+	g := NewGraph("onnxgen_const")
+	g.AddOutput("answer", Int64)
+	g.AddOutput("table", Float, 2, 3)
+	g.AddOutput("none", Float, 0, 2)
+	g.AddNode("Constant", nil, []string{"answer"}, AttrTensor("value", Int64Tensor("answer_value", nil, []int64{ConstAnswer})))
+	g.AddNode("Constant", nil, []string{"table"}, AttrTensor("value", FloatTensor("table_value", []int64{2, 3}, ConstTable)))
+	g.AddNode("Constant", nil, []string{"none"}, AttrTensor("value", FloatTensor("none_value", []int64{0, 2}, nil)))
+	return g
+}
+
+// UnloadableGraph builds a well-formed ONNX file that ONNX Runtime refuses to load: its
+// one node is an operator no opset has ("x" float [2] -> NoSuchOp -> "y" float [2]).
+// It is not written by Generate; tests write it where they need a model that cannot load.
+func UnloadableGraph() *Graph {
+	g := NewGraph("onnxgen_unloadable")
+	g.AddInput("x", Float, 2)
+	g.AddOutput("y", Float, 2)
+	g.AddNode("NoSuchOp", []string{"x"}, []string{"y"})
+	return g
+}
+
+// TripletsGraph builds a model that loads and runs, but not on every input its shape
+// allows: "x" float [N,D] -> "y" float [M,3] = Reshape(x, [-1,3]), so D*N must be a
+// multiple of 3. A warm-up on zeros (D = 64) fails; x of shape [1,6] gives y [2,3].
+// It is not written by Generate.
+func TripletsGraph() *Graph {
+	g := NewGraph("onnxgen_triplets")
+	g.AddInput("x", Float, "N", "D")
+	g.AddOutput("y", Float, "M", 3)
+	g.AddNode("Reshape", []string{"x", g.AddInt64("triplets", []int64{2}, []int64{-1, 3})}, []string{"y"})
 	return g
 }
 

@@ -84,6 +84,9 @@ const (
 	shapeDim       = 1
 	dimValue       = 1
 	dimParam       = 2
+	// TypeProto.sequence_type / TypeProto.Sequence
+	typeSequence     = 4
+	sequenceElemType = 1
 )
 
 // AttributeProto.AttributeType values.
@@ -179,9 +182,11 @@ type dim struct {
 }
 
 type valueInfo struct {
-	name string
-	typ  DataType
-	dims []dim
+	name    string
+	typ     DataType
+	dims    []dim
+	noShape bool // no TensorShapeProto at all: the rank is unknown (not rank 0)
+	seq     bool // a sequence of such tensors, not a tensor
 }
 
 type node struct {
@@ -216,9 +221,22 @@ func (g *Graph) AddInput(name string, typ DataType, dims ...any) {
 	g.inputs = append(g.inputs, valueInfo{name: name, typ: typ, dims: toDims(name, dims)})
 }
 
-// AddOutput declares a graph output; dims as for AddInput.
+// AddOutput declares a graph output; dims as for AddInput. No dims declares a rank-0
+// (scalar) output.
 func (g *Graph) AddOutput(name string, typ DataType, dims ...any) {
 	g.outputs = append(g.outputs, valueInfo{name: name, typ: typ, dims: toDims(name, dims)})
+}
+
+// AddOutputSequence declares a graph output that is a sequence of tensors of element
+// type typ (e.g. SequenceConstruct's), not a tensor.
+func (g *Graph) AddOutputSequence(name string, typ DataType) {
+	g.outputs = append(g.outputs, valueInfo{name: name, typ: typ, noShape: true, seq: true})
+}
+
+// AddOutputNoShape declares a graph output of element type typ without a shape, so that
+// its rank is unknown until the runtime infers it (or runs the model).
+func (g *Graph) AddOutputNoShape(name string, typ DataType) {
+	g.outputs = append(g.outputs, valueInfo{name: name, typ: typ, noShape: true})
 }
 
 func toDims(name string, dims []any) []dim {
@@ -440,12 +458,21 @@ func encodeValueInfo(v valueInfo) []byte {
 	}
 	var tt []byte
 	tt = appendVarint(tt, tensorElemType, uint64(v.typ))
-	tt = protowire.AppendTag(tt, tensorShape, protowire.BytesType)
-	tt = protowire.AppendBytes(tt, shape)
+	if !v.noShape {
+		tt = protowire.AppendTag(tt, tensorShape, protowire.BytesType)
+		tt = protowire.AppendBytes(tt, shape)
+	}
 
 	var typ []byte
 	typ = protowire.AppendTag(typ, typeTensor, protowire.BytesType)
 	typ = protowire.AppendBytes(typ, tt)
+	if v.seq {
+		var seq []byte // TypeProto.Sequence{elem_type: the tensor's TypeProto}
+		seq = protowire.AppendTag(seq, sequenceElemType, protowire.BytesType)
+		seq = protowire.AppendBytes(seq, typ)
+		typ = protowire.AppendTag(nil, typeSequence, protowire.BytesType)
+		typ = protowire.AppendBytes(typ, seq)
+	}
 
 	var b []byte
 	b = appendString(b, valueName, v.name)

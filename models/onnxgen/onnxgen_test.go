@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -58,6 +59,7 @@ func TestGenerateDeterministic(t *testing.T) {
 		"tagger-heavy/model.onnx", "tagger-heavy/selected_tags.csv", "tagger-heavy/thresholds.csv",
 		"ccip/model_feat.onnx", "ccip/model_metrics.onnx", "ccip/metrics.json",
 		"detector/model.onnx", "isnetis/model.onnx", "tiny/model.onnx",
+		"scalar/model.onnx", "const/model.onnx",
 		"oppai/model.onnx", "oppai/vocabulary.json", "oppai/pr_thresholds.json",
 	}
 	if len(fa) != len(want) {
@@ -306,18 +308,23 @@ func decodeModel(t *testing.T, b []byte) protoModel {
 // names, IR/opset versions, and that the graph is topologically ordered
 // with every value defined exactly once.
 func TestModelsWellFormed(t *testing.T) {
+	one := func(s string) []string { return []string{s} }
 	cases := []struct {
 		name    string
 		g       *Graph
-		in, out string
+		in, out []string
 	}{
-		{"tagger", TaggerGraph(0), "input", "prediction"},
-		{"tagger-heavy", TaggerGraph(3), "input", "prediction"},
-		{"ccip-feat", CCIPFeatureGraph(), "input", "output"},
-		{"ccip-metrics", CCIPMetricsGraph(), "input", "output"},
-		{"detector", DetectorGraph(), "images", "output0"},
-		{"segmenter", SegmenterGraph(), "img", "mask"},
-		{"tiny", TinyGraph(), "x", "y"},
+		{"tagger", TaggerGraph(0), one("input"), one("prediction")},
+		{"tagger-heavy", TaggerGraph(3), one("input"), one("prediction")},
+		{"ccip-feat", CCIPFeatureGraph(), one("input"), one("output")},
+		{"ccip-metrics", CCIPMetricsGraph(), one("input"), one("output")},
+		{"detector", DetectorGraph(), one("images"), one("output0")},
+		{"segmenter", SegmenterGraph(), one("img"), one("mask")},
+		{"tiny", TinyGraph(), one("x"), one("y")},
+		{"scalar", ScalarGraph(), []string{"x", "k"}, []string{"sum", "count", "y"}},
+		{"const", ConstGraph(), nil, []string{"answer", "table", "none"}},
+		{"unloadable", UnloadableGraph(), one("x"), one("y")},
+		{"triplets", TripletsGraph(), one("x"), one("y")},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -325,8 +332,8 @@ func TestModelsWellFormed(t *testing.T) {
 			if m.irVersion != IRVersion || len(m.opsets) != 1 || m.opsets[0] != Opset {
 				t.Errorf("ir %d opsets %v", m.irVersion, m.opsets)
 			}
-			if len(m.inputs) != 1 || m.inputs[0] != c.in || len(m.outputs) != 1 || m.outputs[0] != c.out {
-				t.Errorf("inputs %v outputs %v, want [%s] [%s]", m.inputs, m.outputs, c.in, c.out)
+			if !slices.Equal(m.inputs, c.in) || !slices.Equal(m.outputs, c.out) {
+				t.Errorf("inputs %v outputs %v, want %v %v", m.inputs, m.outputs, c.in, c.out)
 			}
 			defined := map[string]bool{}
 			define := func(name string) {
@@ -575,5 +582,60 @@ func TestRefTiny(t *testing.T) {
 		if out[i] != v*2+1 {
 			t.Errorf("y[%d] = %v, want %v", i, out[i], v*2+1)
 		}
+	}
+}
+
+// TestValueShapes: an output declared with no dimensions is rank 0 (a TensorShapeProto
+// without dims), one added by AddOutputNoShape has no TensorShapeProto at all.
+func TestValueShapes(t *testing.T) {
+	g := NewGraph("shapes")
+	g.AddInput("x", Float, 2)
+	g.AddOutput("scalar", Float)
+	g.AddOutputNoShape("unknown", Float)
+	g.AddNode("ReduceSum", []string{"x"}, []string{"scalar"}, AttrInt("keepdims", 0))
+	g.AddNode("Identity", []string{"x"}, []string{"unknown"})
+	hasShape := map[string]bool{}
+	fields(t, g.Bytes(), func(num protowire.Number, _ protowire.Type, graph []byte, _ uint64) {
+		if num != modelGraph {
+			return
+		}
+		fields(t, graph, func(num protowire.Number, _ protowire.Type, vi []byte, _ uint64) {
+			if num != graphOutput {
+				return
+			}
+			var name string
+			shape := false
+			fields(t, vi, func(num protowire.Number, _ protowire.Type, v []byte, _ uint64) {
+				switch num {
+				case valueName:
+					name = string(v)
+				case valueType:
+					fields(t, v, func(num protowire.Number, _ protowire.Type, tt []byte, _ uint64) {
+						fields(t, tt, func(num protowire.Number, _ protowire.Type, sh []byte, _ uint64) {
+							if num == tensorShape {
+								shape = true
+								if len(sh) != 0 {
+									t.Errorf("%s: shape has dimensions", name)
+								}
+							}
+						})
+					})
+				}
+			})
+			hasShape[name] = shape
+		})
+	})
+	if !hasShape["scalar"] || hasShape["unknown"] || len(hasShape) != 2 {
+		t.Errorf("outputs with a shape: %v, want scalar alone", hasShape)
+	}
+}
+
+func TestRefScalar(t *testing.T) {
+	sum, count, y := RefScalar([]float32{1, 2, 3, 4, 5, 6}, 0.5)
+	if sum != 10.5 || count != 6 || !slices.Equal(y, []float32{0.5, 1, 1.5, 2, 2.5, 3}) {
+		t.Errorf("RefScalar = %v %v %v", sum, count, y)
+	}
+	if sum, count, y := RefScalar(nil, 2); sum != 0 || count != 0 || len(y) != 0 {
+		t.Errorf("RefScalar of no rows = %v %v %v", sum, count, y)
 	}
 }

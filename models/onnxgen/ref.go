@@ -198,3 +198,18 @@ func RefTiny(in []float32) []float32 {
 	}
 	return out
 }
+
+// RefScalar returns the scalar model's outputs for x ([N,3]) and k: sum = Σx·k,
+// count = len(x), y = x·k (each rounded as the model's float32 ops round them; sum adds
+// in order, which ReduceSum matches to float rounding for a few values).
+func RefScalar(x []float32, k float32) (sum float32, count int64, y []float32) {
+	if len(x)%ScalarWidth != 0 {
+		panic(fmt.Sprintf("onnxgen.RefScalar: x has %d values, not a multiple of %d", len(x), ScalarWidth))
+	}
+	y = make([]float32, len(x))
+	for i, v := range x {
+		sum += v
+		y[i] = v * k
+	}
+	return sum * k, int64(len(x)), y
+}

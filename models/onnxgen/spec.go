@@ -19,7 +19,13 @@ const (
 	DetectorSize  = 640  // detector input is [1,3,640,640]
 	SegmenterSize = 1024 // isnetis input is [1,3,1024,1024], mask [1,1,1024,1024]
 	TinyDim       = 4    // tiny model: [N,4] -> [N,4]
+	ScalarWidth   = 3    // scalar model: x is [N,3]
 )
+
+// ConstAnswer and ConstTable are the const model's outputs "answer" and "table" ([2,3]).
+const ConstAnswer = 42
+
+var ConstTable = []float32{0.5, 1.5, 2.5, -1, -2, 1e6}
 
 // CCIPThreshold is the generated CCIP's same-character threshold (written to
 // ccip/metrics.json): same character when difference <= CCIPThreshold. It is

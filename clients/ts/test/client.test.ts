@@ -370,7 +370,7 @@ describe("detect, segment, infer, cancel", () => {
 
 describe("typed errors", () => {
   test("the stable code union", () => {
-    expect(ORTBUS_ERROR_CODES.length).toBe(21);
+    expect(ORTBUS_ERROR_CODES.length).toBe(22);
     const e = new OrtbusError("overloaded", "x");
     expect(e).toBeInstanceOf(Error);
     expect(e.status).toBe(429);

@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ortbus/ortbus/codec"
+)
+
+// TestPrintStatusModels: the pool table names the models that failed on a worker of the
+// pool; the models table gives each worker's models with their state and reason, on one
+// line each; a worker older than ModelStatus.State shows ready for a loaded model.
+func TestPrintStatusModels(t *testing.T) {
+	wk := func(id, pool string, models ...codec.ModelStatus) codec.WorkerStatus {
+		return codec.WorkerStatus{Heartbeat: codec.Heartbeat{Worker: id, Pool: pool, State: codec.StateReady, Models: models}}
+	}
+	st := &codec.StatusReply{
+		Gateway: "gw",
+		Pools:   []codec.PoolStatus{{Name: "cpu", Live: 2, Workers: 2}, {Name: "old", Live: 1, Workers: 1}},
+		Workers: []codec.WorkerStatus{
+			wk("cpu-0", "cpu",
+				codec.ModelStatus{Name: "tiny", State: codec.ModelReady, Loaded: true, LoadMS: 12, PeakBytes: 3 << 20},
+				codec.ModelStatus{Name: "bad", State: codec.ModelFailed, Error: codec.Errorf(codec.CodeModelUnavailable, "ONNX Runtime cannot load\tit:\nNoSuchOp")},
+				codec.ModelStatus{Name: "vad", State: codec.ModelReady, Loaded: true, WarmupError: "Invalid input shape"}),
+			wk("cpu-1", "cpu", codec.ModelStatus{Name: "bad", State: codec.ModelFailed, Error: codec.Errorf(codec.CodeInternal, "panic")}),
+			wk("old-0", "old", codec.ModelStatus{Name: "tagger", Loaded: true}),
+		},
+	}
+	var buf bytes.Buffer
+	PrintStatus(&buf, st)
+	out := buf.String()
+	var lines []string
+	for line := range strings.Lines(out) {
+		lines = append(lines, strings.Join(strings.Fields(line), " "))
+	}
+	for _, want := range []string{
+		"cpu false 2/2 ok; failed models: bad",
+		"old false 1/1 ok",
+		"tiny cpu cpu-0 ready 12ms 3MiB",
+		"bad cpu cpu-0 failed 0s 0MiB model_unavailable: ONNX Runtime cannot load it: NoSuchOp",
+		"bad cpu cpu-1 failed 0s 0MiB internal: panic",
+		"vad cpu cpu-0 ready 0s 0MiB warm-up failed (serves all the same): Invalid input shape",
+		"tagger old old-0 ready 0s 0MiB",
+	} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("no line %q in:\n%s", want, out)
+		}
+	}
+}

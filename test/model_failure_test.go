@@ -1,0 +1,227 @@
+package test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ortbus/ortbus/cli"
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/internal/fault"
+	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/models/onnxgen"
+)
+
+// TestModelUnitOfFailure runs one pool of seven models through a real gateway, its
+// ortworker and ONNX Runtime 1.30.0: tiny (y = 2x+1); scalar (rank-0 input and outputs,
+// which panicked the worker in its warm-up); const (no inputs: an index out of range);
+// triplets (its warm-up on zeros fails, real inputs run); refused (an operator ONNX
+// Runtime does not know); panics (its warm-up panics, by the test-only fault switch);
+// missing (no model.onnx). The worker starts and serves the four good models, every
+// answer worked out by hand, inline in msgpack and in JSON over HTTP; the three bad ones
+// are answered model_unavailable with their load error in details.error; the heartbeat
+// and `ortbus status` show each model's state.
+func TestModelUnitOfFailure(t *testing.T) {
+	t.Parallel()
+	root := imageRoot(t)
+	md := testenv.Models(t)
+	dir := t.TempDir()
+	write := func(name string, g *onnxgen.Graph) string {
+		d := filepath.Join(dir, name)
+		if err := g.WriteFile(filepath.Join(d, onnxgen.ModelFile)); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	missing := filepath.Join(dir, "missing")
+	spool := filepath.Join(root, "spool")
+	for _, d := range []string{missing, spool} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dur := func(d time.Duration) config.Duration { return config.Duration(d) }
+	order := []string{"tiny", "refused", "scalar", "panics", "const", "triplets", "missing"}
+	c := &config.Config{
+		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
+		Gateway:  config.Gateway{ShutdownGrace: dur(3 * time.Second)},
+		Health:   config.Health{HeartbeatInterval: dur(gwHeartbeat), MissCount: gwMissCount},
+		Security: config.Security{AllowedRoots: []string{root}, SpoolDir: spool},
+		Classes:  map[string]*config.Class{"interactive": {Chain: []string{"pm"}}},
+		Pools: map[string]*config.Pool{"pm": {Runtime: testenv.RuntimeLib(t, "1.30.0"), Threads: 1, Classes: []string{"interactive"},
+			Models: order, Env: map[string]string{fault.EnvVar: "1"}}},
+		Models: map[string]*config.Model{
+			"tiny":     {Kind: config.KindRaw, Dir: filepath.Join(md, onnxgen.TinyDir)},
+			"scalar":   {Kind: config.KindRaw, Dir: filepath.Join(md, onnxgen.ScalarDir)},
+			"const":    {Kind: config.KindRaw, Dir: filepath.Join(md, onnxgen.ConstDir)},
+			"triplets": {Kind: config.KindRaw, Dir: write("triplets", onnxgen.TripletsGraph())},
+			"refused":  {Kind: config.KindRaw, Dir: write("refused", onnxgen.UnloadableGraph())},
+			"panics":   {Kind: config.KindRaw, Dir: write(fault.MagicPanic, onnxgen.TinyGraph())},
+			"missing":  {Kind: config.KindRaw, Dir: missing},
+		},
+	}
+	c.SetOrder("models", order...)
+	g := startGateway(t, writeConfigFile(t, filepath.Join(t.TempDir(), "gateway.toml"), c))
+	live := g.waitLive(t, "pm", 1)
+
+	f32 := func(shape []int64, v ...float32) *codec.Tensor {
+		return &codec.Tensor{Type: "float32", Shape: shape, Data: codec.Float32Bytes(v)}
+	}
+	infer := func(req *codec.Request) gwReply {
+		t.Helper()
+		return g.call(t, "infer", req, gwReplyBound)
+	}
+	outputs := func(model string, req *codec.Request) map[string]*codec.Tensor {
+		t.Helper()
+		req.Model = model
+		r := infer(req)
+		if r.Err != nil {
+			t.Fatalf("%s: %s: %s (details %v)", model, r.Err.Code, r.Err.Message, r.Err.Details)
+		}
+		var rep codec.InferReply
+		if err := codec.Unmarshal(r.Msg.Data, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep.Outputs
+	}
+	check := func(what string, got *codec.Tensor, want *codec.Tensor) {
+		t.Helper()
+		if got == nil || got.Type != want.Type || !slices.Equal(got.Shape, want.Shape) || !bytes.Equal(got.Data, want.Data) {
+			t.Errorf("%s = %+v, want %+v", what, got, want)
+		}
+	}
+	i64 := func(shape []int64, v int64) *codec.Tensor {
+		b, _ := json.Marshal(map[string]any{"type": "int64", "shape": shape, "data": []int64{v}})
+		var x codec.Tensor
+		if err := json.Unmarshal(b, &x); err != nil {
+			t.Fatal(err)
+		}
+		return &x
+	}
+
+	// The good models, inline in msgpack.
+	out := outputs("tiny", &codec.Request{Inputs: map[string]*codec.Tensor{"x": f32([]int64{1, 4}, 0, 1, -1, 0.5)}})
+	check("tiny y", out["y"], f32([]int64{1, 4}, 1, 3, -1, 2))
+	x := f32([]int64{2, 3}, 1, 2, 3, 4, 5, 6)
+	out = outputs("scalar", &codec.Request{Inputs: map[string]*codec.Tensor{"x": x, "k": f32([]int64{}, 0.5)}})
+	check("scalar sum", out["sum"], f32([]int64{}, 10.5))
+	check("scalar count", out["count"], i64([]int64{}, 6))
+	check("scalar y", out["y"], f32([]int64{2, 3}, 0.5, 1, 1.5, 2, 2.5, 3))
+	// Only the outputs asked for; a zero-size x; a scalar given with a nil shape.
+	out = outputs("scalar", &codec.Request{Inputs: map[string]*codec.Tensor{"x": f32([]int64{0, 3}), "k": f32(nil, 2)}, Outputs: []string{"sum", "y"}})
+	if len(out) != 2 {
+		t.Errorf("outputs sum and y asked for, got %v", out)
+	}
+	check("scalar sum of nothing", out["sum"], f32([]int64{}, 0))
+	check("scalar y of nothing", out["y"], f32([]int64{0, 3}))
+	out = outputs("const", &codec.Request{})
+	check("const answer", out["answer"], i64([]int64{}, onnxgen.ConstAnswer))
+	check("const table", out["table"], f32([]int64{2, 3}, onnxgen.ConstTable...))
+	check("const none", out["none"], f32([]int64{0, 2}))
+	out = outputs("triplets", &codec.Request{Inputs: map[string]*codec.Tensor{"x": f32([]int64{1, 6}, 1, 2, 3, 4, 5, 6)}})
+	check("triplets y", out["y"], f32([]int64{2, 3}, 1, 2, 3, 4, 5, 6))
+
+	// By path: rank-0 .npy files in and out (shape ()).
+	xPath, kPath := filepath.Join(root, "x.npy"), filepath.Join(root, "k.npy")
+	writeNPY(t, xPath, x)
+	writeNPY(t, kPath, f32([]int64{}, 2))
+	if r := infer(&codec.Request{Model: "scalar", InputPaths: map[string]string{"x": xPath, "k": kPath}, OutputDir: spool}); r.Err != nil {
+		t.Fatalf("scalar by path: %+v", r.Err)
+	}
+	check("scalar sum by path", readNPY(t, filepath.Join(spool, "sum.npy")), f32([]int64{}, 42))
+	check("scalar count by path", readNPY(t, filepath.Join(spool, "count.npy")), i64([]int64{}, 6))
+	check("scalar y by path", readNPY(t, filepath.Join(spool, "y.npy")), f32([]int64{2, 3}, 2, 4, 6, 8, 10, 12))
+
+	// In JSON over HTTP: a scalar's shape is [], never null.
+	hc := &httpClient{addr: g.Ready.HTTP}
+	r := hc.do(t, t.Context(), "POST", "/v1/infer", `{"model":"scalar","inputs":{"x":{"type":"float32","shape":[1,3],"data":[1,2,3]},"k":{"type":"float32","shape":[],"data":[-1]}},"outputs":["sum","count"]}`)
+	var hr struct {
+		Outputs map[string]json.RawMessage `json:"outputs"`
+	}
+	if r.status != 200 || json.Unmarshal(r.body, &hr) != nil {
+		t.Fatalf("HTTP infer of scalar: %d %s", r.status, r.body)
+	}
+	if s, c := string(hr.Outputs["sum"]), string(hr.Outputs["count"]); s != `{"type":"float32","shape":[],"data":[-6]}` || c != `{"type":"int64","shape":[],"data":[3]}` {
+		t.Errorf("HTTP infer of scalar: sum %s count %s", s, c)
+	}
+	r = hc.do(t, t.Context(), "POST", "/v1/infer", `{"model":"const","outputs":["answer"]}`)
+	if r.status != 200 || !strings.Contains(string(r.body), `"answer":{"type":"int64","shape":[],"data":[42]}`) {
+		t.Errorf("HTTP infer of const: %d %s", r.status, r.body)
+	}
+
+	// The bad models: model_unavailable (503), the load error in details.error.
+	for model, want := range map[string]struct {
+		code codec.Code
+		text string
+	}{
+		"refused": {codec.CodeModelUnavailable, "NoSuchOp"},
+		"panics":  {codec.CodeInternal, "panic while loading model panics"},
+		"missing": {codec.CodeUnknownModel, "model.onnx not found"},
+	} {
+		r := infer(&codec.Request{Model: model})
+		if r.Err == nil || r.Err.Code != codec.CodeModelUnavailable {
+			t.Errorf("%s: %+v, want model_unavailable", model, r.Err)
+			continue
+		}
+		le, _ := r.Err.Details["error"].(map[string]any)
+		if r.Err.Details["model"] != model || r.Err.Details["pool"] != "pm" || le == nil || le["code"] != string(want.code) || !strings.Contains(le["message"].(string), want.text) {
+			t.Errorf("%s: details %v, want model, pool and a load error %s with %q", model, r.Err.Details, want.code, want.text)
+		}
+		t.Logf("%s: %s: %s", model, r.Err.Code, r.Err.Message)
+	}
+	r = hc.do(t, t.Context(), "POST", "/v1/infer", `{"model":"refused","inputs":{"x":{"type":"float32","shape":[2],"data":[1,2]}}}`)
+	if r.status != 503 || !strings.Contains(string(r.body), `"code":"model_unavailable"`) {
+		t.Errorf("HTTP infer of refused: %d %s, want 503 model_unavailable", r.status, r.body)
+	}
+
+	// Status: each model's state in the worker's heartbeat, and in `ortbus status`.
+	var wk codec.WorkerStatus
+	for _, w := range live {
+		wk = w
+	}
+	states := map[string]codec.ModelStatus{}
+	for _, m := range wk.Models {
+		states[m.Name] = m
+	}
+	for _, name := range order {
+		m := states[name]
+		want := codec.ModelReady
+		if name == "refused" || name == "panics" || name == "missing" {
+			want = codec.ModelFailed
+		}
+		if m.State != want || m.Loaded != (want == codec.ModelReady) || (want == codec.ModelFailed) != (m.Error != nil) {
+			t.Errorf("status of %s: %+v, want %s", name, m, want)
+		}
+	}
+	if states["triplets"].WarmupError == "" || states["tiny"].WarmupError != "" {
+		t.Errorf("warm-up errors: triplets %q tiny %q, want triplets' alone", states["triplets"].WarmupError, states["tiny"].WarmupError)
+	}
+	if wk.Panics == 0 {
+		t.Error("the warm-up panic was not counted in the heartbeat's panics")
+	}
+	var buf bytes.Buffer
+	cli.PrintStatus(&buf, g.status(t))
+	text := buf.String()
+	t.Logf("ortbus status:\n%s", text)
+	if !strings.Contains(text, "ok; failed models: refused,panics,missing") {
+		t.Error("ortbus status does not name the pool's failed models")
+	}
+	rows := map[string][]string{}
+	for line := range strings.Lines(text) {
+		if f := strings.Fields(line); len(f) >= 4 && f[1] == "pm" && f[2] == wk.Worker {
+			rows[f[0]] = f[3:]
+		}
+	}
+	for name, m := range states {
+		row := rows[name]
+		if len(row) == 0 || row[0] != m.State || m.Error != nil && !strings.Contains(strings.Join(row, " "), string(m.Error.Code)+": ") {
+			t.Errorf("ortbus status: model %s's row %q, want state %s and its error's code", name, row, m.State)
+		}
+	}
+}
