@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/subjects"
@@ -43,7 +44,12 @@ type poolCap struct {
 	workerSlots int            // its live workers' slots (each worker's max(1, slots))
 	busy        int            // requests in flight, this pass's included
 	live        bool           // it has a live worker
-	poolStatus                 // the supervisor's view, for when it has none
+	liveWorkers int            // how many
+	// failedOn counts, per model, the live workers on which it failed to load, and
+	// failErr is one of their errors (see modelDown).
+	failedOn   map[string]int
+	failErr    map[string]*codec.Error
+	poolStatus // the supervisor's view, for when it has none
 }
 
 // newCapacity is an empty snapshot of cfg's pools at now: no live worker, nothing in
@@ -52,7 +58,7 @@ func newCapacity(cfg *config.Config, now time.Time) *capacity {
 	c := &capacity{cfg: cfg, now: now, pools: map[string]*poolCap{}, workers: map[string]*workerCap{}, deviceSlots: map[string]int{}, load: classCounts{}, leased: classCounts{},
 		active: lastActive{}, est: map[estKey]time.Duration{}, full: map[string]bool{}}
 	for name := range cfg.Pools {
-		c.pools[name] = &poolCap{slots: map[string]int{}}
+		c.pools[name] = &poolCap{slots: map[string]int{}, failedOn: map[string]int{}, failErr: map[string]*codec.Error{}}
 	}
 	return c
 }
@@ -86,9 +92,20 @@ func (c *capacity) addLive(w health.Worker) {
 		return
 	}
 	pc.live = true
+	pc.liveWorkers++
+	failed := map[string]bool{}
+	for _, m := range w.HB.Models {
+		if m.State == codec.ModelFailed && !failed[m.Name] {
+			failed[m.Name] = true
+			pc.failedOn[m.Name]++
+			if pc.failErr[m.Name] == nil && m.Error != nil {
+				pc.failErr[m.Name] = m.Error
+			}
+		}
+	}
 	slots := max(1, w.HB.Slots)
 	if w.HB.Direct {
-		c.workers[w.HB.Worker] = &workerCap{pool: w.HB.Pool, slots: slots, classes: w.HB.Classes}
+		c.workers[w.HB.Worker] = &workerCap{pool: w.HB.Pool, slots: slots, classes: w.HB.Classes, failed: failed}
 	}
 	pc.workerSlots += slots
 	c.deviceSlots[c.cfg.Pools[w.HB.Pool].Device] += slots
@@ -102,6 +119,23 @@ func (c *capacity) addLive(w health.Worker) {
 		}
 		pc.slots[class] += slots * per
 	}
+}
+
+// modelDown is the model_unavailable error of model in pool when it failed to load on
+// every live worker of the pool (their heartbeats say so), else nil. Such a pool is
+// passed over for requests of that model (route), as one that cannot serve them.
+func (c *capacity) modelDown(pool, model string) *codec.Error {
+	pc := c.pools[pool]
+	if model == "" || pc.liveWorkers == 0 || pc.failedOn[model] < pc.liveWorkers {
+		return nil
+	}
+	e := codec.Errorf(codec.CodeModelUnavailable, "model %s failed to load on every live worker of pool %s", model, pool).
+		With("model", model).With("pool", pool)
+	if fe := pc.failErr[model]; fe != nil {
+		e.Message += ": " + fe.Message
+		e = e.With("error", fe)
+	}
+	return e
 }
 
 // room is how many more requests of class the pass may send to pool: the free slots of

@@ -15,7 +15,8 @@ import (
 // at each worker, sends each item to one worker alone (infer.<pool>.<class>.<worker>,
 // which every worker whose heartbeat says `direct` serves), chosen by pickWorker:
 //
-//  1. Only live workers of the pool that serve the class and take direct items.
+//  1. Only live workers of the pool that serve the class and take direct items, and on
+//     which the item's model did not fail to load (its heartbeat's model states).
 //  2. The worker with the most room for the item wins: for the batch class in a pool
 //     that batches, the batch items its free slots and its started batches can still
 //     take; for every other item, its free slots. A worker's slot is taken by a request
@@ -43,6 +44,7 @@ type workerCap struct {
 	// lastSent orders the workers by when they were last given a request (flights'
 	// sequence; 0: never), this pass's included.
 	lastSent uint64
+	failed   map[string]bool // models that failed to load there
 }
 
 // serves reports whether w is a worker of pool that serves class.
@@ -129,15 +131,15 @@ func (c *capacity) bumps(pool, class string) int {
 	return n
 }
 
-// pickWorker returns the worker of pool an item of class is sent to, counting it in the
-// snapshot, or "" for the pool's queue group (rule 5). prefetch gives each worker room
-// for one item more.
-func (c *capacity) pickWorker(pool, class string, prefetch bool) string {
+// pickWorker returns the worker of pool an item of class and model is sent to, counting
+// it in the snapshot, or "" for the pool's queue group (rule 5). prefetch gives each
+// worker room for one item more.
+func (c *capacity) pickWorker(pool, class, model string, prefetch bool) string {
 	size := c.unitSize(pool, class)
 	var best *workerCap
 	bestID, bestRoom, bestBusy := "", 0, 0
 	for id, w := range c.workers {
-		if !w.serves(pool, class) {
+		if !w.serves(pool, class) || w.failed[model] {
 			continue
 		}
 		// Scores: twice the room, so that a bump (score 1) comes after any free slot.

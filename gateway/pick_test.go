@@ -25,26 +25,26 @@ func TestPickFreeWorker(t *testing.T) {
 	all := []string{"urgent", "interactive", "batch"}
 	readyWorker(c, "gpu", "w1", 1, true, all...)
 	readyWorker(c, "gpu", "w2", 1, true, all...)
-	if got := c.pickWorker("gpu", "batch", false); got != "w1" {
+	if got := c.pickWorker("gpu", "batch", "", false); got != "w1" {
 		t.Fatalf("both free: %q, want w1 (lower id)", got)
 	}
-	if got := c.pickWorker("gpu", "interactive", false); got != "w2" {
+	if got := c.pickWorker("gpu", "interactive", "", false); got != "w2" {
 		t.Fatalf("w1 runs a batch item: interactive sent to %q, want w2", got)
 	}
-	if got := c.pickWorker("gpu", "urgent", false); got != "" {
+	if got := c.pickWorker("gpu", "urgent", "", false); got != "" {
 		t.Fatalf("both busy: urgent sent to %q, want the queue group", got)
 	}
 	if c.workers["w1"].busy["batch"] != 1 || c.workers["w2"].busy["interactive"] != 1 {
 		t.Fatalf("counted %v %v, want w1 one batch, w2 one interactive", c.workers["w1"].busy, c.workers["w2"].busy)
 	}
 	c.workers["w1"].busy = map[string]int{}
-	if got := c.pickWorker("gpu", "urgent", false); got != "w1" {
+	if got := c.pickWorker("gpu", "urgent", "", false); got != "w1" {
 		t.Fatalf("w1 free again: urgent sent to %q, want w1", got)
 	}
 	// Idle workers take turns: the one given a request least recently goes first.
 	c.workers["w1"].busy, c.workers["w2"].busy = map[string]int{}, map[string]int{}
 	for i, want := range []string{"w2", "w1", "w2"} {
-		got := c.pickWorker("gpu", "interactive", false)
+		got := c.pickWorker("gpu", "interactive", "", false)
 		c.workers[got].busy = map[string]int{}
 		if got != want {
 			t.Fatalf("idle pair, request %d: sent to %q, want %q (the other was given one last)", i, got, want)
@@ -61,7 +61,7 @@ func TestPickBatchSlots(t *testing.T) {
 	readyWorker(c, "bulk", "b2", 1, true, "batch")
 	var got []string
 	for i := 0; i < 13; i++ {
-		got = append(got, c.pickWorker("bulk", "batch", false))
+		got = append(got, c.pickWorker("bulk", "batch", "", false))
 	}
 	n := map[string]int{}
 	for _, w := range got {
@@ -91,13 +91,13 @@ func TestPickSkipsOthers(t *testing.T) {
 	readyWorker(c, "bulk", "b1", 4, true, "batch")
 	readyWorker(c, "gpu", "g-old", 4, false, "urgent", "interactive", "batch")
 	readyWorker(c, "gpu", "g-batch", 4, true, "batch")
-	if got := c.pickWorker("gpu", "interactive", false); got != "" {
+	if got := c.pickWorker("gpu", "interactive", "", false); got != "" {
 		t.Fatalf("picked %q, want the queue group", got)
 	}
 	if _, ok := c.workers["g-old"]; ok {
 		t.Fatal("a worker without direct in the snapshot's direct workers")
 	}
-	if got := c.pickWorker("gpu", "batch", false); got != "g-batch" {
+	if got := c.pickWorker("gpu", "batch", "", false); got != "g-batch" {
 		t.Fatalf("batch: %q, want g-batch", got)
 	}
 }

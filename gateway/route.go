@@ -105,6 +105,9 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 	busyEarlier := false // a live pool before this one was busy (not infeasible)
 	spill := c.maySpill(p)
 	for _, pool := range it.Pools {
+		if c.modelDown(pool, p.req.Model) != nil {
+			continue // it cannot serve the model: as if it were not in the chain
+		}
 		if busyEarlier && !spill {
 			return decision{} // wait for the chain's first live pool a moment (maySpill)
 		}
@@ -133,14 +136,20 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 			continue
 		}
 		c.take(pool, it.Class)
-		return decision{pool: pool, worker: c.pickWorker(pool, it.Class, c.prefetch(pool, it.Class, reserved) > 0)}
+		return decision{pool: pool, worker: c.pickWorker(pool, it.Class, p.req.Model, c.prefetch(pool, it.Class, reserved) > 0)}
 	}
 	if infeasible > 0 && infeasible == len(it.Pools) {
 		return decision{err: codec.Errorf(codec.CodeDeadlineExceeded, "cannot finish before its deadline on any of %v even if run now (measured service time)", it.Pools)}
 	}
 	var why []string
+	var down []*codec.Error
 	for _, pool := range it.Pools {
 		pc := c.pools[pool]
+		if e := c.modelDown(pool, p.req.Model); e != nil {
+			down = append(down, e)
+			why = append(why, fmt.Sprintf("%s: %s", pool, e.Message))
+			continue
+		}
 		switch {
 		case pc.live:
 			return decision{} // busy: wait
@@ -153,6 +162,15 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 			return decision{}
 		}
 		why = append(why, fmt.Sprintf("%s: %s", pool, pc.reason))
+	}
+	if len(down) == len(it.Pools) {
+		// The model failed on every pool that could run it: say so, with its load error.
+		e := down[0]
+		if len(down) > 1 {
+			e = codec.Errorf(codec.CodeModelUnavailable, "model %s failed to load on every pool of the chain: %s", p.req.Model, strings.Join(why, "; ")).
+				With("model", p.req.Model).With("pools", it.Pools).With("reasons", why)
+		}
+		return decision{err: e}
 	}
 	e := codec.Errorf(codec.CodeNoWorker, "no live pool for class %s: %s", it.Class, strings.Join(why, "; ")).
 		With("pools", it.Pools).With("reasons", why)

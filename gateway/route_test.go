@@ -765,3 +765,36 @@ func TestSpillGrace(t *testing.T) {
 		t.Fatalf("fast infeasible: %+v, want bulk at once", d)
 	}
 }
+
+// TestRouteModelDown: a pool whose every live worker failed to load the item's model is
+// passed over as if it were not in the chain (the next pool takes the item); a worker on
+// which it failed is never picked while another of the pool has it; when it failed on
+// every pool of the chain, the item is answered model_unavailable with the load error.
+func TestRouteModelDown(t *testing.T) {
+	c := snapOf(t, routeConfig)
+	loadErr := codec.Errorf(codec.CodeModelUnavailable, "ONNX Runtime refused the model")
+	failedTagger := []codec.ModelStatus{{Name: "tagger", State: codec.ModelFailed, Error: loadErr}, {Name: "ccip", State: codec.ModelReady, Loaded: true}}
+	c.addLive(health.Worker{HB: codec.Heartbeat{Worker: "fast-a", Pool: "fast", Slots: 2, Classes: []string{"interactive"}, State: codec.StateReady, Direct: true, Models: failedTagger}})
+	ready(c, "bulk", 1, "interactive", "batch")
+	if pool := routeOK(t, c, newItem("interactive", "tag", soon(), "fast", "bulk"), nil); pool != "bulk" {
+		t.Fatalf("tagger failed on fast's only worker: routed to %q, want bulk", pool)
+	}
+	if pool := routeOK(t, c, newItem("interactive", "embed", soon(), "fast", "bulk"), nil); pool != "fast" {
+		t.Fatalf("ccip is ready on fast: routed to %q, want fast", pool)
+	}
+	// A second worker of fast has the tagger: fast serves it again, on that worker only.
+	c = snapOf(t, routeConfig)
+	c.addLive(health.Worker{HB: codec.Heartbeat{Worker: "fast-a", Pool: "fast", Slots: 2, Classes: []string{"interactive"}, State: codec.StateReady, Direct: true, Models: failedTagger}})
+	c.addLive(health.Worker{HB: codec.Heartbeat{Worker: "fast-b", Pool: "fast", Slots: 1, Classes: []string{"interactive"}, State: codec.StateReady, Direct: true}})
+	d := c.route(newItem("interactive", "tag", soon(), "fast"), nil)
+	if d.pool != "fast" || d.worker != "fast-b" {
+		t.Fatalf("tagger ready on fast-b only: %+v, want fast / fast-b", d)
+	}
+	// Failed everywhere: model_unavailable, with the load error.
+	c = snapOf(t, routeConfig)
+	c.addLive(health.Worker{HB: codec.Heartbeat{Worker: "fast-a", Pool: "fast", Slots: 2, Classes: []string{"interactive"}, State: codec.StateReady, Direct: true, Models: failedTagger}})
+	_, err := routeIn(c, newItem("interactive", "tag", soon(), "fast"), nil)
+	if e := asErr(err); e.Code != codec.CodeModelUnavailable || !strings.Contains(e.Message, "refused") {
+		t.Fatalf("tagger failed on the whole chain: %v, want model_unavailable with the load error", err)
+	}
+}
