@@ -5,12 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
+
+	"github.com/x448/float16"
 )
 
 // Tensor is a named input or output of the raw infer op. In msgpack its data is bin
-// (little-endian elements of Type); in JSON it is a number (or bool) array.
+// (little-endian elements of Type); in JSON it is a number (or bool) array. float16 and
+// bfloat16 travel as their raw 16-bit elements in msgpack and as numbers in JSON (a number
+// read is rounded to the nearest value of the type).
 type Tensor struct {
-	Type  string  `msgpack:"type" json:"type"` // float32, float64, int64, int32, uint8, bool
+	Type  string  `msgpack:"type" json:"type"` // one of TensorTypes
 	Shape []int64 `msgpack:"shape" json:"shape"`
 	Data  []byte  `msgpack:"data" json:"-"`
 }
@@ -42,24 +47,33 @@ func Elements(shape []int64) (int64, error) {
 	return n, nil
 }
 
+// TensorTypes are the element types of a Tensor, ONNX Runtime's numeric tensor types.
+var TensorTypes = []string{"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool"}
+
 // ElemSize is the size in bytes of one element of a tensor type, or 0 if unknown.
 func ElemSize(typ string) int {
 	switch typ {
-	case "float32", "int32":
-		return 4
-	case "float64", "int64":
+	case "float64", "int64", "uint64":
 		return 8
-	case "uint8", "bool":
+	case "float32", "int32", "uint32":
+		return 4
+	case "float16", "bfloat16", "int16", "uint16":
+		return 2
+	case "int8", "uint8", "bool":
 		return 1
 	}
 	return 0
+}
+
+func unknownType(typ string) error {
+	return fmt.Errorf("tensor type %q is not one of %s", typ, strings.Join(TensorTypes, ", "))
 }
 
 // Validate checks the type, the shape and that the data length matches them.
 func (t *Tensor) Validate() error {
 	size := ElemSize(t.Type)
 	if size == 0 {
-		return fmt.Errorf("tensor type %q is not one of float32, float64, int64, int32, uint8, bool", t.Type)
+		return unknownType(t.Type)
 	}
 	n, err := Elements(t.Shape)
 	if err != nil {
@@ -92,10 +106,24 @@ func (t *Tensor) MarshalJSON() ([]byte, error) {
 			vals[i] = math.Float32frombits(le.Uint32(b))
 		case "float64":
 			vals[i] = math.Float64frombits(le.Uint64(b))
+		case "float16":
+			vals[i] = float16.Frombits(le.Uint16(b)).Float32()
+		case "bfloat16":
+			vals[i] = BFloat16Value(le.Uint16(b))
 		case "int64":
 			vals[i] = int64(le.Uint64(b))
 		case "int32":
 			vals[i] = int32(le.Uint32(b))
+		case "int16":
+			vals[i] = int16(le.Uint16(b))
+		case "int8":
+			vals[i] = int8(b[0])
+		case "uint64":
+			vals[i] = le.Uint64(b)
+		case "uint32":
+			vals[i] = le.Uint32(b)
+		case "uint16":
+			vals[i] = le.Uint16(b)
 		case "uint8":
 			vals[i] = b[0]
 		case "bool":
@@ -121,7 +149,7 @@ func (t *Tensor) UnmarshalJSON(b []byte) error {
 	}
 	size := ElemSize(j.Type)
 	if size == 0 {
-		return fmt.Errorf("tensor type %q is not one of float32, float64, int64, int32, uint8, bool", j.Type)
+		return unknownType(j.Type)
 	}
 	data := make([]byte, len(j.Data)*size)
 	le := binary.LittleEndian
@@ -135,23 +163,37 @@ func (t *Tensor) UnmarshalJSON(b []byte) error {
 			if v {
 				d[0] = 1
 			}
-		case "float32", "float64":
+		case "float32", "float64", "float16", "bfloat16":
 			var v float64
 			err = json.Unmarshal(raw, &v)
-			if j.Type == "float32" {
+			switch j.Type {
+			case "float32":
 				le.PutUint32(d, math.Float32bits(float32(v)))
-			} else {
+			case "float64":
 				le.PutUint64(d, math.Float64bits(v))
+			case "float16":
+				le.PutUint16(d, float16.Fromfloat32(float32(v)).Bits())
+			case "bfloat16":
+				le.PutUint16(d, bfloat16Bits(float32(v)))
 			}
+		case "uint64":
+			var v uint64
+			err = json.Unmarshal(raw, &v)
+			le.PutUint64(d, v)
 		default:
 			var v int64
 			err = json.Unmarshal(raw, &v)
+			if lo, hi := intRange(j.Type); err == nil && (v < lo || v > hi) {
+				err = fmt.Errorf("%d is out of the range of %s", v, j.Type)
+			}
 			switch j.Type {
 			case "int64":
 				le.PutUint64(d, uint64(v))
-			case "int32":
-				le.PutUint32(d, uint32(int32(v)))
-			case "uint8":
+			case "int32", "uint32":
+				le.PutUint32(d, uint32(v))
+			case "int16", "uint16":
+				le.PutUint16(d, uint16(v))
+			case "int8", "uint8":
 				d[0] = uint8(v)
 			}
 		}
@@ -161,4 +203,46 @@ func (t *Tensor) UnmarshalJSON(b []byte) error {
 	}
 	*t = Tensor{Type: j.Type, Shape: j.Shape, Data: data}
 	return nil
+}
+
+// bfloat16Bits is the bfloat16 nearest to v (round to nearest, ties to even), the top 16
+// bits of a float32; a NaN stays a (quiet) NaN.
+func bfloat16Bits(v float32) uint16 {
+	b := math.Float32bits(v)
+	if v != v {
+		return uint16(b>>16) | 0x40
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
+
+// BFloat16Bits is the bfloat16 nearest to v, as its bits (round to nearest even).
+func BFloat16Bits(v float32) uint16 { return bfloat16Bits(v) }
+
+// BFloat16Value is the float32 value of a bfloat16's bits (exact).
+func BFloat16Value(bits uint16) float32 { return math.Float32frombits(uint32(bits) << 16) }
+
+// Float16Bits is the IEEE 754 half-precision float nearest to v, as its bits.
+func Float16Bits(v float32) uint16 { return float16.Fromfloat32(v).Bits() }
+
+// Float16Value is the float32 value of a float16's bits (exact).
+func Float16Value(bits uint16) float32 { return float16.Frombits(bits).Float32() }
+
+// intRange is the range of an integer tensor type of at most 32 bits (int64's otherwise).
+func intRange(typ string) (lo, hi int64) {
+	switch typ {
+	case "int32":
+		return math.MinInt32, math.MaxInt32
+	case "uint32":
+		return 0, math.MaxUint32
+	case "int16":
+		return math.MinInt16, math.MaxInt16
+	case "uint16":
+		return 0, math.MaxUint16
+	case "int8":
+		return math.MinInt8, math.MaxInt8
+	case "uint8":
+		return 0, math.MaxUint8
+	}
+	return math.MinInt64, math.MaxInt64
 }

@@ -162,10 +162,24 @@ func zeros(in ort.IOInfo, n int) (ort.Tensor, error) {
 		t.Data = make([]int64, size)
 	case "int32":
 		t.Data = make([]int32, size)
+	case "int16":
+		t.Data = make([]int16, size)
+	case "int8":
+		t.Data = make([]int8, size)
+	case "uint64":
+		t.Data = make([]uint64, size)
+	case "uint32":
+		t.Data = make([]uint32, size)
+	case "uint16":
+		t.Data = make([]uint16, size)
 	case "uint8":
 		t.Data = make([]uint8, size)
 	case "bool":
 		t.Data = make([]bool, size)
+	case "float16":
+		t.Data = make(ort.Float16, size)
+	case "bfloat16":
+		t.Data = make(ort.BFloat16, size)
 	default:
 		return t, fmt.Errorf("input %s has type %s", in.Name, in.Type)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/npy"
 	"github.com/ortbus/ortbus/ort"
 )
 
@@ -155,6 +156,11 @@ func (r *raw) outputFiles(req *codec.WorkItem) (map[string]string, error) {
 		}
 	}
 	for name, path := range files {
+		for _, o := range r.sess.Outputs {
+			if o.Name == name && !npy.Writable(o.Type) {
+				return nil, codec.Errorf(codec.CodeBadRequest, "output %q is %s, which has no .npy dtype (NumPy has no bfloat16): ask for it inline", name, o.Type).With("output", name)
+			}
+		}
 		if _, err := r.env.Images.CheckWritable(path); err != nil {
 			return nil, codec.AsError(err).With("output", name)
 		}
@@ -200,6 +206,7 @@ func (r *raw) one(ctx context.Context, it *rawItem) (codec.Replier, error) {
 	return rep, nil
 }
 
+// fromBytes is the little-endian elements b of a tensor of type typ as ort's data.
 func fromBytes(typ string, b []byte) any {
 	le := binary.LittleEndian
 	switch typ {
@@ -207,31 +214,45 @@ func fromBytes(typ string, b []byte) any {
 		v, _ := codec.BytesFloat32(b)
 		return v
 	case "float64":
-		v := make([]float64, len(b)/8)
-		for i := range v {
-			v[i] = math.Float64frombits(le.Uint64(b[8*i:]))
-		}
-		return v
+		return decode(b, 8, func(b []byte) float64 { return math.Float64frombits(le.Uint64(b)) })
+	case "float16":
+		return ort.Float16(decode(b, 2, le.Uint16))
+	case "bfloat16":
+		return ort.BFloat16(decode(b, 2, le.Uint16))
 	case "int64":
-		v := make([]int64, len(b)/8)
-		for i := range v {
-			v[i] = int64(le.Uint64(b[8*i:]))
-		}
-		return v
+		return decode(b, 8, func(b []byte) int64 { return int64(le.Uint64(b)) })
 	case "int32":
-		v := make([]int32, len(b)/4)
-		for i := range v {
-			v[i] = int32(le.Uint32(b[4*i:]))
-		}
-		return v
+		return decode(b, 4, func(b []byte) int32 { return int32(le.Uint32(b)) })
+	case "int16":
+		return decode(b, 2, func(b []byte) int16 { return int16(le.Uint16(b)) })
+	case "int8":
+		return decode(b, 1, func(b []byte) int8 { return int8(b[0]) })
+	case "uint64":
+		return decode(b, 8, le.Uint64)
+	case "uint32":
+		return decode(b, 4, le.Uint32)
+	case "uint16":
+		return decode(b, 2, le.Uint16)
 	case "bool":
-		v := make([]bool, len(b))
-		for i := range v {
-			v[i] = b[i] != 0
-		}
-		return v
+		return decode(b, 1, func(b []byte) bool { return b[0] != 0 })
 	}
 	return append([]uint8(nil), b...)
+}
+
+func decode[T any](b []byte, size int, f func([]byte) T) []T {
+	v := make([]T, len(b)/size)
+	for i := range v {
+		v[i] = f(b[size*i:])
+	}
+	return v
+}
+
+func encode[T any](typ string, d []T, size int, f func([]byte, T)) (string, []byte) {
+	b := make([]byte, size*len(d))
+	for i, v := range d {
+		f(b[size*i:], v)
+	}
+	return typ, b
 }
 
 // toCodec is t as the contract's tensor; its shape is never nil ([] for a scalar, which
@@ -243,27 +264,31 @@ func toCodec(t ort.Tensor) *codec.Tensor {
 	case []float32:
 		out.Type, out.Data = "float32", codec.Float32Bytes(d)
 	case []float64:
-		out.Type, out.Data = "float64", make([]byte, 8*len(d))
-		for i, v := range d {
-			le.PutUint64(out.Data[8*i:], math.Float64bits(v))
-		}
+		out.Type, out.Data = encode("float64", d, 8, func(b []byte, v float64) { le.PutUint64(b, math.Float64bits(v)) })
+	case ort.Float16:
+		out.Type, out.Data = encode("float16", d, 2, le.PutUint16)
+	case ort.BFloat16:
+		out.Type, out.Data = encode("bfloat16", d, 2, le.PutUint16)
 	case []int64:
-		out.Type, out.Data = "int64", make([]byte, 8*len(d))
-		for i, v := range d {
-			le.PutUint64(out.Data[8*i:], uint64(v))
-		}
+		out.Type, out.Data = encode("int64", d, 8, func(b []byte, v int64) { le.PutUint64(b, uint64(v)) })
 	case []int32:
-		out.Type, out.Data = "int32", make([]byte, 4*len(d))
-		for i, v := range d {
-			le.PutUint32(out.Data[4*i:], uint32(v))
-		}
+		out.Type, out.Data = encode("int32", d, 4, func(b []byte, v int32) { le.PutUint32(b, uint32(v)) })
+	case []int16:
+		out.Type, out.Data = encode("int16", d, 2, func(b []byte, v int16) { le.PutUint16(b, uint16(v)) })
+	case []int8:
+		out.Type, out.Data = encode("int8", d, 1, func(b []byte, v int8) { b[0] = byte(v) })
+	case []uint64:
+		out.Type, out.Data = encode("uint64", d, 8, le.PutUint64)
+	case []uint32:
+		out.Type, out.Data = encode("uint32", d, 4, le.PutUint32)
+	case []uint16:
+		out.Type, out.Data = encode("uint16", d, 2, le.PutUint16)
 	case []bool:
-		out.Type, out.Data = "bool", make([]byte, len(d))
-		for i, v := range d {
+		out.Type, out.Data = encode("bool", d, 1, func(b []byte, v bool) {
 			if v {
-				out.Data[i] = 1
+				b[0] = 1
 			}
-		}
+		})
 	case []uint8:
 		out.Type, out.Data = "uint8", append([]byte(nil), d...)
 	}

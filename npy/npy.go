@@ -1,6 +1,12 @@
 // Package npy reads and writes NumPy's .npy files (format versions 1.0, 2.0 and 3.0) for
-// the element types of codec.Tensor: little-endian float32 ('<f4'), float64 ('<f8'), int64
-// ('<i8'), int32 ('<i4'), uint8 ('|u1') and bool ('|b1'), in C order.
+// the element types of codec.Tensor, in C order: little-endian float32 ('<f4'), float64
+// ('<f8'), float16 ('<f2'), int64 ('<i8'), int32 ('<i4'), int16 ('<i2'), int8 ('|i1'),
+// uint64 ('<u8'), uint32 ('<u4'), uint16 ('<u2'), uint8 ('|u1') and bool ('|b1').
+//
+// bfloat16 has no NumPy dtype: a bfloat16 tensor is never written (HeaderOf refuses it, and
+// the infer op refuses a bfloat16 output sent to a file before it runs), and a '<u2' file is
+// read as uint16, which a bfloat16 model input refuses. Convert bfloat16 to float32 in the
+// model, or send it inline.
 //
 // Every byte of a file is hostile. Decode works on a file already read into memory (the
 // caller bounds that read) and allocates only the shape it returns (at most MaxRank
@@ -45,15 +51,30 @@ const (
 var descrs = map[string]string{
 	"<f4": "float32",
 	"<f8": "float64",
+	"<f2": "float16",
 	"<i8": "int64",
 	"<i4": "int32",
+	"<i2": "int16",
+	"|i1": "int8", "<i1": "int8", ">i1": "int8",
+	"<u8": "uint64",
+	"<u4": "uint32",
+	"<u2": "uint16",
 	"|u1": "uint8", "<u1": "uint8", ">u1": "uint8",
 	"|b1": "bool", "<b1": "bool", ">b1": "bool",
 }
 
 // descrOf is the dtype string Encode writes for a tensor type.
 var descrOf = map[string]string{
-	"float32": "<f4", "float64": "<f8", "int64": "<i8", "int32": "<i4", "uint8": "|u1", "bool": "|b1",
+	"float32": "<f4", "float64": "<f8", "float16": "<f2",
+	"int64": "<i8", "int32": "<i4", "int16": "<i2", "int8": "|i1",
+	"uint64": "<u8", "uint32": "<u4", "uint16": "<u2", "uint8": "|u1", "bool": "|b1",
+}
+
+// Writable reports whether a tensor of type typ can be written as a .npy file (every
+// tensor type but bfloat16, which has no NumPy dtype).
+func Writable(typ string) bool {
+	_, ok := descrOf[typ]
+	return ok
 }
 
 // Header is what a .npy header declares.
@@ -149,7 +170,7 @@ func sameInCOrder(shape []int64) bool {
 }
 
 func unsupported(descr string) error {
-	return fmt.Errorf("dtype %q is not supported (the tensor types are float32 '<f4', float64 '<f8', int64 '<i8', int32 '<i4', uint8 '|u1', bool '|b1'; big-endian data and other types must be converted first)", descr)
+	return fmt.Errorf("dtype %q is not supported (the tensor types are float32 '<f4', float64 '<f8', float16 '<f2', int64 '<i8', int32 '<i4', int16 '<i2', int8 '|i1', uint64 '<u8', uint32 '<u4', uint16 '<u2', uint8 '|u1', bool '|b1'; big-endian data and other types must be converted first)", descr)
 }
 
 // parser reads the header dict, a Python literal of a fixed form:
@@ -347,7 +368,7 @@ func HeaderOf(t *codec.Tensor) ([]byte, error) {
 	}
 	descr, ok := descrOf[t.Type]
 	if !ok {
-		return nil, fmt.Errorf("tensor type %q has no .npy dtype", t.Type)
+		return nil, fmt.Errorf("tensor type %q has no .npy dtype (NumPy has no bfloat16; send it inline)", t.Type)
 	}
 	if len(t.Shape) > MaxRank {
 		return nil, fmt.Errorf("tensor shape has %d dimensions, over the limit of %d", len(t.Shape), MaxRank)

@@ -101,6 +101,12 @@ func TestRoundTrip(t *testing.T) {
 		{"int32", []int64{}},
 		{"uint8", []int64{3, 0}},
 		{"bool", []int64{7, 1}},
+		{"float16", []int64{2, 3}},
+		{"int16", []int64{4}},
+		{"int8", []int64{}},
+		{"uint64", []int64{1, 2}},
+		{"uint32", []int64{3}},
+		{"uint16", []int64{0}},
 		{"float32", []int64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2}},
 	} {
 		n, err := codec.Elements(c.shape)
@@ -147,8 +153,8 @@ func TestRoundTrip(t *testing.T) {
 	if _, err := Encode(&codec.Tensor{Type: "float32", Shape: make([]int64, MaxRank+1)}); err == nil {
 		t.Error("Encode wrote a tensor of more than MaxRank dimensions")
 	}
-	if _, err := Encode(&codec.Tensor{Type: "float16", Shape: []int64{1}, Data: []byte{0, 0}}); err == nil {
-		t.Error("Encode wrote a float16 tensor")
+	if _, err := Encode(&codec.Tensor{Type: "bfloat16", Shape: []int64{1}, Data: []byte{0, 0}}); err == nil {
+		t.Error("Encode wrote a bfloat16 tensor")
 	}
 	if _, err := Encode(&codec.Tensor{Type: "float32", Shape: []int64{2}, Data: f32(1)}); err == nil {
 		t.Error("Encode wrote a tensor whose data does not match its shape")
@@ -185,9 +191,10 @@ func TestRefusals(t *testing.T) {
 		{"data too short", file(1, good, f32(1)), "declares float32 [2] (8 bytes of data), but the file holds 4"},
 		{"data too long", file(1, good, f32(1, 2, 3)), "the file holds 12"},
 		{"fortran order", file(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", f32(1, 2, 3, 4)), "fortran_order is True"},
-		{"float16", file(1, "{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }", []byte{0, 0, 0, 0}), `dtype "<f2" is not supported`},
+		{"big-endian float16", file(1, "{'descr': '>f2', 'fortran_order': False, 'shape': (2,), }", []byte{0, 0, 0, 0}), `dtype ">f2" is not supported`},
+		{"complex", file(1, "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", f32(1, 2)), `dtype "<c8" is not supported`},
 		{"big-endian", file(1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", f32(1, 2)), `dtype ">f4" is not supported`},
-		{"int8", file(1, "{'descr': '|i1', 'fortran_order': False, 'shape': (2,), }", []byte{1, 2}), `dtype "|i1" is not supported`},
+		{"float16 short", file(1, "{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }", []byte{0, 0, 0}), "declares float16 [2] (4 bytes of data), but the file holds 3"},
 		{"object", file(1, "{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", make([]byte, 16)), `dtype "|O" is not supported`},
 		{"structured", file(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", f32(1, 2)), "structured"},
 		{"unknown key", file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", f32(1, 2)), "unknown key"},
@@ -261,4 +268,39 @@ func FuzzNPY(f *testing.F) {
 			t.Fatalf("round trip changed %s %v into %s %v", tn.Type, tn.Shape, back.Type, back.Shape)
 		}
 	})
+}
+
+// TestNewDtypes reads the dtypes of the types added for every ONNX Runtime numeric tensor
+// as np.save spells them ('|i1', '<i2', '<u2', '<u4', '<u8', '<f2'), writes them back with
+// the same spelling, and refuses to write bfloat16 (no NumPy dtype).
+func TestNewDtypes(t *testing.T) {
+	for descr, typ := range map[string]string{"|i1": "int8", "<i2": "int16", "<u2": "uint16", "<u4": "uint32", "<u8": "uint64", "<f2": "float16"} {
+		size := codec.ElemSize(typ)
+		data := make([]byte, 3*size)
+		for i := range data {
+			data[i] = byte(0xf0 + i)
+		}
+		b := file(1, "{'descr': '"+descr+"', 'fortran_order': False, 'shape': (3,), }", data)
+		tn, err := Decode(b)
+		if err != nil {
+			t.Fatalf("%s: %v", descr, err)
+		}
+		if tn.Type != typ || len(tn.Shape) != 1 || tn.Shape[0] != 3 || !bytes.Equal(tn.Data, data) {
+			t.Errorf("%s: got %+v", descr, tn)
+		}
+		out, err := Encode(tn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(out, b) {
+			t.Errorf("%s: Encode wrote\n%q\nwant\n%q", descr, out, b)
+		}
+	}
+	bf := &codec.Tensor{Type: "bfloat16", Shape: []int64{1}, Data: []byte{0x80, 0x3f}}
+	if _, err := Encode(bf); err == nil || !strings.Contains(err.Error(), "bfloat16") {
+		t.Errorf("bfloat16 encoded: %v", err)
+	}
+	if Writable("bfloat16") || !Writable("float16") || !Writable("uint64") {
+		t.Error("Writable")
+	}
 }

@@ -98,6 +98,7 @@ func TestRuntimeChild(t *testing.T) {
 	t.Run("ScalarModel", c.testScalarModel)
 	t.Run("ConstModel", c.testConstModel)
 	t.Run("UnknownRank", c.testUnknownRank)
+	t.Run("ElementTypes", c.testElementTypes)
 	t.Run("UnreturnableOutput", c.testUnreturnableOutput)
 	t.Run("Unloadable", c.testUnloadable)
 	t.Run("ProbeChain", c.testProbeChain)

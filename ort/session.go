@@ -86,7 +86,7 @@ func (r *Runtime) NewSession(path string, cfg SessionConfig) (*Session, error) {
 	s := &Session{Path: path, Inputs: ioInfos(ins), Outputs: ioInfos(outs)}
 	var fetched []IOInfo
 	for i, o := range s.Outputs {
-		if Returnable(o.Type) {
+		if returnable(o) {
 			s.fetch = append(s.fetch, i)
 			fetched = append(fetched, o)
 		}
@@ -305,8 +305,8 @@ func (s *Session) outputs() ([]onnx.Value, error) {
 		switch {
 		case s.scalar[j].Load() || len(s.Inputs) == 0 && len(o.Shape) == 0:
 			outs[j], err = newScalar(o.Type)
-		case len(s.Inputs) == 0:
-			outs[j], err = newEmpty(o.Type, o.Shape)
+		case len(s.Inputs) == 0 || isHalf(o.Type):
+			outs[j], err = newEmpty(o.Type, o.Shape) // a half's shape is known (returnable)
 		}
 		if err != nil {
 			return outs, codec.Errorf(codec.CodeInternal, "output %q: %v", o.Name, err)
@@ -342,7 +342,7 @@ func (s *Session) results(outs []onnx.Value) ([]Tensor, error) {
 		if v == nil || isNil(v) {
 			return nil, codec.Errorf(codec.CodeInternal, "the runtime returned no value for output %q", name)
 		}
-		t, err := fromValue(name, v)
+		t, err := fromValue(name, s.Outputs[s.fetch[j]].Type, v)
 		if err != nil {
 			return nil, err
 		}
@@ -479,6 +479,20 @@ func typeName(t onnx.TensorElementDataType) string {
 		return "int64"
 	case onnx.TensorElementDataTypeInt32:
 		return "int32"
+	case onnx.TensorElementDataTypeInt16:
+		return "int16"
+	case onnx.TensorElementDataTypeInt8:
+		return "int8"
+	case onnx.TensorElementDataTypeUint64:
+		return "uint64"
+	case onnx.TensorElementDataTypeUint32:
+		return "uint32"
+	case onnx.TensorElementDataTypeUint16:
+		return "uint16"
+	case onnx.TensorElementDataTypeFloat16:
+		return "float16"
+	case onnx.TensorElementDataTypeBFloat16:
+		return "bfloat16"
 	case onnx.TensorElementDataTypeUint8:
 		return "uint8"
 	case onnx.TensorElementDataTypeBool:

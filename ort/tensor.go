@@ -1,20 +1,29 @@
 package ort
 
 import (
+	"encoding/binary"
 	"fmt"
 	"reflect"
+	"slices"
 
 	onnx "github.com/yalue/onnxruntime_go"
 )
 
 // Tensor is a named tensor held in Go memory. Data is one of []float32, []float64,
-// []int64, []int32, []uint8 or []bool, with len = product of Shape; an empty Shape is a
-// scalar (rank 0, one element).
+// Float16, BFloat16, []int64, []int32, []int16, []int8, []uint64, []uint32, []uint16,
+// []uint8 or []bool, with len = product of Shape; an empty Shape is a scalar (rank 0, one
+// element).
 type Tensor struct {
 	Name  string
 	Shape []int64
 	Data  any
 }
+
+// Float16 is the data of a float16 tensor: each element's IEEE 754 half-precision bits.
+type Float16 []uint16
+
+// BFloat16 is the data of a bfloat16 tensor: each element's bits (a float32's top 16).
+type BFloat16 []uint16
 
 // Float32 returns the data as []float32, or nil if it is another type.
 func (t Tensor) Float32() []float32 {
@@ -59,13 +68,42 @@ func (t Tensor) value() (onnx.Value, error) {
 		return onnx.NewTensor(shape, d)
 	case []int32:
 		return onnx.NewTensor(shape, d)
+	case []int16:
+		return onnx.NewTensor(shape, d)
+	case []int8:
+		return onnx.NewTensor(shape, d)
+	case []uint64:
+		return onnx.NewTensor(shape, d)
+	case []uint32:
+		return onnx.NewTensor(shape, d)
+	case []uint16:
+		return onnx.NewTensor(shape, d)
 	case []uint8:
 		return onnx.NewTensor(shape, d)
 	case []bool:
 		return onnx.NewTensor(shape, d)
+	case Float16:
+		return halfValue(shape, d, onnx.TensorElementDataTypeFloat16)
+	case BFloat16:
+		return halfValue(shape, d, onnx.TensorElementDataTypeBFloat16)
 	}
 	return nil, fmt.Errorf("unsupported tensor data %T", t.Data)
 }
+
+// halfValue is a float16 or bfloat16 tensor (no generic type of onnxruntime_go holds
+// them): a CustomDataTensor over the elements' little-endian bytes. A zero-size tensor
+// gets two bytes of backing all the same (CustomDataTensor refuses an empty buffer; the
+// runtime reads none of it).
+func halfValue(shape onnx.Shape, bits []uint16, typ onnx.TensorElementDataType) (onnx.Value, error) {
+	b := make([]byte, 2*max(len(bits), 1))
+	for i, v := range bits {
+		binary.LittleEndian.PutUint16(b[2*i:], v)
+	}
+	return onnx.NewCustomDataTensor(shape, b, typ)
+}
+
+// errHalfScalar: onnxruntime_go makes a rank-0 value only of a Go numeric type.
+var errHalfScalar = fmt.Errorf("a rank-0 (scalar) float16 or bfloat16 tensor is not supported yet (onnxruntime_go cannot make one); give it shape [1] in the model")
 
 // scalarValue is the rank-0 value (shape []) holding data's one element: onnx.NewTensor
 // refuses a shape without dimensions, and a model input declared as a scalar (Silero
@@ -80,23 +118,55 @@ func scalarValue(data any) (onnx.Value, error) {
 		return onnx.NewScalar(d[0])
 	case []int32:
 		return onnx.NewScalar(d[0])
+	case []int16:
+		return onnx.NewScalar(d[0])
+	case []int8:
+		return onnx.NewScalar(d[0])
+	case []uint64:
+		return onnx.NewScalar(d[0])
+	case []uint32:
+		return onnx.NewScalar(d[0])
+	case []uint16:
+		return onnx.NewScalar(d[0])
 	case []uint8:
 		return onnx.NewScalar(d[0])
 	case []bool:
 		return onnx.NewScalar(d[0])
+	case Float16, BFloat16:
+		return nil, errHalfScalar
 	}
 	return nil, fmt.Errorf("unsupported tensor data %T", data)
 }
 
 // Returnable reports whether Session.Run can return an output of type typ (an IOInfo's
 // Type): a tensor of an element type that fromValue copies. Keep it in step with
-// fromValue, newScalar and newEmpty.
+// fromValue, newScalar and newEmpty. (A float16 or bfloat16 output is returned only when
+// its shape is known before the run: see returnable.)
 func Returnable(typ string) bool {
 	switch typ {
-	case "float32", "float64", "int64", "int32", "uint8", "bool":
+	case "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8",
+		"uint64", "uint32", "uint16", "uint8", "bool":
 		return true
 	}
 	return false
+}
+
+// isHalf reports whether typ is float16 or bfloat16.
+func isHalf(typ string) bool { return typ == "float16" || typ == "bfloat16" }
+
+// returnable reports whether Run returns output o. A float16 or bfloat16 output must be
+// given to the runtime preallocated, so its shape must be fully known from the model, of
+// rank 1 or more: onnxruntime_go v1.27 copies a runtime-allocated tensor of a type it has
+// no Go type for with one byte per element (half of a float16's), which fails, and makes
+// no rank-0 value of these types.
+func returnable(o IOInfo) bool {
+	if !Returnable(o.Type) {
+		return false
+	}
+	if isHalf(o.Type) {
+		return len(o.Shape) > 0 && !slices.ContainsFunc(o.Shape, func(d int64) bool { return d < 0 })
+	}
+	return true
 }
 
 // newScalar is a preallocated rank-0 output of element type typ.
@@ -110,10 +180,22 @@ func newScalar(typ string) (onnx.Value, error) {
 		return onnx.NewScalar[int64](0)
 	case "int32":
 		return onnx.NewScalar[int32](0)
+	case "int16":
+		return onnx.NewScalar[int16](0)
+	case "int8":
+		return onnx.NewScalar[int8](0)
+	case "uint64":
+		return onnx.NewScalar[uint64](0)
+	case "uint32":
+		return onnx.NewScalar[uint32](0)
+	case "uint16":
+		return onnx.NewScalar[uint16](0)
 	case "uint8":
 		return onnx.NewScalar[uint8](0)
 	case "bool":
 		return onnx.NewScalar(false)
+	case "float16", "bfloat16":
+		return nil, errHalfScalar
 	}
 	return nil, fmt.Errorf("unsupported output type %s", typ)
 }
@@ -131,17 +213,31 @@ func newEmpty(typ string, shape []int64) (onnx.Value, error) {
 		return onnx.NewEmptyTensor[int64](s)
 	case "int32":
 		return onnx.NewEmptyTensor[int32](s)
+	case "int16":
+		return onnx.NewEmptyTensor[int16](s)
+	case "int8":
+		return onnx.NewEmptyTensor[int8](s)
+	case "uint64":
+		return onnx.NewEmptyTensor[uint64](s)
+	case "uint32":
+		return onnx.NewEmptyTensor[uint32](s)
+	case "uint16":
+		return onnx.NewEmptyTensor[uint16](s)
 	case "uint8":
 		return onnx.NewEmptyTensor[uint8](s)
 	case "bool":
 		return onnx.NewEmptyTensor[bool](s)
+	case "float16":
+		return halfValue(s, make([]uint16, s.FlattenedSize()), onnx.TensorElementDataTypeFloat16)
+	case "bfloat16":
+		return halfValue(s, make([]uint16, s.FlattenedSize()), onnx.TensorElementDataTypeBFloat16)
 	}
 	return nil, fmt.Errorf("unsupported output type %s", typ)
 }
 
-// fromValue copies an output into Go memory. The shape and data are never nil: a rank-0
-// output has the shape [] and one element, a zero-size one no element.
-func fromValue(name string, v onnx.Value) (Tensor, error) {
+// fromValue copies an output of element type typ into Go memory. The shape and data are
+// never nil: a rank-0 output has the shape [] and one element, a zero-size one no element.
+func fromValue(name, typ string, v onnx.Value) (Tensor, error) {
 	t := Tensor{Name: name, Shape: append([]int64{}, v.GetShape()...)}
 	switch x := v.(type) {
 	case *onnx.Tensor[float32]:
@@ -152,6 +248,16 @@ func fromValue(name string, v onnx.Value) (Tensor, error) {
 		t.Data = append([]int64{}, x.GetData()...)
 	case *onnx.Tensor[int32]:
 		t.Data = append([]int32{}, x.GetData()...)
+	case *onnx.Tensor[int16]:
+		t.Data = append([]int16{}, x.GetData()...)
+	case *onnx.Tensor[int8]:
+		t.Data = append([]int8{}, x.GetData()...)
+	case *onnx.Tensor[uint64]:
+		t.Data = append([]uint64{}, x.GetData()...)
+	case *onnx.Tensor[uint32]:
+		t.Data = append([]uint32{}, x.GetData()...)
+	case *onnx.Tensor[uint16]:
+		t.Data = append([]uint16{}, x.GetData()...)
 	case *onnx.Tensor[uint8]:
 		t.Data = append([]uint8{}, x.GetData()...)
 	case *onnx.Tensor[bool]:
@@ -164,10 +270,38 @@ func fromValue(name string, v onnx.Value) (Tensor, error) {
 		t.Data = []int64{x.GetData()}
 	case *onnx.Scalar[int32]:
 		t.Data = []int32{x.GetData()}
+	case *onnx.Scalar[int16]:
+		t.Data = []int16{x.GetData()}
+	case *onnx.Scalar[int8]:
+		t.Data = []int8{x.GetData()}
+	case *onnx.Scalar[uint64]:
+		t.Data = []uint64{x.GetData()}
+	case *onnx.Scalar[uint32]:
+		t.Data = []uint32{x.GetData()}
+	case *onnx.Scalar[uint16]:
+		t.Data = []uint16{x.GetData()}
 	case *onnx.Scalar[uint8]:
 		t.Data = []uint8{x.GetData()}
 	case *onnx.Scalar[bool]:
 		t.Data = []bool{x.GetData()}
+	case *onnx.CustomDataTensor:
+		if !isHalf(typ) || len(t.Shape) == 0 {
+			return t, fmt.Errorf("output %q has an unsupported type %s", name, typ)
+		}
+		n := onnx.Shape(t.Shape).FlattenedSize()
+		b := x.GetData()
+		if int64(len(b)) < 2*n {
+			return t, fmt.Errorf("output %q: %d bytes of data for %d %s elements", name, len(b), n, typ)
+		}
+		bits := make([]uint16, n)
+		for i := range bits {
+			bits[i] = binary.LittleEndian.Uint16(b[2*i:])
+		}
+		if typ == "float16" {
+			t.Data = Float16(bits)
+		} else {
+			t.Data = BFloat16(bits)
+		}
 	default:
 		return t, fmt.Errorf("output %q has an unsupported type %T", name, v)
 	}

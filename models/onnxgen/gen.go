@@ -409,6 +409,27 @@ func ConstGraph() *Graph {
 	return g
 }
 
+// IdentityGraph builds a one-operator model for the element type typ: "x" typ dims ->
+// Identity -> "y" typ dims (dims as for AddInput). It is not written by Generate; tests of
+// the element types write one per type.
+func IdentityGraph(typ DataType, dims ...any) *Graph {
+	g := NewGraph(fmt.Sprintf("onnxgen_identity_%d", typ))
+	g.AddInput("x", typ, dims...)
+	g.AddOutput("y", typ, dims...)
+	g.AddNode("Identity", []string{"x"}, []string{"y"})
+	return g
+}
+
+// CastGraph builds a one-operator model: "x" from dims -> Cast(to) -> "y" to dims. It is
+// not written by Generate.
+func CastGraph(from, to DataType, dims ...any) *Graph {
+	g := NewGraph(fmt.Sprintf("onnxgen_cast_%d_%d", from, to))
+	g.AddInput("x", from, dims...)
+	g.AddOutput("y", to, dims...)
+	g.AddNode("Cast", []string{"x"}, []string{"y"}, AttrInt("to", int64(to)))
+	return g
+}
+
 // UnloadableGraph builds a well-formed ONNX file that ONNX Runtime refuses to load: its
 // one node is an operator no opset has ("x" float [2] -> NoSuchOp -> "y" float [2]).
 // It is not written by Generate; tests write it where they need a model that cannot load.

@@ -30,12 +30,29 @@ const (
 // DataType is an ONNX TensorProto element type.
 type DataType int32
 
-// Element types used by the generated models (TensorProto.DataType values).
+// Element types (TensorProto.DataType values): every numeric type of ONNX Runtime.
 const (
-	Float DataType = 1
-	Int64 DataType = 7
-	Bool  DataType = 9
+	Float    DataType = 1
+	Uint8    DataType = 2
+	Int8     DataType = 3
+	Uint16   DataType = 4
+	Int16    DataType = 5
+	Int32    DataType = 6
+	Int64    DataType = 7
+	Bool     DataType = 9
+	Float16  DataType = 10
+	Double   DataType = 11
+	Uint32   DataType = 12
+	Uint64   DataType = 13
+	BFloat16 DataType = 16
 )
+
+// DataTypes maps ortbus's tensor type names (codec.Tensor's Type) to ONNX element types.
+var DataTypes = map[string]DataType{
+	"float32": Float, "float64": Double, "float16": Float16, "bfloat16": BFloat16,
+	"int64": Int64, "int32": Int32, "int16": Int16, "int8": Int8,
+	"uint64": Uint64, "uint32": Uint32, "uint16": Uint16, "uint8": Uint8, "bool": Bool,
+}
 
 // Field numbers from onnx.proto (only those the writer needs).
 const (

@@ -325,6 +325,8 @@ func TestModelsWellFormed(t *testing.T) {
 		{"const", ConstGraph(), nil, []string{"answer", "table", "none"}},
 		{"unloadable", UnloadableGraph(), one("x"), one("y")},
 		{"triplets", TripletsGraph(), one("x"), one("y")},
+		{"identity", IdentityGraph(Float16, 2, 3), one("x"), one("y")},
+		{"cast", CastGraph(Float, BFloat16, "N"), one("x"), one("y")},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

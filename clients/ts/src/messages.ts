@@ -69,7 +69,10 @@ export interface SegmentReply extends Served {
   height: number;
 }
 
-export type TensorType = "float32" | "float64" | "int64" | "int32" | "uint8" | "bool";
+export type TensorType =
+  | "float32" | "float64" | "float16" | "bfloat16"
+  | "int64" | "int32" | "int16" | "int8"
+  | "uint64" | "uint32" | "uint16" | "uint8" | "bool";
 
 /** A raw tensor of the infer op: little-endian element bytes of `type`. */
 export interface Tensor {

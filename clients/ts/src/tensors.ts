@@ -54,7 +54,64 @@ export function float32FromBytes(raw: unknown): Float32Array {
   return out;
 }
 
-const ELEM_SIZE: Record<TensorType, number> = { float32: 4, float64: 8, int64: 8, int32: 4, uint8: 1, bool: 1 };
+const ELEM_SIZE: Record<TensorType, number> = {
+  float32: 4, float64: 8, float16: 2, bfloat16: 2,
+  int64: 8, int32: 4, int16: 2, int8: 1,
+  uint64: 8, uint32: 4, uint16: 2, uint8: 1, bool: 1,
+};
+
+const F32 = new Float32Array(1);
+const U32 = new Uint32Array(F32.buffer);
+
+/** The bits of the IEEE 754 half-precision float nearest to v (round to nearest even). */
+export function float16Bits(v: number): number {
+  F32[0] = v;
+  const x = U32[0]!;
+  const sign = (x >>> 16) & 0x8000;
+  const exp = (x >>> 23) & 0xff;
+  let mant = x & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0); // Inf, NaN
+  const e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00; // overflow: Inf
+  if (e <= 0) {
+    if (e < -10) return sign; // underflow: ±0
+    mant |= 0x800000;
+    const shift = 14 - e;
+    const half = 1 << (shift - 1);
+    const rest = mant & ((1 << shift) - 1);
+    let m = mant >>> shift;
+    if (rest > half || (rest === half && m & 1)) m++;
+    return sign | m;
+  }
+  let h = (e << 10) | (mant >>> 13);
+  const rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest === 0x1000 && h & 1)) h++; // may carry into the exponent: right
+  return sign | h;
+}
+
+/** The value of a float16's bits. */
+export function float16Value(b: number): number {
+  const sign = b & 0x8000 ? -1 : 1;
+  const exp = (b >>> 10) & 0x1f;
+  const mant = b & 0x3ff;
+  if (exp === 0) return sign * mant * 2 ** -24;
+  if (exp === 0x1f) return mant ? NaN : sign * Infinity;
+  return sign * (1 + mant / 1024) * 2 ** (exp - 15);
+}
+
+/** The bits of the bfloat16 nearest to v (the top 16 bits of a float32, round to nearest even). */
+export function bfloat16Bits(v: number): number {
+  F32[0] = v;
+  const x = U32[0]!;
+  if (Number.isNaN(v)) return (x >>> 16) | 0x40;
+  return ((x + 0x7fff + ((x >>> 16) & 1)) >>> 16) & 0xffff;
+}
+
+/** The value of a bfloat16's bits. */
+export function bfloat16Value(b: number): number {
+  U32[0] = (b & 0xffff) << 16;
+  return F32[0]!;
+}
 
 /** Encodes a tensor for infer: its values as little-endian bytes of its type. */
 export function tensorBytes(t: TensorInput): Tensor {
@@ -62,7 +119,7 @@ export function tensorBytes(t: TensorInput): Tensor {
   if (size === undefined) throw new OrtbusError("bad_request", `tensor type ${String(t.type)} is not one of ${Object.keys(ELEM_SIZE).join(", ")}`);
   const shape = t.shape.map((d) => Number(d));
   const d = t.data;
-  if (d instanceof Uint8Array && t.type !== "uint8" && t.type !== "bool") {
+  if (d instanceof Uint8Array && t.type !== "uint8" && t.type !== "bool" && t.type !== "int8") {
     return { type: t.type, shape, data: copyBytes(d) }; // already raw bytes
   }
   const n = (d as ArrayLike<unknown>).length;
@@ -83,6 +140,27 @@ export function tensorBytes(t: TensorInput): Tensor {
       case "int32":
         dv.setInt32(4 * i, Number(v), true);
         break;
+      case "float16":
+        dv.setUint16(2 * i, float16Bits(Number(v)), true);
+        break;
+      case "bfloat16":
+        dv.setUint16(2 * i, bfloat16Bits(Number(v)), true);
+        break;
+      case "int16":
+        dv.setInt16(2 * i, Number(v), true);
+        break;
+      case "int8":
+        dv.setInt8(i, Number(v));
+        break;
+      case "uint64":
+        dv.setBigUint64(8 * i, typeof v === "bigint" ? v : BigInt(Math.trunc(Number(v))), true);
+        break;
+      case "uint32":
+        dv.setUint32(4 * i, Number(v), true);
+        break;
+      case "uint16":
+        dv.setUint16(2 * i, Number(v), true);
+        break;
       case "uint8":
         dv.setUint8(i, Number(v));
         break;
@@ -94,7 +172,12 @@ export function tensorBytes(t: TensorInput): Tensor {
   return { type: t.type, shape, data: out };
 }
 
-const NPY_DESCR: Record<TensorType, string> = { float32: "<f4", float64: "<f8", int64: "<i8", int32: "<i4", uint8: "|u1", bool: "|b1" };
+/** The .npy dtype of each type; bfloat16 has none (NumPy has no bfloat16). */
+const NPY_DESCR: Partial<Record<TensorType, string>> = {
+  float32: "<f4", float64: "<f8", float16: "<f2",
+  int64: "<i8", int32: "<i4", int16: "<i2", int8: "|i1",
+  uint64: "<u8", uint32: "<u4", uint16: "<u2", uint8: "|u1", bool: "|b1",
+};
 const NPY_MAGIC = [0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]; // \x93NUMPY
 
 /**
@@ -103,6 +186,7 @@ const NPY_MAGIC = [0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]; // \x93NUMPY
  */
 export function npyBytes(t: TensorInput): Uint8Array {
   const w = tensorBytes(t);
+  if (NPY_DESCR[w.type] === undefined) throw new OrtbusError("bad_request", `tensor type ${w.type} has no .npy dtype (NumPy has no bfloat16)`);
   const shape = w.shape.length === 1 ? `(${w.shape[0]},)` : `(${w.shape.join(", ")})`;
   let h = `{'descr': '${NPY_DESCR[w.type]}', 'fortran_order': False, 'shape': ${shape}, }`;
   h += " ".repeat((64 - ((10 + h.length + 1) % 64)) % 64) + "\n";
@@ -130,7 +214,7 @@ export function tensorFromNpy(b: Uint8Array): Tensor {
   if (hlen > 65536 || start + hlen > b.byteLength) throw bad(`header length ${hlen}`);
   const h = new TextDecoder("latin1").decode(b.subarray(start, start + hlen));
   const descr = /['"]descr['"]\s*:\s*['"]([^'"]*)['"]/.exec(h)?.[1];
-  const type = (Object.keys(NPY_DESCR) as TensorType[]).find((k) => NPY_DESCR[k] === descr || (NPY_DESCR[k][0] === "|" && descr === "<" + NPY_DESCR[k].slice(1)));
+  const type = (Object.keys(NPY_DESCR) as TensorType[]).find((k) => NPY_DESCR[k] === descr || (NPY_DESCR[k]?.[0] === "|" && descr === "<" + NPY_DESCR[k]!.slice(1)));
   if (type === undefined) throw bad(`dtype ${descr}`);
   if (/['"]fortran_order['"]\s*:\s*True/.test(h)) throw bad("fortran_order is True");
   const dims = /['"]shape['"]\s*:\s*\(([^)]*)\)/.exec(h)?.[1];
@@ -143,10 +227,14 @@ export function tensorFromNpy(b: Uint8Array): Tensor {
 }
 
 /**
- * The values of a tensor: Float32Array, Float64Array, Int32Array or Uint8Array for those
- * types; int64 as a number array (exact up to 2^53, never bigints); bool as booleans.
+ * The values of a tensor: Float32Array, Float64Array, Int32Array, Int16Array, Int8Array,
+ * Uint32Array, Uint16Array or Uint8Array for those types; float16 and bfloat16 as a
+ * Float32Array (exact); int64 and uint64 as a number array (exact up to 2^53, never
+ * bigints); bool as booleans.
  */
-export function tensorValues(t: Tensor): Float32Array | Float64Array | Int32Array | Uint8Array | number[] | boolean[] {
+export function tensorValues(
+  t: Tensor,
+): Float32Array | Float64Array | Int32Array | Int16Array | Int8Array | Uint32Array | Uint16Array | Uint8Array | number[] | boolean[] {
   const size = ELEM_SIZE[t.type];
   if (size === undefined) throw new OrtbusError("internal", `unknown tensor type ${String(t.type)}`);
   const n = Math.floor(t.data.byteLength / size);
@@ -170,6 +258,35 @@ export function tensorValues(t: Tensor): Float32Array | Float64Array | Int32Arra
     case "int32": {
       const out = new Int32Array(n);
       for (let i = 0; i < n; i++) out[i] = dv.getInt32(4 * i, true);
+      return out;
+    }
+    case "float16":
+    case "bfloat16": {
+      const out = new Float32Array(n);
+      const f = t.type === "float16" ? float16Value : bfloat16Value;
+      for (let i = 0; i < n; i++) out[i] = f(dv.getUint16(2 * i, true));
+      return out;
+    }
+    case "int16": {
+      const out = new Int16Array(n);
+      for (let i = 0; i < n; i++) out[i] = dv.getInt16(2 * i, true);
+      return out;
+    }
+    case "int8":
+      return new Int8Array(copyBytes(t.data).buffer, 0, n);
+    case "uint64": {
+      const out: number[] = new Array(n);
+      for (let i = 0; i < n; i++) out[i] = Number(dv.getBigUint64(8 * i, true));
+      return out;
+    }
+    case "uint32": {
+      const out = new Uint32Array(n);
+      for (let i = 0; i < n; i++) out[i] = dv.getUint32(4 * i, true);
+      return out;
+    }
+    case "uint16": {
+      const out = new Uint16Array(n);
+      for (let i = 0; i < n; i++) out[i] = dv.getUint16(2 * i, true);
       return out;
     }
     case "uint8":
