@@ -130,7 +130,7 @@ func TestAdmitted(t *testing.T) {
 	if left, ok := g.remaining("cuda:0", "", "b-0"); !ok || left != budget-150*mib {
 		t.Errorf("remaining for b-0 = %d %v, want the budget less a-0's 150 MiB", left, ok)
 	}
-	g.tracker.MarkDead("b-0", "exit code 1")
+	g.tracker.MarkDead("b-0", "b", "", "exit code 1")
 	if got := g.admitted("cuda:0", ""); got != 150*mib {
 		t.Errorf("admitted after b-0 died = %d MiB, want 150", got/mib)
 	}

@@ -129,7 +129,7 @@ func TestForeignAdmission(t *testing.T) {
 
 	// A worker judged dead is not ours any more: its memory is no model peak now, so it
 	// counts as foreign. A supervised worker that exited is not ours either.
-	g.tracker.MarkDead("a-0", "test")
+	g.tracker.MarkDead("a-0", "a", "", "test")
 	close(g.supervisor.pools["s"].procs[0].exited)
 	g.pollForeign()
 	st = cudaStatus(t, g)

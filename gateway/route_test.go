@@ -376,7 +376,7 @@ func TestSnapshot(t *testing.T) {
 	f.ready("bulk", "bulk-1", 2, "interactive", "batch")
 	f.beat(codec.Heartbeat{Worker: "bulk-2", Pool: "bulk", Slots: 5, Classes: []string{"interactive"}, State: codec.StateStarting})
 	f.ready("fast", "fast-1", 1, "urgent", "interactive")
-	g.tracker.MarkDead("fast-1", "exit code 1")
+	g.tracker.MarkDead("fast-1", "fast", "", "exit code 1")
 	held := time.Now().Add(-time.Second)
 	g.fl.hold(&pending{}, "bulk", "bulk-1", "cuda:0", "batch", held)
 	g.fl.hold(&pending{}, "bulk", "", "cuda:0", "interactive", held)

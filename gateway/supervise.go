@@ -42,6 +42,7 @@ type supervisor struct {
 	url  string
 	// gateway is this gateway's id: part of every worker id it gives (WorkerID).
 	gateway string
+	host    string // this host's name: where its workers run
 	log     *slog.Logger
 	mu      sync.Mutex
 	pools   map[string]*poolProcs
@@ -91,7 +92,8 @@ type memoryAdmission interface {
 // newSupervisor makes the supervisor of the gateway with id gateway (part of every
 // worker id it gives: WorkerID).
 func newSupervisor(cfg *config.Config, tracker *health.Tracker, mem memoryAdmission, log *slog.Logger, gateway, bin, url string) *supervisor {
-	return &supervisor{cfg: cfg, tracker: tracker, mem: mem, bin: bin, url: url, log: log, gateway: cmp.Or(gateway, "gateway"),
+	host, _ := os.Hostname()
+	return &supervisor{cfg: cfg, tracker: tracker, mem: mem, bin: bin, url: url, log: log, gateway: cmp.Or(gateway, "gateway"), host: host,
 		pools: map[string]*poolProcs{}, byID: map[string]*proc{}, started: time.Now()}
 }
 
@@ -458,7 +460,7 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 	// Marked dead before its exit is announced: whoever waits for the exit (an eviction)
 	// then finds its memory gone from the admission. (workerDead does not wait for
 	// exited on an exit's reason.)
-	s.tracker.MarkDead(p.id, why)
+	s.tracker.MarkDead(p.id, p.pool, s.host, why)
 	close(exited)
 	s.mu.Lock()
 	pp := s.pools[p.pool]

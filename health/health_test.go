@@ -73,12 +73,26 @@ func TestTrackerDeathAndRevival(t *testing.T) {
 		<-changed
 	}
 	// MarkDead is immediate and reported once.
-	tr.MarkDead("w1", "exit code 1")
+	tr.MarkDead("w1", "cpu", "h", "exit code 1")
 	w = <-dead
 	if w.Why != "exit code 1" {
 		t.Fatalf("MarkDead reason %q", w.Why)
 	}
-	tr.MarkDead("w1", "again")
+	tr.MarkDead("w1", "cpu", "h", "again")
+	// One that died before its first heartbeat: recorded with its pool and host.
+	tr.MarkDead("w-early", "cpu", "h", "exit code 2")
+	found := false
+	for _, w := range tr.Workers() {
+		if w.HB.Worker == "w-early" {
+			found = true
+			if w.HB.Pool != "cpu" || w.HB.Host != "h" || !w.Dead || w.Why != "exit code 2" {
+				t.Fatalf("a worker dead before its first beat: %+v", w)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("a worker dead before its first beat is not listed")
+	}
 	select {
 	case w := <-dead:
 		t.Fatalf("second death reported: %+v", w)

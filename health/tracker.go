@@ -308,13 +308,15 @@ func (t *Tracker) judgeAt(now time.Time) {
 	}
 }
 
-// MarkDead records that a worker is gone (its process exited), at once.
-func (t *Tracker) MarkDead(id, why string) {
+// MarkDead records that worker id of pool, on host, is gone (its process exited), at
+// once. A worker that died before its first heartbeat is recorded with its pool and host
+// all the same, so that status says whose it was.
+func (t *Tracker) MarkDead(id, pool, host, why string) {
 	t.mu.Lock()
 	w, ok := t.workers[id]
 	if !ok || w.Dead {
 		if !ok {
-			t.workers[id] = &Worker{HB: codec.Heartbeat{Worker: id}, Dead: true, Why: why}
+			t.workers[id] = &Worker{HB: codec.Heartbeat{Worker: id, Pool: pool, Host: host}, Dead: true, Why: why}
 		}
 		t.mu.Unlock()
 		return
