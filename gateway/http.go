@@ -25,7 +25,6 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/guard"
-	"github.com/ortbus/ortbus/jobs"
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -303,30 +302,6 @@ func (g *Gateway) notReady() *codec.Error {
 		return e
 	}
 	return nil
-}
-
-// opening returns why the job store is not open while startJobs still tries to open it,
-// else nil: open, never tried (no job service; the embedded server without
-// nats.store_dir), given up at the gateway's stop, or refused by a server that answered
-// it has no JetStream (jobs.Unavailable): where JetStream is off the job API answers
-// unavailable by design, which is no reason to hold inference back.
-func (j *jobService) opening() *codec.Error {
-	if j == nil {
-		return nil
-	}
-	select {
-	case <-j.done:
-		return nil
-	default:
-	}
-	s, why := j.get()
-	if s != nil || why == nil {
-		return nil
-	}
-	if off := jobs.Unavailable(); why.Code == off.Code && why.Message == off.Message {
-		return nil
-	}
-	return why
 }
 
 // hostAllowed reports whether a Host header names this gateway.

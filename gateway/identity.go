@@ -86,6 +86,13 @@ func totalQueueBound(c *config.Config) int {
 	return n
 }
 
+// tenantOwnerMark starts the owner of a tenant's requests (canCancel, ownerOf). A space
+// is in no subject, so no reply subject reads as one.
+const tenantOwnerMark = "tenant "
+
+// tenantOwner is the owner (and cancel sender) of tenant's requests.
+func tenantOwner(tenant string) string { return tenantOwnerMark + tenant }
+
 // tenantID is the id under which the gateway runs tenant's request id (rule 3); the local
 // owner's ids are their own.
 func tenantID(tenant, id string) string {

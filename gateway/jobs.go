@@ -346,3 +346,27 @@ func (g *Gateway) jobsRunningRoom(ctx context.Context, s *jobs.Store, rec *jobs.
 	}
 	return nil
 }
+
+// opening returns why the job store is not open while startJobs still tries to open it,
+// else nil: open, never tried (no job service; the embedded server without
+// nats.store_dir), given up at the gateway's stop, or refused by a server that answered
+// it has no JetStream (jobs.Unavailable): where JetStream is off the job API answers
+// unavailable by design, which is no reason to hold inference back.
+func (j *jobService) opening() *codec.Error {
+	if j == nil {
+		return nil
+	}
+	select {
+	case <-j.done:
+		return nil
+	default:
+	}
+	s, why := j.get()
+	if s != nil || why == nil {
+		return nil
+	}
+	if off := jobs.Unavailable(); why.Code == off.Code && why.Message == off.Message {
+		return nil
+	}
+	return why
+}

@@ -37,26 +37,23 @@ import (
 // Leases live in the gateway that granted them (one gateway per GPU host is the home
 // setup); a renew or release that reaches another gateway finds no such lease.
 type leases struct {
-	mu    sync.Mutex
-	by    map[string]*codec.LeaseReply // by id
-	owner map[string]string            // each lease's tenant, by id
+	mu sync.Mutex
+	by map[string]*lease // by id
 }
 
-func newLeases() *leases {
-	return &leases{by: map[string]*codec.LeaseReply{}, owner: map[string]string{}}
+// lease is a lease as granted, and its owner (rule 4).
+type lease struct {
+	codec.LeaseReply
+	owner string // its tenant (identity.go)
 }
 
-// drop forgets lease id: l.mu held.
-func (l *leases) drop(id string) {
-	delete(l.by, id)
-	delete(l.owner, id)
-}
+func newLeases() *leases { return &leases{by: map[string]*lease{}} }
 
 // held is how many leases tenant holds: l.mu held.
 func (l *leases) held(tenant string) int {
 	n := 0
-	for _, o := range l.owner {
-		if o == tenant {
+	for _, x := range l.by {
+		if x.owner == tenant {
 			n++
 		}
 	}
@@ -73,7 +70,7 @@ var leaseNow = time.Now
 func (l *leases) expire(now time.Time) {
 	for id, x := range l.by {
 		if now.UnixMilli() >= x.ExpiresUnixMS {
-			l.drop(id)
+			delete(l.by, id)
 		}
 	}
 }
@@ -91,7 +88,7 @@ func (l *leases) leased(device string) (int64, []codec.LeaseReply) {
 	for _, x := range l.by {
 		if x.Device == device {
 			sum += x.Bytes
-			c := *x
+			c := x.LeaseReply
 			c.Lease = ""
 			out = append(out, c)
 		}
@@ -137,17 +134,17 @@ func (g *Gateway) leaseAs(req *codec.LeaseRequest, tenant string) (*codec.LeaseR
 		defer l.mu.Unlock()
 		l.expire(now)
 		x, ok := l.by[req.Lease]
-		if !ok || (tenant != "" && l.owner[req.Lease] != tenant) {
+		if !ok || (tenant != "" && x.owner != tenant) {
 			return nil, codec.Errorf(codec.CodeBadRequest, "no lease %q here (expired, released, or granted by another gateway)", req.Lease).With("field", "lease")
 		}
 		if req.Action == codec.LeaseRelease {
-			l.drop(req.Lease)
-			c := *x
+			delete(l.by, req.Lease)
+			c := x.LeaseReply
 			c.Released = true
 			return &c, nil
 		}
 		x.ExpiresUnixMS = now.Add(ttl).UnixMilli()
-		c := *x
+		c := x.LeaseReply
 		return &c, nil
 	}
 	// acquire
@@ -172,8 +169,10 @@ func (g *Gateway) leaseAs(req *codec.LeaseRequest, tenant string) (*codec.LeaseR
 	if len(l.by) >= maxLeases {
 		return nil, codec.Errorf(codec.CodeOverloaded, "%d leases are held; release some first", len(l.by))
 	}
-	if n := l.held(tenant); tenant != "" && n >= tenantBound(maxLeases) {
-		return nil, codec.Errorf(codec.CodeOverloaded, "you hold %d leases, this gateway's bound for one owner; release some first", n).With("limit", tenantBound(maxLeases))
+	if tenant != "" {
+		if n := l.held(tenant); n >= tenantBound(maxLeases) {
+			return nil, codec.Errorf(codec.CodeOverloaded, "you hold %d leases, this gateway's bound for one owner; release some first", n).With("limit", tenantBound(maxLeases))
+		}
 	}
 	var leased int64
 	for _, x := range l.by {
@@ -191,11 +190,10 @@ func (g *Gateway) leaseAs(req *codec.LeaseRequest, tenant string) (*codec.LeaseR
 			With("device", req.Device).With("sum_bytes", sum).With("budget_bytes", budget).With("capacity_bytes", capacity).
 			With("admitted_bytes", adm).With("leased_bytes", leased).With("foreign_bytes", foreign)
 	}
-	x := &codec.LeaseReply{Lease: nuid.Next(), Device: req.Device, Bytes: req.Bytes, Class: class, Holder: req.Holder, ExpiresUnixMS: now.Add(ttl).UnixMilli()}
+	x := &lease{LeaseReply: codec.LeaseReply{Lease: nuid.Next(), Device: req.Device, Bytes: req.Bytes, Class: class, Holder: req.Holder, ExpiresUnixMS: now.Add(ttl).UnixMilli()}, owner: tenant}
 	l.by[x.Lease] = x
-	l.owner[x.Lease] = tenant
 	g.log.Info("lease granted", "device", x.Device, "bytes", x.Bytes, "class", x.Class, "holder", x.Holder, "ttl", ttl)
-	c := *x
+	c := x.LeaseReply
 	return &c, nil
 }
 

@@ -480,13 +480,6 @@ func canCancel(owner, by string) bool {
 	return strings.HasPrefix(by, owner+".")
 }
 
-// tenantOwnerMark starts the owner of a request that crossed a service import: its
-// tenant. A space is in no subject, so no reply subject reads as one.
-const tenantOwnerMark = "tenant "
-
-// tenantOwner is the owner (and cancel sender) of tenant's requests.
-func tenantOwner(tenant string) string { return tenantOwnerMark + tenant }
-
 // cancelAs cancels a queued or in-flight request by id for the sender by (see
 // canCancel). A cancel that may not cancel the request finds nothing, as if the id were
 // unknown.
