@@ -360,16 +360,7 @@ func TestHTTPSlowBodies(t *testing.T) {
 		}
 	}
 
-	good := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: httpTestWait}
-	resp, err := good.Post("http://"+addr+"/v1/nosuch", "application/json", strings.NewReader(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, b := postJSON(t, addr, "/v1/nosuch", `{}`)
 	if resp.StatusCode == http.StatusTooManyRequests {
 		t.Fatalf("a whole request while %d clients send their bodies slowly: 429 %s", slots, b)
 	}
@@ -562,17 +553,7 @@ func TestHTTPBodyBudget(t *testing.T) {
 	body := func(n int) string { return `{"a":"` + strings.Repeat("x", n-8) + `"}` }
 	post := func(n int) (*http.Response, []byte) {
 		t.Helper()
-		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: httpTestWait}
-		resp, err := c.Post("http://"+addr+"/v1/nosuch", "application/json", strings.NewReader(body(n)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp, b
+		return postJSON(t, addr, "/v1/nosuch", body(n))
 	}
 	resp, b := post(1025)
 	checkJSONBody(t, resp, b, http.StatusRequestEntityTooLarge, codec.CodeBadRequest)
@@ -605,4 +586,21 @@ func TestHTTPBodyBudget(t *testing.T) {
 	if n := a.reading.Load(); n != 0 {
 		t.Fatalf("%d bytes of budget still taken after every body was read", n)
 	}
+}
+
+// postJSON posts body as JSON to path on a fresh connection and returns the response and
+// its whole body.
+func postJSON(t *testing.T, addr, path, body string) (*http.Response, []byte) {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: httpTestWait}
+	resp, err := c.Post("http://"+addr+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
 }
