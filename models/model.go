@@ -54,6 +54,9 @@ type Env struct {
 	Images  images.Policy
 	// SpoolDir is where outputs without an out_path are written (segment masks).
 	SpoolDir string
+	// opened collects every session Open's opener made, so that Open closes them when
+	// the opener fails after making some (a worker serves on past a failed model).
+	opened *[]*ort.Session
 }
 
 // openers load each kind of config.Kinds from the model's folder.
@@ -84,7 +87,16 @@ func Open(env Env, m *config.Model) (Model, error) {
 			return nil, err
 		}
 	}
-	return open(env, m, dir)
+	var opened []*ort.Session
+	env.opened = &opened
+	mod, err := open(env, m, dir)
+	if err != nil {
+		for _, s := range opened {
+			s.Close()
+		}
+		return nil, err
+	}
+	return mod, nil
 }
 
 // base holds what every kind shares.
@@ -140,7 +152,6 @@ func (b *base) Warmup(ctx context.Context, n int) error {
 // a fixed dimension as declared (0 included), no dimension for a scalar input.
 func zeros(in ort.IOInfo, n int) (ort.Tensor, error) {
 	shape := make([]int64, len(in.Shape))
-	size := 1
 	for i, d := range in.Shape {
 		switch {
 		case d >= 0:
@@ -150,8 +161,13 @@ func zeros(in ort.IOInfo, n int) (ort.Tensor, error) {
 		default:
 			shape[i] = 64
 		}
-		size *= int(shape[i])
 	}
+	// The shape comes from the model file: bounded like any tensor's (codec.Elements).
+	elems, err := codec.Elements(shape)
+	if err != nil {
+		return ort.Tensor{}, fmt.Errorf("warm-up input %s: %w", in.Name, err)
+	}
+	size := int(elems)
 	t := ort.Tensor{Name: in.Name, Shape: shape}
 	switch in.Type {
 	case "float32":
@@ -203,6 +219,9 @@ func (b *base) session(path string) (*ort.Session, error) {
 		return nil, fmt.Errorf("model %s: %w", b.name, err)
 	}
 	b.sessions = append(b.sessions, s)
+	if b.env.opened != nil {
+		*b.env.opened = append(*b.env.opened, s)
+	}
 	return s, nil
 }
 

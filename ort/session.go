@@ -214,11 +214,20 @@ func (s *Session) check() error {
 	if len(s.fetch) == 0 {
 		return codec.Errorf(codec.CodeModelUnavailable, "model %s has no output ortbus can return (outputs: %s)", s.Path, describe(s.Outputs)).With("path", s.Path)
 	}
+	for _, i := range s.fetch {
+		// A shape the model file fixes is what an output made before the run takes: bounded
+		// like any tensor's.
+		if o := s.Outputs[i]; !dynamic(o.Shape) {
+			if _, err := codec.Elements(o.Shape); err != nil {
+				return codec.Errorf(codec.CodeModelUnavailable, "model %s: output %q: %v", s.Path, o.Name, err).With("path", s.Path)
+			}
+		}
+	}
 	if len(s.Inputs) > 0 {
 		return nil
 	}
 	for _, i := range s.fetch {
-		if o := s.Outputs[i]; slices.Contains(o.Shape, -1) {
+		if o := s.Outputs[i]; dynamic(o.Shape) {
 			return codec.Errorf(codec.CodeModelUnavailable, "model %s has no inputs and its output %q has a dynamic shape %v: ortbus runs a model without inputs only when the runtime knows each output's shape", s.Path, o.Name, o.Shape).With("path", s.Path)
 		}
 	}
@@ -533,4 +542,9 @@ func (r *Runtime) ProbeChain(cfg SessionConfig) error {
 	first := provs[0]
 	return codec.Errorf(codec.CodeProviderUnavailable, "execution provider %s unavailable: %s", first.Name, strings.Join(tried, "; ")).
 		With("ep", first.Name).With("error", tried[0]).With("tried", tried)
+}
+
+// dynamic reports whether a shape has a dimension the model leaves open (negative).
+func dynamic(shape []int64) bool {
+	return slices.ContainsFunc(shape, func(d int64) bool { return d < 0 })
 }

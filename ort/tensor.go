@@ -4,9 +4,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"reflect"
-	"slices"
 
 	onnx "github.com/yalue/onnxruntime_go"
+
+	"github.com/ortbus/ortbus/codec"
 )
 
 // Tensor is a named tensor held in Go memory. Data is one of []float32, []float64,
@@ -142,14 +143,7 @@ func scalarValue(data any) (onnx.Value, error) {
 // Type): a tensor of an element type that fromValue copies. Keep it in step with
 // fromValue, newScalar and newEmpty. (A float16 or bfloat16 output is returned only when
 // its shape is known before the run: see returnable.)
-func Returnable(typ string) bool {
-	switch typ {
-	case "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8",
-		"uint64", "uint32", "uint16", "uint8", "bool":
-		return true
-	}
-	return false
-}
+func Returnable(typ string) bool { return codec.ElemSize(typ) > 0 } // codec.TensorTypes
 
 // isHalf reports whether typ is float16 or bfloat16.
 func isHalf(typ string) bool { return typ == "float16" || typ == "bfloat16" }
@@ -164,7 +158,7 @@ func returnable(o IOInfo) bool {
 		return false
 	}
 	if isHalf(o.Type) {
-		return len(o.Shape) > 0 && !slices.ContainsFunc(o.Shape, func(d int64) bool { return d < 0 })
+		return len(o.Shape) > 0 && !dynamic(o.Shape)
 	}
 	return true
 }
