@@ -165,14 +165,14 @@ func (b *beats) judged() uint64 {
 
 // isDead reports whether gateway id is judged dead, its beat interval, and how many
 // times it was judged dead.
-func (b *beats) isDead(id string) (bool, time.Duration, uint64) {
+func (b *beats) isDead(id string) (known, dead bool, interval time.Duration, deaths uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.peers[id]
 	if p == nil {
-		return false, 0, 0
+		return false, false, 0, 0
 	}
-	return p.dead, p.interval, p.deaths
+	return true, p.dead, p.interval, p.deaths
 }
 
 func (b *beats) close() {
@@ -232,10 +232,13 @@ func (c *Client) requestFailover(ctx context.Context, subj string, data []byte) 
 				// Held by a live gateway: wait for its answer. A gateway this client
 				// already judged dead but the answering gateway not yet: ask again
 				// after one of its beats.
-				var dead bool
-				var iv time.Duration
-				holder = r.m.Header.Get(codec.HeaderHeld)
-				dead, iv, holderDeaths = b.isDead(holder)
+				held := r.m.Header.Get(codec.HeaderHeld)
+				known, dead, iv, deaths := b.isDead(held)
+				if known {
+					// Only a holder this client hears beat is one whose death it will
+					// see: pinned then; else any gateway's death still sends again.
+					holder, holderDeaths = held, deaths
+				}
 				if dead {
 					retry = time.After(iv)
 				}
@@ -251,7 +254,7 @@ func (c *Client) requestFailover(ctx context.Context, subj string, data []byte) 
 		case <-died:
 			seen = b.judged()
 			if holder != "" {
-				if _, _, n := b.isDead(holder); n == holderDeaths {
+				if _, _, _, n := b.isDead(holder); n == holderDeaths {
 					continue // another gateway died: the holder still has the call
 				}
 			}

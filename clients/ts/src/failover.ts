@@ -107,6 +107,11 @@ export class GatewayBeats {
    * Whether gateway id is judged dead, its beat interval in milliseconds, and how many
    * times it was judged dead.
    */
+  /** Reports whether this client has heard gateway id beat. */
+  knows(id: string): boolean {
+    return this.peers.has(id);
+  }
+
   isDead(id: string): [boolean, number, number] {
     const p = this.peers.get(id);
     return p === undefined ? [false, 0, 0] : [p.dead, p.interval, p.deaths];
@@ -183,8 +188,12 @@ export function exchange(link: Link, subject: string, data: Uint8Array, deadline
       // A live gateway holds it: wait for its answer. One this client already judged
       // dead while the answering gateway did not yet: ask again after one of its beats.
       const [dead, interval, deaths] = beats.isDead(held);
-      holder = held;
-      holderDeaths = deaths;
+      if (beats.knows(held)) {
+        // Only a holder this client hears beat is one whose death it will see: pinned
+        // then; else any gateway's death still sends again.
+        holder = held;
+        holderDeaths = deaths;
+      }
       if (dead) later(interval);
     };
     const onError = (e: unknown) => {
