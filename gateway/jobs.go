@@ -328,16 +328,14 @@ func jobOptions(o *codec.Request) codec.Request {
 // re-submit of a job that exists is no new job. Concurrent submits may pass the check
 // together: the bound is exceeded by at most jobOpsAtOnce.
 func (g *Gateway) jobsRunningRoom(ctx context.Context, s *jobs.Store, rec *jobs.Record, tenant string) *codec.Error {
-	if rec.Job != "" {
-		if _, e := s.Status(ctx, rec.Job, tenant); e == nil {
-			return nil
-		}
+	if rec.Job != "" && s.Owns(ctx, rec.Job, tenant) {
+		return nil
 	}
-	all, own, e := s.Running(ctx, tenant)
+	limit := g.cfg.Jobs.MaxRunning
+	all, own, e := s.Running(ctx, tenant, limit)
 	if e != nil {
 		return e
 	}
-	limit := g.cfg.Jobs.MaxRunning
 	if all >= limit {
 		return codec.Errorf(codec.CodeOverloaded, "%d jobs are running, jobs.max_running; try again when one is done", all).With("limit", limit)
 	}

@@ -430,7 +430,7 @@ func TestJobsRunning(t *testing.T) {
 	ctx := context.Background()
 	check := func(owner string, all, own int) {
 		t.Helper()
-		a, o, e := s.Running(ctx, owner)
+		a, o, e := s.Running(ctx, owner, 100)
 		if e != nil || a != all || o != own {
 			t.Fatalf("Running(%q) = %d, %d, %v; want %d, %d", owner, a, o, e, all, own)
 		}

@@ -373,9 +373,10 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 }
 
 // Running counts the jobs running now (submitted, not yet done, cancelled or failed):
-// all of them, and those of owner. It reads every job kept (a submit's check, not a hot
-// path).
-func (s *Store) Running(ctx context.Context, owner string) (all, own int, e *codec.Error) {
+// all of them, and those of owner; it stops counting at limit jobs in all (a submit's
+// check: past it the submit is refused whatever the rest). A job's done and failed items
+// come from its cached tally, brought up to date; no in-flight count is asked for.
+func (s *Store) Running(ctx context.Context, owner string, limit int) (all, own int, e *codec.Error) {
 	lister, err := s.kv.ListKeys(ctx)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoKeysFound) {
@@ -383,17 +384,36 @@ func (s *Store) Running(ctx context.Context, owner string) (all, own int, e *cod
 		}
 		return 0, 0, storeError("list jobs", err)
 	}
+	defer lister.Stop()
 	for k := range lister.Keys() {
 		r, err := s.record(ctx, k)
 		if err != nil || r == nil || r.finished() {
 			continue
 		}
-		if st, e := s.status(ctx, r); e == nil && st.State == codec.JobRunning {
-			all++
-			if r.Owner == owner {
-				own++
-			}
+		t := s.tallyOf(r.Job)
+		if s.count(ctx, r.Job, t) != nil {
+			continue
+		}
+		t.mu.Lock()
+		left := r.Total - t.done - t.failed
+		t.mu.Unlock()
+		if left <= 0 {
+			continue
+		}
+		all++
+		if r.Owner == owner {
+			own++
+		}
+		if all >= limit {
+			break
 		}
 	}
 	return all, own, nil
+}
+
+// Owns reports whether job exists and owner may reach it (the local owner "" reaches
+// every job).
+func (s *Store) Owns(ctx context.Context, job, owner string) bool {
+	_, e := s.owned(ctx, job, owner)
+	return e == nil
 }

@@ -133,6 +133,9 @@ func (s *Store) forget(ctx context.Context, job string) {
 // sameSpec reports whether two records ask for the same work.
 func sameSpec(a, b *Record) bool {
 	x, y := *a, *b
+	if x.Items == "" || y.Items == "" {
+		x.Items, y.Items = "", "" // a record written before items were digested
+	}
 	x.Created, y.Created, x.Cancel, y.Cancel = 0, 0, 0, 0
 	x.Failed, y.Failed, x.Reason, y.Reason = 0, 0, nil, nil
 	bx, _ := json.Marshal(&x)
