@@ -34,11 +34,17 @@ func CheckID(kind, id string) error {
 		switch c := id[i]; {
 		case c <= ' ' || c >= 0x7f:
 			return fmt.Errorf("%s %q holds a byte that is not printable ASCII", kind, id)
-		case c == '.' || c == '*' || c == '>':
+		case !IDByte(c):
 			return fmt.Errorf("%s %q holds %q, which a subject token cannot", kind, id, c)
 		}
 	}
 	return nil
+}
+
+// IDByte reports whether c may stand in an id (CheckID): printable ASCII, not a space,
+// '.', '*' or '>'.
+func IDByte(c byte) bool {
+	return c > ' ' && c < 0x7f && c != '.' && c != '*' && c != '>'
 }
 
 // badField is the bad_request error of one field, with details {field}.

@@ -133,7 +133,7 @@ func WorkerID(pool string, slot, gen int, gateway string) string {
 func asciiName(s string) string {
 	b := []byte(s)
 	for i, c := range b {
-		if c <= ' ' || c >= 0x7f || c == '.' || c == '*' || c == '>' {
+		if !codec.IDByte(c) {
 			b[i] = '_'
 		}
 	}
