@@ -81,7 +81,9 @@ const (
 	// the API handler (which takes every request of its op in turn); resendBacklog
 	// bounds the resends waiting for them, past which a resend is answered overloaded.
 	resendReaders = 8
-	resendBacklog = 1024
+	// 64: a resend waits at most 64/8 reads (16 s of resendReadTimeout) for its turn,
+	// within a client's deadline; past that, overloaded says to send again later.
+	resendBacklog = 64
 	// resendReadTimeout bounds one read of the answers bucket.
 	resendReadTimeout = 2 * time.Second
 )
