@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/subjects"
@@ -141,6 +142,14 @@ func failedModels(workers []codec.WorkerStatus, pool string) []string {
 
 // oneLine is s on one line (a tab or newline would break the table), cut to n runes.
 func oneLine(s string, n int) string {
+	// Text from a heartbeat is the sender's: no control character (a terminal escape)
+	// reaches the operator's terminal.
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
 	s = strings.Join(strings.Fields(s), " ")
 	if r := []rune(s); len(r) > n {
 		return string(r[:n-1]) + "…"

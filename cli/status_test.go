@@ -49,3 +49,11 @@ func TestPrintStatusModels(t *testing.T) {
 		}
 	}
 }
+
+// TestOneLineStripsControl: heartbeat text never carries a terminal escape to the
+// operator's terminal.
+func TestOneLineStripsControl(t *testing.T) {
+	if got := oneLine("bad\x1b[2J model\x07\nload", 80); got != "bad [2J model load" {
+		t.Fatalf("oneLine = %q", got)
+	}
+}
