@@ -221,7 +221,8 @@ func (g *Gateway) status() *codec.StatusReply {
 		}
 		st.Workers = append(st.Workers, ws)
 	}
-	running := g.fl.running()
+	var running map[string]int
+	g.inspect(func(lc *lifecycle) { running = lc.running() })
 	for _, name := range g.cfg.ClassNames() {
 		cl := g.cfg.Classes[name]
 		st.Classes = append(st.Classes, codec.ClassStatus{Name: name, Priority: cl.Priority, Queued: g.queues.Len(name), Running: running[name], Bound: cl.QueueBound, Chain: cl.Chain})

@@ -12,13 +12,13 @@ import (
 
 // capacity is what one dispatch pass knows of where work can go: taken once, when the
 // pass first has an item to route (Gateway.snapshot), from the tracker's live workers,
-// the flights' requests in flight and when each class was last active on each device,
+// the lifecycle's requests in flight and when each class was last active on each device,
 // the measured service times and the supervisor's view of each pool. Routing (route.go)
 // and the sharing policy (policy.go) read nothing else; route records in it each unit it
 // takes, so that later items of the same pass see it.
 //
-// Only the dispatch loop routes, one pass at a time, and it holds in flights each unit a
-// pass takes as soon as route decides it, so the next snapshot counts it. Nothing else
+// Only the dispatch loop routes, one pass at a time, and the lifecycle holds each unit a
+// pass takes as soon as route decides it (L2), so the next snapshot counts it. Nothing else
 // adds to what is in flight (answers coming back only take away), so a pass never gives
 // a pool more than its snapshot had room for; what changes during a pass (answers,
 // workers coming live or dying) is seen by the next one.
@@ -27,7 +27,7 @@ type capacity struct {
 	now         time.Time
 	pools       map[string]*poolCap
 	workers     map[string]*workerCap    // live workers that take items sent to them alone, by id
-	sent        uint64                   // orders the workers' lastSent after the flights' sequence
+	sent        uint64                   // orders the workers' lastSent after the lifecycle's sequence
 	deviceSlots map[string]int           // live slots per device (each worker's max(1, slots))
 	load        classCounts              // requests in flight per device and class, this pass's included
 	leased      classCounts              // live leases per device and class (lease.go, rule 3)
@@ -69,7 +69,7 @@ func (g *Gateway) snapshot(now time.Time) *capacity {
 	for _, w := range g.tracker.Workers() {
 		c.addLive(w)
 	}
-	h := g.fl.held()
+	h := g.lc.held()
 	for pool, pc := range c.pools {
 		pc.busy = h.busy[pool]
 		pc.poolStatus = g.supervisor.poolStatus(pool, now)

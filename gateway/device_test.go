@@ -45,7 +45,7 @@ func TestRequestDevice(t *testing.T) {
 		if got := g.candidates(p); !slices.Equal(got, want) {
 			t.Errorf("device %q: candidates %v, want %v", device, got, want)
 		}
-		if got := g.retryPools(p); !slices.Equal(got, want) {
+		if got := (loopEnv{g}).retryPools(p); !slices.Equal(got, want) {
 			t.Errorf("device %q: retry pools %v, want %v", device, got, want)
 		}
 	}

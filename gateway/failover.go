@@ -232,7 +232,7 @@ func (f *failover) resent(r micro.Request, id, owner string, respond Reply) bool
 		return false
 	}
 	g := f.g
-	if p, ok := g.fl.get(id); ok && p.owner == owner {
+	if g.holds(id, owner) {
 		f.notice(r, g.id)
 		return true
 	}
@@ -273,7 +273,7 @@ func (f *failover) resent(r micro.Request, id, owner string, respond Reply) bool
 // restart, or a bucket that cannot be read now).
 func (f *failover) answerKept(r micro.Request, id, owner string, kv jetstream.KeyValue, respond Reply) bool {
 	g := f.g
-	if p, ok := g.fl.get(id); ok && p.owner == owner {
+	if g.holds(id, owner) {
 		// Taken meanwhile (another resend of it that ran as new): held here.
 		f.notice(r, g.id)
 		return true
@@ -300,6 +300,16 @@ func (f *failover) answerKept(r micro.Request, id, owner string, kv jetstream.Ke
 		return true
 	}
 	return false // held by a dead gateway (or by this one before a restart): run it
+}
+
+// holds reports whether this gateway holds the unanswered request id of owner.
+func (g *Gateway) holds(id, owner string) bool {
+	held := false
+	g.inspect(func(lc *lifecycle) {
+		p, ok := lc.get(id)
+		held = ok && p.owner == owner
+	})
+	return held
 }
 
 // fresh is a resend as a new request: its headers without Ortbus-Resend, so the handler

@@ -66,9 +66,15 @@ type Gateway struct {
 	jobs    *jobService
 	leases  *leases     // memory leases of processes outside ortbus (lease.go)
 	foreign *foreignMem // measured memory of processes outside ortbus (foreign.go)
-	fl      *flights    // every accepted request until its answer, and what it holds
 	est     estimator   // measured service times
-	kickCh  chan struct{}
+
+	// The dispatch loop (loop.go) owns lc; everything else reaches it through events.
+	lc         *lifecycle
+	events     chan event
+	kickCh     chan struct{}
+	loopDone   chan struct{}  // closed when the loop has stopped
+	replyInbox string         // relayed replies come to <replyInbox>.<attempt token>
+	relaying   sync.WaitGroup // relayed answers being converted (sender.go)
 
 	// A NATS connection closed for good other than by closeNATS (onClosed).
 	closing      atomic.Bool   // closeNATS closes it: that close is no loss
@@ -84,10 +90,7 @@ type Gateway struct {
 // returns that error.
 func Run(ctx context.Context, o Options) error {
 	c := o.Config
-	g := &Gateway{cfg: c, log: o.Logger, fl: newFlights(), kickCh: make(chan struct{}, 1), leases: newLeases(), connLost: make(chan struct{})}
-	if g.log == nil {
-		g.log = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
+	g := newGateway(c, o.Logger)
 	g.id = c.Gateway.ID
 	if g.id == "" {
 		host, _ := os.Hostname()
@@ -97,8 +100,6 @@ func Run(ctx context.Context, o Options) error {
 	if g.claimSubject, err = subjects.Claim(g.id); err != nil {
 		return fmt.Errorf("gateway id: %w", err)
 	}
-	g.queues = newQueues(c)
-	g.fl.tenantMax = tenantBound(totalQueueBound(c))
 
 	url, err := g.connect(o.NATSListen)
 	if err != nil {
@@ -114,16 +115,18 @@ func Run(ctx context.Context, o Options) error {
 	}
 	g.tracker = &health.Tracker{MissCount: c.Health.MissCount, OnChange: g.kick, OnDead: func(w health.Worker) {
 		g.onDead(w.HB.Worker, w.HB.Pool, w.Why)
-	}, Pools: pools, OnDrop: func(string) { g.metrics.bad("heartbeat") }, Log: g.log}
+	}, Running: g.workerRunning, Pools: pools, OnDrop: func(string) { g.metrics.bad("heartbeat") }, Log: g.log}
 	g.supervisor = newSupervisor(g.cfg, g.tracker, g, g.log, g.id, o.WorkerBin, url)
-	g.tracker.Running = g.supervisor.running
-	g.supervisor.idle = g.poolIdle
 	if err := g.tracker.Start(g.nc); err != nil {
 		return err
 	}
 	defer g.tracker.Stop()
 	defer g.startForeign()() // read before the workers start, so their budget knows it
 	if _, err := g.nc.Subscribe(g.claimSubject+".>", guard.Msg(g.log, "claim", g.nc, nil, g.onClaim)); err != nil {
+		return err
+	}
+	g.replyInbox = g.nc.NewInbox()
+	if _, err := g.nc.Subscribe(g.replyInbox+".*", guard.Msg(g.log, "reply", g.nc, nil, g.onReply)); err != nil {
 		return err
 	}
 	jobsCtx, stopJobs := context.WithCancel(context.Background())
@@ -133,9 +136,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer g.failover.close()
 	g.startJobs(jobsCtx)
-	dispatchDone := make(chan struct{})
-	dispatchCtx, stopDispatch := context.WithCancel(context.Background())
-	go func() { defer close(dispatchDone); g.dispatchLoop(dispatchCtx) }()
+	stopDispatch := g.startLoop(true)
 
 	// A lost connection ends each wait, before ready (never announced then) and after.
 	select {
@@ -180,7 +181,6 @@ func Run(ctx context.Context, o Options) error {
 	}
 	g.shutdown(lost)
 	stopDispatch()
-	<-dispatchDone
 	if lost {
 		return g.connLostErr
 	}
@@ -217,6 +217,19 @@ func (g *Gateway) connIsLost() bool {
 	default:
 		return false
 	}
+}
+
+// newGateway is a gateway of config c before it connects: its queues and lifecycle,
+// ready for the dispatch loop (startLoop).
+func newGateway(c *config.Config, log *slog.Logger) *Gateway {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	g := &Gateway{cfg: c, log: log, kickCh: make(chan struct{}, 1), leases: newLeases(), connLost: make(chan struct{}),
+		events: make(chan event, eventBacklog), loopDone: make(chan struct{})}
+	g.queues = newQueues(c)
+	g.lc = newLifecycle(loopEnv{g}, g.queues, g.claimTimeout(), tenantBound(totalQueueBound(c)))
+	return g
 }
 
 // newQueues makes the class queues of the config: each class's priority, bounds (count
@@ -310,30 +323,9 @@ func (g *Gateway) kick() {
 	}
 }
 
-// dispatchLoop runs a dispatch pass whenever something changed, and at least every 10 ms
-// so that deadlines of waiting items are noticed; every 100 ms it also stops the pools
-// idle for their keep_alive.
-func (g *Gateway) dispatchLoop(ctx context.Context) {
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	idle := time.NewTicker(100 * time.Millisecond)
-	defer idle.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-g.kickCh:
-		case <-tick.C:
-		case now := <-idle.C:
-			g.stopIdlePools(now)
-			continue
-		}
-		g.dispatchPass()
-	}
-}
-
 // stopIdlePools puts to sleep the local pools with a keep_alive that have had nothing in
-// flight and nothing queued for them for that long (supervisor.sleep).
+// flight and nothing queued for them for that long (supervisor.sleep). It runs on the
+// dispatch loop.
 func (g *Gateway) stopIdlePools(now time.Time) {
 	for _, name := range g.cfg.PoolNames() {
 		pc := g.cfg.Pools[name]
@@ -341,7 +333,7 @@ func (g *Gateway) stopIdlePools(now time.Time) {
 		if !unload || !pc.IsLocal() {
 			continue
 		}
-		since, idle := g.fl.idleSince(name)
+		since, idle := g.lc.idleSince(name)
 		if !idle || now.Sub(since) < keep || g.queuedFor(name) {
 			continue
 		}
@@ -349,9 +341,16 @@ func (g *Gateway) stopIdlePools(now time.Time) {
 	}
 }
 
-// poolIdle reports whether pool has nothing in flight and nothing queued for it.
+// workerRunning reports whether worker is a local process known to be running (the
+// tracker's Running: a silent one is likely starved of CPU, not dead).
+func (g *Gateway) workerRunning(worker string) bool { return g.supervisor.running(worker) }
+
+// poolIdle reports whether pool has nothing in flight and nothing queued for it. Never
+// called from the loop (it asks the loop).
 func (g *Gateway) poolIdle(pool string) bool {
-	return g.fl.inFlight(pool) == 0 && !g.queuedFor(pool)
+	n := 0
+	g.inspect(func(lc *lifecycle) { n = lc.inFlight(pool) })
+	return n == 0 && !g.queuedFor(pool)
 }
 
 // queuedFor reports whether a request waits in a class queue that pool serves.
@@ -362,19 +361,6 @@ func (g *Gateway) queuedFor(pool string) bool {
 		}
 	}
 	return false
-}
-
-// dispatchPass runs one pass of the scheduler and sends what it assigns.
-func (g *Gateway) dispatchPass() {
-	defer guard.Recover(g.log, "dispatch pass", nil)
-	now := time.Now()
-	out, failed := g.queues.Dispatch(now, g.router(now))
-	for _, f := range failed {
-		g.answer(f.Item.Value.(*pending), nil, codec.AsError(f.Err))
-	}
-	for _, a := range out {
-		go g.send(a.Item.Value.(*pending), a.Pool)
-	}
 }
 
 // shutdown stops taking requests, waits (up to the grace) for queued and in-flight work
@@ -394,15 +380,30 @@ func (g *Gateway) shutdown(lost bool) {
 	}
 	grace := g.cfg.Gateway.ShutdownGrace.D()
 	deadline := time.Now().Add(grace)
-	for !lost && time.Now().Before(deadline) && g.fl.count() > 0 {
+	for !lost && time.Now().Before(deadline) && g.unanswered() > 0 {
 		time.Sleep(10 * time.Millisecond)
 	}
-	for _, it := range g.queues.Drain() {
-		g.answer(it.Value.(*pending), nil, codec.Errorf(codec.CodeNoWorker, "gateway shut down before the request was dispatched"))
-	}
+	g.shutdownLoop(false) // the queued: no_worker (L10)
 	g.supervisor.stop(grace)
-	for _, p := range g.fl.all() {
-		g.answer(p, nil, codec.Errorf(codec.CodeWorkerLost, "gateway shut down while the request was in flight"))
+	g.shutdownLoop(true) // and what the workers did not answer: worker_lost
+	g.relaying.Wait()    // relayed answers go out before NATS closes
+}
+
+// unanswered is the number of requests accepted and not answered.
+func (g *Gateway) unanswered() int {
+	n := 0
+	g.inspect(func(lc *lifecycle) { n = lc.count() })
+	return n
+}
+
+// shutdownLoop asks the loop to answer what is queued, and with inFlight what is at
+// workers (L10), and waits for it.
+func (g *Gateway) shutdownLoop(inFlight bool) {
+	done := make(chan struct{})
+	g.post(evShutdown{inFlight: inFlight, done: done})
+	select {
+	case <-done:
+	case <-g.loopDone:
 	}
 }
 

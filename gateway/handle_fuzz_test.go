@@ -65,12 +65,12 @@ func unitGatewayOf(t testing.TB, toml string) *Gateway {
 		t.Fatal(err)
 	}
 	nc := testenv.InProcessNATS(t)
-	g := &Gateway{cfg: c, id: "unit", log: slog.New(slog.NewTextHandler(io.Discard, nil)), nc: nc,
-		fl: newFlights(), kickCh: make(chan struct{}, 1), leases: newLeases()}
-	g.queues = newQueues(c)
+	g := newGateway(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	g.id, g.nc = "unit", nc
 	g.metrics = newMetrics(g)
 	g.tracker = &health.Tracker{}
 	g.supervisor = newSupervisor(g.cfg, g.tracker, g, g.log, g.id, "", "")
+	t.Cleanup(g.startLoop(false)) // events only: the queues hold what they get
 	return g
 }
 
@@ -141,6 +141,7 @@ func FuzzHandle(f *testing.F) {
 		}
 		panics, bad := guard.Panics(), badCount(g, "reply_subject")
 		g.handle(op, r, false)
+		g.inspect(func(*lifecycle) {}) // the loop has taken what the handler posted
 		if guard.Panics() != panics {
 			t.Fatalf("op %s: a panic was recovered", op)
 		}
@@ -148,10 +149,7 @@ func FuzzHandle(f *testing.F) {
 		n := len(r.replies)
 		r.mu.Unlock()
 		if replyTo == "" || subjects.CheckReply(replyTo, g.cfg.NATS.Replies()) != nil {
-			g.fl.mu.Lock()
-			left := len(g.fl.byID)
-			g.fl.mu.Unlock()
-			if n != 0 || left != 0 {
+			if left := len(unanswered(g)); n != 0 || left != 0 {
 				t.Fatalf("op %s, reply subject %q: %d replies, %d in flight; want it dropped", op, replyTo, n, left)
 			}
 			if replyTo != "" && badCount(g, "reply_subject") != bad+1 {
@@ -162,11 +160,9 @@ func FuzzHandle(f *testing.F) {
 		if n == 0 {
 			// Accepted: it waits in a queue. Cancel it as its sender: answered cancelled.
 			var id string
-			g.fl.mu.Lock()
-			for k := range g.fl.byID {
+			for _, k := range unanswered(g) {
 				id = k
 			}
-			g.fl.mu.Unlock()
 			if id == "" || !g.cancelAs(id, "", "") { // as an operator
 				t.Fatalf("op %s: no reply and nothing in flight", op)
 			}
@@ -182,13 +178,21 @@ func FuzzHandle(f *testing.F) {
 				t.Fatalf("op %s: error reply %q is not a contract error: %v", op, rep.body, err)
 			}
 		}
-		g.fl.mu.Lock()
-		left := len(g.fl.byID)
-		g.fl.mu.Unlock()
-		if left != 0 {
+		if left := len(unanswered(g)); left != 0 {
 			t.Fatalf("op %s: %d requests left in flight", op, left)
 		}
 	})
+}
+
+// unanswered are the ids of the requests g's loop holds unanswered.
+func unanswered(g *Gateway) []string {
+	var ids []string
+	g.inspect(func(lc *lifecycle) {
+		for id := range lc.byID {
+			ids = append(ids, id)
+		}
+	})
+	return ids
 }
 
 // badCount is the gateway's ortbus_bad_messages_total{kind}.

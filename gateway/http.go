@@ -495,9 +495,7 @@ func withID(body []byte) ([]byte, string) {
 // unanswered (an answered one is not remembered as cancelled: a retry with the same id
 // must run).
 func (g *Gateway) cancelAbandoned(id string) {
-	if _, ok := g.fl.get(id); ok {
-		g.cancelAs(id, ownerHTTP, "")
-	}
+	g.cancelID(id, ownerHTTP, "", true)
 }
 
 // jsonContentType accepts application/json with parameters (a charset only if UTF-8).

@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
@@ -89,37 +91,40 @@ func TestLeaseOwners(t *testing.T) {
 // Rule 4 for requests and early cancels: one tenant's unanswered requests and cancels of
 // unknown ids are bounded on their own.
 func TestTenantRequestBound(t *testing.T) {
-	f := newFlights()
-	f.tenantMax = 2
-	p := func(id, tenant string) *pending { return &pending{id: id, tenant: tenant, owner: "_INBOX.x"} }
-	a1, a2 := p("a1", "account:A"), p("a2", "account:A")
-	for _, q := range []*pending{a1, a2} {
-		if e := f.admit(q); e != nil {
+	lc := newTestLifecycle()
+	lc.tenantMax = 2
+	now := time.Now()
+	p := func(id, tenant string) *pending {
+		return &pending{id: id, tenant: tenant, owner: "_INBOX.x", class: "urgent", deadline: now.Add(time.Minute)}
+	}
+	admit := func(q *pending) *codec.Error { return answerOf(lc.accept(q, []string{"gpu"}, now)) }
+	for _, q := range []*pending{p("a1", "account:A"), p("a2", "account:A")} {
+		if e := admit(q); e != nil {
 			t.Fatal(e)
 		}
 	}
-	if e := f.admit(p("a3", "account:A")); e == nil || e.Code != codec.CodeOverloaded {
+	if e := admit(p("a3", "account:A")); e == nil || e.Code != codec.CodeOverloaded {
 		t.Fatalf("A's third request: %v, want overloaded", e)
 	}
-	if e := f.admit(p("b1", "account:B")); e != nil {
+	if e := admit(p("b1", "account:B")); e != nil {
 		t.Fatalf("B's first request while A is at its bound: %v", e)
 	}
-	if e := f.admit(p("l1", "")); e != nil {
+	if e := admit(p("l1", "")); e != nil {
 		t.Fatalf("the local owner is bounded by the queues only: %v", e)
 	}
-	f.finish(a1)
-	if e := f.admit(p("a4", "account:A")); e != nil {
+	if found, _ := lc.cancel("a1", "", "", false, now); !found { // answered (cancelled)
+		t.Fatal("a1 not found")
+	}
+	if e := admit(p("a4", "account:A")); e != nil {
 		t.Fatalf("A after one answer: %v", e)
 	}
 	// Early cancels: A's fill its share, B's first is still remembered.
 	for i := 0; i < tenantBound(maxEarlyCancels)+10; i++ {
-		f.askCancel("unknown-a-"+strconv.Itoa(i), "_R_.a.1", "account:A")
+		lc.cancel("unknown-a-"+strconv.Itoa(i), "_R_.a.1", "account:A", false, now)
 	}
-	f.askCancel("unknown-b", "_R_.b.1", "account:B")
-	f.mu.Lock()
-	nA := f.earlyOf("account:A")
-	_, bKept := f.early["unknown-b"]
-	f.mu.Unlock()
+	lc.cancel("unknown-b", "_R_.b.1", "account:B", false, now)
+	nA := lc.earlyOf("account:A")
+	_, bKept := lc.early["unknown-b"]
 	if nA != tenantBound(maxEarlyCancels) || !bKept {
 		t.Fatalf("early cancels: A kept %d (bound %d), B's kept %v", nA, tenantBound(maxEarlyCancels), bKept)
 	}
@@ -208,6 +213,12 @@ func TestTenantRequestIDs(t *testing.T) {
 	}
 	submit("account:A", "_R_.x.1")
 	submit("account:B", "_R_.x.2")
+	held := map[string]string{} // id: client id
+	g.inspect(func(lc *lifecycle) {
+		for id, f := range lc.byID {
+			held[id] = f.p.clientID
+		}
+	})
 	if len(answers) != 0 {
 		t.Fatalf("answered at once: %v", answers)
 	}
@@ -216,7 +227,7 @@ func TestTenantRequestIDs(t *testing.T) {
 		t.Fatalf("ids %q and %q", ida, idb)
 	}
 	for _, id := range []string{ida, idb} {
-		if p, ok := g.fl.get(id); !ok || p.clientID != "1" {
+		if cid, ok := held[id]; !ok || cid != "1" {
 			t.Fatalf("no request %s with client id 1", id)
 		}
 	}
@@ -232,7 +243,7 @@ func TestTenantRequestIDs(t *testing.T) {
 	if _, ok := answers["account:A"]; ok {
 		t.Fatalf("A's request was answered: %v", answers["account:A"])
 	}
-	if _, ok := g.fl.get(ida); !ok {
+	if !slices.Contains(unanswered(g), ida) {
 		t.Fatal("A's request is gone")
 	}
 	if tenantID("", "1") != "1" {

@@ -107,14 +107,14 @@ func (g *Gateway) publishFailed(what string, err error) {
 }
 
 // observe counts a terminal reply.
-func (m *metrics) observe(p *pending, outcome string) {
-	m.requests.WithLabelValues(m.labelOf(p.op), m.labelOf(p.class), m.labelOf(p.pool), m.labelOf(p.req.Model), m.labelOf(outcome)).Inc()
+func (m *metrics) observe(p *pending, pool, outcome string) {
+	m.requests.WithLabelValues(m.labelOf(p.op), m.labelOf(p.class), m.labelOf(pool), m.labelOf(p.req.Model), m.labelOf(outcome)).Inc()
 }
 
 // timing records the worker's timing of a result of model.
-func (m *metrics) timing(p *pending, t codec.Timing, model string) {
-	m.queueWait.WithLabelValues(m.labelOf(p.class), m.labelOf(p.pool)).Observe(float64(t.QueueUS) / 1e6)
-	m.inference.WithLabelValues(m.labelOf(p.class), m.labelOf(p.pool), m.labelOf(model)).Observe(float64(t.InferUS) / 1e6)
+func (m *metrics) timing(p *pending, pool string, t codec.Timing, model string) {
+	m.queueWait.WithLabelValues(m.labelOf(p.class), m.labelOf(pool)).Observe(float64(t.QueueUS) / 1e6)
+	m.inference.WithLabelValues(m.labelOf(p.class), m.labelOf(pool), m.labelOf(model)).Observe(float64(t.InferUS) / 1e6)
 }
 
 // stateCollector reports gauges read from the gateway's state at scrape time.
@@ -160,8 +160,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, class := range g.cfg.ClassNames() {
 		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(g.queues.Len(class)), class)
 	}
+	inflight := map[string]int{}
+	g.inspect(func(lc *lifecycle) {
+		for _, pool := range g.cfg.PoolNames() {
+			inflight[pool] = lc.inFlight(pool)
+		}
+	})
 	for _, pool := range g.cfg.PoolNames() {
-		ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(g.fl.inFlight(pool)), pool)
+		ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(inflight[pool]), pool)
 	}
 	for _, d := range g.deviceStatus() {
 		ch <- prometheus.MustNewConstMetric(descBudget, prometheus.GaugeValue, float64(d.BudgetBytes), d.Device)

@@ -79,7 +79,7 @@ models = ["seg"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{cfg: c, log: slog.New(slog.NewTextHandler(io.Discard, nil)), fl: newFlights()}
+	g := newGateway(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	g.metrics = newMetrics(g)
 	return g
 }
@@ -117,10 +117,10 @@ func TestOutPathMapped(t *testing.T) {
 	for _, asJSON := range []bool{false, true} {
 		var body []byte
 		var rerr *codec.Error
-		q := &pending{id: "r", op: "segment", asJSON: asJSON, pool: "gpu", reply: func(b []byte, e *codec.Error) { body, rerr = b, e }}
-		g.forward(q, &nats.Msg{Data: append([]byte(nil), data...)})
+		q := &pending{id: "r", op: "segment", asJSON: asJSON, reply: func(b []byte, e *codec.Error) { body, rerr = b, e }}
+		g.relay(q, "gpu", &nats.Msg{Data: append([]byte(nil), data...)})
 		if rerr != nil {
-			t.Fatalf("forward (json %v): %v", asJSON, rerr)
+			t.Fatalf("relay (json %v): %v", asJSON, rerr)
 		}
 		var rep codec.SegmentReply
 		if err := codec.Decode(body, &rep, asJSON); err != nil {
@@ -188,10 +188,10 @@ func TestTensorPathsMapped(t *testing.T) {
 	for _, asJSON := range []bool{false, true} {
 		var body []byte
 		var rerr *codec.Error
-		q := &pending{id: "r", op: "infer", asJSON: asJSON, pool: "gpu", reply: func(b []byte, e *codec.Error) { body, rerr = b, e }}
-		g.forward(q, &nats.Msg{Data: append([]byte(nil), data...)})
+		q := &pending{id: "r", op: "infer", asJSON: asJSON, reply: func(b []byte, e *codec.Error) { body, rerr = b, e }}
+		g.relay(q, "gpu", &nats.Msg{Data: append([]byte(nil), data...)})
 		if rerr != nil {
-			t.Fatalf("forward (json %v): %v", asJSON, rerr)
+			t.Fatalf("relay (json %v): %v", asJSON, rerr)
 		}
 		var rep codec.InferReply
 		if err := codec.Decode(body, &rep, asJSON); err != nil {

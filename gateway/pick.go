@@ -41,7 +41,7 @@ type workerCap struct {
 	slots   int            // max(1, its heartbeat's slots)
 	classes []string       // the classes it serves
 	busy    map[string]int // requests in flight sent to it, per class, this pass's included
-	// lastSent orders the workers by when they were last given a request (flights'
+	// lastSent orders the workers by when they were last given a request (the lifecycle's
 	// sequence; 0: never), this pass's included.
 	lastSent uint64
 	failed   map[string]bool // models that failed to load there

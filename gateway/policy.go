@@ -56,7 +56,7 @@ import (
 const backgroundPriority = 2
 
 // lastActive is when each class was last active (had a request queued for, or running
-// on, a device) per device and class. Owned by flights.
+// on, a device) per device and class. Owned by the lifecycle (lifecycle.go).
 type lastActive map[string]map[string]time.Time
 
 func (a lastActive) clone() lastActive {
@@ -77,7 +77,7 @@ func (a lastActive) see(device, class string, at time.Time) {
 }
 
 // classCounts counts requests per key (a device, or a worker) and class: in flight, or
-// held by leases. Owned by flights (and leases); snapshots get clones.
+// held by leases. Owned by the lifecycle (and leases); snapshots get clones.
 type classCounts map[string]map[string]int
 
 // add adds n to key's count of class; a count back at zero is dropped (and a key with

@@ -279,8 +279,8 @@ func TestFeasibleFromReplies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := &pending{id: "done", op: "tag", class: "interactive", pool: "gpurt", req: codec.Request{ID: "done", Model: "tagger"}, reply: func([]byte, *codec.Error) {}}
-	g.forward(served, &nats.Msg{Data: body})
+	served := &pending{id: "done", op: "tag", class: "interactive", req: codec.Request{ID: "done", Model: "tagger"}, reply: func([]byte, *codec.Error) {}}
+	g.relay(served, "gpurt", &nats.Msg{Data: body})
 	if got := g.est.get(estKey{"gpurt", "tag", "tagger"}); got != 200*time.Millisecond {
 		t.Fatalf("service time from the reply %s, want 200ms", got)
 	}

@@ -1,20 +1,15 @@
 package gateway
 
 import (
-	"context"
-	"errors"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
 	"github.com/ortbus/ortbus/codec"
-	"github.com/ortbus/ortbus/internal/guard"
-	"github.com/ortbus/ortbus/internal/reply"
 	"github.com/ortbus/ortbus/jobs"
-	"github.com/ortbus/ortbus/sched"
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -22,7 +17,9 @@ import (
 // (already encoded for the client) or an error.
 type Reply func(body []byte, err *codec.Error)
 
-// pending is one client request from acceptance to its terminal reply.
+// pending is one client request from acceptance to its terminal reply: what the client
+// asked and how to answer it. It does not change once the request is accepted (L1); where
+// the request is in its life is the lifecycle's (lifecycle.go, flight).
 type pending struct {
 	id       string
 	op       string
@@ -37,69 +34,14 @@ type pending struct {
 	tenant   string // whose bound it counts in (identity.go)
 	clientID string // the id its client gave it, when it runs under another (tenantID)
 	size     int64  // the request's encoded size, counted against its class queue's bytes
-	once     sync.Once
-
-	// Guarded by flights.mu.
-	attempt int    // dispatches so far
-	deaths  int    // holders that died with it
-	pool    string // where it is in flight ("" while queued)
-	target  string // the worker it is sent to ("" for the pool's queue group); set by hold
-	worker  string // the claiming worker, once known
-	cancel  context.CancelCauseFunc
-	done    chan<- codec.Claim // where a "done" claim goes, while a reply_direct attempt waits
-	// cancelAsked: the client cancelled it while it was between queues (accepted and
-	// not yet queued, or leaving the queue for a pool); it is answered cancelled there.
-	cancelAsked bool
+	// answered is set by its one terminal answer (deliver, settled).
+	answered atomic.Bool
 }
-
-// errLost is the cause of an in-flight request's cancellation when its worker died.
-type errLost struct{ worker, why string }
-
-func (e *errLost) Error() string { return "worker " + e.worker + " lost: " + e.why }
-
-// errUnclaimed is the cause of an in-flight request's cancellation when no worker claimed
-// it in time: a worker claims an item the moment it receives it, so an unclaimed one was
-// delivered to a worker that is gone (a dead worker's subscription lingers in the server
-// until the server notices the death). It is dispatched again; that is no worker's death.
-// (When a worker of the pool died after the dispatch, the request is taken as held by it
-// instead — a worker that crashes at once may die before its claim leaves it — and
-// cancelled with errLost.)
-type errUnclaimed struct{ after time.Duration }
-
-func (e *errUnclaimed) Error() string { return "not claimed within " + e.after.String() }
 
 // claimTimeout is how long a dispatched request may go unclaimed: one heartbeat interval,
 // and at least 100 ms.
 func (g *Gateway) claimTimeout() time.Duration {
 	return max(g.cfg.Health.HeartbeatInterval.D(), 100*time.Millisecond)
-}
-
-// answer sends the terminal reply once; later calls are ignored. It also clears the
-// request from the in-flight table.
-func (g *Gateway) answer(p *pending, body []byte, err *codec.Error) {
-	outcome := codec.Code("")
-	if err != nil {
-		outcome = err.Code
-	}
-	g.settle(p, outcome, func() {
-		p.reply(body, err)
-		g.failover.record(p, true, body, err)
-	})
-}
-
-// settle ends p once, with outcome (its error code, "" for a result): out of the
-// in-flight table, counted in the metrics, then then (sending the answer, or what else
-// its end needs). Later calls for p are ignored.
-func (g *Gateway) settle(p *pending, outcome codec.Code, then func()) {
-	p.once.Do(func() {
-		g.fl.finish(p)
-		label := "ok"
-		if outcome != "" {
-			label = string(outcome)
-		}
-		g.metrics.observe(p, label)
-		then()
-	})
 }
 
 // submitFrom accepts a client request for op: decode, validate, route check, queue.
@@ -108,15 +50,15 @@ func (g *Gateway) settle(p *pending, outcome codec.Code, then func()) {
 func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner, tenant string, reply Reply) {
 	p := &pending{op: op, asJSON: asJSON, accepted: time.Now(), reply: reply, replyTo: replyTo, owner: owner, tenant: tenant, size: int64(len(data))}
 	if err := codec.Decode(data, &p.req, asJSON); err != nil {
-		g.answer(p, nil, codec.AsError(err))
+		g.deliver(p, "", nil, codec.AsError(err))
 		return
 	}
 	if err := p.req.Validate(); err != nil {
-		g.answer(p, nil, codec.AsError(err))
+		g.deliver(p, "", nil, codec.AsError(err))
 		return
 	}
 	if strings.HasPrefix(p.req.ID, jobs.ItemIDPrefix) {
-		g.answer(p, nil, codec.Errorf(codec.CodeBadRequest, "id: ids starting %q are the gateway's own (job items)", jobs.ItemIDPrefix).With("field", "id"))
+		g.deliver(p, "", nil, codec.Errorf(codec.CodeBadRequest, "id: ids starting %q are the gateway's own (job items)", jobs.ItemIDPrefix).With("field", "id"))
 		return
 	}
 	if p.req.ID == "" {
@@ -130,32 +72,18 @@ func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner
 }
 
 // submit accepts a decoded and validated request (p.req, whose id is set) for p.op:
-// class, deadline, model and pool checks, route check, then the class queue.
+// class, deadline, model and pool checks and the route check here, then the loop takes
+// it (L1).
 func (g *Gateway) submit(p *pending) {
 	pools, e := g.resolve(p)
+	if e == nil {
+		e = g.mapPaths(p, pools)
+	}
 	if e != nil {
-		g.answer(p, nil, e)
+		g.deliver(p, "", nil, e)
 		return
 	}
-	if err := g.mapPaths(p, pools); err != nil {
-		g.answer(p, nil, err)
-		return
-	}
-	if e := g.fl.admit(p); e != nil {
-		g.answer(p, nil, e)
-		return
-	}
-	dropped, err := g.queues.Push(&sched.Item{ID: p.id, Class: p.class, Pools: pools, Deadline: p.deadline, Bytes: p.size, Value: p})
-	if err != nil {
-		g.answer(p, nil, codec.AsError(err))
-		return
-	}
-	for _, d := range dropped {
-		g.answer(d.Value.(*pending), nil, codec.Errorf(codec.CodeOverloaded, "dropped from the full %s queue for a newer request (drop_oldest)", p.class))
-	}
-	g.failover.record(p, false, nil, nil)
-	g.cancelIfAsked(p)
-	g.kick()
+	g.post(evAccept{p: p, pools: pools})
 }
 
 // resolve fills in p's id, class, deadline and default model from the config, checks
@@ -206,92 +134,11 @@ func (g *Gateway) resolve(p *pending) ([]string, *codec.Error) {
 	return pools, nil
 }
 
-// cancelIfAsked answers p cancelled, taking it out of its queue, if the client cancelled
-// it before it got there.
-func (g *Gateway) cancelIfAsked(p *pending) {
-	if g.fl.cancelAsked(p) && g.queues.Remove(p.id) != nil {
-		g.answer(p, nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))
-	}
-}
-
 func modelSuffix(m string) string {
 	if m == "" {
 		return ""
 	}
 	return " (model " + m + ")"
-}
-
-// send dispatches one request to pool and handles what comes back. A panic in it
-// answers the request internal.
-func (g *Gateway) send(p *pending, pool string) {
-	defer guard.Recover(g.log, "dispatch", func(e *codec.Error) { g.answer(p, nil, e) })
-	item := codec.WorkItem{Request: p.req, Op: p.op, DeadlineUnixMS: p.deadline.UnixMilli(), ClaimTo: g.claimSubject, EnqueuedUnixUS: p.accepted.UnixMicro()}
-	item.Class, item.Pool = p.class, pool
-	mapRequest(g.cfg.Pools[pool].PathMap, &item.Request) // checked at submit (mapPaths)
-	// Past the deadline, give the worker a moment to answer deadline_exceeded itself.
-	ctx, cancel := context.WithCancelCause(context.Background())
-	ctx, stop := context.WithDeadline(ctx, p.deadline.Add(time.Second))
-	defer stop()
-	defer cancel(nil)
-	direct := g.replyDirect(p, pool)
-	var done chan codec.Claim
-	if direct {
-		done = make(chan codec.Claim, 1)
-	}
-	attempt, target, ok := g.fl.dispatch(p, pool, cancel, done)
-	if !ok {
-		g.release(p, pool)
-		g.answer(p, nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))
-		return
-	}
-	item.Attempt, item.ReplyDirect = attempt, direct
-	ct, sent := g.claimTimeout(), time.Now()
-	unclaimed := time.AfterFunc(ct, func() {
-		if c, cause := g.fl.unclaimed(p, attempt, pool, sent, ct); c != nil {
-			c(cause)
-		}
-	})
-	defer unclaimed.Stop()
-
-	// To the worker the dispatch pass chose, or else to the pool's queue group.
-	subj, _ := subjects.Infer(pool, p.class)
-	if target != "" {
-		subj, _ = subjects.InferWorker(pool, p.class, target)
-	}
-	data, err := codec.Marshal(&item)
-	if err != nil {
-		g.release(p, pool)
-		g.answer(p, nil, codec.Errorf(codec.CodeInternal, "encode work item: %v", err))
-		return
-	}
-	var msg *nats.Msg
-	var claim codec.Claim
-	if direct {
-		claim, err = g.exchangeDirect(ctx, &nats.Msg{Subject: subj, Reply: p.replyTo, Data: data}, done)
-	} else {
-		msg, err = g.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subj, Data: data})
-	}
-	g.release(p, pool)
-	switch cause := context.Cause(ctx); {
-	case err == nil && direct:
-		g.repliedDirect(p, claim)
-	case err == nil:
-		g.forward(p, msg)
-	case errors.As(cause, new(*errLost)):
-		g.lost(p, cause.(*errLost))
-	case errors.As(cause, new(*errUnclaimed)):
-		g.redispatch(p, pool)
-	case errors.Is(err, nats.ErrNoResponders) && time.Until(p.deadline) > 100*time.Millisecond && g.tracker.HasLive(pool):
-		// The pool's workers are alive but not subscribed right now (they resubscribe
-		// after a NATS restart): try again shortly rather than fail.
-		time.AfterFunc(50*time.Millisecond, func() { g.redispatch(p, pool) })
-	case errors.Is(err, nats.ErrNoResponders):
-		g.answer(p, nil, codec.Errorf(codec.CodeNoWorker, "no worker is subscribed to %s", subj).With("pools", []string{pool}))
-	case errors.Is(err, context.DeadlineExceeded):
-		g.answer(p, nil, codec.Errorf(codec.CodeDeadlineExceeded, "no answer from pool %s before the deadline", pool))
-	default:
-		g.answer(p, nil, codec.Errorf(codec.CodeInternal, "request to %s: %v", subj, err))
-	}
 }
 
 // replyDirect reports whether the worker is to answer p straight to its client (the item's
@@ -307,107 +154,8 @@ func (g *Gateway) replyDirect(p *pending, pool string) bool {
 	return p.replyTo != "" && !subjects.IsImportReply(p.replyTo) && p.clientID == "" && !p.asJSON && p.owner != ownerJob && len(g.cfg.Pools[pool].PathMap) == 0 && !gw.Failover && !gw.RelayReplies
 }
 
-// exchangeDirect publishes a work item whose reply goes to the client, and waits for its
-// worker's "done" claim (onClaim), or for ctx to end (a worker's death, no claim, the
-// deadline).
-func (g *Gateway) exchangeDirect(ctx context.Context, m *nats.Msg, done <-chan codec.Claim) (codec.Claim, error) {
-	if err := g.nc.PublishMsg(m); err != nil {
-		return codec.Claim{}, err
-	}
-	select {
-	case c := <-done:
-		return c, nil
-	case <-ctx.Done():
-		return codec.Claim{}, ctx.Err()
-	}
-}
-
-// repliedDirect settles p, whose worker has answered its client itself (claim c, state
-// done): what answer does, without sending.
-func (g *Gateway) repliedDirect(p *pending, c codec.Claim) {
-	g.settle(p, c.Code, func() {
-		if c.Code == "" && c.Timing != nil {
-			g.observe(p, *c.Timing, p.req.Model)
-		}
-	})
-}
-
-// observe records the worker's timing of a result: in the metrics, and as the measured
-// service time of its pool, op and model (what the next one of its kind will cost).
-func (g *Gateway) observe(p *pending, t codec.Timing, model string) {
-	g.metrics.timing(p, t, model)
-	g.est.observe(estKey{p.pool, p.op, p.req.Model}, time.Duration(t.TotalUS-t.QueueUS)*time.Microsecond)
-}
-
-// release returns a pool slot and triggers a dispatch pass.
-func (g *Gateway) release(p *pending, pool string) {
-	g.fl.release(p, pool, g.cfg.Pools[pool].Device)
-	g.kick()
-}
-
-// forward relays a worker's reply to the client, re-encoded as JSON if the client asked.
-func (g *Gateway) forward(p *pending, msg *nats.Msg) {
-	if e := reply.ErrorOf(msg); e != nil {
-		g.answer(p, nil, e)
-		return
-	}
-	var s codec.Served
-	if codec.Unmarshal(msg.Data, &s) == nil {
-		g.observe(p, s.Timing, s.Model)
-	}
-	msg.Data = g.unmapReply(p.op, p.pool, msg.Data) // output paths back to the client's view
-	if !p.asJSON && p.clientID == "" {
-		g.answer(p, msg.Data, nil)
-		return
-	}
-	rep := codec.NewReply(p.op)
-	if err := codec.Unmarshal(msg.Data, rep); err != nil {
-		g.answer(p, nil, codec.Errorf(codec.CodeInternal, "worker reply: %v", err))
-		return
-	}
-	if r, ok := rep.(codec.Replier); ok && p.clientID != "" {
-		r.Meta().ID = p.clientID // its own id back (identity.go, rule 3)
-	}
-	b, err := codec.Encode(rep, p.asJSON)
-	if err != nil {
-		g.answer(p, nil, codec.Errorf(codec.CodeInternal, "encode reply: %v", err))
-		return
-	}
-	g.answer(p, b, nil)
-}
-
-// lost handles a request whose worker died holding it: retried once at the front of its
-// class queue (inference is idempotent), poison_input after a second death, worker_lost
-// when no retry is possible.
-func (g *Gateway) lost(p *pending, cause *errLost) {
-	if deaths := g.fl.addDeath(p); deaths >= 2 {
-		g.answer(p, nil, codec.Errorf(codec.CodePoisonInput, "two workers died holding this request (last: %s); not retried", cause.worker).With("worker", cause.worker))
-		return
-	}
-	if time.Now().After(p.deadline) || !g.retryable(p) {
-		g.answer(p, nil, codec.Errorf(codec.CodeWorkerLost, "worker %s died holding this request (%s)", cause.worker, cause.why).With("worker", cause.worker))
-		return
-	}
-	g.metrics.retries.Inc()
-	g.queues.PushFront(&sched.Item{ID: p.id, Class: p.class, Pools: g.retryPools(p), Deadline: p.deadline, Bytes: p.size, Value: p})
-	g.cancelIfAsked(p)
-	g.kick()
-}
-
-// redispatch queues a request that no worker claimed again, at the front of its class.
-func (g *Gateway) redispatch(p *pending, pool string) {
-	g.log.Warn("request not claimed by any worker; dispatching it again", "id", p.id, "pool", pool, "after", g.claimTimeout())
-	if !time.Now().Before(p.deadline) {
-		g.answer(p, nil, codec.Errorf(codec.CodeDeadlineExceeded, "deadline passed before a worker took the request"))
-		return
-	}
-	g.queues.PushFront(&sched.Item{ID: p.id, Class: p.class, Pools: g.retryPools(p), Deadline: p.deadline, Bytes: p.size, Value: p})
-	g.cancelIfAsked(p)
-	g.kick()
-}
-
-// onDead is called by the tracker when a worker is judged dead: every request it held is
-// cancelled with errLost, which sends it to lost.
+// onDead is called by the tracker when a worker is judged dead: the loop answers or
+// retries every request it held (L7).
 func (g *Gateway) onDead(id, pool, why string) {
 	// A silent local worker is killed first, and its requests retried once it is gone:
 	// while it lives its subscription stays in its pool's queue group, and a retry could
@@ -419,9 +167,7 @@ func (g *Gateway) onDead(id, pool, why string) {
 			others++
 		}
 	}
-	for _, l := range g.fl.died(pool, id, why, others) {
-		l.cancel(&errLost{worker: id, why: why})
-	}
+	g.post(evDied{pool: pool, worker: id, why: why, others: others})
 }
 
 // onClaim records which worker holds a request. A claim is dropped unless its body
@@ -442,7 +188,7 @@ func (g *Gateway) onClaim(m *nats.Msg) {
 		g.metrics.bad("claim")
 		return
 	}
-	g.fl.claim(c)
+	g.post(evClaim{c})
 }
 
 // ownerHTTP owns the requests that came over HTTP: only an HTTP cancel may cancel them.
@@ -481,33 +227,23 @@ func canCancel(owner, by string) bool {
 }
 
 // cancelAs cancels a queued or in-flight request by id for the sender by (see
-// canCancel). A cancel that may not cancel the request finds nothing, as if the id were
-// unknown.
+// canCancel), and reports whether it found one (L9). A cancel that may not cancel the
+// request finds nothing, as if the id were unknown.
 func (g *Gateway) cancelAs(id, by, tenant string) bool {
-	id = tenantID(tenant, id) // a tenant names its own ids (identity.go, rule 3)
-	if g.fl.mayCancel(id, by) {
-		if it := g.queues.Remove(id); it != nil {
-			g.answer(it.Value.(*pending), nil, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))
-			return true
-		}
-	}
-	p, dispatched, found := g.fl.askCancel(id, by, tenant)
-	if !found {
+	return g.cancelID(tenantID(tenant, id), by, tenant, false) // a tenant names its own ids (identity.go, rule 3)
+}
+
+// cancelID posts a cancel of the gateway's id and waits for its finding; with onlyKnown
+// an unknown id is not remembered as cancelled.
+func (g *Gateway) cancelID(id, by, tenant string, onlyKnown bool) bool {
+	found := make(chan bool, 1)
+	g.post(evCancel{id: id, by: by, tenant: tenant, onlyKnown: onlyKnown, found: found})
+	select {
+	case ok := <-found:
+		return ok
+	case <-g.loopDone:
 		return false
 	}
-	if !dispatched {
-		// Between queues: out of its queue if it got there meanwhile, else answered
-		// where it goes next (cancelIfAsked, send).
-		g.cancelIfAsked(p)
-		return true
-	}
-	// Running: the worker holding it stops it (or discards its result) and answers it
-	// cancelled, and that answer reaches the client like any other.
-	b, _ := codec.Marshal(&codec.Cancel{ID: id})
-	if err := g.nc.Publish(subjects.Cancel, b); err != nil {
-		g.publishFailed("cancel", err)
-	}
-	return true
 }
 
 func contains(list []string, s string) bool {

@@ -55,32 +55,20 @@ func (g *Gateway) mapped(p *pending, pool string) (string, bool) {
 	return mapPrefix(g.cfg.Pools[pool].PathMap, p.req.Path)
 }
 
-// router is the sched.Router of one dispatch pass at now. It takes the pass's capacity
-// snapshot when it first has an item to route, decides each item with route, which reads
-// only the snapshot and the item, and then does what the decision asks: it holds the
-// unit taken in flights, or wakes a lazy pool. An item of a latency class that waits is
-// recorded in flights as active on its pools' devices (the policy's reservation).
-func (g *Gateway) router(now time.Time) sched.Router {
+// router decides the items of one dispatch pass at now (the lifecycle's pass, L2). It
+// takes the pass's capacity snapshot when it first has an item to route, and decides each
+// item with route, which reads only the snapshot and the item; the lifecycle then holds
+// the unit taken, and wakes a lazy pool. An item of a latency class that waits marks its
+// pools' devices active (reserve: the policy's reservation).
+func (g *Gateway) router(now time.Time) decide {
 	var snap *capacity
-	return func(it *sched.Item, reserved map[string]bool) (string, error) {
+	return func(it *sched.Item, reserved map[string]bool) decision {
 		if snap == nil {
 			snap = g.snapshot(now)
 		}
 		d := snap.route(it, reserved)
-		switch {
-		case d.pool != "":
-			g.fl.hold(it.Value.(*pending), d.pool, d.worker, g.cfg.Pools[d.pool].Device, it.Class, now)
-		case d.err == nil && snap.reserves(it.Class):
-			devices := make([]string, len(it.Pools))
-			for i, pool := range it.Pools {
-				devices[i] = g.cfg.Pools[pool].Device
-			}
-			g.fl.queued(devices, it.Class, now)
-		}
-		if d.wake != "" {
-			g.supervisor.wake(d.wake) // a lazy_load pool starts on its first request
-		}
-		return d.pool, d.err
+		d.reserve = d.pool == "" && d.err == nil && snap.reserves(it.Class)
+		return d
 	}
 }
 
@@ -92,6 +80,8 @@ type decision struct {
 	worker string // the worker of pool it is sent to ("" for the pool's queue group)
 	err    error
 	wake   string
+	// reserve: the item waits, and its class reserves its pools' devices while it does.
+	reserve bool
 }
 
 // route decides an item of a dispatch pass: the first candidate pool, in order, that is
@@ -199,20 +189,6 @@ const spillGrace = 20 * time.Millisecond
 func (c *capacity) maySpill(p *pending) bool {
 	return c.cfg.Gateway.RelayReplies || c.now.Sub(p.accepted) >= spillGrace
 }
-
-// retryable reports whether a retry of p could run: some pool it may go to has a live
-// worker, or local workers on their way.
-func (g *Gateway) retryable(p *pending) bool {
-	for _, pool := range g.retryPools(p) {
-		if g.tracker.HasLive(pool) || g.supervisor.poolStatus(pool, time.Now()).coming {
-			return true
-		}
-	}
-	return false
-}
-
-// retryPools are the pools a retry may go to: the request's candidates.
-func (g *Gateway) retryPools(p *pending) []string { return g.candidates(p) }
 
 // chainOf is where a request may go: its explicit pool, or its class's chain.
 func (g *Gateway) chainOf(p *pending) []string {

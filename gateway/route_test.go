@@ -212,6 +212,23 @@ func newItem(class, op string, deadline time.Time, pools ...string) *sched.Item 
 	return &sched.Item{ID: id, Class: class, Pools: pools, Deadline: deadline, Value: p}
 }
 
+// passRouter is the router of a dispatch pass of g at now, as the lifecycle runs it (L2):
+// each item routed is taken as a queued request of the lifecycle first, and a pool the
+// pass wakes is woken at once.
+func passRouter(g *Gateway, now time.Time) sched.Router {
+	var wake []effect
+	r := g.lc.router(now, g.router(now), &wake)
+	return func(it *sched.Item, reserved map[string]bool) (string, error) {
+		if g.lc.byID[it.ID] == nil {
+			g.lc.byID[it.ID] = &flight{p: it.Value.(*pending), state: stQueued}
+		}
+		pool, err := r(it, reserved)
+		g.apply(wake)
+		wake = wake[:0]
+		return pool, err
+	}
+}
+
 // asErr is err as a contract error (an empty one for nil, so a test can read its fields).
 func asErr(err error) *codec.Error {
 	if e := codec.AsError(err); e != nil {
@@ -259,22 +276,23 @@ func TestRetryPools(t *testing.T) {
 	g := testGateway(t, routeConfig)
 	f := newFleet(t, g)
 	p := &pending{op: "detect", class: "interactive"}
-	if got := g.retryPools(p); !slices.Equal(got, []string{"bulk"}) {
+	env := loopEnv{g}
+	if got := env.retryPools(p); !slices.Equal(got, []string{"bulk"}) {
 		t.Fatalf("retry pools of detect = %v, want [bulk]", got)
 	}
 	p = &pending{op: "tag", class: "batch", req: codec.Request{Pool: "spare"}}
-	if got := g.retryPools(p); !slices.Equal(got, []string{"spare"}) {
+	if got := env.retryPools(p); !slices.Equal(got, []string{"spare"}) {
 		t.Fatalf("retry pools with pool spare = %v, want [spare]", got)
 	}
-	if g.retryable(p) {
+	if env.mayRun(env.retryPools(p)) {
 		t.Fatal("retryable with no live worker and the remote grace over")
 	}
 	f.ready("bulk", "bulk-1", 1, "interactive", "batch")
-	if g.retryable(p) {
+	if env.mayRun(env.retryPools(p)) {
 		t.Fatal("retryable on spare because bulk is live")
 	}
 	f.ready("spare", "spare-1", 1, "interactive", "batch")
-	if !g.retryable(p) {
+	if !env.mayRun(env.retryPools(p)) {
 		t.Fatal("not retryable with a live worker in spare")
 	}
 }
@@ -378,8 +396,8 @@ func TestSnapshot(t *testing.T) {
 	f.ready("fast", "fast-1", 1, "urgent", "interactive")
 	g.tracker.MarkDead("fast-1", "fast", "", "exit code 1")
 	held := time.Now().Add(-time.Second)
-	g.fl.hold(&pending{}, "bulk", "bulk-1", "cuda:0", "batch", held)
-	g.fl.hold(&pending{}, "bulk", "", "cuda:0", "interactive", held)
+	g.lc.hold(&flight{p: &pending{class: "batch"}}, "bulk", "bulk-1", "batch", held)
+	g.lc.hold(&flight{p: &pending{class: "interactive"}}, "bulk", "", "interactive", held)
 	g.est.observe(estKey{"bulk", "tag", "tagger"}, time.Second)
 	g.supervisor.pools["spare"] = &poolProcs{cfg: g.cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}, asleep: true}
 
@@ -410,9 +428,9 @@ func TestSnapshot(t *testing.T) {
 	}
 
 	c.take("bulk", "batch")
-	g.fl.hold(&pending{}, "fast", "", "cuda:0", "urgent", time.Now())
+	g.lc.hold(&flight{p: &pending{class: "urgent"}}, "fast", "", "urgent", time.Now())
 	g.est.observe(estKey{"fast", "tag", "tagger"}, time.Second)
-	h := g.fl.held()
+	h := g.lc.held()
 	if h.busy["bulk"] != 2 || h.load["cuda:0"]["batch"] != 1 {
 		t.Fatalf("the snapshot's take reached flights: busy %v load %v", h.busy, h.load)
 	}
@@ -645,23 +663,23 @@ func TestRouteDeadlineExceeded(t *testing.T) {
 func TestRouter(t *testing.T) {
 	g := testGateway(t, routeConfig)
 	f := newFleet(t, g)
-	route := g.router(time.Now())
+	route := passRouter(g, time.Now())
 	f.ready("fast", "fast-1", 1, "urgent", "interactive")
 	it := newItem("interactive", "tag", soon(), "fast", "bulk")
 	if pool, err := route(it, nil); pool != "fast" || err != nil {
 		t.Fatalf("routed to %q %v, want fast", pool, err)
 	}
-	if target := it.Value.(*pending).target; target != "fast-1" {
+	if target := g.lc.byID[it.ID].target; target != "fast-1" {
 		t.Fatalf("sent to worker %q, want fast-1 (the pool's one direct worker)", target)
 	}
-	if h := g.fl.held(); h.workers["fast-1"]["interactive"] != 1 || h.busy["fast"] != 1 || h.load["cuda:0"]["interactive"] != 1 {
+	if h := g.lc.held(); h.workers["fast-1"]["interactive"] != 1 || h.busy["fast"] != 1 || h.load["cuda:0"]["interactive"] != 1 {
 		t.Fatalf("flights hold %v, %v, %v; want fast 1, fast-1 1 and one interactive on cuda:0", h.busy, h.workers, h.load)
 	}
 	f.ready("bulk", "bulk-1", 1, "interactive")
 	if pool, err := route(newItem("interactive", "tag", soon(), "fast", "bulk"), nil); pool != "" || err != nil {
 		t.Fatalf("with fast full and bulk heard during the pass: %q %v, want a wait", pool, err)
 	}
-	if pool, err := g.router(time.Now())(newItem("interactive", "tag", soon(), "fast", "bulk"), nil); pool != "bulk" || err != nil {
+	if pool, err := passRouter(g, time.Now())(newItem("interactive", "tag", soon(), "fast", "bulk"), nil); pool != "bulk" || err != nil {
 		t.Fatalf("next pass: %q %v, want bulk", pool, err)
 	}
 
@@ -670,7 +688,7 @@ func TestRouter(t *testing.T) {
 	s.mu.Lock()
 	s.pools["spare"] = &poolProcs{cfg: g.cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}, asleep: true}
 	s.mu.Unlock()
-	if pool, err := g.router(time.Now())(newItem("batch", "tag", soon(), "spare"), nil); pool != "" || err != nil {
+	if pool, err := passRouter(g, time.Now())(newItem("batch", "tag", soon(), "spare"), nil); pool != "" || err != nil {
 		t.Fatalf("lazy pool asleep: %q %v, want a wait", pool, err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); s.poolStatus("spare", time.Now()).failed == nil; time.Sleep(5 * time.Millisecond) {
@@ -678,7 +696,7 @@ func TestRouter(t *testing.T) {
 			t.Fatal("the lazy pool was never woken")
 		}
 	}
-	_, err := g.router(time.Now())(newItem("batch", "tag", soon(), "spare"), nil)
+	_, err := passRouter(g, time.Now())(newItem("batch", "tag", soon(), "spare"), nil)
 	if e := asErr(err); e.Code != codec.CodeInternal || !strings.Contains(e.Message, "start worker /nonexistent/ortworker") {
 		t.Fatalf("after the woken pool failed to start: %v, want its start error", err)
 	}
@@ -697,7 +715,7 @@ func TestRouterRecordsActivity(t *testing.T) {
 			f.ready("bulk", "bulk-1", 1, "interactive", "batch")
 			f.ready("spare", "spare-1", 1, "interactive", "batch")
 			pass := time.Now().Add(-time.Minute)
-			route := g.router(pass)
+			route := passRouter(g, pass)
 			it := newItem("interactive", "tag", soon(), "fast")
 			if pool, err := route(it, nil); pool != "fast" || err != nil {
 				t.Fatalf("routed to %q %v, want fast", pool, err)
@@ -708,7 +726,7 @@ func TestRouterRecordsActivity(t *testing.T) {
 			if pool, err := route(newItem("batch", "tag", soon(), "bulk"), map[string]bool{"bulk": true}); pool != "" || err != nil {
 				t.Fatalf("bulk reserved: %q %v, want a wait", pool, err)
 			}
-			active := g.fl.held().active
+			active := g.lc.held().active
 			if !active["cuda:0"]["interactive"].Equal(pass) {
 				t.Errorf("cuda:0: interactive last active %v, want the pass's time %v", active["cuda:0"]["interactive"], pass)
 			}
@@ -720,8 +738,8 @@ func TestRouterRecordsActivity(t *testing.T) {
 			}
 
 			before := time.Now()
-			g.fl.release(it.Value.(*pending), "fast", "cuda:0")
-			if active := g.fl.held().active; active["cuda:0"]["interactive"].Before(before) {
+			g.lc.release(g.lc.byID[it.ID], time.Now())
+			if active := g.lc.held().active; active["cuda:0"]["interactive"].Before(before) {
 				t.Errorf("after the release: interactive last active %v, want its release (after %v)", active["cuda:0"]["interactive"], before)
 			}
 		})

@@ -35,8 +35,8 @@ type supervisor struct {
 	cfg     *config.Config
 	tracker *health.Tracker
 	mem     memoryAdmission
-	// idle reports whether a pool has nothing in flight and nothing queued (the gateway's
-	// flights and queues); nil: no pool is idle (no eviction).
+	// idle reports whether a pool has nothing in flight and nothing queued (asked of the
+	// gateway's loop and queues); nil: no pool is idle (no eviction).
 	idle func(pool string) bool
 	bin  string
 	url  string
@@ -89,12 +89,24 @@ type memoryAdmission interface {
 	admissionError(device, pool string, need int64) *codec.Error
 }
 
-// newSupervisor makes the supervisor of the gateway with id gateway (part of every
-// worker id it gives: WorkerID).
-func newSupervisor(cfg *config.Config, tracker *health.Tracker, mem memoryAdmission, log *slog.Logger, gateway, bin, url string) *supervisor {
+// gatewayView is what the supervisor asks of its gateway: memory admission, and whether
+// a pool is idle (nothing in flight, nothing queued for it).
+type gatewayView interface {
+	memoryAdmission
+	poolIdle(pool string) bool
+}
+
+// newSupervisor makes the supervisor of the gateway gw with id gateway (part of every
+// worker id it gives: WorkerID). Without gw (unit tests) nothing is admitted by memory
+// and no pool is idle.
+func newSupervisor(cfg *config.Config, tracker *health.Tracker, gw gatewayView, log *slog.Logger, gateway, bin, url string) *supervisor {
 	host, _ := os.Hostname()
-	return &supervisor{cfg: cfg, tracker: tracker, mem: mem, bin: bin, url: url, log: log, gateway: cmp.Or(gateway, "gateway"), host: host,
+	s := &supervisor{cfg: cfg, tracker: tracker, bin: bin, url: url, log: log, gateway: cmp.Or(gateway, "gateway"), host: host,
 		pools: map[string]*poolProcs{}, byID: map[string]*proc{}, started: time.Now()}
+	if gw != nil {
+		s.mem, s.idle = gw, gw.poolIdle
+	}
+	return s
 }
 
 // WorkerID is the id a gateway gives the worker it supervises in slot of pool, after gen

@@ -1,0 +1,535 @@
+package gateway
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/sched"
+)
+
+// The lifecycle's transitions (lifecycle.go's table), events in and effects out: no
+// NATS, no goroutine, a clock of the test's own.
+
+// fakeEnv answers the lifecycle's questions from fields.
+type fakeEnv struct {
+	direct bool            // every attempt is reply_direct
+	live   map[string]bool // pools with a live worker
+	coming bool            // local workers on their way (mayRun without a live pool)
+}
+
+func (e *fakeEnv) device(pool string) string                { return "dev-" + pool }
+func (e *fakeEnv) replyDirect(p *pending, pool string) bool { return e.direct }
+func (e *fakeEnv) retryPools(p *pending) []string           { return []string{"gpu", "cpu"} }
+func (e *fakeEnv) hasLive(pool string) bool                 { return e.live[pool] }
+func (e *fakeEnv) mayRun(pools []string) bool {
+	for _, p := range pools {
+		if e.live[p] {
+			return true
+		}
+	}
+	return e.coming
+}
+
+// t0 is the tests' clock's start.
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// testClaimTimeout is the tests' claim timeout.
+const testClaimTimeout = 100 * time.Millisecond
+
+func newTestLifecycle() *lifecycle {
+	q := sched.New([]sched.Class{{Name: "urgent", Priority: 0, Bound: 8}, {Name: "interactive", Priority: 1, Bound: 2, Shed: "reject"}, {Name: "batch", Priority: 2, Bound: 2, Shed: "drop_oldest"}})
+	return newLifecycle(&fakeEnv{live: map[string]bool{"gpu": true}}, q, testClaimTimeout, 0)
+}
+
+func envOf(lc *lifecycle) *fakeEnv { return lc.env.(*fakeEnv) }
+
+// req is a request of class id, due a minute after t0, owned by an inbox.
+func req(id, class string) *pending {
+	return &pending{id: id, op: "tag", class: class, owner: "_INBOX.c", accepted: t0, deadline: t0.Add(time.Minute), req: codec.Request{ID: id}}
+}
+
+// to routes every item to pool, to worker ("" for the queue group).
+func to(pool, worker string) decide {
+	return func(*sched.Item, map[string]bool) decision { return decision{pool: pool, worker: worker} }
+}
+
+// waits routes nothing.
+func waits(*sched.Item, map[string]bool) decision { return decision{} }
+
+// answerOf is the error of the one answer among effects (nil for none or a result).
+func answerOf(effects []effect) *codec.Error {
+	for _, e := range effects {
+		if a, ok := e.(effAnswer); ok {
+			return a.err
+		}
+	}
+	return nil
+}
+
+// terminals counts the terminal effects of effects, per request id.
+func terminals(effects []effect) map[string]int {
+	n := map[string]int{}
+	for _, e := range effects {
+		switch e := e.(type) {
+		case effAnswer:
+			n[e.p.id]++
+		case effRelay:
+			n[e.p.id]++
+		case effSettled:
+			n[e.p.id]++
+		}
+	}
+	return n
+}
+
+// only returns the one effect of type E in effects, failing the test otherwise.
+func only[E effect](t *testing.T, effects []effect) E {
+	t.Helper()
+	var found []E
+	for _, e := range effects {
+		if x, ok := e.(E); ok {
+			found = append(found, x)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("want one %T among %d effects %+v, got %d", *new(E), len(effects), effects, len(found))
+	}
+	return found[0]
+}
+
+// wantCode checks that effects answer id with code, once and alone.
+func wantCode(t *testing.T, effects []effect, id string, code codec.Code) {
+	t.Helper()
+	a := only[effAnswer](t, effects)
+	if a.p.id != id || a.err == nil || a.err.Code != code {
+		t.Fatalf("answer %s %v, want %s %s", a.p.id, a.err, id, code)
+	}
+}
+
+// sent accepts p and runs a pass at now that routes it with route, returning its send.
+func sent(t *testing.T, lc *lifecycle, p *pending, route decide, now time.Time) effSend {
+	t.Helper()
+	if e := answerOf(lc.accept(p, []string{"gpu"}, now)); e != nil {
+		t.Fatalf("accept %s: %v", p.id, e)
+	}
+	return only[effSend](t, lc.pass(now, route))
+}
+
+// state is id's state ("answered" when forgotten).
+func state(lc *lifecycle, id string) string {
+	if f := lc.byID[id]; f != nil {
+		return f.state.String()
+	}
+	return "answered"
+}
+
+// empty checks that nothing is held, queued or timed any more.
+func empty(t *testing.T, lc *lifecycle) {
+	t.Helper()
+	for pool, n := range lc.busy {
+		if n != 0 {
+			t.Errorf("pool %s: %d held", pool, n)
+		}
+	}
+	if len(lc.byID) != 0 || len(lc.bySeq) != 0 || len(lc.timers) != 0 || len(lc.load) != 0 || len(lc.workers) != 0 || len(lc.perTenant) != 0 {
+		t.Errorf("left: %d flights, %d reply tokens, %d timers, load %v, workers %v, tenants %v", len(lc.byID), len(lc.bySeq), len(lc.timers), lc.load, lc.workers, lc.perTenant)
+	}
+	for _, c := range []string{"urgent", "interactive", "batch"} {
+		if n := lc.queues.Len(c); n != 0 {
+			t.Errorf("%d left in queue %s", n, c)
+		}
+	}
+}
+
+// L1: an accepted request is queued and recorded; its cancel that came first, its id in
+// flight already, a full queue answer it instead; drop_oldest answers the dropped one.
+func TestLifecycleAccept(t *testing.T) {
+	lc := newTestLifecycle()
+	out := lc.accept(req("a", "interactive"), []string{"gpu"}, t0)
+	if r := only[effRecord](t, out); r.p.id != "a" || state(lc, "a") != "queued" || lc.queues.Len("interactive") != 1 {
+		t.Fatalf("accepted: %+v, state %s", out, state(lc, "a"))
+	}
+	wantCode(t, lc.accept(req("a", "interactive"), []string{"gpu"}, t0), "a", codec.CodeBadRequest)
+	lc.accept(req("b", "interactive"), []string{"gpu"}, t0)
+	wantCode(t, lc.accept(req("c", "interactive"), []string{"gpu"}, t0), "c", codec.CodeOverloaded) // reject
+
+	lc.accept(req("b1", "batch"), []string{"gpu"}, t0)
+	lc.accept(req("b2", "batch"), []string{"gpu"}, t0)
+	out = lc.accept(req("b3", "batch"), []string{"gpu"}, t0) // drop_oldest: b1 goes
+	wantCode(t, out, "b1", codec.CodeOverloaded)
+	if state(lc, "b1") != "answered" || state(lc, "b3") != "queued" {
+		t.Fatalf("after drop_oldest: b1 %s, b3 %s", state(lc, "b1"), state(lc, "b3"))
+	}
+
+	// A cancel of an unknown id by its owner, then the request: answered cancelled.
+	if found, out := lc.cancel("late", "_INBOX.c.9", "", false, t0); found || len(out) != 0 {
+		t.Fatalf("cancel of an unknown id: %v %+v", found, out)
+	}
+	wantCode(t, lc.accept(req("late", "urgent"), []string{"gpu"}, t0), "late", codec.CodeCancelled)
+	// Not by someone else's cancel.
+	lc.cancel("other", "_INBOX.d.1", "", false, t0)
+	if e := answerOf(lc.accept(req("other", "urgent"), []string{"gpu"}, t0)); e != nil {
+		t.Fatalf("another owner's early cancel cancelled it: %v", e)
+	}
+}
+
+// L2 and L4 relayed: a pass sends the attempt with a reply token and its timers; the
+// reply to that token relays the answer and gives back the unit; a second reply, or one
+// to an unknown token, does nothing.
+func TestLifecycleSendRelayed(t *testing.T) {
+	lc := newTestLifecycle()
+	s := sent(t, lc, req("a", "interactive"), to("gpu", ""), t0)
+	if s.attempt != 1 || s.direct || s.seq == 0 || s.pool != "gpu" || state(lc, "a") != "sent" {
+		t.Fatalf("send %+v, state %s", s, state(lc, "a"))
+	}
+	if lc.busy["gpu"] != 1 || lc.load["dev-gpu"]["interactive"] != 1 || len(lc.timers) != 2 {
+		t.Fatalf("held: busy %v load %v timers %d", lc.busy, lc.load, len(lc.timers))
+	}
+	msg := &nats.Msg{Data: []byte("result")}
+	r := only[effRelay](t, lc.reply(s.seq, msg, t0.Add(time.Millisecond)))
+	if r.p.id != "a" || r.pool != "gpu" || r.msg != msg {
+		t.Fatalf("relay %+v", r)
+	}
+	if out := lc.reply(s.seq, msg, t0); len(out) != 0 {
+		t.Fatalf("a second reply: %+v", out)
+	}
+	if out := lc.reply(999, msg, t0); len(out) != 0 {
+		t.Fatalf("a reply to an unknown token: %+v", out)
+	}
+	empty(t, lc)
+}
+
+// L3 and L4 direct: "taken" records the claiming worker; "done" from the worker it was
+// sent to settles it. A claim of another attempt or pool, or a done from another worker,
+// changes nothing.
+func TestLifecycleDirectDone(t *testing.T) {
+	lc := newTestLifecycle()
+	envOf(lc).direct = true
+	s := sent(t, lc, req("a", "interactive"), to("gpu", "w1"), t0)
+	if !s.direct || s.seq != 0 || s.target != "w1" || lc.workers["w1"]["interactive"] != 1 {
+		t.Fatalf("direct send %+v, workers %v", s, lc.workers)
+	}
+	for _, c := range []codec.Claim{
+		{ID: "a", Attempt: 2, Pool: "gpu", Worker: "w1", State: codec.ClaimDone},
+		{ID: "a", Attempt: 1, Pool: "cpu", Worker: "w1", State: codec.ClaimDone},
+		{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w2", State: codec.ClaimDone},
+		{ID: "b", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimDone},
+	} {
+		if out := lc.claim(c, t0); len(out) != 0 || state(lc, "a") != "sent" {
+			t.Fatalf("claim %+v: %+v, state %s", c, out, state(lc, "a"))
+		}
+	}
+	lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0)
+	if f := lc.byID["a"]; f.state != stClaimed || f.worker != "w1" {
+		t.Fatalf("after taken: %s by %q", f.state, f.worker)
+	}
+	st := only[effSettled](t, lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimDone, Code: codec.CodeCancelled}, t0))
+	if st.p.id != "a" || st.pool != "gpu" || st.claim.Code != codec.CodeCancelled {
+		t.Fatalf("settled %+v", st)
+	}
+	empty(t, lc)
+
+	// Sent to the queue group: the first worker's done settles it.
+	s = sent(t, lc, req("q", "interactive"), to("gpu", ""), t0)
+	only[effSettled](t, lc.claim(codec.Claim{ID: "q", Attempt: s.attempt, Pool: "gpu", Worker: "any", State: codec.ClaimDone}, t0))
+	empty(t, lc)
+}
+
+// L7: the death of the claiming worker retries the request once at the front of its
+// queue; the second holder's death answers poison_input. A late claim or done of the
+// dead worker's attempt (a draining beat's, after its exit) reaches nothing.
+func TestLifecycleWorkerDied(t *testing.T) {
+	lc := newTestLifecycle()
+	envOf(lc).direct = true
+	lc.accept(req("older", "interactive"), []string{"gpu"}, t0)
+	lc.accept(req("a", "interactive"), []string{"gpu"}, t0)
+	if out := lc.pass(t0, to("gpu", "")); len(out) != 2 {
+		t.Fatalf("the pass: %+v, want two sends", out)
+	}
+	lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0)
+	lc.claim(codec.Claim{ID: "older", Attempt: 1, Pool: "gpu", Worker: "w2", State: codec.ClaimTaken}, t0)
+	out := lc.died("gpu", "w1", "exit 2", 1, t0.Add(time.Second))
+	only[effRetried](t, out)
+	if len(terminals(out)) != 0 || state(lc, "a") != "queued" || state(lc, "older") != "claimed" || lc.busy["gpu"] != 1 {
+		t.Fatalf("after w1's death: %+v; a %s, older %s, busy %d", out, state(lc, "a"), state(lc, "older"), lc.busy["gpu"])
+	}
+	// Late words of w1 about attempt 1: nothing.
+	for _, st := range []string{codec.ClaimTaken, codec.ClaimDone} {
+		if out := lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: st}, t0); len(out) != 0 || state(lc, "a") != "queued" {
+			t.Fatalf("late %s claim of the dead worker: %+v, state %s", st, out, state(lc, "a"))
+		}
+	}
+	s2 := only[effSend](t, lc.pass(t0.Add(time.Second), to("gpu", "w3")))
+	if s2.p.id != "a" || s2.attempt != 2 {
+		t.Fatalf("retry %+v", s2)
+	}
+	if out := lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimDone}, t0); len(out) != 0 {
+		t.Fatalf("the dead worker's done settled the retry: %+v", out)
+	}
+	lc.claim(codec.Claim{ID: "a", Attempt: 2, Pool: "gpu", Worker: "w3", State: codec.ClaimTaken}, t0)
+	wantCode(t, lc.died("gpu", "w3", "exit 2", 1, t0.Add(2*time.Second)), "a", codec.CodePoisonInput)
+
+	// No retry when no pool can run it: worker_lost.
+	envOf(lc).live = map[string]bool{}
+	wantCode(t, lc.died("gpu", "w2", "exit 1", 0, t0.Add(3*time.Second)), "older", codec.CodeWorkerLost)
+	empty(t, lc)
+}
+
+// L7 for unclaimed attempts: one sent to the dead worker alone is its; one sent to the
+// pool's queue group is its only when the pool has no other live worker.
+func TestLifecycleDiedUnclaimed(t *testing.T) {
+	lc := newTestLifecycle()
+	sent(t, lc, req("alone", "interactive"), to("gpu", "w1"), t0)
+	sent(t, lc, req("group", "interactive"), to("gpu", ""), t0)
+	out := lc.died("gpu", "w1", "exit 2", 1, t0)
+	if state(lc, "alone") != "queued" || state(lc, "group") != "sent" || len(terminals(out)) != 0 {
+		t.Fatalf("w1 died, another lives: alone %s, group %s", state(lc, "alone"), state(lc, "group"))
+	}
+	lc.died("gpu", "w2", "exit 2", 0, t0)
+	if state(lc, "group") != "queued" {
+		t.Fatalf("the pool's last worker died: group %s, want queued again", state(lc, "group"))
+	}
+}
+
+// L6: no claim within the claim timeout: queued again at the front (no death); when a
+// worker of the pool died since the send, as that worker's death (L7); past the deadline,
+// deadline_exceeded.
+func TestLifecycleUnclaimed(t *testing.T) {
+	lc := newTestLifecycle()
+	sent(t, lc, req("a", "interactive"), to("gpu", ""), t0)
+	if out := lc.tick(t0.Add(testClaimTimeout - time.Millisecond)); len(out) != 0 {
+		t.Fatalf("before the claim timeout: %+v", out)
+	}
+	out := lc.tick(t0.Add(testClaimTimeout))
+	if u := only[effUnclaimed](t, out); u.p.id != "a" || state(lc, "a") != "queued" || lc.byID["a"].deaths != 0 {
+		t.Fatalf("unclaimed: %+v, state %s", out, state(lc, "a"))
+	}
+	// Sent again; a worker of the pool dies after the send, before any claim.
+	now := t0.Add(time.Second)
+	only[effSend](t, lc.pass(now, to("gpu", "")))
+	lc.lastDeath["gpu"] = death{worker: "w9", why: "exit 2", at: now.Add(time.Millisecond)}
+	out = lc.tick(now.Add(testClaimTimeout))
+	only[effRetried](t, out)
+	if lc.byID["a"].deaths != 1 {
+		t.Fatalf("deaths %d, want 1 (taken as the dead worker's)", lc.byID["a"].deaths)
+	}
+	// Another, with its deadline gone by the claim timeout.
+	lc = newTestLifecycle()
+	p := req("late", "interactive")
+	p.deadline = t0.Add(50 * time.Millisecond)
+	sent(t, lc, p, to("gpu", ""), t0)
+	wantCode(t, lc.tick(t0.Add(testClaimTimeout)), "late", codec.CodeDeadlineExceeded)
+}
+
+// L8: an attempt not answered answerGrace past the request's deadline is answered
+// deadline_exceeded, once; its timers leave with it.
+func TestLifecycleDeadline(t *testing.T) {
+	lc := newTestLifecycle()
+	p := req("a", "interactive")
+	s := sent(t, lc, p, to("gpu", ""), t0)
+	lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0)
+	if out := lc.tick(p.deadline); len(out) != 0 {
+		t.Fatalf("at the deadline (the worker's grace): %+v", out)
+	}
+	wantCode(t, lc.tick(p.deadline.Add(answerGrace)), "a", codec.CodeDeadlineExceeded)
+	if out := lc.reply(s.seq, &nats.Msg{}, p.deadline.Add(2*answerGrace)); len(out) != 0 {
+		t.Fatalf("the reply after the deadline's answer: %+v", out)
+	}
+	empty(t, lc)
+}
+
+// L5: no responders in a pool with live workers: out for noResponderBackoff, then queued
+// again; in a pool without, no_worker. A send that fails answers internal.
+func TestLifecycleNoResponders(t *testing.T) {
+	lc := newTestLifecycle()
+	s := sent(t, lc, req("a", "interactive"), to("gpu", ""), t0)
+	if out := lc.noResponders(s.seq, "ortbus.infer.gpu.interactive", t0); len(out) != 0 || state(lc, "a") != "backoff" || lc.busy["gpu"] != 0 {
+		t.Fatalf("no responders, live pool: %+v, state %s", out, state(lc, "a"))
+	}
+	if lc.tick(t0.Add(noResponderBackoff - time.Millisecond)); state(lc, "a") != "backoff" {
+		t.Fatal("queued before the backoff")
+	}
+	if lc.tick(t0.Add(noResponderBackoff)); state(lc, "a") != "queued" {
+		t.Fatalf("after the backoff: %s", state(lc, "a"))
+	}
+	envOf(lc).live = map[string]bool{}
+	s = only[effSend](t, lc.pass(t0.Add(time.Second), to("gpu", "")))
+	wantCode(t, lc.noResponders(s.seq, "ortbus.infer.gpu.interactive", t0.Add(time.Second)), "a", codec.CodeNoWorker)
+
+	s = sent(t, lc, req("b", "interactive"), to("gpu", ""), t0)
+	wantCode(t, lc.sendFailed("b", s.attempt, codec.Errorf(codec.CodeInternal, "encode"), t0), "b", codec.CodeInternal)
+	empty(t, lc)
+}
+
+// L9: a cancel answers a queued (or backing off) request cancelled at once; one at a
+// worker gets a cancel sent, the worker's answer ends it, and should its worker die
+// first it is answered cancelled, not retried. Another owner's cancel finds nothing.
+func TestLifecycleCancel(t *testing.T) {
+	lc := newTestLifecycle()
+	lc.accept(req("q", "interactive"), []string{"gpu"}, t0)
+	if found, _ := lc.cancel("q", "_INBOX.x.1", "", false, t0); found {
+		t.Fatal("another owner's cancel found it")
+	}
+	found, out := lc.cancel("q", "_INBOX.c.2", "", false, t0)
+	if !found {
+		t.Fatal("its owner's cancel found nothing")
+	}
+	wantCode(t, out, "q", codec.CodeCancelled)
+
+	s := sent(t, lc, req("r", "interactive"), to("gpu", ""), t0)
+	lc.claim(codec.Claim{ID: "r", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0)
+	found, out = lc.cancel("r", "", "", false, t0) // an operator
+	if c := only[effCancel](t, out); !found || c.id != "r" || len(terminals(out)) != 0 || state(lc, "r") != "claimed" {
+		t.Fatalf("cancel at a worker: %v %+v, state %s", found, out, state(lc, "r"))
+	}
+	wantCode(t, lc.died("gpu", "w1", "exit 2", 1, t0), "r", codec.CodeCancelled)
+	_ = s
+
+	s = sent(t, lc, req("b", "interactive"), to("gpu", ""), t0)
+	lc.noResponders(s.seq, "x", t0)
+	_, out = lc.cancel("b", "", "", false, t0)
+	wantCode(t, out, "b", codec.CodeCancelled)
+	if out := lc.tick(t0.Add(time.Second)); len(out) != 0 {
+		t.Fatalf("the backoff's timer after the cancel: %+v", out)
+	}
+	// onlyKnown: an unknown id is not remembered.
+	lc.cancel("gone", "", "", true, t0)
+	if _, ok := lc.early["gone"]; ok {
+		t.Fatal("an abandoned id remembered as cancelled")
+	}
+	empty(t, lc)
+}
+
+// L10: at shutdown the queued are answered no_worker, and then those at workers
+// worker_lost.
+func TestLifecycleShutdown(t *testing.T) {
+	lc := newTestLifecycle()
+	sent(t, lc, req("out", "interactive"), to("gpu", ""), t0)
+	lc.accept(req("queued", "batch"), []string{"gpu"}, t0)
+	out := lc.shutdown(false, t0)
+	wantCode(t, out, "queued", codec.CodeNoWorker)
+	wantCode(t, lc.shutdown(true, t0), "out", codec.CodeWorkerLost)
+	empty(t, lc)
+}
+
+// A done claim that comes after the client's next request (replies straight to the
+// client: the client has its answer and sends again before the gateway hears): the
+// next request waits in the queue while the worker's slot is counted, and the done of
+// the first settles the first alone.
+func TestLifecycleDoneAfterNextRequest(t *testing.T) {
+	lc := newTestLifecycle()
+	envOf(lc).direct = true
+	a := sent(t, lc, req("a", "interactive"), to("gpu", "w1"), t0)
+	lc.accept(req("b", "interactive"), []string{"gpu"}, t0.Add(time.Millisecond))
+	if out := lc.pass(t0.Add(time.Millisecond), waits); len(out) != 0 || state(lc, "b") != "queued" {
+		t.Fatalf("b while a holds w1: %+v, %s", out, state(lc, "b"))
+	}
+	st := only[effSettled](t, lc.claim(codec.Claim{ID: "a", Attempt: a.attempt, Pool: "gpu", Worker: "w1", State: codec.ClaimDone}, t0.Add(2*time.Millisecond)))
+	if st.p.id != "a" || state(lc, "b") != "queued" || lc.workers["w1"]["interactive"] != 0 {
+		t.Fatalf("a's done: %+v; b %s, w1 %v", st, state(lc, "b"), lc.workers["w1"])
+	}
+	if b := only[effSend](t, lc.pass(t0.Add(3*time.Millisecond), to("gpu", "w1"))); b.p.id != "b" {
+		t.Fatalf("next pass sent %s", b.p.id)
+	}
+}
+
+// A resend during failover finds the request held here, by its owner, in every state
+// until it is answered (what Gateway.holds reads), and a resend run as new with the same
+// id while it is held is refused, never run twice.
+func TestLifecycleResendWhileHeld(t *testing.T) {
+	lc := newTestLifecycle()
+	p := req("a", "interactive")
+	held := func() bool { q, ok := lc.get("a"); return ok && q.owner == p.owner }
+	lc.accept(p, []string{"gpu"}, t0)
+	if !held() {
+		t.Fatal("queued: not held")
+	}
+	s := only[effSend](t, lc.pass(t0, to("gpu", "")))
+	if !held() {
+		t.Fatal("sent: not held")
+	}
+	wantCode(t, lc.accept(req("a", "interactive"), []string{"gpu"}, t0), "a", codec.CodeBadRequest)
+	lc.died("gpu", "w1", "exit", 0, t0) // its queue group's only worker: retried
+	if !held() || state(lc, "a") != "queued" {
+		t.Fatalf("retrying: held %v, %s", held(), state(lc, "a"))
+	}
+	s = only[effSend](t, lc.pass(t0, to("gpu", "")))
+	only[effRelay](t, lc.reply(s.seq, &nats.Msg{}, t0))
+	if held() {
+		t.Fatal("answered: still held")
+	}
+}
+
+// Every request gets exactly one terminal effect, whatever the order of the events that
+// reach it: a seeded random walk over the events of many requests.
+func TestLifecycleOneAnswer(t *testing.T) {
+	for seed := range 20 {
+		lc := newTestLifecycle()
+		env := envOf(lc)
+		rnd := uint64(seed*7919 + 1)
+		next := func(n int) int { rnd = rnd*6364136223846793005 + 1442695040888963407; return int(rnd>>33) % n }
+		answers := map[string]int{}
+		count := func(out []effect) {
+			for id, n := range terminals(out) {
+				answers[id] += n
+			}
+		}
+		now := t0
+		ids := 0
+		sends := map[string]effSend{}
+		for range 400 {
+			now = now.Add(time.Duration(next(40)) * time.Millisecond)
+			env.direct = next(2) == 0
+			switch next(9) {
+			case 0, 1:
+				ids++
+				p := req(fmt.Sprint("r", ids), []string{"urgent", "interactive", "batch"}[next(3)])
+				p.deadline = now.Add(time.Duration(next(3000)) * time.Millisecond)
+				count(lc.accept(p, []string{"gpu"}, now))
+			case 2:
+				out := lc.pass(now, to("gpu", []string{"", "w1", "w2"}[next(3)]))
+				for _, e := range out {
+					if s, ok := e.(effSend); ok {
+						sends[s.p.id] = s
+					}
+				}
+				count(out)
+			case 3:
+				for id, s := range sends {
+					state := []string{codec.ClaimTaken, codec.ClaimDone}[next(2)]
+					count(lc.claim(codec.Claim{ID: id, Attempt: s.attempt, Pool: "gpu", Worker: []string{"w1", "w2"}[next(2)], State: state}, now))
+					break
+				}
+			case 4:
+				for _, s := range sends {
+					if next(2) == 0 {
+						count(lc.reply(s.seq, &nats.Msg{}, now))
+					} else {
+						count(lc.noResponders(s.seq, "x", now))
+					}
+					break
+				}
+			case 5:
+				env.live["gpu"] = next(3) > 0
+				count(lc.died("gpu", []string{"w1", "w2"}[next(2)], "exit", next(2), now))
+			case 6:
+				_, out := lc.cancel(fmt.Sprint("r", next(ids+1)), "", "", false, now)
+				count(out)
+			default:
+				count(lc.tick(now))
+			}
+		}
+		count(lc.shutdown(false, now))
+		count(lc.shutdown(true, now))
+		for i := 1; i <= ids; i++ {
+			if id := fmt.Sprint("r", i); answers[id] != 1 {
+				t.Fatalf("seed %d: %s answered %d times", seed, id, answers[id])
+			}
+		}
+		empty(t, lc)
+	}
+}
