@@ -141,6 +141,9 @@ type lifecycle struct {
 	tenantMax int
 
 	timers timerHeap
+	// freed: a unit was given back or a request queued again since the loop last looked
+	// (it runs a dispatch pass then).
+	freed bool
 }
 
 func newLifecycle(env lifecycleEnv, queues *sched.Queues, claimTimeout time.Duration, tenantMax int) *lifecycle {
@@ -344,6 +347,7 @@ func (lc *lifecycle) hold(f *flight, pool, worker, class string, now time.Time) 
 
 // release gives back what hold took: the attempt is over.
 func (lc *lifecycle) release(f *flight, now time.Time) {
+	lc.freed = true
 	lc.busy[f.pool]--
 	lc.used[f.pool] = now
 	lc.load.add(f.device, f.p.class, -1)
@@ -452,7 +456,7 @@ func (lc *lifecycle) requeue(f *flight) []effect {
 		lc.forget(f)
 		return []effect{answerErr(f.p, f.pool, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))}
 	}
-	f.state = stQueued
+	f.state, lc.freed = stQueued, true
 	lc.queues.PushFront(&sched.Item{ID: f.p.id, Class: f.p.class, Pools: lc.env.retryPools(f.p), Deadline: f.p.deadline, Bytes: f.p.size, Value: f.p})
 	return nil
 }

@@ -141,6 +141,12 @@ func (g *Gateway) dispatchLoop(ctx context.Context, passes bool) {
 			return
 		case ev := <-g.events:
 			g.step(ev, time.Now())
+			if g.lc.freed {
+				// A unit came back or a request was queued again: a pass now, as for a
+				// kick, rather than at the next tick.
+				g.lc.freed = false
+				g.kick()
+			}
 			continue
 		case <-g.kickCh:
 		case <-tick.C:
