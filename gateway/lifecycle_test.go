@@ -231,6 +231,9 @@ func TestLifecycleDirectDone(t *testing.T) {
 	if st.p.id != "a" || st.pool != "gpu" || st.claim.Code != codec.CodeCancelled {
 		t.Fatalf("settled %+v", st)
 	}
+	if !lc.freed {
+		t.Fatal("the unit given back is not flagged for a pass")
+	}
 	empty(t, lc)
 
 	// Sent to the queue group: the first worker's done settles it.
