@@ -5,6 +5,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -33,6 +34,12 @@ func PrintStatus(w io.Writer, st *codec.StatusReply) {
 		case len(failed) > 0:
 			// A model is the unit of failure: the pool serves its other models.
 			state = "ok; failed models: " + strings.Join(failed, ",")
+		}
+		if len(p.Loading) > 0 {
+			state += "; loading: " + oneLine(strings.Join(p.Loading, ","), 200)
+		}
+		if len(p.Skipped) > 0 {
+			state += "; skipped (a worker died loading them): " + oneLine(strings.Join(slices.Sorted(maps.Keys(p.Skipped)), ","), 200)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d/%d\t%s\n", p.Name, p.EP, p.Device, p.Local, strings.Join(p.Classes, ","), p.Live, p.Workers, state)
 	}

@@ -10,8 +10,10 @@ import (
 // process to whoever started it (the gateway's supervisor, the demo, benches, tests). Each
 // binary fills only its own fields; empty ones are left out.
 type Event struct {
-	// Event is EventReady or EventFailed.
+	// Event is EventReady, EventFailed or EventLoading.
 	Event string `json:"event"`
+	// Model is the model an ortworker is about to load (EventLoading).
+	Model string `json:"model,omitempty"`
 
 	// ortworker: who it is and what it runs.
 	Worker  string `json:"worker,omitempty"`
@@ -34,6 +36,9 @@ type Event struct {
 const (
 	EventReady  = "ready"
 	EventFailed = "failed"
+	// EventLoading: an ortworker is about to load Model. Its supervisor remembers it: a
+	// worker that dies before it is ready died of that model, which its restarts skip.
+	EventLoading = "loading"
 )
 
 // Line is the event as its line on stdout, newline included.

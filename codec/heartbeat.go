@@ -59,8 +59,9 @@ const (
 // A worker loads each model on its own: one that fails is failed, with its reason, and
 // the worker serves the others (a request for it is answered model_unavailable).
 const (
-	// ModelLoading: being loaded. Today's worker loads every model before its first
-	// heartbeat, so it never sends it.
+	// ModelLoading: being loaded. A worker loads every model before its first heartbeat,
+	// so no heartbeat says it: the gateway's status says it of a starting worker's model
+	// (PoolStatus.Loading), from the worker's "loading" event line.
 	ModelLoading = "loading"
 	// ModelReady: loaded and warmed up; it serves.
 	ModelReady = "ready"
@@ -118,6 +119,11 @@ type PoolStatus struct {
 	Live         int      `msgpack:"live" json:"live"`
 	CrashLooping bool     `msgpack:"crash_looping" json:"crash_looping"`
 	Error        *Error   `msgpack:"error,omitempty" json:"error,omitempty"`
+	// Loading are the models the pool's starting workers are loading now (local pools).
+	Loading []string `msgpack:"loading,omitempty" json:"loading,omitempty"`
+	// Skipped are the models this gateway no longer loads in the pool, and why: a worker
+	// died (a native crash) while loading each. Its workers report them failed.
+	Skipped map[string]string `msgpack:"skipped,omitempty" json:"skipped,omitempty"`
 }
 
 // WorkerStatus is one worker in a status reply.

@@ -380,6 +380,11 @@ type Model struct {
 // a worker how many bytes its models may take on its device (unset: no limit).
 const MemBudgetEnv = "ORTBUS_MEM_BUDGET"
 
+// SkipModelsEnv is the environment variable through which the gateway's supervisor tells
+// a worker the models of its pool not to load, and why (a JSON object, model: reason): a
+// worker died natively while loading each, so loading it again would only crash again.
+const SkipModelsEnv = "ORTBUS_SKIP_MODELS"
+
 // Defaults used when the file leaves a value out. DefaultMaxImagePixels (16384×8192, 128 Mi
 // pixels: a 100 MP camera photo of 11648×8736 fits, 512 MiB once decoded as RGBA) and
 // DefaultMaxImageBytes are images.DefaultMaxPixels and images.DefaultMaxBytes.

@@ -6,9 +6,11 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -63,6 +65,11 @@ type poolProcs struct {
 	asleep bool
 	// lastPeak is what the pool's workers had admitted when sleep stopped them.
 	lastPeak int64
+	// skip are the models a worker of the pool died loading (a native crash: it printed
+	// "loading" for the model and exited before it was ready), and why. The pool's
+	// workers start without them from then on (config.SkipModelsEnv), so one crashing
+	// model cannot crash-loop the pool: it is failed, and the others serve.
+	skip map[string]string
 }
 
 type proc struct {
@@ -79,6 +86,9 @@ type proc struct {
 	exited   chan struct{}
 	// stopping: sleep stopped this process; its exit is no death and is not restarted.
 	stopping bool
+	// loading is the model the process said it is loading (its last "loading" event
+	// before "ready").
+	loading string
 }
 
 // memoryAdmission is the gateway's memory admission as the supervisor uses it (see
@@ -407,10 +417,14 @@ func (s *supervisor) spawn(p *proc) {
 		}
 		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", config.MemBudgetEnv, left))
 	}
+	if skip := s.pools[p.pool].skip; len(skip) > 0 {
+		b, _ := json.Marshal(skip)
+		cmd.Env = append(cmd.Env, config.SkipModelsEnv+"="+string(b))
+	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the gateway
 	out, err := cmd.StdoutPipe()
-	p.cmd, p.ready, p.started = cmd, false, time.Now()
+	p.cmd, p.ready, p.started, p.loading = cmd, false, time.Now(), ""
 	p.settled, p.exited = make(chan struct{}), make(chan struct{})
 	if err == nil {
 		err = cmd.Start()
@@ -456,9 +470,15 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 			continue
 		}
 		switch ev.Event {
+		case codec.EventLoading:
+			if _, ok := s.cfg.Models[ev.Model]; ok { // a configured name, nothing else
+				s.mu.Lock()
+				p.loading = ev.Model
+				s.mu.Unlock()
+			}
 		case codec.EventReady:
 			s.mu.Lock()
-			p.ready = true
+			p.ready, p.loading = true, ""
 			s.mu.Unlock()
 			settle()
 		case codec.EventFailed:
@@ -486,6 +506,16 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 			failure = s.mem.admissionError(pp.cfg.Device, p.pool, need)
 		}
 		pp.failed = failure
+	}
+	if failure == nil && !p.stopping && p.loading != "" && cmd.ProcessState != nil && !cmd.ProcessState.Success() {
+		// It died while loading a model, without a word (a native crash): its restarts
+		// skip that model.
+		if pp.skip == nil {
+			pp.skip = map[string]string{}
+		}
+		pp.skip[p.loading] = fmt.Sprintf("worker %s died while loading it (%s)", p.id, why)
+		s.log.Error("worker died while loading a model; the pool's workers skip it from now on", "worker", p.id, "pool", p.pool, "model", p.loading, "reason", why)
+		p.loading = ""
 	}
 	if p.stopping {
 		// Stopped by sleep: not a death, and not restarted here (wake starts it again).
@@ -637,6 +667,23 @@ func (s *supervisor) poolInfo(pool string) (crashLooping bool, failed *codec.Err
 		return pp.crashLooping, pp.failed
 	}
 	return false, nil
+}
+
+// modelsInfo reports the models pool's starting workers are loading now, and those the
+// pool skips and why (see poolProcs.skip).
+func (s *supervisor) modelsInfo(pool string) (loading []string, skipped map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pp, ok := s.pools[pool]
+	if !ok {
+		return nil, nil
+	}
+	for _, p := range pp.procs {
+		if p.loading != "" && !slices.Contains(loading, p.loading) {
+			loading = append(loading, p.loading)
+		}
+	}
+	return loading, maps.Clone(pp.skip)
 }
 
 // stop drains every worker: SIGTERM, then SIGKILL after grace.

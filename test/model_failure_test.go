@@ -225,3 +225,84 @@ func TestModelUnitOfFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestModelCrashWhileLoading: a model whose load kills its worker natively (a real
+// SIGSEGV, by the test-only fault switch) costs one restart, not a crash loop: the worker
+// said which model it was loading, its supervisor skips that model from then on, and the
+// restarted worker serves the pool's other models — one before the crashing model in the
+// pool's order, one after it — while the crashing one is answered model_unavailable with
+// the reason. Without the skip the pool crash-loops and serves nothing.
+func TestModelCrashWhileLoading(t *testing.T) {
+	t.Parallel()
+	root := imageRoot(t)
+	md := testenv.Models(t)
+	crashDir := filepath.Join(t.TempDir(), fault.MagicSegv)
+	if err := onnxgen.TinyGraph().WriteFile(filepath.Join(crashDir, onnxgen.ModelFile)); err != nil {
+		t.Fatal(err)
+	}
+	dur := func(d time.Duration) config.Duration { return config.Duration(d) }
+	order := []string{"tiny", "crashes", "scalar"}
+	c := &config.Config{
+		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
+		Gateway:  config.Gateway{ShutdownGrace: dur(3 * time.Second)},
+		Health:   config.Health{HeartbeatInterval: dur(gwHeartbeat), MissCount: gwMissCount},
+		Security: config.Security{AllowedRoots: []string{root}},
+		Classes:  map[string]*config.Class{"interactive": {Chain: []string{"pc"}}},
+		Pools: map[string]*config.Pool{"pc": {Runtime: testenv.RuntimeLib(t, "1.30.0"), Threads: 1, Classes: []string{"interactive"},
+			Models: order, Env: map[string]string{fault.EnvVar: "1"}}},
+		Models: map[string]*config.Model{
+			"tiny":    {Kind: config.KindRaw, Dir: filepath.Join(md, onnxgen.TinyDir)},
+			"crashes": {Kind: config.KindRaw, Dir: crashDir},
+			"scalar":  {Kind: config.KindRaw, Dir: filepath.Join(md, onnxgen.ScalarDir)},
+		},
+	}
+	c.SetOrder("models", order...)
+	g := startGateway(t, writeConfigFile(t, filepath.Join(t.TempDir(), "gateway.toml"), c))
+	var wk codec.WorkerStatus
+	for _, w := range g.waitLive(t, "pc", 1) {
+		wk = w
+	}
+
+	st := g.status(t)
+	var pool codec.PoolStatus
+	for _, p := range st.Pools {
+		if p.Name == "pc" {
+			pool = p
+		}
+	}
+	if pool.CrashLooping || !strings.Contains(pool.Skipped["crashes"], "died while loading it") || len(pool.Skipped) != 1 {
+		t.Fatalf("pool pc: crash-looping %v, skipped %v; want crashes skipped alone", pool.CrashLooping, pool.Skipped)
+	}
+	if wk.Restarts != 1 || !strings.Contains(wk.Worker, "-r1@") {
+		t.Errorf("worker %s restarted %d times, want once", wk.Worker, wk.Restarts)
+	}
+	states := map[string]codec.ModelStatus{}
+	for _, m := range wk.Models {
+		states[m.Name] = m
+	}
+	if m := states["crashes"]; m.State != codec.ModelFailed || m.Error == nil || m.Error.Code != codec.CodeWorkerLost || !strings.Contains(m.Error.Message, "died while loading it") {
+		t.Errorf("crashes in the heartbeat: %+v, want failed, worker_lost, the reason", m)
+	}
+	for _, name := range []string{"tiny", "scalar"} {
+		if states[name].State != codec.ModelReady {
+			t.Errorf("%s in the heartbeat: %+v, want ready", name, states[name])
+		}
+	}
+
+	x := &codec.Tensor{Type: "float32", Shape: []int64{1, 4}, Data: codec.Float32Bytes([]float32{1, 2, 3, 4})}
+	r := g.call(t, "infer", &codec.Request{Model: "tiny", Inputs: map[string]*codec.Tensor{"x": x}}, gwReplyBound)
+	var rep codec.InferReply
+	if r.Err != nil || codec.Unmarshal(r.Msg.Data, &rep) != nil || !bytes.Equal(rep.Outputs["y"].Data, codec.Float32Bytes([]float32{3, 5, 7, 9})) {
+		t.Fatalf("tiny after the crash: %+v", r.Err)
+	}
+	r = g.call(t, "infer", &codec.Request{Model: "crashes", Inputs: map[string]*codec.Tensor{"x": x}}, gwReplyBound)
+	le, _ := r.Err.Details["error"].(map[string]any)
+	if r.Err == nil || r.Err.Code != codec.CodeModelUnavailable || le == nil || le["code"] != string(codec.CodeWorkerLost) {
+		t.Fatalf("crashes: %+v, want model_unavailable with the worker_lost load error", r.Err)
+	}
+	var buf bytes.Buffer
+	cli.PrintStatus(&buf, st)
+	if !strings.Contains(buf.String(), "skipped (a worker died loading them): crashes") {
+		t.Errorf("ortbus status does not name the skipped model:\n%s", buf.String())
+	}
+}

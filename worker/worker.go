@@ -6,6 +6,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,6 +43,9 @@ type Options struct {
 	Logger *slog.Logger
 	// OnReady is called once the worker is subscribed and serving.
 	OnReady func(*Worker)
+	// OnLoading, if set, is called with each model's name before the worker loads it
+	// (ortworker prints the "loading" event line its supervisor reads).
+	OnLoading func(model string)
 }
 
 // Worker is a loaded worker, ready to serve.
@@ -63,7 +67,9 @@ type Worker struct {
 	start        time.Time
 	ready        func(*Worker)
 
-	rssBase        int64 // peak RSS before the next model's load
+	onLoading      func(model string) // Options.OnLoading
+	skip           map[string]string  // models not to load, and why (config.SkipModelsEnv)
+	rssBase        int64              // peak RSS before the next model's load
 	served, failed atomic.Uint64
 	publishErrors  atomic.Uint64
 	badMessages    atomic.Uint64 // messages dropped for their reply subject (replyOK)
@@ -119,6 +125,7 @@ func New(opts Options) (*Worker, error) {
 		Images:   images.Policy{AllowedRoots: c.Security.AllowedRoots, OutputRoots: c.Security.WriteRoots(), MaxPixels: c.Security.MaxImagePixels, MaxBytes: int64(c.Security.MaxImageBytes)},
 		SpoolDir: c.Security.SpoolDir,
 	}
+	w.onLoading, w.skip = opts.OnLoading, skipModels(w.log)
 	if err := w.loadModels(env, models.Open, memBudget()); err != nil {
 		w.Close()
 		return nil, err
@@ -153,6 +160,17 @@ func (w *Worker) loadModels(env models.Env, open opener, budget int64) error {
 	for _, name := range p.Models {
 		mc := w.cfg.Models[name]
 		w.order = append(w.order, name)
+		if why, ok := w.skip[name]; ok {
+			// A worker of this pool died natively while loading it: not again.
+			st := failedStatus(mc, codec.Errorf(codec.CodeWorkerLost, "not loaded: %s", why).With("model", name))
+			w.stats = append(w.stats, st)
+			w.failedModels[name] = st.Error
+			w.log.Error("model skipped: a worker died while loading it", "model", name, "why", why)
+			continue
+		}
+		if w.onLoading != nil {
+			w.onLoading(name)
+		}
 		m, st := w.loadModel(env, open, mc, budget-admitted, budget > 0)
 		w.stats = append(w.stats, st)
 		if m == nil {
@@ -192,6 +210,7 @@ func (w *Worker) loadModel(env models.Env, open opener, mc *config.Model, left i
 		}
 		st.LoadMS = time.Since(t0).Milliseconds()
 	}()
+	fault.Check(mc.Dir) // chaos tests only: a native crash while loading
 	m, err := open(env, mc)
 	if err != nil {
 		return nil, failedStatus(mc, err)
@@ -224,6 +243,25 @@ func failedStatus(mc *config.Model, err error) codec.ModelStatus {
 		}
 	}
 	return codec.ModelStatus{Name: mc.Name, Kind: mc.Kind, State: codec.ModelFailed, Error: le}
+}
+
+// skipModels reads the models not to load (config.SkipModelsEnv, set by the supervisor):
+// a JSON object of model names and reasons, each reason bounded. A value that is not
+// such an object skips nothing (logged).
+func skipModels(log *slog.Logger) map[string]string {
+	v := os.Getenv(config.SkipModelsEnv)
+	if v == "" {
+		return nil
+	}
+	var m map[string]string
+	if len(v) > 1<<20 || json.Unmarshal([]byte(v), &m) != nil {
+		log.Warn("ignoring an unreadable "+config.SkipModelsEnv, "bytes", len(v))
+		return nil
+	}
+	for k, why := range m {
+		m[k] = bounded(why)
+	}
+	return m
 }
 
 func memBudget() int64 {

@@ -81,6 +81,10 @@ func run() int {
 	}
 	w, err := worker.New(worker.Options{Config: cfg, Pool: *pool, ID: *id, Logger: log, OnReady: func(w *worker.Worker) {
 		emit(codec.Event{Event: codec.EventReady, Worker: w.ID(), Pool: *pool, Runtime: w.Runtime().Version, EP: w.EP(), PID: os.Getpid()})
+	}, OnLoading: func(model string) {
+		// Written before the load starts: a native crash in it leaves this line with the
+		// supervisor, which then skips the model.
+		emit(codec.Event{Event: codec.EventLoading, Worker: *id, Pool: *pool, Model: model})
 	}})
 	if err != nil {
 		e := codec.AsError(err)
