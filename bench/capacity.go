@@ -168,41 +168,26 @@ func (s *Scenario) withLoad(i int) *Scenario {
 
 // Capacity runs the capacity curve (see CapacityResults).
 func Capacity(ctx context.Context, o Options) (*Report, error) {
-	if err := o.resolve(); err != nil {
-		return nil, err
-	}
-	if o.Scenario == "" {
-		o.Scenario = "capacity"
-	}
-	sc, err := LoadScenario(o.Scenario)
-	if err != nil {
-		return nil, err
-	}
-	if sc.Capacity == nil {
-		return nil, fmt.Errorf("scenario %s has no [capacity] table (the load steps)", sc.Name)
-	}
-	if o.Steps != "" {
-		if sc.Capacity.Streams, sc.Capacity.Rates, err = ParseSteps(o.Steps); err != nil {
-			return nil, err
+	h, sc, err := scenarioHarness(&o, "capacity", "capacity", func(sc *Scenario) error {
+		if sc.Capacity == nil {
+			return fmt.Errorf("scenario %s has no [capacity] table (the load steps)", sc.Name)
 		}
-	}
-	if o.Duration > 0 {
-		sc.Capacity.Window = config.Duration(o.Duration)
-	}
-	if o.Seed != 0 {
-		sc.Seed = o.Seed
-	}
-	lib, err := o.runtimeLib(RuntimeVersion)
+		if o.Steps != "" {
+			var err error
+			if sc.Capacity.Streams, sc.Capacity.Rates, err = ParseSteps(o.Steps); err != nil {
+				return err
+			}
+		}
+		if o.Duration > 0 {
+			sc.Capacity.Window = config.Duration(o.Duration)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWorkdir(&o, sc.HeavyLayers)
-	if err != nil {
-		return nil, err
-	}
-	defer w.close()
-	rep := newReport("capacity")
-	defer rep.finish()
+	defer h.close()
+	rep := h.rep
 	res := &CapacityResults{Scenario: sc, Seed: sc.Seed, StepWindowS: sc.withLoad(0).Window.D().Seconds(), Targets: map[string]CapacityTarget{},
 		Knee: map[string]*CapacityKnee{}, PolicyKey: "ok"}
 	for _, c := range sc.Classes {
@@ -214,18 +199,9 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 		res.Steps = append(res.Steps, &CapacityStep{Step: i + 1, Streams: sc.Capacity.Streams[i], Rate: sc.Capacity.Rates[i], Missed: map[string][]string{}})
 	}
 	rep.Results = res
-	reqs, ocr, err := scenarioRequests(&o, sc, w)
+	setup, err := h.scenarioSetup(sc, &res.PolicyKey, "the policy runs used its built-in policy, and there are no FIFO runs")
 	if err != nil {
 		return nil, err
-	}
-
-	policyCfg, fifoCfg, refused, err := w.runConfigs(&o, collisionConfig(sc, w, lib))
-	if err != nil {
-		return nil, err
-	}
-	if refused != "" {
-		res.PolicyKey = "refused: " + refused
-		rep.note("the gateway's config has no [gateway] policy key yet (%s): the policy runs used its built-in policy, and there are no FIFO runs", refused)
 	}
 	out := o.out()
 	var targets []string
@@ -238,7 +214,7 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 		sc.Name, sc.Seed, len(res.Steps), sc.withLoad(0).Window.D(), stepsLine(res.Steps), sc.Capacity.AfterKnee, strings.Join(targets, "; "))
 
 	runAll := func(name, cfg string, set func(*CapacityStep, *CollisionRun)) error {
-		sys, err := startScenario(ctx, &o, w, name, cfg, sc, reqs)
+		sys, err := h.startScenario(ctx, name, cfg, sc, setup)
 		if err != nil {
 			return err
 		}
@@ -252,12 +228,12 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 				break
 			}
 			step := sc.withLoad(i)
-			run, err := runSchedule(ctx, sys, step, step.Schedule(), reqs, nil)
+			run, err := runSchedule(ctx, sys, step, step.Schedule(), setup.reqs, nil)
 			if err != nil {
 				return fmt.Errorf("%s run, step %d: %w", name, st.Step, err)
 			}
-			if ocr != nil {
-				if _, err := ocr.checkSpool(); err != nil {
+			if setup.ocr != nil {
+				if _, err := setup.ocr.checkSpool(); err != nil {
 					rep.note("%s run, step %d: a detector output file is wrong: %v", name, st.Step, err)
 				}
 			}
@@ -272,11 +248,11 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 		res.Knee[name] = kneeOf(res.Steps, missedAt, ran)
 		return nil
 	}
-	if err := runAll("policy", policyCfg, func(s *CapacityStep, r *CollisionRun) { s.Policy = r }); err != nil {
+	if err := runAll("policy", setup.policyCfg, func(s *CapacityStep, r *CollisionRun) { s.Policy = r }); err != nil {
 		return nil, err
 	}
 	if res.PolicyKey == "ok" {
-		if err := runAll("fifo", fifoCfg, func(s *CapacityStep, r *CollisionRun) { s.FIFO = r }); err != nil {
+		if err := runAll("fifo", setup.fifoCfg, func(s *CapacityStep, r *CollisionRun) { s.FIFO = r }); err != nil {
 			return nil, err
 		}
 	}

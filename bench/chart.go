@@ -3,19 +3,21 @@ package bench
 import (
 	"bytes"
 	"fmt"
-	"image"
 	"image/color"
-	"image/draw"
-	"image/png"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"golang.org/x/image/font"
-	"golang.org/x/image/font/basicfont"
-	"golang.org/x/image/math/fixed"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
+
+// The charts of collision and capacity, drawn with gonum.org/v1/plot: latency in ms on a
+// log scale over whole decades, a title and a row of legend entries above the plot. A
+// chart is a PNG of chartW x its height in pixels, or an SVG when its path ends in .svg.
 
 // Chart colours: one per run.
 var (
@@ -27,6 +29,18 @@ var (
 	runNames    = []string{"solo", "policy", "fifo"}
 	chartGroups = []string{"p50", "p95", "p99"}
 )
+
+// Chart sizes, in pixels.
+const (
+	chartW         = 1100
+	collisionH     = 560
+	capacityH      = 600
+	chartDPI       = 96
+	chartLineWidth = 2
+)
+
+// px is n pixels of a chart as a length.
+func px(n float64) vg.Length { return vg.Length(n) * vg.Inch / chartDPI }
 
 // writeChart draws, for each class of the scenario, its p50/p95/p99 latency (log scale)
 // in the solo, policy and FIFO runs, with the class's deadline as a dashed line, and
@@ -66,55 +80,20 @@ func writeChart(path string, r *CollisionResults) error {
 			hi = math.Max(hi, d)
 		}
 	}
-	lo = math.Max(lo, 0.01)
-	decLo, decHi := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
-	if decHi <= decLo {
-		decHi = decLo + 1
-	}
+	ax := newLogAxis(lo, hi)
+	p := ax.plot("latency (ms, log scale)")
 
-	const W, H = 1100, 560
-	const top, bottom, left = 80, 80, 70
-	img := image.NewRGBA(image.Rect(0, 0, W, H))
-	draw.Draw(img, img.Bounds(), image.NewUniform(chartBG), image.Point{}, draw.Src)
-	text(img, 20, 26, chartInk, fmt.Sprintf("ortbus bench collision: latency per class, log scale (ms); scenario %s, seed %d", filepath.Base(r.Scenario.Name), r.Scenario.Seed))
-	// Legend.
-	lx := 20
-	for i, n := range runNames {
-		fill(img, image.Rect(lx, 40, lx+14, 54), runColours[i])
-		text(img, lx+20, 52, chartInk, n)
-		lx += 90
-	}
-	dashed(img, lx, 47, lx+30, chartDead)
-	text(img, lx+36, 52, chartInk, "request deadline (timeout); a deadline miss counts as its deadline")
-
-	plotH := H - top - bottom
-	y := func(v float64) int {
-		f := (math.Log10(v) - decLo) / (decHi - decLo)
-		return top + plotH - int(f*float64(plotH))
-	}
-	panelW := (W - left - 20) / max(len(classes), 1)
-	// Grid and y labels (once, on the left).
-	for d := decLo; d <= decHi; d++ {
-		yy := y(math.Pow(10, d))
-		for x := left; x < W-20; x++ {
-			img.Set(x, yy, chartGrid)
-		}
-		text(img, 8, yy+4, chartInk, fmtMS(math.Pow(10, d)))
-	}
-	for x := left; x < W-20; x++ {
-		img.Set(x, top+plotH, chartInk)
-	}
-	for yy := top; yy <= top+plotH; yy++ {
-		img.Set(left, yy, chartInk)
-	}
+	// Each class is a panel of the x axis: a unit per group (p50, p95, p99), a bar per run
+	// in each group, and half a unit either side.
+	panel := float64(len(chartGroups) + 1)
+	barW := 0.8 / float64(len(runs))
+	bars := make([][]plotter.XYer, len(runs))
+	var ticks plot.ConstantTicks
 	for ci, c := range classes {
-		x0 := left + ci*panelW
+		x0 := float64(ci) * panel
 		if ci > 0 {
-			for yy := top; yy <= top+plotH; yy++ {
-				img.Set(x0, yy, chartGrid)
-			}
+			p.Add(vline(x0, ax, draw.LineStyle{Color: chartGrid, Width: px(1)}))
 		}
-		text(img, x0+panelW/2-len(c.Name)*7/2, H-30, chartInk, c.Name)
 		// Deadline misses per run (solo/policy/fifo), "-" for a run not made.
 		var parts []string
 		count := 0
@@ -127,28 +106,54 @@ func writeChart(path string, r *CollisionResults) error {
 			}
 		}
 		misses := fmt.Sprintf("misses s/p/f: %s of %d", strings.Join(parts, "/"), count)
-		text(img, x0+panelW/2-len(misses)*7/2, H-12, chartInk, misses)
-		groupW := (panelW - 20) / len(chartGroups)
-		barW := (groupW - 16) / len(runs)
 		for g, gn := range chartGroups {
-			gx := x0 + 10 + g*groupW
-			text(img, gx+groupW/2-len(gn)*7/2-4, top+plotH+18, chartInk, gn)
+			gx := x0 + float64(g) + 1
+			// Every label of three lines, so that they align: the middle group's names
+			// the class and its misses.
+			label := gn + "\n \n "
+			if g == len(chartGroups)/2 {
+				label = gn + "\n" + c.Name + "\n" + misses
+			}
+			ticks = append(ticks, plot.Tick{Value: gx, Label: label})
 			for ri, m := range runs {
 				v := value(m[c.Name], g)
 				if v <= 0 {
 					continue
 				}
-				bx := gx + 4 + ri*barW
-				by := y(math.Max(v, math.Pow(10, decLo)))
-				fill(img, image.Rect(bx, by, bx+barW-3, top+plotH), runColours[ri])
+				bx := gx - 0.4 + float64(ri)*barW
+				bars[ri] = append(bars[ri], rect(bx, ax.min(), bx+0.9*barW, math.Max(v, ax.min())))
 			}
 		}
-		if d := float64(c.Timeout.D().Milliseconds()); shown(d) && d >= math.Pow(10, decLo) {
-			dashed(img, x0+4, y(d), x0+panelW-4, chartDead)
-			text(img, x0+6, y(d)-4, chartDead, fmtMS(d))
+		if d := float64(c.Timeout.D().Milliseconds()); shown(d) && d >= ax.min() {
+			p.Add(hline(x0+0.1, x0+panel-0.1, d, deadlineStyle()))
+			if l, err := label(x0+0.15, d, fmtMS(d), chartDead); err == nil {
+				p.Add(l)
+			}
 		}
 	}
-	return writePNG(path, img)
+	legend := []legendItem{}
+	for ri, name := range runNames {
+		poly, err := plotter.NewPolygon(bars[ri]...)
+		if err != nil {
+			return err
+		}
+		poly.Color, poly.LineStyle = runColours[ri], draw.LineStyle{Color: runColours[ri], Width: px(0.5)}
+		if len(bars[ri]) > 0 {
+			p.Add(poly)
+		}
+		legend = append(legend, legendItem{name, []plot.Thumbnailer{poly}})
+	}
+	dead := &plotter.Line{LineStyle: deadlineStyle()}
+	legend = append(legend, legendItem{"request deadline (timeout); a deadline miss counts as its deadline", []plot.Thumbnailer{dead}})
+	p.X.Min, p.X.Max = 0, math.Max(float64(len(classes))*panel, 1)
+	p.X.Tick.Marker = ticks
+	ax.fix(p)
+	title := fmt.Sprintf("ortbus bench collision: latency per class, log scale (ms); scenario %s, seed %d", filepath.Base(r.Scenario.Name), r.Scenario.Seed)
+	return saveChart(path, chartW, collisionH, p, title, legend, "")
+}
+
+func deadlineStyle() draw.LineStyle {
+	return draw.LineStyle{Color: chartDead, Width: px(chartLineWidth), Dashes: []vg.Length{px(6), px(6)}}
 }
 
 func fmtMS(v float64) string {
@@ -159,24 +164,6 @@ func fmtMS(v float64) string {
 		return fmt.Sprintf("%gms", v)
 	}
 	return fmt.Sprintf("%gms", v)
-}
-
-func text(img *image.RGBA, x, y int, c color.Color, s string) {
-	d := font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
-	d.DrawString(s)
-}
-
-func fill(img *image.RGBA, r image.Rectangle, c color.Color) {
-	draw.Draw(img, r, image.NewUniform(c), image.Point{}, draw.Src)
-}
-
-func dashed(img *image.RGBA, x0, y, x1 int, c color.Color) {
-	for x := x0; x < x1; x++ {
-		if (x/6)%2 == 0 {
-			img.Set(x, y, c)
-			img.Set(x, y+1, c)
-		}
-	}
 }
 
 // Capacity chart: one colour per class, the policy solid with filled markers, FIFO dashed
@@ -214,140 +201,220 @@ func writeCapacityChart(path string, r *CapacityResults) error {
 	if hi == 0 {
 		lo, hi = 1, 10
 	}
-	lo = math.Max(lo, 0.01)
-	decLo, decHi := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
-	if decHi <= decLo {
-		decHi = decLo + 1
-	}
+	ax := newLogAxis(lo, hi)
 	colour := func(class string) color.RGBA {
 		if c, ok := classColours[class]; ok {
 			return c
 		}
 		return chartInk
 	}
-
-	const W, H = 1100, 600
-	const top, bottom, left, right = 90, 80, 70, 30
-	img := image.NewRGBA(image.Rect(0, 0, W, H))
-	draw.Draw(img, img.Bounds(), image.NewUniform(chartBG), image.Point{}, draw.Src)
-	text(img, 20, 26, chartInk, fmt.Sprintf("ortbus bench capacity: p95 per class (log scale, ms) against load (audio streams : interactive rate/s); scenario %s, seed %d",
-		filepath.Base(r.Scenario.Name), r.Seed))
-	lx := 20
-	for _, c := range classes {
-		fill(img, image.Rect(lx, 40, lx+14, 54), colour(c.Name))
-		text(img, lx+20, 52, chartInk, c.Name)
-		lx += 40 + 7*len(c.Name)
-	}
-	line(img, lx, 47, lx+30, 47, chartInk, false)
-	text(img, lx+36, 52, chartInk, "policy")
-	line(img, lx+100, 47, lx+130, 47, chartInk, true)
-	text(img, lx+136, 52, chartInk, "fifo")
-	text(img, 20, 72, chartInk, "dotted: a class's p95 target; vertical: each run's knee (first step with a target missed)")
-
-	plotH, plotW := H-top-bottom, W-left-right
-	y := func(v float64) int {
-		f := (math.Log10(math.Max(v, math.Pow(10, decLo))) - decLo) / (decHi - decLo)
-		return top + plotH - int(f*float64(plotH))
-	}
+	p := ax.plot("p95 (ms, log scale)")
 	n := max(len(r.Steps), 1)
-	x := func(i int) int { return left + plotW*(2*i+1)/(2*n) }
-	for d := decLo; d <= decHi; d++ {
-		yy := y(math.Pow(10, d))
-		for xx := left; xx < W-right; xx++ {
-			img.Set(xx, yy, chartGrid)
-		}
-		text(img, 8, yy+4, chartInk, fmtMS(math.Pow(10, d)))
-	}
-	for xx := left; xx < W-right; xx++ {
-		img.Set(xx, top+plotH, chartInk)
-	}
-	for yy := top; yy <= top+plotH; yy++ {
-		img.Set(left, yy, chartInk)
-	}
+	xMin, xMax := -0.5, float64(n)-0.5
+	var ticks plot.ConstantTicks
 	for i, st := range r.Steps {
-		lbl := fmt.Sprintf("%d:%g", st.Streams, st.Rate)
-		text(img, x(i)-len(lbl)*7/2, top+plotH+18, chartInk, lbl)
+		ticks = append(ticks, plot.Tick{Value: float64(i), Label: fmt.Sprintf("%d:%g", st.Streams, st.Rate)})
 	}
-	text(img, left+plotW/2-70, H-30, chartInk, "load step (streams:rate)")
+	p.X.Tick.Marker = ticks
+	p.X.Label.Text = "load step (streams:rate)"
+	// Targets, dotted, named at the right end.
 	for _, c := range classes {
 		if t, ok := r.Targets[c.Name]; ok {
-			col := colour(c.Name)
-			for xx := left; xx < W-right; xx += 4 {
-				img.Set(xx, y(t.P95MS), col)
+			p.Add(hline(xMin, xMax, t.P95MS, draw.LineStyle{Color: colour(c.Name), Width: px(1), Dashes: []vg.Length{px(1), px(3)}}))
+			if l, err := label(xMax, t.P95MS, c.Name+" "+fmtMS(t.P95MS), colour(c.Name)); err == nil {
+				l.TextStyle[0].XAlign = draw.XRight
+				p.Add(l)
 			}
-			text(img, W-right-110, y(t.P95MS)-4, col, c.Name+" "+fmtMS(t.P95MS))
 		}
 	}
+	legend := []legendItem{}
+	for _, c := range classes {
+		sw, _ := plotter.NewPolygon()
+		sw.Color, sw.LineStyle = colour(c.Name), draw.LineStyle{Color: colour(c.Name), Width: px(0.5)}
+		legend = append(legend, legendItem{c.Name, []plot.Thumbnailer{sw}})
+	}
 	for ri, run := range runs {
+		// The knee: a vertical line at its step, the runs a little apart.
 		if k := r.Knee[run.name]; k != nil && k.Step > 0 {
-			xx := x(k.Step-1) + 3*(2*ri-1)
-			for yy := top; yy <= top+plotH; yy += 1 + ri*2 {
-				img.Set(xx, yy, chartInk)
+			x := float64(k.Step-1) + 0.03*float64(2*ri-1)
+			sty := draw.LineStyle{Color: chartInk, Width: px(1)}
+			if ri == 1 {
+				sty.Dashes = []vg.Length{px(2), px(2)}
 			}
-			text(img, xx+4, top+12+14*ri, chartInk, run.name+" knee")
+			p.Add(vline(x, ax, sty))
+			if l, err := label(x, ax.max()/math.Pow(10, 0.04*float64(ri+1)*(ax.decHi-ax.decLo)), run.name+" knee", chartInk); err == nil {
+				p.Add(l)
+			}
 		}
 		for _, c := range classes {
-			col := colour(c.Name)
-			prev := -1
-			var py int
+			var pts plotter.XYs
+			flush := func() {
+				if len(pts) > 1 {
+					p.Add(&plotter.Line{XYs: pts, LineStyle: seriesStyle(colour(c.Name), ri == 1)})
+				}
+				pts = nil
+			}
+			var marks plotter.XYs
 			for i, st := range r.Steps {
 				cr := run.get(st)
 				if cr == nil || cr.Classes[c.Name] == nil || cr.Classes[c.Name].P95MS <= 0 {
-					prev = -1
+					flush()
 					continue
 				}
-				yy := y(cr.Classes[c.Name].P95MS)
-				if prev >= 0 {
-					line(img, x(prev), py, x(i), yy, col, ri == 1)
-				}
-				marker(img, x(i), yy, col, ri == 0)
-				prev, py = i, yy
+				pt := plotter.XY{X: float64(i), Y: math.Max(cr.Classes[c.Name].P95MS, ax.min())}
+				pts, marks = append(pts, pt), append(marks, pt)
+			}
+			flush()
+			if len(marks) > 0 {
+				p.Add(&plotter.Scatter{XYs: marks, GlyphStyle: markerStyle(colour(c.Name), ri == 0)})
 			}
 		}
+		legend = append(legend, legendItem{run.name, []plot.Thumbnailer{
+			&plotter.Line{LineStyle: seriesStyle(chartInk, ri == 1)},
+			&plotter.Scatter{GlyphStyle: markerStyle(chartInk, ri == 0)},
+		}})
 	}
-	return writePNG(path, img)
+	p.X.Min, p.X.Max = xMin, xMax
+	ax.fix(p)
+	title := fmt.Sprintf("ortbus bench capacity: p95 per class (log scale, ms) against load (audio streams : interactive rate/s); scenario %s, seed %d",
+		filepath.Base(r.Scenario.Name), r.Seed)
+	return saveChart(path, chartW, capacityH, p, title, legend,
+		"dotted: a class's p95 target; vertical: each run's knee (first step with a target missed)")
 }
 
-// line draws a 2-pixel line from (x0, y0) to (x1, y1), dashed when asked.
-func line(img *image.RGBA, x0, y0, x1, y1 int, c color.Color, dashed bool) {
-	dx, dy := x1-x0, y1-y0
-	steps := max(abs(dx), abs(dy), 1)
-	for i := 0; i <= steps; i++ {
-		if dashed && (i/6)%2 == 1 {
-			continue
-		}
-		xx, yy := x0+dx*i/steps, y0+dy*i/steps
-		img.Set(xx, yy, c)
-		img.Set(xx, yy+1, c)
-		img.Set(xx+1, yy, c)
+// seriesStyle is a capacity series' line: solid, or dashed.
+func seriesStyle(c color.Color, dashed bool) draw.LineStyle {
+	s := draw.LineStyle{Color: c, Width: px(chartLineWidth)}
+	if dashed {
+		s.Dashes = []vg.Length{px(6), px(6)}
 	}
+	return s
 }
 
-// marker draws a 9x9 square, filled or hollow.
-func marker(img *image.RGBA, x, y int, c color.Color, filled bool) {
+// markerStyle is a capacity series' marker: a 9-pixel square, filled or hollow.
+func markerStyle(c color.Color, filled bool) draw.GlyphStyle {
+	s := draw.GlyphStyle{Color: c, Radius: px(4.5), Shape: draw.SquareGlyph{}}
 	if filled {
-		fill(img, image.Rect(x-4, y-4, x+5, y+5), c)
-		return
+		s.Shape = draw.BoxGlyph{}
 	}
-	for i := -4; i <= 4; i++ {
-		img.Set(x+i, y-4, c)
-		img.Set(x+i, y+4, c)
-		img.Set(x-4, y+i, c)
-		img.Set(x+4, y+i, c)
-	}
+	return s
 }
 
-func abs(v int) int {
-	if v < 0 {
-		return -v
+// logAxis is a chart's y axis: ms on a log scale over whole decades, from decLo to decHi
+// (powers of ten).
+type logAxis struct{ decLo, decHi float64 }
+
+// newLogAxis is the decades around [lo, hi] (lo at least 0.01 ms; at least one decade).
+func newLogAxis(lo, hi float64) logAxis {
+	lo = math.Max(lo, 0.01)
+	decLo, decHi := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
+	if decHi <= decLo {
+		decHi = decLo + 1
 	}
-	return v
+	return logAxis{decLo, decHi}
 }
 
-// writePNG encodes img as a PNG file at path, making its folder.
-func writePNG(path string, img image.Image) error {
+func (a logAxis) min() float64 { return math.Pow(10, a.decLo) }
+func (a logAxis) max() float64 { return math.Pow(10, a.decHi) }
+
+// plot is a plot on this axis: a grid line and a tick (in ms or s) at every decade.
+func (a logAxis) plot(ylabel string) *plot.Plot {
+	p := plot.New()
+	p.BackgroundColor = chartBG
+	p.Y.Scale = plot.LogScale{}
+	var ticks plot.ConstantTicks
+	for d := a.decLo; d <= a.decHi; d++ {
+		ticks = append(ticks, plot.Tick{Value: math.Pow(10, d), Label: fmtMS(math.Pow(10, d))})
+	}
+	p.Y.Tick.Marker = ticks
+	p.Y.Label.Text = ylabel
+	for _, ax := range []*plot.Axis{&p.X, &p.Y} {
+		ax.Color, ax.Tick.Color, ax.Tick.Label.Color, ax.Label.TextStyle.Color = chartInk, chartInk, chartInk, chartInk
+	}
+	g := plotter.NewGrid()
+	g.Vertical.Color = nil
+	g.Horizontal = draw.LineStyle{Color: chartGrid, Width: px(1)}
+	p.Add(g)
+	return p
+}
+
+// fix sets the plot's y range to the axis' decades (after the plotters widened it).
+func (a logAxis) fix(p *plot.Plot) { p.Y.Min, p.Y.Max = a.min(), a.max() }
+
+// rect is a bar: the ring of the rectangle [x0, x1] x [y0, y1].
+func rect(x0, y0, x1, y1 float64) plotter.XYs {
+	return plotter.XYs{{X: x0, Y: y0}, {X: x0, Y: y1}, {X: x1, Y: y1}, {X: x1, Y: y0}}
+}
+
+// hline is a horizontal line at y from x0 to x1.
+func hline(x0, x1, y float64, sty draw.LineStyle) *plotter.Line {
+	return &plotter.Line{XYs: plotter.XYs{{X: x0, Y: y}, {X: x1, Y: y}}, LineStyle: sty}
+}
+
+// vline is a vertical line at x across the axis.
+func vline(x float64, a logAxis, sty draw.LineStyle) *plotter.Line {
+	return &plotter.Line{XYs: plotter.XYs{{X: x, Y: a.min()}, {X: x, Y: a.max()}}, LineStyle: sty}
+}
+
+// label is text just above (x, y), in colour c.
+func label(x, y float64, text string, c color.Color) (*plotter.Labels, error) {
+	l, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: x, Y: y}}, Labels: []string{text}})
+	if err != nil {
+		return nil, err
+	}
+	l.TextStyle[0].Color = c
+	l.Offset = vg.Point{X: px(2), Y: px(3)}
+	return l, nil
+}
+
+// legendItem is one entry of a chart's legend row.
+type legendItem struct {
+	name   string
+	thumbs []plot.Thumbnailer
+}
+
+// saveChart draws the plot under a band holding the title, the legend entries in a row
+// and the caption ("" = none), on a w x h pixel canvas, and writes it to path (its
+// folder made): as an SVG when path ends in .svg, else as a PNG.
+func saveChart(path string, w, h int, p *plot.Plot, title string, legend []legendItem, caption string) error {
+	format := "png"
+	if strings.EqualFold(filepath.Ext(path), ".svg") {
+		format = "svg"
+	}
+	cw, err := draw.NewFormattedCanvas(px(float64(w)), px(float64(h)), format)
+	if err != nil {
+		return err
+	}
+	dc := draw.New(cw)
+	dc.FillPolygon(chartBG, []vg.Point{dc.Min, {X: dc.Min.X, Y: dc.Max.Y}, dc.Max, {X: dc.Max.X, Y: dc.Min.Y}})
+	sty := p.Title.TextStyle
+	sty.Color, sty.Font.Size, sty.XAlign, sty.YAlign = chartInk, vg.Points(11), draw.XLeft, draw.YBottom
+	line := px(22)
+	left, top := dc.Min.X+px(20), dc.Max.Y-px(8)
+	// nextLine is the band's next line: its canvas and its text's baseline.
+	nextLine := func() (draw.Canvas, vg.Point) {
+		top -= line
+		return draw.Crop(dc, 0, 0, top-dc.Min.Y, top+line-dc.Max.Y), vg.Point{X: left, Y: top + px(6)}
+	}
+	_, at := nextLine()
+	dc.FillText(sty, at, title)
+	row, _ := nextLine()
+	x := left
+	for _, it := range legend {
+		l := plot.NewLegend()
+		l.Left, l.Top, l.XOffs = true, true, x-dc.Min.X
+		l.TextStyle.Color, l.TextStyle.Font.Size = chartInk, vg.Points(10)
+		l.Add(it.name, it.thumbs...)
+		l.Draw(row)
+		x += l.ThumbnailWidth + l.TextStyle.Rectangle(" "+it.name).Max.X + px(24)
+	}
+	if caption != "" {
+		_, at := nextLine()
+		dc.FillText(sty, at, caption)
+	}
+	p.Draw(draw.Crop(dc, 0, 0, 0, top-px(8)-dc.Max.Y))
 	var buf bytes.Buffer
-	if err := png.Encode(&buf, img); err != nil {
+	if _, err := cw.WriteTo(&buf); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

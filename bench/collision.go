@@ -121,30 +121,17 @@ type StreamRatios struct {
 // Collision runs the collision scenario: solo runs of each class, then every class at
 // once under the sharing policy, then under FIFO, with the same arrival schedule.
 func Collision(ctx context.Context, o Options) (*Report, error) {
-	if err := o.resolve(); err != nil {
-		return nil, err
-	}
-	sc, err := LoadScenario(o.Scenario)
+	h, sc, err := scenarioHarness(&o, "collision", "", func(sc *Scenario) error {
+		if o.Duration > 0 {
+			sc.Window = config.Duration(o.Duration)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if o.Duration > 0 {
-		sc.Window = config.Duration(o.Duration)
-	}
-	if o.Seed != 0 {
-		sc.Seed = o.Seed
-	}
-	lib, err := o.runtimeLib(RuntimeVersion)
-	if err != nil {
-		return nil, err
-	}
-	w, err := newWorkdir(&o, sc.HeavyLayers)
-	if err != nil {
-		return nil, err
-	}
-	defer w.close()
-	rep := newReport("collision")
-	defer rep.finish()
+	defer h.close()
+	rep := h.rep
 	sched := sc.Schedule()
 	res := &CollisionResults{Scenario: sc, Counts: map[string]int{}, PolicyKey: "ok"}
 	for _, a := range sched {
@@ -156,18 +143,9 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	rep.Results = res
-	reqs, ocr, err := scenarioRequests(&o, sc, w)
+	setup, err := h.scenarioSetup(sc, &res.PolicyKey, "the policy run used its built-in policy, and there is no FIFO run")
 	if err != nil {
 		return nil, err
-	}
-
-	policyCfg, fifoCfg, refused, err := w.runConfigs(&o, collisionConfig(sc, w, lib))
-	if err != nil {
-		return nil, err
-	}
-	if refused != "" {
-		res.PolicyKey = "refused: " + refused
-		rep.note("the gateway's config has no [gateway] policy key yet (%s): the policy run used its built-in policy, and there is no FIFO run", refused)
 	}
 	out := o.out()
 	fmt.Fprintf(out, "collision: scenario %s, seed %d, window %v; requests: %s\n", sc.Name, sc.Seed, sc.Window.D(), countsLine(sc, res.Counts))
@@ -175,10 +153,10 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 	// checkOCR checks the detector's output files after a run (ocr is set when the
 	// scenario has the by-path detector): every file whole, then removed.
 	checkOCR := func(run string, r *CollisionRun) {
-		if ocr == nil || r == nil {
+		if setup.ocr == nil || r == nil {
 			return
 		}
-		n, err := ocr.checkSpool()
+		n, err := setup.ocr.checkSpool()
 		if err != nil {
 			rep.note("%s run: a detector output file is wrong: %v", run, err)
 		}
@@ -189,7 +167,7 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 
-	sys, err := startScenario(ctx, &o, w, "policy", policyCfg, sc, reqs)
+	sys, err := h.startScenario(ctx, "policy", setup.policyCfg, sc, setup)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +184,7 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 			active := make([]bool, len(sc.Classes))
 			active[ci] = true
 			fmt.Fprintf(out, "  solo %s ...\n", c.Name)
-			run, err := runSchedule(ctx, sys, sc, only, reqs, active)
+			run, err := runSchedule(ctx, sys, sc, only, setup.reqs, active)
 			if err != nil {
 				sys.stop()
 				return nil, fmt.Errorf("solo %s: %w", c.Name, err)
@@ -216,7 +194,7 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	fmt.Fprintf(out, "  policy ...\n")
-	res.Policy, err = runSchedule(ctx, sys, sc, sched, reqs, nil)
+	res.Policy, err = runSchedule(ctx, sys, sc, sched, setup.reqs, nil)
 	sys.stop()
 	if err != nil {
 		return nil, fmt.Errorf("policy run: %w", err)
@@ -225,11 +203,11 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 
 	if res.PolicyKey == "ok" {
 		fmt.Fprintf(out, "  fifo ...\n")
-		fsys, err := startScenario(ctx, &o, w, "fifo", fifoCfg, sc, reqs)
+		fsys, err := h.startScenario(ctx, "fifo", setup.fifoCfg, sc, setup)
 		if err != nil {
 			return nil, err
 		}
-		res.FIFO, err = runSchedule(ctx, fsys, sc, sched, reqs, nil)
+		res.FIFO, err = runSchedule(ctx, fsys, sc, sched, setup.reqs, nil)
 		fsys.stop()
 		if err != nil {
 			return nil, fmt.Errorf("fifo run: %w", err)
@@ -642,8 +620,7 @@ func countsLine(sc *Scenario, counts map[string]int) string {
 }
 
 func (r *CollisionResults) print(out io.Writer, rep *Report) {
-	tw := table(out)
-	fmt.Fprintln(tw, "run\tclass\tcount\tok\tp50 ms\tp95 ms\tp99 ms\tqueue p95 ms\tmisses\toverloaded\tthroughput/s\tin window/s\terrors\t")
+	var rows []string
 	row := func(run string, m map[string]*ClassStats) {
 		var names []string
 		for _, c := range r.Scenario.Classes {
@@ -665,7 +642,7 @@ func (r *CollisionResults) print(out io.Writer, rep *Report) {
 			if s.Unanswered > 0 {
 				errs += fmt.Sprintf("unanswered:%d", s.Unanswered)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%.2f\t%.2f\t%s\t\n", run, n, s.Count, s.OK, s.P50MS, s.P95MS, s.P99MS, s.QueueP95, s.DeadlineMisses, s.Overloaded, s.ThroughputPerS, s.WindowThroughputPerS, errs)
+			rows = append(rows, fmt.Sprintf("%s\t%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%.2f\t%.2f\t%s\t", run, n, s.Count, s.OK, s.P50MS, s.P95MS, s.P99MS, s.QueueP95, s.DeadlineMisses, s.Overloaded, s.ThroughputPerS, s.WindowThroughputPerS, errs))
 		}
 	}
 	if r.Solo != nil {
@@ -677,7 +654,7 @@ func (r *CollisionResults) print(out io.Writer, rep *Report) {
 	if r.FIFO != nil {
 		row("fifo", r.FIFO.Classes)
 	}
-	tw.Flush()
+	printTable(out, "run\tclass\tcount\tok\tp50 ms\tp95 ms\tp99 ms\tqueue p95 ms\tmisses\toverloaded\tthroughput/s\tin window/s\terrors\t", rows...)
 	var runs []namedRun
 	if r.Solo != nil {
 		runs = append(runs, namedRun{"solo", r.Solo})

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"image/color"
+	"io"
 	"path/filepath"
 	"slices"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -62,168 +62,185 @@ func Failure(ctx context.Context, o Options) (*Report, error) {
 	if err := o.resolve(); err != nil {
 		return nil, err
 	}
-	load := o.Duration
-	if load <= 0 {
-		load = 2 * time.Second
-	}
-	inflight := o.InFlight
-	if inflight <= 0 {
-		inflight = 8
-	}
-	lib, err := o.runtimeLib(RuntimeVersion)
+	load := positiveOr(o.Duration, 2*time.Second)
+	inflight := positiveOr(o.InFlight, 8)
+	h, err := newHarness(&o, "failure", FailureHeavyLayers)
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWorkdir(&o, FailureHeavyLayers)
+	defer h.close()
+	img, err := h.w.solidPNG("blue", 256, color.RGBA{B: 255, A: 255})
 	if err != nil {
 		return nil, err
 	}
-	defer w.close()
-	rep := newReport("failure")
-	defer rep.finish()
-	const pool = "w"
-	cfg, err := w.writeConfig(&o, "failure", sysConfig{
-		Images: w.images,
-		Pools: []poolSpec{{Name: pool, Runtime: lib, Workers: 2, Slots: 1, Threads: 1,
-			Classes: []string{subjects.ClassInteractive}, Models: []string{"heavy"}}},
-		Classes: []classSpec{{Name: subjects.ClassInteractive, Chain: []string{pool}, Timeout: time.Minute, MaxTimeout: time.Minute}},
-		Models:  []modelSpec{{Name: "heavy", Kind: config.KindTaggerPixAI, Dir: filepath.Join(w.models, onnxgen.TaggerHeavyDir)}},
-	})
-	if err != nil {
-		return nil, err
-	}
-	img, err := w.solidPNG("blue", 256, color.RGBA{B: 255, A: 255})
-	if err != nil {
-		return nil, err
-	}
-	sys, err := startSystem(ctx, &o, w, "failure", cfg)
+	sys, err := h.startSystem(ctx, "failure", failureConfig(h))
 	if err != nil {
 		return nil, err
 	}
 	defer sys.stop()
-	sys.runtimes(ctx, &rep.Machine.Runtimes)
+	before, err := readyWorkers(ctx, sys, failurePool)
+	if err != nil {
+		return nil, err
+	}
+	f, err := newFailureRun(sys, before)
+	if err != nil {
+		return nil, err
+	}
+	defer f.cl.close()
+
+	// Load, then the kill of a worker holding requests, then the wait for its replacement.
+	f.load = newAsyncLoad(inflight)
+	f.watchReplies()
+	f.load.run(ctx, func() error {
+		req := codec.Request{ID: nuid.Next(), Model: "heavy", Class: subjects.ClassInteractive, Path: img, TimeoutMS: 60_000}
+		_, err := f.cl.send(subjects.OpTag, &req)
+		return err
+	})
+	defer f.load.halt()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(load):
+	}
+	victim := before[0]
+	held, kill, err := f.killHolding(victim)
+	if err != nil {
+		return nil, err
+	}
+	res := &FailureResults{Killed: victim.id, KilledPID: victim.pid, Held: len(held), HeldOutcomes: map[string]int{}, Outcomes: map[string]int{},
+		Workers: 2, InFlight: inflight, Model: fmt.Sprintf("onnxgen tagger-heavy, %d compute layers", FailureHeavyLayers), LoadS: load.Seconds()}
+	h.rep.Results = res
+	if err := f.awaitReplacement(ctx, kill, res, h.rep); err != nil {
+		return nil, err
+	}
+	if err := f.load.halt(); err != nil {
+		return nil, err
+	}
+
+	// Every answer in (or its time out), then the tally.
+	f.cl.wait(ctx, 60*time.Second)
+	res.tally(f.cl.snapshot(), held, kill)
+	res.print(o.out(), h.rep, load)
+	return h.rep, nil
+}
+
+// failurePool is the failure bench's one pool.
+const failurePool = "w"
+
+// failureConfig is a pool of two single-slot workers of the heavy tagger.
+func failureConfig(h *harness) sysConfig {
+	return sysConfig{
+		Images: h.w.images,
+		Pools: []poolSpec{{Name: failurePool, Runtime: h.lib, Workers: 2, Slots: 1, Threads: 1,
+			Classes: []string{subjects.ClassInteractive}, Models: []string{"heavy"}}},
+		Classes: []classSpec{{Name: subjects.ClassInteractive, Chain: []string{failurePool}, Timeout: time.Minute, MaxTimeout: time.Minute}},
+		Models:  []modelSpec{{Name: "heavy", Kind: config.KindTaggerPixAI, Dir: filepath.Join(h.w.models, onnxgen.TaggerHeavyDir)}},
+	}
+}
+
+// procWorker is a worker by its id and process id.
+type procWorker struct {
+	id  string
+	pid int
+}
+
+// readyWorkers are the pool's ready workers by id, of which there must be two, with pids.
+func readyWorkers(ctx context.Context, sys *system, pool string) ([]procWorker, error) {
 	st, err := sys.status(ctx)
 	if err != nil {
 		return nil, err
 	}
-	type wk struct {
-		id  string
-		pid int
-	}
-	var before []wk
+	var before []procWorker
 	for _, x := range st.Workers {
 		if x.Pool == pool && x.State == codec.StateReady {
-			before = append(before, wk{x.Worker, x.PID})
+			before = append(before, procWorker{x.Worker, x.PID})
 		}
 	}
 	sort.Slice(before, func(i, j int) bool { return before[i].id < before[j].id })
 	if len(before) < 2 || before[0].pid <= 0 {
 		return nil, fmt.Errorf("want 2 live workers with pids in pool %s, status shows %+v", pool, before)
 	}
-	known := []string{before[0].id, before[1].id}
+	return before, nil
+}
 
+// failureRun is the failure bench's system under load: the caller that sends the load,
+// and what its replies say of the replacement worker.
+type failureRun struct {
+	sys   *system
+	cl    *caller
+	load  *asyncLoad
+	known []string // the workers before the kill
+	// killedAt is the kill's time (unix ns; 0 before it); servedAgain gets the time of
+	// the first result, after it, from a worker not known before.
+	killedAt    atomic.Int64
+	servedAgain chan time.Time
+}
+
+func newFailureRun(sys *system, before []procWorker) (*failureRun, error) {
 	cl, err := newCaller(sys.nc)
 	if err != nil {
 		return nil, err
 	}
-	defer cl.close()
-	var killedAt atomic.Int64 // unix ns; 0 before the kill
-	servedAgain := make(chan time.Time, 1)
-	slots := make(chan struct{}, inflight)
-	cl.setOnReply(func(k *call) {
-		if at := killedAt.Load(); at != 0 && k.Code == "" && !slices.Contains(known, k.Worker) && k.Recv.UnixNano() > at {
+	return &failureRun{sys: sys, cl: cl, known: []string{before[0].id, before[1].id}, servedAgain: make(chan time.Time, 1)}, nil
+}
+
+// watchReplies gives back each reply's load slot, and watches for the first result of a
+// new worker after the kill.
+func (f *failureRun) watchReplies() {
+	f.cl.setOnReply(func(k *call) {
+		if at := f.killedAt.Load(); at != 0 && k.Code == "" && !slices.Contains(f.known, k.Worker) && k.Recv.UnixNano() > at {
 			select {
-			case servedAgain <- k.Recv:
+			case f.servedAgain <- k.Recv:
 			default:
 			}
 		}
-		<-slots
+		f.load.release()
 	})
-	var stopLoad atomic.Bool
-	var loadErr error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for !stopLoad.Load() && ctx.Err() == nil {
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			if stopLoad.Load() {
-				<-slots
-				return
-			}
-			req := codec.Request{ID: nuid.Next(), Model: "heavy", Class: subjects.ClassInteractive, Path: img, TimeoutMS: 60_000}
-			if _, err := cl.send(subjects.OpTag, &req); err != nil {
-				loadErr = err
-				return
-			}
-		}
-	}()
-	stopAll := func() {
-		stopLoad.Store(true)
-		wg.Wait()
-	}
-	select {
-	case <-ctx.Done():
-		stopAll()
-		return nil, ctx.Err()
-	case <-time.After(load):
-	}
+}
 
-	// The victim's own view of what it holds, then the kill at once.
-	victim := before[0]
+// killHolding asks the victim for what it holds until it holds something, then kills it
+// at once (SIGKILL); it returns the requests it held and the kill's time.
+func (f *failureRun) killHolding(victim procWorker) ([]string, time.Time, error) {
 	statsSubj, _ := subjects.Worker(victim.id, subjects.VerbStats)
-	var held []string
-	var kill time.Time
-	for try := 0; try < 50 && kill.IsZero(); try++ {
-		m, err := sys.nc.Request(statsSubj, []byte{0x80}, 2*time.Second)
+	for try := 0; try < 50; try++ {
+		m, err := f.sys.nc.Request(statsSubj, []byte{0x80}, 2*time.Second)
 		if err != nil {
-			stopAll()
-			return nil, fmt.Errorf("stats of %s: %w", victim.id, err)
+			return nil, time.Time{}, fmt.Errorf("stats of %s: %w", victim.id, err)
 		}
 		var hb codec.Heartbeat
 		if err := codec.Unmarshal(m.Data, &hb); err != nil {
-			stopAll()
-			return nil, err
+			return nil, time.Time{}, err
 		}
 		if len(hb.Held) == 0 {
 			time.Sleep(5 * time.Millisecond)
 			continue
 		}
-		held = hb.Held
 		if err := syscall.Kill(victim.pid, syscall.SIGKILL); err != nil {
-			stopAll()
-			return nil, fmt.Errorf("kill -9 %d (%s): %w", victim.pid, victim.id, err)
+			return nil, time.Time{}, fmt.Errorf("kill -9 %d (%s): %w", victim.pid, victim.id, err)
 		}
-		kill = time.Now()
-		killedAt.Store(kill.UnixNano())
+		kill := time.Now()
+		f.killedAt.Store(kill.UnixNano())
+		return hb.Held, kill, nil
 	}
-	if kill.IsZero() {
-		stopAll()
-		return nil, fmt.Errorf("worker %s never held a request under load", victim.id)
-	}
-	res := &FailureResults{Killed: victim.id, KilledPID: victim.pid, Held: len(held), HeldOutcomes: map[string]int{}, Outcomes: map[string]int{},
-		Workers: 2, InFlight: inflight, Model: fmt.Sprintf("onnxgen tagger-heavy, %d compute layers", FailureHeavyLayers), LoadS: load.Seconds()}
-	rep.Results = res
+	return nil, time.Time{}, fmt.Errorf("worker %s never held a request under load", victim.id)
+}
 
-	// The replacement: live in status, then serving.
-	liveCtx, stopLive := context.WithCancel(ctx)
-	liveCh := make(chan struct {
-		at time.Time
-		id string
-	}, 1)
+// replacement is a new worker seen live in the gateway's status.
+type replacement struct {
+	at time.Time
+	id string
+}
+
+// watchLive polls the gateway's status until it shows a ready worker of the pool not
+// known before, and sends it on the channel.
+func (f *failureRun) watchLive(ctx context.Context) <-chan replacement {
+	ch := make(chan replacement, 1)
 	go func() {
-		for liveCtx.Err() == nil {
-			if st, err := sys.status(liveCtx); err == nil {
+		for ctx.Err() == nil {
+			if st, err := f.sys.status(ctx); err == nil {
 				for _, x := range st.Workers {
-					if x.Pool == pool && x.State == codec.StateReady && !slices.Contains(known, x.Worker) && x.HeartbeatAgeMS >= 0 {
-						liveCh <- struct {
-							at time.Time
-							id string
-						}{time.Now(), x.Worker}
+					if x.Pool == failurePool && x.State == codec.StateReady && !slices.Contains(f.known, x.Worker) && x.HeartbeatAgeMS >= 0 {
+						ch <- replacement{time.Now(), x.Worker}
 						return
 					}
 				}
@@ -231,30 +248,36 @@ func Failure(ctx context.Context, o Options) (*Report, error) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
+	return ch
+}
+
+// awaitReplacement waits (30 s at most: then a note says so) until the replacement
+// worker is live in the status and has served a result, and records both times.
+func (f *failureRun) awaitReplacement(ctx context.Context, kill time.Time, res *FailureResults, rep *Report) error {
+	liveCtx, stopLive := context.WithCancel(ctx)
+	defer stopLive()
+	liveCh := f.watchLive(liveCtx)
 	bound := time.After(30 * time.Second)
 	gotLive, gotServed := false, false
 	for !(gotLive && gotServed) {
 		select {
 		case l := <-liveCh:
 			gotLive, res.ReplacementLiveMS, res.Replaced = true, ms(l.at.Sub(kill)), l.id
-		case at := <-servedAgain:
+		case at := <-f.servedAgain:
 			gotServed, res.ServingAgainMS = true, ms(at.Sub(kill))
 		case <-bound:
 			rep.note("no replacement worker served within 30 s of the kill (live: %v, served: %v)", gotLive, gotServed)
 			gotLive, gotServed = true, true
 		case <-ctx.Done():
-			stopLive()
-			stopAll()
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 	}
-	stopLive()
-	stopAll()
-	if loadErr != nil {
-		return nil, loadErr
-	}
-	cl.wait(ctx, 60*time.Second)
-	calls := cl.snapshot()
+	return nil
+}
+
+// tally counts the answers of every call and of the held requests, and the time from the
+// kill until the last held one was answered.
+func (res *FailureResults) tally(calls []call, held []string, kill time.Time) {
 	byID := map[string]call{}
 	for _, k := range calls {
 		byID[k.ID] = k
@@ -281,21 +304,16 @@ func Failure(ctx context.Context, o Options) (*Report, error) {
 		last = max(last, k.Recv.Sub(kill))
 	}
 	res.AnsweredMS = ms(last)
+}
 
-	out := o.out()
+// print prints the table and the targets' verdicts, and notes the targets missed.
+func (res *FailureResults) print(out io.Writer, rep *Report, load time.Duration) {
 	fmt.Fprintf(out, "failure: pool of 2 workers, %d requests in flight (tagger-heavy ~45 ms each), kill -9 of %s (pid %d) after %v of load\n",
-		inflight, victim.id, victim.pid, load)
-	tw := table(out)
-	fmt.Fprintln(tw, "held\tanswered_ms\tlost\tsent\treplacement live ms\tserving_again_ms\theld outcomes\tall outcomes\t")
-	fmt.Fprintf(tw, "%d\t%.1f\t%d\t%d\t%.1f\t%.1f\t%v\t%v\t\n", res.Held, res.AnsweredMS, res.Lost, res.Sent, res.ReplacementLiveMS, res.ServingAgainMS, res.HeldOutcomes, res.Outcomes)
-	tw.Flush()
+		res.InFlight, res.Killed, res.KilledPID, load)
+	printTable(out, "held\tanswered_ms\tlost\tsent\treplacement live ms\tserving_again_ms\theld outcomes\tall outcomes\t",
+		fmt.Sprintf("%d\t%.1f\t%d\t%d\t%.1f\t%.1f\t%v\t%v\t", res.Held, res.AnsweredMS, res.Lost, res.Sent, res.ReplacementLiveMS, res.ServingAgainMS, res.HeldOutcomes, res.Outcomes))
 	okAns, okLost := res.AnsweredMS <= 500 && res.HeldOutcomes["unanswered"] == 0, res.Lost == 0
 	fmt.Fprintf(out, "held requests answered within 500 ms: %s; zero lost: %s\n", verdict(okAns), verdict(okLost))
-	if !okAns {
-		rep.note("target missed: the requests the killed worker held were answered %.1f ms after the kill (target <= 500 ms)", res.AnsweredMS)
-	}
-	if !okLost {
-		rep.note("target missed: %d requests lost (target 0)", res.Lost)
-	}
-	return rep, nil
+	rep.target(okAns, "the requests the killed worker held were answered %.1f ms after the kill (target <= 500 ms)", res.AnsweredMS)
+	rep.target(okLost, "%d requests lost (target 0)", res.Lost)
 }

