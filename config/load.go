@@ -186,6 +186,16 @@ func (c *Config) Order(section string, names []string) []string {
 }
 
 // PoolNames returns the pools in file order.
+// Pool is the pool called name, or an empty pool of that name when the config has none
+// (a pool removed by a reload while a request still names it: no device, no models, no
+// classes).
+func (c *Config) Pool(name string) *Pool {
+	if p := c.Pools[name]; p != nil {
+		return p
+	}
+	return &Pool{Name: name}
+}
+
 func (c *Config) PoolNames() []string {
 	var names []string
 	for n := range c.Pools {

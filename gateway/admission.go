@@ -25,7 +25,7 @@ import (
 // capacity is unknown: no admission on that device).
 func (g *Gateway) deviceBudget(device string) (capacity int64, fraction float64, budget int64) {
 	fraction = 0.85
-	if d, ok := g.cfg.Devices[device]; ok {
+	if d, ok := g.conf().Devices[device]; ok {
 		capacity, fraction = int64(d.Capacity), d.SafeFraction
 	}
 	if capacity == 0 {
@@ -39,7 +39,7 @@ func (g *Gateway) deviceBudget(device string) (capacity int64, fraction float64,
 func (g *Gateway) admitted(device, except string) int64 {
 	var sum int64
 	for _, w := range g.tracker.Workers() {
-		if w.Dead || w.HB.Worker == except || g.cfg.Pools[w.HB.Pool] == nil || g.cfg.Pools[w.HB.Pool].Device != device {
+		if w.Dead || w.HB.Worker == except || g.conf().Pools[w.HB.Pool] == nil || g.conf().Pool(w.HB.Pool).Device != device {
 			continue
 		}
 		for _, m := range w.HB.Models {
@@ -58,7 +58,7 @@ func (g *Gateway) remaining(device, pool, except string) (int64, bool) {
 		return 0, false
 	}
 	leased, _ := g.leases.leased(device)
-	return budget - g.admitted(device, except) - leased - g.foreignBytes(device, leased) - g.reservedAgainst(device, g.cfg.PoolPriority(pool)), true
+	return budget - g.admitted(device, except) - leased - g.foreignBytes(device, leased) - g.reservedAgainst(device, g.conf().PoolPriority(pool)), true
 }
 
 // Reservations ([devices.NAME.reserve] CLASS = SIZE) keep part of a device's budget for a
@@ -70,19 +70,19 @@ func (g *Gateway) remaining(device, pool, except string) (int64, bool) {
 // not use: for each class of a higher priority with a reservation, the reservation less
 // what the workers of pools that may use it have admitted.
 func (g *Gateway) reservedAgainst(device string, prio int) int64 {
-	d, ok := g.cfg.Devices[device]
+	d, ok := g.conf().Devices[device]
 	if !ok || len(d.Reserve) == 0 {
 		return 0
 	}
 	var out int64
 	for class, b := range d.Reserve {
-		cl := g.cfg.Classes[class]
+		cl := g.conf().Classes[class]
 		if cl == nil || cl.Priority >= prio {
 			continue // prio's own class, or a lower one: usable
 		}
 		var filled int64
 		for _, w := range g.tracker.Workers() {
-			if w.Dead || g.cfg.Pools[w.HB.Pool] == nil || g.cfg.Pools[w.HB.Pool].Device != device || g.cfg.PoolPriority(w.HB.Pool) > cl.Priority {
+			if w.Dead || g.conf().Pools[w.HB.Pool] == nil || g.conf().Pool(w.HB.Pool).Device != device || g.conf().PoolPriority(w.HB.Pool) > cl.Priority {
 				continue
 			}
 			for _, m := range w.HB.Models {
@@ -108,7 +108,7 @@ func (g *Gateway) admissionError(device, pool string, need int64) *codec.Error {
 	if foreign > 0 {
 		outside = append(outside, "foreign processes "+mb(foreign))
 	}
-	if r := g.reservedAgainst(device, g.cfg.PoolPriority(pool)); r > 0 {
+	if r := g.reservedAgainst(device, g.conf().PoolPriority(pool)); r > 0 {
 		adm += r // reserved for higher classes: not this pool's to use
 		outside = append(outside, "reserved for higher classes "+mb(r))
 	}
@@ -131,11 +131,11 @@ func mb(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }
 // deviceStatus reports every device that a pool or a [devices] table names.
 func (g *Gateway) deviceStatus() []codec.DeviceStatus {
 	byDevice := map[string][]string{}
-	for d := range g.cfg.Devices {
+	for d := range g.conf().Devices {
 		byDevice[d] = nil
 	}
-	for _, name := range g.cfg.PoolNames() {
-		d := g.cfg.Pools[name].Device
+	for _, name := range g.conf().PoolNames() {
+		d := g.conf().Pool(name).Device
 		byDevice[d] = append(byDevice[d], name)
 	}
 	var out []codec.DeviceStatus
@@ -144,7 +144,7 @@ func (g *Gateway) deviceStatus() []codec.DeviceStatus {
 		adm := g.admitted(d, "")
 		leased, ls := g.leases.leased(d)
 		var reserved int64
-		for _, b := range g.cfg.Devices[d].Reserve {
+		for _, b := range g.conf().Devices[d].Reserve {
 			reserved += int64(b)
 		}
 		foreign := g.foreignBytes(d, leased)

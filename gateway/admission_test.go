@@ -197,7 +197,7 @@ func TestAdmissionRefusesBeforeStart(t *testing.T) {
 	newFleet(t, g).beat(codec.Heartbeat{Worker: "a-0", Pool: "a", Slots: 1, Models: peaks(900)}) // past 870.4 MiB
 	s := g.supervisor
 	s.bin = filepath.Join(t.TempDir(), "no-such-ortworker") // never a real process, whatever happens
-	s.pools["b"] = &poolProcs{cfg: g.cfg.Pools["b"]}
+	s.pools["b"] = &poolProcs{cfg: g.conf().Pools["b"]}
 	p := &proc{pool: "b"}
 	s.pools["b"].procs = []*proc{p}
 	s.spawn(p)

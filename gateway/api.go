@@ -64,7 +64,7 @@ const apiPendingBytes = 256 << 20
 // is answered internal; a reply too large for the bus is answered reply_too_large; a
 // reply that cannot be sent is counted and logged.
 func (g *Gateway) handle(op string, r micro.Request, ops bool) {
-	if to := r.Reply(); to != "" && subjects.CheckReply(to, g.cfg.NATS.Replies()) != nil {
+	if to := r.Reply(); to != "" && subjects.CheckReply(to, g.conf().NATS.Replies()) != nil {
 		// The reply subject is input too (subjects.CheckReply): one that is not a
 		// requester's inbox is never answered nor forwarded to a worker, so that no
 		// request makes the gateway publish with its own rights to a subject the
@@ -182,8 +182,8 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by, te
 
 // health is ok when every configured pool has a live worker.
 func (g *Gateway) health() *codec.HealthReply {
-	h := &codec.HealthReply{Status: "ok", Pools: len(g.cfg.Pools)}
-	for _, pool := range g.cfg.PoolNames() {
+	h := &codec.HealthReply{Status: "ok", Pools: len(g.conf().Pools)}
+	for _, pool := range g.conf().PoolNames() {
 		n := len(g.tracker.Live(pool))
 		h.Workers += n
 		if n == 0 {
@@ -195,10 +195,10 @@ func (g *Gateway) health() *codec.HealthReply {
 
 // status is the whole system as this gateway sees it.
 func (g *Gateway) status() *codec.StatusReply {
-	st := &codec.StatusReply{Gateway: g.id, AllowedRoots: g.cfg.Security.AllowedRoots, SpoolDir: g.cfg.Security.SpoolDir, Devices: g.deviceStatus()}
+	st := &codec.StatusReply{Gateway: g.id, AllowedRoots: g.conf().Security.AllowedRoots, SpoolDir: g.conf().Security.SpoolDir, Devices: g.deviceStatus()}
 	now := time.Now()
-	for _, name := range g.cfg.PoolNames() {
-		pc := g.cfg.Pools[name]
+	for _, name := range g.conf().PoolNames() {
+		pc := g.conf().Pools[name]
 		ps := codec.PoolStatus{Name: name, EP: pc.EP, Device: pc.Device, Local: pc.IsLocal(), Classes: pc.Classes, Workers: pc.Workers, Live: len(g.tracker.Live(name))}
 		ps.CrashLooping, ps.Error = g.supervisor.poolInfo(name)
 		ps.Loading, ps.Skipped = g.supervisor.modelsInfo(name)
@@ -224,8 +224,8 @@ func (g *Gateway) status() *codec.StatusReply {
 	}
 	var running map[string]int
 	g.inspect(func(lc *lifecycle) { running = lc.running() })
-	for _, name := range g.cfg.ClassNames() {
-		cl := g.cfg.Classes[name]
+	for _, name := range g.conf().ClassNames() {
+		cl := g.conf().Classes[name]
 		st.Classes = append(st.Classes, codec.ClassStatus{Name: name, Priority: cl.Priority, Queued: g.queues.Len(name), Running: running[name], Bound: cl.QueueBound, Chain: cl.Chain})
 	}
 	return st

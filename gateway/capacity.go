@@ -65,7 +65,7 @@ func newCapacity(cfg *config.Config, now time.Time) *capacity {
 
 // snapshot takes the capacity of a dispatch pass at now.
 func (g *Gateway) snapshot(now time.Time) *capacity {
-	c := newCapacity(g.cfg, now)
+	c := newCapacity(g.conf(), now)
 	for _, w := range g.tracker.Workers() {
 		c.addLive(w)
 	}
@@ -108,13 +108,13 @@ func (c *capacity) addLive(w health.Worker) {
 		c.workers[w.HB.Worker] = &workerCap{pool: w.HB.Pool, slots: slots, classes: w.HB.Classes, failed: failed}
 	}
 	pc.workerSlots += slots
-	c.deviceSlots[c.cfg.Pools[w.HB.Pool].Device] += slots
+	c.deviceSlots[c.cfg.Pool(w.HB.Pool).Device] += slots
 	for i, class := range w.HB.Classes {
 		if slices.Contains(w.HB.Classes[:i], class) {
 			continue // listed twice, served once
 		}
 		per := 1
-		if mb := c.cfg.Pools[w.HB.Pool].MaxBatch; class == subjects.ClassBatch && mb > 1 {
+		if mb := c.cfg.Pool(w.HB.Pool).MaxBatch; class == subjects.ClassBatch && mb > 1 {
 			per = mb
 		}
 		pc.slots[class] += slots * per
@@ -148,5 +148,5 @@ func (c *capacity) room(pool, class string) int {
 // take counts one request of class sent to pool in this pass.
 func (c *capacity) take(pool, class string) {
 	c.pools[pool].busy++
-	c.load.add(c.cfg.Pools[pool].Device, class, 1)
+	c.load.add(c.cfg.Pool(pool).Device, class, 1)
 }

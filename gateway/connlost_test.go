@@ -93,7 +93,7 @@ func TestConnectLossOrOwnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	newGW := func() *Gateway {
-		g := &Gateway{cfg: c, id: "gw-unit", log: slog.New(slog.NewTextHandler(io.Discard, nil)), connLost: make(chan struct{})}
+		g := gatewayWith(c, &Gateway{id: "gw-unit", log: slog.New(slog.NewTextHandler(io.Discard, nil)), connLost: make(chan struct{})})
 		if _, err := g.connect(""); err != nil {
 			t.Fatal(err)
 		}

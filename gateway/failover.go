@@ -110,7 +110,7 @@ func (g *Gateway) startFailover(ctx context.Context) error {
 	}
 	g.failover = f
 	go f.run()
-	if g.cfg.Gateway.Failover && !(g.cfg.NATS.Embedded && g.cfg.NATS.StoreDir == "") {
+	if g.conf().Gateway.Failover && !(g.conf().NATS.Embedded && g.conf().NATS.StoreDir == "") {
 		go f.openAnswers(ctx)
 	}
 	return nil
@@ -160,7 +160,7 @@ func (f *failover) openAnswers(ctx context.Context) {
 				Description: "ortbus: requests accepted and answered, for clients' resends",
 				TTL:         failoverTTL,
 				History:     1,
-				Replicas:    f.g.cfg.Jobs.Replicas,
+				Replicas:    f.g.conf().Jobs.Replicas,
 			})
 			cancel()
 		}
@@ -338,7 +338,7 @@ func (f *failover) alive(id string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	pr := f.peers[id]
-	return pr != nil && !health.Silent(time.Now(), pr.seen, pr.interval, f.g.cfg.Health.MissCount)
+	return pr != nil && !health.Silent(time.Now(), pr.seen, pr.interval, f.g.conf().Health.MissCount)
 }
 
 // hear follows peers' beats.
@@ -371,7 +371,7 @@ func (f *failover) hear(m *nats.Msg) {
 // forgetSilent drops peers silent for long (their records have expired): f.mu held.
 func (f *failover) forgetSilent() {
 	for id, pr := range f.peers {
-		if time.Since(pr.seen) > failoverTTL+pr.interval*time.Duration(f.g.cfg.Health.MissCount) {
+		if time.Since(pr.seen) > failoverTTL+pr.interval*time.Duration(f.g.conf().Health.MissCount) {
 			delete(f.peers, id)
 		}
 	}
@@ -379,7 +379,7 @@ func (f *failover) forgetSilent() {
 
 // run beats until the gateway stops.
 func (f *failover) run() {
-	iv := f.g.cfg.Health.HeartbeatInterval.D()
+	iv := f.g.conf().Health.HeartbeatInterval.D()
 	beat := time.NewTicker(iv)
 	defer beat.Stop()
 	var seq uint64

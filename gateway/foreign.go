@@ -54,10 +54,10 @@ func (g *Gateway) newForeign() *foreignMem {
 // deviceNames are the devices the pools and the [devices] tables name, sorted.
 func (g *Gateway) deviceNames() []string {
 	var out []string
-	for d := range g.cfg.Devices {
+	for d := range g.conf().Devices {
 		out = append(out, d)
 	}
-	for _, p := range g.cfg.Pools {
+	for _, p := range g.conf().Pools {
 		out = append(out, p.Device)
 	}
 	slices.Sort(out)
@@ -125,7 +125,7 @@ func (g *Gateway) startForeign() (stop func()) {
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
-		tick := time.NewTicker(g.cfg.Health.HeartbeatInterval.D())
+		tick := time.NewTicker(g.conf().Health.HeartbeatInterval.D())
 		defer tick.Stop()
 		for {
 			select {
@@ -150,7 +150,7 @@ func (g *Gateway) ourPIDs() map[int]bool {
 	if g.tracker != nil {
 		host, _ := os.Hostname()
 		for _, w := range g.tracker.Workers() {
-			if !w.Dead && host != "" && w.HB.Host == host && w.HB.PID > 0 && g.cfg.Pools[w.HB.Pool] != nil {
+			if !w.Dead && host != "" && w.HB.Host == host && w.HB.PID > 0 && g.conf().Pools[w.HB.Pool] != nil {
 				ours[w.HB.PID] = true
 			}
 		}

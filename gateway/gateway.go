@@ -48,7 +48,9 @@ type Ready = codec.Event
 
 // Gateway is a running gateway.
 type Gateway struct {
-	cfg     *config.Config
+	// cfg is the configuration in force: replaced whole by a reload (reload.go), never
+	// changed in place. Read it with conf, once per decision.
+	cfg     atomic.Pointer[config.Config]
 	id      string
 	log     *slog.Logger
 	nc      *nats.Conn
@@ -116,7 +118,7 @@ func Run(ctx context.Context, o Options) error {
 	g.tracker = &health.Tracker{MissCount: c.Health.MissCount, OnChange: g.kick, OnDead: func(w health.Worker) {
 		g.onDead(w.HB.Worker, w.HB.Pool, w.Why)
 	}, Running: g.workerRunning, Pools: pools, OnDrop: func(string) { g.metrics.bad("heartbeat") }, Log: g.log}
-	g.supervisor = newSupervisor(g.cfg, g.tracker, g, g.log, g.id, o.WorkerBin, url)
+	g.supervisor = newSupervisor(g.conf(), g.tracker, g, g.log, g.id, o.WorkerBin, url)
 	if err := g.tracker.Start(g.nc); err != nil {
 		return err
 	}
@@ -219,14 +221,18 @@ func (g *Gateway) connIsLost() bool {
 	}
 }
 
+// conf is the configuration in force.
+func (g *Gateway) conf() *config.Config { return g.cfg.Load() }
+
 // newGateway is a gateway of config c before it connects: its queues and lifecycle,
 // ready for the dispatch loop (startLoop).
 func newGateway(c *config.Config, log *slog.Logger) *Gateway {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	g := &Gateway{cfg: c, log: log, kickCh: make(chan struct{}, 1), leases: newLeases(), connLost: make(chan struct{}),
+	g := &Gateway{log: log, kickCh: make(chan struct{}, 1), leases: newLeases(), connLost: make(chan struct{}),
 		events: make(chan event, eventBacklog), loopDone: make(chan struct{})}
+	g.cfg.Store(c)
 	g.queues = newQueues(c)
 	g.lc = newLifecycle(loopEnv{g}, g.queues, g.claimTimeout(), tenantBound(totalQueueBound(c)))
 	return g
@@ -247,7 +253,7 @@ func newQueues(c *config.Config) *sched.Queues {
 
 // connect starts the embedded NATS server (if configured) and connects.
 func (g *Gateway) connect(listen string) (string, error) {
-	c := g.cfg
+	c := g.conf()
 	logErr := nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
 		subj := ""
 		if s != nil {
@@ -327,8 +333,9 @@ func (g *Gateway) kick() {
 // flight and nothing queued for them for that long (supervisor.sleep). It runs on the
 // dispatch loop.
 func (g *Gateway) stopIdlePools(now time.Time) {
-	for _, name := range g.cfg.PoolNames() {
-		pc := g.cfg.Pools[name]
+	cfg := g.conf()
+	for _, name := range cfg.PoolNames() {
+		pc := cfg.Pools[name]
 		keep, unload := pc.Idle()
 		if !unload || !pc.IsLocal() {
 			continue
@@ -355,7 +362,7 @@ func (g *Gateway) poolIdle(pool string) bool {
 
 // queuedFor reports whether a request waits in a class queue that pool serves.
 func (g *Gateway) queuedFor(pool string) bool {
-	for _, class := range g.cfg.Pools[pool].Classes {
+	for _, class := range g.conf().Pool(pool).Classes {
 		if g.queues.Len(class) > 0 {
 			return true
 		}
@@ -378,7 +385,7 @@ func (g *Gateway) shutdown(lost bool) {
 		g.http.Shutdown(sctx)
 		cancel()
 	}
-	grace := g.cfg.Gateway.ShutdownGrace.D()
+	grace := g.conf().Gateway.ShutdownGrace.D()
 	deadline := time.Now().Add(grace)
 	for !lost && time.Now().Before(deadline) && g.unanswered() > 0 {
 		time.Sleep(10 * time.Millisecond)

@@ -69,7 +69,7 @@ func unitGatewayOf(t testing.TB, toml string) *Gateway {
 	g.id, g.nc = "unit", nc
 	g.metrics = newMetrics(g)
 	g.tracker = &health.Tracker{}
-	g.supervisor = newSupervisor(g.cfg, g.tracker, g, g.log, g.id, "", "")
+	g.supervisor = newSupervisor(g.conf(), g.tracker, g, g.log, g.id, "", "")
 	t.Cleanup(g.startLoop(false)) // events only: the queues hold what they get
 	return g
 }
@@ -148,7 +148,7 @@ func FuzzHandle(f *testing.F) {
 		r.mu.Lock()
 		n := len(r.replies)
 		r.mu.Unlock()
-		if replyTo == "" || subjects.CheckReply(replyTo, g.cfg.NATS.Replies()) != nil {
+		if replyTo == "" || subjects.CheckReply(replyTo, g.conf().NATS.Replies()) != nil {
 			if left := len(unanswered(g)); n != 0 || left != 0 {
 				t.Fatalf("op %s, reply subject %q: %d replies, %d in flight; want it dropped", op, replyTo, n, left)
 			}

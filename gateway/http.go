@@ -120,14 +120,14 @@ func (b *budgetReader) release() { b.a.reading.Add(-b.held); b.held = 0 }
 // POST /v1/<op>, POST /v1/job/<verb>, GET /v1/job/list, GET /v1/status, GET /v1/health,
 // GET /healthz, GET /readyz, GET /metrics.
 func (g *Gateway) serveHTTP(override string) (string, error) {
-	addr := g.cfg.Gateway.HTTPListen
+	addr := g.conf().Gateway.HTTPListen
 	if override != "" {
 		addr = override
 	}
 	if addr == "" || addr == "-" {
 		return "", nil
 	}
-	token, err := httpToken(g.cfg.Gateway.HTTPTokenFile)
+	token, err := httpToken(g.conf().Gateway.HTTPTokenFile)
 	if err != nil {
 		return "", err
 	}
@@ -148,12 +148,12 @@ func (g *Gateway) startHTTP(ln net.Listener, h http.Handler) *http.Server {
 		Handler:           h,
 		ReadHeaderTimeout: httpReadHeaderTimeout,
 		ReadTimeout:       httpReadTimeout,
-		WriteTimeout:      httpWriteTimeout(g.cfg),
+		WriteTimeout:      httpWriteTimeout(g.conf()),
 		IdleTimeout:       httpIdleTimeout,
 		MaxHeaderBytes:    httpMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
-	go srv.Serve(netutil.LimitListener(ln, httpMaxConns(g.cfg)))
+	go srv.Serve(netutil.LimitListener(ln, httpMaxConns(g.conf())))
 	return srv
 }
 
@@ -204,11 +204,11 @@ func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI 
 		exact:   map[string]bool{},
 		names:   map[string]bool{},
 		token:   token,
-		maxBody: int64(g.cfg.Gateway.HTTPMaxBody),
-		slots:   make(chan struct{}, max(1, g.cfg.Gateway.HTTPMaxConcurrent)),
+		maxBody: int64(g.conf().Gateway.HTTPMaxBody),
+		slots:   make(chan struct{}, max(1, g.conf().Gateway.HTTPMaxConcurrent)),
 
 		bodyTimeout: httpBodyTimeout,
-		bodyBudget:  int64(max(1, g.cfg.Gateway.HTTPMaxConcurrent)+1) * int64(g.cfg.Gateway.HTTPMaxBody),
+		bodyBudget:  int64(max(1, g.conf().Gateway.HTTPMaxConcurrent)+1) * int64(g.conf().Gateway.HTTPMaxBody),
 	}
 	var ip net.IP
 	if tcp, ok := bound.(*net.TCPAddr); ok {
@@ -232,7 +232,7 @@ func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI 
 	if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
 		add(host)
 	}
-	for _, h := range g.cfg.Gateway.HTTPHosts {
+	for _, h := range g.conf().Gateway.HTTPHosts {
 		if host, port, err := net.SplitHostPort(h); err == nil {
 			a.exact[strings.ToLower(net.JoinHostPort(host, port))] = true
 		} else {

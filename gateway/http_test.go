@@ -33,7 +33,7 @@ func testHTTPAPI(t *testing.T, gatewayTOML, listen string, bound net.Addr, token
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{cfg: c, log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: &metrics{reg: prometheus.NewRegistry()}}
+	g := gatewayWith(c, &Gateway{log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: &metrics{reg: prometheus.NewRegistry()}})
 	var sum []byte
 	if token != "" {
 		s, err := httpTokenFrom(t, token)
@@ -437,7 +437,7 @@ func (c *countedConn) Close() error {
 func TestHTTPConnBound(t *testing.T) {
 	inner := listenLoopback(t)
 	a := testHTTPAPI(t, "http_max_concurrent = 2", "127.0.0.1:0", inner.Addr(), "")
-	limit := httpMaxConns(a.g.cfg)
+	limit := httpMaxConns(a.g.conf())
 	if limit != httpMinConns {
 		t.Fatalf("httpMaxConns with 2 slots: %d, want %d", limit, httpMinConns)
 	}

@@ -55,7 +55,7 @@ const tenantShare = 4
 
 // tenantOf is the tenant of a request with headers h (rules 1 and 2).
 func (g *Gateway) tenantOf(h micro.Headers) string {
-	if g.cfg.Gateway.Identity != config.IdentityAccount {
+	if g.conf().Gateway.Identity != config.IdentityAccount {
 		return ""
 	}
 	v := h.Get(requestInfoHeader)

@@ -27,7 +27,7 @@ func TestTenantOf(t *testing.T) {
 	if got := g.tenantOf(hdr(`{"acc":"APP1"}`)); got != "" {
 		t.Fatalf("local mode: tenant %q, want the local owner", got)
 	}
-	g.cfg.Gateway.Identity = config.IdentityAccount
+	g.conf().Gateway.Identity = config.IdentityAccount
 	for _, c := range []struct {
 		h    micro.Headers
 		want string
@@ -135,8 +135,8 @@ func TestTenantRequestBound(t *testing.T) {
 // the total bound holds for everyone.
 func TestTenantJobBound(t *testing.T) {
 	g := unitGateway(t)
-	g.cfg.Jobs.MaxRunning = 8 // a tenant: 2
-	s, err := jobs.Open(context.Background(), testenv.InProcessJetStream(t), g.cfg.Jobs, g.log)
+	g.conf().Jobs.MaxRunning = 8 // a tenant: 2
+	s, err := jobs.Open(context.Background(), testenv.InProcessJetStream(t), g.conf().Jobs, g.log)
 	if err != nil {
 		t.Fatal(err)
 	}

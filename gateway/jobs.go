@@ -66,7 +66,7 @@ func (j *jobService) get() (*jobs.Store, *codec.Error) {
 func (g *Gateway) startJobs(ctx context.Context) {
 	g.jobs = &jobService{slots: make(chan struct{}, jobOpsAtOnce), done: make(chan struct{}),
 		why: codec.Errorf(codec.CodeUnavailable, "the job store is not open yet")}
-	if g.cfg.NATS.Embedded && g.cfg.NATS.StoreDir == "" {
+	if g.conf().NATS.Embedded && g.conf().NATS.StoreDir == "" {
 		g.jobs.why = jobs.Unavailable()
 		close(g.jobs.done)
 		return
@@ -78,7 +78,7 @@ func (g *Gateway) startJobs(ctx context.Context) {
 		for {
 			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			var err error
-			s, err = jobs.Open(octx, g.nc, g.cfg.Jobs, g.log)
+			s, err = jobs.Open(octx, g.nc, g.conf().Jobs, g.log)
 			cancel()
 			if err == nil {
 				break
@@ -123,8 +123,8 @@ func (g *Gateway) startJobs(ctx context.Context) {
 // JetStream's max_ack_pending bounds the total over all gateways.
 func (g *Gateway) jobRoom() int {
 	n := 0
-	for _, name := range g.cfg.PoolNames() {
-		pc := g.cfg.Pools[name]
+	for _, name := range g.conf().PoolNames() {
+		pc := g.conf().Pools[name]
 		if !contains(pc.Classes, subjects.ClassBatch) {
 			continue
 		}
@@ -285,8 +285,8 @@ func (g *Gateway) jobSpec(req *codec.JobSubmit) (*jobs.Record, []string, *codec.
 	if req.Dir == nil {
 		return rec, req.Items, nil
 	}
-	policy := images.Policy{AllowedRoots: g.cfg.Security.AllowedRoots}
-	paths, e := jobs.ExpandAllowed(policy, *req.Dir, g.cfg.Jobs.MaxItems)
+	policy := images.Policy{AllowedRoots: g.conf().Security.AllowedRoots}
+	paths, e := jobs.ExpandAllowed(policy, *req.Dir, g.conf().Jobs.MaxItems)
 	if e != nil {
 		return nil, nil, e
 	}
@@ -331,7 +331,7 @@ func (g *Gateway) jobsRunningRoom(ctx context.Context, s *jobs.Store, rec *jobs.
 	if rec.Job != "" && s.Owns(ctx, rec.Job, tenant) {
 		return nil
 	}
-	limit := g.cfg.Jobs.MaxRunning
+	limit := g.conf().Jobs.MaxRunning
 	all, own, e := s.Running(ctx, tenant, limit)
 	if e != nil {
 		return e

@@ -122,9 +122,9 @@ func (g *Gateway) leaseAs(req *codec.LeaseRequest, tenant string) (*codec.LeaseR
 	if err := req.Validate(); err != nil {
 		return nil, codec.AsError(err)
 	}
-	ttl := g.cfg.Gateway.LeaseDefaultTTL.D()
+	ttl := g.conf().Gateway.LeaseDefaultTTL.D()
 	if req.TTLMS > 0 {
-		ttl = min(g.cfg.Gateway.LeaseMaxTTL.D(), time.Duration(min(req.TTLMS, g.cfg.Gateway.LeaseMaxTTL.D().Milliseconds()))*time.Millisecond)
+		ttl = min(g.conf().Gateway.LeaseMaxTTL.D(), time.Duration(min(req.TTLMS, g.conf().Gateway.LeaseMaxTTL.D().Milliseconds()))*time.Millisecond)
 	}
 	l := g.leases
 	now := leaseNow()
@@ -152,8 +152,8 @@ func (g *Gateway) leaseAs(req *codec.LeaseRequest, tenant string) (*codec.LeaseR
 	if class == "" {
 		class = subjects.ClassInteractive
 	}
-	if _, ok := g.cfg.Classes[class]; !ok {
-		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q (classes: %v)", class, g.cfg.ClassNames()).With("field", "class")
+	if _, ok := g.conf().Classes[class]; !ok {
+		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q (classes: %v)", class, g.conf().ClassNames()).With("field", "class")
 	}
 	if !g.knownDevice(req.Device) {
 		return nil, codec.Errorf(codec.CodeBadRequest, "device %q is not one this gateway's pools or [devices] name", req.Device).With("field", "device")
@@ -182,7 +182,7 @@ func (g *Gateway) leaseAs(req *codec.LeaseRequest, tenant string) (*codec.LeaseR
 	}
 	adm := g.admitted(req.Device, "")
 	// Reservations of classes above the lease's are not its to use (admission.go).
-	adm += g.reservedAgainst(req.Device, g.cfg.Classes[class].Priority)
+	adm += g.reservedAgainst(req.Device, g.conf().Classes[class].Priority)
 	foreign := g.foreignBytes(req.Device, leased)
 	if sum := adm + leased + foreign + req.Bytes; sum > budget || sum < 0 {
 		return nil, codec.Errorf(codec.CodeOverloaded, "memory admission refused a lease of %s on device %s: admitted %s + leased %s + foreign %s + %s = %s, over the budget of %s (capacity %s x %.2f)",
@@ -199,10 +199,10 @@ func (g *Gateway) leaseAs(req *codec.LeaseRequest, tenant string) (*codec.LeaseR
 
 // knownDevice reports whether device is named by a pool or a [devices] table.
 func (g *Gateway) knownDevice(device string) bool {
-	if _, ok := g.cfg.Devices[device]; ok {
+	if _, ok := g.conf().Devices[device]; ok {
 		return true
 	}
-	for _, p := range g.cfg.Pools {
+	for _, p := range g.conf().Pools {
 		if p.Device == device {
 			return true
 		}

@@ -74,7 +74,7 @@ func TestLeaseAdmission(t *testing.T) {
 	}
 	// A ttl past lease_max_ttl is cut to it; bad requests are refused.
 	l3, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: mib, TTLMS: 1 << 50})
-	if e != nil || l3.ExpiresUnixMS != now.Add(g.cfg.Gateway.LeaseMaxTTL.D()).UnixMilli() {
+	if e != nil || l3.ExpiresUnixMS != now.Add(g.conf().Gateway.LeaseMaxTTL.D()).UnixMilli() {
 		t.Errorf("huge ttl: %+v %v, want lease_max_ttl", l3, e)
 	}
 	for _, bad := range []codec.LeaseRequest{

@@ -185,7 +185,7 @@ func (g *Gateway) startLoop(passes bool) (stop func()) {
 type loopEnv struct{ g *Gateway }
 
 func (e loopEnv) device(pool string) string {
-	if pc := e.g.cfg.Pools[pool]; pc != nil {
+	if pc := e.g.conf().Pools[pool]; pc != nil {
 		return pc.Device
 	}
 	return ""

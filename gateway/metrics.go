@@ -82,12 +82,12 @@ func newMetrics(g *Gateway) *metrics {
 	}
 	panics := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ortbus_panics_total",
 		Help: "Panics recovered in the gateway (each answered internal where a reply was due)."}, func() float64 { return float64(guard.Panics()) })
-	for _, set := range [][]string{g.cfg.PoolNames(), g.cfg.ClassNames(), subjects.Ops} {
+	for _, set := range [][]string{g.conf().PoolNames(), g.conf().ClassNames(), subjects.Ops} {
 		for _, v := range set {
 			m.known[v] = true
 		}
 	}
-	for name := range g.cfg.Models {
+	for name := range g.conf().Models {
 		m.known[name] = true
 	}
 	for _, c := range codec.Codes {
@@ -157,16 +157,16 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	g := c.g
-	for _, class := range g.cfg.ClassNames() {
+	for _, class := range g.conf().ClassNames() {
 		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(g.queues.Len(class)), class)
 	}
 	inflight := map[string]int{}
 	g.inspect(func(lc *lifecycle) {
-		for _, pool := range g.cfg.PoolNames() {
+		for _, pool := range g.conf().PoolNames() {
 			inflight[pool] = lc.inFlight(pool)
 		}
 	})
-	for _, pool := range g.cfg.PoolNames() {
+	for _, pool := range g.conf().PoolNames() {
 		ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(inflight[pool]), pool)
 	}
 	for _, d := range g.deviceStatus() {

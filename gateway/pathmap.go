@@ -83,7 +83,7 @@ func unmapPrefix(m map[string]string, path string) string {
 
 // mappedOut returns the request's out_path as seen on pool's host (see mapped).
 func (g *Gateway) mappedOut(p *pending, pool string) (string, bool) {
-	return mapPrefix(g.cfg.Pools[pool].PathMap, p.req.OutPath)
+	return mapPrefix(g.conf().Pool(pool).PathMap, p.req.OutPath)
 }
 
 // mapRequest rewrites every path of r by m (mapPrefix): path, out_path, output_dir and
@@ -131,7 +131,7 @@ func mapRequest(m map[string]string, r *codec.Request) (field, path string, ok b
 // path needs a change, or the reply does not decode (the caller's own decoding reports
 // that).
 func (g *Gateway) unmapReply(op, pool string, data []byte) []byte {
-	pc := g.cfg.Pools[pool]
+	pc := g.conf().Pools[pool]
 	if pc == nil || len(pc.PathMap) == 0 {
 		return data
 	}

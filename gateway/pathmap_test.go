@@ -151,7 +151,7 @@ func TestTensorPathsMapped(t *testing.T) {
 		t.Fatalf("mapPaths: %v", err)
 	}
 	r := p.req
-	if field, path, ok := mapRequest(g.cfg.Pools["gpu"].PathMap, &r); !ok {
+	if field, path, ok := mapRequest(g.conf().Pools["gpu"].PathMap, &r); !ok {
 		t.Fatalf("mapRequest: %s %s", field, path)
 	}
 	if r.InputPaths["x"] != "/mnt/app-images/in/x.npy" || r.InputPaths["mask"] != "/mnt/app-images/m.npy" || r.OutputPaths["y"] != "/mnt/app-images/out/y.npy" {
@@ -161,7 +161,7 @@ func TestTensorPathsMapped(t *testing.T) {
 		t.Errorf("mapping changed the request's own maps: %v %v", p.req.InputPaths, p.req.OutputPaths)
 	}
 	r = codec.Request{OutputDir: "/srv/images/out"}
-	if _, _, ok := mapRequest(g.cfg.Pools["gpu"].PathMap, &r); !ok || r.OutputDir != "/mnt/app-images/out" {
+	if _, _, ok := mapRequest(g.conf().Pools["gpu"].PathMap, &r); !ok || r.OutputDir != "/mnt/app-images/out" {
 		t.Errorf("output_dir on gpu = %q, %v", r.OutputDir, ok)
 	}
 	for field, bad := range map[string]codec.Request{

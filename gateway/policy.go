@@ -112,7 +112,7 @@ func (c *capacity) shareAllows(pool, class string, reserved map[string]bool) boo
 	if !c.policyOn() || cl.Priority < backgroundPriority {
 		return true
 	}
-	device := c.cfg.Pools[pool].Device
+	device := c.cfg.Pool(pool).Device
 	// Up to its floor a background class always goes.
 	unit := c.slotSize(pool)
 	units := 1
@@ -130,7 +130,7 @@ func (c *capacity) shareAllows(pool, class string, reserved map[string]bool) boo
 		}
 	}
 	for rp := range reserved {
-		if c.cfg.Pools[rp].Device == device {
+		if c.cfg.Pool(rp).Device == device {
 			return false
 		}
 	}
@@ -152,7 +152,7 @@ func (c *capacity) prefetch(pool, class string, reserved map[string]bool) int {
 	if cl == nil || cl.Priority < backgroundPriority {
 		return 0
 	}
-	device := c.cfg.Pools[pool].Device
+	device := c.cfg.Pool(pool).Device
 	for other, n := range c.load[device] {
 		if oc := c.cfg.Classes[other]; n > 0 && oc != nil && oc.Priority < cl.Priority {
 			return 0
@@ -164,7 +164,7 @@ func (c *capacity) prefetch(pool, class string, reserved map[string]bool) int {
 		}
 	}
 	for rp := range reserved {
-		if c.cfg.Pools[rp].Device == device {
+		if c.cfg.Pool(rp).Device == device {
 			return 0
 		}
 	}
@@ -206,7 +206,7 @@ func (c *capacity) reserving(device string) bool {
 
 // slotSize is how many requests in flight in pool hold one slot: max_batch in a pool that
 // batches, else one.
-func (c *capacity) slotSize(pool string) int { return max(1, c.cfg.Pools[pool].MaxBatch) }
+func (c *capacity) slotSize(pool string) int { return max(1, c.cfg.Pool(pool).MaxBatch) }
 
 // opensSlot reports whether one more request in pool takes a slot of its own rather than
 // joining a started dynamic batch.
@@ -216,7 +216,7 @@ func (c *capacity) opensSlot(pool string) bool { return c.pools[pool].busy%c.slo
 func (c *capacity) freeSlots(device string) int {
 	free := 0
 	for name, pc := range c.pools {
-		if pc.live && c.cfg.Pools[name].Device == device {
+		if pc.live && c.cfg.Pool(name).Device == device {
 			size := c.slotSize(name)
 			free += max(0, pc.workerSlots-(pc.busy+size-1)/size)
 		}
@@ -271,7 +271,7 @@ func (c *capacity) feasible(k estKey, class string, deadline time.Time) bool {
 		return true
 	}
 	if c.cfg.Classes[class].Degrade {
-		device := c.cfg.Pools[k.pool].Device
+		device := c.cfg.Pool(k.pool).Device
 		busy := 0
 		for _, n := range c.load[device] {
 			busy += n

@@ -517,7 +517,7 @@ func TestReserveThroughRoute(t *testing.T) {
 	if n := batch("gpu"); n != 1 {
 		t.Fatalf("%d batch items routed to gpu (2 slots) with interactive active 1s ago, want 1", n)
 	}
-	if pool := routeOK(t, c, newItem("urgent", "infer", soon(), "gpu"), nil); pool != "gpu" {
+	if pool := routeOK(t, c, newItem("urgent", "tag", soon(), "gpu"), nil); pool != "gpu" {
 		t.Fatalf("urgent routed to %q, want the reserved slot of gpu", pool)
 	}
 	inFlight(c, "gpu", "cuda:0", "urgent", 0) // answered

@@ -41,7 +41,7 @@ type pending struct {
 // claimTimeout is how long a dispatched request may go unclaimed: one heartbeat interval,
 // and at least 100 ms.
 func (g *Gateway) claimTimeout() time.Duration {
-	return max(g.cfg.Health.HeartbeatInterval.D(), 100*time.Millisecond)
+	return max(g.conf().Health.HeartbeatInterval.D(), 100*time.Millisecond)
 }
 
 // submitFrom accepts a client request for op: decode, validate, route check, queue.
@@ -94,9 +94,9 @@ func (g *Gateway) resolve(p *pending) ([]string, *codec.Error) {
 	if p.class == "" {
 		p.class = subjects.ClassInteractive
 	}
-	cl, ok := g.cfg.Classes[p.class]
+	cl, ok := g.conf().Classes[p.class]
 	if !ok {
-		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q (classes: %v)", p.class, g.cfg.ClassNames())
+		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q (classes: %v)", p.class, g.conf().ClassNames())
 	}
 	timeout := cl.Timeout.D()
 	if p.req.TimeoutMS > 0 {
@@ -111,14 +111,14 @@ func (g *Gateway) resolve(p *pending) ([]string, *codec.Error) {
 		p.req.Model = cl.Models[p.op]
 	}
 	if p.req.Model != "" {
-		if _, ok := g.cfg.Models[p.req.Model]; !ok {
+		if _, ok := g.conf().Models[p.req.Model]; !ok {
 			return nil, codec.Errorf(codec.CodeUnknownModel, "model %q is not configured", p.req.Model).With("model", p.req.Model)
 		}
 	}
 	if p.req.Pool != "" {
-		pc, ok := g.cfg.Pools[p.req.Pool]
+		pc, ok := g.conf().Pools[p.req.Pool]
 		if !ok {
-			return nil, codec.Errorf(codec.CodeUnknownPool, "pool %q is not configured (pools: %v)", p.req.Pool, g.cfg.PoolNames()).With("pool", p.req.Pool)
+			return nil, codec.Errorf(codec.CodeUnknownPool, "pool %q is not configured (pools: %v)", p.req.Pool, g.conf().PoolNames()).With("pool", p.req.Pool)
 		}
 		if !contains(pc.Classes, p.class) {
 			return nil, codec.Errorf(codec.CodeBadRequest, "pool %s does not serve class %s", p.req.Pool, p.class).With("pool", p.req.Pool)
@@ -150,8 +150,8 @@ func modelSuffix(m string) string {
 // gateway; the gateway still owns the request: its deadline, retries after a worker's
 // death, cancels, metrics and measured service times.
 func (g *Gateway) replyDirect(p *pending, pool string) bool {
-	gw := g.cfg.Gateway
-	return p.replyTo != "" && !subjects.IsImportReply(p.replyTo) && p.clientID == "" && !p.asJSON && p.owner != ownerJob && len(g.cfg.Pools[pool].PathMap) == 0 && !gw.Failover && !gw.RelayReplies
+	gw := g.conf().Gateway
+	return p.replyTo != "" && !subjects.IsImportReply(p.replyTo) && p.clientID == "" && !p.asJSON && p.owner != ownerJob && len(g.conf().Pool(pool).PathMap) == 0 && !gw.Failover && !gw.RelayReplies
 }
 
 // onDead is called by the tracker when a worker is judged dead: the loop answers or

@@ -24,16 +24,25 @@ var opsOfKind = func() map[string][]string {
 // poolsFor keeps the pools of a chain that load a model serving op (the named model, if
 // one is named), in chain order.
 func (g *Gateway) poolsFor(chain []string, op, model string) []string {
+	cfg := g.conf()
 	var out []string
 	for _, name := range chain {
-		for _, m := range g.cfg.Pools[name].Models {
-			if (model == "" || m == model) && slices.Contains(opsOfKind[g.cfg.Models[m].Kind], op) {
-				out = append(out, name)
-				break
-			}
+		if serves(cfg, name, op, model) {
+			out = append(out, name)
 		}
 	}
 	return out
+}
+
+// serves reports whether pool, as cfg has it, loads a model serving op (model, if named).
+// A pool cfg does not have serves nothing.
+func serves(cfg *config.Config, pool, op, model string) bool {
+	for _, m := range cfg.Pool(pool).Models {
+		if mc := cfg.Models[m]; mc != nil && (model == "" || m == model) && slices.Contains(opsOfKind[mc.Kind], op) {
+			return true
+		}
+	}
+	return false
 }
 
 // mapPaths checks that the request's paths (path, out_path, and infer's input_paths,
@@ -42,7 +51,7 @@ func (g *Gateway) poolsFor(chain []string, op, model string) []string {
 func (g *Gateway) mapPaths(p *pending, pools []string) *codec.Error {
 	for _, pool := range pools {
 		r := p.req
-		if field, path, ok := mapRequest(g.cfg.Pools[pool].PathMap, &r); !ok {
+		if field, path, ok := mapRequest(g.conf().Pool(pool).PathMap, &r); !ok {
 			return codec.Errorf(codec.CodeForbiddenPath, "%s %s is not under any prefix that pool %s maps", field, path, pool).With("pool", pool)
 		}
 	}
@@ -52,7 +61,7 @@ func (g *Gateway) mapPaths(p *pending, pools []string) *codec.Error {
 // mapped returns the request's path as seen on pool's host: rewritten by the longest
 // matching prefix of the pool's path_map, or unchanged when the pool has no map.
 func (g *Gateway) mapped(p *pending, pool string) (string, bool) {
-	return mapPrefix(g.cfg.Pools[pool].PathMap, p.req.Path)
+	return mapPrefix(g.conf().Pool(pool).PathMap, p.req.Path)
 }
 
 // router decides the items of one dispatch pass at now (the lifecycle's pass, L2). It
@@ -90,11 +99,22 @@ type decision struct {
 // no_worker, naming every pool and why it was skipped, when none can.
 func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 	p := it.Value.(*pending)
+	// The item's pools as the configuration in force has them: a reload (reload.go) may
+	// have removed a pool, or the model from a pool, since the item was accepted.
+	pools := make([]string, 0, len(it.Pools))
+	for _, pool := range it.Pools {
+		if c.pools[pool] != nil && serves(c.cfg, pool, p.op, p.req.Model) {
+			pools = append(pools, pool)
+		}
+	}
+	if len(pools) == 0 {
+		return decision{err: codec.Errorf(codec.CodeUnknownModel, "no pool of %v serves op %s%s any more (the configuration was reloaded)", it.Pools, p.op, modelSuffix(p.req.Model))}
+	}
 	infeasible := 0
 	earlierLive := false // a pool before this one in the chain has live workers
 	busyEarlier := false // a live pool before this one was busy (not infeasible)
 	spill := c.maySpill(p)
-	for _, pool := range it.Pools {
+	for _, pool := range pools {
 		if c.modelDown(pool, p.req.Model) != nil {
 			continue // it cannot serve the model: as if it were not in the chain
 		}
@@ -128,12 +148,12 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 		c.take(pool, it.Class)
 		return decision{pool: pool, worker: c.pickWorker(pool, it.Class, p.req.Model, c.prefetch(pool, it.Class, reserved) > 0)}
 	}
-	if infeasible > 0 && infeasible == len(it.Pools) {
-		return decision{err: codec.Errorf(codec.CodeDeadlineExceeded, "cannot finish before its deadline on any of %v even if run now (measured service time)", it.Pools)}
+	if infeasible > 0 && infeasible == len(pools) {
+		return decision{err: codec.Errorf(codec.CodeDeadlineExceeded, "cannot finish before its deadline on any of %v even if run now (measured service time)", pools)}
 	}
 	var why []string
 	var down []*codec.Error
-	for _, pool := range it.Pools {
+	for _, pool := range pools {
 		pc := c.pools[pool]
 		if e := c.modelDown(pool, p.req.Model); e != nil {
 			down = append(down, e)
@@ -153,19 +173,19 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 		}
 		why = append(why, fmt.Sprintf("%s: %s", pool, pc.reason))
 	}
-	if len(down) == len(it.Pools) {
+	if len(down) == len(pools) {
 		// The model failed on every pool that could run it: say so, with its load error.
 		e := down[0]
 		if len(down) > 1 {
 			e = codec.Errorf(codec.CodeModelUnavailable, "model %s failed to load on every pool of the chain: %s", p.req.Model, strings.Join(why, "; ")).
-				With("model", p.req.Model).With("pools", it.Pools).With("reasons", why)
+				With("model", p.req.Model).With("pools", pools).With("reasons", why)
 		}
 		return decision{err: e}
 	}
 	e := codec.Errorf(codec.CodeNoWorker, "no live pool for class %s: %s", it.Class, strings.Join(why, "; ")).
-		With("pools", it.Pools).With("reasons", why)
-	if len(it.Pools) == 1 {
-		if pe := c.pools[it.Pools[0]].failed; pe != nil {
+		With("pools", pools).With("reasons", why)
+	if len(pools) == 1 {
+		if pe := c.pools[pools[0]].failed; pe != nil {
 			// A chain of one whose runtime is missing: say exactly that.
 			e = &codec.Error{Code: pe.Code, Message: pe.Message, Details: pe.Details}
 		}
@@ -195,7 +215,7 @@ func (g *Gateway) chainOf(p *pending) []string {
 	if p.req.Pool != "" {
 		return []string{p.req.Pool}
 	}
-	return g.cfg.Classes[p.class].Chain
+	return g.conf().Classes[p.class].Chain
 }
 
 // candidates are the pools that may serve p, in order: those of chainOf that load a model
@@ -208,7 +228,7 @@ func (g *Gateway) candidates(p *pending) []string {
 	}
 	var out []string
 	for _, name := range pools {
-		if g.cfg.Pools[name].Device == p.req.Device {
+		if g.conf().Pool(name).Device == p.req.Device {
 			out = append(out, name)
 		}
 	}

@@ -77,7 +77,13 @@ func parseConfig(t testing.TB, toml string) *config.Config {
 // nothing else (candidates, path maps).
 func configGateway(t testing.TB, toml string) *Gateway {
 	t.Helper()
-	return &Gateway{cfg: parseConfig(t, toml)}
+	return gatewayWith(parseConfig(t, toml), &Gateway{})
+}
+
+// gatewayWith is g with the configuration c in force.
+func gatewayWith(c *config.Config, g *Gateway) *Gateway {
+	g.cfg.Store(c)
+	return g
 }
 
 // testGateway is unitGateway on the config toml, with the grace for remote pools to be
@@ -399,7 +405,7 @@ func TestSnapshot(t *testing.T) {
 	g.lc.hold(&flight{p: &pending{class: "batch"}}, "bulk", "bulk-1", "batch", held)
 	g.lc.hold(&flight{p: &pending{class: "interactive"}}, "bulk", "", "interactive", held)
 	g.est.observe(estKey{"bulk", "tag", "tagger"}, time.Second)
-	g.supervisor.pools["spare"] = &poolProcs{cfg: g.cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}, asleep: true}
+	g.supervisor.pools["spare"] = &poolProcs{cfg: g.conf().Pools["spare"], procs: []*proc{{pool: "spare"}}, asleep: true}
 
 	c := g.snapshot(time.Now())
 	if b := c.pools["bulk"]; !b.live || b.slots["interactive"] != 2 || b.slots["batch"] != 8 || b.busy != 2 || b.workerSlots != 2 {
@@ -686,7 +692,7 @@ func TestRouter(t *testing.T) {
 	s := g.supervisor
 	s.bin = "/nonexistent/ortworker" // never a real process: the woken pool fails to start
 	s.mu.Lock()
-	s.pools["spare"] = &poolProcs{cfg: g.cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}, asleep: true}
+	s.pools["spare"] = &poolProcs{cfg: g.conf().Pools["spare"], procs: []*proc{{pool: "spare"}}, asleep: true}
 	s.mu.Unlock()
 	if pool, err := passRouter(g, time.Now())(newItem("batch", "tag", soon(), "spare"), nil); pool != "" || err != nil {
 		t.Fatalf("lazy pool asleep: %q %v, want a wait", pool, err)

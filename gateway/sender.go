@@ -58,7 +58,7 @@ func (g *Gateway) sendItem(e effSend) {
 	p := e.p
 	item := codec.WorkItem{Request: p.req, Op: p.op, DeadlineUnixMS: p.deadline.UnixMilli(), ClaimTo: g.claimSubject, EnqueuedUnixUS: p.accepted.UnixMicro()}
 	item.Class, item.Pool, item.Attempt, item.ReplyDirect = p.class, e.pool, e.attempt, e.direct
-	mapRequest(g.cfg.Pools[e.pool].PathMap, &item.Request) // checked at submit (mapPaths)
+	mapRequest(g.conf().Pool(e.pool).PathMap, &item.Request) // checked at submit (mapPaths)
 	subj, _ := subjects.Infer(e.pool, p.class)
 	if e.target != "" {
 		subj, _ = subjects.InferWorker(e.pool, p.class, e.target)

@@ -18,7 +18,7 @@ import (
 // every sweepInterval) and returns the function that stops it and waits for it. With no
 // spool directory, or spool_max_age 0, it starts nothing.
 func (g *Gateway) startSpoolSweeper() (stop func()) {
-	dir, age := g.cfg.Security.SpoolDir, g.cfg.Security.SpoolMaxAge.D()
+	dir, age := g.conf().Security.SpoolDir, g.conf().Security.SpoolMaxAge.D()
 	if dir == "" || age <= 0 {
 		return func() {}
 	}

@@ -186,10 +186,10 @@ func TestSpoolSweeperStartStop(t *testing.T) {
 			if err := os.Chtimes(newFile, later, later); err != nil {
 				t.Fatal(err)
 			}
-			g := &Gateway{cfg: &config.Config{}, log: logger}
-			g.cfg.Security.SpoolMaxAge = config.Duration(tt.age)
+			g := gatewayWith(&config.Config{}, &Gateway{log: logger})
+			g.conf().Security.SpoolMaxAge = config.Duration(tt.age)
 			if tt.spool {
-				g.cfg.Security.SpoolDir = spool
+				g.conf().Security.SpoolDir = spool
 			}
 			stop := g.startSpoolSweeper()
 			done := make(chan struct{})

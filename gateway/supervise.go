@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,7 +35,8 @@ import (
 // heartbeat tracker (to learn a worker's measured memory, report a death, forget a
 // replaced worker) and memoryAdmission.
 type supervisor struct {
-	cfg     *config.Config
+	// cfg is the configuration in force (replaced whole by apply, never changed in place).
+	cfg     atomic.Pointer[config.Config]
 	tracker *health.Tracker
 	mem     memoryAdmission
 	// idle reports whether a pool has nothing in flight and nothing queued (asked of the
@@ -111,13 +113,17 @@ type gatewayView interface {
 // and no pool is idle.
 func newSupervisor(cfg *config.Config, tracker *health.Tracker, gw gatewayView, log *slog.Logger, gateway, bin, url string) *supervisor {
 	host, _ := os.Hostname()
-	s := &supervisor{cfg: cfg, tracker: tracker, bin: bin, url: url, log: log, gateway: cmp.Or(gateway, "gateway"), host: host,
+	s := &supervisor{tracker: tracker, bin: bin, url: url, log: log, gateway: cmp.Or(gateway, "gateway"), host: host,
 		pools: map[string]*poolProcs{}, byID: map[string]*proc{}, started: time.Now()}
+	s.cfg.Store(cfg)
 	if gw != nil {
 		s.mem, s.idle = gw, gw.poolIdle
 	}
 	return s
 }
+
+// conf is the configuration in force.
+func (s *supervisor) conf() *config.Config { return s.cfg.Load() }
 
 // WorkerID is the id a gateway gives the worker it supervises in slot of pool, after gen
 // restarts: <pool>-<slot>@<gateway>, and <pool>-<slot>-r<gen>@<gateway> once restarted.
@@ -171,10 +177,10 @@ func (s *supervisor) start() <-chan struct{} {
 	var devicesInOrder []string
 	// Pools are admitted in class-priority order (the pool's highest class first), then
 	// in file order: the urgent pool gets its memory before the batch pool takes it.
-	names := s.cfg.PoolNames()
-	slices.SortStableFunc(names, func(a, b string) int { return cmp.Compare(s.cfg.PoolPriority(a), s.cfg.PoolPriority(b)) })
+	names := s.conf().PoolNames()
+	slices.SortStableFunc(names, func(a, b string) int { return cmp.Compare(s.conf().PoolPriority(a), s.conf().PoolPriority(b)) })
 	for _, name := range names {
-		pc := s.cfg.Pools[name]
+		pc := s.conf().Pools[name]
 		if !pc.IsLocal() {
 			continue
 		}
@@ -304,7 +310,7 @@ func (s *supervisor) need(pool string) int64 {
 	}
 	var sum int64
 	for _, m := range pp.cfg.Models {
-		mc := s.cfg.Models[m]
+		mc := s.conf().Models[m]
 		if mc == nil || mc.Memory <= 0 {
 			return 0
 		}
@@ -321,21 +327,21 @@ func (s *supervisor) evict(pool string) []chan struct{} {
 	s.mu.Lock()
 	need := s.need(pool)
 	s.mu.Unlock()
-	device := s.cfg.Pools[pool].Device
+	device := s.conf().Pool(pool).Device
 	left, ok := s.mem.remaining(device, pool, "")
 	if need <= 0 || !ok || left >= need || s.idle == nil {
 		return nil
 	}
-	prio := s.cfg.PoolPriority(pool)
+	prio := s.conf().PoolPriority(pool)
 	var victims []string
-	for _, name := range s.cfg.PoolNames() {
-		pc := s.cfg.Pools[name]
-		if _, unload := pc.Idle(); name == pool || !unload || !pc.IsLocal() || pc.Device != device || s.cfg.PoolPriority(name) <= prio {
+	for _, name := range s.conf().PoolNames() {
+		pc := s.conf().Pools[name]
+		if _, unload := pc.Idle(); name == pool || !unload || !pc.IsLocal() || pc.Device != device || s.conf().PoolPriority(name) <= prio {
 			continue
 		}
 		victims = append(victims, name)
 	}
-	slices.SortStableFunc(victims, func(a, b string) int { return cmp.Compare(s.cfg.PoolPriority(b), s.cfg.PoolPriority(a)) })
+	slices.SortStableFunc(victims, func(a, b string) int { return cmp.Compare(s.conf().PoolPriority(b), s.conf().PoolPriority(a)) })
 	var exits []chan struct{}
 	for _, v := range victims {
 		if left >= need {
@@ -372,7 +378,7 @@ func (s *supervisor) waitHeartbeat(p *proc) {
 	if !ready {
 		return
 	}
-	deadline := time.Now().Add(2 * s.cfg.Health.HeartbeatInterval.D())
+	deadline := time.Now().Add(2 * s.conf().Health.HeartbeatInterval.D())
 	for time.Now().Before(deadline) {
 		if w, ok := s.tracker.Get(id); ok && len(w.HB.Models) > 0 {
 			return
@@ -401,7 +407,7 @@ func (s *supervisor) spawn(p *proc) {
 		// neither its password in the environment nor a user:password in the URL.
 		url, env = natsconn.StripUserInfo(url), withoutEnv(env, natsconn.PasswordEnv)
 	}
-	cmd := exec.Command(bin, "-config", s.cfg.File, "-pool", p.pool, "-id", p.id, "-nats", url)
+	cmd := exec.Command(bin, "-config", s.conf().File, "-pool", p.pool, "-id", p.id, "-nats", url)
 	cmd.Env = env
 	for k, v := range pc.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -471,7 +477,7 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 		}
 		switch ev.Event {
 		case codec.EventLoading:
-			if _, ok := s.cfg.Models[ev.Model]; ok { // a configured name, nothing else
+			if _, ok := s.conf().Models[ev.Model]; ok { // a configured name, nothing else
 				s.mu.Lock()
 				p.loading = ev.Model
 				s.mu.Unlock()
@@ -526,7 +532,7 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 	}
 	now := time.Now()
 	pp.deaths = append(pp.deaths, now)
-	window := s.cfg.Gateway.CrashLoopWindow.D()
+	window := s.conf().Gateway.CrashLoopWindow.D()
 	recent := pp.deaths[:0]
 	for _, t := range pp.deaths {
 		if now.Sub(t) <= window {
@@ -534,7 +540,7 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 		}
 	}
 	pp.deaths = recent
-	if len(recent) >= s.cfg.Gateway.CrashLoopCount {
+	if len(recent) >= s.conf().Gateway.CrashLoopCount {
 		pp.crashLooping = true
 	}
 	restart := !s.closed && pp.failed == nil && !pp.crashLooping
@@ -560,11 +566,11 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 
 // backoff doubles from restart_backoff_min with each recent death, up to the max.
 func (s *supervisor) backoff(recent int) time.Duration {
-	d := s.cfg.Gateway.RestartBackoffMin.D()
-	for i := 1; i < recent && d < s.cfg.Gateway.RestartBackoffMax.D(); i++ {
+	d := s.conf().Gateway.RestartBackoffMin.D()
+	for i := 1; i < recent && d < s.conf().Gateway.RestartBackoffMax.D(); i++ {
 		d *= 2
 	}
-	return min(d, s.cfg.Gateway.RestartBackoffMax.D())
+	return min(d, s.conf().Gateway.RestartBackoffMax.D())
 }
 
 func exitReason(cmd *exec.Cmd, err error) string {
@@ -620,7 +626,7 @@ func (s *supervisor) poolStatus(pool string, now time.Time) poolStatus {
 	if !ok {
 		// A remote pool is known by its heartbeats only: right after the gateway starts,
 		// give its workers the time of a death verdict to be heard before giving up.
-		if now.Sub(s.started) < time.Duration(s.cfg.Health.MissCount)*s.cfg.Health.HeartbeatInterval.D() {
+		if now.Sub(s.started) < time.Duration(s.conf().Health.MissCount)*s.conf().Health.HeartbeatInterval.D() {
 			return poolStatus{reason: "remote workers not heard yet", coming: true}
 		}
 		return poolStatus{reason: "no live workers (remote pool: none heartbeating)"}
@@ -630,7 +636,7 @@ func (s *supervisor) poolStatus(pool string, now time.Time) poolStatus {
 	case pp.failed != nil:
 		st.reason = fmt.Sprintf("%s: %s", pp.failed.Code, pp.failed.Message)
 	case pp.crashLooping:
-		st.reason = fmt.Sprintf("crash-looping (%d deaths within %s)", len(pp.deaths), s.cfg.Gateway.CrashLoopWindow.D())
+		st.reason = fmt.Sprintf("crash-looping (%d deaths within %s)", len(pp.deaths), s.conf().Gateway.CrashLoopWindow.D())
 	case s.closed:
 		st.reason = "shutting down"
 	case len(pp.procs) == 0:
