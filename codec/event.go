@@ -51,6 +51,10 @@ func (e Event) Line() []byte {
 	return append(b, '\n')
 }
 
+// Settles reports whether e says how a binary's start ended (ready or failed), as a
+// "loading" progress line does not.
+func (e Event) Settles() bool { return e.Event == EventReady || e.Event == EventFailed }
+
 // ReadEvent reads one line of a binary's stdout. It reports false for a line that is not
 // an event line (not a JSON object, or one without "event").
 func ReadEvent(line []byte) (Event, bool) {

@@ -42,3 +42,12 @@ func TestEventLines(t *testing.T) {
 		t.Errorf("event with a NaN detail: %+v, %v", ev, ok)
 	}
 }
+
+// TestEventSettles: ready and failed settle a start; loading does not.
+func TestEventSettles(t *testing.T) {
+	for ev, want := range map[string]bool{EventReady: true, EventFailed: true, EventLoading: false, "other": false} {
+		if got := (Event{Event: ev}).Settles(); got != want {
+			t.Errorf("%s settles: %v, want %v", ev, got, want)
+		}
+	}
+}

@@ -96,7 +96,8 @@ func Start(bin string, args []string, o Options) (*Proc, error) {
 	return p, nil
 }
 
-// stdoutLine keeps the first event line, and every line in the log.
+// stdoutLine keeps the first event line that settles the start (ready or failed; an
+// ortworker's "loading" lines come before it), and every line in the log.
 func (p *Proc) stdoutLine(line []byte) {
 	p.log.Write(append(line, '\n'))
 	select {
@@ -104,7 +105,7 @@ func (p *Proc) stdoutLine(line []byte) {
 		return
 	default:
 	}
-	if ev, ok := codec.ReadEvent(line); ok {
+	if ev, ok := codec.ReadEvent(line); ok && ev.Settles() {
 		p.event = ev
 		close(p.gotEvent)
 	}
