@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/x448/float16"
 )
@@ -13,11 +14,16 @@ import (
 // Tensor is a named input or output of the raw infer op. In msgpack its data is bin
 // (little-endian elements of Type); in JSON it is a number (or bool) array. float16 and
 // bfloat16 travel as their raw 16-bit elements in msgpack and as numbers in JSON (a number
-// read is rounded to the nearest value of the type).
+// read is rounded to the nearest value of the type). A string tensor's data is an array of
+// str in msgpack and of strings in JSON, held in Strings (Data stays empty); see
+// tensor_msgpack.go for its msgpack form.
 type Tensor struct {
 	Type  string  `msgpack:"type" json:"type"` // one of TensorTypes
 	Shape []int64 `msgpack:"shape" json:"shape"`
 	Data  []byte  `msgpack:"data" json:"-"`
+	// Strings are the elements of a string tensor (Type "string"), in C order: valid
+	// UTF-8, at most MaxStringBytes bytes in all. Empty for every other type.
+	Strings []string `msgpack:"-" json:"-"`
 }
 
 // MaxTensorElems bounds the number of elements of a tensor (2^28: 1 GiB of float32).
@@ -47,10 +53,19 @@ func Elements(shape []int64) (int64, error) {
 	return n, nil
 }
 
-// TensorTypes are the element types of a Tensor, ONNX Runtime's numeric tensor types.
-var TensorTypes = []string{"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool"}
+// MaxStringBytes bounds the UTF-8 bytes of a string tensor's elements, all together
+// (256 MiB; the element count is bounded by MaxTensorElems like any tensor's).
+const MaxStringBytes = 1 << 28
 
-// ElemSize is the size in bytes of one element of a tensor type, or 0 if unknown.
+// TensorTypes are the element types of a Tensor: ONNX Runtime's numeric tensor types and
+// string.
+var TensorTypes = []string{"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool", "string"}
+
+// KnownType reports whether typ is one of TensorTypes.
+func KnownType(typ string) bool { return ElemSize(typ) > 0 || typ == "string" }
+
+// ElemSize is the size in bytes of one element of a tensor type, or 0 if unknown or
+// string (whose elements have no fixed size: see KnownType).
 func ElemSize(typ string) int {
 	switch typ {
 	case "float64", "int64", "uint64":
@@ -69,8 +84,16 @@ func unknownType(typ string) error {
 	return fmt.Errorf("tensor type %q is not one of %s", typ, strings.Join(TensorTypes, ", "))
 }
 
-// Validate checks the type, the shape and that the data length matches them.
+// Validate checks the type, the shape and that the data length matches them. A string
+// tensor has exactly one element in Strings per element of its shape, no Data, valid
+// UTF-8 throughout and at most MaxStringBytes bytes in all; any other has no Strings.
 func (t *Tensor) Validate() error {
+	if t.Type == "string" {
+		return t.validateStrings()
+	}
+	if len(t.Strings) > 0 {
+		return fmt.Errorf("tensor of type %s has string elements: its data is bytes", t.Type)
+	}
 	size := ElemSize(t.Type)
 	if size == 0 {
 		return unknownType(t.Type)
@@ -85,16 +108,46 @@ func (t *Tensor) Validate() error {
 	return nil
 }
 
+func (t *Tensor) validateStrings() error {
+	n, err := Elements(t.Shape)
+	if err != nil {
+		return err
+	}
+	if len(t.Data) > 0 {
+		return fmt.Errorf("string tensor has %d bytes of data: its data is an array of strings", len(t.Data))
+	}
+	if int64(len(t.Strings)) != n {
+		return fmt.Errorf("string tensor of shape %v needs %d strings, got %d", t.Shape, n, len(t.Strings))
+	}
+	total := 0
+	for i, s := range t.Strings {
+		if total += len(s); total > MaxStringBytes {
+			return fmt.Errorf("string tensor has more than %d bytes of strings", MaxStringBytes)
+		}
+		if !utf8.ValidString(s) {
+			return fmt.Errorf("string %d of the tensor is not valid UTF-8", i)
+		}
+	}
+	return nil
+}
+
 type jsonTensor struct {
 	Type  string            `json:"type"`
 	Shape []int64           `json:"shape"`
 	Data  []json.RawMessage `json:"data"`
 }
 
-// MarshalJSON writes the data as a number (or bool) array.
+// MarshalJSON writes the data as a number (or bool, or string) array.
 func (t *Tensor) MarshalJSON() ([]byte, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
+	}
+	if t.Type == "string" {
+		return json.Marshal(struct {
+			Type  string   `json:"type"`
+			Shape []int64  `json:"shape"`
+			Data  []string `json:"data"`
+		}{t.Type, nonNilShape(t.Shape), append([]string{}, t.Strings...)})
 	}
 	size := ElemSize(t.Type)
 	vals := make([]any, len(t.Data)/size)
@@ -130,22 +183,36 @@ func (t *Tensor) MarshalJSON() ([]byte, error) {
 			vals[i] = b[0] != 0
 		}
 	}
-	shape := t.Shape
-	if shape == nil {
-		shape = []int64{} // a scalar's shape is [], never null
-	}
 	return json.Marshal(struct {
 		Type  string  `json:"type"`
 		Shape []int64 `json:"shape"`
 		Data  []any   `json:"data"`
-	}{t.Type, shape, vals})
+	}{t.Type, nonNilShape(t.Shape), vals})
 }
 
-// UnmarshalJSON reads the data from a number (or bool) array.
+// nonNilShape is shape, or [] for nil: a scalar's shape is [], never null.
+func nonNilShape(shape []int64) []int64 {
+	if shape == nil {
+		return []int64{}
+	}
+	return shape
+}
+
+// UnmarshalJSON reads the data from a number (or bool, or string) array.
 func (t *Tensor) UnmarshalJSON(b []byte) error {
 	var j jsonTensor
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
+	}
+	if j.Type == "string" {
+		strs := make([]string, len(j.Data))
+		for i, raw := range j.Data {
+			if err := json.Unmarshal(raw, &strs[i]); err != nil {
+				return fmt.Errorf("tensor data value %d: %w", i, err)
+			}
+		}
+		*t = Tensor{Type: j.Type, Shape: j.Shape, Strings: strs}
+		return nil
 	}
 	size := ElemSize(j.Type)
 	if size == 0 {

@@ -66,7 +66,7 @@ func (p Policy) CreateTensor(path string, t *codec.Tensor) error {
 			if _, err := w.Write(header); err != nil {
 				return err
 			}
-			_, err := w.Write(t.Data)
+			_, err := w.Write(npy.DataOf(t))
 			return err
 		})
 	})

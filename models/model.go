@@ -196,6 +196,8 @@ func zeros(in ort.IOInfo, n int) (ort.Tensor, error) {
 		t.Data = make(ort.Float16, size)
 	case "bfloat16":
 		t.Data = make(ort.BFloat16, size)
+	case "string":
+		t.Data = make([]string, size) // empty strings
 	default:
 		return t, fmt.Errorf("input %s has type %s", in.Name, in.Type)
 	}

@@ -84,7 +84,11 @@ func (r *raw) Prepare(op string, req *codec.WorkItem) (Item, error) {
 		if t.Type != in.Type {
 			return nil, codec.Errorf(codec.CodeBadRequest, "input %q%s is %s, the model wants %s", in.Name, from, t.Type, in.Type)
 		}
-		it.inputs = append(it.inputs, ort.Tensor{Name: in.Name, Shape: t.Shape, Data: fromBytes(t.Type, t.Data)})
+		data := fromBytes(t.Type, t.Data)
+		if t.Type == "string" {
+			data = t.Strings
+		}
+		it.inputs = append(it.inputs, ort.Tensor{Name: in.Name, Shape: t.Shape, Data: data})
 	}
 	return it, nil
 }
@@ -190,6 +194,12 @@ func (r *raw) one(ctx context.Context, it *rawItem) (codec.Replier, error) {
 			continue
 		}
 		t := toCodec(o)
+		if t.Type == "string" {
+			// ONNX Runtime's strings are bytes; the contract's are UTF-8 (msgpack str).
+			if err := t.Validate(); err != nil {
+				return nil, codec.Errorf(codec.CodeInternal, "output %q: %v: the protocol carries only valid UTF-8 strings", o.Name, err).With("output", o.Name)
+			}
+		}
 		path, ok := it.files[o.Name]
 		if !ok {
 			rep.Outputs[o.Name] = t
@@ -291,6 +301,8 @@ func toCodec(t ort.Tensor) *codec.Tensor {
 		})
 	case []uint8:
 		out.Type, out.Data = "uint8", append([]byte(nil), d...)
+	case []string:
+		out.Type, out.Strings = "string", d
 	}
 	return out
 }

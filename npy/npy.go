@@ -1,7 +1,8 @@
 // Package npy reads and writes NumPy's .npy files (format versions 1.0, 2.0 and 3.0) for
 // the element types of codec.Tensor, in C order: little-endian float32 ('<f4'), float64
 // ('<f8'), float16 ('<f2'), int64 ('<i8'), int32 ('<i4'), int16 ('<i2'), int8 ('|i1'),
-// uint64 ('<u8'), uint32 ('<u4'), uint16 ('<u2'), uint8 ('|u1') and bool ('|b1').
+// uint64 ('<u8'), uint32 ('<u4'), uint16 ('<u2'), uint8 ('|u1') and bool ('|b1'); string
+// tensors as NumPy's fixed-width unicode ('<U{n}', UTF-32LE: see unicode.go).
 //
 // bfloat16 has no NumPy dtype: a bfloat16 tensor is never written (HeaderOf refuses it, and
 // the infer op refuses a bfloat16 output sent to a file before it runs), and a '<u2' file is
@@ -71,10 +72,10 @@ var descrOf = map[string]string{
 }
 
 // Writable reports whether a tensor of type typ can be written as a .npy file (every
-// tensor type but bfloat16, which has no NumPy dtype).
+// tensor type but bfloat16, which has no NumPy dtype; string as '<U{n}').
 func Writable(typ string) bool {
 	_, ok := descrOf[typ]
-	return ok
+	return ok || typ == "string"
 }
 
 // Header is what a .npy header declares.
@@ -89,18 +90,25 @@ type Header struct {
 }
 
 // Decode reads a whole .npy file held in data as a tensor. The tensor's Data is a slice of
-// data, not a copy.
+// data, not a copy (a string tensor's Strings are decoded, in one allocation).
 func Decode(data []byte) (*codec.Tensor, error) {
 	h, err := ParseHeader(data)
 	if err != nil {
 		return nil, err
 	}
+	width, isUnicode, err := unicodeLen(h.Descr)
+	if err != nil {
+		return nil, err
+	}
 	typ, ok := descrs[h.Descr]
-	if !ok {
+	if !ok && !isUnicode {
 		return nil, unsupported(h.Descr)
 	}
 	if h.Fortran && !sameInCOrder(h.Shape) {
 		return nil, errors.New("fortran_order is True: only C-order arrays are read (save with np.ascontiguousarray, or np.save of a C-contiguous array)")
+	}
+	if isUnicode {
+		return decodeUnicode(data, h, width)
 	}
 	n, err := codec.Elements(h.Shape)
 	if err != nil {
@@ -170,7 +178,7 @@ func sameInCOrder(shape []int64) bool {
 }
 
 func unsupported(descr string) error {
-	return fmt.Errorf("dtype %q is not supported (the tensor types are float32 '<f4', float64 '<f8', float16 '<f2', int64 '<i8', int32 '<i4', int16 '<i2', int8 '|i1', uint64 '<u8', uint32 '<u4', uint16 '<u2', uint8 '|u1', bool '|b1'; big-endian data and other types must be converted first)", descr)
+	return fmt.Errorf("dtype %q is not supported (the tensor types are float32 '<f4', float64 '<f8', float16 '<f2', int64 '<i8', int32 '<i4', int16 '<i2', int8 '|i1', uint64 '<u8', uint32 '<u4', uint16 '<u2', uint8 '|u1', bool '|b1', string '<U{n}'; big-endian data and other types must be converted first)", descr)
 }
 
 // parser reads the header dict, a Python literal of a fixed form:
@@ -367,6 +375,13 @@ func HeaderOf(t *codec.Tensor) ([]byte, error) {
 		return nil, err
 	}
 	descr, ok := descrOf[t.Type]
+	if t.Type == "string" {
+		width, err := unicodeWidth(t)
+		if err != nil {
+			return nil, err
+		}
+		descr, ok = "<U"+strconv.FormatInt(width, 10), true
+	}
 	if !ok {
 		return nil, fmt.Errorf("tensor type %q has no .npy dtype (NumPy has no bfloat16; send it inline)", t.Type)
 	}
@@ -414,7 +429,21 @@ func HeaderOf(t *codec.Tensor) ([]byte, error) {
 	return nil, errors.New("unreachable: a header too long for version 2.0")
 }
 
-// Write writes t to w as a .npy file (HeaderOf, then the data as it is).
+// DataOf returns the bytes Encode puts after the header: t.Data as it is, or for a string
+// tensor its elements as UTF-32LE padded to the longest (the '<U{n}' that HeaderOf names).
+// t must have passed HeaderOf.
+func DataOf(t *codec.Tensor) []byte {
+	if t.Type != "string" {
+		return t.Data
+	}
+	width, err := unicodeWidth(t)
+	if err != nil {
+		return nil // HeaderOf refused it
+	}
+	return unicodeData(t, width)
+}
+
+// Write writes t to w as a .npy file (HeaderOf, then DataOf).
 func Write(w io.Writer, t *codec.Tensor) error {
 	h, err := HeaderOf(t)
 	if err != nil {
@@ -423,7 +452,7 @@ func Write(w io.Writer, t *codec.Tensor) error {
 	if _, err := w.Write(h); err != nil {
 		return err
 	}
-	_, err = w.Write(t.Data)
+	_, err = w.Write(DataOf(t))
 	return err
 }
 
@@ -433,5 +462,5 @@ func Encode(t *codec.Tensor) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(h, t.Data...), nil
+	return append(h, DataOf(t)...), nil
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/ortbus/ortbus/codec"
@@ -238,6 +240,11 @@ func FuzzNPY(f *testing.F) {
 	f.Add(file(3, `{"descr": "<i4", "fortran_order": False, "shape": (), }`, []byte{1, 0, 0, 0}))
 	f.Add(file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 16), }", nil))
 	f.Add(append([]byte(Magic), 2, 0, 0xff, 0xff, 0xff, 0x7f))
+	// Unicode: a good one, a surrogate, an itemsize at its limit, lengths at their maximum.
+	f.Add(file(1, "{'descr': '<U2', 'fortran_order': False, 'shape': (2,), }", []byte{'a', 0, 0, 0, 0, 0, 0, 0, 0xe9, 0, 0, 0, 0, 0xf6, 1, 0}))
+	f.Add(file(1, "{'descr': '<U1', 'fortran_order': False, 'shape': (1,), }", []byte{0, 0xd8, 0, 0}))
+	f.Add(file(1, "{'descr': '<U67108864', 'fortran_order': False, 'shape': (268435456,), }", nil))
+	f.Add(file(2, "{'descr': '<U0', 'fortran_order': False, 'shape': (0,), }", nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tn, err := Decode(b)
 		if err != nil {
@@ -249,6 +256,18 @@ func FuzzNPY(f *testing.F) {
 		}
 		if len(tn.Shape) > MaxRank {
 			t.Fatalf("accepted %d dimensions", len(tn.Shape))
+		}
+		if tn.Type == "string" {
+			var total int
+			for _, s := range tn.Strings {
+				if !utf8.ValidString(s) {
+					t.Fatalf("accepted a string that is not UTF-8: %q", s)
+				}
+				total += len(s)
+			}
+			if int64(len(tn.Strings)) != n || total > len(b) {
+				t.Fatalf("accepted %d strings (%d bytes) for %v from %d bytes", len(tn.Strings), total, tn.Shape, len(b))
+			}
 		}
 		if len(tn.Data) > 0 {
 			p, lo, hi := uintptr(unsafe.Pointer(&tn.Data[0])), uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&b[len(b)-1]))
@@ -264,7 +283,7 @@ func FuzzNPY(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decode of the re-encoding: %v", err)
 		}
-		if back.Type != tn.Type || !bytes.Equal(back.Data, tn.Data) || len(back.Shape) != len(tn.Shape) {
+		if back.Type != tn.Type || !bytes.Equal(back.Data, tn.Data) || len(back.Shape) != len(tn.Shape) || !slices.Equal(back.Strings, tn.Strings) {
 			t.Fatalf("round trip changed %s %v into %s %v", tn.Type, tn.Shape, back.Type, back.Shape)
 		}
 	})

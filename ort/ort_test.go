@@ -99,6 +99,8 @@ func TestRuntimeChild(t *testing.T) {
 	t.Run("ConstModel", c.testConstModel)
 	t.Run("UnknownRank", c.testUnknownRank)
 	t.Run("ElementTypes", c.testElementTypes)
+	t.Run("Strings", c.testStrings)
+	t.Run("HalfOpenShape", c.testHalfOpenShape)
 	t.Run("UnreturnableOutput", c.testUnreturnableOutput)
 	t.Run("Unloadable", c.testUnloadable)
 	t.Run("ProbeChain", c.testProbeChain)

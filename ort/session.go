@@ -61,6 +61,10 @@ type Session struct {
 	// optional, an element type it cannot copy) are never fetched, so that a model with
 	// such an output still runs for the others.
 	fetch []int
+	// rname and rtype are, for each fetched output, its name and element type in the
+	// session the runtime runs: its own, except for a float16 or bfloat16 output of an
+	// open shape, which the session fetches cast to float32 (see halfcast.go).
+	rname, rtype []string
 	// scalar[i] is set once output fetch[i] is known to be rank 0: it is then given to the
 	// runtime preallocated (see Run).
 	scalar []atomic.Bool
@@ -84,39 +88,83 @@ func (r *Runtime) NewSession(path string, cfg SessionConfig) (*Session, error) {
 		return nil, codec.Errorf(codec.CodeModelUnavailable, "ONNX Runtime cannot load %s: %v", path, err).With("path", path)
 	}
 	s := &Session{Path: path, Inputs: ioInfos(ins), Outputs: ioInfos(outs)}
-	var fetched []IOInfo
-	for i, o := range s.Outputs {
-		if returnable(o) {
-			s.fetch = append(s.fetch, i)
-			fetched = append(fetched, o)
+	// The plans to load, in order: with every output ortbus can return, open-shaped
+	// halves cast to float32 in a rewritten copy of the model; if that copy cannot be
+	// made or loaded, the file as it is, without those outputs (as ortbus did before it
+	// could return them).
+	var open []string
+	for _, o := range s.Outputs {
+		if returnable(o) && isHalf(o.Type) && !preallocHalf(o) {
+			open = append(open, o.Name)
 		}
 	}
-	s.scalar = make([]atomic.Bool, len(s.fetch))
-	if err := s.check(); err != nil {
-		return nil, err
+	type plan struct {
+		model   []byte
+		renamed map[string]string
 	}
+	plans := []plan{{}}
+	if len(open) > 0 {
+		plans = nil
+		if model, renamed, err := castModel(path, open); err == nil {
+			plans = append(plans, plan{model, renamed})
+		}
+		plans = append(plans, plan{renamed: map[string]string{}})
+	}
+	var first error
+	for k, pl := range plans {
+		s.fetch, s.rname, s.rtype = nil, nil, nil
+		for i, o := range s.Outputs {
+			if !returnable(o) || pl.renamed != nil && isHalf(o.Type) && !preallocHalf(o) && pl.renamed[o.Name] == "" {
+				continue
+			}
+			s.fetch = append(s.fetch, i)
+			if to, ok := pl.renamed[o.Name]; ok {
+				s.rname, s.rtype = append(s.rname, to), append(s.rtype, "float32")
+			} else {
+				s.rname, s.rtype = append(s.rname, o.Name), append(s.rtype, o.Type)
+			}
+		}
+		s.scalar = make([]atomic.Bool, len(s.fetch))
+		err := s.check()
+		if err == nil {
+			err = s.load(pl.model, cfg)
+		}
+		if err == nil {
+			sessionsCreated.Add(1)
+			return s, nil
+		}
+		if k == 0 {
+			first = err
+		}
+	}
+	return nil, first
+}
+
+// load creates the runtime's session of s (from model when not nil, else from s.Path)
+// with the first provider of cfg that can be used.
+func (s *Session) load(model []byte, cfg SessionConfig) error {
 	provs := cfg.Providers
 	if len(provs) == 0 {
 		provs = []Provider{{Name: "cpu"}}
 	}
 	var tried []string
 	for _, p := range provs {
-		sess, err := newSession(path, s.Inputs, fetched, p, cfg)
+		sess, err := newSession(s.Path, model, names(s.Inputs), s.rname, p, cfg)
 		if err == nil {
 			s.s, s.EP = sess, p.Name
-			sessionsCreated.Add(1)
-			return s, nil
+			return nil
 		}
 		tried = append(tried, p.Name+": "+err.Error())
 	}
 	first := provs[0]
-	return nil, codec.Errorf(codec.CodeProviderUnavailable, "execution provider %s unavailable: %s", first.Name, strings.Join(tried, "; ")).
+	return codec.Errorf(codec.CodeProviderUnavailable, "execution provider %s unavailable: %s", first.Name, strings.Join(tried, "; ")).
 		With("ep", first.Name).With("error", tried[0]).With("tried", tried)
 }
 
 // newSession builds fresh session options for one provider attempt: a failed append can
-// leave entries behind, so options are never reused across attempts.
-func newSession(path string, ins, outs []IOInfo, p Provider, cfg SessionConfig) (*onnx.DynamicAdvancedSession, error) {
+// leave entries behind, so options are never reused across attempts. The session is of
+// model when not nil (a rewritten copy of the file at path), else of the file at path.
+func newSession(path string, model []byte, ins, outs []string, p Provider, cfg SessionConfig) (*onnx.DynamicAdvancedSession, error) {
 	opts, err := onnx.NewSessionOptions()
 	if err != nil {
 		return nil, err
@@ -140,7 +188,15 @@ func newSession(path string, ins, outs []IOInfo, p Provider, cfg SessionConfig) 
 	if err := appendProvider(opts, p); err != nil {
 		return nil, err
 	}
-	return onnx.NewDynamicAdvancedSession(path, names(ins), names(outs), opts)
+	if model != nil {
+		if _, set := cfg.Entries[pbExternalDataPath]; !set {
+			if err := opts.AddSessionConfigEntry(pbExternalDataPath, modelDir(path)); err != nil {
+				return nil, fmt.Errorf("session config %s: %w", pbExternalDataPath, err)
+			}
+		}
+		return onnx.NewDynamicAdvancedSessionWithONNXData(model, ins, outs, opts)
+	}
+	return onnx.NewDynamicAdvancedSession(path, ins, outs, opts)
 }
 
 func appendProvider(opts *onnx.SessionOptions, p Provider) error {
@@ -230,6 +286,9 @@ func (s *Session) check() error {
 		if o := s.Outputs[i]; dynamic(o.Shape) {
 			return codec.Errorf(codec.CodeModelUnavailable, "model %s has no inputs and its output %q has a dynamic shape %v: ortbus runs a model without inputs only when the runtime knows each output's shape", s.Path, o.Name, o.Shape).With("path", s.Path)
 		}
+		if o := s.Outputs[i]; o.Type == "string" && len(o.Shape) == 0 {
+			return codec.Errorf(codec.CodeModelUnavailable, "model %s has no inputs and its output %q is a rank-0 string: onnxruntime_go cannot preallocate one", s.Path, o.Name).With("path", s.Path)
+		}
 	}
 	return nil
 }
@@ -309,13 +368,13 @@ func (s *Session) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error) {
 func (s *Session) outputs() ([]onnx.Value, error) {
 	outs := make([]onnx.Value, len(s.fetch))
 	for j, i := range s.fetch {
-		o := s.Outputs[i]
+		o, typ := s.Outputs[i], s.rtype[j]
 		var err error
 		switch {
 		case s.scalar[j].Load() || len(s.Inputs) == 0 && len(o.Shape) == 0:
-			outs[j], err = newScalar(o.Type)
-		case len(s.Inputs) == 0 || isHalf(o.Type):
-			outs[j], err = newEmpty(o.Type, o.Shape) // a half's shape is known (returnable)
+			outs[j], err = newScalar(typ)
+		case len(s.Inputs) == 0 || isHalf(typ):
+			outs[j], err = newEmpty(typ, o.Shape) // a half's shape is known (preallocHalf)
 		}
 		if err != nil {
 			return outs, codec.Errorf(codec.CodeInternal, "output %q: %v", o.Name, err)
@@ -335,7 +394,7 @@ func (s *Session) learnScalar(outs []onnx.Value) bool {
 		if v == nil || !isNil(v) {
 			continue
 		}
-		if len(s.Outputs[s.fetch[j]].Shape) != 0 || s.scalar[j].Swap(true) {
+		if len(s.Outputs[s.fetch[j]].Shape) != 0 || s.rtype[j] == "string" || s.scalar[j].Swap(true) {
 			return false
 		}
 		return true
@@ -347,13 +406,18 @@ func (s *Session) learnScalar(outs []onnx.Value) bool {
 func (s *Session) results(outs []onnx.Value) ([]Tensor, error) {
 	res := make([]Tensor, len(outs))
 	for j, v := range outs {
-		name := s.Outputs[s.fetch[j]].Name
+		o := s.Outputs[s.fetch[j]]
 		if v == nil || isNil(v) {
-			return nil, codec.Errorf(codec.CodeInternal, "the runtime returned no value for output %q", name)
+			return nil, codec.Errorf(codec.CodeInternal, "the runtime returned no value for output %q", o.Name)
 		}
-		t, err := fromValue(name, s.Outputs[s.fetch[j]].Type, v)
+		t, err := fromValue(o.Name, s.rtype[j], v)
 		if err != nil {
 			return nil, err
+		}
+		if o.Type != s.rtype[j] {
+			if t, err = fromCast(t, o.Type); err != nil {
+				return nil, err
+			}
 		}
 		res[j] = t
 	}
@@ -372,7 +436,7 @@ func (s *Session) runBound(ctx context.Context, outs []onnx.Value) error {
 	}
 	defer b.Destroy()
 	for j, v := range outs {
-		if err := b.BindOutput(s.Outputs[s.fetch[j]].Name, v); err != nil {
+		if err := b.BindOutput(s.rname[j], v); err != nil {
 			return err
 		}
 	}
@@ -506,6 +570,8 @@ func typeName(t onnx.TensorElementDataType) string {
 		return "uint8"
 	case onnx.TensorElementDataTypeBool:
 		return "bool"
+	case onnx.TensorElementDataTypeString:
+		return "string"
 	}
 	return "type" + strconv.Itoa(int(t))
 }

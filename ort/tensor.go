@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"reflect"
+	"strings"
 
 	onnx "github.com/yalue/onnxruntime_go"
 
@@ -12,8 +13,8 @@ import (
 
 // Tensor is a named tensor held in Go memory. Data is one of []float32, []float64,
 // Float16, BFloat16, []int64, []int32, []int16, []int8, []uint64, []uint32, []uint16,
-// []uint8 or []bool, with len = product of Shape; an empty Shape is a scalar (rank 0, one
-// element).
+// []uint8, []bool or []string, with len = product of Shape; an empty Shape is a scalar
+// (rank 0, one element).
 type Tensor struct {
 	Name  string
 	Shape []int64
@@ -87,9 +88,33 @@ func (t Tensor) value() (onnx.Value, error) {
 		return halfValue(shape, d, onnx.TensorElementDataTypeFloat16)
 	case BFloat16:
 		return halfValue(shape, d, onnx.TensorElementDataTypeBFloat16)
+	case []string:
+		return stringValue(shape, d)
 	}
 	return nil, fmt.Errorf("unsupported tensor data %T", t.Data)
 }
+
+// stringValue is a string tensor of shape holding strs. onnxruntime_go hands each string
+// to the runtime as a C string, so a NUL byte would silently cut it short: it is refused.
+func stringValue(shape onnx.Shape, strs []string) (onnx.Value, error) {
+	for i, s := range strs {
+		if strings.IndexByte(s, 0) >= 0 {
+			return nil, fmt.Errorf("string %d holds a NUL byte, which ONNX Runtime's string tensors (C strings, through onnxruntime_go) cannot carry", i)
+		}
+	}
+	v, err := onnx.NewStringTensor(shape)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.SetContents(strs); err != nil {
+		v.Destroy()
+		return nil, err
+	}
+	return v, nil
+}
+
+// errStringScalar: onnxruntime_go makes a string tensor only of a shape with dimensions.
+var errStringScalar = fmt.Errorf("a rank-0 (scalar) string input is not supported (onnxruntime_go cannot make one); give it shape [1] in the model")
 
 // halfValue is a float16 or bfloat16 tensor (no generic type of onnxruntime_go holds
 // them): a CustomDataTensor over the elements' little-endian bytes. A zero-size tensor
@@ -135,32 +160,55 @@ func scalarValue(data any) (onnx.Value, error) {
 		return onnx.NewScalar(d[0])
 	case Float16, BFloat16:
 		return nil, errHalfScalar
+	case []string:
+		return nil, errStringScalar
 	}
 	return nil, fmt.Errorf("unsupported tensor data %T", data)
 }
 
 // Returnable reports whether Session.Run can return an output of type typ (an IOInfo's
 // Type): a tensor of an element type that fromValue copies. Keep it in step with
-// fromValue, newScalar and newEmpty. (A float16 or bfloat16 output is returned only when
-// its shape is known before the run: see returnable.)
-func Returnable(typ string) bool { return codec.ElemSize(typ) > 0 } // codec.TensorTypes
+// fromValue, newScalar and newEmpty.
+func Returnable(typ string) bool { return codec.KnownType(typ) } // codec.TensorTypes
 
 // isHalf reports whether typ is float16 or bfloat16.
 func isHalf(typ string) bool { return typ == "float16" || typ == "bfloat16" }
 
-// returnable reports whether Run returns output o. A float16 or bfloat16 output must be
-// given to the runtime preallocated, so its shape must be fully known from the model, of
-// rank 1 or more: onnxruntime_go v1.27 copies a runtime-allocated tensor of a type it has
-// no Go type for with one byte per element (half of a float16's), which fails, and makes
-// no rank-0 value of these types.
-func returnable(o IOInfo) bool {
-	if !Returnable(o.Type) {
-		return false
+// returnable reports whether Run returns output o: every tensor of a type ortbus knows.
+// (A float16 or bfloat16 output is returned preallocated when preallocHalf, else through
+// a Cast to float32 in a rewritten copy of the model: see halfcast.go.)
+func returnable(o IOInfo) bool { return Returnable(o.Type) }
+
+// preallocHalf reports whether a float16 or bfloat16 output can be given to the runtime
+// preallocated: its shape fully known from the model, of rank 1 or more (onnxruntime_go
+// v1.27 copies a runtime-allocated tensor of these types with one byte per element, half
+// of each, which fails, and makes no rank-0 value of them).
+func preallocHalf(o IOInfo) bool { return len(o.Shape) > 0 && !dynamic(o.Shape) }
+
+// fromCast turns an output the session fetched cast to float32 (halfcast.go) back into
+// its own type typ, float16 or bfloat16: exactly, each value being one of typ's.
+func fromCast(t Tensor, typ string) (Tensor, error) {
+	f, ok := t.Data.([]float32)
+	if !ok {
+		return t, fmt.Errorf("output %q: the runtime returned %T for its float32 cast", t.Name, t.Data)
 	}
-	if isHalf(o.Type) {
-		return len(o.Shape) > 0 && !dynamic(o.Shape)
+	// Each value is typ's own and rounds to itself. (Were the runtime ever to fold the
+	// model's own float32 -> half Cast with ortbus's half -> float32 one, rounding to the
+	// nearest here would still give the bits that Cast gives.)
+	bits := make([]uint16, len(f))
+	for i, v := range f {
+		if typ == "bfloat16" {
+			bits[i] = codec.BFloat16Bits(v)
+		} else {
+			bits[i] = codec.Float16Bits(v)
+		}
 	}
-	return true
+	if typ == "bfloat16" {
+		t.Data = BFloat16(bits)
+	} else {
+		t.Data = Float16(bits)
+	}
+	return t, nil
 }
 
 // newScalar is a preallocated rank-0 output of element type typ.
@@ -190,6 +238,8 @@ func newScalar(typ string) (onnx.Value, error) {
 		return onnx.NewScalar(false)
 	case "float16", "bfloat16":
 		return nil, errHalfScalar
+	case "string":
+		return nil, errStringScalar
 	}
 	return nil, fmt.Errorf("unsupported output type %s", typ)
 }
@@ -225,6 +275,8 @@ func newEmpty(typ string, shape []int64) (onnx.Value, error) {
 		return halfValue(s, make([]uint16, s.FlattenedSize()), onnx.TensorElementDataTypeFloat16)
 	case "bfloat16":
 		return halfValue(s, make([]uint16, s.FlattenedSize()), onnx.TensorElementDataTypeBFloat16)
+	case "string":
+		return onnx.NewStringTensor(s)
 	}
 	return nil, fmt.Errorf("unsupported output type %s", typ)
 }
@@ -278,6 +330,20 @@ func fromValue(name, typ string, v onnx.Value) (Tensor, error) {
 		t.Data = []uint8{x.GetData()}
 	case *onnx.Scalar[bool]:
 		t.Data = []bool{x.GetData()}
+	case *onnx.StringTensor:
+		// GetContents sizes its offsets by the shape's FlattenedSize, which is 0 for rank
+		// 0 (it would index an empty slice): a scalar is read as its one element.
+		var err error
+		if len(t.Shape) == 0 {
+			var one string
+			one, err = x.GetElement(0)
+			t.Data = []string{one}
+		} else {
+			t.Data, err = x.GetContents()
+		}
+		if err != nil {
+			return t, fmt.Errorf("output %q: %w", name, err)
+		}
 	case *onnx.CustomDataTensor:
 		if !isHalf(typ) || len(t.Shape) == 0 {
 			return t, fmt.Errorf("output %q has an unsupported type %s", name, typ)

@@ -30,7 +30,8 @@ const (
 // DataType is an ONNX TensorProto element type.
 type DataType int32
 
-// Element types (TensorProto.DataType values): every numeric type of ONNX Runtime.
+// Element types (TensorProto.DataType values): every numeric type of ONNX Runtime, and
+// string.
 const (
 	Float    DataType = 1
 	Uint8    DataType = 2
@@ -39,6 +40,7 @@ const (
 	Int16    DataType = 5
 	Int32    DataType = 6
 	Int64    DataType = 7
+	String   DataType = 8
 	Bool     DataType = 9
 	Float16  DataType = 10
 	Double   DataType = 11
@@ -52,6 +54,7 @@ var DataTypes = map[string]DataType{
 	"float32": Float, "float64": Double, "float16": Float16, "bfloat16": BFloat16,
 	"int64": Int64, "int32": Int32, "int16": Int16, "int8": Int8,
 	"uint64": Uint64, "uint32": Uint32, "uint16": Uint16, "uint8": Uint8, "bool": Bool,
+	"string": String,
 }
 
 // Field numbers from onnx.proto (only those the writer needs).

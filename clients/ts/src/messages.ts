@@ -69,17 +69,29 @@ export interface SegmentReply extends Served {
   height: number;
 }
 
-export type TensorType =
+/** The element types whose data is little-endian bytes. */
+export type NumericTensorType =
   | "float32" | "float64" | "float16" | "bfloat16"
   | "int64" | "int32" | "int16" | "int8"
   | "uint64" | "uint32" | "uint16" | "uint8" | "bool";
 
+export type TensorType = NumericTensorType | "string";
+
 /** A raw tensor of the infer op: little-endian element bytes of `type`. */
-export interface Tensor {
-  type: TensorType;
+export interface NumericTensor {
+  type: NumericTensorType;
   shape: number[];
   data: Uint8Array;
 }
+
+/** A string tensor of the infer op: its elements (msgpack str, UTF-8), in C order. */
+export interface StringTensor {
+  type: "string";
+  shape: number[];
+  data: string[];
+}
+
+export type Tensor = NumericTensor | StringTensor;
 
 export interface InferReply extends Served {
   /** The wanted outputs sent inline. */

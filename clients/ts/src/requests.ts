@@ -67,7 +67,12 @@ export async function infer(c: Sender, inputs: Record<string, TensorInput>, opts
   const r = await c.request<InferReply>("infer", req, opts);
   const outputs: Record<string, Tensor> = {};
   for (const [k, t] of Object.entries(r.outputs ?? {})) {
-    outputs[k] = { type: t.type, shape: (t.shape ?? []).map(Number), data: t.data instanceof Uint8Array ? copyBytes(t.data) : new Uint8Array(0) };
+    const shape = (t.shape ?? []).map(Number);
+    if (t.type === "string") {
+      outputs[k] = { type: "string", shape, data: Array.isArray(t.data) ? t.data.map(String) : [] };
+      continue;
+    }
+    outputs[k] = { type: t.type, shape, data: t.data instanceof Uint8Array ? copyBytes(t.data) : new Uint8Array(0) };
   }
   return { ...r, outputs };
 }

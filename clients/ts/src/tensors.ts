@@ -2,7 +2,7 @@
 // little-endian bytes; NumPy .npy files for infer's inputPaths and output files.
 
 import { OrtbusError } from "./errors.ts";
-import type { Tensor, TensorType } from "./messages.ts";
+import type { NumericTensor, NumericTensorType, StringTensor, Tensor, TensorType } from "./messages.ts";
 import { copyBytes } from "./wire.ts";
 
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
@@ -10,11 +10,14 @@ const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 /** A float vector as a client may pass it. */
 export type FloatVector = Float32Array | Float64Array | ArrayLike<number>;
 
-/** A tensor as a client may pass it to infer: raw bytes or a typed array of its type. */
+/**
+ * A tensor as a client may pass it to infer: raw bytes or a typed array of its type; for
+ * type "string", its strings (well-formed: no lone surrogate).
+ */
 export interface TensorInput {
   type: TensorType;
   shape: number[];
-  data: Uint8Array | Float32Array | Float64Array | Int32Array | BigInt64Array | ArrayLike<number> | ArrayLike<boolean>;
+  data: Uint8Array | Float32Array | Float64Array | Int32Array | BigInt64Array | ArrayLike<number> | ArrayLike<boolean> | ArrayLike<string>;
 }
 
 /** Little-endian float32 bytes of a vector (what msgpack sends as bin). */
@@ -54,7 +57,7 @@ export function float32FromBytes(raw: unknown): Float32Array {
   return out;
 }
 
-const ELEM_SIZE: Record<TensorType, number> = {
+const ELEM_SIZE: Record<NumericTensorType, number> = {
   float32: 4, float64: 8, float16: 2, bfloat16: 2,
   int64: 8, int32: 4, int16: 2, int8: 1,
   uint64: 8, uint32: 4, uint16: 2, uint8: 1, bool: 1,
@@ -113,8 +116,41 @@ export function bfloat16Value(b: number): number {
   return F32[0]!;
 }
 
-/** Encodes a tensor for infer: its values as little-endian bytes of its type. */
+/** A UTF-16 surrogate without its other half (what String.prototype.isWellFormed finds). */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** The element count of a shape. */
+function elements(shape: number[]): number {
+  return shape.reduce((a, d) => a * d, 1);
+}
+
+/**
+ * A string tensor for infer: its elements as strings, each well-formed UTF-16 (a lone
+ * surrogate has no UTF-8: the server would refuse the message), as many as the shape says.
+ */
+function stringTensor(t: TensorInput): StringTensor {
+  const shape = t.shape.map((d) => Number(d));
+  const d = t.data as ArrayLike<unknown>;
+  const data: string[] = [];
+  for (let i = 0; i < d.length; i++) {
+    const v = d[i];
+    if (typeof v !== "string") throw new OrtbusError("bad_request", `string tensor element ${i} is a ${typeof v}, not a string`);
+    if (LONE_SURROGATE.test(v)) throw new OrtbusError("bad_request", `string tensor element ${i} holds a lone surrogate (not valid UTF-8)`);
+    data.push(v);
+  }
+  if (data.length !== elements(shape)) throw new OrtbusError("bad_request", `string tensor of shape [${shape.join(", ")}] needs ${elements(shape)} strings, got ${data.length}`);
+  return { type: "string", shape, data };
+}
+
+/**
+ * Encodes a tensor for infer: its values as little-endian bytes of its type; a string
+ * tensor's as its strings (msgpack: an array of str).
+ */
+export function tensorBytes(t: TensorInput & { type: NumericTensorType }): NumericTensor;
+export function tensorBytes(t: TensorInput & { type: "string" }): StringTensor;
+export function tensorBytes(t: TensorInput): Tensor;
 export function tensorBytes(t: TensorInput): Tensor {
+  if (t.type === "string") return stringTensor(t);
   const size = ELEM_SIZE[t.type];
   if (size === undefined) throw new OrtbusError("bad_request", `tensor type ${String(t.type)} is not one of ${Object.keys(ELEM_SIZE).join(", ")}`);
   const shape = t.shape.map((d) => Number(d));
@@ -172,8 +208,8 @@ export function tensorBytes(t: TensorInput): Tensor {
   return { type: t.type, shape, data: out };
 }
 
-/** The .npy dtype of each type; bfloat16 has none (NumPy has no bfloat16). */
-const NPY_DESCR: Partial<Record<TensorType, string>> = {
+/** The .npy dtype of each type; bfloat16 has none (NumPy has no bfloat16); string is '<U{n}'. */
+const NPY_DESCR: Partial<Record<NumericTensorType, string>> = {
   float32: "<f4", float64: "<f8", float16: "<f2",
   int64: "<i8", int32: "<i4", int16: "<i2", int8: "|i1",
   uint64: "<u8", uint32: "<u4", uint16: "<u2", uint8: "|u1", bool: "|b1",
@@ -186,14 +222,63 @@ const NPY_MAGIC = [0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]; // \x93NUMPY
  */
 export function npyBytes(t: TensorInput): Uint8Array {
   const w = tensorBytes(t);
-  if (NPY_DESCR[w.type] === undefined) throw new OrtbusError("bad_request", `tensor type ${w.type} has no .npy dtype (NumPy has no bfloat16)`);
+  let descr: string | undefined;
+  let data: Uint8Array;
+  if (w.type === "string") {
+    [descr, data] = unicodeData(w.data);
+  } else {
+    descr = NPY_DESCR[w.type];
+    data = w.data;
+  }
+  if (descr === undefined) throw new OrtbusError("bad_request", `tensor type ${w.type} has no .npy dtype (NumPy has no bfloat16)`);
   const shape = w.shape.length === 1 ? `(${w.shape[0]},)` : `(${w.shape.join(", ")})`;
-  let h = `{'descr': '${NPY_DESCR[w.type]}', 'fortran_order': False, 'shape': ${shape}, }`;
+  let h = `{'descr': '${descr}', 'fortran_order': False, 'shape': ${shape}, }`;
   h += " ".repeat((64 - ((10 + h.length + 1) % 64)) % 64) + "\n";
-  const out = new Uint8Array(10 + h.length + w.data.byteLength);
+  const out = new Uint8Array(10 + h.length + data.byteLength);
   out.set([...NPY_MAGIC, 1, 0, h.length & 0xff, h.length >> 8]);
   for (let i = 0; i < h.length; i++) out[10 + i] = h.charCodeAt(i);
-  out.set(w.data, 10 + h.length);
+  out.set(data, 10 + h.length);
+  return out;
+}
+
+/** The most code points of an element of a '<U{n}' file read (the server's limit too). */
+const MAX_UNICODE_LEN = 2 ** 26;
+/** The most data npyBytes writes for a string tensor (every element padded to the longest). */
+const MAX_UNICODE_DATA = 2 ** 30;
+
+/**
+ * Strings as NumPy's fixed-width unicode: dtype '<U{n}', n the most code points of an
+ * element (at least 1), each element UTF-32LE padded with NULs. NumPy strips trailing NULs
+ * when it reads, so an element ending with U+0000 is refused.
+ */
+function unicodeData(strs: string[]): [string, Uint8Array] {
+  const points = strs.map((s) => Array.from(s, (c) => c.codePointAt(0)!));
+  const width = Math.max(1, ...points.map((p) => p.length));
+  points.forEach((p, i) => {
+    if (p.length > 0 && p[p.length - 1] === 0) throw new OrtbusError("bad_request", `string ${i} ends with U+0000, which a NumPy unicode array cannot hold`);
+  });
+  if (strs.length * 4 * width > MAX_UNICODE_DATA) throw new OrtbusError("bad_request", `the .npy data of ${strs.length} strings of up to ${width} code points is over ${MAX_UNICODE_DATA} bytes`);
+  const out = new Uint8Array(strs.length * 4 * width);
+  const dv = new DataView(out.buffer);
+  points.forEach((p, i) => p.forEach((c, k) => dv.setUint32(4 * (i * width + k), c, true)));
+  return [`<U${width}`, out];
+}
+
+/** Reads the data of a '<U{width}' array of n elements (its size already checked). */
+function unicodeStrings(body: Uint8Array, n: number, width: number, bad: (why: string) => OrtbusError): string[] {
+  const dv = new DataView(body.buffer, body.byteOffset, body.byteLength);
+  const out: string[] = new Array(n);
+  for (let i = 0; i < n; i++) {
+    let end = width;
+    while (end > 0 && dv.getUint32(4 * (i * width + end - 1), true) === 0) end--;
+    let s = "";
+    for (let k = 0; k < end; k++) {
+      const c = dv.getUint32(4 * (i * width + k), true);
+      if (c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) throw bad(`element ${i} holds 0x${c.toString(16)}, which is not a Unicode scalar value`);
+      s += String.fromCodePoint(c);
+    }
+    out[i] = s;
+  }
   return out;
 }
 
@@ -214,27 +299,36 @@ export function tensorFromNpy(b: Uint8Array): Tensor {
   if (hlen > 65536 || start + hlen > b.byteLength) throw bad(`header length ${hlen}`);
   const h = new TextDecoder("latin1").decode(b.subarray(start, start + hlen));
   const descr = /['"]descr['"]\s*:\s*['"]([^'"]*)['"]/.exec(h)?.[1];
-  const type = (Object.keys(NPY_DESCR) as TensorType[]).find((k) => NPY_DESCR[k] === descr || (NPY_DESCR[k]?.[0] === "|" && descr === "<" + NPY_DESCR[k]!.slice(1)));
-  if (type === undefined) throw bad(`dtype ${descr}`);
+  const unicode = /^<U([0-9]{1,12})$/.exec(descr ?? "");
+  const type = (Object.keys(NPY_DESCR) as NumericTensorType[]).find((k) => NPY_DESCR[k] === descr || (NPY_DESCR[k]?.[0] === "|" && descr === "<" + NPY_DESCR[k]!.slice(1)));
+  if (type === undefined && unicode === null) throw bad(`dtype ${descr}`);
   if (/['"]fortran_order['"]\s*:\s*True/.test(h)) throw bad("fortran_order is True");
   const dims = /['"]shape['"]\s*:\s*\(([^)]*)\)/.exec(h)?.[1];
   if (dims === undefined) throw bad("no shape");
   const shape = dims.split(",").map((d) => d.trim().replace(/L$/, "")).filter((d) => d !== "").map(Number);
   if (shape.some((d) => !Number.isSafeInteger(d) || d < 0)) throw bad(`shape (${dims})`);
-  const n = shape.reduce((a, d) => a * d, 1);
-  if (n * ELEM_SIZE[type] !== b.byteLength - start - hlen) throw bad(`shape (${dims}) does not match ${b.byteLength - start - hlen} bytes of data`);
-  return { type, shape, data: copyBytes(b.subarray(start + hlen)) };
+  const n = elements(shape);
+  const body = b.byteLength - start - hlen;
+  if (unicode !== null) {
+    const width = Number(unicode[1]);
+    if (width < 1 || width > MAX_UNICODE_LEN) throw bad(`dtype ${descr}: an element of ${width} code points`);
+    if (n * 4 * width !== body) throw bad(`shape (${dims}) of ${descr} does not match ${body} bytes of data`);
+    return { type: "string", shape, data: unicodeStrings(b.subarray(start + hlen), n, width, bad) };
+  }
+  if (n * ELEM_SIZE[type!] !== body) throw bad(`shape (${dims}) does not match ${body} bytes of data`);
+  return { type: type!, shape, data: copyBytes(b.subarray(start + hlen)) };
 }
 
 /**
  * The values of a tensor: Float32Array, Float64Array, Int32Array, Int16Array, Int8Array,
  * Uint32Array, Uint16Array or Uint8Array for those types; float16 and bfloat16 as a
  * Float32Array (exact); int64 and uint64 as a number array (exact up to 2^53, never
- * bigints); bool as booleans.
+ * bigints); bool as booleans; string as strings (a copy).
  */
 export function tensorValues(
   t: Tensor,
-): Float32Array | Float64Array | Int32Array | Int16Array | Int8Array | Uint32Array | Uint16Array | Uint8Array | number[] | boolean[] {
+): Float32Array | Float64Array | Int32Array | Int16Array | Int8Array | Uint32Array | Uint16Array | Uint8Array | number[] | boolean[] | string[] {
+  if (t.type === "string") return [...t.data];
   const size = ELEM_SIZE[t.type];
   if (size === undefined) throw new OrtbusError("internal", `unknown tensor type ${String(t.type)}`);
   const n = Math.floor(t.data.byteLength / size);

@@ -3,10 +3,10 @@
 
 import { describe, expect, test } from "bun:test";
 
-import { OrtbusError, npyBytes, tensorBytes, tensorFromNpy, tensorValues } from "../index.ts";
-import type { TensorType } from "../src/messages.ts";
+import { OrtbusError, decodeMsg, encodeMsg, npyBytes, tensorBytes, tensorFromNpy, tensorValues } from "../index.ts";
+import type { NumericTensorType } from "../src/messages.ts";
 
-const cases: [TensorType, number[], number[]][] = [
+const cases: [NumericTensorType, number[], number[]][] = [
   // type, values in, little-endian bytes expected
   ["float16", [1, -2.5, 0.1, 70000, 2 ** -24, 0], [0x00, 0x3c, 0x00, 0xc1, 0x66, 0x2e, 0x00, 0x7c, 0x01, 0x00, 0x00, 0x00]],
   ["bfloat16", [1, -2.5, 0.1, 1.00390625], [0x80, 0x3f, 0x20, 0xc0, 0xcd, 0x3d, 0x80, 0x3f]],
@@ -33,7 +33,54 @@ describe("tensor types", () => {
       const f = tensorFromNpy(npyBytes({ type, shape: [values.length], data: values }));
       expect(f.type).toBe(type);
       expect(f.shape).toEqual([values.length]);
-      expect(Array.from(f.data)).toEqual(want);
+      expect(f.type === "string" ? f.data : Array.from(f.data)).toEqual(want);
     });
   }
+});
+
+// Strings: an array of str on the wire; NumPy's '<U{n}' (UTF-32LE, NUL-padded) in files.
+describe("string tensors", () => {
+  const strs = ["ab", "c", "", "é😀"];
+
+  test("infer encoding", () => {
+    const t = tensorBytes({ type: "string", shape: [2, 2], data: strs });
+    expect(t).toEqual({ type: "string", shape: [2, 2], data: strs });
+    expect(tensorValues(t)).toEqual(strs);
+    const wire = decodeMsg<{ type: string; data: unknown }>(encodeMsg(t));
+    expect(wire.data).toEqual(strs); // msgpack array of str
+    expect(() => tensorBytes({ type: "string", shape: [3], data: strs })).toThrow(OrtbusError);
+    expect(() => tensorBytes({ type: "string", shape: [1], data: ["\ud800"] })).toThrow(OrtbusError);
+    expect(() => tensorBytes({ type: "string", shape: [1], data: [1] as unknown as string[] })).toThrow(OrtbusError);
+  });
+
+  test(".npy both ways, as np.save writes them", () => {
+    const b = npyBytes({ type: "string", shape: [2, 2], data: strs });
+    const header = new TextDecoder("latin1").decode(b.subarray(10, 10 + (b[8]! | (b[9]! << 8))));
+    expect(header.startsWith("{'descr': '<U2', 'fortran_order': False, 'shape': (2, 2), }")).toBe(true);
+    const body = Array.from(b.subarray(b.byteLength - 32));
+    const u32 = (...cs: number[]) => cs.flatMap((c) => [c & 0xff, (c >> 8) & 0xff, (c >> 16) & 0xff, c >>> 24]);
+    expect(body).toEqual(u32(0x61, 0x62, 0x63, 0, 0, 0, 0xe9, 0x1f600));
+    expect(tensorFromNpy(b)).toEqual({ type: "string", shape: [2, 2], data: strs });
+    expect(() => npyBytes({ type: "string", shape: [1], data: ["a\u0000"] })).toThrow(OrtbusError);
+  });
+
+  test("hostile '<U' files are refused", () => {
+    const file = (descr: string, shape: string, data: number[]) => {
+      let h = `{'descr': '${descr}', 'fortran_order': False, 'shape': ${shape}, }`;
+      h += " ".repeat((64 - ((10 + h.length + 1) % 64)) % 64) + "\n";
+      return new Uint8Array([0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59, 1, 0, h.length & 0xff, h.length >> 8, ...Array.from(h, (c) => c.charCodeAt(0)), ...data]);
+    };
+    for (const [descr, shape, data] of [
+      ["<U0", "(0,)", []],
+      ["<U67108865", "(1,)", []],
+      ["<U99999999999999999999", "(1,)", []],
+      ["<U67108864", "(268435456,)", [0x61, 0, 0, 0]],
+      ["<U1", "(2,)", [0x61, 0, 0, 0]],
+      ["<U1", "(1,)", [0, 0, 0x11, 0]], // over U+10FFFF
+      ["<U1", "(1,)", [0, 0xd8, 0, 0]], // a surrogate
+      [">U1", "(1,)", [0, 0, 0, 0x61]],
+    ] as [string, string, number[]][]) {
+      expect(() => tensorFromNpy(file(descr, shape, data))).toThrow(OrtbusError);
+    }
+  });
 });
