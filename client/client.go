@@ -103,7 +103,8 @@ func (c *Client) Segment(ctx context.Context, req codec.Request) (*codec.Segment
 	return &r, c.Do(ctx, subjects.OpSegment, &req, &r)
 }
 
-// Infer runs a raw model on named tensors.
+// Infer runs a raw model on named tensors (codec.Tensor: every element type; a string
+// tensor's elements in its Strings, sent as an array of str, and so returned).
 func (c *Client) Infer(ctx context.Context, req codec.Request) (*codec.InferReply, error) {
 	var r codec.InferReply
 	return &r, c.Do(ctx, subjects.OpInfer, &req, &r)
@@ -125,6 +126,36 @@ func (c *Client) Health(ctx context.Context) (*codec.HealthReply, error) {
 func (c *Client) Cancel(ctx context.Context, id string) (*codec.CancelReply, error) {
 	var r codec.CancelReply
 	return &r, c.do(ctx, subjects.OpCancel, &codec.Cancel{ID: id}, &r)
+}
+
+// Reload asks the answering gateway to re-read its config file and apply what changed
+// (pools, models, class chains) without a restart; the reply comes once the workers it
+// started are ready. Operators only (ortbus.ops.reload).
+func (c *Client) Reload(ctx context.Context) (*codec.ReloadReply, error) {
+	var r codec.ReloadReply
+	return &r, c.ops(ctx, subjects.OpsReload, &codec.ModelControl{}, &r)
+}
+
+// Model loads, unloads or reloads one model at run time (ortbus.ops.model: operators
+// only); the reply comes once the workers it started are ready.
+func (c *Client) Model(ctx context.Context, mc *codec.ModelControl) (*codec.ReloadReply, error) {
+	var r codec.ReloadReply
+	return &r, c.ops(ctx, subjects.OpsModel, mc, &r)
+}
+
+// ops sends req to an operators' subject and decodes the reply into out.
+func (c *Client) ops(ctx context.Context, subj string, req, out any) error {
+	data, err := codec.Marshal(req)
+	if err != nil {
+		return err
+	}
+	msg, err := c.nc.RequestWithContext(ctx, subj, data)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return codec.Errorf(codec.CodeNoWorker, "no ortbus gateway is answering %s", subj)
+	} else if err != nil {
+		return err
+	}
+	return Decode(msg, out)
 }
 
 // Do sends req to ortbus.v1.<op> and decodes the reply into out. It fills in the

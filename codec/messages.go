@@ -177,6 +177,39 @@ type CancelReply struct {
 	Found bool `msgpack:"found" json:"found"`
 }
 
+// ModelControl asks a gateway to change one model at run time (ortbus.ops.model).
+type ModelControl struct {
+	// Action is ModelLoad, ModelUnload or ModelReload.
+	Action string `msgpack:"action" json:"action"`
+	// Model is a model of the configuration's [models].
+	Model string `msgpack:"model" json:"model"`
+	// Pool is the pool to load it into or unload it from. Load: required unless the
+	// gateway has one local pool; unload and reload: default every pool that loads it.
+	Pool string `msgpack:"pool,omitempty" json:"pool,omitempty"`
+}
+
+// ModelControl actions.
+const (
+	ModelLoad   = "load"
+	ModelUnload = "unload"
+	ModelReload = "reload"
+)
+
+// ReloadReply answers ortbus.ops.reload and ortbus.ops.model once the change is applied:
+// every worker it started is ready or failed.
+type ReloadReply struct {
+	Gateway string `msgpack:"gateway" json:"gateway"`
+	// Changes is what changed, in one line ("no change" when nothing did).
+	Changes string `msgpack:"changes" json:"changes"`
+	// Added, Removed: pools started and stopped; Replaced: pools whose workers were
+	// replaced, and why.
+	Added    []string          `msgpack:"added,omitempty" json:"added,omitempty"`
+	Removed  []string          `msgpack:"removed,omitempty" json:"removed,omitempty"`
+	Replaced map[string]string `msgpack:"replaced,omitempty" json:"replaced,omitempty"`
+	// Routing are changes only the gateway's routing reads (class chains, devices, ...).
+	Routing []string `msgpack:"routing,omitempty" json:"routing,omitempty"`
+}
+
 // HealthReply answers health.
 type HealthReply struct {
 	Status  string `msgpack:"status" json:"status"` // "ok" or "degraded"

@@ -385,6 +385,12 @@ const MemBudgetEnv = "ORTBUS_MEM_BUDGET"
 // worker died natively while loading each, so loading it again would only crash again.
 const SkipModelsEnv = "ORTBUS_SKIP_MODELS"
 
+// PoolModelsEnv is the environment variable through which the gateway's supervisor tells
+// a worker the models its pool loads when the operators changed them at run time (a JSON
+// list; `ortbus model load|unload`): it replaces the pool's models of the file. Each must
+// be a model of the file's [models].
+const PoolModelsEnv = "ORTBUS_POOL_MODELS"
+
 // Defaults used when the file leaves a value out. DefaultMaxImagePixels (16384×8192, 128 Mi
 // pixels: a 100 MP camera photo of 11648×8736 fits, 512 MiB once decoded as RGBA) and
 // DefaultMaxImageBytes are images.DefaultMaxPixels and images.DefaultMaxBytes.

@@ -52,8 +52,11 @@ func (g *Gateway) serveAPI() error {
 			return err
 		}
 	}
-	return svc.AddEndpoint("ops-cancel", micro.HandlerFunc(func(r micro.Request) { g.handle(subjects.OpCancel, r, true) }),
-		micro.WithEndpointSubject(subjects.OpsCancel), limits)
+	if err := svc.AddEndpoint("ops-cancel", micro.HandlerFunc(func(r micro.Request) { g.handle(subjects.OpCancel, r, true) }),
+		micro.WithEndpointSubject(subjects.OpsCancel), limits); err != nil {
+		return err
+	}
+	return g.serveOps(svc)
 }
 
 // apiPendingBytes bounds the bytes of requests waiting in each API subscription.

@@ -41,6 +41,8 @@ type Options struct {
 	Logger    *slog.Logger
 	// OnReady is called once NATS is up and every local worker is ready or has failed.
 	OnReady func(Ready)
+	// Reload, when set, asks for a reload of the config file at each receive (SIGHUP).
+	Reload <-chan struct{}
 }
 
 // Ready is what the gateway announces when it is ready.
@@ -77,6 +79,7 @@ type Gateway struct {
 	loopDone   chan struct{}  // closed when the loop has stopped
 	replyInbox string         // relayed replies come to <replyInbox>.<attempt token>
 	relaying   sync.WaitGroup // relayed answers being converted (sender.go)
+	changing   sync.Mutex     // one configuration change at a time (reload.go)
 
 	// A NATS connection closed for good other than by closeNATS (onClosed).
 	closing      atomic.Bool   // closeNATS closes it: that close is no loss
@@ -166,6 +169,9 @@ func Run(ctx context.Context, o Options) error {
 		if o.OnReady != nil {
 			o.OnReady(Ready{Event: codec.EventReady, NATSURL: url, HTTP: httpAddr})
 		}
+		if o.Reload != nil {
+			go g.reloadOn(ctx, o.Reload)
+		}
 		select {
 		case <-ctx.Done():
 		case <-g.connLost:
@@ -187,6 +193,23 @@ func Run(ctx context.Context, o Options) error {
 		return g.connLostErr
 	}
 	return nil
+}
+
+// reloadOn reloads the config file at each receive on reload (SIGHUP) until ctx ends,
+// logging what changed or why nothing did.
+func (g *Gateway) reloadOn(ctx context.Context, reload <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reload:
+			if rep, e := g.reloadFile(); e != nil {
+				g.log.Error("reload refused; the configuration in force is kept", "code", e.Code, "err", e.Message)
+			} else {
+				g.log.Info("reloaded", "changes", rep.Changes)
+			}
+		}
+	}
 }
 
 // onClosed is the NATS connection's ClosedHandler. nats.go closes a connection for good

@@ -423,6 +423,9 @@ func (s *supervisor) spawn(p *proc) {
 		}
 		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", config.MemBudgetEnv, left))
 	}
+	// The models in force (a run-time load or unload changes them without the file).
+	models, _ := json.Marshal(pc.Models)
+	cmd.Env = append(cmd.Env, config.PoolModelsEnv+"="+string(models))
 	if skip := s.pools[p.pool].skip; len(skip) > 0 {
 		b, _ := json.Marshal(skip)
 		cmd.Env = append(cmd.Env, config.SkipModelsEnv+"="+string(b))
@@ -503,6 +506,12 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 	s.mu.Lock()
 	pp := s.pools[p.pool]
 	p.lastExit, p.ready = why, false
+	if pp == nil || !slices.Contains(pp.procs, p) {
+		// Its pool was removed by a reload (reload.go): nothing to restart.
+		s.mu.Unlock()
+		settle()
+		return
+	}
 	if failure != nil {
 		if failure.Code == codec.CodeOverloaded && failure.Details["device"] != nil {
 			need, _ := failure.Details["sum_bytes"].(int64)
@@ -545,6 +554,7 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 	}
 	restart := !s.closed && pp.failed == nil && !pp.crashLooping
 	backoff := s.backoff(len(recent))
+	gen := p.gen
 	s.mu.Unlock()
 	settle()
 	if !restart {
@@ -555,6 +565,11 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 	}
 	time.AfterFunc(backoff, func() {
 		s.mu.Lock()
+		if p.gen != gen || s.pools[p.pool] != pp {
+			// Replaced meanwhile by a reload (replace), or its pool removed: not twice.
+			s.mu.Unlock()
+			return
+		}
 		old := p.id
 		p.gen++
 		p.restarts++

@@ -43,6 +43,7 @@ type Tracker struct {
 	// A stopped, hung-in-the-kernel-stop or remote worker gets the normal bound.
 	Running func(worker string) bool
 	// Pools, when set, are the pools tracked: a heartbeat of any other pool is dropped.
+	// Set it before Start; SetPools changes it afterwards.
 	Pools map[string]bool
 	// MaxPerPool bounds the workers tracked per pool (default DefaultMaxPerPool): a
 	// heartbeat of a new worker id beyond it is dropped, so forged ids cannot grow the
@@ -93,6 +94,20 @@ func (t *Tracker) Start(nc *nats.Conn) error {
 	t.sub = sub
 	go t.judge()
 	return nil
+}
+
+// SetPools replaces the pools tracked (a reload of the gateway's configuration).
+func (t *Tracker) SetPools(pools map[string]bool) {
+	t.mu.Lock()
+	t.Pools = pools
+	t.mu.Unlock()
+}
+
+// tracks reports whether pool's heartbeats are taken.
+func (t *Tracker) tracks(pool string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.Pools == nil || t.Pools[pool]
 }
 
 // Stop ends tracking.
@@ -178,7 +193,7 @@ func (t *Tracker) check(subject string, hb *codec.Heartbeat) string {
 		return "subject"
 	case hb.Pool != ps.Pool || hb.Worker != ps.Worker:
 		return "identity"
-	case t.Pools != nil && !t.Pools[hb.Pool]:
+	case !t.tracks(hb.Pool):
 		return "pool"
 	case codec.CheckID("worker", hb.Worker) != nil:
 		return "worker_id"

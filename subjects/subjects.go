@@ -8,6 +8,8 @@
 //	ortbus.worker.<worker>.<verb>     control of one worker (drain, stats)
 //	ortbus.claim.<gateway>.<pool>.<worker>  claims: a worker tells the dispatching gateway it took an item
 //	ortbus.ops.cancel                 an operator's cancel of any request (ops role only)
+//	ortbus.ops.reload                 re-read the gateway's config file and apply it (ops role only)
+//	ortbus.ops.model                  load, unload or reload one model at run time (ops role only)
 //	ortbus.gw.<gateway>.hb            a gateway's own heartbeat (failover between gateways)
 //	ortbus.gw.<gateway>.log           a gateway's journal of accepted requests (failover)
 //	ortbus.v1.job.<verb>              the job API (submit, status, cancel, list, results)
@@ -37,6 +39,11 @@ const (
 	// OpsCancel is the operators' cancel: honoured for any request, where ortbus.v1.cancel
 	// is honoured only for the connection that sent the request.
 	OpsCancel = "ortbus.ops.cancel"
+	// OpsReload re-reads the answering gateway's config file and applies it (ModelControl
+	// is not needed; the reply is a ReloadReply).
+	OpsReload = "ortbus.ops.reload"
+	// OpsModel loads, unloads or reloads one model (a ModelControl; a ReloadReply).
+	OpsModel = "ortbus.ops.model"
 	// GWAll matches every gateway heartbeat subject.
 	GWAll = GWPrefix + ".*.hb"
 

@@ -93,6 +93,10 @@ func New(opts Options) (*Worker, error) {
 	if !ok {
 		return nil, codec.Errorf(codec.CodeUnknownPool, "pool %q is not in the config", opts.Pool)
 	}
+	p, err := poolModels(c, p)
+	if err != nil {
+		return nil, err
+	}
 	w := &Worker{cfg: c, pool: p, id: opts.ID, log: opts.Logger, models: map[string]models.Model{}, failedModels: map[string]*codec.Error{},
 		start: time.Now(), ready: opts.OnReady, replies: c.NATS.Replies()}
 	if w.id == "" {
@@ -243,6 +247,28 @@ func failedStatus(mc *config.Model, err error) codec.ModelStatus {
 		}
 	}
 	return codec.ModelStatus{Name: mc.Name, Kind: mc.Kind, State: codec.ModelFailed, Error: le}
+}
+
+// poolModels is pool p with the models config.PoolModelsEnv names, when it is set (the
+// operators changed the pool's models at run time), else p. A model the file's [models]
+// does not have is refused (unknown_model): the supervisor names only those.
+func poolModels(c *config.Config, p *config.Pool) (*config.Pool, error) {
+	v := os.Getenv(config.PoolModelsEnv)
+	if v == "" {
+		return p, nil
+	}
+	var names []string
+	if len(v) > 1<<20 || json.Unmarshal([]byte(v), &names) != nil {
+		return nil, codec.Errorf(codec.CodeBadRequest, "%s is not a JSON list of model names", config.PoolModelsEnv)
+	}
+	for _, m := range names {
+		if c.Models[m] == nil {
+			return nil, codec.Errorf(codec.CodeUnknownModel, "%s names model %q, which the config file does not have", config.PoolModelsEnv, m).With("model", m)
+		}
+	}
+	np := *p
+	np.Models = names
+	return &np, nil
 }
 
 // skipModels reads the models not to load (config.SkipModelsEnv, set by the supervisor):

@@ -6,6 +6,9 @@
 //
 //	{"event":"ready","nats_url":"nats://127.0.0.1:PORT","http":"127.0.0.1:PORT"}
 //
+// SIGHUP re-reads the config file and applies what changed without a restart (pools and
+// models; see gateway/reload.go); what cannot change so is refused and logged.
+//
 // Exit status: 0 after SIGTERM or SIGINT (a clean shutdown) or a passing -check; 1 a run
 // failure, among them a NATS connection closed for good (gateway.Run); 2 a usage or
 // config error.
@@ -56,8 +59,20 @@ func run() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// SIGHUP re-reads the config file and applies it without a restart (gateway/reload.go).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	reload := make(chan struct{}, 1)
+	go func() {
+		for range hup {
+			select {
+			case reload <- struct{}{}:
+			default: // one is waiting already
+			}
+		}
+	}()
 	err = gateway.Run(ctx, gateway.Options{
-		Config: cfg, NATSListen: *natsListen, HTTPListen: *httpListen, WorkerBin: *workerBin,
+		Config: cfg, NATSListen: *natsListen, HTTPListen: *httpListen, WorkerBin: *workerBin, Reload: reload,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		OnReady: func(r gateway.Ready) {
 			os.Stdout.Write(codec.Event{Event: codec.EventReady, NATSURL: r.NATSURL, HTTP: r.HTTP}.Line())

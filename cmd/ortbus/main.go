@@ -43,6 +43,9 @@ const usage = `usage:
   ortbus demo [-config FILE]            run the system end to end and print a report (default deploy/local.toml)
   ortbus bench NAME [-out FILE.json]    overhead|throughput|collision|failure (docs/BENCHMARKS.md)
   ortbus status [-s URL] [-json]        pools, workers, devices and class queues, as tables
+  ortbus reload [-s URL]                re-read the answering gateway's config file and apply it (pools, models) without a restart
+  ortbus model load|unload|reload [-s URL] [-pool P] MODEL
+                                        change one model at run time (load into pool P; unload, reload: every pool or P)
   ortbus req [-s URL] OP JSON           one request to ortbus.v1.OP (e.g. req tag '{"path":"/srv/a.png"}')
   ortbus lease [-s URL] --device D --bytes N [--class C] -- CMD...   hold device memory for CMD (e.g. an LLM server)
   ortbus job submit [-s URL] [--op tag] [--class batch] [--model M] [--pool P] [--job ID] [--recursive] PATH|DIR...
@@ -71,6 +74,10 @@ func run(args []string) int {
 		return benchCmd(args[1:])
 	case "status":
 		return statusCmd(args[1:])
+	case "reload":
+		return reloadCmd(args[1:])
+	case "model":
+		return modelCmd(args[1:])
 	case "req":
 		return reqCmd(args[1:])
 	case "lease":
@@ -233,6 +240,57 @@ func statusCmd(args []string) int {
 		return 0
 	}
 	cli.PrintStatus(os.Stdout, st)
+	return 0
+}
+
+func reloadCmd(args []string) int {
+	fs := flag.NewFlagSet("reload", flag.ContinueOnError)
+	url := natsURL(fs)
+	prefix := inboxPrefix(fs)
+	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for the new workers")
+	if fs.Parse(args) != nil || fs.NArg() != 0 {
+		fmt.Fprintln(os.Stderr, "usage: ortbus reload [-s URL] [-inbox-prefix P] [-timeout D]")
+		return 2
+	}
+	return change(*url, *prefix, *timeout, func(ctx context.Context, c *client.Client) (*codec.ReloadReply, error) { return c.Reload(ctx) })
+}
+
+func modelCmd(args []string) int {
+	fs := flag.NewFlagSet("model", flag.ContinueOnError)
+	url := natsURL(fs)
+	prefix := inboxPrefix(fs)
+	pool := fs.String("pool", "", "the pool (load: required unless the gateway has one local pool)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for the new workers")
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: ortbus model load|unload|reload [-s URL] [-pool P] MODEL")
+		return 2
+	}
+	action := args[0]
+	if fs.Parse(args[1:]) != nil || fs.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: ortbus model load|unload|reload [-s URL] [-pool P] MODEL")
+		return 2
+	}
+	mc := &codec.ModelControl{Action: action, Model: fs.Arg(0), Pool: *pool}
+	return change(*url, *prefix, *timeout, func(ctx context.Context, c *client.Client) (*codec.ReloadReply, error) { return c.Model(ctx, mc) })
+}
+
+// change runs one configuration change and prints its reply as JSON.
+func change(url, prefix string, timeout time.Duration, do func(context.Context, *client.Client) (*codec.ReloadReply, error)) int {
+	c, err := client.Connect(url, connOpts(prefix)...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ortbus:", err)
+		return 1
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	rep, err := do(ctx, c)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ortbus:", err)
+		return 1
+	}
+	b, _ := json.MarshalIndent(rep, "", "  ")
+	fmt.Println(string(b))
 	return 0
 }
 

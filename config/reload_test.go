@@ -1,0 +1,103 @@
+package config
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestDiff: what a reload applies (pools added, removed and replaced, with why; class
+// chains; devices) and what it refuses (sections read once at start, a class's queue),
+// each named.
+func TestDiff(t *testing.T) {
+	path := write(t, good) // each version in the same file, as a reload reads it
+	parse := func(text string) *Config {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	cur := parse(good)
+	if ch, err := Diff(cur, parse(good)); err != nil || !ch.Empty() || ch.String() != "no change" {
+		t.Fatalf("same file: %v %v", ch, err)
+	}
+
+	next := strings.Replace(good, "[pools.cuda]", `[models.ccip]
+kind = "ccip"
+dir = "models/ccip"
+
+[pools.gpu2]
+classes = ["batch"]
+models = ["ccip"]
+
+[pools.cuda]`, 1)
+	next = strings.Replace(next, `models = ["tagger"]
+env`, `models = ["tagger", "ccip"]
+env`, 1)
+	next = strings.Replace(next, `chain = ["cuda", "cpu"]`, `chain = ["cuda", "cpu", "gpu2"]`, 1)
+	ch, err := Diff(cur, parse(next))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ch.Added, []string{"gpu2"}) || len(ch.Removed) != 0 || ch.Changed["cpu"] != "models +ccip" || len(ch.Changed) != 1 ||
+		!slices.Equal(ch.Routing, []string{"class batch changed"}) || !slices.Equal(ch.Pools(), []string{"cpu", "gpu2"}) {
+		t.Fatalf("added gpu2, ccip on cpu, a chain: %+v (%s)", ch, ch)
+	}
+
+	// A model's table changed: every pool that loads it is replaced.
+	ch, err = Diff(cur, parse(strings.Replace(good, `dir = "models/tagger"`, `dir = "models/tagger2"`, 1)))
+	if err != nil || ch.Changed["cpu"] != "model tagger changed" || ch.Changed["cuda"] != "model tagger changed" {
+		t.Fatalf("tagger's dir changed: %+v %v", ch, err)
+	}
+	// A pool removed (and its class's chain with it).
+	removed := strings.Replace(good, `chain = ["cuda", "cpu"]`, `chain = ["cpu"]`, 1)
+	removed = removed[:strings.Index(removed, "[pools.cuda]")] + removed[strings.Index(removed, "[classes.batch]"):]
+	ch, err = Diff(cur, parse(removed))
+	if err != nil || !slices.Equal(ch.Removed, []string{"cuda"}) {
+		t.Fatalf("cuda removed: %+v %v", ch, err)
+	}
+	// A pool's own table.
+	if ch, err = Diff(cur, parse(strings.Replace(good, `OMP_NUM_THREADS = "1"`, `OMP_NUM_THREADS = "2"`, 1))); err != nil || ch.Changed["cpu"] != "pool table changed" {
+		t.Fatalf("cpu's env: %+v %v", ch, err)
+	}
+
+	// Refused, each named; nothing applies.
+	for edit, want := range map[[2]string]string{
+		{`listen = "127.0.0.1:0"`, `listen = "127.0.0.1:4333"`}:       "[nats]",
+		{`queue_bound = 10`, `queue_bound = 11`}:                      "[classes.batch] priority or queue",
+		{`spool_dir = "images/spool"`, `spool_dir = "images/spool2"`}: "[security]",
+	} {
+		_, err := Diff(cur, parse(strings.Replace(good, edit[0], edit[1], 1)))
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "restart the gateway") {
+			t.Errorf("%s: %v, want refused naming %s", edit[1], err, want)
+		}
+	}
+}
+
+// TestWithPoolModels: a pool's model list replaced in a copy, the rest shared; unknown
+// pools and models refused.
+func TestWithPoolModels(t *testing.T) {
+	c, err := Load(write(t, good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := c.WithPoolModels("cpu", nil)
+	if err != nil || len(next.Pools["cpu"].Models) != 0 || len(c.Pools["cpu"].Models) != 1 || next.Pools["cuda"] != c.Pools["cuda"] {
+		t.Fatalf("unload tagger from cpu: %v; cpu %v (in force %v)", err, next.Pools["cpu"].Models, c.Pools["cpu"].Models)
+	}
+	if ch, err := Diff(c, next); err != nil || ch.Changed["cpu"] != "models -tagger" {
+		t.Fatalf("diff: %+v %v", ch, err)
+	}
+	if _, err := c.WithPoolModels("nope", nil); err == nil {
+		t.Error("an unknown pool taken")
+	}
+	if _, err := c.WithPoolModels("cpu", []string{"nope"}); err == nil {
+		t.Error("an unknown model taken")
+	}
+}
