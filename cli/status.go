@@ -38,6 +38,9 @@ func PrintStatus(w io.Writer, st *codec.StatusReply) {
 		if len(p.Loading) > 0 {
 			state += "; loading: " + oneLine(strings.Join(p.Loading, ","), 200)
 		}
+		if len(p.Unloaded) > 0 {
+			state += "; unloaded: " + oneLine(strings.Join(p.Unloaded, ","), 200)
+		}
 		if len(p.Skipped) > 0 {
 			state += "; skipped (a worker died loading them): " + oneLine(strings.Join(slices.Sorted(maps.Keys(p.Skipped)), ","), 200)
 		}

@@ -19,7 +19,7 @@ func TestPrintStatusModels(t *testing.T) {
 	st := &codec.StatusReply{
 		Gateway: "gw",
 		Pools: []codec.PoolStatus{{Name: "cpu", Live: 2, Workers: 2, Skipped: map[string]string{"boom": "worker cpu-0 died while loading it (signal: segmentation fault)"}},
-			{Name: "old", Live: 1, Workers: 1}, {Name: "new", Workers: 1, Loading: []string{"tagger"}}},
+			{Name: "old", Live: 1, Workers: 1}, {Name: "new", Workers: 1, Loading: []string{"tagger"}, Unloaded: []string{"ccip"}}},
 		Workers: []codec.WorkerStatus{
 			wk("cpu-0", "cpu",
 				codec.ModelStatus{Name: "tiny", State: codec.ModelReady, Loaded: true, LoadMS: 12, PeakBytes: 3 << 20},
@@ -38,7 +38,7 @@ func TestPrintStatusModels(t *testing.T) {
 	}
 	for _, want := range []string{
 		"cpu false 2/2 ok; failed models: bad; skipped (a worker died loading them): boom",
-		"new false 0/1 no live workers; loading: tagger",
+		"new false 0/1 no live workers; loading: tagger; unloaded: ccip",
 		"old false 1/1 ok",
 		"tiny cpu cpu-0 ready 12ms 3MiB",
 		"bad cpu cpu-0 failed 0s 0MiB model_unavailable: ONNX Runtime cannot load it: NoSuchOp",

@@ -124,6 +124,9 @@ type PoolStatus struct {
 	// Skipped are the models this gateway no longer loads in the pool, and why: a worker
 	// died (a native crash) while loading each. Its workers report them failed.
 	Skipped map[string]string `msgpack:"skipped,omitempty" json:"skipped,omitempty"`
+	// Unloaded are the models the config file gives the pool that an operator unloaded at
+	// run time (`ortbus model unload`); a reload of the file loads them again.
+	Unloaded []string `msgpack:"unloaded,omitempty" json:"unloaded,omitempty"`
 }
 
 // WorkerStatus is one worker in a status reply.

@@ -205,6 +205,7 @@ func (g *Gateway) status() *codec.StatusReply {
 		ps := codec.PoolStatus{Name: name, EP: pc.EP, Device: pc.Device, Local: pc.IsLocal(), Classes: pc.Classes, Workers: pc.Workers, Live: len(g.tracker.Live(name))}
 		ps.CrashLooping, ps.Error = g.supervisor.poolInfo(name)
 		ps.Loading, ps.Skipped = g.supervisor.modelsInfo(name)
+		ps.Unloaded = g.unloaded(name)
 		st.Pools = append(st.Pools, ps)
 	}
 	for _, w := range g.tracker.Workers() {

@@ -52,7 +52,10 @@ type Ready = codec.Event
 type Gateway struct {
 	// cfg is the configuration in force: replaced whole by a reload (reload.go), never
 	// changed in place. Read it with conf, once per decision.
-	cfg     atomic.Pointer[config.Config]
+	cfg atomic.Pointer[config.Config]
+	// fileCfg is the configuration as last read from the file (at start, at each reload):
+	// the models a run-time unload took from a pool are its pools' models not in force.
+	fileCfg atomic.Pointer[config.Config]
 	id      string
 	log     *slog.Logger
 	nc      *nats.Conn
@@ -256,6 +259,7 @@ func newGateway(c *config.Config, log *slog.Logger) *Gateway {
 	g := &Gateway{log: log, kickCh: make(chan struct{}, 1), leases: newLeases(), connLost: make(chan struct{}),
 		events: make(chan event, eventBacklog), loopDone: make(chan struct{})}
 	g.cfg.Store(c)
+	g.fileCfg.Store(c)
 	g.queues = newQueues(c)
 	g.lc = newLifecycle(loopEnv{g}, g.queues, g.claimTimeout(), tenantBound(totalQueueBound(c)))
 	return g

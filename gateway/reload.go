@@ -61,7 +61,27 @@ func (g *Gateway) reloadFile() (*codec.ReloadReply, *codec.Error) {
 	if err != nil {
 		return nil, codec.Errorf(codec.CodeBadRequest, "reload: %v", err)
 	}
-	return g.change(next, ch)
+	rep, e := g.change(next, ch)
+	if e == nil {
+		g.fileCfg.Store(next) // the file is the truth again
+	}
+	return rep, e
+}
+
+// unloaded are the models the file gives pool that a run-time unload took from it.
+func (g *Gateway) unloaded(pool string) []string {
+	file, cur := g.fileCfg.Load(), g.conf()
+	fp, cp := file.Pools[pool], cur.Pools[pool]
+	if fp == nil || cp == nil {
+		return nil
+	}
+	var out []string
+	for _, m := range fp.Models {
+		if !slices.Contains(cp.Models, m) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // modelControl applies one model operation (ModelControl).

@@ -146,6 +146,24 @@ func TestModelsChangeWithoutRestart(t *testing.T) {
 		t.Fatalf("reload of the file in force: %+v %v", rep, err)
 	}
 
+	// Unloaded at run time from what the file gives the pool: status says so, and a reload
+	// of the file loads it again.
+	if _, err := under("model unload scalar (in the file)", func() (*codec.ReloadReply, error) {
+		return cl.Model(ctx, &codec.ModelControl{Action: codec.ModelUnload, Model: "scalar", Pool: "pr"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if st := g.status(t); len(st.Pools) != 1 || len(st.Pools[0].Unloaded) != 1 || st.Pools[0].Unloaded[0] != "scalar" {
+		t.Fatalf("status after the unload: %+v, want scalar unloaded", st.Pools)
+	}
+	if rep, err := under("reload of the file", func() (*codec.ReloadReply, error) { return cl.Reload(ctx) }); err != nil || rep.Replaced["pr"] != "models +scalar" {
+		t.Fatalf("reload after the unload: %+v %v", rep, err)
+	}
+	wantScalar("after the file's reload")
+	if st := g.status(t); len(st.Pools[0].Unloaded) != 0 {
+		t.Fatalf("status after the reload: unloaded %v", st.Pools[0].Unloaded)
+	}
+
 	old := gwLive(g.status(t), "pr")
 	rep, err = under("model reload tiny", func() (*codec.ReloadReply, error) {
 		return cl.Model(ctx, &codec.ModelControl{Action: codec.ModelReload, Model: "tiny"})
