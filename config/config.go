@@ -288,6 +288,9 @@ type Pool struct {
 	Slots int `toml:"slots,omitempty"`
 	// Threads is ONNX Runtime's intra-op thread count (0 = runtime default).
 	Threads int `toml:"threads,omitempty"`
+	// Spin is whether the intra-op threads spin (busy-wait) between parallel sections:
+	// "auto" (the default), true or false. See Config.Spins.
+	Spin any `toml:"spin,omitempty"`
 	// PendingMsgs bounds each work subscription's pending messages in the client.
 	PendingMsgs int `toml:"pending_msgs,omitempty"`
 	// QueueBound is how many items one worker holds queued per class before answering
@@ -425,6 +428,39 @@ func (p *Pool) Idle() (time.Duration, bool) {
 		return 0, false
 	}
 	return d, true
+}
+
+// SpinAuto is the default of a pool's spin.
+const SpinAuto = "auto"
+
+// Spins reports whether pool's ONNX Runtime intra-op threads spin on a machine of cpus
+// cores. A spinning thread busy-waits between the parallel sections of a run instead of
+// sleeping: the next section starts without a wake-up (measured on PP-OCRv4 det 640, 2
+// threads: about 15 % more items/s than without), but the thread keeps its core while it
+// waits, which another process sharing that core loses. So spin = true or false decides;
+// "auto" spins only when the local pools' intra-op threads have cores to themselves: the
+// sum over local pools of workers × slots × threads is at most cpus − 1 (a core is left
+// for the gateway, NATS and the workers' own goroutines), and no local pool leaves its
+// thread count to the runtime (threads = 0: one per core).
+func (c *Config) Spins(pool string, cpus int) bool {
+	p := c.Pools[pool]
+	if p == nil {
+		return false
+	}
+	if b, ok := p.Spin.(bool); ok {
+		return b
+	}
+	total := 0
+	for _, q := range c.Pools {
+		if !q.IsLocal() {
+			continue
+		}
+		if q.Threads == 0 {
+			return false
+		}
+		total += max(0, q.Workers) * max(1, q.Slots) * q.Threads
+	}
+	return total <= cpus-1
 }
 
 // PoolPriority is the highest priority (lowest number) among the classes pool serves

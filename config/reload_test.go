@@ -101,3 +101,45 @@ func TestWithPoolModels(t *testing.T) {
 		t.Error("an unknown model taken")
 	}
 }
+
+// TestSpins: spin true and false decide; "auto" (and no key) spins only while the local
+// pools' threads (workers × slots × threads) leave a core free, and never beside a pool
+// whose threads are the runtime's default; a remote pool takes no local core; anything
+// else is refused.
+func TestSpins(t *testing.T) {
+	pool := func(workers, slots, threads int, spin any) *Pool {
+		return &Pool{Workers: workers, Slots: slots, Threads: threads, Spin: spin}
+	}
+	remote := pool(8, 8, 8, nil)
+	f := false
+	remote.Local = &f
+	for _, c := range []struct {
+		pools map[string]*Pool
+		cpus  int
+		want  bool
+	}{
+		{map[string]*Pool{"p": pool(1, 1, 1, nil)}, 2, true},
+		{map[string]*Pool{"p": pool(1, 1, 2, nil)}, 2, false},
+		{map[string]*Pool{"p": pool(1, 1, 2, SpinAuto)}, 4, true},
+		{map[string]*Pool{"p": pool(1, 1, 2, true)}, 2, true},
+		{map[string]*Pool{"p": pool(1, 1, 1, false)}, 16, false},
+		{map[string]*Pool{"p": pool(2, 2, 1, nil)}, 4, false},
+		{map[string]*Pool{"p": pool(1, 1, 1, nil), "q": pool(1, 1, 0, nil)}, 64, false},
+		{map[string]*Pool{"p": pool(1, 1, 1, nil), "r": remote}, 2, true},
+	} {
+		cfg := &Config{Pools: c.pools}
+		if got := cfg.Spins("p", c.cpus); got != c.want {
+			t.Errorf("pools %v on %d cores: spins %v, want %v", c.pools, c.cpus, got, c.want)
+		}
+	}
+	bad := strings.Replace(good, `env = { OMP_NUM_THREADS = "1" }`, `env = { OMP_NUM_THREADS = "1" }
+spin = "yes"`, 1)
+	if _, err := Load(write(t, bad)); err == nil || !strings.Contains(err.Error(), "spin") {
+		t.Fatalf("spin = \"yes\": %v, want refused", err)
+	}
+	ok := strings.Replace(good, `env = { OMP_NUM_THREADS = "1" }`, `env = { OMP_NUM_THREADS = "1" }
+spin = true`, 1)
+	if c, err := Load(write(t, ok)); err != nil || !c.Spins("cpu", 1) {
+		t.Fatalf("spin = true: %v", err)
+	}
+}

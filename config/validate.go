@@ -374,6 +374,15 @@ func (c *Config) validatePool(name string, p *Pool) error {
 	if p.Workers < 0 || p.Slots < 1 || p.Threads < 0 || p.QueueBound < 1 {
 		return c.errf(key, "workers must be >= 0, slots >= 1, threads >= 0, queue_bound >= 1")
 	}
+	switch v := p.Spin.(type) {
+	case nil, bool:
+	case string:
+		if v != SpinAuto {
+			return c.errf(key+".spin", "want \"auto\", true or false, not %q", v)
+		}
+	default:
+		return c.errf(key+".spin", "want \"auto\", true or false")
+	}
 	if p.PendingMsgs < 1 {
 		return c.errf(key+".pending_msgs", "must be at least 1 (0 is refused by NATS)")
 	}

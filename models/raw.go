@@ -2,14 +2,13 @@ package models
 
 import (
 	"context"
-	"encoding/binary"
-	"math"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/internal/lebytes"
 	"github.com/ortbus/ortbus/npy"
 	"github.com/ortbus/ortbus/ort"
 )
@@ -216,91 +215,82 @@ func (r *raw) one(ctx context.Context, it *rawItem) (codec.Replier, error) {
 	return rep, nil
 }
 
-// fromBytes is the little-endian elements b of a tensor of type typ as ort's data.
+// fromBytes is the little-endian elements b of a tensor of type typ as ort's data: a view
+// of b, not a copy, on a little-endian host when b is aligned (lebytes), so a request's
+// tensor goes to the runtime without an element-wise pass. b is the request's own and
+// is not changed. Bools are copied (a byte other than 0 or 1 is no Go bool).
 func fromBytes(typ string, b []byte) any {
-	le := binary.LittleEndian
 	switch typ {
 	case "float32":
-		v, _ := codec.BytesFloat32(b)
-		return v
+		return lebytes.View[float32](b)
 	case "float64":
-		return decode(b, 8, func(b []byte) float64 { return math.Float64frombits(le.Uint64(b)) })
+		return lebytes.View[float64](b)
 	case "float16":
-		return ort.Float16(decode(b, 2, le.Uint16))
+		return ort.Float16(lebytes.View[uint16](b))
 	case "bfloat16":
-		return ort.BFloat16(decode(b, 2, le.Uint16))
+		return ort.BFloat16(lebytes.View[uint16](b))
 	case "int64":
-		return decode(b, 8, func(b []byte) int64 { return int64(le.Uint64(b)) })
+		return lebytes.View[int64](b)
 	case "int32":
-		return decode(b, 4, func(b []byte) int32 { return int32(le.Uint32(b)) })
+		return lebytes.View[int32](b)
 	case "int16":
-		return decode(b, 2, func(b []byte) int16 { return int16(le.Uint16(b)) })
+		return lebytes.View[int16](b)
 	case "int8":
-		return decode(b, 1, func(b []byte) int8 { return int8(b[0]) })
+		return lebytes.View[int8](b)
 	case "uint64":
-		return decode(b, 8, le.Uint64)
+		return lebytes.View[uint64](b)
 	case "uint32":
-		return decode(b, 4, le.Uint32)
+		return lebytes.View[uint32](b)
 	case "uint16":
-		return decode(b, 2, le.Uint16)
+		return lebytes.View[uint16](b)
 	case "bool":
-		return decode(b, 1, func(b []byte) bool { return b[0] != 0 })
+		v := make([]bool, len(b))
+		for i, x := range b {
+			v[i] = x != 0
+		}
+		return v
 	}
-	return append([]uint8(nil), b...)
-}
-
-func decode[T any](b []byte, size int, f func([]byte) T) []T {
-	v := make([]T, len(b)/size)
-	for i := range v {
-		v[i] = f(b[size*i:])
-	}
-	return v
-}
-
-func encode[T any](typ string, d []T, size int, f func([]byte, T)) (string, []byte) {
-	b := make([]byte, size*len(d))
-	for i, v := range d {
-		f(b[size*i:], v)
-	}
-	return typ, b
+	return b
 }
 
 // toCodec is t as the contract's tensor; its shape is never nil ([] for a scalar, which
 // JSON writes as [] and not null).
 func toCodec(t ort.Tensor) *codec.Tensor {
-	le := binary.LittleEndian
 	out := &codec.Tensor{Shape: append([]int64{}, t.Shape...)}
+	// The bytes are a view of the output's elements (lebytes), which are the reply's own.
 	switch d := t.Data.(type) {
 	case []float32:
-		out.Type, out.Data = "float32", codec.Float32Bytes(d)
+		out.Type, out.Data = "float32", lebytes.Bytes(d)
 	case []float64:
-		out.Type, out.Data = encode("float64", d, 8, func(b []byte, v float64) { le.PutUint64(b, math.Float64bits(v)) })
+		out.Type, out.Data = "float64", lebytes.Bytes(d)
 	case ort.Float16:
-		out.Type, out.Data = encode("float16", d, 2, le.PutUint16)
+		out.Type, out.Data = "float16", lebytes.Bytes([]uint16(d))
 	case ort.BFloat16:
-		out.Type, out.Data = encode("bfloat16", d, 2, le.PutUint16)
+		out.Type, out.Data = "bfloat16", lebytes.Bytes([]uint16(d))
 	case []int64:
-		out.Type, out.Data = encode("int64", d, 8, func(b []byte, v int64) { le.PutUint64(b, uint64(v)) })
+		out.Type, out.Data = "int64", lebytes.Bytes(d)
 	case []int32:
-		out.Type, out.Data = encode("int32", d, 4, func(b []byte, v int32) { le.PutUint32(b, uint32(v)) })
+		out.Type, out.Data = "int32", lebytes.Bytes(d)
 	case []int16:
-		out.Type, out.Data = encode("int16", d, 2, func(b []byte, v int16) { le.PutUint16(b, uint16(v)) })
+		out.Type, out.Data = "int16", lebytes.Bytes(d)
 	case []int8:
-		out.Type, out.Data = encode("int8", d, 1, func(b []byte, v int8) { b[0] = byte(v) })
+		out.Type, out.Data = "int8", lebytes.Bytes(d)
 	case []uint64:
-		out.Type, out.Data = encode("uint64", d, 8, le.PutUint64)
+		out.Type, out.Data = "uint64", lebytes.Bytes(d)
 	case []uint32:
-		out.Type, out.Data = encode("uint32", d, 4, le.PutUint32)
+		out.Type, out.Data = "uint32", lebytes.Bytes(d)
 	case []uint16:
-		out.Type, out.Data = encode("uint16", d, 2, le.PutUint16)
+		out.Type, out.Data = "uint16", lebytes.Bytes(d)
 	case []bool:
-		out.Type, out.Data = encode("bool", d, 1, func(b []byte, v bool) {
+		b := make([]byte, len(d))
+		for i, v := range d {
 			if v {
-				b[0] = 1
+				b[i] = 1
 			}
-		})
+		}
+		out.Type, out.Data = "bool", b
 	case []uint8:
-		out.Type, out.Data = "uint8", append([]byte(nil), d...)
+		out.Type, out.Data = "uint8", d
 	case []string:
 		out.Type, out.Strings = "string", d
 	}

@@ -21,12 +21,16 @@ func PoolSpec(p *config.Pool) Spec {
 	return Spec{Path: p.Runtime, Dirs: p.RuntimeDirs, Env: env}
 }
 
-// PoolSessionConfig is the pool's EP chain (EP then its fallbacks) and thread counts. ONNX
-// Runtime's intra-op threads do not spin while idle: a worker shares the machine with
-// other pools' workers, and spinning threads would steal their CPU.
-func PoolSessionConfig(p *config.Pool) SessionConfig {
+// PoolSessionConfig is the pool's EP chain (EP then its fallbacks) and thread counts, its
+// threads spinning or not (config.Config.Spins decides: spinning is faster when the
+// threads have their cores, and steals CPU from whatever shares them).
+func PoolSessionConfig(p *config.Pool, spin bool) SessionConfig {
+	on := "0"
+	if spin {
+		on = "1"
+	}
 	sc := SessionConfig{IntraOpThreads: p.Threads, InterOpThreads: 1,
-		Entries: map[string]string{"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}}
+		Entries: map[string]string{"session.intra_op.allow_spinning": on, "session.inter_op.allow_spinning": on}}
 	for i, ep := range append([]string{p.EP}, p.Fallback...) {
 		var o map[string]string
 		if i == 0 {

@@ -283,31 +283,34 @@ func newEmpty(typ string, shape []int64) (onnx.Value, error) {
 
 // fromValue copies an output of element type typ into Go memory. The shape and data are
 // never nil: a rank-0 output has the shape [] and one element, a zero-size one no element.
+//
+// A tensor's data is onnxruntime_go's own copy of the runtime's output (a Go slice that
+// outlives the value's Destroy): it is taken as it is, not copied again.
 func fromValue(name, typ string, v onnx.Value) (Tensor, error) {
 	t := Tensor{Name: name, Shape: append([]int64{}, v.GetShape()...)}
 	switch x := v.(type) {
 	case *onnx.Tensor[float32]:
-		t.Data = append([]float32{}, x.GetData()...)
+		t.Data = x.GetData()
 	case *onnx.Tensor[float64]:
-		t.Data = append([]float64{}, x.GetData()...)
+		t.Data = x.GetData()
 	case *onnx.Tensor[int64]:
-		t.Data = append([]int64{}, x.GetData()...)
+		t.Data = x.GetData()
 	case *onnx.Tensor[int32]:
-		t.Data = append([]int32{}, x.GetData()...)
+		t.Data = x.GetData()
 	case *onnx.Tensor[int16]:
-		t.Data = append([]int16{}, x.GetData()...)
+		t.Data = x.GetData()
 	case *onnx.Tensor[int8]:
-		t.Data = append([]int8{}, x.GetData()...)
+		t.Data = x.GetData()
 	case *onnx.Tensor[uint64]:
-		t.Data = append([]uint64{}, x.GetData()...)
+		t.Data = x.GetData()
 	case *onnx.Tensor[uint32]:
-		t.Data = append([]uint32{}, x.GetData()...)
+		t.Data = x.GetData()
 	case *onnx.Tensor[uint16]:
-		t.Data = append([]uint16{}, x.GetData()...)
+		t.Data = x.GetData()
 	case *onnx.Tensor[uint8]:
-		t.Data = append([]uint8{}, x.GetData()...)
+		t.Data = x.GetData()
 	case *onnx.Tensor[bool]:
-		t.Data = append([]bool{}, x.GetData()...)
+		t.Data = x.GetData()
 	case *onnx.Scalar[float32]:
 		t.Data = []float32{x.GetData()}
 	case *onnx.Scalar[float64]:

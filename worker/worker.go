@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -116,7 +117,7 @@ func New(opts Options) (*Worker, error) {
 	}
 	w.rt = rt
 	w.rssBase = rssBytes()
-	sc := ort.PoolSessionConfig(p)
+	sc := ort.PoolSessionConfig(p, c.Spins(p.Name, runtime.NumCPU()))
 	// An EP chain none of which the runtime can use at all (its provider library is
 	// missing) fails every model alike: that is the pool's failure, as a missing runtime
 	// is, and the worker does not start. An EP that refuses one model fails that model.
