@@ -210,11 +210,25 @@ type Security struct {
 	// OutputRoots are directories, besides SpoolDir, under which a request's out_path may
 	// be written. Outputs are never written anywhere else, not even under AllowedRoots.
 	OutputRoots []string `toml:"output_roots,omitempty"`
+	// FsyncRoots are the write roots (spool_dir, output_roots) whose output files are
+	// fsynced before the answer: durable across a power loss. Default: every output root,
+	// and not the spool (its files are temporary, read by the client right after the
+	// answer, from the page cache; the sync would only add to every answer's time).
+	FsyncRoots []string `toml:"fsync_roots,omitempty"`
 	// SpoolMaxAge is the age past which the gateway removes files from SpoolDir
 	// (default 1h; "0s" keeps them forever). Its zero is a value of its own, so that
 	// Marshal always writes it (as do gateway.reserve_window and a class's priority and
 	// min_share); every other key is left out when zero, and Load gives it its default.
 	SpoolMaxAge Duration `toml:"spool_max_age"`
+}
+
+// SyncRoots are the write roots whose outputs are fsynced: FsyncRoots when set, else
+// OutputRoots.
+func (s *Security) SyncRoots() []string {
+	if s.FsyncRoots != nil {
+		return s.FsyncRoots
+	}
+	return s.OutputRoots
 }
 
 // WriteRoots are the directories under which outputs may be written: SpoolDir (if set)

@@ -143,3 +143,26 @@ spin = true`, 1)
 		t.Fatalf("spin = true: %v", err)
 	}
 }
+
+// TestSyncRoots: outputs are fsynced under the output roots by default, not in the spool;
+// fsync_roots names the write roots to sync, and refuses any other directory.
+func TestSyncRoots(t *testing.T) {
+	c, err := Load(write(t, good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Security.SyncRoots()) != 0 {
+		t.Fatalf("default: %v, want none (no output_roots; the spool is not synced)", c.Security.SyncRoots())
+	}
+	withSpool := strings.Replace(good, `spool_dir = "images/spool"`, `spool_dir = "images/spool"
+fsync_roots = ["images/spool"]`, 1)
+	p := write(t, withSpool)
+	if c, err = Load(p); err != nil || len(c.Security.SyncRoots()) != 1 || c.Security.SyncRoots()[0] != c.Security.SpoolDir {
+		t.Fatalf("fsync_roots = the spool: %v %v", err, c.Security.SyncRoots())
+	}
+	bad := strings.Replace(good, `spool_dir = "images/spool"`, `spool_dir = "images/spool"
+fsync_roots = ["/elsewhere"]`, 1)
+	if _, err := Load(write(t, bad)); err == nil || !strings.Contains(err.Error(), "fsync_roots") {
+		t.Fatalf("fsync_roots outside the write roots: %v", err)
+	}
+}

@@ -284,6 +284,12 @@ func (c *Config) validate() error {
 			add(c.errf("security.spool_dir", "%s is not inside any of allowed_roots", c.Security.SpoolDir))
 		}
 	}
+	for i, r := range c.Security.FsyncRoots {
+		c.Security.FsyncRoots[i] = c.Path(r)
+		if !slices.Contains(c.Security.WriteRoots(), c.Security.FsyncRoots[i]) {
+			add(c.errf("security.fsync_roots", "%s is not one of the write roots (spool_dir, output_roots)", c.Security.FsyncRoots[i]))
+		}
+	}
 	c.NATS.StoreDir = c.Path(c.NATS.StoreDir)
 	c.NATS.CredsFile = c.Path(c.NATS.CredsFile)
 	c.NATS.PasswordFile = c.Path(c.NATS.PasswordFile)

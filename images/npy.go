@@ -61,8 +61,8 @@ func (p Policy) CreateTensor(path string, t *codec.Tensor) error {
 	if err != nil {
 		return codec.Errorf(codec.CodeInternal, "cannot write %s: %v", path, err).With("path", path)
 	}
-	return p.create(path, func(r *os.Root, rel string) error {
-		return writeNewIn(r, rel, false, func(w io.Writer) error {
+	return p.create(path, func(r *os.Root, rel string, sync bool) error {
+		return writeNewIn(r, rel, false, sync, func(w io.Writer) error {
 			if _, err := w.Write(header); err != nil {
 				return err
 			}

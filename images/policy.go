@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -36,6 +37,11 @@ type Policy struct {
 	// OutputRoots are the directories under which outputs may be written (the spool
 	// directory and security.output_roots); AllowedRoots give no right to write.
 	OutputRoots []string
+	// SyncRoots are the output roots whose files are fsynced before the answer goes
+	// (config security.fsync_roots): durable across a power loss. The others' files (by
+	// default the spool's: temporary files a client reads right after the answer, from the
+	// page cache) are not: the sync costs an output's write time and proves nothing there.
+	SyncRoots []string
 	// MaxPixels is the largest width*height that Open decodes; <= 0 means DefaultMaxPixels.
 	MaxPixels int64
 	// MaxBytes is the largest file that Open reads; <= 0 means DefaultMaxBytes.
@@ -357,4 +363,9 @@ func withPath(err error, path string) error {
 		return ce.With("path", path)
 	}
 	return err
+}
+
+// syncs reports whether files written under the output root root are fsynced.
+func (p Policy) syncs(root string) bool {
+	return slices.Contains(p.SyncRoots, root)
 }

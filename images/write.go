@@ -28,12 +28,13 @@ import (
 // errors: bad_request (path not absolute or not clean, a symlink loop), file_not_found
 // (its directory does not exist), internal (the disk).
 func (p Policy) CreatePNG(path string, img image.Image) error {
-	return p.create(path, func(r *os.Root, rel string) error { return writePNGIn(r, rel, img, false) })
+	return p.create(path, func(r *os.Root, rel string, sync bool) error { return writePNGIn(r, rel, img, false, sync) })
 }
 
 // create checks an output path and calls write with an os.Root at the output root that
-// holds it and the path relative to that root; errors from write are mapped to codes.
-func (p Policy) create(path string, write func(r *os.Root, rel string) error) error {
+// holds it, the path relative to that root, and whether that root's files are fsynced
+// (SyncRoots); errors from write are mapped to codes.
+func (p Policy) create(path string, write func(r *os.Root, rel string, sync bool) error) error {
 	roots, err := p.admitOutput(path)
 	if err != nil {
 		return err
@@ -49,7 +50,7 @@ func (p Policy) create(path string, write func(r *os.Root, rel string) error) er
 		return outputError(err, path)
 	}
 	defer r.Close()
-	if err := write(r, rel); err != nil {
+	if err := write(r, rel, p.syncs(root)); err != nil {
 		return outputError(err, path)
 	}
 	return nil
@@ -57,8 +58,9 @@ func (p Policy) create(path string, write func(r *os.Root, rel string) error) er
 
 // CreatePNGIn writes img as a new PNG file directly in dir (a trusted directory, such as
 // the spool directory), named prefix, a random part and ".png", and returns its path. It
-// writes through an os.Root at dir and never replaces a file.
-func CreatePNGIn(dir, prefix string, img image.Image) (string, error) {
+// writes through an os.Root at dir and never replaces a file; sync fsyncs it (see
+// Policy.SyncRoots).
+func CreatePNGIn(dir, prefix string, img image.Image, sync bool) (string, error) {
 	r, err := os.OpenRoot(dir)
 	if err != nil {
 		return "", fmt.Errorf("images: output directory: %w", err)
@@ -66,7 +68,7 @@ func CreatePNGIn(dir, prefix string, img image.Image) (string, error) {
 	defer r.Close()
 	for range 5 {
 		name := prefix + strings.ToLower(rand.Text()) + ".png"
-		err := writePNGIn(r, name, img, false)
+		err := writePNGIn(r, name, img, false, sync)
 		if err == nil {
 			return filepath.Join(dir, name), nil
 		}
@@ -95,15 +97,15 @@ func WritePNG(path string, img image.Image) error {
 		return fmt.Errorf("images: write %s: %w", path, err)
 	}
 	defer r.Close()
-	if err := writePNGIn(r, base, img, true); err != nil {
+	if err := writePNGIn(r, base, img, true, true); err != nil {
 		return fmt.Errorf("images: write %s: %w", path, err)
 	}
 	return nil
 }
 
 // writePNGIn encodes img as PNG into name relative to r (see writeNewIn).
-func writePNGIn(r *os.Root, name string, img image.Image, replace bool) error {
-	return writeNewIn(r, name, replace, func(w io.Writer) error {
+func writePNGIn(r *os.Root, name string, img image.Image, replace, sync bool) error {
+	return writeNewIn(r, name, replace, sync, func(w io.Writer) error {
 		enc := png.Encoder{CompressionLevel: png.BestSpeed}
 		if err := enc.Encode(w, img); err != nil {
 			return fmt.Errorf("encode: %w", err)
@@ -113,10 +115,10 @@ func writePNGIn(r *os.Root, name string, img image.Image, replace bool) error {
 }
 
 // writeNewIn writes a new temporary file next to name (relative to r) with write, syncs
-// it, makes it 0644 and gives it name: replacing whatever is there when replace is set,
+// it (when sync), makes it 0644 and gives it name: replacing whatever is there when replace is set,
 // else by a hard link that fails with fs.ErrExist if name exists. The temporary file is
 // removed in every case. Errors are the os package's (or write's), unwrapped.
-func writeNewIn(r *os.Root, name string, replace bool, write func(io.Writer) error) (err error) {
+func writeNewIn(r *os.Root, name string, replace, sync bool, write func(io.Writer) error) (err error) {
 	dir, base := filepath.Split(name)
 	tmp := filepath.Join(dir, "."+base+".tmp-"+strings.ToLower(rand.Text()))
 	f, err := r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -142,8 +144,10 @@ func writeNewIn(r *os.Root, name string, replace bool, write func(io.Writer) err
 	if err := f.Chmod(0o644); err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		return err
+	if sync {
+		if err := f.Sync(); err != nil {
+			return err
+		}
 	}
 	closed = true
 	if err := f.Close(); err != nil {

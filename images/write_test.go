@@ -184,7 +184,7 @@ func TestCreatePNGIn(t *testing.T) {
 	img := solid(3, 2, color.White)
 	seen := map[string]bool{}
 	for range 3 {
-		path, err := CreatePNGIn(dir, "ortbus-segment-", img)
+		path, err := CreatePNGIn(dir, "ortbus-segment-", img, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,7 +200,7 @@ func TestCreatePNGIn(t *testing.T) {
 	if names := dirNames(t, dir); len(names) != 3 {
 		t.Errorf("spool holds %v, want the 3 outputs and nothing else", names)
 	}
-	if _, err := CreatePNGIn(filepath.Join(dir, "missing"), "x-", img); err == nil {
+	if _, err := CreatePNGIn(filepath.Join(dir, "missing"), "x-", img, true); err == nil {
 		t.Error("CreatePNGIn into a missing directory succeeded")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"image"
 	"image/color"
 	"os"
+	"slices"
 
 	"golang.org/x/image/draw"
 
@@ -98,7 +99,7 @@ func (s *segmenter) one(ctx context.Context, it *segItem) (codec.Replier, error)
 		if dir == "" {
 			dir = os.TempDir()
 		}
-		if out, err = images.CreatePNGIn(dir, "ortbus-segment-", rgba); err != nil {
+		if out, err = images.CreatePNGIn(dir, "ortbus-segment-", rgba, slices.Contains(s.env.Images.SyncRoots, dir)); err != nil {
 			return nil, fmt.Errorf("write segment mask: %w", err)
 		}
 	} else if err := s.env.Images.CreatePNG(out, rgba); err != nil {

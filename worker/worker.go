@@ -127,7 +127,7 @@ func New(opts Options) (*Worker, error) {
 	env := models.Env{
 		Runtime:  rt,
 		Session:  sc,
-		Images:   images.Policy{AllowedRoots: c.Security.AllowedRoots, OutputRoots: c.Security.WriteRoots(), MaxPixels: c.Security.MaxImagePixels, MaxBytes: int64(c.Security.MaxImageBytes)},
+		Images:   images.Policy{AllowedRoots: c.Security.AllowedRoots, OutputRoots: c.Security.WriteRoots(), SyncRoots: c.Security.SyncRoots(), MaxPixels: c.Security.MaxImagePixels, MaxBytes: int64(c.Security.MaxImageBytes)},
 		SpoolDir: c.Security.SpoolDir,
 	}
 	w.onLoading, w.skip = opts.OnLoading, skipModels(w.log)
