@@ -70,6 +70,11 @@ const (
 	ModelFailed = "failed"
 )
 
+// MaxHeartbeatList bounds each list of a heartbeat (classes, models, queued and running
+// classes): a gateway drops a heartbeat with a longer one (health), so a pool may serve
+// at most this many classes and load at most this many models (config refuses more).
+const MaxHeartbeatList = 64
+
 // ModelStatus is one model of a worker as its heartbeat reports it.
 type ModelStatus struct {
 	Name string `msgpack:"name" json:"name"`

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -164,5 +165,22 @@ fsync_roots = ["images/spool"]`, 1)
 fsync_roots = ["/elsewhere"]`, 1)
 	if _, err := Load(write(t, bad)); err == nil || !strings.Contains(err.Error(), "fsync_roots") {
 		t.Fatalf("fsync_roots outside the write roots: %v", err)
+	}
+}
+
+// TestPoolModelBound: a pool of more models than a heartbeat may list is refused at load
+// (its worker would never be heard as live).
+func TestPoolModelBound(t *testing.T) {
+	models := make([]string, 65)
+	var tables strings.Builder
+	for i := range models {
+		models[i] = fmt.Sprintf("m%d", i)
+		fmt.Fprintf(&tables, "[models.m%d]\nkind = \"raw\"\ndir = \"models/m%d\"\n\n", i, i)
+	}
+	text := strings.Replace(good, `models = ["tagger"]
+env`, `models = ["`+strings.Join(models, `", "`)+`"]
+env`, 1) + "\n" + tables.String()
+	if _, err := Load(write(t, text)); err == nil || !strings.Contains(err.Error(), "at most 64 models") {
+		t.Fatalf("65 models in a pool: %v", err)
 	}
 }

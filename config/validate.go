@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -394,6 +395,11 @@ func (c *Config) validatePool(name string, p *Pool) error {
 	}
 	if len(p.Classes) == 0 {
 		return c.errf(key+".classes", "a pool must serve at least one class")
+	}
+	if len(p.Models) > codec.MaxHeartbeatList || len(p.Classes) > codec.MaxHeartbeatList {
+		// A worker's heartbeat lists them; a gateway drops a longer list (a pool that
+		// would never go live).
+		return c.errf(key, "a pool loads at most %d models and serves at most %d classes (split it into pools)", codec.MaxHeartbeatList, codec.MaxHeartbeatList)
 	}
 	for _, cl := range p.Classes {
 		if _, ok := c.Classes[cl]; !ok {

@@ -139,10 +139,10 @@ const DefaultMaxPerPool = 256
 const (
 	maxSlots     = 4096
 	maxInterval  = time.Hour
-	maxText      = 1024  // host, runtime, library, ep, device, state
-	maxList      = 64    // classes, models, queued and running classes
-	maxHeld      = 65536 // request ids held
-	maxErrorSize = 16384 // the encoded error of a failed worker, or of a failed model; a model's warm-up error
+	maxText      = 1024                   // host, runtime, library, ep, device, state
+	maxList      = codec.MaxHeartbeatList // classes, models, queued and running classes
+	maxHeld      = 65536                  // request ids held
+	maxErrorSize = 16384                  // the encoded error of a failed worker, or of a failed model; a model's warm-up error
 )
 
 // sizesOK checks the heartbeat's strings, lists and error against the limits above.

@@ -56,17 +56,20 @@ const (
 	pbExternalDataPath = "session.model_external_initializers_file_folder_path"
 )
 
-// castModel reads the model at path and returns it with each output named in outs cast to
-// float32 as above, and the name each of those outputs has in the rewritten model.
-func castModel(path string, outs []string) ([]byte, map[string]string, error) {
-	model, err := os.ReadFile(path)
+// rewriteModel reads the model at path and returns it rewritten in memory: each output
+// named in outs cast to float32 as above, and each input named in ins that the graph
+// declares of rank 0 given a shape [1] and reshaped to a scalar (scalarin.go). It returns
+// the name each of those outputs, and each input so rewritten, has in the rewritten model.
+func rewriteModel(path string, outs, ins []string) (model []byte, outNames, inNames map[string]string, err error) {
+	model, err = os.ReadFile(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	renamed := map[string]string{}
 	for _, o := range outs {
 		renamed[o] = o + castSuffix
 	}
+	inNames = map[string]string{}
 	var out []byte
 	graphs := 0
 	err = fields(model, func(num protowire.Number, typ protowire.Type, raw, val []byte) error {
@@ -79,17 +82,22 @@ func castModel(path string, outs []string) ([]byte, map[string]string, error) {
 		if err != nil {
 			return err
 		}
+		if len(ins) > 0 {
+			if g, inNames, err = scalarGraph(g, ins); err != nil {
+				return err
+			}
+		}
 		out = protowire.AppendTag(out, pbModelGraph, protowire.BytesType)
 		out = protowire.AppendBytes(out, g)
 		return nil
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("rewriting %s: %w", path, err)
+		return nil, nil, nil, fmt.Errorf("rewriting %s: %w", path, err)
 	}
 	if graphs != 1 {
-		return nil, nil, fmt.Errorf("rewriting %s: %d graphs in the model", path, graphs)
+		return nil, nil, nil, fmt.Errorf("rewriting %s: %d graphs in the model", path, graphs)
 	}
-	return out, renamed, nil
+	return out, renamed, inNames, nil
 }
 
 // castGraph rewrites a GraphProto: each renamed output's name and element type, and one

@@ -101,6 +101,7 @@ func TestRuntimeChild(t *testing.T) {
 	t.Run("ElementTypes", c.testElementTypes)
 	t.Run("Strings", c.testStrings)
 	t.Run("HalfOpenShape", c.testHalfOpenShape)
+	t.Run("ScalarInputs", c.testScalarInputs)
 	t.Run("UnreturnableOutput", c.testUnreturnableOutput)
 	t.Run("Unloadable", c.testUnloadable)
 	t.Run("ProbeChain", c.testProbeChain)

@@ -68,6 +68,11 @@ type Session struct {
 	// scalar[i] is set once output fetch[i] is known to be rank 0: it is then given to the
 	// runtime preallocated (see Run).
 	scalar []atomic.Bool
+	// rin are the names of Inputs in the session the runtime runs, and rank1[i] is set for
+	// a rank-0 input that it takes with shape [1] (a float16, bfloat16 or string scalar,
+	// which onnxruntime_go cannot make: see scalarin.go).
+	rin   []string
+	rank1 []bool
 }
 
 var sessionsCreated atomic.Uint64
@@ -89,29 +94,49 @@ func (r *Runtime) NewSession(path string, cfg SessionConfig) (*Session, error) {
 	}
 	s := &Session{Path: path, Inputs: ioInfos(ins), Outputs: ioInfos(outs)}
 	// The plans to load, in order: with every output ortbus can return, open-shaped
-	// halves cast to float32 in a rewritten copy of the model; if that copy cannot be
-	// made or loaded, the file as it is, without those outputs (as ortbus did before it
-	// could return them).
-	var open []string
+	// halves cast to float32, and rank-0 half and string inputs taken with shape [1], in a
+	// rewritten copy of the model; if that copy cannot be made or loaded, one with the
+	// outputs' rewrite alone; then the file as it is, without those outputs (as ortbus did
+	// before it could return them) and refusing those inputs at Run.
+	var open, scalars []string
 	for _, o := range s.Outputs {
 		if returnable(o) && isHalf(o.Type) && !preallocHalf(o) {
 			open = append(open, o.Name)
 		}
 	}
+	for _, in := range s.Inputs {
+		if scalarInput(in) {
+			scalars = append(scalars, in.Name)
+		}
+	}
 	type plan struct {
 		model   []byte
-		renamed map[string]string
+		renamed map[string]string // outputs
+		inputs  map[string]string
 	}
 	plans := []plan{{}}
-	if len(open) > 0 {
+	if len(open) > 0 || len(scalars) > 0 {
 		plans = nil
-		if model, renamed, err := castModel(path, open); err == nil {
-			plans = append(plans, plan{model, renamed})
+		if len(scalars) > 0 {
+			if model, renamed, inputs, err := rewriteModel(path, open, scalars); err == nil && len(inputs) > 0 {
+				plans = append(plans, plan{model, renamed, inputs})
+			}
+		}
+		if len(open) > 0 {
+			if model, renamed, _, err := rewriteModel(path, open, nil); err == nil {
+				plans = append(plans, plan{model, renamed, nil})
+			}
 		}
 		plans = append(plans, plan{renamed: map[string]string{}})
 	}
 	var first error
 	for k, pl := range plans {
+		s.rin, s.rank1 = names(s.Inputs), make([]bool, len(s.Inputs))
+		for i, in := range s.Inputs {
+			if to, ok := pl.inputs[in.Name]; ok {
+				s.rin[i], s.rank1[i] = to, true
+			}
+		}
 		s.fetch, s.rname, s.rtype = nil, nil, nil
 		for i, o := range s.Outputs {
 			if !returnable(o) || pl.renamed != nil && isHalf(o.Type) && !preallocHalf(o) && pl.renamed[o.Name] == "" {
@@ -149,7 +174,7 @@ func (s *Session) load(model []byte, cfg SessionConfig) error {
 	}
 	var tried []string
 	for _, p := range provs {
-		sess, err := newSession(s.Path, model, names(s.Inputs), s.rname, p, cfg)
+		sess, err := newSession(s.Path, model, s.rin, s.rname, p, cfg)
 		if err == nil {
 			s.s, s.EP = sess, p.Name
 			return nil
@@ -308,7 +333,8 @@ func (s *Session) Returns(name string) bool {
 // through ONNX Runtime's terminate flag and Run returns a cancelled *codec.Error.
 //
 // Shapes: a rank-0 (scalar) input or output, a zero-size dimension, and a model without
-// inputs all run. onnxruntime_go cannot copy a rank-0 output that the runtime allocated
+// inputs all run (a rank-0 float16, bfloat16 or string input through a rewritten model:
+// scalarin.go). onnxruntime_go cannot copy a rank-0 output that the runtime allocated
 // (its tensors need a dimension), so a rank-0 output is given to the runtime
 // preallocated. The runtime reports an output of unknown rank with no dimensions too, as
 // if it were rank 0, so such an output is first left to the runtime to allocate; when
@@ -328,6 +354,13 @@ func (s *Session) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error) {
 		t, ok := findTensor(inputs, in.Name)
 		if !ok {
 			return nil, codec.Errorf(codec.CodeBadRequest, "missing input %q (model inputs: %s)", in.Name, strings.Join(names(s.Inputs), ", "))
+		}
+		if s.rank1[i] {
+			// A scalar the rewritten model takes as [1] (scalarin.go).
+			if len(t.Shape) != 0 {
+				return nil, codec.Errorf(codec.CodeBadRequest, "input %q: the model wants a rank-0 (scalar) tensor, shape [], got shape %v", in.Name, t.Shape)
+			}
+			t.Shape = []int64{1}
 		}
 		v, err := t.value()
 		if err != nil {

@@ -18,13 +18,15 @@ import (
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
 
-// TestModelUnitOfFailure runs one pool of seven models through a real gateway, its
+// TestModelUnitOfFailure runs one pool of eleven models through a real gateway, its
 // ortworker and ONNX Runtime 1.30.0: tiny (y = 2x+1); scalar (rank-0 input and outputs,
 // which panicked the worker in its warm-up); const (no inputs: an index out of range);
-// triplets (its warm-up on zeros fails, real inputs run); refused (an operator ONNX
-// Runtime does not know); panics (its warm-up panics, by the test-only fault switch);
-// missing (no model.onnx). The worker starts and serves the four good models, every
-// answer worked out by hand, inline in msgpack and in JSON over HTTP; the three bad ones
+// triplets (its warm-up on zeros fails, real inputs run); strings (a string Identity of
+// open shape); half (a float16 output of open shape, Cast from float32); int8 (Neg of
+// int8); not (Not of bool); refused (an operator ONNX Runtime does not know); panics (its warm-up panics, by
+// the test-only fault switch); missing (no model.onnx). The worker starts and serves the
+// eight good models, every answer worked out by hand, inline in msgpack and in JSON over
+// HTTP; the three bad ones
 // are answered model_unavailable with their load error in details.error; the heartbeat
 // and `ortbus status` show each model's state.
 func TestModelUnitOfFailure(t *testing.T) {
@@ -46,8 +48,16 @@ func TestModelUnitOfFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	int8Neg := onnxgen.NewGraph("int8_neg")
+	int8Neg.AddInput("x", onnxgen.Int8, "N")
+	int8Neg.AddOutput("y", onnxgen.Int8, "N")
+	int8Neg.AddNode("Neg", []string{"x"}, []string{"y"})
 	dur := func(d time.Duration) config.Duration { return config.Duration(d) }
-	order := []string{"tiny", "refused", "scalar", "panics", "const", "triplets", "missing"}
+	boolNot := onnxgen.NewGraph("bool_not")
+	boolNot.AddInput("x", onnxgen.Bool, "N")
+	boolNot.AddOutput("y", onnxgen.Bool, "N")
+	boolNot.AddNode("Not", []string{"x"}, []string{"y"})
+	order := []string{"tiny", "refused", "scalar", "strings", "panics", "const", "half", "triplets", "int8", "not", "missing"}
 	c := &config.Config{
 		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
 		Gateway:  config.Gateway{ShutdownGrace: dur(3 * time.Second)},
@@ -62,6 +72,10 @@ func TestModelUnitOfFailure(t *testing.T) {
 			"const":    {Kind: config.KindRaw, Dir: filepath.Join(md, onnxgen.ConstDir)},
 			"triplets": {Kind: config.KindRaw, Dir: write("triplets", onnxgen.TripletsGraph())},
 			"refused":  {Kind: config.KindRaw, Dir: write("refused", onnxgen.UnloadableGraph())},
+			"strings":  {Kind: config.KindRaw, Dir: write("strings", onnxgen.IdentityGraph(onnxgen.String, "N"))},
+			"half":     {Kind: config.KindRaw, Dir: write("half", onnxgen.CastGraph(onnxgen.Float, onnxgen.Float16, "N", 3))},
+			"int8":     {Kind: config.KindRaw, Dir: write("int8", int8Neg)},
+			"not":      {Kind: config.KindRaw, Dir: write("not", boolNot)},
 			"panics":   {Kind: config.KindRaw, Dir: write(fault.MagicPanic, onnxgen.TinyGraph())},
 			"missing":  {Kind: config.KindRaw, Dir: missing},
 		},
@@ -126,6 +140,18 @@ func TestModelUnitOfFailure(t *testing.T) {
 	check("const none", out["none"], f32([]int64{0, 2}))
 	out = outputs("triplets", &codec.Request{Inputs: map[string]*codec.Tensor{"x": f32([]int64{1, 6}, 1, 2, 3, 4, 5, 6)}})
 	check("triplets y", out["y"], f32([]int64{2, 3}, 1, 2, 3, 4, 5, 6))
+	strs := &codec.Tensor{Type: "string", Shape: []int64{3}, Strings: []string{"", "é", "日本語"}}
+	out = outputs("strings", &codec.Request{Inputs: map[string]*codec.Tensor{"x": strs}})
+	if y := out["y"]; y == nil || y.Type != "string" || !slices.Equal(y.Shape, strs.Shape) || !slices.Equal(y.Strings, strs.Strings) {
+		t.Errorf("strings y = %+v, want %+v", y, strs)
+	}
+	// 1, -2.5, 0.1 in float16: 0x3c00, 0xc100, 0x2e66.
+	out = outputs("half", &codec.Request{Inputs: map[string]*codec.Tensor{"x": f32([]int64{1, 3}, 1, -2.5, 0.1)}})
+	check("half y", out["y"], &codec.Tensor{Type: "float16", Shape: []int64{1, 3}, Data: []byte{0x00, 0x3c, 0x00, 0xc1, 0x66, 0x2e}})
+	out = outputs("int8", &codec.Request{Inputs: map[string]*codec.Tensor{"x": {Type: "int8", Shape: []int64{4}, Data: []byte{1, 0xfe, 127, 0}}}})
+	check("int8 y", out["y"], &codec.Tensor{Type: "int8", Shape: []int64{4}, Data: []byte{0xff, 2, 0x81, 0}})
+	out = outputs("not", &codec.Request{Inputs: map[string]*codec.Tensor{"x": {Type: "bool", Shape: []int64{3}, Data: []byte{1, 0, 1}}}})
+	check("not y", out["y"], &codec.Tensor{Type: "bool", Shape: []int64{3}, Data: []byte{0, 1, 0}})
 
 	// By path: rank-0 .npy files in and out (shape ()).
 	xPath, kPath := filepath.Join(root, "x.npy"), filepath.Join(root, "k.npy")

@@ -241,6 +241,12 @@ func (g *Graph) AddInput(name string, typ DataType, dims ...any) {
 	g.inputs = append(g.inputs, valueInfo{name: name, typ: typ, dims: toDims(name, dims)})
 }
 
+// AddInputNoShape declares a graph input of element type typ without a shape: its rank
+// is unknown, so a value of any rank is accepted.
+func (g *Graph) AddInputNoShape(name string, typ DataType) {
+	g.inputs = append(g.inputs, valueInfo{name: name, typ: typ, noShape: true})
+}
+
 // AddOutput declares a graph output; dims as for AddInput. No dims declares a rank-0
 // (scalar) output.
 func (g *Graph) AddOutput(name string, typ DataType, dims ...any) {
