@@ -103,31 +103,7 @@ func rewriteModel(path string, outs, ins []string) (model []byte, outNames, inNa
 // castGraph rewrites a GraphProto: each renamed output's name and element type, and one
 // Cast node per renamed output, appended.
 func castGraph(graph []byte, outs []string, renamed map[string]string) ([]byte, error) {
-	var out []byte
-	found := map[string]bool{}
-	err := fields(graph, func(num protowire.Number, typ protowire.Type, raw, val []byte) error {
-		if num != pbGraphOutput || typ != protowire.BytesType {
-			out = append(out, raw...)
-			return nil
-		}
-		name, err := valueName(val)
-		if err != nil {
-			return err
-		}
-		to, ok := renamed[name]
-		if !ok {
-			out = append(out, raw...)
-			return nil
-		}
-		found[name] = true
-		v, err := castValueInfo(val, to)
-		if err != nil {
-			return fmt.Errorf("output %q: %w", name, err)
-		}
-		out = protowire.AppendTag(out, pbGraphOutput, protowire.BytesType)
-		out = protowire.AppendBytes(out, v)
-		return nil
-	})
+	out, found, err := renameValues(graph, pbGraphOutput, renamed, castValueInfo)
 	if err != nil {
 		return nil, err
 	}
@@ -143,15 +119,7 @@ func castGraph(graph []byte, outs []string, renamed map[string]string) ([]byte, 
 		attr = protowire.AppendVarint(attr, onnxFloat)
 		attr = protowire.AppendTag(attr, pbAttrType, protowire.VarintType)
 		attr = protowire.AppendVarint(attr, pbAttrTypeInt)
-		var node []byte
-		node = appendStr(node, pbNodeInput, from)
-		node = appendStr(node, pbNodeOutput, to)
-		node = appendStr(node, pbNodeName, "ortbus_cast_"+from)
-		node = appendStr(node, pbNodeOpType, "Cast")
-		node = protowire.AppendTag(node, pbNodeAttribute, protowire.BytesType)
-		node = protowire.AppendBytes(node, attr)
-		out = protowire.AppendTag(out, pbGraphNode, protowire.BytesType)
-		out = protowire.AppendBytes(out, node)
+		out = appendNode(out, []string{from}, to, "ortbus_cast_"+from, "Cast", attr)
 	}
 	return out, nil
 }
@@ -159,6 +127,56 @@ func castGraph(graph []byte, outs []string, renamed map[string]string) ([]byte, 
 // castValueInfo is a ValueInfoProto renamed to name, its tensor element type FLOAT (its
 // shape and everything else kept).
 func castValueInfo(v []byte, name string) ([]byte, error) {
+	var elem []byte
+	elem = protowire.AppendTag(elem, pbTensorTypeElem, protowire.VarintType)
+	elem = protowire.AppendVarint(elem, onnxFloat)
+	return rewriteValueInfo(v, name, func(tt []byte) ([]byte, error) {
+		return withField(tt, pbTensorTypeElem, elem)
+	})
+}
+
+// renameValues rewrites a GraphProto: each ValueInfoProto of field num (pbGraphInput or
+// pbGraphOutput) whose name renamed maps is replaced by f's rewrite of it under its new
+// name, everything else kept. It returns which of renamed's names it found.
+func renameValues(graph []byte, num protowire.Number, renamed map[string]string, f func(v []byte, name string) ([]byte, error)) ([]byte, map[string]bool, error) {
+	what := "output"
+	if num == pbGraphInput {
+		what = "input"
+	}
+	var out []byte
+	found := map[string]bool{}
+	err := fields(graph, func(n protowire.Number, typ protowire.Type, raw, val []byte) error {
+		if n != num || typ != protowire.BytesType {
+			out = append(out, raw...)
+			return nil
+		}
+		name, err := valueName(val)
+		if err != nil {
+			return err
+		}
+		to, ok := renamed[name]
+		if !ok {
+			out = append(out, raw...)
+			return nil
+		}
+		found[name] = true
+		v, err := f(val, to)
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", what, name, err)
+		}
+		out = protowire.AppendTag(out, num, protowire.BytesType)
+		out = protowire.AppendBytes(out, v)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, found, nil
+}
+
+// rewriteValueInfo is a ValueInfoProto of a tensor renamed to name, its TypeProto.Tensor
+// replaced by what f makes of it (everything else kept).
+func rewriteValueInfo(v []byte, name string, f func(tt []byte) ([]byte, error)) ([]byte, error) {
 	var out []byte
 	tensors := 0
 	err := fields(v, func(num protowire.Number, typ protowire.Type, raw, val []byte) error {
@@ -173,15 +191,7 @@ func castValueInfo(v []byte, name string) ([]byte, error) {
 					return nil
 				}
 				tensors++
-				var tt []byte
-				err := fields(val, func(num protowire.Number, typ protowire.Type, raw, _ []byte) error {
-					if num != pbTensorTypeElem {
-						tt = append(tt, raw...)
-					}
-					return nil
-				})
-				tt = protowire.AppendTag(tt, pbTensorTypeElem, protowire.VarintType)
-				tt = protowire.AppendVarint(tt, onnxFloat)
+				tt, err := f(val)
 				tp = protowire.AppendTag(tp, pbTypeTensor, protowire.BytesType)
 				tp = protowire.AppendBytes(tp, tt)
 				return err
@@ -202,6 +212,19 @@ func castValueInfo(v []byte, name string) ([]byte, error) {
 	return out, err
 }
 
+// withField is the message b with every field numbered num left out and field (its tag
+// included) appended.
+func withField(b []byte, num protowire.Number, field []byte) ([]byte, error) {
+	var out []byte
+	err := fields(b, func(n protowire.Number, _ protowire.Type, raw, _ []byte) error {
+		if n != num {
+			out = append(out, raw...)
+		}
+		return nil
+	})
+	return append(out, field...), err
+}
+
 // valueName is the name of a ValueInfoProto.
 func valueName(v []byte) (string, error) {
 	var name string
@@ -212,6 +235,24 @@ func valueName(v []byte) (string, error) {
 		return nil
 	})
 	return name, err
+}
+
+// appendNode appends to a GraphProto b a NodeProto: op of inputs ins and one output out,
+// named name, with the attributes (AttributeProtos) attrs.
+func appendNode(b []byte, ins []string, out, name, op string, attrs ...[]byte) []byte {
+	var node []byte
+	for _, in := range ins {
+		node = appendStr(node, pbNodeInput, in)
+	}
+	node = appendStr(node, pbNodeOutput, out)
+	node = appendStr(node, pbNodeName, name)
+	node = appendStr(node, pbNodeOpType, op)
+	for _, a := range attrs {
+		node = protowire.AppendTag(node, pbNodeAttribute, protowire.BytesType)
+		node = protowire.AppendBytes(node, a)
+	}
+	b = protowire.AppendTag(b, pbGraphNode, protowire.BytesType)
+	return protowire.AppendBytes(b, node)
 }
 
 func appendStr(b []byte, num protowire.Number, s string) []byte {

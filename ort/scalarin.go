@@ -115,47 +115,15 @@ func scalarGraph(graph []byte, ins []string) ([]byte, map[string]string, error) 
 	// The Reshapes come first among the nodes (nodes are in topological order).
 	var nodes []byte
 	for _, in := range order {
-		var node []byte
-		node = appendStr(node, pbNodeInput, renamed[in])
-		node = appendStr(node, pbNodeInput, scalarShapeName)
-		node = appendStr(node, pbNodeOutput, in)
-		node = appendStr(node, pbNodeName, "ortbus_reshape_"+in)
-		node = appendStr(node, pbNodeOpType, "Reshape")
-		nodes = protowire.AppendTag(nodes, pbGraphNode, protowire.BytesType)
-		nodes = protowire.AppendBytes(nodes, node)
+		nodes = appendNode(nodes, []string{renamed[in], scalarShapeName}, in, "ortbus_reshape_"+in, "Reshape")
 	}
-	var out []byte
-	placed := false
-	err = fields(graph, func(num protowire.Number, typ protowire.Type, raw, val []byte) error {
-		if num == pbGraphNode && !placed {
-			out, placed = append(out, nodes...), true
-		}
-		if num != pbGraphInput || typ != protowire.BytesType {
-			out = append(out, raw...)
-			return nil
-		}
-		name, err := valueName(val)
-		if err != nil {
-			return err
-		}
-		to, ok := renamed[name]
-		if !ok {
-			out = append(out, raw...)
-			return nil
-		}
-		v, err := rank1ValueInfo(val, to)
-		if err != nil {
-			return fmt.Errorf("input %q: %w", name, err)
-		}
-		out = protowire.AppendTag(out, pbGraphInput, protowire.BytesType)
-		out = protowire.AppendBytes(out, v)
-		return nil
-	})
+	out, _, err := renameValues(graph, pbGraphInput, renamed, rank1ValueInfo)
 	if err != nil {
 		return nil, nil, err
 	}
-	if !placed {
-		out = append(out, nodes...)
+	out, err = insertBefore(out, pbGraphNode, nodes)
+	if err != nil {
+		return nil, nil, err
 	}
 	// The shape of the Reshapes: an int64 tensor of dimensions [0], no element.
 	var shape []byte
@@ -205,53 +173,35 @@ func declaredRank0(v []byte) (bool, error) {
 	return shapes == 1 && dims == 0, err
 }
 
+// insertBefore is the message b with fields (tags included) inserted before its first
+// field numbered num, or appended when it has none.
+func insertBefore(b []byte, num protowire.Number, add []byte) ([]byte, error) {
+	var out []byte
+	placed := false
+	err := fields(b, func(n protowire.Number, _ protowire.Type, raw, _ []byte) error {
+		if n == num && !placed {
+			out, placed = append(out, add...), true
+		}
+		out = append(out, raw...)
+		return nil
+	})
+	if !placed {
+		out = append(out, add...)
+	}
+	return out, err
+}
+
 // rank1ValueInfo is a ValueInfoProto of a tensor renamed to name, its shape [1] (its
 // element type and everything else kept).
 func rank1ValueInfo(v []byte, name string) ([]byte, error) {
-	var dim, shape []byte
+	var dim, shape, field []byte
 	dim = protowire.AppendTag(dim, pbDimValue, protowire.VarintType)
 	dim = protowire.AppendVarint(dim, 1)
 	shape = protowire.AppendTag(shape, pbShapeDim, protowire.BytesType)
 	shape = protowire.AppendBytes(shape, dim)
-	var out []byte
-	tensors := 0
-	err := fields(v, func(num protowire.Number, typ protowire.Type, raw, val []byte) error {
-		switch {
-		case num == pbValueName && typ == protowire.BytesType:
-			out = appendStr(out, pbValueName, name)
-		case num == pbValueType && typ == protowire.BytesType:
-			var tp []byte
-			err := fields(val, func(num protowire.Number, typ protowire.Type, raw, val []byte) error {
-				if num != pbTypeTensor || typ != protowire.BytesType {
-					tp = append(tp, raw...)
-					return nil
-				}
-				tensors++
-				var tt []byte
-				err := fields(val, func(num protowire.Number, _ protowire.Type, raw, _ []byte) error {
-					if num != pbTensorTypeShape {
-						tt = append(tt, raw...)
-					}
-					return nil
-				})
-				tt = protowire.AppendTag(tt, pbTensorTypeShape, protowire.BytesType)
-				tt = protowire.AppendBytes(tt, shape)
-				tp = protowire.AppendTag(tp, pbTypeTensor, protowire.BytesType)
-				tp = protowire.AppendBytes(tp, tt)
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			out = protowire.AppendTag(out, pbValueType, protowire.BytesType)
-			out = protowire.AppendBytes(out, tp)
-		default:
-			out = append(out, raw...)
-		}
-		return nil
+	field = protowire.AppendTag(field, pbTensorTypeShape, protowire.BytesType)
+	field = protowire.AppendBytes(field, shape)
+	return rewriteValueInfo(v, name, func(tt []byte) ([]byte, error) {
+		return withField(tt, pbTensorTypeShape, field)
 	})
-	if err == nil && tensors != 1 {
-		err = fmt.Errorf("not a tensor type")
-	}
-	return out, err
 }

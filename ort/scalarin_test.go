@@ -2,7 +2,6 @@ package ort_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,14 +21,7 @@ import (
 // rewrite cannot be made for (a name it would add is taken) still loads, its rank-0 half
 // input refused with bad_request as before.
 func (c *child) testScalarInputs(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name string, g *onnxgen.Graph) string {
-		p := filepath.Join(dir, name+".onnx")
-		if err := g.WriteFile(p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := modelWriter(t)
 	samples := map[string][]any{
 		"float16":  {ort.Float16{0x3c00}, ort.Float16{0x7e01}, ort.Float16{0x8001}, ort.Float16{0xfc00}},
 		"bfloat16": {ort.BFloat16{0x3f80}, ort.BFloat16{0x7fc1}, ort.BFloat16{0x8001}, ort.BFloat16{0x7f7f}},

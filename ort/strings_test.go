@@ -3,7 +3,6 @@ package ort_test
 import (
 	"context"
 	"math"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,14 +17,7 @@ import (
 // onnxruntime_go cannot make: through a rewritten model), and the refusal of a NUL byte in
 // an input (a C string would be cut short) with bad_request.
 func (c *child) testStrings(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name string, g *onnxgen.Graph) string {
-		p := filepath.Join(dir, name+".onnx")
-		if err := g.WriteFile(p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := modelWriter(t)
 	strs := []string{"", "héllo", "日本語 😀", strings.Repeat("long ", 1000), "a", "tab\tnew\nline"}
 	for _, dims := range [][]any{{2, 3}, {"N", 3}} {
 		s := c.session(t, write("id_string", onnxgen.IdentityGraph(onnxgen.String, dims...)), ort.SessionConfig{})
@@ -85,14 +77,7 @@ func (c *child) testStrings(t *testing.T) {
 // Cast from float32 (rounded as codec rounds), Identity of every edge of the types (NaN,
 // infinities, subnormals, the largest), for several batch sizes on one session.
 func (c *child) testHalfOpenShape(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name string, g *onnxgen.Graph) string {
-		p := filepath.Join(dir, name+".onnx")
-		if err := g.WriteFile(p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := modelWriter(t)
 	xs := []float32{0, 1, -2.5, 0.1, 70000, 1.00390625, float32(math.Inf(-1)), 3.14159, -1e-6}
 	for _, to := range []string{"float16", "bfloat16"} {
 		bits := func(v []float32) any {

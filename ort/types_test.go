@@ -10,6 +10,19 @@ import (
 	"github.com/ortbus/ortbus/ort"
 )
 
+// modelWriter returns a function that writes the model g to NAME.onnx in a temporary
+// directory of t and returns its path.
+func modelWriter(t *testing.T) func(name string, g *onnxgen.Graph) string {
+	dir := t.TempDir()
+	return func(name string, g *onnxgen.Graph) string {
+		p := filepath.Join(dir, name+".onnx")
+		if err := g.WriteFile(p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+}
+
 // typeSamples are six values of each element type (shape [2,3]), with the type's edges.
 func typeSamples() map[string]any {
 	return map[string]any{
@@ -35,14 +48,7 @@ func typeSamples() map[string]any {
 // through a float32 Cast), and of zero size [0,3]; and
 // Cast from float32 to float16 and bfloat16, the expected bits worked out in Go.
 func (c *child) testElementTypes(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name string, g *onnxgen.Graph) string {
-		p := filepath.Join(dir, name+".onnx")
-		if err := g.WriteFile(p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := modelWriter(t)
 	for typ, data := range typeSamples() {
 		dt := onnxgen.DataTypes[typ]
 		s := c.session(t, write(typ+"_fixed", onnxgen.IdentityGraph(dt, 2, 3)), ort.SessionConfig{})

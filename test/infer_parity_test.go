@@ -1,7 +1,6 @@
 package test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
-	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
@@ -47,30 +45,14 @@ type parityCase struct {
 // child process of its own (internal/ortrun: package ort alone, without the bus).
 func TestInferMatchesDirectRuntime(t *testing.T) {
 	t.Parallel()
-	root := imageRoot(t)
-	spool := filepath.Join(root, "spool")
-	if err := os.Mkdir(spool, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	pool := newInferPool(t)
+	root, spool := pool.root, pool.spool
 	lib := testenv.RuntimeLib(t, "1.30.0")
 	oracle := buildOracle(t)
 
 	// One pool of 48 models: a worker's heartbeat lists at most 64 (maxList of
 	// health/tracker.go; the gateway drops one that lists more, so the pool never goes
 	// live), hence the fixed shapes share a model per type.
-	dir := t.TempDir()
-	models := map[string]*config.Model{}
-	files := map[string]string{}
-	var order []string
-	add := func(name string, g *onnxgen.Graph) {
-		d := filepath.Join(dir, name)
-		files[name] = filepath.Join(d, onnxgen.ModelFile)
-		if err := g.WriteFile(files[name]); err != nil {
-			t.Fatal(err)
-		}
-		models[name] = &config.Model{Kind: config.KindRaw, Dir: d}
-		order = append(order, name)
-	}
 	var cases []parityCase
 	one := func(label, model string, echo bool, x *codec.Tensor) {
 		c := parityCase{label: label, model: model, inputs: map[string]*codec.Tensor{"x": x}}
@@ -82,14 +64,14 @@ func TestInferMatchesDirectRuntime(t *testing.T) {
 	casts := []float32{0, 1, 2.5, 0.1, 100, 3.75} // in the range of every type
 	for k, typ := range parityTypes {
 		dt := onnxgen.DataTypes[typ]
-		add("id-"+typ, onnxgen.IdentityGraph(dt, "N", 3))
+		pool.add(t, "id-"+typ, onnxgen.IdentityGraph(dt, "N", 3))
 		one("id-"+typ, "id-"+typ, true, paritySample(typ, []int64{2, 3}, k))
 		one("id-"+typ+" zero-size", "id-"+typ, true, paritySample(typ, []int64{0, 3}, k))
-		add("fixed-"+typ, parityFixedGraph(dt))
+		pool.add(t, "fixed-"+typ, parityFixedGraph(dt))
 		cases = append(cases, parityCase{label: "fixed-" + typ, model: "fixed-" + typ, inputs: map[string]*codec.Tensor{
 			"x": paritySample(typ, []int64{2, 3}, k+1), "e": paritySample(typ, []int64{0, 3}, k), "s": paritySample(typ, []int64{}, k+2),
 		}, echo: map[string]string{"y": "x", "z": "e", "w": "s"}})
-		add("cast-"+typ, onnxgen.CastGraph(onnxgen.Float, dt, "N", 3))
+		pool.add(t, "cast-"+typ, onnxgen.CastGraph(onnxgen.Float, dt, "N", 3))
 		one("cast-"+typ, "cast-"+typ, false, &codec.Tensor{Type: "float32", Shape: []int64{2, 3}, Data: codec.Float32Bytes(casts)})
 	}
 	halfIn := []float32{0, 1, -2.5, 0.1, 70000, 1.00390625, 3.14159, -1e-6}
@@ -99,14 +81,14 @@ func TestInferMatchesDirectRuntime(t *testing.T) {
 		g.AddInput("x", onnxgen.Float, "N")
 		g.AddOutputNoShape("y", dt)
 		g.AddNode("Cast", []string{"x"}, []string{"y"}, onnxgen.AttrInt("to", int64(dt)))
-		add("cast-norank-"+to, g)
+		pool.add(t, "cast-norank-"+to, g)
 		one("cast-norank-"+to, "cast-norank-"+to, false, &codec.Tensor{Type: "float32", Shape: []int64{8}, Data: codec.Float32Bytes(halfIn)})
-		add("cast-scalar-"+to, onnxgen.CastGraph(onnxgen.Float, dt))
+		pool.add(t, "cast-scalar-"+to, onnxgen.CastGraph(onnxgen.Float, dt))
 		one("cast-scalar-"+to, "cast-scalar-"+to, false, &codec.Tensor{Type: "float32", Shape: []int64{}, Data: codec.Float32Bytes(halfIn[3:4])})
 	}
-	add("noinputs", parityNoInputsGraph(casts))
+	pool.add(t, "noinputs", parityNoInputsGraph(casts))
 	cases = append(cases, parityCase{label: "noinputs", model: "noinputs", inputs: map[string]*codec.Tensor{}})
-	add("mixed", parityMixedGraph())
+	pool.add(t, "mixed", parityMixedGraph())
 	for _, n := range []int64{2, 0} {
 		cases = append(cases, parityCase{label: fmt.Sprintf("mixed n=%d", n), model: "mixed", inputs: map[string]*codec.Tensor{
 			"a": paritySample("float16", []int64{}, 3), "b": paritySample("float16", []int64{n}, 4),
@@ -129,7 +111,7 @@ func TestInferMatchesDirectRuntime(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		run := parityRun{Model: files[c.model], Inputs: map[string]parityInput{}, Out: out}
+		run := parityRun{Model: pool.files[c.model], Inputs: map[string]parityInput{}, Out: out}
 		for name, x := range c.inputs {
 			p := filepath.Join(in, name+".npy")
 			if x.Type == "bfloat16" {
@@ -163,20 +145,7 @@ func TestInferMatchesDirectRuntime(t *testing.T) {
 		direct <- err
 	}()
 
-	dur := func(d time.Duration) config.Duration { return config.Duration(d) }
-	c := &config.Config{
-		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
-		Gateway:  config.Gateway{ShutdownGrace: dur(3 * time.Second)},
-		Health:   config.Health{HeartbeatInterval: dur(gwHeartbeat), MissCount: gwMissCount},
-		Security: config.Security{AllowedRoots: []string{root}, SpoolDir: spool},
-		Classes:  map[string]*config.Class{"interactive": {Chain: []string{"parity"}}},
-		Pools: map[string]*config.Pool{"parity": {Runtime: lib, Threads: 1,
-			Classes: []string{"interactive"}, Models: order}},
-		Models: models,
-	}
-	c.SetOrder("models", order...)
-	g := startGateway(t, writeConfigFile(t, filepath.Join(t.TempDir(), "gateway.toml"), c))
-	live := g.waitLive(t, "parity", 1)
+	g, live := pool.start(t, "parity", lib)
 	for _, w := range live {
 		for _, m := range w.Models {
 			if m.State != codec.ModelReady || m.WarmupError != "" {
@@ -188,24 +157,6 @@ func TestInferMatchesDirectRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	infer := func(req *codec.Request) (*codec.InferReply, *codec.Error) {
-		t.Helper()
-		r := g.call(t, "infer", req, gwReplyBound)
-		if r.Err != nil {
-			return nil, r.Err
-		}
-		var rep codec.InferReply
-		if err := codec.Unmarshal(r.Msg.Data, &rep); err != nil {
-			t.Fatal(err)
-		}
-		return &rep, nil
-	}
-	same := func(what string, got, want *codec.Tensor) {
-		t.Helper()
-		if got == nil || got.Type != want.Type || !slices.Equal(got.Shape, want.Shape) || !bytes.Equal(got.Data, want.Data) || !slices.Equal(got.Strings, want.Strings) {
-			t.Errorf("%s = %s, want %s", what, describeTensor(got), describeTensor(want))
-		}
-	}
 	for i, c := range cases {
 		// The direct run's outputs.
 		out := filepath.Join(oracleOut, fmt.Sprint(i))
@@ -233,11 +184,11 @@ func TestInferMatchesDirectRuntime(t *testing.T) {
 			want[o.Name] = x
 		}
 		for o, in := range c.echo {
-			same(c.label+": the direct run's "+o, want[o], c.inputs[in])
+			sameTensor(t, c.label+": the direct run's "+o, want[o], c.inputs[in])
 		}
 
 		// Inline.
-		rep, e := infer(&codec.Request{Model: c.model, Inputs: c.inputs})
+		rep, e := g.infer(t, &codec.Request{Model: c.model, Inputs: c.inputs})
 		if e != nil {
 			t.Errorf("%s inline: %s: %s", c.label, e.Code, e.Message)
 			continue
@@ -246,7 +197,7 @@ func TestInferMatchesDirectRuntime(t *testing.T) {
 			t.Errorf("%s inline: outputs %v, want those of the direct run (%d)", c.label, slices.Sorted(maps.Keys(rep.Outputs)), len(want))
 		}
 		for name, w := range want {
-			same(c.label+" inline "+name, rep.Outputs[name], w)
+			sameTensor(t, c.label+" inline "+name, rep.Outputs[name], w)
 		}
 
 		// By path: every input from its file, every output but bfloat16 to a file.
@@ -260,7 +211,7 @@ func TestInferMatchesDirectRuntime(t *testing.T) {
 		if len(files) < len(want) {
 			req.Outputs = files
 		}
-		rep, e = infer(req)
+		rep, e = g.infer(t, req)
 		if e != nil {
 			t.Errorf("%s by path: %s: %s", c.label, e.Code, e.Message)
 			continue
@@ -274,10 +225,10 @@ func TestInferMatchesDirectRuntime(t *testing.T) {
 				t.Errorf("%s by path: output %s at %q, want %s", c.label, name, rep.OutputPaths[name], p)
 				continue
 			}
-			same(c.label+" by path "+name, readNPY(t, p), want[name])
+			sameTensor(t, c.label+" by path "+name, readNPY(t, p), want[name])
 		}
 	}
-	t.Logf("%d cases on %d models, each compared with a direct run", len(cases), len(order))
+	t.Logf("%d cases on %d models, each compared with a direct run", len(cases), len(pool.order))
 }
 
 // parityRun, parityInput and parityOutput are internal/ortrun's spec and outputs.json.

@@ -7,13 +7,11 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
 	ortclient "github.com/ortbus/ortbus/client"
 	"github.com/ortbus/ortbus/codec"
-	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
@@ -25,40 +23,13 @@ import (
 // refused before (onnxruntime_go cannot copy them when the runtime allocates them).
 func TestInferStringsAndOpenHalves(t *testing.T) {
 	t.Parallel()
-	root := imageRoot(t)
-	spool := filepath.Join(root, "spool")
-	if err := os.Mkdir(spool, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	models := map[string]*config.Model{}
-	var order []string
-	add := func(name string, g *onnxgen.Graph) {
-		d := filepath.Join(dir, name)
-		if err := g.WriteFile(filepath.Join(d, onnxgen.ModelFile)); err != nil {
-			t.Fatal(err)
-		}
-		models[name] = &config.Model{Kind: config.KindRaw, Dir: d}
-		order = append(order, name)
-	}
-	add("id-string", onnxgen.IdentityGraph(onnxgen.String, 2, 3))
-	add("id-string-dyn", onnxgen.IdentityGraph(onnxgen.String, "N"))
-	add("cast-float16-dyn", onnxgen.CastGraph(onnxgen.Float, onnxgen.Float16, "N", 3))
-	add("cast-bfloat16-dyn", onnxgen.CastGraph(onnxgen.Float, onnxgen.BFloat16, "N", 3))
-	dur := func(d time.Duration) config.Duration { return config.Duration(d) }
-	c := &config.Config{
-		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
-		Gateway:  config.Gateway{ShutdownGrace: dur(3 * time.Second)},
-		Health:   config.Health{HeartbeatInterval: dur(gwHeartbeat), MissCount: gwMissCount},
-		Security: config.Security{AllowedRoots: []string{root}, SpoolDir: spool},
-		Classes:  map[string]*config.Class{"interactive": {Chain: []string{"strs"}}},
-		Pools: map[string]*config.Pool{"strs": {Runtime: testenv.RuntimeLib(t, "1.30.0"), Threads: 1,
-			Classes: []string{"interactive"}, Models: order}},
-		Models: models,
-	}
-	c.SetOrder("models", order...)
-	g := startGateway(t, writeConfigFile(t, filepath.Join(t.TempDir(), "gateway.toml"), c))
-	g.waitLive(t, "strs", 1)
+	pool := newInferPool(t)
+	root, spool := pool.root, pool.spool
+	pool.add(t, "id-string", onnxgen.IdentityGraph(onnxgen.String, 2, 3))
+	pool.add(t, "id-string-dyn", onnxgen.IdentityGraph(onnxgen.String, "N"))
+	pool.add(t, "cast-float16-dyn", onnxgen.CastGraph(onnxgen.Float, onnxgen.Float16, "N", 3))
+	pool.add(t, "cast-bfloat16-dyn", onnxgen.CastGraph(onnxgen.Float, onnxgen.BFloat16, "N", 3))
+	g, _ := pool.start(t, "strs", testenv.RuntimeLib(t, "1.30.0"))
 	cl := ortclient.New(g.NC)
 	infer := func(req codec.Request) *codec.InferReply {
 		t.Helper()
@@ -70,17 +41,11 @@ func TestInferStringsAndOpenHalves(t *testing.T) {
 		}
 		return rep
 	}
-	same := func(what string, got, want *codec.Tensor) {
-		t.Helper()
-		if got == nil || got.Type != want.Type || !slices.Equal(got.Shape, want.Shape) || !slices.Equal(got.Strings, want.Strings) || !slices.Equal(got.Data, want.Data) {
-			t.Errorf("%s = %+v, want %+v", what, got, want)
-		}
-	}
 
 	x := &codec.Tensor{Type: "string", Shape: []int64{2, 3}, Strings: []string{"", "héllo", "日本語 😀", "tab\there", "a", "z"}}
-	same("id-string inline y", infer(codec.Request{Model: "id-string", Inputs: map[string]*codec.Tensor{"x": x}}).Outputs["y"], x)
+	sameTensor(t, "id-string inline y", infer(codec.Request{Model: "id-string", Inputs: map[string]*codec.Tensor{"x": x}}).Outputs["y"], x)
 	xd := &codec.Tensor{Type: "string", Shape: []int64{4}, Strings: []string{"one", "", "three", "𝄞"}}
-	same("id-string-dyn inline y", infer(codec.Request{Model: "id-string-dyn", Inputs: map[string]*codec.Tensor{"x": xd}}).Outputs["y"], xd)
+	sameTensor(t, "id-string-dyn inline y", infer(codec.Request{Model: "id-string-dyn", Inputs: map[string]*codec.Tensor{"x": xd}}).Outputs["y"], xd)
 
 	// JSON: the data is an array of strings both ways.
 	msg := nats.NewMsg("ortbus.v1.infer")
@@ -115,7 +80,7 @@ func TestInferStringsAndOpenHalves(t *testing.T) {
 	if rep.OutputPaths["y"] != filepath.Join(out, "y.npy") {
 		t.Fatalf("by path: %+v", rep)
 	}
-	same("id-string by path y", readNPY(t, filepath.Join(out, "y.npy")), x)
+	sameTensor(t, "id-string by path y", readNPY(t, filepath.Join(out, "y.npy")), x)
 
 	// A NUL byte cannot reach ONNX Runtime (a C string): bad_request, not a cut string.
 	ctx, cancel := context.WithTimeout(context.Background(), gwReplyBound)
@@ -138,7 +103,7 @@ func TestInferStringsAndOpenHalves(t *testing.T) {
 				}
 				want.Data[2*i], want.Data[2*i+1] = byte(b), byte(b>>8)
 			}
-			same("cast-"+to+"-dyn y", infer(codec.Request{Model: "cast-" + to + "-dyn", Inputs: map[string]*codec.Tensor{"x": in}}).Outputs["y"], want)
+			sameTensor(t, "cast-"+to+"-dyn y", infer(codec.Request{Model: "cast-" + to + "-dyn", Inputs: map[string]*codec.Tensor{"x": in}}).Outputs["y"], want)
 		}
 	}
 }
