@@ -13,10 +13,11 @@ ORT_LIBS  := $(foreach v,$(ORT_VERSIONS),$(DEPS)/ort-$(v)/lib/libonnxruntime.so.
 MODELS    := $(DEPS)/models/tagger/model.onnx
 OCR_MODEL := $(DEPS)/ocr/ppocrv4-det/model.onnx
 VAD_MODEL := $(DEPS)/vad/silero-v5/model.onnx
+NODE_BENCH := $(DEPS)/node-bench/INSTALLED
 BINARIES  := bin/ortbus bin/ortworker bin/natsembed bin/gateway
 GOFLAGS_TEST ?= -race -count=1 -p 1 -timeout 40m
 
-.PHONY: all build prepare runtimes models ocr-model vad-model demo test vet fmt-check fuzz fuzz-handlers bench clean
+.PHONY: all build prepare runtimes models ocr-model vad-model node-bench demo test vet fmt-check fuzz fuzz-handlers bench clean
 all: build
 
 build: $(BINARIES)
@@ -78,10 +79,16 @@ vad-model: $(VAD_MODEL)
 $(VAD_MODEL): scripts/fetch-vad-model.sh
 	scripts/fetch-vad-model.sh $(DEPS)
 
+# onnxruntime-node 1.30.0 (npm, scripts off) into .deps/node-bench and Bun (clients/ts's
+# devDependency): the throughput bench's in-process onnxruntime-node baseline under Bun.
+node-bench: $(NODE_BENCH)
+$(NODE_BENCH): scripts/fetch-node-bench.sh bench/node/package.json bench/node/package-lock.json
+	scripts/fetch-node-bench.sh $(DEPS)
+
 # Every bench once (about 11 minutes on 2 cores before the real-model collision and capacity,
 # which add a few; jobs alone about 6); figures and commands in
 # docs/BENCHMARKS.md.
-bench: build prepare $(OCR_MODEL) $(VAD_MODEL)
+bench: build prepare $(OCR_MODEL) $(VAD_MODEL) $(NODE_BENCH)
 	bin/ortbus bench overhead   -out bench-out/overhead.json
 	bin/ortbus bench throughput -out bench-out/throughput.json
 	bin/ortbus bench collision  -out bench-out/collision.json -chart bench-out/collision.png

@@ -64,6 +64,10 @@ type Options struct {
 	// InFlight is how many requests the client keeps outstanding (throughput, failure, the
 	// plain path of jobs); 0 = the default.
 	InFlight int
+	// Workers and Threads, when set, are throughput's system pools' layout (workers per
+	// pool, intra-op threads per worker; e.g. what ortbus tune chose), in place of one
+	// worker with the model's threads. The in-process and node paths keep the model's.
+	Workers, Threads int
 	// Scenario is the collision or capacity scenario: a TOML file, or a built-in one
 	// (collision: "" = "default", "onepool", "short", "real", "real-short"; capacity: "" =
 	// "capacity"; see LoadScenario).

@@ -22,6 +22,8 @@ const benchUsage = `usage: ortbus bench NAME [flags]
                    (default 2s); collision: overrides the scenario's arrival window; capacity:
                    overrides each step's window
   -inflight N      throughput, failure, jobs (plain path): requests kept outstanding (default 32, 8, 32)
+  -workers N, -threads N   throughput: the system pools' layout (e.g. what ortbus tune chose), in
+                   place of one worker with each model's threads
   -kills N         jobs: kill -9 of the whole stack during the kill run (default 2; -1 = none)
   -scenario S      collision: a scenario TOML file, or a built-in one: default (two pools
                    sharing the CPU: bench/scenarios/collision.toml), onepool, short, real
@@ -51,6 +53,8 @@ func benchCmd(args []string) int {
 	n := fs.Int("n", 0, "")
 	dur := fs.Duration("duration", 0, "")
 	inflight := fs.Int("inflight", 0, "")
+	workers := fs.Int("workers", 0, "")
+	threads := fs.Int("threads", 0, "")
 	kills := fs.Int("kills", 0, "")
 	scenario := fs.String("scenario", "", "")
 	seed := fs.Uint64("seed", 0, "")
@@ -66,7 +70,7 @@ func benchCmd(args []string) int {
 		fmt.Fprint(os.Stderr, benchUsage)
 		return 2
 	}
-	o := bench.Options{Repo: *repo, BinDir: *bin, N: *n, Duration: *dur, InFlight: *inflight, Kills: *kills,
+	o := bench.Options{Repo: *repo, BinDir: *bin, N: *n, Duration: *dur, InFlight: *inflight, Workers: *workers, Threads: *threads, Kills: *kills,
 		Scenario: *scenario, Seed: *seed, Steps: *steps, SkipSolo: *noSolo, RelayReplies: *relay, Out: os.Stdout, KeepTemp: *keep}
 	if *verbose {
 		o.Logs = os.Stderr
