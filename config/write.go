@@ -3,8 +3,11 @@ package config
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/pelletier/go-toml/v2"
 )
@@ -89,4 +92,84 @@ func anyMap[V any](m map[string]*V) map[string]any {
 		out[k] = v
 	}
 	return out
+}
+
+// EditPool sets keys of pool's table in the config file at path, each value written as
+// the TOML value given, keeping every other line and comment: a key the table has is
+// replaced in place (its comment kept), a missing one is added under the table's header.
+// The edited file is loaded (checked) before it replaces the file; on any error the file
+// is left as it was. The pool must be a [pools.NAME] table of its own.
+func EditPool(path, pool string, keys map[string]string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(string(b), "\n")
+	header := "[pools." + pool + "]"
+	start := -1
+	for i, l := range lines {
+		if strings.TrimSpace(stripComment(l)) == header {
+			start = i
+			break
+		}
+	}
+	if start < 0 {
+		return fmt.Errorf("%s: no %s table to edit", path, header)
+	}
+	end := len(lines)
+	for i := start + 1; i < len(lines); i++ {
+		if strings.HasPrefix(strings.TrimSpace(lines[i]), "[") {
+			end = i
+			break
+		}
+	}
+	done := map[string]bool{}
+	for i := start + 1; i < end; i++ {
+		k, _, ok := strings.Cut(stripComment(lines[i]), "=")
+		k = strings.TrimSpace(k)
+		v, want := keys[k]
+		if !ok || !want || done[k] {
+			continue
+		}
+		comment := ""
+		if c := strings.Index(lines[i], "#"); c >= 0 && stripComment(lines[i]) != lines[i] {
+			comment = "   " + lines[i][c:]
+		}
+		lines[i] = k + " = " + v + comment
+		done[k] = true
+	}
+	var add []string
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if !done[k] {
+			add = append(add, k+" = "+keys[k])
+		}
+	}
+	lines = slices.Insert(lines, start+1, add...)
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".edit")
+	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	if _, err := Load(tmp); err != nil {
+		return fmt.Errorf("the edited config is not valid (the file is unchanged): %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// stripComment is a line without its comment (a # outside a string).
+func stripComment(l string) string {
+	in := byte(0)
+	for i := 0; i < len(l); i++ {
+		switch c := l[i]; {
+		case in != 0 && c == '\\' && in == '"':
+			i++
+		case in != 0 && c == in:
+			in = 0
+		case in == 0 && (c == '"' || c == '\''):
+			in = c
+		case in == 0 && c == '#':
+			return l[:i]
+		}
+	}
+	return l
 }

@@ -260,3 +260,39 @@ func TestWriteLoaded(t *testing.T) {
 		}
 	}
 }
+
+// TestEditPool: keys of one pool's table replaced in place (comments kept) or added under
+// its header; other tables, lines and comments untouched; an edit that makes the config
+// invalid leaves the file as it was.
+func TestEditPool(t *testing.T) {
+	text := strings.Replace(good, `classes = ["interactive", "batch"]
+models = ["tagger"]
+env`, `classes = ["interactive", "batch"]
+models = ["tagger"]
+workers = 3   # a comment that stays
+env`, 1)
+	p := write(t, text)
+	if err := EditPool(p, "cpu", map[string]string{"workers": "2", "threads": "1", "spin": "true"}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	got := string(b)
+	for _, want := range []string{"workers = 2   # a comment that stays", "[pools.cpu]\nspin = true\nthreads = 1\n", "[pools.cuda]\nep = \"cuda\""} {
+		if !strings.Contains(got, want) {
+			t.Errorf("edited file lacks %q:\n%s", want, got)
+		}
+	}
+	c, err := Load(p)
+	if err != nil || c.Pools["cpu"].Workers != 2 || c.Pools["cpu"].Threads != 1 || !c.Spins("cpu", 1) || c.Pools["cuda"].Threads != 0 {
+		t.Fatalf("after the edit: %v %+v", err, c.Pools["cpu"])
+	}
+	if err := EditPool(p, "cpu", map[string]string{"workers": "-1"}); err == nil {
+		t.Fatal("an invalid edit was written")
+	}
+	if b2, _ := os.ReadFile(p); string(b2) != got {
+		t.Fatal("the file changed after a refused edit")
+	}
+	if err := EditPool(p, "nope", map[string]string{"workers": "1"}); err == nil {
+		t.Fatal("an edit of a missing pool")
+	}
+}
