@@ -128,6 +128,13 @@ func (c *Client) Cancel(ctx context.Context, id string) (*codec.CancelReply, err
 	return &r, c.do(ctx, subjects.OpCancel, &codec.Cancel{ID: id}, &r)
 }
 
+// Pause pauses (or, with action resume, resumes) a class on demand: its queued work waits
+// until the pause ends on its own (for_ms, 1 s to 1 h) or is resumed.
+func (c *Client) Pause(ctx context.Context, req *codec.PauseRequest) (*codec.PauseReply, error) {
+	var r codec.PauseReply
+	return &r, c.do(ctx, subjects.OpPause, req, &r)
+}
+
 // Reload asks the answering gateway to re-read its config file and apply what changed
 // (pools, models, class chains) without a restart; the reply comes once the workers it
 // started are ready. Operators only (ortbus.ops.reload).

@@ -111,6 +111,8 @@ type StatusReply struct {
 	Workers      []WorkerStatus `msgpack:"workers" json:"workers"`
 	Devices      []DeviceStatus `msgpack:"devices" json:"devices"`
 	Classes      []ClassStatus  `msgpack:"classes" json:"classes"`
+	// Pauses are the classes paused on demand now (op pause), each with its expiry.
+	Pauses []PauseReply `msgpack:"pauses,omitempty" json:"pauses,omitempty"`
 }
 
 // PoolStatus is one pool in a status reply.

@@ -74,3 +74,28 @@ func (r *LeaseRequest) Validate() error {
 	}
 	return nil
 }
+
+// PauseRequest pauses or resumes a class on demand (op pause): action "pause" (default)
+// or "resume"; class (required); device ("" = every device); for_ms, with pause, how
+// long (required: 1 s to an hour).
+type PauseRequest struct {
+	Action string `msgpack:"action,omitempty" json:"action,omitempty"`
+	Class  string `msgpack:"class" json:"class"`
+	Device string `msgpack:"device,omitempty" json:"device,omitempty"`
+	ForMS  int64  `msgpack:"for_ms,omitempty" json:"for_ms,omitempty"`
+}
+
+// Pause actions.
+const (
+	PausePause  = "pause"
+	PauseResume = "resume"
+)
+
+// PauseReply is a pause as it stands (and as status lists it): until when the class is
+// paused on the device by this caller; Resumed in the reply to resume.
+type PauseReply struct {
+	Class       string `msgpack:"class" json:"class"`
+	Device      string `msgpack:"device,omitempty" json:"device,omitempty"`
+	UntilUnixMS int64  `msgpack:"until_unix_ms,omitempty" json:"until_unix_ms,omitempty"`
+	Resumed     bool   `msgpack:"resumed,omitempty" json:"resumed,omitempty"`
+}

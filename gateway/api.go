@@ -176,6 +176,18 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by, te
 			return
 		}
 		encode(l)
+	case op == subjects.OpPause:
+		var req codec.PauseRequest
+		if err := codec.Decode(data, &req, asJSON); err != nil {
+			reply(nil, codec.AsError(err))
+			return
+		}
+		pr, e := g.pause(&req, tenant)
+		if e != nil {
+			reply(nil, e)
+			return
+		}
+		encode(pr)
 	case slices.Contains(subjects.JobOps, op):
 		g.serveJob(op, data, asJSON, tenant, reply)
 	default:
@@ -226,6 +238,7 @@ func (g *Gateway) status() *codec.StatusReply {
 		}
 		st.Workers = append(st.Workers, ws)
 	}
+	st.Pauses = g.pauses.list(pauseNow())
 	var running map[string]int
 	g.inspect(func(lc *lifecycle) { running = lc.running() })
 	for _, name := range g.conf().ClassNames() {

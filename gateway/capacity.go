@@ -26,13 +26,14 @@ type capacity struct {
 	cfg         *config.Config // read-only: classes (priority, min_share, degrade), pools (device, max_batch)
 	now         time.Time
 	pools       map[string]*poolCap
-	workers     map[string]*workerCap    // live workers that take items sent to them alone, by id
-	sent        uint64                   // orders the workers' lastSent after the lifecycle's sequence
-	deviceSlots map[string]int           // live slots per device (each worker's max(1, slots))
-	load        classCounts              // requests in flight per device and class, this pass's included
-	leased      classCounts              // live leases per device and class (lease.go, rule 3)
-	active      lastActive               // when each class last had work queued for or running on each device
-	est         map[estKey]time.Duration // measured service times
+	workers     map[string]*workerCap      // live workers that take items sent to them alone, by id
+	sent        uint64                     // orders the workers' lastSent after the lifecycle's sequence
+	deviceSlots map[string]int             // live slots per device (each worker's max(1, slots))
+	load        classCounts                // requests in flight per device and class, this pass's included
+	leased      classCounts                // live leases per device and class (lease.go, rule 3)
+	paused      map[string]map[string]bool // classes paused on demand, per device ("" = every one; pause.go)
+	active      lastActive                 // when each class last had work queued for or running on each device
+	est         map[estKey]time.Duration   // measured service times
 	// full holds pool+"\x00"+class once a pool is found full for a class in the pass: later
 	// items skip it without looking again.
 	full map[string]bool
@@ -80,6 +81,7 @@ func (g *Gateway) snapshot(now time.Time) *capacity {
 	}
 	c.load, c.active = h.load, h.active
 	c.leased = g.leases.byDevice()
+	c.paused = g.pauses.active(now)
 	c.est = g.est.all()
 	return c
 }

@@ -72,6 +72,7 @@ type Gateway struct {
 
 	jobs    *jobService
 	leases  *leases     // memory leases of processes outside ortbus (lease.go)
+	pauses  *pauses     // classes paused on demand (pause.go)
 	foreign *foreignMem // measured memory of processes outside ortbus (foreign.go)
 	est     estimator   // measured service times
 
@@ -256,7 +257,7 @@ func newGateway(c *config.Config, log *slog.Logger) *Gateway {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	g := &Gateway{log: log, kickCh: make(chan struct{}, 1), leases: newLeases(), connLost: make(chan struct{}),
+	g := &Gateway{log: log, kickCh: make(chan struct{}, 1), leases: newLeases(), pauses: newPauses(), connLost: make(chan struct{}),
 		events: make(chan event, eventBacklog), loopDone: make(chan struct{})}
 	g.cfg.Store(c)
 	g.fileCfg.Store(c)

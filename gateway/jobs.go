@@ -119,14 +119,17 @@ func (g *Gateway) startJobs(ctx context.Context) {
 
 // jobRoom is how many job items this gateway takes at once: twice what the live workers
 // of the pools that serve the batch class run at once (slots × max_batch each), so that
-// the next items are queued here when a slot frees, and none while no worker lives.
+// the next items are queued here when a slot frees, and none while no worker lives, nor
+// on a device where batch is paused.
 // JetStream's max_ack_pending bounds the total over all gateways.
 func (g *Gateway) jobRoom() int {
 	n := 0
-	for _, name := range g.conf().PoolNames() {
-		pc := g.conf().Pools[name]
-		if !contains(pc.Classes, subjects.ClassBatch) {
-			continue
+	cfg := g.conf()
+	paused := g.pauses.active(pauseNow())[subjects.ClassBatch]
+	for _, name := range cfg.PoolNames() {
+		pc := cfg.Pools[name]
+		if !contains(pc.Classes, subjects.ClassBatch) || paused[""] || paused[pc.Device] {
+			continue // batch paused there: no new items (pause.go, rule 2)
 		}
 		n += len(g.tracker.Live(name)) * max(1, pc.Slots) * max(1, pc.MaxBatch)
 	}

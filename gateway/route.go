@@ -118,6 +118,9 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 		if c.modelDown(pool, p.req.Model) != nil {
 			continue // it cannot serve the model: as if it were not in the chain
 		}
+		if c.pausedOn(it.Class, pool) {
+			continue // paused on its device (pause.go, rule 1): it waits below
+		}
 		if busyEarlier && !spill {
 			return decision{} // wait for the chain's first live pool a moment (maySpill)
 		}
@@ -155,6 +158,9 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 	var down []*codec.Error
 	for _, pool := range pools {
 		pc := c.pools[pool]
+		if c.pausedOn(it.Class, pool) && c.modelDown(pool, p.req.Model) == nil {
+			return decision{} // paused (pause.go, rule 1): it waits, and wakes no pool
+		}
 		if e := c.modelDown(pool, p.req.Model); e != nil {
 			down = append(down, e)
 			why = append(why, fmt.Sprintf("%s: %s", pool, e.Message))

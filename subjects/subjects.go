@@ -72,10 +72,11 @@ const (
 	OpStatus  = "status"
 	OpHealth  = "health"
 	OpLease   = "lease"
+	OpPause   = "pause"
 )
 
 // Ops lists every client API operation.
-var Ops = []string{OpTag, OpEmbed, OpCompare, OpDetect, OpSegment, OpInfer, OpCancel, OpStatus, OpHealth, OpLease}
+var Ops = []string{OpTag, OpEmbed, OpCompare, OpDetect, OpSegment, OpInfer, OpCancel, OpStatus, OpHealth, OpLease, OpPause}
 
 // The job API's operations: ortbus.v1.job.<verb> (POST /v1/job/<verb> over HTTP).
 const (

@@ -645,9 +645,12 @@ func (h *hostileRun) surfaces(t *testing.T, s *hstack) []*hSurface {
 		subjects.OpStatus: &codec.Request{ID: "h-status", Class: "interactive"},
 		subjects.OpHealth: &codec.Request{ID: "h-health", Pool: "fast"},
 		subjects.OpLease:  &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cpu", Bytes: 1 << 20, Class: "interactive", TTLMS: 500, Holder: "h"},
+		// A resume (without for_ms no mutation can pause a class for long: a pause must
+		// say how long, and a paused class would hold the rest of the attack back).
+		subjects.OpPause: &codec.PauseRequest{Action: codec.PauseResume, Class: "batch"},
 	}
 	apiThin := map[string]int{subjects.OpTag: 1, subjects.OpCompare: 1, subjects.OpSegment: 1, subjects.OpInfer: 2, subjects.OpEmbed: 3,
-		subjects.OpDetect: 3, subjects.OpCancel: 2, subjects.OpStatus: 6, subjects.OpHealth: 6, subjects.OpLease: 3}
+		subjects.OpDetect: 3, subjects.OpCancel: 2, subjects.OpStatus: 6, subjects.OpHealth: 6, subjects.OpLease: 3, subjects.OpPause: 2}
 
 	var out []*hSurface
 	for _, op := range subjects.Ops {

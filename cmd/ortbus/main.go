@@ -43,6 +43,9 @@ const usage = `usage:
   ortbus demo [-config FILE]            run the system end to end and print a report (default deploy/local.toml)
   ortbus bench NAME [-out FILE.json]    overhead|throughput|collision|failure (docs/BENCHMARKS.md)
   ortbus status [-s URL] [-json]        pools, workers, devices and class queues, as tables
+  ortbus pause [-s URL] -class batch [-device D] -for 10m   pause a class on demand (it ends on its own); resume -class C ends it
+  ortbus tune -config FILE [-input NAME=FILE.npy | -image FILE] [-latency D] [-write] POOL
+                                        measure POOL's layouts (workers, threads, spin, max_batch) here; pick one
   ortbus reload [-s URL]                re-read the answering gateway's config file and apply it (pools, models) without a restart
   ortbus model load|unload|reload [-s URL] [-pool P] MODEL
                                         change one model at run time (load into pool P; unload, reload: every pool or P)
@@ -74,6 +77,10 @@ func run(args []string) int {
 		return benchCmd(args[1:])
 	case "status":
 		return statusCmd(args[1:])
+	case "pause", "resume":
+		return pauseCmd(args[0], args[1:])
+	case "tune":
+		return tuneCmd(args[1:])
 	case "reload":
 		return reloadCmd(args[1:])
 	case "model":
@@ -240,6 +247,35 @@ func statusCmd(args []string) int {
 		return 0
 	}
 	cli.PrintStatus(os.Stdout, st)
+	return 0
+}
+
+func pauseCmd(verb string, args []string) int {
+	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
+	url := natsURL(fs)
+	prefix := inboxPrefix(fs)
+	class := fs.String("class", "batch", "the class")
+	device := fs.String("device", "", "one device (default every device)")
+	dur := fs.Duration("for", 0, "how long (pause: required, 1s to 1h)")
+	if fs.Parse(args) != nil || fs.NArg() != 0 {
+		fmt.Fprintf(os.Stderr, "usage: ortbus %s [-s URL] -class C [-device D]%s\n", verb, map[bool]string{true: " -for D", false: ""}[verb == "pause"])
+		return 2
+	}
+	c, err := client.Connect(*url, connOpts(*prefix)...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ortbus:", err)
+		return 1
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rep, err := c.Pause(ctx, &codec.PauseRequest{Action: verb, Class: *class, Device: *device, ForMS: dur.Milliseconds()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ortbus "+verb+":", err)
+		return 1
+	}
+	b, _ := json.Marshal(rep)
+	fmt.Println(string(b))
 	return 0
 }
 

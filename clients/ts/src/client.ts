@@ -18,7 +18,7 @@ import type {
   WatchJobOptions,
 } from "./jobs.ts";
 import * as leases from "./leases.ts";
-import type { Lease } from "./leases.ts";
+import type { Lease, Pause } from "./leases.ts";
 import type {
   CancelReply,
   CompareReply,
@@ -178,6 +178,20 @@ export class OrtbusClient {
   /** Gives a lease's memory back. */
   releaseLease(lease: string, opts: Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<Lease> {
     return leases.releaseLease(this.conn, lease, opts);
+  }
+
+  /**
+   * Pauses a class (batch, while a voice session or a security event lasts) on `device`
+   * or every device for `forMs` (1 s to 1 h: it ends on its own): its queued work waits,
+   * what runs finishes, jobs take no new items. Pausing again extends this client's own.
+   */
+  pauseClass(cls: OrtbusClass, forMs: number, o: { device?: string } & Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<Pause> {
+    return leases.pauseClass(this.conn, cls, forMs, o);
+  }
+
+  /** Ends this client's own pause of a class (others' pauses go on). */
+  resumeClass(cls: OrtbusClass, o: { device?: string } & Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<Pause> {
+    return leases.resumeClass(this.conn, cls, o);
   }
 
   // -------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // Leases (codec/lease.go): memory of a device held for a process ortbus does not run (an
 // LLM server, a game), counted in the device's memory admission until released or
-// expired. OrtbusClient's acquireLease, renewLease and releaseLease call these.
+// expired. OrtbusClient's acquireLease, renewLease and releaseLease call these; and
+// pauses of a class on demand (gateway/pause.go): pauseClass, resumeClass.
 
 import type { OrtbusClass } from "./messages.ts";
 import type { CallOptions } from "./options.ts";
@@ -39,4 +40,29 @@ export function renewLease(c: Sender, lease: string, o: { ttlMs?: number } & Pic
 
 export function releaseLease(c: Sender, lease: string, opts: Pick<CallOptions, "timeoutMs" | "signal">): Promise<Lease> {
   return c.send<Lease>("lease", { action: "release", lease }, undefined, opts);
+}
+
+/** A class paused on demand, as paused or resumed (status lists them as `pauses`). */
+export interface Pause {
+  class: string;
+  device?: string;
+  until_unix_ms?: number;
+  resumed?: boolean;
+}
+
+export function pauseClass(
+  c: Sender,
+  cls: OrtbusClass,
+  forMs: number,
+  o: { device?: string } & Pick<CallOptions, "timeoutMs" | "signal">,
+): Promise<Pause> {
+  const req: Record<string, unknown> = { action: "pause", class: cls, for_ms: forMs };
+  if (o.device !== undefined) req.device = o.device;
+  return c.send<Pause>("pause", req, undefined, o);
+}
+
+export function resumeClass(c: Sender, cls: OrtbusClass, o: { device?: string } & Pick<CallOptions, "timeoutMs" | "signal">): Promise<Pause> {
+  const req: Record<string, unknown> = { action: "resume", class: cls };
+  if (o.device !== undefined) req.device = o.device;
+  return c.send<Pause>("pause", req, undefined, o);
 }

@@ -195,6 +195,7 @@ export type Op =
   | "status"
   | "health"
   | "lease"
+  | "pause"
   | "job.submit"
   | "job.status"
   | "job.cancel"

@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ortbus/ortbus/codec"
+)
+
+// Rules 3 and 4: a pause must say how long (bounded), names a configured class and
+// device; resume ends only the caller's own, the class staying paused while another's
+// lasts; a pause ends on its own at its time.
+func TestPauseRules(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	now := time.Unix(1_000_000, 0)
+	pauseNow = func() time.Time { return now }
+	t.Cleanup(func() { pauseNow = time.Now })
+	for _, bad := range []codec.PauseRequest{
+		{Class: "batch"}, // no for_ms
+		{Class: "batch", ForMS: 500},
+		{Class: "batch", ForMS: (2 * time.Hour).Milliseconds()},
+		{Class: "nope", ForMS: 60_000},
+		{Class: "batch", Device: "tpu:9", ForMS: 60_000},
+		{Action: "freeze", Class: "batch", ForMS: 60_000},
+	} {
+		if _, e := g.pause(&bad, ""); e == nil || e.Code != codec.CodeBadRequest {
+			t.Errorf("%+v: %v, want bad_request", bad, e)
+		}
+	}
+	a, e := g.pause(&codec.PauseRequest{Class: "batch", ForMS: 60_000}, "account:A")
+	if e != nil || a.UntilUnixMS != now.Add(time.Minute).UnixMilli() {
+		t.Fatalf("A's pause: %+v %v", a, e)
+	}
+	if _, e := g.pause(&codec.PauseRequest{Class: "batch", ForMS: 10_000}, "account:B"); e != nil {
+		t.Fatal(e)
+	}
+	if r, _ := g.pause(&codec.PauseRequest{Action: codec.PauseResume, Class: "batch"}, "account:C"); r.Resumed {
+		t.Error("C resumed another's pause")
+	}
+	if r, _ := g.pause(&codec.PauseRequest{Action: codec.PauseResume, Class: "batch"}, "account:B"); !r.Resumed {
+		t.Error("B's resume of its own pause found nothing")
+	}
+	if !g.pauses.active(now)["batch"][""] {
+		t.Fatal("batch not paused while A's pause lasts")
+	}
+	if l := g.pauses.list(now); len(l) != 1 || l[0].Class != "batch" || l[0].UntilUnixMS != a.UntilUnixMS {
+		t.Fatalf("status list %+v", l)
+	}
+	now = now.Add(time.Minute) // A's pause ends on its own
+	if len(g.pauses.active(now)) != 0 || len(g.pauses.list(now)) != 0 {
+		t.Fatal("a pause outlived its time")
+	}
+}
+
+// Rule 1: while batch is paused on cuda:0 its items wait for the pools there and go to a
+// pool on another device; interactive items route as before; a resume lets them go.
+// Rule 2: no job items on a paused device.
+func TestPauseRoutes(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	f := newFleet(t, g)
+	f.ready("bulk", "bulk-1", 2, "interactive", "batch")
+	if _, e := g.pause(&codec.PauseRequest{Class: "batch", Device: "cuda:0", ForMS: 60_000}, ""); e != nil {
+		t.Fatal(e)
+	}
+	c := g.snapshot(time.Now())
+	if pool := routeOK(t, c, newItem("batch", "tag", soon(), "bulk"), nil); pool != "" {
+		t.Fatalf("batch routed to %q while paused on cuda:0", pool)
+	}
+	if pool := routeOK(t, c, newItem("interactive", "tag", soon(), "bulk"), nil); pool != "bulk" {
+		t.Fatalf("interactive routed to %q, want bulk", pool)
+	}
+	if n := g.jobRoom(); n != 0 {
+		t.Errorf("job room %d with batch paused on the one batch pool's device", n)
+	}
+	if _, e := g.pause(&codec.PauseRequest{Action: codec.PauseResume, Class: "batch", Device: "cuda:0"}, ""); e != nil {
+		t.Fatal(e)
+	}
+	c = g.snapshot(time.Now())
+	if pool := routeOK(t, c, newItem("batch", "tag", soon(), "bulk"), nil); pool != "bulk" {
+		t.Fatalf("batch after the resume routed to %q, want bulk", pool)
+	}
+	if n := g.jobRoom(); n == 0 {
+		t.Error("no job room after the resume")
+	}
+}
