@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -328,11 +327,11 @@ func (tr *throughputRun) measure(ctx context.Context, m tpModel, res *Throughput
 	tm := ThroughputModel{Kind: m.kind, Op: m.op, Input: m.input, Source: m.source, Items: map[string]int{}, PerRound: map[string][]int{},
 		Threads: max(m.threads, 1), Pools: map[string]string{"system": m.pool("plain"), "system_batched": m.pool("batched")}}
 	w := tr.h.w
-	// In-process, the model spins as a pool of one worker with its threads would (spin
-	// "auto", config.Config.Spins), so that the paths compare like for like.
+	// In-process, the model runs as a program embedding ONNX Runtime would run it: at the
+	// runtime's defaults, spinning on (as onnxruntime-node's default path does), so that
+	// in-process/node compares the same settings.
 	pc := &config.Pool{EP: "cpu", Workers: 1, Slots: 1, Threads: max(m.threads, 1)}
-	spin := (&config.Config{Pools: map[string]*config.Pool{"in-process": pc}}).Spins("in-process", runtime.NumCPU())
-	env := models.Env{Runtime: tr.rt, Session: ort.PoolSessionConfig(pc, spin),
+	env := models.Env{Runtime: tr.rt, Session: ort.PoolSessionConfig(pc, true),
 		Images: images.Policy{AllowedRoots: []string{w.images}, OutputRoots: []string{w.spool()}}, SpoolDir: w.spool()}
 	mod, err := models.Open(env, &config.Model{Name: m.name, Kind: m.kind, Dir: m.dir})
 	if err != nil {
