@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"github.com/ortbus/ortbus/subjects"
 	"math"
 	"testing"
 )
@@ -48,6 +49,16 @@ func TestEventSettles(t *testing.T) {
 	for ev, want := range map[string]bool{EventReady: true, EventFailed: true, EventLoading: false, "other": false} {
 		if got := (Event{Event: ev}).Settles(); got != want {
 			t.Errorf("%s settles: %v, want %v", ev, got, want)
+		}
+	}
+}
+
+// TestNewReplyEveryOp: every op of the client API has its reply type (a reply of an op
+// without one could not be decoded by a client, nor re-encoded by the gateway).
+func TestNewReplyEveryOp(t *testing.T) {
+	for _, op := range subjects.Ops {
+		if NewReply(op) == nil {
+			t.Errorf("op %s has no reply type", op)
 		}
 	}
 }

@@ -241,6 +241,8 @@ func NewReply(op string) any {
 		return new(StatusReply)
 	case "lease":
 		return new(LeaseReply)
+	case "pause":
+		return new(PauseReply)
 	}
 	return nil
 }
