@@ -1,9 +1,10 @@
 package codec
 
 import (
-	"github.com/ortbus/ortbus/subjects"
 	"math"
 	"testing"
+
+	"github.com/ortbus/ortbus/subjects"
 )
 
 // TestUnitEventLines: the lines each binary prints keep their keys (docs/PROTOCOL.md
