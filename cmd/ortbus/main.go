@@ -261,22 +261,8 @@ func pauseCmd(verb string, args []string) int {
 		fmt.Fprintf(os.Stderr, "usage: ortbus %s [-s URL] -class C [-device D]%s\n", verb, map[bool]string{true: " -for D", false: ""}[verb == "pause"])
 		return 2
 	}
-	c, err := client.Connect(*url, connOpts(*prefix)...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "ortbus:", err)
-		return 1
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rep, err := c.Pause(ctx, &codec.PauseRequest{Action: verb, Class: *class, Device: *device, ForMS: dur.Milliseconds()})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "ortbus "+verb+":", err)
-		return 1
-	}
-	b, _ := json.Marshal(rep)
-	fmt.Println(string(b))
-	return 0
+	req := &codec.PauseRequest{Action: verb, Class: *class, Device: *device, ForMS: dur.Milliseconds()}
+	return call(*url, *prefix, 10*time.Second, "ortbus "+verb, false, func(ctx context.Context, c *client.Client) (any, error) { return c.Pause(ctx, req) })
 }
 
 func reloadCmd(args []string) int {
@@ -288,7 +274,7 @@ func reloadCmd(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: ortbus reload [-s URL] [-inbox-prefix P] [-timeout D]")
 		return 2
 	}
-	return change(*url, *prefix, *timeout, func(ctx context.Context, c *client.Client) (*codec.ReloadReply, error) { return c.Reload(ctx) })
+	return call(*url, *prefix, *timeout, "ortbus reload", true, func(ctx context.Context, c *client.Client) (any, error) { return c.Reload(ctx) })
 }
 
 func modelCmd(args []string) int {
@@ -307,11 +293,12 @@ func modelCmd(args []string) int {
 		return 2
 	}
 	mc := &codec.ModelControl{Action: action, Model: fs.Arg(0), Pool: *pool}
-	return change(*url, *prefix, *timeout, func(ctx context.Context, c *client.Client) (*codec.ReloadReply, error) { return c.Model(ctx, mc) })
+	return call(*url, *prefix, *timeout, "ortbus model", true, func(ctx context.Context, c *client.Client) (any, error) { return c.Model(ctx, mc) })
 }
 
-// change runs one configuration change and prints its reply as JSON.
-func change(url, prefix string, timeout time.Duration, do func(context.Context, *client.Client) (*codec.ReloadReply, error)) int {
+// call connects, runs do within timeout and prints its reply as JSON (indented), or the
+// error prefixed with what; the exit status is 1 on an error.
+func call(url, prefix string, timeout time.Duration, what string, indent bool, do func(context.Context, *client.Client) (any, error)) int {
 	c, err := client.Connect(url, connOpts(prefix)...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ortbus:", err)
@@ -322,10 +309,13 @@ func change(url, prefix string, timeout time.Duration, do func(context.Context, 
 	defer cancel()
 	rep, err := do(ctx, c)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "ortbus:", err)
+		fmt.Fprintln(os.Stderr, what+":", err)
 		return 1
 	}
-	b, _ := json.MarshalIndent(rep, "", "  ")
+	b, _ := json.Marshal(rep)
+	if indent {
+		b, _ = json.MarshalIndent(rep, "", "  ")
+	}
 	fmt.Println(string(b))
 	return 0
 }
