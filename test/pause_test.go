@@ -11,10 +11,10 @@ import (
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
 
-// TestPauseBatch: through a real gateway and worker, an app pauses batch for a moment:
-// a batch request sent meanwhile waits (an interactive one sent after it is answered
-// first), and is answered once the pause has ended on its own — after its time, with its
-// result. Status lists the pause while it lasts.
+// TestPauseBatch: through a real gateway and worker, an app pauses batch. A batch request
+// sent meanwhile waits while an interactive one sent after it is answered; status lists the
+// pause; the app's resume lets the batch request through, with its result. Then a pause of
+// a moment ends on its own: a batch request sent during it is answered after its end.
 func TestPauseBatch(t *testing.T) {
 	t.Parallel()
 	root := imageRoot(t)
@@ -32,32 +32,50 @@ func TestPauseBatch(t *testing.T) {
 	}
 	g := startGateway(t, writeConfigFile(t, filepath.Join(t.TempDir(), "gateway.toml"), c))
 	g.waitLive(t, "p", 1)
-	pauseFor := 1500 * time.Millisecond
-	b, _ := codec.Marshal(&codec.PauseRequest{Class: "batch", ForMS: pauseFor.Milliseconds()})
-	m, err := g.NC.Request("ortbus.v1.pause", b, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pr codec.PauseReply
-	if err := codec.Unmarshal(m.Data, &pr); err != nil || pr.Class != "batch" || pr.UntilUnixMS == 0 {
-		t.Fatalf("pause reply %s: %+v %v", m.Data, pr, err)
-	}
-	until := time.UnixMilli(pr.UntilUnixMS)
-	if st := g.status(t); len(st.Pauses) != 1 || st.Pauses[0].Class != "batch" {
-		t.Fatalf("status pauses %+v", st.Pauses)
+	pause := func(req codec.PauseRequest) codec.PauseReply {
+		t.Helper()
+		b, _ := codec.Marshal(&req)
+		m, err := g.NC.Request("ortbus.v1.pause", b, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pr codec.PauseReply
+		if err := codec.Unmarshal(m.Data, &pr); err != nil || pr.Class != "batch" {
+			t.Fatalf("pause reply %s: %+v %v", m.Data, pr, err)
+		}
+		return pr
 	}
 	in := newInbox(t, g.NC)
 	x := map[string]*codec.Tensor{"x": {Type: "float32", Shape: []int64{1, 4}, Data: codec.Float32Bytes([]float32{1, 2, 3, 4})}}
-	g.post(t, in, "infer", "batch", &codec.Request{Model: "tiny", Class: "batch", TimeoutMS: 60_000, Inputs: x})
-	g.post(t, in, "infer", "interactive", &codec.Request{Model: "tiny", Class: "interactive", Inputs: x})
-	order, got := gwCollect(t, in, 2)
-	if order[0] != "interactive" || order[1] != "batch" {
-		t.Fatalf("answer order %v, want interactive before the paused batch", order)
+	batch := func(key string) {
+		g.post(t, in, "infer", key, &codec.Request{Model: "tiny", Class: "batch", TimeoutMS: 120_000, Inputs: x})
 	}
-	for k, r := range got {
-		if r.Err != nil {
-			t.Fatalf("%s: %+v", k, r.Err)
-		}
+
+	if pr := pause(codec.PauseRequest{Class: "batch", ForMS: time.Minute.Milliseconds()}); pr.UntilUnixMS == 0 {
+		t.Fatalf("pause reply %+v", pr)
+	}
+	if st := g.status(t); len(st.Pauses) != 1 || st.Pauses[0].Class != "batch" {
+		t.Fatalf("status pauses %+v", st.Pauses)
+	}
+	batch("batch")
+	g.post(t, in, "infer", "interactive", &codec.Request{Model: "tiny", Class: "interactive", Inputs: x})
+	if k := in.key(in.next(t, "the interactive answer")); k != "interactive" {
+		t.Fatalf("first answer %s, want the interactive one while batch is paused", k)
+	}
+	if pr := pause(codec.PauseRequest{Action: codec.PauseResume, Class: "batch"}); !pr.Resumed {
+		t.Fatal("the resume found no pause")
+	}
+	m := in.next(t, "the batch answer after the resume")
+	if r := gwDecode(t, m); in.key(m) != "batch" || r.Err != nil {
+		t.Fatalf("after the resume: %s %+v", in.key(m), r.Err)
+	}
+
+	// A pause of a moment, not resumed: it ends on its own.
+	until := time.UnixMilli(pause(codec.PauseRequest{Class: "batch", ForMS: 1000}).UntilUnixMS)
+	batch("expiry")
+	m = in.next(t, "the batch answer after the pause's end")
+	if r := gwDecode(t, m); in.key(m) != "expiry" || r.Err != nil {
+		t.Fatalf("after the pause's end: %s %+v", in.key(m), r.Err)
 	}
 	if now := time.Now(); now.Before(until) {
 		t.Fatalf("the batch request was answered %s before its pause ended", until.Sub(now))
