@@ -173,12 +173,18 @@ func TestResendBacklogBounded(t *testing.T) {
 		return fakeEntry{value: b}, nil
 	}
 	var reqs []onSubject
-	for i := range resendReaders + resendBacklog {
-		r := resendReq(t, "q"+strconv.Itoa(i))
-		handleQuickly(t, g, r)
-		reqs = append(reqs, r)
+	send := func(n int) {
+		for range n {
+			r := resendReq(t, "q"+strconv.Itoa(len(reqs)))
+			handleQuickly(t, g, r)
+			reqs = append(reqs, r)
+		}
 	}
+	// First as many as there are readers, each taken by one (the readers are goroutines
+	// that may not have run yet: the backlog would fill first), then the backlog.
+	send(resendReaders)
 	waitFor(t, "every reader reading", func() bool { return kv.reads.Load() == resendReaders })
+	send(resendBacklog)
 	over := resendReq(t, "over")
 	handleQuickly(t, g, over)
 	a := over.answers()
