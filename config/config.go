@@ -10,8 +10,10 @@
 package config
 
 import (
+	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ortbus/ortbus/subjects"
@@ -188,6 +190,53 @@ type Jobs struct {
 	// a job and its results are kept (default 168h).
 	ResultsMaxBytes Bytes    `toml:"results_max_bytes,omitempty"`
 	ResultsMaxAge   Duration `toml:"results_max_age,omitempty"`
+	// Windows are the quiet hours in which jobs take new items, each "HH:MM-HH:MM" in the
+	// gateway's local time (one past midnight, e.g. "22:00-07:00", spans it); none: any
+	// time. Outside them the items wait in JetStream, and an item already running
+	// finishes. See InWindow.
+	Windows []string `toml:"windows,omitempty"`
+}
+
+// InWindow reports whether t falls in one of the jobs' windows (always, without any).
+// Windows are checked by validateJobs.
+func (j *Jobs) InWindow(t time.Time) bool {
+	if len(j.Windows) == 0 {
+		return true
+	}
+	m := t.Hour()*60 + t.Minute()
+	for _, w := range j.Windows {
+		from, to, err := parseWindow(w)
+		if err != nil {
+			continue
+		}
+		if from <= to && m >= from && m < to || from > to && (m >= from || m < to) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseWindow reads "HH:MM-HH:MM" as minutes of the day.
+func parseWindow(w string) (from, to int, err error) {
+	a, b, ok := strings.Cut(w, "-")
+	if !ok {
+		return 0, 0, fmt.Errorf("window %q: want HH:MM-HH:MM", w)
+	}
+	if from, err = parseClock(a); err == nil {
+		to, err = parseClock(b)
+	}
+	if err == nil && from == to {
+		err = fmt.Errorf("window %q is empty", w)
+	}
+	return from, to, err
+}
+
+func parseClock(s string) (int, error) {
+	t, err := time.Parse("15:04", strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("%q is not HH:MM", s)
+	}
+	return t.Hour()*60 + t.Minute(), nil
 }
 
 // Health holds heartbeat settings shared by workers and gateways.

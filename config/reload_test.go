@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDiff: what a reload applies (pools added, removed and replaced, with why; class
@@ -182,5 +183,29 @@ env`, `models = ["`+strings.Join(models, `", "`)+`"]
 env`, 1) + "\n" + tables.String()
 	if _, err := Load(write(t, text)); err == nil || !strings.Contains(err.Error(), "at most 64 models") {
 		t.Fatalf("65 models in a pool: %v", err)
+	}
+}
+
+// TestJobWindows: quiet hours in a day and across midnight; none means always; a window
+// that is not HH:MM-HH:MM, or is empty, is refused.
+func TestJobWindows(t *testing.T) {
+	at := func(hm string) time.Time {
+		tm, _ := time.Parse("15:04", hm)
+		return time.Date(2026, 12, 3, tm.Hour(), tm.Minute(), 0, 0, time.Local)
+	}
+	j := &Jobs{Windows: []string{"22:00-07:00", "12:30-13:00"}}
+	for hm, want := range map[string]bool{"23:10": true, "00:00": true, "06:59": true, "07:00": false, "12:00": false, "12:30": true, "12:59": true, "13:00": false, "21:59": false} {
+		if got := j.InWindow(at(hm)); got != want {
+			t.Errorf("%s: in window %v, want %v", hm, got, want)
+		}
+	}
+	if !(&Jobs{}).InWindow(at("15:00")) {
+		t.Error("no windows: not always")
+	}
+	for _, bad := range []string{"22-07", "25:00-07:00", "07:00-07:00", "x"} {
+		text := good + "\n[jobs]\nwindows = [\"" + bad + "\"]\n"
+		if _, err := Load(write(t, text)); err == nil || !strings.Contains(err.Error(), "jobs.windows") {
+			t.Errorf("window %q: %v, want refused", bad, err)
+		}
 	}
 }

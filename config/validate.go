@@ -553,5 +553,10 @@ func (c *Config) validateJobs() error {
 	if j.ResultsMaxAge < Duration(time.Minute) {
 		errs = append(errs, c.errf("jobs.results_max_age", "must be at least 1m"))
 	}
+	for _, w := range j.Windows {
+		if _, _, err := parseWindow(w); err != nil {
+			errs = append(errs, c.errf("jobs.windows", "%v", err))
+		}
+	}
 	return errors.Join(errs...)
 }

@@ -120,12 +120,16 @@ func (g *Gateway) startJobs(ctx context.Context) {
 // jobRoom is how many job items this gateway takes at once: twice what the live workers
 // of the pools that serve the batch class run at once (slots × max_batch each), so that
 // the next items are queued here when a slot frees, and none while no worker lives, nor
-// on a device where batch is paused.
+// on a device where batch is paused, nor outside the jobs' windows ([jobs] windows).
 // JetStream's max_ack_pending bounds the total over all gateways.
 func (g *Gateway) jobRoom() int {
 	n := 0
 	cfg := g.conf()
-	paused := g.pauses.active(pauseNow())[subjects.ClassBatch]
+	now := pauseNow()
+	if !cfg.Jobs.InWindow(now) {
+		return 0 // outside the quiet hours ([jobs] windows): the items wait in JetStream
+	}
+	paused := g.pauses.active(now)[subjects.ClassBatch]
 	for _, name := range cfg.PoolNames() {
 		pc := cfg.Pools[name]
 		if !contains(pc.Classes, subjects.ClassBatch) || paused[""] || paused[pc.Device] {

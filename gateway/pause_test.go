@@ -83,3 +83,20 @@ func TestPauseRoutes(t *testing.T) {
 		t.Error("no job room after the resume")
 	}
 }
+
+// Jobs take no new items outside the quiet hours of [jobs] windows, and do inside them.
+func TestJobRoomWindows(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	newFleet(t, g).ready("bulk", "bulk-1", 2, "interactive", "batch")
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.Local)
+	pauseNow = func() time.Time { return now }
+	t.Cleanup(func() { pauseNow = time.Now })
+	g.conf().Jobs.Windows = []string{"22:00-07:00"}
+	if n := g.jobRoom(); n != 0 {
+		t.Errorf("job room %d at noon, outside 22:00-07:00", n)
+	}
+	now = time.Date(2026, 12, 3, 23, 0, 0, 0, time.Local)
+	if n := g.jobRoom(); n == 0 {
+		t.Error("no job room at 23:00, inside 22:00-07:00")
+	}
+}
