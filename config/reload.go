@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -28,7 +29,7 @@ func (c *Changes) Empty() bool {
 
 // Pools are the pools whose workers the change starts, stops or replaces, sorted.
 func (c *Changes) Pools() []string {
-	out := append(append(slices.Clone(c.Added), c.Removed...), slicesKeys(c.Changed)...)
+	out := append(append(slices.Clone(c.Added), c.Removed...), slices.Sorted(maps.Keys(c.Changed))...)
 	slices.Sort(out)
 	return out
 }
@@ -42,7 +43,7 @@ func (c *Changes) String() string {
 	for _, p := range c.Removed {
 		parts = append(parts, "pool "+p+" removed")
 	}
-	for _, p := range slicesKeys(c.Changed) {
+	for _, p := range slices.Sorted(maps.Keys(c.Changed)) {
 		parts = append(parts, "pool "+p+": "+c.Changed[p])
 	}
 	parts = append(parts, c.Routing...)
@@ -50,12 +51,6 @@ func (c *Changes) String() string {
 		return "no change"
 	}
 	return strings.Join(parts, "; ")
-}
-
-func slicesKeys(m map[string]string) []string {
-	out := keys(m)
-	slices.Sort(out)
-	return out
 }
 
 // Diff is what next changes of cur, both valid configurations. A reload applies pools

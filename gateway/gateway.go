@@ -118,10 +118,7 @@ func Run(ctx context.Context, o Options) error {
 	defer g.startSpoolSweeper()() // spool files older than security.spool_max_age go
 
 	g.metrics = newMetrics(g)
-	pools := map[string]bool{}
-	for _, name := range c.PoolNames() {
-		pools[name] = true
-	}
+	pools := poolSet(c)
 	g.tracker = &health.Tracker{MissCount: c.Health.MissCount, OnChange: g.kick, OnDead: func(w health.Worker) {
 		g.onDead(w.HB.Worker, w.HB.Pool, w.Why)
 	}, Running: g.workerRunning, Pools: pools, OnDrop: func(string) { g.metrics.bad("heartbeat") }, Log: g.log}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -207,7 +208,7 @@ func (g *Gateway) admitChange(next *config.Config, ch *config.Changes) *codec.Er
 	need := map[string]int64{} // per device
 	freed := map[string]int64{}
 	prio := map[string]int{}
-	for _, name := range append(slices.Clone(ch.Added), slicesOf(ch.Changed)...) {
+	for _, name := range append(slices.Clone(ch.Added), slices.Sorted(maps.Keys(ch.Changed))...) {
 		pc := next.Pools[name]
 		if pc == nil || !pc.IsLocal() || pc.LazyLoad {
 			continue
@@ -259,15 +260,6 @@ func (g *Gateway) peakOf(cfg *config.Config, m string) int64 {
 		}
 	}
 	return peak
-}
-
-func slicesOf(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // serveOps registers the operators' reload and model endpoints.
@@ -366,7 +358,7 @@ func (s *supervisor) apply(ctx context.Context, next *config.Config, ch *config.
 			run(func() { s.startAll(ctx, procs) })
 		}
 	}
-	for _, name := range slicesOf(ch.Changed) {
+	for _, name := range slices.Sorted(maps.Keys(ch.Changed)) {
 		pp := s.pools[name]
 		pc := next.Pools[name]
 		if pp == nil || pc == nil || !pc.IsLocal() {

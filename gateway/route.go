@@ -101,10 +101,16 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 	p := it.Value.(*pending)
 	// The item's pools as the configuration in force has them: a reload (reload.go) may
 	// have removed a pool, or the model from a pool, since the item was accepted.
-	pools := make([]string, 0, len(it.Pools))
-	for _, pool := range it.Pools {
-		if c.pools[pool] != nil && serves(c.cfg, pool, p.op, p.req.Model) {
-			pools = append(pools, pool)
+	pools := it.Pools // the common case: all of them, no copy
+	for i, pool := range it.Pools {
+		if c.pools[pool] == nil || !serves(c.cfg, pool, p.op, p.req.Model) {
+			pools = slices.Clone(it.Pools[:i])
+			for _, q := range it.Pools[i+1:] {
+				if c.pools[q] != nil && serves(c.cfg, q, p.op, p.req.Model) {
+					pools = append(pools, q)
+				}
+			}
+			break
 		}
 	}
 	if len(pools) == 0 {

@@ -91,18 +91,15 @@ func (g *Gateway) onReply(m *nats.Msg) {
 }
 
 // deliver sends p's terminal answer (the lifecycle emits exactly one): counted in the
-// metrics under pool, sent, and kept for resends (failover.go, rule 4). A second answer
-// would be a bug of the lifecycle: it is logged and dropped, never sent.
+// metrics under pool, sent, and kept for resends (failover.go, rule 4).
 func (g *Gateway) deliver(p *pending, pool string, body []byte, err *codec.Error) {
-	if !p.answered.CompareAndSwap(false, true) {
-		g.log.Error("a second answer to a request dropped", "id", p.id)
+	code := codec.Code("")
+	if err != nil {
+		code = err.Code
+	}
+	if !g.end(p, pool, code) {
 		return
 	}
-	label := "ok"
-	if err != nil {
-		label = string(err.Code)
-	}
-	g.metrics.observe(p, pool, label)
 	p.reply(body, err)
 	g.failover.record(p, true, body, err)
 }
@@ -110,18 +107,25 @@ func (g *Gateway) deliver(p *pending, pool string, body []byte, err *codec.Error
 // settled ends p, whose worker answered its client itself (claim c, state done): what
 // deliver does, without sending.
 func (g *Gateway) settled(p *pending, pool string, c codec.Claim) {
-	if !p.answered.CompareAndSwap(false, true) {
-		g.log.Error("a second answer to a request dropped", "id", p.id)
-		return
-	}
-	label := "ok"
-	if c.Code != "" {
-		label = string(c.Code)
-	}
-	g.metrics.observe(p, pool, label)
-	if c.Code == "" && c.Timing != nil {
+	if g.end(p, pool, c.Code) && c.Code == "" && c.Timing != nil {
 		g.observe(p, pool, *c.Timing, p.req.Model)
 	}
+}
+
+// end marks p answered with code ("" for a result) and counts it in the metrics under
+// pool; false for a second end, which would be a bug of the lifecycle: logged, and
+// nothing is sent.
+func (g *Gateway) end(p *pending, pool string, code codec.Code) bool {
+	if !p.answered.CompareAndSwap(false, true) {
+		g.log.Error("a second answer to a request dropped", "id", p.id)
+		return false
+	}
+	label := "ok"
+	if code != "" {
+		label = string(code)
+	}
+	g.metrics.observe(p, pool, label)
+	return true
 }
 
 // observe records the worker's timing of a result: in the metrics, and as the measured
