@@ -23,6 +23,10 @@ import (
 //  4. A pause has an owner (identity.go): resume ends only the caller's own, and the class
 //     stays paused while anyone's pause lasts. At most maxPauses pauses are held at once,
 //     a tenant at most its share of them (tenantBound).
+//  5. A tenant (an application's account) pauses only background classes (batch): a
+//     pause holds back everyone's work of its class, and one app may not hold back the
+//     urgent or interactive work of another. The local owner (operators, and every client
+//     under identity = "local") may pause any class.
 type pauses struct {
 	mu sync.Mutex
 	by map[pauseKey]time.Time // until
@@ -47,6 +51,9 @@ func (g *Gateway) pause(req *codec.PauseRequest, owner string) (*codec.PauseRepl
 	cfg := g.conf()
 	if _, ok := cfg.Classes[req.Class]; !ok {
 		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q (classes: %v)", req.Class, cfg.ClassNames()).With("field", "class")
+	}
+	if owner != "" && cfg.Classes[req.Class].Priority < backgroundPriority {
+		return nil, codec.Errorf(codec.CodeBadRequest, "class %s: an application pauses only background classes (priority %d and up)", req.Class, backgroundPriority).With("field", "class")
 	}
 	if req.Device != "" && !g.knownDevice(req.Device) {
 		return nil, codec.Errorf(codec.CodeBadRequest, "unknown device %q (devices: %v)", req.Device, g.deviceNames()).With("field", "device")

@@ -27,6 +27,14 @@ func TestPauseRules(t *testing.T) {
 			t.Errorf("%+v: %v, want bad_request", bad, e)
 		}
 	}
+	// Rule 5: an application pauses batch, not interactive; the local owner may.
+	if _, e := g.pause(&codec.PauseRequest{Class: "interactive", ForMS: 60_000}, "account:A"); e == nil || e.Code != codec.CodeBadRequest {
+		t.Errorf("a tenant's pause of interactive: %v, want bad_request", e)
+	}
+	if _, e := g.pause(&codec.PauseRequest{Class: "interactive", ForMS: 1000}, ""); e != nil {
+		t.Errorf("the local owner's pause of interactive: %v", e)
+	}
+	g.pause(&codec.PauseRequest{Action: codec.PauseResume, Class: "interactive"}, "")
 	a, e := g.pause(&codec.PauseRequest{Class: "batch", ForMS: 60_000}, "account:A")
 	if e != nil || a.UntilUnixMS != now.Add(time.Minute).UnixMilli() {
 		t.Fatalf("A's pause: %+v %v", a, e)
