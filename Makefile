@@ -48,7 +48,8 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # The bench package's TestCollisionReal runs the fetched Silero VAD and PP-OCRv4 models.
-test: prepare $(OCR_MODEL) $(VAD_MODEL) vet fmt-check
+# TestNodeBenchRun runs the onnxruntime-node runner of bench throughput.
+test: prepare $(OCR_MODEL) $(VAD_MODEL) $(NODE_BENCH) vet fmt-check
 	$(GO) test $(GOFLAGS_TEST) ./...
 	$(MAKE) fuzz-handlers FUZZTIME=20000x
 
