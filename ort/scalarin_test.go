@@ -51,19 +51,7 @@ func (c *child) testScalarInputs(t *testing.T) {
 	// Scalars with a tensor of open shape: ab = Concat(Unsqueeze(a), b) (float16 ["M"],
 	// fetched through halfcast's float32 Cast), s = Concat(Unsqueeze(p), q) (string ["K"]),
 	// and k, an int64 scalar made the plain way, through Identity.
-	g := onnxgen.NewGraph("scalars_mixed")
-	g.AddInput("a", onnxgen.Float16)
-	g.AddInput("b", onnxgen.Float16, "N")
-	g.AddInput("p", onnxgen.String)
-	g.AddInput("q", onnxgen.String, "N")
-	g.AddInput("k", onnxgen.Int64)
-	g.AddOutput("ab", onnxgen.Float16, "M")
-	g.AddOutput("pq", onnxgen.String, "K")
-	g.AddOutput("k2", onnxgen.Int64)
-	axes := g.AddInt64("axes", []int64{1}, []int64{0})
-	g.AddNode("Concat", []string{g.Op("Unsqueeze", []string{"a", axes}), "b"}, []string{"ab"}, onnxgen.AttrInt("axis", 0))
-	g.AddNode("Concat", []string{g.Op("Unsqueeze", []string{"p", axes}), "q"}, []string{"pq"}, onnxgen.AttrInt("axis", 0))
-	g.AddNode("Identity", []string{"k"}, []string{"k2"})
+	g := onnxgen.MixedScalarsGraph("scalars_mixed")
 	s := c.session(t, write("scalars_mixed", g), ort.SessionConfig{})
 	for _, n := range []int{2, 0} {
 		b, q := ort.Float16{0x4000, 0xc400}[:n], []string{"b0", "b1"}[:n]

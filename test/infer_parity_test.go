@@ -331,24 +331,8 @@ func parityNoInputsGraph(values []float32) *onnxgen.Graph {
 }
 
 // parityMixedGraph has rank-0 float16 and string inputs beside tensors of open shape and
-// an int64 scalar: ab = Concat(Unsqueeze(a), b) float16 ["M"], pq = Concat(Unsqueeze(p),
-// q) string ["K"], k2 = Identity(k) int64 [].
-func parityMixedGraph() *onnxgen.Graph {
-	g := onnxgen.NewGraph("parity_mixed")
-	g.AddInput("a", onnxgen.Float16)
-	g.AddInput("b", onnxgen.Float16, "N")
-	g.AddInput("p", onnxgen.String)
-	g.AddInput("q", onnxgen.String, "N")
-	g.AddInput("k", onnxgen.Int64)
-	g.AddOutput("ab", onnxgen.Float16, "M")
-	g.AddOutput("pq", onnxgen.String, "K")
-	g.AddOutput("k2", onnxgen.Int64)
-	axes := g.AddInt64("axes", []int64{1}, []int64{0})
-	g.AddNode("Concat", []string{g.Op("Unsqueeze", []string{"a", axes}), "b"}, []string{"ab"}, onnxgen.AttrInt("axis", 0))
-	g.AddNode("Concat", []string{g.Op("Unsqueeze", []string{"p", axes}), "q"}, []string{"pq"}, onnxgen.AttrInt("axis", 0))
-	g.AddNode("Identity", []string{"k"}, []string{"k2"})
-	return g
-}
+// an int64 scalar (onnxgen.MixedScalarsGraph).
+func parityMixedGraph() *onnxgen.Graph { return onnxgen.MixedScalarsGraph("parity_mixed") }
 
 func describeTensor(x *codec.Tensor) string {
 	if x == nil {

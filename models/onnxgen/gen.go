@@ -430,6 +430,27 @@ func CastGraph(from, to DataType, dims ...any) *Graph {
 	return g
 }
 
+// MixedScalarsGraph (named name) has rank-0 float16 and string inputs beside tensors of
+// open shape and an int64 scalar: ab = Concat(Unsqueeze(a), b), float16 ["M"]; pq =
+// Concat(Unsqueeze(p), q), string ["K"]; k2 = Identity(k), int64 []. onnxruntime_go makes
+// no rank-0 value of the first two types: ort rewrites such inputs (scalarin.go).
+func MixedScalarsGraph(name string) *Graph {
+	g := NewGraph(name)
+	g.AddInput("a", Float16)
+	g.AddInput("b", Float16, "N")
+	g.AddInput("p", String)
+	g.AddInput("q", String, "N")
+	g.AddInput("k", Int64)
+	g.AddOutput("ab", Float16, "M")
+	g.AddOutput("pq", String, "K")
+	g.AddOutput("k2", Int64)
+	axes := g.AddInt64("axes", []int64{1}, []int64{0})
+	g.AddNode("Concat", []string{g.Op("Unsqueeze", []string{"a", axes}), "b"}, []string{"ab"}, AttrInt("axis", 0))
+	g.AddNode("Concat", []string{g.Op("Unsqueeze", []string{"p", axes}), "q"}, []string{"pq"}, AttrInt("axis", 0))
+	g.AddNode("Identity", []string{"k"}, []string{"k2"})
+	return g
+}
+
 // UnloadableGraph builds a well-formed ONNX file that ONNX Runtime refuses to load: its
 // one node is an operator no opset has ("x" float [2] -> NoSuchOp -> "y" float [2]).
 // It is not written by Generate; tests write it where they need a model that cannot load.
