@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
@@ -307,9 +306,9 @@ func tuneOne(ctx context.Context, o TuneOptions, user *config.Config, model, op 
 		}
 	}
 	inflight := 2 * l.Workers * l.MaxBatch
-	var seq atomic.Int64
 	run := func(d time.Duration) (n int, lat []time.Duration, err error) {
 		var mu sync.Mutex
+		var out sync.WaitGroup // the requests still out: waited for before run returns
 		load := newAsyncLoad(inflight)
 		rctx, cancel := context.WithTimeout(ctx, d+time.Minute)
 		defer cancel()
@@ -319,14 +318,18 @@ func tuneOne(ctx context.Context, o TuneOptions, user *config.Config, model, op 
 			if time.Now().After(until) {
 				return errTuneDone
 			}
+			out.Add(1)
 			go func() {
+				defer out.Done()
 				defer load.release()
 				r := *req
 				if r.InputPaths != nil {
 					// Each answer's outputs in a directory of its own (an output is never
-					// written over), removed once it is read.
-					r.OutputDir = filepath.Join(w.dir, "spool", strconv.FormatInt(seq.Add(1), 10))
-					if err := os.Mkdir(r.OutputDir, 0o755); err != nil {
+					// written over), removed once it is read. MkdirTemp names it: unique
+					// across layouts, whatever a previous system left behind.
+					dir, err := os.MkdirTemp(filepath.Join(w.dir, "spool"), "out-")
+					r.OutputDir = dir
+					if err != nil {
 						mu.Lock()
 						firstErr = cmp.Or(firstErr, err)
 						mu.Unlock()
@@ -353,8 +356,10 @@ func tuneOne(ctx context.Context, o TuneOptions, user *config.Config, model, op 
 			return nil
 		})
 		time.Sleep(time.Until(until))
-		if err := load.halt(); err != nil && err != errTuneDone {
-			return 0, nil, err
+		herr := load.halt()
+		out.Wait() // bounded by rctx: no request of this run outlives it
+		if herr != nil && herr != errTuneDone {
+			return 0, nil, herr
 		}
 		// The answers still out come after until: not counted.
 		mu.Lock()
