@@ -238,6 +238,9 @@ func (b *base) image(req *codec.WorkItem) (image.Image, error) {
 
 // stack concatenates per-item tensors of equal size along a new first (batch) axis.
 func stack(items [][]float32, shape []int64) ort.Tensor {
+	if len(items) == 1 { // one item is its own batch: no copy
+		return ort.Tensor{Shape: append([]int64{1}, shape...), Data: items[0]}
+	}
 	per := len(items[0])
 	data := make([]float32, 0, per*len(items))
 	for _, it := range items {
