@@ -758,6 +758,18 @@ func (c *child) testCancelMidRun(t *testing.T) {
 		t.Errorf("Run returned %v after the cancel, want <= %v", lag, cancelBound)
 	}
 	t.Logf("cancelled after %v, returned %v later: %v", cancelAfter, end.Sub(cancelledAt).Round(time.Millisecond), err)
+	// The next runs with a context reuse RunOptions: never the one this run terminated.
+	for i := range 2 {
+		if _, err := s.Run(context.Background(), x); err != nil {
+			t.Fatalf("run %d after the cancelled one: %v", i+1, err)
+		}
+		live, stop := context.WithCancel(context.Background())
+		_, err := s.Run(live, x)
+		stop()
+		if err != nil {
+			t.Fatalf("run %d with a live context after the cancelled one: %v", i+1, err)
+		}
+	}
 }
 
 func (c *child) testProviders(t *testing.T) {

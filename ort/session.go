@@ -73,7 +73,15 @@ type Session struct {
 	// which onnxruntime_go cannot make: see scalarin.go).
 	rin   []string
 	rank1 []bool
+	// ros are RunOptions of finished runs, reused by the next runs with a context (one
+	// cgo allocation and release less per item); one a run terminated is destroyed, not
+	// reused. Close destroys them.
+	ros chan *onnx.RunOptions
 }
+
+// maxIdleRunOptions bounds a session's idle RunOptions: more than its concurrent runs
+// (a worker's slots) are never kept.
+const maxIdleRunOptions = 8
 
 var sessionsCreated atomic.Uint64
 
@@ -92,7 +100,7 @@ func (r *Runtime) NewSession(path string, cfg SessionConfig) (*Session, error) {
 		// an opset it does not have): this model cannot be served, whatever the EP.
 		return nil, codec.Errorf(codec.CodeModelUnavailable, "ONNX Runtime cannot load %s: %v", path, err).With("path", path)
 	}
-	s := &Session{Path: path, Inputs: ioInfos(ins), Outputs: ioInfos(outs)}
+	s := &Session{Path: path, Inputs: ioInfos(ins), Outputs: ioInfos(outs), ros: make(chan *onnx.RunOptions, maxIdleRunOptions)}
 	// The plans to load, in order: with every output ortbus can return, open-shaped
 	// halves cast to float32, and rank-0 half and string inputs taken with shape [1], in a
 	// rewritten copy of the model; if that copy cannot be made or loaded, one with the
@@ -275,7 +283,14 @@ func (s *Session) Close() error {
 	}
 	err := s.s.Destroy()
 	s.s = nil
-	return err
+	for {
+		select {
+		case ro := <-s.ros:
+			ro.Destroy()
+		default:
+			return err
+		}
+	}
 }
 
 // Input returns the input named name, or the first input when name is "".
@@ -507,27 +522,42 @@ func (s *Session) run(ctx context.Context, in, out []onnx.Value) error {
 	if err := ctx.Err(); err != nil {
 		return codec.Errorf(codec.CodeCancelled, "cancelled before running: %v", err)
 	}
-	ro, err := onnx.NewRunOptions()
-	if err != nil {
-		return err
+	var ro *onnx.RunOptions
+	select {
+	case ro = <-s.ros:
+	default:
+		var err error
+		if ro, err = onnx.NewRunOptions(); err != nil {
+			return err
+		}
 	}
-	defer ro.Destroy()
 	// Terminate on cancel or deadline without a goroutine per run: the AfterFunc runs
-	// only if ctx ends first, and never once the run has returned (ro is destroyed then).
+	// only if ctx ends first, and never once the run has returned (ro is reused or
+	// destroyed then).
 	var mu sync.Mutex
-	finished := false
+	finished, terminated := false, false
 	stop := context.AfterFunc(ctx, func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if !finished {
 			ro.Terminate()
+			terminated = true
 		}
 	})
-	err = s.s.RunWithOptions(in, out, ro)
+	err := s.s.RunWithOptions(in, out, ro)
 	if !stop() {
 		mu.Lock()
 		finished = true
 		mu.Unlock()
+	}
+	if terminated {
+		ro.Destroy()
+	} else {
+		select {
+		case s.ros <- ro:
+		default:
+			ro.Destroy()
+		}
 	}
 	if err != nil && ctx.Err() != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
