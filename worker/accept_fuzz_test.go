@@ -105,7 +105,7 @@ func FuzzAccept(f *testing.F) {
 		noReply := replyTo == ""
 		valid := noReply || subjects.CheckReply(replyTo, w.replies) == nil
 		panics, bad := guard.Panics(), w.badMessages.Load()
-		w.accept("interactive", m)
+		w.workHandler("interactive")(m)
 		if guard.Panics() != panics {
 			t.Fatal("a panic was recovered")
 		}

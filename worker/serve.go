@@ -37,7 +37,7 @@ func (w *Worker) subscribe(nc *nats.Conn, class string) ([]*nats.Subscription, e
 	if err != nil {
 		return nil, err
 	}
-	handle := func(m *nats.Msg) { w.accept(class, m) }
+	handle := w.workHandler(class)
 	qs, err := nc.QueueSubscribe(pool, subjects.InferQueue(w.pool.Name), handle)
 	if err != nil {
 		return nil, err
@@ -61,13 +61,16 @@ func (w *Worker) subscribe(nc *nats.Conn, class string) ([]*nats.Subscription, e
 	return subs, nil
 }
 
+// workHandler is the handler of class's work subscriptions: accept, for the messages the
+// worker may answer (checked).
+func (w *Worker) workHandler(class string) nats.MsgHandler {
+	return w.checked(func(m *nats.Msg) { w.accept(class, m) })
+}
+
 // accept decodes a work item and queues it, or answers at once: malformed, unknown model
 // or op, already past its deadline, or its class queue full (overloaded). It runs on the
 // subscription's goroutine, so it never blocks.
 func (w *Worker) accept(class string, m *nats.Msg) {
-	if !w.replyOK(m) {
-		return
-	}
 	asJSON := m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON
 	j := &job{msg: m, class: class, asJSON: asJSON, received: time.Now(), item: &codec.WorkItem{}}
 	defer guard.Recover(w.log, "work item", func(e *codec.Error) { w.answer(j, nil, e) })
@@ -115,18 +118,21 @@ func (w *Worker) accept(class string, m *nats.Msg) {
 	w.claim(j, codec.ClaimTaken, "", nil)
 }
 
-// replyOK reports whether the worker may answer m: it has no reply subject, or one that
+// checked is h for the messages the worker may answer: no reply subject, or one that
 // subjects.CheckReply accepts under the configured reply prefixes. The gateway checked
 // the reply subject of every item it forwards; the worker checks again, since anyone who
 // may publish a work item or a control message chooses its reply subject, and a worker
 // answers with its own rights. A message with any other reply subject is dropped whole
-// (not run, not answered) and counted in the heartbeat's bad_messages.
-func (w *Worker) replyOK(m *nats.Msg) bool {
-	if m.Reply == "" || subjects.CheckReply(m.Reply, w.replies) == nil {
-		return true
+// (not run, not answered) and counted in the heartbeat's bad_messages. Every subscription
+// of the worker goes through it.
+func (w *Worker) checked(h nats.MsgHandler) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		if m.Reply != "" && subjects.CheckReply(m.Reply, w.replies) != nil {
+			w.badMessages.Add(1)
+			return
+		}
+		h(m)
 	}
-	w.badMessages.Add(1)
-	return false
 }
 
 // claim tells the gateway that dispatched j (its claim_to, if any) that the worker took
@@ -331,10 +337,7 @@ func (w *Worker) answer(j *job, rep codec.Replier, err error) {
 
 // control subscribes to cancels and to this worker's control verbs.
 func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
-	cs, err := nc.Subscribe(subjects.Cancel, guard.Msg(w.log, "cancel", nc, w.replies, func(m *nats.Msg) {
-		if !w.replyOK(m) {
-			return
-		}
+	cs, err := nc.Subscribe(subjects.Cancel, guard.Msg(w.log, "cancel", nc, w.replies, w.checked(func(m *nats.Msg) {
 		var c codec.Cancel
 		if codec.Decode(m.Data, &c, m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON) != nil || c.ID == "" {
 			return
@@ -350,7 +353,7 @@ func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
 				}
 			}
 		}
-	}))
+	})))
 	if err != nil {
 		return nil, err
 	}
@@ -361,10 +364,7 @@ func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
 			return nil, err
 		}
 		verb := verb
-		s, err := nc.Subscribe(subj, guard.Msg(w.log, "control", nc, w.replies, func(m *nats.Msg) {
-			if !w.replyOK(m) {
-				return
-			}
+		s, err := nc.Subscribe(subj, guard.Msg(w.log, "control", nc, w.replies, w.checked(func(m *nats.Msg) {
 			if verb == subjects.VerbDrain {
 				w.draining.Store(true)
 			}
@@ -373,7 +373,7 @@ func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
 			if err := m.Respond(b); err != nil {
 				w.publishFailed(verb, "", err)
 			}
-		}))
+		})))
 		if err != nil {
 			return nil, err
 		}

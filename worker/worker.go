@@ -73,7 +73,7 @@ type Worker struct {
 	rssBase        int64              // peak RSS before the next model's load
 	served, failed atomic.Uint64
 	publishErrors  atomic.Uint64
-	badMessages    atomic.Uint64 // messages dropped for their reply subject (replyOK)
+	badMessages    atomic.Uint64 // messages dropped for their reply subject (checked)
 	replies        []string      // the reply prefixes it answers under (config NATS.Replies)
 	draining       atomic.Bool
 	nc             *nats.Conn // set by Serve
