@@ -61,7 +61,7 @@ test: prepare $(OCR_MODEL) $(VAD_MODEL) $(NODE_BENCH) vet fmt-check
 # handlers, in process (the seed corpora, and a short pass of each handler, run in `make test`).
 FUZZTIME ?= 30s
 fuzz:
-	for f in FuzzDecodeRequest FuzzDecodeJSONRequest FuzzDecodeHeartbeat FuzzDecodeReply; do \
+	for f in FuzzDecodeRequest FuzzDecodeJSONRequest FuzzDecodeHeartbeat FuzzDecodeReply FuzzDecodeGate; do \
 		$(GO) test ./codec -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
 	$(GO) test ./npy -run '^$$' -fuzz '^FuzzNPY$$' -fuzztime $(FUZZTIME)
 	$(MAKE) fuzz-handlers FUZZTIME=$(FUZZTIME)

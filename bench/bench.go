@@ -40,7 +40,7 @@ import (
 )
 
 // Names are the benchmarks Run knows, in the order `ortbus bench` lists them.
-var Names = []string{"overhead", "throughput", "collision", "capacity", "failure", "jobs"}
+var Names = []string{"overhead", "throughput", "collision", "capacity", "failure", "jobs", "incremental"}
 
 // RuntimeVersion is the ONNX Runtime version the benches' workers and in-process baselines
 // use (fetched by `make prepare` into <repo>/.deps/ort-VERSION/lib).
@@ -170,6 +170,8 @@ func Run(ctx context.Context, name string, o Options) (*Report, error) {
 		return Failure(ctx, o)
 	case "jobs":
 		return Jobs(ctx, o)
+	case "incremental":
+		return Incremental(ctx, o)
 	}
 	return nil, fmt.Errorf("unknown bench %q (want one of %s)", name, strings.Join(Names, ", "))
 }

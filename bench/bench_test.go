@@ -77,25 +77,26 @@ func collisionAttempt(t *testing.T, ctx context.Context, root, bin string, attem
 	return problems
 }
 
-// buildSystem builds the gateway and ortworker (without -race: they are measured, and
-// only this test process needs the race detector) into a temporary directory; or, when
-// ORTBUS_BENCH_BIN names a directory, uses the binaries in it.
+// buildSystem builds the gateway, ortworker and ortbus (the LLM tenant's lease and
+// tenant) without -race (they are measured, and only this test process needs the race
+// detector) into a temporary directory; or, when ORTBUS_BENCH_BIN names a directory,
+// uses the binaries in it.
 func buildSystem(t *testing.T, root string) string {
 	t.Helper()
 	if dir := os.Getenv("ORTBUS_BENCH_BIN"); dir != "" {
 		return dir
 	}
 	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/gateway", "./cmd/ortworker")
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/gateway", "./cmd/ortworker", "./cmd/ortbus")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/gateway ./cmd/ortworker: %v\n%s", err, out)
+		t.Fatalf("go build ./cmd/gateway ./cmd/ortworker ./cmd/ortbus: %v\n%s", err, out)
 	}
 	return dir
 }
 
 func TestScenariosParse(t *testing.T) {
-	for _, name := range []string{"default", "onepool", "short", "real", "real-short", "capacity"} {
+	for _, name := range []string{"default", "onepool", "short", "real", "real-short", "capacity", "llm", "llm-short", "capacity-llm"} {
 		sc, err := LoadScenario(name)
 		if err != nil {
 			t.Fatal(err)
@@ -131,7 +132,7 @@ func TestSystemConfig(t *testing.T) {
 	dir := t.TempDir()
 	w := &workdir{dir: dir, models: filepath.Join(dir, "models"), images: filepath.Join(dir, "images"),
 		fetched: map[string]string{"vad": filepath.Join(dir, "vad"), "ocr": filepath.Join(dir, "ocr")}}
-	for _, name := range []string{"default", "onepool", "short", "real", "real-short", "capacity"} {
+	for _, name := range []string{"default", "onepool", "short", "real", "real-short", "capacity", "llm", "llm-short", "capacity-llm"} {
 		sc, err := LoadScenario(name)
 		if err != nil {
 			t.Fatal(err)
@@ -163,8 +164,13 @@ func TestSystemConfig(t *testing.T) {
 				t.Errorf("%s: pools %v, want %v", name, got.PoolNames(), pools)
 			}
 			for _, cl := range sc.Classes {
-				if gc := got.Classes[cl.Name]; gc.Timeout != cl.Timeout || len(gc.Chain) == 0 || gc.MaxTimeout < gc.Timeout {
+				if gc := got.Classes[cl.Name]; gc.Timeout != cl.Timeout || len(gc.Chain) == 0 || gc.MaxTimeout < gc.Timeout || gc.Degrade != cl.Degrade {
 					t.Errorf("%s: class %s is %+v", name, cl.Name, gc)
+				}
+			}
+			for d, b := range sc.Devices {
+				if got.Devices[d].Capacity != b {
+					t.Errorf("%s: device %s is %+v, want capacity %d", name, d, got.Devices[d], b)
 				}
 			}
 			for _, m := range []string{"vad", "ocr"} {

@@ -43,6 +43,8 @@ type CapacityStep struct {
 	Step    int     `json:"step"` // 1-based
 	Streams int     `json:"streams"`
 	Rate    float64 `json:"rate"`
+	// Tenants is the step's LLM tenant processes (the [capacity] tenants; 0 without).
+	Tenants int `json:"tenants"`
 	// Policy and FIFO are the step's runs: each class's statistics and drain_ms.
 	Policy *CollisionRun `json:"policy"`
 	FIFO   *CollisionRun `json:"fifo"`
@@ -139,18 +141,41 @@ func kneeOf(steps []*CapacityStep, missed [][]string, ran []bool) *CapacityKnee 
 	return k
 }
 
-// ParseSteps reads a step list "STREAMS:RATE,...", e.g. "1:0.5,2:1,4:2".
-func ParseSteps(s string) (streams []int, rates []float64, err error) {
+// ParseSteps reads a step list "STREAMS:RATE[:TENANTS],...", e.g. "1:0.5,2:1,4:2" or
+// "2:1:0,2:1:1,2:1:2" (TENANTS: LLM tenant processes; tenants is nil when no step names
+// them, else each step's count, 0 where a step does not name it).
+func ParseSteps(s string) (streams []int, rates []float64, tenants []int, err error) {
+	named := false
 	for _, part := range strings.Split(s, ",") {
-		a, b, ok := strings.Cut(strings.TrimSpace(part), ":")
-		n, err1 := strconv.Atoi(a)
-		r, err2 := strconv.ParseFloat(b, 64)
-		if !ok || err1 != nil || err2 != nil || n <= 0 || r <= 0 {
-			return nil, nil, fmt.Errorf("steps: %q is not STREAMS:RATE (a count > 0 and a rate > 0)", part)
+		fields := strings.Split(strings.TrimSpace(part), ":")
+		var n, k int
+		var r float64
+		var err1, err2, err3 error
+		if len(fields) >= 2 {
+			n, err1 = strconv.Atoi(fields[0])
+			r, err2 = strconv.ParseFloat(fields[1], 64)
 		}
-		streams, rates = append(streams, n), append(rates, r)
+		if len(fields) == 3 {
+			k, err3 = strconv.Atoi(fields[2])
+			named = true
+		}
+		if len(fields) < 2 || len(fields) > 3 || err1 != nil || err2 != nil || err3 != nil || n <= 0 || r <= 0 || k < 0 {
+			return nil, nil, nil, fmt.Errorf("steps: %q is not STREAMS:RATE[:TENANTS] (a count > 0, a rate > 0, a count >= 0)", part)
+		}
+		streams, rates, tenants = append(streams, n), append(rates, r), append(tenants, k)
 	}
-	return streams, rates, nil
+	if !named {
+		tenants = nil
+	}
+	return streams, rates, tenants, nil
+}
+
+// tenantsAt is step i's count of LLM tenants.
+func (p *CapacityPlan) tenantsAt(i int) int {
+	if i < len(p.Tenants) {
+		return p.Tenants[i]
+	}
+	return 0
 }
 
 // withLoad is a copy of the scenario with step i's load: its streams in the stream
@@ -174,8 +199,11 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 		}
 		if o.Steps != "" {
 			var err error
-			if sc.Capacity.Streams, sc.Capacity.Rates, err = ParseSteps(o.Steps); err != nil {
+			if sc.Capacity.Streams, sc.Capacity.Rates, sc.Capacity.Tenants, err = ParseSteps(o.Steps); err != nil {
 				return err
+			}
+			if len(sc.Capacity.Tenants) > 0 && sc.Tenant == nil {
+				return fmt.Errorf("steps: TENANTS needs a scenario with a [tenant] table (e.g. -scenario capacity-llm)")
 			}
 		}
 		if o.Duration > 0 {
@@ -196,7 +224,8 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	for i := range sc.Capacity.Streams {
-		res.Steps = append(res.Steps, &CapacityStep{Step: i + 1, Streams: sc.Capacity.Streams[i], Rate: sc.Capacity.Rates[i], Missed: map[string][]string{}})
+		res.Steps = append(res.Steps, &CapacityStep{Step: i + 1, Streams: sc.Capacity.Streams[i], Rate: sc.Capacity.Rates[i], Tenants: sc.Capacity.tenantsAt(i),
+			Missed: map[string][]string{}})
 	}
 	rep.Results = res
 	setup, err := h.scenarioSetup(sc, &res.PolicyKey, "the policy runs used its built-in policy, and there are no FIFO runs")
@@ -210,9 +239,25 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 			targets = append(targets, fmt.Sprintf("%s p95 <= %.0f ms and <= %.1f%% missed", c.Name, t.P95MS, 100*t.MaxMissed))
 		}
 	}
-	fmt.Fprintf(out, "capacity: scenario %s, seed %d, %d steps of %v (streams:rate %s), after the knee %d more; targets: %s\n",
-		sc.Name, sc.Seed, len(res.Steps), sc.withLoad(0).Window.D(), stepsLine(res.Steps), sc.Capacity.AfterKnee, strings.Join(targets, "; "))
+	unit := "streams:rate"
+	if len(sc.Capacity.Tenants) > 0 {
+		unit = "streams:rate:llm tenants"
+	}
+	fmt.Fprintf(out, "capacity: scenario %s, seed %d, %d steps of %v (%s %s), after the knee %d more; targets: %s\n",
+		sc.Name, sc.Seed, len(res.Steps), sc.withLoad(0).Window.D(), unit, stepsLine(res.Steps), sc.Capacity.AfterKnee, strings.Join(targets, "; "))
 
+	// The LLM tenants of a step run without the gate under FIFO, and with it under the
+	// policy when the scenario asks for it and the ortbus binary's lease has it.
+	gatePolicy := false
+	if t := setup.tenant; t != nil && len(sc.Capacity.Tenants) > 0 {
+		spec := sc.Tenant.spec()
+		gatePolicy = sc.Tenant.Gate && setup.gate
+		fmt.Fprintf(out, "llm tenants per step: %v (decoder of %d layers, width %d; prompts of %d tokens then %d; lease on %s, class %s; gated under the policy: %v)\n",
+			sc.Capacity.Tenants, spec.Layers, spec.Width, sc.Tenant.Prompt, sc.Tenant.Tokens, sc.Tenant.Device, sc.Tenant.Class, gatePolicy)
+		if sc.Tenant.Gate && !setup.gate {
+			rep.note("the policy runs' tenants are not gated: %s lease has no --gate", t.ortbus)
+		}
+	}
 	runAll := func(name, cfg string, set func(*CapacityStep, *CollisionRun)) error {
 		sys, err := h.startScenario(ctx, name, cfg, sc, setup)
 		if err != nil {
@@ -228,7 +273,7 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 				break
 			}
 			step := sc.withLoad(i)
-			run, err := runSchedule(ctx, sys, step, step.Schedule(), setup.reqs, nil)
+			run, err := runSchedule(ctx, sys, step, step.Schedule(), setup.reqs, nil, setup.tenant.with(st.Tenants, gatePolicy && name == "policy"))
 			if err != nil {
 				return fmt.Errorf("%s run, step %d: %w", name, st.Step, err)
 			}
@@ -243,7 +288,7 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 			if knee < 0 && len(missedAt[i]) > 0 {
 				knee = i
 			}
-			fmt.Fprintf(out, "  %s step %d (%d streams, %g/s): %s\n", name, st.Step, st.Streams, st.Rate, verdictLine(missedAt[i]))
+			fmt.Fprintf(out, "  %s step %d (%s): %s\n", name, st.Step, st.load(), verdictLine(missedAt[i]))
 		}
 		res.Knee[name] = kneeOf(res.Steps, missedAt, ran)
 		return nil
@@ -266,11 +311,25 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 }
 
 func stepsLine(steps []*CapacityStep) string {
+	tenants := slices.ContainsFunc(steps, func(s *CapacityStep) bool { return s.Tenants > 0 })
 	var parts []string
 	for _, s := range steps {
-		parts = append(parts, fmt.Sprintf("%d:%g", s.Streams, s.Rate))
+		part := fmt.Sprintf("%d:%g", s.Streams, s.Rate)
+		if tenants {
+			part += fmt.Sprintf(":%d", s.Tenants)
+		}
+		parts = append(parts, part)
 	}
 	return strings.Join(parts, ",")
+}
+
+// load is the step's load in words: streams, rate, and its LLM tenants if any.
+func (s *CapacityStep) load() string {
+	l := fmt.Sprintf("%d streams, %g/s", s.Streams, s.Rate)
+	if s.Tenants > 0 {
+		l += fmt.Sprintf(", %d llm tenants", s.Tenants)
+	}
+	return l
 }
 
 func verdictLine(missed []string) string {
@@ -291,6 +350,10 @@ func (r *CapacityResults) print(out io.Writer, rep *Report) {
 		} else {
 			fmt.Fprintf(tw, "%s p95 ms\t%s /s in window\t", c.Name, c.Name)
 		}
+	}
+	llm := r.Scenario.Capacity != nil && len(r.Scenario.Capacity.Tenants) > 0
+	if llm {
+		fmt.Fprint(tw, "llm tenants\tfirst token p95 ms\ttokens/s\t")
 	}
 	fmt.Fprintln(tw, "targets\t")
 	for _, st := range r.Steps {
@@ -316,6 +379,13 @@ func (r *CapacityResults) print(out io.Writer, rep *Report) {
 					fmt.Fprintf(tw, "%.1f\t%d/%d\t", s.P95MS, missed(s), s.Count)
 				default:
 					fmt.Fprintf(tw, "%.1f\t%.2f\t", s.P95MS, s.WindowThroughputPerS)
+				}
+			}
+			if llm {
+				if t := run.r.Tenant; t != nil {
+					fmt.Fprintf(tw, "%d\t%.1f\t%.2f\t", t.Tenants, t.FirstTokenP95MS, t.TokensPerS)
+				} else {
+					fmt.Fprint(tw, "0\t-\t-\t")
 				}
 			}
 			v := "met"

@@ -26,7 +26,6 @@ var (
 	chartGrid   = color.RGBA{225, 225, 225, 255}
 	chartDead   = color.RGBA{200, 120, 0, 255}
 	runColours  = []color.RGBA{{150, 150, 150, 255}, {40, 100, 200, 255}, {210, 60, 50, 255}}
-	runNames    = []string{"solo", "policy", "fifo"}
 	chartGroups = []string{"p50", "p95", "p99"}
 )
 
@@ -42,29 +41,97 @@ const (
 // px is n pixels of a chart as a length.
 func px(n float64) vg.Length { return vg.Length(n) * vg.Inch / chartDPI }
 
+// gateColour is the colour of the run under the policy with the LLM tenant's gate.
+var gateColour = color.RGBA{40, 160, 90, 255}
+
+// chartRun is one run of the collision chart.
+type chartRun struct {
+	name    string
+	colour  color.RGBA
+	classes map[string]*ClassStats
+	tenant  *TenantStats
+}
+
+// chartPanel is one panel of the collision chart: a class, or the LLM tenant's first
+// token latency.
+type chartPanel struct {
+	name     string
+	groups   []string                        // the three bars' names
+	value    func(r chartRun, g int) float64 // 0: no bar
+	line     string                          // the label's last line
+	deadline float64                         // ms; 0: none
+}
+
 // writeChart draws, for each class of the scenario, its p50/p95/p99 latency (log scale)
-// in the solo, policy and FIFO runs, with the class's deadline as a dashed line, and
-// writes it as a PNG.
+// in the solo, policy and FIFO runs (and the policy run with the LLM tenant's gate, when
+// made), with the class's deadline as a dashed line, and, with an LLM tenant, its first
+// token latency (p50, p95, max) with its tokens/s per run; it writes it as a PNG.
 func writeChart(path string, r *CollisionResults) error {
-	classes := r.Scenario.Classes
-	runs := []map[string]*ClassStats{r.Solo, nil, nil}
+	runs := []chartRun{{"solo", runColours[0], r.Solo, r.SoloTenant}}
+	if r.Gate != nil {
+		runs = append(runs, chartRun{"policy + gate", gateColour, r.Gate.Classes, r.Gate.Tenant})
+	}
+	runs = append(runs, chartRun{name: "policy", colour: runColours[1]}, chartRun{name: "fifo", colour: runColours[2]})
 	if r.Policy != nil {
-		runs[1] = r.Policy.Classes
+		runs[len(runs)-2].classes, runs[len(runs)-2].tenant = r.Policy.Classes, r.Policy.Tenant
 	}
 	if r.FIFO != nil {
-		runs[2] = r.FIFO.Classes
+		runs[len(runs)-1].classes, runs[len(runs)-1].tenant = r.FIFO.Classes, r.FIFO.Tenant
 	}
-	value := func(s *ClassStats, g int) float64 {
-		if s == nil {
-			return 0
+	var initials []string
+	for _, run := range runs {
+		initials = append(initials, run.name[:1])
+	}
+	if r.Gate != nil {
+		initials[1] = "g"
+	}
+	letters := strings.Join(initials, "/")
+	var panels []chartPanel
+	for _, c := range r.Scenario.Classes {
+		// Deadline misses per run, "-" for a run not made.
+		var parts []string
+		count := 0
+		for _, run := range runs {
+			if s := run.classes[c.Name]; s != nil {
+				parts = append(parts, fmt.Sprint(s.DeadlineMisses))
+				count = max(count, s.Count)
+			} else {
+				parts = append(parts, "-")
+			}
 		}
-		return []float64{s.P50MS, s.P95MS, s.P99MS}[g]
+		panels = append(panels, chartPanel{name: c.Name, groups: chartGroups, deadline: float64(c.Timeout.D().Milliseconds()),
+			line: fmt.Sprintf("misses %s: %s of %d", letters, strings.Join(parts, "/"), count),
+			value: func(run chartRun, g int) float64 {
+				s := run.classes[c.Name]
+				if s == nil {
+					return 0
+				}
+				return []float64{s.P50MS, s.P95MS, s.P99MS}[g]
+			}})
+	}
+	if r.Scenario.Tenant != nil {
+		var parts []string
+		for _, run := range runs {
+			if run.tenant != nil {
+				parts = append(parts, fmt.Sprintf("%.0f", run.tenant.TokensPerS))
+			} else {
+				parts = append(parts, "-")
+			}
+		}
+		panels = append(panels, chartPanel{name: "llm first token", groups: []string{"p50", "p95", "max"},
+			line: fmt.Sprintf("tokens/s %s: %s", letters, strings.Join(parts, "/")),
+			value: func(run chartRun, g int) float64 {
+				if run.tenant == nil {
+					return 0
+				}
+				return []float64{run.tenant.FirstTokenP50MS, run.tenant.FirstTokenP95MS, run.tenant.FirstTokenMaxMS}[g]
+			}})
 	}
 	lo, hi := math.Inf(1), 0.0
-	for _, c := range classes {
-		for _, m := range runs {
-			for g := range chartGroups {
-				if v := value(m[c.Name], g); v > 0 {
+	for _, pn := range panels {
+		for _, run := range runs {
+			for g := range pn.groups {
+				if v := pn.value(run, g); v > 0 {
 					lo, hi = math.Min(lo, v), math.Max(hi, v)
 				}
 			}
@@ -75,48 +142,36 @@ func writeChart(path string, r *CollisionResults) error {
 	}
 	// A deadline is drawn when it is near the data; far ones would squash the bars.
 	shown := func(d float64) bool { return d > 0 && d <= 10*hi }
-	for _, c := range classes {
-		if d := float64(c.Timeout.D().Milliseconds()); shown(d) {
-			hi = math.Max(hi, d)
+	for _, pn := range panels {
+		if shown(pn.deadline) {
+			hi = math.Max(hi, pn.deadline)
 		}
 	}
 	ax := newLogAxis(lo, hi)
 	p := ax.plot("latency (ms, log scale)")
 
-	// Each class is a panel of the x axis: a unit per group (p50, p95, p99), a bar per run
+	// Each panel is a part of the x axis: a unit per group (p50, p95, p99), a bar per run
 	// in each group, and half a unit either side.
 	panel := float64(len(chartGroups) + 1)
 	barW := 0.8 / float64(len(runs))
 	bars := make([][]plotter.XYer, len(runs))
 	var ticks plot.ConstantTicks
-	for ci, c := range classes {
-		x0 := float64(ci) * panel
-		if ci > 0 {
+	for pi, pn := range panels {
+		x0 := float64(pi) * panel
+		if pi > 0 {
 			p.Add(vline(x0, ax, draw.LineStyle{Color: chartGrid, Width: px(1)}))
 		}
-		// Deadline misses per run (solo/policy/fifo), "-" for a run not made.
-		var parts []string
-		count := 0
-		for _, m := range runs {
-			if s := m[c.Name]; s != nil {
-				parts = append(parts, fmt.Sprint(s.DeadlineMisses))
-				count = max(count, s.Count)
-			} else {
-				parts = append(parts, "-")
-			}
-		}
-		misses := fmt.Sprintf("misses s/p/f: %s of %d", strings.Join(parts, "/"), count)
-		for g, gn := range chartGroups {
+		for g, gn := range pn.groups {
 			gx := x0 + float64(g) + 1
 			// Every label of three lines, so that they align: the middle group's names
-			// the class and its misses.
+			// the panel and its last line.
 			label := gn + "\n \n "
-			if g == len(chartGroups)/2 {
-				label = gn + "\n" + c.Name + "\n" + misses
+			if g == len(pn.groups)/2 {
+				label = gn + "\n" + pn.name + "\n" + pn.line
 			}
 			ticks = append(ticks, plot.Tick{Value: gx, Label: label})
-			for ri, m := range runs {
-				v := value(m[c.Name], g)
+			for ri, run := range runs {
+				v := pn.value(run, g)
 				if v <= 0 {
 					continue
 				}
@@ -124,7 +179,7 @@ func writeChart(path string, r *CollisionResults) error {
 				bars[ri] = append(bars[ri], rect(bx, ax.min(), bx+0.9*barW, math.Max(v, ax.min())))
 			}
 		}
-		if d := float64(c.Timeout.D().Milliseconds()); shown(d) && d >= ax.min() {
+		if d := pn.deadline; shown(d) && d >= ax.min() {
 			p.Add(hline(x0+0.1, x0+panel-0.1, d, deadlineStyle()))
 			if l, err := label(x0+0.15, d, fmtMS(d), chartDead); err == nil {
 				p.Add(l)
@@ -132,20 +187,20 @@ func writeChart(path string, r *CollisionResults) error {
 		}
 	}
 	legend := []legendItem{}
-	for ri, name := range runNames {
+	for ri, run := range runs {
 		poly, err := plotter.NewPolygon(bars[ri]...)
 		if err != nil {
 			return err
 		}
-		poly.Color, poly.LineStyle = runColours[ri], draw.LineStyle{Color: runColours[ri], Width: px(0.5)}
+		poly.Color, poly.LineStyle = run.colour, draw.LineStyle{Color: run.colour, Width: px(0.5)}
 		if len(bars[ri]) > 0 {
 			p.Add(poly)
 		}
-		legend = append(legend, legendItem{name, []plot.Thumbnailer{poly}})
+		legend = append(legend, legendItem{run.name, []plot.Thumbnailer{poly}})
 	}
 	dead := &plotter.Line{LineStyle: deadlineStyle()}
 	legend = append(legend, legendItem{"request deadline (timeout); a deadline miss counts as its deadline", []plot.Thumbnailer{dead}})
-	p.X.Min, p.X.Max = 0, math.Max(float64(len(classes))*panel, 1)
+	p.X.Min, p.X.Max = 0, math.Max(float64(len(panels))*panel, 1)
 	p.X.Tick.Marker = ticks
 	ax.fix(p)
 	title := fmt.Sprintf("ortbus bench collision: latency per class, log scale (ms); scenario %s, seed %d", filepath.Base(r.Scenario.Name), r.Scenario.Seed)
@@ -183,13 +238,41 @@ func writeCapacityChart(path string, r *CapacityResults) error {
 		name string
 		get  func(*CapacityStep) *CollisionRun
 	}{{"policy", func(s *CapacityStep) *CollisionRun { return s.Policy }}, {"fifo", func(s *CapacityStep) *CollisionRun { return s.FIFO }}}
+	// A series per class (its p95) and, with LLM tenants in the steps, one of their first
+	// token latency's p95.
+	type series struct {
+		name   string
+		colour color.RGBA
+		value  func(*CollisionRun) float64
+	}
+	llmSteps := r.Scenario.Capacity != nil && len(r.Scenario.Capacity.Tenants) > 0
+	var all []series
+	for _, c := range classes {
+		all = append(all, series{c.Name, chartInk, func(cr *CollisionRun) float64 {
+			if s := cr.Classes[c.Name]; s != nil {
+				return s.P95MS
+			}
+			return 0
+		}})
+		if col, ok := classColours[c.Name]; ok {
+			all[len(all)-1].colour = col
+		}
+	}
+	if llmSteps {
+		all = append(all, series{"llm first token", gateColour, func(cr *CollisionRun) float64 {
+			if cr.Tenant != nil {
+				return cr.Tenant.FirstTokenP95MS
+			}
+			return 0
+		}})
+	}
 	lo, hi := math.Inf(1), 0.0
 	for _, st := range r.Steps {
 		for _, run := range runs {
 			if cr := run.get(st); cr != nil {
-				for _, s := range cr.Classes {
-					if s.P95MS > 0 {
-						lo, hi = math.Min(lo, s.P95MS), math.Max(hi, s.P95MS)
+				for _, sr := range all {
+					if v := sr.value(cr); v > 0 {
+						lo, hi = math.Min(lo, v), math.Max(hi, v)
 					}
 				}
 			}
@@ -213,10 +296,17 @@ func writeCapacityChart(path string, r *CapacityResults) error {
 	xMin, xMax := -0.5, float64(n)-0.5
 	var ticks plot.ConstantTicks
 	for i, st := range r.Steps {
-		ticks = append(ticks, plot.Tick{Value: float64(i), Label: fmt.Sprintf("%d:%g", st.Streams, st.Rate)})
+		l := fmt.Sprintf("%d:%g", st.Streams, st.Rate)
+		if llmSteps {
+			l += fmt.Sprintf(":%d", st.Tenants)
+		}
+		ticks = append(ticks, plot.Tick{Value: float64(i), Label: l})
 	}
 	p.X.Tick.Marker = ticks
 	p.X.Label.Text = "load step (streams:rate)"
+	if llmSteps {
+		p.X.Label.Text = "load step (streams:rate:llm tenants)"
+	}
 	// Targets, dotted, named at the right end.
 	for _, c := range classes {
 		if t, ok := r.Targets[c.Name]; ok {
@@ -228,10 +318,10 @@ func writeCapacityChart(path string, r *CapacityResults) error {
 		}
 	}
 	legend := []legendItem{}
-	for _, c := range classes {
+	for _, sr := range all {
 		sw, _ := plotter.NewPolygon()
-		sw.Color, sw.LineStyle = colour(c.Name), draw.LineStyle{Color: colour(c.Name), Width: px(0.5)}
-		legend = append(legend, legendItem{c.Name, []plot.Thumbnailer{sw}})
+		sw.Color, sw.LineStyle = sr.colour, draw.LineStyle{Color: sr.colour, Width: px(0.5)}
+		legend = append(legend, legendItem{sr.name, []plot.Thumbnailer{sw}})
 	}
 	for ri, run := range runs {
 		// The knee: a vertical line at its step, the runs a little apart.
@@ -246,27 +336,27 @@ func writeCapacityChart(path string, r *CapacityResults) error {
 				p.Add(l)
 			}
 		}
-		for _, c := range classes {
+		for _, sr := range all {
 			var pts plotter.XYs
 			flush := func() {
 				if len(pts) > 1 {
-					p.Add(&plotter.Line{XYs: pts, LineStyle: seriesStyle(colour(c.Name), ri == 1)})
+					p.Add(&plotter.Line{XYs: pts, LineStyle: seriesStyle(sr.colour, ri == 1)})
 				}
 				pts = nil
 			}
 			var marks plotter.XYs
 			for i, st := range r.Steps {
 				cr := run.get(st)
-				if cr == nil || cr.Classes[c.Name] == nil || cr.Classes[c.Name].P95MS <= 0 {
+				if cr == nil || sr.value(cr) <= 0 {
 					flush()
 					continue
 				}
-				pt := plotter.XY{X: float64(i), Y: math.Max(cr.Classes[c.Name].P95MS, ax.min())}
+				pt := plotter.XY{X: float64(i), Y: math.Max(sr.value(cr), ax.min())}
 				pts, marks = append(pts, pt), append(marks, pt)
 			}
 			flush()
 			if len(marks) > 0 {
-				p.Add(&plotter.Scatter{XYs: marks, GlyphStyle: markerStyle(colour(c.Name), ri == 0)})
+				p.Add(&plotter.Scatter{XYs: marks, GlyphStyle: markerStyle(sr.colour, ri == 0)})
 			}
 		}
 		legend = append(legend, legendItem{run.name, []plot.Thumbnailer{
@@ -276,8 +366,12 @@ func writeCapacityChart(path string, r *CapacityResults) error {
 	}
 	p.X.Min, p.X.Max = xMin, xMax
 	ax.fix(p)
-	title := fmt.Sprintf("ortbus bench capacity: p95 per class (log scale, ms) against load (audio streams : interactive rate/s); scenario %s, seed %d",
-		filepath.Base(r.Scenario.Name), r.Seed)
+	load := "audio streams : interactive rate/s"
+	if llmSteps {
+		load += " : llm tenants"
+	}
+	title := fmt.Sprintf("ortbus bench capacity: p95 per class (log scale, ms) against load (%s); scenario %s, seed %d",
+		load, filepath.Base(r.Scenario.Name), r.Seed)
 	return saveChart(path, chartW, capacityH, p, title, legend,
 		"dotted: a class's p95 target; vertical: each run's knee (first step with a target missed)")
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +36,12 @@ type CollisionResults struct {
 	Policy *CollisionRun   `json:"policy"`
 	FIFO   *CollisionRun   `json:"fifo"`
 	Ratios CollisionRatios `json:"ratios"`
+	// With an LLM tenant ([tenant]): SoloTenant is the tenant alone; Gate is every class
+	// and the tenant under the policy with the tenant's lease gated (`ortbus lease
+	// --gate`), nil when the scenario asks for no gated run or the ortbus binary's lease
+	// has no --gate (a note says so); Policy and FIFO then run the tenant without the gate.
+	SoloTenant *TenantStats  `json:"solo_tenant,omitempty"`
+	Gate       *CollisionRun `json:"policy_gate,omitempty"`
 	// PolicyKey says whether the gateway took `[gateway] policy` ("ok"), or why not.
 	PolicyKey string `json:"policy_key"`
 }
@@ -45,11 +52,17 @@ type CollisionRun struct {
 	// DrainMS is the time from the end of arrivals (the window) until the batch backlog
 	// is empty (its last answer); 0 when it emptied within the window.
 	DrainMS float64
+	// Tenant is the LLM tenants' figures (nil: the run had none).
+	Tenant *TenantStats
 }
 
-// MarshalJSON writes the classes and drain_ms side by side, as the report schema has it.
+// MarshalJSON writes the classes and drain_ms side by side, as the report schema has it
+// (and llm_tenant, when the run had the tenant).
 func (r *CollisionRun) MarshalJSON() ([]byte, error) {
 	m := map[string]any{"drain_ms": r.DrainMS}
+	if r.Tenant != nil {
+		m["llm_tenant"] = r.Tenant
+	}
 	for k, v := range r.Classes {
 		m[k] = v
 	}
@@ -85,8 +98,41 @@ type ClassStats struct {
 	// Stream holds the audio streams' figures of a stream class (see stream.go); its
 	// frames are the class's requests, their latency counted from each frame's due time.
 	Stream *StreamStats `json:"stream,omitempty"`
+	// Degraded, for a class whose chain has more than one pool, counts its results served
+	// by a pool after the chain's first (degrade, or a spill), with their latency.
+	Degraded *DegradeStats `json:"degraded,omitempty"`
 
 	latencies []time.Duration // sorted; for the chart
+}
+
+// DegradeStats are a class's results served past its chain's first pool.
+type DegradeStats struct {
+	// Preferred is the chain's first pool; Count the results served by another.
+	Preferred string  `json:"preferred"`
+	Count     int     `json:"count"`
+	P50MS     float64 `json:"p50_ms"`
+	P95MS     float64 `json:"p95_ms"`
+	MaxMS     float64 `json:"max_ms"`
+}
+
+// degradeStats is the degrade figures of a class's calls (nil when its chain has one
+// pool).
+func degradeStats(sc *Scenario, c ScenarioClass, calls []call) *DegradeStats {
+	chain := sc.chain(c.Name, c.Model)
+	if len(chain) < 2 {
+		return nil
+	}
+	d := &DegradeStats{Preferred: chain[0]}
+	var lat []time.Duration
+	for _, k := range calls {
+		if k.Done && k.Code == "" && k.Pool != "" && k.Pool != chain[0] {
+			d.Count++
+			lat = append(lat, k.Latency())
+		}
+	}
+	l := summarize(lat)
+	d.P50MS, d.P95MS, d.MaxMS = ms(l.P50), ms(l.P95), ms(l.Max)
+	return d
 }
 
 // CollisionRatios are the figures the targets are about.
@@ -105,6 +151,30 @@ type CollisionRatios struct {
 	DrainMSFIFO                   float64 `json:"drain_ms_fifo"`
 	// UrgentStream is set when the urgent class is audio streams.
 	UrgentStream *StreamRatios `json:"urgent_stream,omitempty"`
+	// LLM is set when the scenario has the LLM tenant.
+	LLM *LLMRatios `json:"llm,omitempty"`
+}
+
+// LLMRatios compare the LLM tenant's figures and the classes' under the gate with their
+// solo runs and with the runs without the gate.
+type LLMRatios struct {
+	TokensPerSSolo       float64 `json:"tokens_per_s_solo"`
+	TokensPerSGate       float64 `json:"tokens_per_s_gate"`
+	TokensPerSPolicy     float64 `json:"tokens_per_s_policy"`
+	TokensPerSFIFO       float64 `json:"tokens_per_s_fifo"`
+	TokensGateOverSolo   float64 `json:"tokens_per_s_gate_over_solo"`
+	TokensPolicyOverSolo float64 `json:"tokens_per_s_policy_over_solo"`
+	TokensFIFOOverSolo   float64 `json:"tokens_per_s_fifo_over_solo"`
+	FirstTokenP95Solo    float64 `json:"first_token_p95_ms_solo"`
+	FirstTokenP95Gate    float64 `json:"first_token_p95_ms_gate"`
+	FirstTokenP95Policy  float64 `json:"first_token_p95_ms_policy"`
+	FirstTokenP95FIFO    float64 `json:"first_token_p95_ms_fifo"`
+	// InteractiveP95GateOverSolo and UrgentDroppedGate are the gate run's figures of the
+	// acceptance (interactive p95 over solo; audio frames dropped).
+	InteractiveP95GateOverSolo float64 `json:"interactive_p95_gate_over_solo"`
+	UrgentDroppedGate          int     `json:"urgent_dropped_gate"`
+	UrgentDroppedPolicy        int     `json:"urgent_dropped_policy"`
+	UrgentDroppedFIFO          int     `json:"urgent_dropped_fifo"`
 }
 
 // StreamRatios are the urgent audio streams' dropped frames (a fraction of the frames)
@@ -149,6 +219,19 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 	}
 	out := o.out()
 	fmt.Fprintf(out, "collision: scenario %s, seed %d, window %v; requests: %s\n", sc.Name, sc.Seed, sc.Window.D(), countsLine(sc, res.Counts))
+	var plain, gated *tenantRun // the tenant's runs without and with the gate
+	if t := setup.tenant; t != nil {
+		p := sc.Tenant
+		spec := p.spec()
+		fmt.Fprintf(out, "llm tenant: %d x `ortbus bench llm-tenant` under `ortbus lease --device %s --bytes %d --class %s`: decoder of %d layers, width %d (MLP %d, vocab %d, %.1f M parameters), prompts of %d tokens then %d generated, %d thread(s)\n",
+			p.Count, p.Device, p.Bytes, p.Class, spec.Layers, spec.Width, spec.FF, spec.Vocab, float64(spec.Params())/1e6, p.Prompt, p.Tokens, p.Threads)
+		plain = t.with(p.Count, false)
+		if p.Gate && setup.gate {
+			gated = t.with(p.Count, true)
+		} else if p.Gate {
+			rep.note("no gated run: %s lease has no --gate (the gate is not built yet); the runs with the tenant are without the gate", t.ortbus)
+		}
+	}
 
 	// checkOCR checks the detector's output files after a run (ocr is set when the
 	// scenario has the by-path detector): every file whole, then removed.
@@ -184,7 +267,7 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 			active := make([]bool, len(sc.Classes))
 			active[ci] = true
 			fmt.Fprintf(out, "  solo %s ...\n", c.Name)
-			run, err := runSchedule(ctx, sys, sc, only, setup.reqs, active)
+			run, err := runSchedule(ctx, sys, sc, only, setup.reqs, active, nil)
 			if err != nil {
 				sys.stop()
 				return nil, fmt.Errorf("solo %s: %w", c.Name, err)
@@ -192,9 +275,27 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 			checkOCR("solo "+c.Name, run)
 			res.Solo[c.Name] = run.Classes[c.Name]
 		}
+		if plain != nil {
+			fmt.Fprintf(out, "  solo llm tenant ...\n")
+			run, err := runSchedule(ctx, sys, sc, nil, setup.reqs, make([]bool, len(sc.Classes)), plain)
+			if err != nil {
+				sys.stop()
+				return nil, fmt.Errorf("solo llm tenant: %w", err)
+			}
+			res.SoloTenant = run.Tenant
+		}
+	}
+	if gated != nil {
+		fmt.Fprintf(out, "  policy, the tenant gated ...\n")
+		res.Gate, err = runSchedule(ctx, sys, sc, sched, setup.reqs, nil, gated)
+		if err != nil {
+			sys.stop()
+			return nil, fmt.Errorf("policy run with the gate: %w", err)
+		}
+		checkOCR("policy with the gate", res.Gate)
 	}
 	fmt.Fprintf(out, "  policy ...\n")
-	res.Policy, err = runSchedule(ctx, sys, sc, sched, setup.reqs, nil)
+	res.Policy, err = runSchedule(ctx, sys, sc, sched, setup.reqs, nil, plain)
 	sys.stop()
 	if err != nil {
 		return nil, fmt.Errorf("policy run: %w", err)
@@ -207,7 +308,7 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		res.FIFO, err = runSchedule(ctx, fsys, sc, sched, setup.reqs, nil)
+		res.FIFO, err = runSchedule(ctx, fsys, sc, sched, setup.reqs, nil, plain)
 		fsys.stop()
 		if err != nil {
 			return nil, fmt.Errorf("fifo run: %w", err)
@@ -319,8 +420,9 @@ func collisionConfig(sc *Scenario, w *workdir, lib string) sysConfig {
 		if cl.Arrival == "stream" {
 			maxTimeout = max(maxTimeout, 30*time.Second)
 		}
-		c.Classes = append(c.Classes, classSpec{Name: cl.Name, Chain: chain, Timeout: cl.Timeout.D(), MaxTimeout: maxTimeout, QueueBound: cl.QueueBound})
+		c.Classes = append(c.Classes, classSpec{Name: cl.Name, Chain: chain, Timeout: cl.Timeout.D(), MaxTimeout: maxTimeout, QueueBound: cl.QueueBound, Degrade: cl.Degrade})
 	}
+	c.Devices = sc.Devices
 	dirs := map[string]modelSpec{
 		"tiny":   {Name: "tiny", Kind: config.KindRaw, Dir: filepath.Join(w.models, onnxgen.TinyDir)},
 		"tagger": {Name: "tagger", Kind: config.KindTaggerPixAI, Dir: filepath.Join(w.models, onnxgen.TaggerDir)},
@@ -367,18 +469,30 @@ func warmUp(ctx context.Context, sys *system, sc *Scenario, reqs []func() codec.
 // runSchedule runs one collision: the schedule's requests sent at their times, each
 // stream class's audio streams (stream.go) and each flood class's flood (inflight
 // requests outstanding, each answer followed by a new request, from the class's start
-// until the end of the window), for the classes active marks (nil: all). It waits for
-// every answer (up to the scenario's drain timeout after the window) and computes each
-// class's statistics.
-func runSchedule(ctx context.Context, sys *system, sc *Scenario, sched []arrival, reqs []func() codec.Request, active []bool) (*CollisionRun, error) {
+// until the end of the window), for the classes active marks (nil: all), and the LLM
+// tenants of tenants (nil: none; tenantrun.go) from the plan's start to the window's end.
+// It waits for every answer (up to the scenario's drain timeout after the window) and
+// computes each class's statistics.
+func runSchedule(ctx context.Context, sys *system, sc *Scenario, sched []arrival, reqs []func() codec.Request, active []bool, tenants *tenantRun) (*CollisionRun, error) {
 	on := func(ci int) bool { return active == nil || active[ci] }
 	cl, err := newCaller(sys.nc)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.close()
+	var tp *tenantProcs
+	if tenants != nil && tenants.n > 0 {
+		if tp, err = tenants.start(ctx, sys.ready.NATSURL, sc.Window.D()); err != nil {
+			return nil, fmt.Errorf("llm tenant: %w", err)
+		}
+		defer tp.kill() // after finish, nothing is left to stop
+	}
 	start := time.Now().Add(50 * time.Millisecond)
 	windowEnd := start.Add(sc.Window.D())
+	if tp != nil {
+		begin := time.AfterFunc(time.Until(start.Add(tenants.plan.Start.D())), tp.begin)
+		defer begin.Stop()
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -466,13 +580,19 @@ func runSchedule(ctx context.Context, sys *system, sc *Scenario, sched []arrival
 		case <-time.After(d):
 		}
 	}
+	var tenantStats *TenantStats
+	if tp != nil {
+		if tenantStats, err = tp.finish(); err != nil {
+			return fail(fmt.Errorf("llm tenant: %w", err))
+		}
+	}
 	wg.Wait() // the streams' last answers; no flood sends after the window
 	cl.wait(ctx, sc.DrainTimeout.D())
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	calls := cl.snapshot()
-	run := &CollisionRun{Classes: map[string]*ClassStats{}}
+	run := &CollisionRun{Classes: map[string]*ClassStats{}, Tenant: tenantStats}
 	for ci, c := range sc.Classes {
 		var mine []call
 		for _, k := range calls {
@@ -487,6 +607,7 @@ func runSchedule(ctx context.Context, sys *system, sc *Scenario, sched []arrival
 			continue
 		}
 		run.Classes[c.Name] = classStats(mine, start, windowEnd)
+		run.Classes[c.Name].Degraded = degradeStats(sc, c, mine)
 		if c.Arrival == "stream" {
 			run.Classes[c.Name].Stream = streamStats(frames[ci], c.Streams)
 		}
@@ -606,6 +727,37 @@ func (r *CollisionResults) ratios() {
 			RTFSolo: st(r.Solo).RTF, RTFPolicy: st(pol).RTF, RTFFIFO: st(fifo).RTF,
 		}
 	}
+	if r.Scenario.Tenant != nil {
+		tenant := func(run *CollisionRun) *TenantStats {
+			if run == nil || run.Tenant == nil {
+				return &TenantStats{}
+			}
+			return run.Tenant
+		}
+		var gate map[string]*ClassStats
+		if r.Gate != nil {
+			gate = r.Gate.Classes
+		}
+		dropped := func(m map[string]*ClassStats) int {
+			if s := get(m, u); s.Stream != nil {
+				return s.Stream.Dropped
+			}
+			return get(m, u).DeadlineMisses
+		}
+		solo := r.SoloTenant
+		if solo == nil {
+			solo = &TenantStats{}
+		}
+		g, p, f := tenant(r.Gate), tenant(r.Policy), tenant(r.FIFO)
+		r.Ratios.LLM = &LLMRatios{
+			TokensPerSSolo: solo.TokensPerS, TokensPerSGate: g.TokensPerS, TokensPerSPolicy: p.TokensPerS, TokensPerSFIFO: f.TokensPerS,
+			TokensGateOverSolo: ratio(g.TokensPerS, solo.TokensPerS), TokensPolicyOverSolo: ratio(p.TokensPerS, solo.TokensPerS),
+			TokensFIFOOverSolo: ratio(f.TokensPerS, solo.TokensPerS),
+			FirstTokenP95Solo:  solo.FirstTokenP95MS, FirstTokenP95Gate: g.FirstTokenP95MS, FirstTokenP95Policy: p.FirstTokenP95MS, FirstTokenP95FIFO: f.FirstTokenP95MS,
+			InteractiveP95GateOverSolo: ratio(get(gate, i).P95MS, get(r.Solo, i).P95MS),
+			UrgentDroppedGate:          dropped(gate), UrgentDroppedPolicy: dropped(pol), UrgentDroppedFIFO: dropped(fifo),
+		}
+	}
 }
 
 func countsLine(sc *Scenario, counts map[string]int) string {
@@ -645,28 +797,18 @@ func (r *CollisionResults) print(out io.Writer, rep *Report) {
 			rows = append(rows, fmt.Sprintf("%s\t%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%.2f\t%.2f\t%s\t", run, n, s.Count, s.OK, s.P50MS, s.P95MS, s.P99MS, s.QueueP95, s.DeadlineMisses, s.Overloaded, s.ThroughputPerS, s.WindowThroughputPerS, errs))
 		}
 	}
-	if r.Solo != nil {
-		row("solo", r.Solo)
-	}
-	if r.Policy != nil {
-		row("policy", r.Policy.Classes)
-	}
-	if r.FIFO != nil {
-		row("fifo", r.FIFO.Classes)
+	runs := r.runs()
+	for _, run := range runs {
+		row(run.name, run.classes)
 	}
 	printTable(out, "run\tclass\tcount\tok\tp50 ms\tp95 ms\tp99 ms\tqueue p95 ms\tmisses\toverloaded\tthroughput/s\tin window/s\terrors\t", rows...)
-	var runs []namedRun
-	if r.Solo != nil {
-		runs = append(runs, namedRun{"solo", r.Solo})
-	}
-	if r.Policy != nil {
-		runs = append(runs, namedRun{"policy", r.Policy.Classes})
-	}
-	if r.FIFO != nil {
-		runs = append(runs, namedRun{"fifo", r.FIFO.Classes})
-	}
 	printStreams(out, r.Scenario, runs)
+	printDegraded(out, r.Scenario, runs)
+	r.printTenant(out)
 	q := r.Ratios
+	if r.Gate != nil {
+		fmt.Fprintf(out, "batch drain after the window: policy with the gate %.0f ms\n", r.Gate.DrainMS)
+	}
 	if r.Policy != nil {
 		fmt.Fprintf(out, "batch drain after the window: policy %.0f ms", q.DrainMSPolicy)
 		if r.FIFO != nil {
@@ -711,12 +853,132 @@ func (r *CollisionResults) print(out io.Writer, rep *Report) {
 			rep.note("target missed: %d urgent deadline misses of %d urgent requests under the policy (target 0 of >= 500)", q.UrgentMissesPolicy, q.UrgentCountPolicy)
 		}
 	}
+	if l := q.LLM; l != nil {
+		r.printGateTargets(out, rep, l)
+	}
+}
+
+// printGateTargets prints the LLM scenario's acceptance: with the gate, no audio frame
+// dropped, interactive p95 at most 1.5x solo, the tenant at least 0.5x its solo tokens/s;
+// and what the runs without the gate show beside it.
+func (r *CollisionResults) printGateTargets(out io.Writer, rep *Report, l *LLMRatios) {
+	// Each run's figure, with its ratio to solo when there was a solo run.
+	figure := func(name string, tps, over float64) string {
+		if r.SoloTenant == nil {
+			return fmt.Sprintf("%s %.2f", name, tps)
+		}
+		return fmt.Sprintf("%s %.2f (%.2fx)", name, tps, over)
+	}
+	parts := []string{}
+	firsts := []string{}
+	if r.SoloTenant != nil {
+		parts, firsts = append(parts, fmt.Sprintf("solo %.2f", l.TokensPerSSolo)), append(firsts, fmt.Sprintf("solo %.1f", l.FirstTokenP95Solo))
+	}
+	if r.Gate != nil {
+		parts, firsts = append(parts, figure("gate", l.TokensPerSGate, l.TokensGateOverSolo)), append(firsts, fmt.Sprintf("gate %.1f", l.FirstTokenP95Gate))
+	}
+	parts = append(parts, figure("policy", l.TokensPerSPolicy, l.TokensPolicyOverSolo), figure("fifo", l.TokensPerSFIFO, l.TokensFIFOOverSolo))
+	firsts = append(firsts, fmt.Sprintf("policy %.1f", l.FirstTokenP95Policy), fmt.Sprintf("fifo %.1f", l.FirstTokenP95FIFO))
+	fmt.Fprintf(out, "llm tokens/s: %s; first token p95 ms: %s\n", strings.Join(parts, ", "), strings.Join(firsts, ", "))
+	fmt.Fprintf(out, "audio frames dropped: ")
+	if r.Gate != nil {
+		fmt.Fprintf(out, "gate %d, ", l.UrgentDroppedGate)
+	}
+	fmt.Fprintf(out, "policy %d, fifo %d\n", l.UrgentDroppedPolicy, l.UrgentDroppedFIFO)
+	if r.Gate == nil {
+		rep.note("the gate's targets (0 dropped frames, interactive p95 <= 1.5x solo, tokens/s >= 0.5x solo, with the gate) were not measured: no gated run")
+		fmt.Fprintf(out, "gate targets: NOT MEASURED (no gated run)\n")
+		return
+	}
+	ok := rep.target(l.UrgentDroppedGate == 0, "with the gate, %d audio frames dropped (target 0)", l.UrgentDroppedGate)
+	fmt.Fprintf(out, "with the gate: audio frames dropped %d (target 0: %s)\n", l.UrgentDroppedGate, verdict(ok))
+	if r.Solo != nil {
+		ok = rep.target(l.InteractiveP95GateOverSolo <= 1.5, "with the gate, interactive p95 is %.2fx solo (target <= 1.5x)", l.InteractiveP95GateOverSolo)
+		fmt.Fprintf(out, "with the gate: interactive p95 gate/solo %.2fx (target <= 1.5x: %s)\n", l.InteractiveP95GateOverSolo, verdict(ok))
+		ok = rep.target(l.TokensGateOverSolo >= 0.5, "with the gate, the llm tenant's tokens/s is %.2fx solo (target >= 0.5x)", l.TokensGateOverSolo)
+		fmt.Fprintf(out, "with the gate: llm tokens/s gate/solo %.2fx (target >= 0.5x: %s)\n", l.TokensGateOverSolo, verdict(ok))
+	}
 }
 
 // namedRun is one run's class statistics, named for a table.
 type namedRun struct {
 	name    string
 	classes map[string]*ClassStats
+}
+
+// runs are the runs made, named, in order: solo, gate (the policy with the tenant's
+// gate), policy, fifo.
+func (r *CollisionResults) runs() []namedRun {
+	var runs []namedRun
+	if r.Solo != nil {
+		runs = append(runs, namedRun{"solo", r.Solo})
+	}
+	if r.Gate != nil {
+		runs = append(runs, namedRun{"gate", r.Gate.Classes})
+	}
+	if r.Policy != nil {
+		runs = append(runs, namedRun{"policy", r.Policy.Classes})
+	}
+	if r.FIFO != nil {
+		runs = append(runs, namedRun{"fifo", r.FIFO.Classes})
+	}
+	return runs
+}
+
+// printDegraded prints, for each class whose chain has a fallback, how many of its
+// results each run served past the chain's first pool, and their latency.
+func printDegraded(out io.Writer, sc *Scenario, runs []namedRun) {
+	for _, c := range sc.Classes {
+		var parts []string
+		for _, run := range runs {
+			s := run.classes[c.Name]
+			if s == nil || s.Degraded == nil {
+				continue
+			}
+			d := s.Degraded
+			part := fmt.Sprintf("%s %d of %d", run.name, d.Count, s.OK)
+			if d.Count > 0 {
+				part += fmt.Sprintf(" (p50 %.1f ms, p95 %.1f ms, max %.1f ms)", d.P50MS, d.P95MS, d.MaxMS)
+			}
+			parts = append(parts, part)
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(out, "degraded %s (results served past pool %s, degrade = %v): %s\n", c.Name, sc.chain(c.Name, c.Model)[0], c.Degrade, strings.Join(parts, "; "))
+		}
+	}
+}
+
+// printTenant prints the LLM tenant's figures per run, and the gate's targets.
+func (r *CollisionResults) printTenant(out io.Writer) {
+	if r.Scenario.Tenant == nil {
+		return
+	}
+	var rows []string
+	add := func(name string, t *TenantStats) {
+		if t == nil {
+			return
+		}
+		gated := "no"
+		if t.Gated {
+			gated = "yes"
+		}
+		over := ""
+		if r.SoloTenant != nil && r.SoloTenant.TokensPerS > 0 {
+			over = fmt.Sprintf("%.2f", t.TokensPerS/r.SoloTenant.TokensPerS)
+		}
+		rows = append(rows, fmt.Sprintf("%s\t%d\t%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%s\t", name, t.Tenants, gated, t.Prompts, t.Tokens,
+			t.FirstTokenP50MS, t.FirstTokenP95MS, t.FirstTokenMaxMS, t.TokensPerS, over))
+	}
+	add("solo", r.SoloTenant)
+	for _, run := range []struct {
+		name string
+		r    *CollisionRun
+	}{{"gate", r.Gate}, {"policy", r.Policy}, {"fifo", r.FIFO}} {
+		if run.r != nil {
+			add(run.name, run.r.Tenant)
+		}
+	}
+	printTable(out, "run\tllm tenants\tgated\tprompts\ttokens\tfirst token p50 ms\tp95 ms\tmax ms\ttokens/s\t/ solo\t", rows...)
 }
 
 // printStreams prints the audio streams' figures of the runs (nothing when the scenario

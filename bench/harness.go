@@ -104,6 +104,10 @@ type scenarioSetup struct {
 	// policyCfg and fifoCfg are the configs of the policy and FIFO runs (fifoCfg is ""
 	// when the gateway took no policy key).
 	policyCfg, fifoCfg string
+	// tenant is the scenario's LLM tenant (nil: none; tenantrun.go), gate whether the
+	// ortbus binary's lease has --gate.
+	tenant *tenantRun
+	gate   bool
 }
 
 // scenarioSetup fetches the models a scenario loads and writes the configs of its runs.
@@ -122,7 +126,11 @@ func (h *harness) scenarioSetup(sc *Scenario, policyKey *string, without string)
 		*policyKey = "refused: " + refused
 		h.rep.note("the gateway's config has no [gateway] policy key yet (%s): %s", refused, without)
 	}
-	return &scenarioSetup{reqs: reqs, ocr: ocr, policyCfg: policy, fifoCfg: fifo}, nil
+	tenant, gate, err := tenantSetup(h.o, h.w, h.lib, sc)
+	if err != nil {
+		return nil, err
+	}
+	return &scenarioSetup{reqs: reqs, ocr: ocr, policyCfg: policy, fifoCfg: fifo, tenant: tenant, gate: gate}, nil
 }
 
 // startScenario starts a system on cfg (one of s's configs) and warms it up with the

@@ -204,12 +204,15 @@ func TestCapacityScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, r, err := ParseSteps("1:0.5, 3:2")
-	if err != nil || !slices.Equal(st, []int{1, 3}) || !slices.Equal(r, []float64{0.5, 2}) {
-		t.Fatalf("ParseSteps: %v %v %v", st, r, err)
+	st, r, k, err := ParseSteps("1:0.5, 3:2")
+	if err != nil || !slices.Equal(st, []int{1, 3}) || !slices.Equal(r, []float64{0.5, 2}) || k != nil {
+		t.Fatalf("ParseSteps: %v %v %v %v", st, r, k, err)
 	}
-	for _, bad := range []string{"", "1", "0:1", "1:0", "a:1", "1:1,"} {
-		if _, _, err := ParseSteps(bad); err == nil {
+	if _, _, k, err := ParseSteps("1:0.5:0, 3:2, 3:2:2"); err != nil || !slices.Equal(k, []int{0, 0, 2}) {
+		t.Fatalf("ParseSteps with tenants: %v %v", k, err)
+	}
+	for _, bad := range []string{"", "1", "0:1", "1:0", "a:1", "1:1,", "1:1:-1", "1:1:1:1", "1:1:x"} {
+		if _, _, _, err := ParseSteps(bad); err == nil {
 			t.Errorf("ParseSteps(%q) accepted", bad)
 		}
 	}

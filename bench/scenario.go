@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
@@ -32,6 +33,12 @@ type Scenario struct {
 	Classes      []ScenarioClass `toml:"class" json:"classes"`
 	// Capacity is the load steps of `bench capacity` (nil in collision scenarios).
 	Capacity *CapacityPlan `toml:"capacity" json:"capacity,omitempty"`
+	// Tenant is the LLM-shaped tenant (tenant.go, tenantrun.go): a process outside ortbus,
+	// under `ortbus lease`, answering long-context prompts beside the classes (nil: none).
+	Tenant *TenantPlan `toml:"tenant" json:"tenant,omitempty"`
+	// Devices declares devices' memory capacities ([devices.NAME] capacity), e.g. for a
+	// device a tenant leases memory on.
+	Devices map[string]config.Bytes `toml:"devices" json:"devices,omitempty"`
 }
 
 // CapacityPlan is the [capacity] table: the load steps of `bench capacity`. Step i runs
@@ -44,6 +51,9 @@ type CapacityPlan struct {
 	// AfterKnee is how many steps a run goes on after its knee (the first step where a
 	// class misses its target), to show the curve bending; < 0 = every step.
 	AfterKnee int `toml:"after_knee" json:"after_knee"`
+	// Tenants, when set (as long as Streams), is step i's count of LLM tenant processes
+	// (the scenario's [tenant]); 0 = none at that step.
+	Tenants []int `toml:"tenants" json:"tenants,omitempty"`
 }
 
 // ScenarioPool is one pool of a scenario.
@@ -75,6 +85,12 @@ type ScenarioClass struct {
 	Count      int             `toml:"count" json:"count,omitempty"`
 	Start      config.Duration `toml:"start" json:"start,omitempty"`
 	Spread     config.Duration `toml:"spread" json:"spread,omitempty"`
+	// Every repeats a burst every that long from its start while within the window
+	// (camera-frame bursts); 0 = one burst.
+	Every config.Duration `toml:"every" json:"every,omitempty"`
+	// Degrade is the class's [classes.NAME] degrade: when the chain's first pool cannot
+	// meet a request's deadline with its device loaded, the next pool takes it.
+	Degrade bool `toml:"degrade" json:"degrade,omitempty"`
 	// Streams is the number of audio streams of an arrival = "stream" class.
 	Streams int `toml:"streams" json:"streams,omitempty"`
 	// InFlight is how many requests an arrival = "flood" class keeps outstanding.
@@ -107,7 +123,10 @@ func (s *Scenario) uses(model string) bool {
 // (scenarios/collision.toml), "onepool" (collision-onepool.toml), "short"
 // (collision-short.toml, for tests), "real" (collision-real.toml: Silero VAD audio
 // streams, the PP-OCRv4 detector, the tagger flood), "real-short" (the same, short, for
-// tests), "capacity" (capacity.toml, for `bench capacity`).
+// tests), "llm" (collision-llm.toml: the real-model classes on one shared device with
+// camera-frame bursts and the LLM tenant), "llm-short" (the same, short, for tests),
+// "capacity" (capacity.toml, for `bench capacity`), "capacity-llm" (capacity-llm.toml:
+// the LLM tenant as a step dimension).
 func LoadScenario(name string) (*Scenario, error) {
 	var data []byte
 	var err error
@@ -115,11 +134,11 @@ func LoadScenario(name string) (*Scenario, error) {
 	case "", "default":
 		name = "scenarios/collision.toml"
 		data, err = builtinScenarios.ReadFile(name)
-	case "onepool", "short", "real", "real-short":
+	case "onepool", "short", "real", "real-short", "llm", "llm-short":
 		name = "scenarios/collision-" + name + ".toml"
 		data, err = builtinScenarios.ReadFile(name)
-	case "capacity":
-		name = "scenarios/capacity.toml"
+	case "capacity", "capacity-llm":
+		name = "scenarios/" + name + ".toml"
 		data, err = builtinScenarios.ReadFile(name)
 	default:
 		data, err = os.ReadFile(name)
@@ -190,6 +209,9 @@ func (s *Scenario) check() error {
 		if (c.Model == "vad") != (c.Arrival == "stream") {
 			return fmt.Errorf("class %s: the vad model takes arrival = \"stream\" (audio streams), and only it does", c.Name)
 		}
+		if c.Every < 0 || (c.Every > 0 && c.Arrival != "burst") {
+			return fmt.Errorf("class %s: every (repeated bursts) must be > 0 and only on arrival = \"burst\"", c.Name)
+		}
 		if c.TargetP95 < 0 || c.MaxMissed < 0 || c.MaxMissed > 1 {
 			return fmt.Errorf("class %s: target_p95 must be >= 0 and max_missed in [0, 1]", c.Name)
 		}
@@ -241,6 +263,29 @@ func (s *Scenario) check() error {
 		}
 		if p.Window < 0 {
 			return fmt.Errorf("[capacity]: window must be >= 0")
+		}
+		if len(p.Tenants) > 0 {
+			if len(p.Tenants) != len(p.Streams) {
+				return fmt.Errorf("[capacity]: tenants must be as long as streams")
+			}
+			if s.Tenant == nil {
+				return fmt.Errorf("[capacity]: tenants needs a [tenant] table")
+			}
+			for i, n := range p.Tenants {
+				if n < 0 {
+					return fmt.Errorf("[capacity]: step %d: tenants must be >= 0", i+1)
+				}
+			}
+		}
+	}
+	if s.Tenant != nil {
+		if err := s.Tenant.check(); err != nil {
+			return fmt.Errorf("[tenant]: %w", err)
+		}
+	}
+	for name, b := range s.Devices {
+		if (name != "cpu" && !strings.Contains(name, ":")) || b <= 0 {
+			return fmt.Errorf("[devices]: %q = %d: want cpu or KIND:INDEX and a capacity > 0", name, b)
 		}
 	}
 	return nil
@@ -306,8 +351,13 @@ func (s *Scenario) Schedule() []arrival {
 				out = append(out, arrival{at, ci})
 			}
 		case "burst":
-			for n := 0; n < c.Count; n++ {
-				out = append(out, arrival{at + time.Duration(int64(c.Spread.D())*int64(n)/int64(c.Count)), ci})
+			for {
+				for n := 0; n < c.Count; n++ {
+					out = append(out, arrival{at + time.Duration(int64(c.Spread.D())*int64(n)/int64(c.Count)), ci})
+				}
+				if at += c.Every.D(); c.Every <= 0 || at >= window {
+					break
+				}
 			}
 		}
 	}

@@ -95,6 +95,7 @@ type frameRec struct {
 	QueueUS       int64
 	InferUS       int64
 	Speech        float32
+	Pool          string // the pool that served it
 }
 
 // frameSend is when a frame is sent: at its due time, or when the previous frame's
@@ -123,7 +124,7 @@ func (f *frameRec) onTime() bool {
 // asCall is the frame as a call of the class's statistics: sent at its due time (its
 // latency counts from there), with its deadline relative to that.
 func (f *frameRec) asCall(class string) call {
-	return call{Class: class, Sent: f.Due, Deadline: f.Deadline.Sub(f.Due), Done: f.Done, Recv: f.Recv, Code: f.Code, QueueUS: f.QueueUS}
+	return call{Class: class, Sent: f.Due, Deadline: f.Deadline.Sub(f.Due), Done: f.Done, Recv: f.Recv, Code: f.Code, QueueUS: f.QueueUS, Pool: f.Pool}
 }
 
 // streamStats summarises the frames of a class's streams.
@@ -292,7 +293,7 @@ func runStream(ctx context.Context, cl *client.Client, c ScenarioClass, stream i
 			}
 			f.Code = errCode(err)
 		} else {
-			f.QueueUS, f.InferUS = r.Timing.QueueUS, r.Timing.InferUS
+			f.QueueUS, f.InferUS, f.Pool = r.Timing.QueueUS, r.Timing.InferUS, r.Pool
 			if st := r.Outputs[vadStateOut]; st != nil {
 				if v, err := codec.BytesFloat32(st.Data); err == nil && len(v) == vadState {
 					state = v

@@ -109,6 +109,7 @@ type classSpec struct {
 	Timeout    time.Duration
 	MaxTimeout time.Duration
 	QueueBound int
+	Degrade    bool
 }
 
 // modelSpec is one [models.NAME] table.
@@ -134,6 +135,10 @@ type sysConfig struct {
 	StoreDir string
 	// Jobs is the [jobs] table (zero = the defaults).
 	Jobs config.Jobs
+	// Devices are declared device capacities (nil: none).
+	Devices map[string]config.Bytes
+	// Cache is the [cache] table (zero: off).
+	Cache config.Cache
 }
 
 // config is the configuration the bench writes: embedded NATS on a free port, quick
@@ -153,10 +158,11 @@ func (c sysConfig) config() *config.Config {
 		Pools:    map[string]*config.Pool{},
 		Models:   map[string]*config.Model{},
 		Jobs:     c.Jobs,
+		Cache:    c.Cache,
 	}
 	var classes, pools, models []string
 	for _, cl := range c.Classes {
-		cfg.Classes[cl.Name] = &config.Class{Chain: cl.Chain, Timeout: d(cl.Timeout), MaxTimeout: d(cl.MaxTimeout), QueueBound: cl.QueueBound}
+		cfg.Classes[cl.Name] = &config.Class{Chain: cl.Chain, Timeout: d(cl.Timeout), MaxTimeout: d(cl.MaxTimeout), QueueBound: cl.QueueBound, Degrade: cl.Degrade}
 		classes = append(classes, cl.Name)
 	}
 	for _, p := range c.Pools {
@@ -171,6 +177,12 @@ func (c sysConfig) config() *config.Config {
 	for _, m := range c.Models {
 		cfg.Models[m.Name] = &config.Model{Kind: m.Kind, Dir: m.Dir}
 		models = append(models, m.Name)
+	}
+	for name, b := range c.Devices {
+		if cfg.Devices == nil {
+			cfg.Devices = map[string]config.Device{}
+		}
+		cfg.Devices[name] = config.Device{Capacity: b}
 	}
 	cfg.SetOrder("classes", classes...)
 	cfg.SetOrder("pools", pools...)
@@ -369,6 +381,7 @@ type call struct {
 	QueueUS  int64
 	Worker   string
 	Runtime  string
+	Pool     string // the pool that served it
 }
 
 // Latency is the time from sending to the reply.
@@ -412,7 +425,7 @@ func (c *caller) handle(m *nats.Msg) {
 		return
 	}
 	k.Done, k.Recv, k.Code = true, now, code
-	k.QueueUS, k.Worker, k.Runtime = sv.Timing.QueueUS, sv.Worker, sv.Runtime
+	k.QueueUS, k.Worker, k.Runtime, k.Pool = sv.Timing.QueueUS, sv.Worker, sv.Runtime, sv.Pool
 	c.pending--
 	if c.pending == 0 {
 		c.idle.Broadcast()

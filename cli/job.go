@@ -21,6 +21,9 @@ func JobProgress(st *codec.JobStatus) string {
 	}
 	bar := strings.Repeat("#", fill) + strings.Repeat(".", jobBarWidth-fill)
 	line := fmt.Sprintf("%s [%s] %d/%d done  %d failed  %.1f/s", st.Job, bar, st.Done, st.Total, st.Failed, st.RatePerS)
+	if st.Cached > 0 {
+		line += fmt.Sprintf("  %d cached  %d computed", st.Cached, st.Computed)
+	}
 	if st.Finished() {
 		return line + "  " + st.State
 	}

@@ -70,6 +70,12 @@ func PrintStatus(w io.Writer, st *codec.StatusReply) {
 			}
 		}
 	}
+	if len(st.Gates) > 0 {
+		fmt.Fprintln(tw, "\nGATE ON\tCLASS\tPAUSED\tPAUSED 1M\tTENANTS")
+		for _, g := range st.Gates {
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%.1f%%\t%d\n", g.Device, g.Class, g.Paused, 100*g.PausedShare1m, g.Tenants)
+		}
+	}
 	fmt.Fprintln(tw, "\nCLASS\tPRIORITY\tQUEUED\tRUNNING\tBOUND\tCHAIN")
 	for _, c := range st.Classes {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", c.Name, c.Priority, c.Queued, c.Running, c.Bound, strings.Join(c.Chain, " -> "))

@@ -29,3 +29,9 @@ func (c *Client) lease(ctx context.Context, req *codec.LeaseRequest) (*codec.Lea
 	var l codec.LeaseReply
 	return &l, c.do(ctx, subjects.OpLease, req, &l)
 }
+
+// Lease sends any lease request (acquire with gate or reclaim, renew with the holder's
+// pid): ortbus.v1.lease.
+func (c *Client) Lease(ctx context.Context, req *codec.LeaseRequest) (*codec.LeaseReply, error) {
+	return c.lease(ctx, req)
+}

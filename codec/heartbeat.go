@@ -113,6 +113,9 @@ type StatusReply struct {
 	Classes      []ClassStatus  `msgpack:"classes" json:"classes"`
 	// Pauses are the classes paused on demand now (op pause), each with its expiry.
 	Pauses []PauseReply `msgpack:"pauses,omitempty" json:"pauses,omitempty"`
+	// Gates are the compute gates this gateway publishes (devices with gated or
+	// reclaimable leases; gateway/gate.go).
+	Gates []GateStatus `msgpack:"gates,omitempty" json:"gates,omitempty"`
 }
 
 // PoolStatus is one pool in a status reply.

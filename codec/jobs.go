@@ -25,6 +25,9 @@ type JobSubmit struct {
 	// and iou (detect), timeout_ms (each item's deadline, from when it is dispatched) and
 	// device. Other request fields are ignored.
 	Options *Request `msgpack:"options,omitempty" json:"options,omitempty"`
+	// Incremental answers each item whose result the gateway's cache holds (same bytes,
+	// model revision, op and options) from the cache, and runs the rest.
+	Incremental bool `msgpack:"incremental,omitempty" json:"incremental,omitempty"`
 }
 
 // JobDir names a directory whose images are the job's items.
@@ -78,6 +81,10 @@ type JobStatus struct {
 	StartedUnixMS  int64   `msgpack:"started_unix_ms" json:"started_unix_ms"`
 	FinishedUnixMS int64   `msgpack:"finished_unix_ms,omitempty" json:"finished_unix_ms,omitempty"`
 	Error          *Error  `msgpack:"error,omitempty" json:"error,omitempty"`
+	// Cached counts the items answered from the result cache, Computed those answered by
+	// running (a result or an error): cached + computed = done + failed.
+	Cached   int `msgpack:"cached" json:"cached"`
+	Computed int `msgpack:"computed" json:"computed"`
 }
 
 // Finished reports whether the job will change no more.
@@ -117,6 +124,8 @@ type JobResult struct {
 	// Result is the op's reply (a TagReply for tag, ...).
 	Result any    `msgpack:"result,omitempty" json:"result,omitempty"`
 	Error  *Error `msgpack:"error,omitempty" json:"error,omitempty"`
+	// Cached: the result came from the result cache (an incremental job).
+	Cached bool `msgpack:"cached,omitempty" json:"cached,omitempty"`
 }
 
 // MaxJobIDLen bounds a job id; a job id is letters, digits, '-' and '_'.
@@ -210,6 +219,7 @@ func decodeJobResults[R any](data []byte, asJSON bool, raw func(R) []byte) (*Job
 			Path   string `msgpack:"path" json:"path"`
 			Result R      `msgpack:"result" json:"result"`
 			Error  *Error `msgpack:"error" json:"error"`
+			Cached bool   `msgpack:"cached" json:"cached"`
 		} `msgpack:"results" json:"results"`
 		Next uint64 `msgpack:"next" json:"next"`
 		More bool   `msgpack:"more" json:"more"`
@@ -219,7 +229,7 @@ func decodeJobResults[R any](data []byte, asJSON bool, raw func(R) []byte) (*Job
 	}
 	out := &JobResultsReply{Job: in.Job, Op: in.Op, Next: in.Next, More: in.More, Results: make([]JobResult, len(in.Results))}
 	for i, r := range in.Results {
-		out.Results[i] = JobResult{Seq: r.Seq, Index: r.Index, Path: r.Path, Error: r.Error}
+		out.Results[i] = JobResult{Seq: r.Seq, Index: r.Index, Path: r.Path, Error: r.Error, Cached: r.Cached}
 		if b := raw(r.Result); r.Error == nil && len(b) > 0 {
 			v := NewReply(in.Op)
 			if v == nil {

@@ -1,6 +1,8 @@
 package codec
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -27,6 +29,16 @@ type LeaseRequest struct {
 	Class  string `msgpack:"class,omitempty" json:"class,omitempty"`
 	TTLMS  int64  `msgpack:"ttl_ms,omitempty" json:"ttl_ms,omitempty"`
 	Holder string `msgpack:"holder,omitempty" json:"holder,omitempty"`
+	// Gate (acquire): the holder follows the device's compute gate (gateway/gate.go):
+	// the gateway publishes the gate of the lease's device while such a lease is held.
+	Gate bool `msgpack:"gate,omitempty" json:"gate,omitempty"`
+	// Reclaim (acquire): the holder gives memory back on demand (an on-pressure hook):
+	// a higher class refused for memory on the device presses the lease (lease.go).
+	Reclaim bool `msgpack:"reclaim,omitempty" json:"reclaim,omitempty"`
+	// PID and Host (acquire, renew): the holder's process and its host, whose measured
+	// usage (and its descendants') a pressed lease is shrunk to.
+	PID  int    `msgpack:"pid,omitempty" json:"pid,omitempty"`
+	Host string `msgpack:"host,omitempty" json:"host,omitempty"`
 }
 
 // LeaseReply is a lease as granted, renewed or released (and as status lists it).
@@ -39,6 +51,14 @@ type LeaseReply struct {
 	ExpiresUnixMS int64  `msgpack:"expires_unix_ms" json:"expires_unix_ms"`
 	// Released is set in the reply to release.
 	Released bool `msgpack:"released,omitempty" json:"released,omitempty"`
+	// Gateway is the granting gateway's id: the gate a gated holder follows is
+	// ortbus.gate.<gateway>.<device>.
+	Gateway string `msgpack:"gateway,omitempty" json:"gateway,omitempty"`
+	// Gate and Reclaim are the acquire's.
+	Gate    bool `msgpack:"gate,omitempty" json:"gate,omitempty"`
+	Reclaim bool `msgpack:"reclaim,omitempty" json:"reclaim,omitempty"`
+	// Pressed: a higher class wants this reclaimable lease's memory back (lease.go).
+	Pressed bool `msgpack:"pressed,omitempty" json:"pressed,omitempty"`
 }
 
 // Validate checks a lease request from the wire.
@@ -64,6 +84,12 @@ func (r *LeaseRequest) Validate() error {
 	}
 	if r.TTLMS < 0 {
 		return bad("ttl_ms", "%d is negative", r.TTLMS)
+	}
+	if r.PID < 0 || r.PID > 1<<22 {
+		return bad("pid", "%d is not a process id", r.PID)
+	}
+	if len(r.Host) > 255 || strings.IndexFunc(r.Host, func(c rune) bool { return c <= ' ' || c >= 0x7f }) >= 0 {
+		return bad("host", "not a host name (printable ASCII, at most 255 bytes)")
 	}
 	if err := checkNames(field{"device", r.Device}, field{"class", r.Class}, field{"holder", r.Holder}); err != nil {
 		return err
@@ -98,4 +124,66 @@ type PauseReply struct {
 	Device      string `msgpack:"device,omitempty" json:"device,omitempty"`
 	UntilUnixMS int64  `msgpack:"until_unix_ms,omitempty" json:"until_unix_ms,omitempty"`
 	Resumed     bool   `msgpack:"resumed,omitempty" json:"resumed,omitempty"`
+}
+
+// Gate is the compute gate of one device, as a gateway decides it (gateway/gate.go) and
+// publishes it on ortbus.gate.<gateway>.<device>: while Closed, work of the gating class
+// (or a higher one) is queued for or running on the device, and the processes of gated
+// leases there pause (within their own limits: max-pause, min-share). A gate state holds
+// for TTLMS from its receipt; none newer by then, it is open. Seq orders one gateway's
+// states of the device. Reclaim lists the tags (LeaseTag) of the device's reclaimable
+// leases that a higher class presses to give memory back.
+type Gate struct {
+	Gateway string   `msgpack:"gateway" json:"gateway"`
+	Device  string   `msgpack:"device" json:"device"`
+	Seq     uint64   `msgpack:"seq" json:"seq"`
+	Closed  bool     `msgpack:"closed,omitempty" json:"closed,omitempty"`
+	Class   string   `msgpack:"class,omitempty" json:"class,omitempty"`
+	TTLMS   int64    `msgpack:"ttl_ms" json:"ttl_ms"`
+	Reclaim []string `msgpack:"reclaim,omitempty" json:"reclaim,omitempty"`
+}
+
+// MaxGateTTLMS bounds how long a receiver lets one gate state hold, whatever its ttl_ms
+// says; MaxGateReclaim bounds its reclaim list.
+const (
+	MaxGateTTLMS   = 2000
+	MaxGateReclaim = 1024
+)
+
+// Validate checks a gate state from the wire.
+func (g *Gate) Validate() error {
+	bad := badField
+	if g.TTLMS <= 0 || g.TTLMS > MaxGateTTLMS {
+		return bad("ttl_ms", "%d: want 1 to %d", g.TTLMS, MaxGateTTLMS)
+	}
+	if len(g.Reclaim) > MaxGateReclaim {
+		return bad("reclaim", "%d tags, over the limit of %d", len(g.Reclaim), MaxGateReclaim)
+	}
+	for _, tag := range g.Reclaim {
+		if len(tag) != LeaseTagLen {
+			return bad("reclaim", "a tag of %d bytes, want %d", len(tag), LeaseTagLen)
+		}
+	}
+	return checkNames(field{"gateway", g.Gateway}, field{"device", g.Device}, field{"class", g.Class})
+}
+
+// LeaseTagLen is the length of a lease's tag.
+const LeaseTagLen = 16
+
+// LeaseTag names a lease in public (a gate's reclaim list) without its id, which is the
+// holder's capability: the first 16 hex digits of the SHA-256 of the id.
+func LeaseTag(lease string) string {
+	sum := sha256.Sum256([]byte(lease))
+	return hex.EncodeToString(sum[:])[:LeaseTagLen]
+}
+
+// GateStatus is one device's gate in a status reply: the gating class, whether it is
+// closed (gated tenants paused) now, and the share of the last minute it was closed.
+type GateStatus struct {
+	Device        string  `msgpack:"device" json:"device"`
+	Class         string  `msgpack:"class" json:"class"`
+	Paused        bool    `msgpack:"paused" json:"paused"`
+	PausedShare1m float64 `msgpack:"paused_share_1m" json:"paused_share_1m"`
+	Seq           uint64  `msgpack:"seq" json:"seq"`
+	Tenants       int     `msgpack:"tenants" json:"tenants"`
 }

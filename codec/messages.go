@@ -16,6 +16,9 @@ type Request struct {
 	Pool      string `msgpack:"pool,omitempty" json:"pool,omitempty"`
 	Device    string `msgpack:"device,omitempty" json:"device,omitempty"` // only pools on this device
 	TimeoutMS int64  `msgpack:"timeout_ms,omitempty" json:"timeout_ms,omitempty"`
+	// Cache false bypasses the gateway's result cache for this request (neither read
+	// nor written); absent or true: the cache is used where [cache] enables it.
+	Cache *bool `msgpack:"cache,omitempty" json:"cache,omitempty"`
 
 	// tag
 	Thresholds *Thresholds `msgpack:"thresholds,omitempty" json:"thresholds,omitempty"`
@@ -97,6 +100,9 @@ type Timing struct {
 	TotalUS int64 `msgpack:"total_us" json:"total_us"`
 	// Batch is how many requests shared the runtime call (dynamic batching); 1 when alone.
 	Batch int `msgpack:"batch,omitempty" json:"batch,omitempty"`
+	// Cached: the answer came from the gateway's result cache (queue_us and infer_us are
+	// 0, total_us the lookup); the rest of Served names who computed it.
+	Cached bool `msgpack:"cached,omitempty" json:"cached,omitempty"`
 }
 
 // Served says who answered a request: every reply carries it.

@@ -30,6 +30,7 @@ type Config struct {
 	Pools    map[string]*Pool  `toml:"pools,omitempty"`
 	Models   map[string]*Model `toml:"models,omitempty"`
 	Jobs     Jobs              `toml:"jobs,omitempty"`
+	Cache    Cache             `toml:"cache,omitempty"`
 
 	// File is the path the configuration was read from ("" when parsed from bytes).
 	File string `toml:"-"`
@@ -197,6 +198,25 @@ type Jobs struct {
 	Windows []string `toml:"windows,omitempty"`
 }
 
+// Cache configures the gateway's content-addressed result cache (package cache), kept in
+// JetStream next to the jobs: a tag, embed or detect answer is kept under the hash of
+// the image's bytes, the model's revision (a hash of its files and settings), the op and
+// the options that change the answer, and served again for the same bytes.
+type Cache struct {
+	// Enabled turns the cache on (default off). It needs JetStream, as jobs do.
+	Enabled bool `toml:"enabled,omitempty"`
+	// MaxBytes bounds the stored entries (default 1GiB, at least 64KiB): a write that
+	// finds the bucket full evicts the oldest written entries first.
+	MaxBytes Bytes `toml:"max_bytes,omitempty"`
+	// Replicas of the cache's stream (default: jobs.replicas).
+	Replicas int `toml:"replicas,omitempty"`
+	// StatEntries bounds the files whose stat key and content hash the gateway remembers
+	// (default 262144; least recently used forgotten first).
+	StatEntries int `toml:"stat_entries,omitempty"`
+	// MaxAge drops entries older than this (default 0: kept until evicted).
+	MaxAge Duration `toml:"max_age,omitempty"`
+}
+
 // InWindow reports whether t falls in one of the jobs' windows (always, without any).
 // Windows are checked by validateJobs.
 func (j *Jobs) InWindow(t time.Time) bool {
@@ -300,6 +320,10 @@ type Device struct {
 	// "2GiB"): only pools and leases of that class or a higher one may use it, so batch
 	// pools and batch leases never can (gateway/admission.go).
 	Reserve map[string]Bytes `toml:"reserve,omitempty"`
+	// GateClass is the class whose work on the device pauses the processes of gated
+	// leases (`ortbus lease --gate`), with every class of a higher priority; default
+	// urgent (gateway/gate.go).
+	GateClass string `toml:"gate_class,omitempty"`
 }
 
 // Class is a latency class.

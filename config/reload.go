@@ -56,7 +56,7 @@ func (c *Changes) String() string {
 // Diff is what next changes of cur, both valid configurations. A reload applies pools
 // (added, removed, replaced), models (added, removed, replaced: the pools that load them
 // are replaced), devices, and of each class its chain, default models, timeouts,
-// min_share and degrade. Anything else — [nats], [gateway], [health], [security], [jobs],
+// min_share and degrade. Anything else — [nats], [gateway], [health], [security], [jobs], [cache],
 // the set of classes, a class's priority or queue (queue_bound, queue_bytes, shed) — is
 // read once at start: Diff refuses it with an error naming each, and the gateway keeps
 // the configuration in force (restart it to apply them).
@@ -71,6 +71,7 @@ func Diff(cur, next *Config) (*Changes, error) {
 		{"[health]", cur.Health, next.Health},
 		{"[security]", cur.Security, next.Security},
 		{"[jobs]", cur.Jobs, next.Jobs},
+		{"[cache]", cur.Cache, next.Cache},
 	} {
 		if !reflect.DeepEqual(s.a, s.b) {
 			restart = append(restart, s.name)

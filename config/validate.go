@@ -65,6 +65,15 @@ func (c *Config) applyDefaults() {
 	if j.ResultsMaxAge == 0 {
 		j.ResultsMaxAge = Duration(168 * time.Hour)
 	}
+	if c.Cache.MaxBytes == 0 {
+		c.Cache.MaxBytes = 1 << 30
+	}
+	if c.Cache.Replicas == 0 {
+		c.Cache.Replicas = j.Replicas
+	}
+	if c.Cache.StatEntries == 0 {
+		c.Cache.StatEntries = 262144
+	}
 	g := &c.Gateway
 	if g.ShutdownGrace == 0 {
 		g.ShutdownGrace = Duration(10 * time.Second)
@@ -296,6 +305,7 @@ func (c *Config) validate() error {
 	c.NATS.PasswordFile = c.Path(c.NATS.PasswordFile)
 	c.NATS.TLSCA, c.NATS.TLSCert, c.NATS.TLSKey = c.Path(c.NATS.TLSCA), c.Path(c.NATS.TLSCert), c.Path(c.NATS.TLSKey)
 	add(c.validateJobs())
+	add(c.validateCache())
 	if err := checkInboxPrefix(c.NATS.InboxPrefix); err != nil {
 		add(c.errf("nats.inbox_prefix", "%v", err))
 	}
@@ -325,6 +335,9 @@ func (c *Config) validate() error {
 		}
 		if d.Capacity > 0 && float64(reserved) > float64(d.Capacity)*d.SafeFraction {
 			add(c.errf("devices."+name+".reserve", "reservations (%d bytes) exceed the budget (capacity x safe_fraction)", reserved))
+		}
+		if _, ok := c.Classes[d.GateClass]; d.GateClass != "" && !ok {
+			add(c.errf("devices."+name+".gate_class", "class %q is not configured", d.GateClass))
 		}
 	}
 	for _, name := range c.Order("models", keys(c.Models)) {
@@ -524,6 +537,27 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+func (c *Config) validateCache() error {
+	k := c.Cache
+	var errs []error
+	if k.MaxBytes < 64<<10 {
+		errs = append(errs, c.errf("cache.max_bytes", "must be at least 64KiB"))
+	}
+	if k.Replicas < 1 || k.Replicas > 5 {
+		errs = append(errs, c.errf("cache.replicas", "want 1 to 5, got %d", k.Replicas))
+	}
+	if k.StatEntries < 1 || k.StatEntries > 1<<24 {
+		errs = append(errs, c.errf("cache.stat_entries", "want 1 to 16777216, got %d", k.StatEntries))
+	}
+	if k.MaxAge < 0 || k.MaxAge > 0 && k.MaxAge < Duration(time.Minute) {
+		errs = append(errs, c.errf("cache.max_age", "must be 0 (no limit) or at least 1m"))
+	}
+	if k.Enabled && c.Jobs.Disabled {
+		errs = append(errs, c.errf("cache.enabled", "the cache needs the job store's JetStream: jobs.disabled is set"))
+	}
+	return errors.Join(errs...)
 }
 
 func (c *Config) validateJobs() error {

@@ -43,7 +43,7 @@ func (g *Gateway) serveAPI() error {
 			return err
 		}
 	}
-	for _, op := range subjects.JobOps {
+	for _, op := range append(slices.Clip(subjects.JobOps), subjects.CacheOps...) {
 		op := op
 		// Endpoint names may not hold dots: job.submit is served as job-submit on
 		// ortbus.v1.job.submit.
@@ -190,6 +190,8 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by, te
 		encode(pr)
 	case slices.Contains(subjects.JobOps, op):
 		g.serveJob(op, data, asJSON, tenant, reply)
+	case slices.Contains(subjects.CacheOps, op):
+		g.serveCache(op, data, asJSON, tenant, reply)
 	default:
 		reply(nil, codec.Errorf(codec.CodeUnknownOp, "unknown op %q", op))
 	}
@@ -239,6 +241,9 @@ func (g *Gateway) status() *codec.StatusReply {
 		st.Workers = append(st.Workers, ws)
 	}
 	st.Pauses = g.pauses.list(pauseNow())
+	if g.gates != nil {
+		st.Gates = g.gates.list(now)
+	}
 	var running map[string]int
 	g.inspect(func(lc *lifecycle) { running = lc.running() })
 	for _, name := range g.conf().ClassNames() {

@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"bytes"
 	"maps"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -105,6 +108,9 @@ func (g *Gateway) pollForeign() {
 			f.bytes[d] = sum
 		}
 		f.mu.Unlock()
+		if err == nil {
+			g.reclaimFrom(d, usage)
+		}
 		switch {
 		case err != nil && !wasFailing:
 			g.log.Warn("cannot read the memory of the processes on a device; their usage is unknown and not counted", "device", d, "err", err)
@@ -156,4 +162,61 @@ func (g *Gateway) ourPIDs() map[int]bool {
 		}
 	}
 	return ours
+}
+
+// reclaimFrom applies a reading of device's processes to its pressed leases (lease.go,
+// rule 6): a holder's processes are the pid its wrapper gave and their descendants on
+// this host.
+func (g *Gateway) reclaimFrom(device string, usage map[int]int64) {
+	host, _ := os.Hostname()
+	if host == "" || !g.leases.pressedHere(device, host) {
+		return
+	}
+	kids := childrenOf()
+	tree := func(pid int) []int {
+		out := []int{pid}
+		for i := 0; i < len(out) && len(out) < 4096; i++ {
+			out = append(out, kids[out[i]]...)
+		}
+		return out
+	}
+	shrunk := g.leases.shrinkPressed(device, host, usage, tree)
+	for _, l := range shrunk {
+		g.log.Info("pressed lease shrunk to its holder's measured usage", "device", device, "holder", l.Holder, "class", l.Class, "bytes", l.Bytes)
+	}
+	if len(shrunk) > 0 {
+		g.kick() // a waiting pool or lease may fit now
+	}
+}
+
+// childrenOf maps each pid of this host to its children, from /proc.
+func childrenOf() map[int][]int {
+	out := map[int][]int{}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil && ppid != pid {
+			out[ppid] = append(out[ppid], pid)
+		}
+	}
+	return out
 }

@@ -69,11 +69,13 @@ type Gateway struct {
 	supervisor   *supervisor
 	failover     *failover // gateway beats, peers, and the answers bucket for resends
 	claimSubject string
+	cache        *cacheService // the result cache (cache.go); nil without [cache] enabled
 
 	jobs    *jobService
 	leases  *leases     // memory leases of processes outside ortbus (lease.go)
 	pauses  *pauses     // classes paused on demand (pause.go)
 	foreign *foreignMem // measured memory of processes outside ortbus (foreign.go)
+	gates   *gates      // the compute gates of the devices with gated leases (gate.go)
 	est     estimator   // measured service times
 
 	// The dispatch loop (loop.go) owns lc; everything else reaches it through events.
@@ -143,6 +145,7 @@ func Run(ctx context.Context, o Options) error {
 	defer g.failover.close()
 	g.startJobs(jobsCtx)
 	stopDispatch := g.startLoop(true)
+	defer g.startGates()() // stopped before the loop's stop (deferred: after it returns)
 
 	// A lost connection ends each wait, before ready (never announced then) and after.
 	select {
@@ -254,7 +257,7 @@ func newGateway(c *config.Config, log *slog.Logger) *Gateway {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	g := &Gateway{log: log, kickCh: make(chan struct{}, 1), leases: newLeases(), pauses: newPauses(), connLost: make(chan struct{}),
+	g := &Gateway{log: log, kickCh: make(chan struct{}, 1), leases: newLeases(), pauses: newPauses(), gates: newGates(), connLost: make(chan struct{}),
 		events: make(chan event, eventBacklog), loopDone: make(chan struct{})}
 	g.cfg.Store(c)
 	g.fileCfg.Store(c)

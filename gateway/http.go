@@ -259,6 +259,7 @@ func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI 
 	mux.HandleFunc("POST /v1/{op}", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, r.PathValue("op")) })
 	mux.HandleFunc("POST /v1/job/{verb}", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, "job."+r.PathValue("verb")) })
 	mux.HandleFunc("GET /v1/job/list", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, subjects.OpJobList) })
+	mux.HandleFunc("POST /v1/cache/{verb}", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, "cache."+r.PathValue("verb")) })
 	mux.HandleFunc("/", a.notFound)
 	a.mux = mux
 	return a

@@ -66,6 +66,7 @@ func (j *jobService) get() (*jobs.Store, *codec.Error) {
 func (g *Gateway) startJobs(ctx context.Context) {
 	g.jobs = &jobService{slots: make(chan struct{}, jobOpsAtOnce), done: make(chan struct{}),
 		why: codec.Errorf(codec.CodeUnavailable, "the job store is not open yet")}
+	g.initCache()
 	if g.conf().NATS.Embedded && g.conf().NATS.StoreDir == "" {
 		g.jobs.why = jobs.Unavailable()
 		close(g.jobs.done)
@@ -109,6 +110,7 @@ func (g *Gateway) startJobs(ctx context.Context) {
 		g.jobs.store = s
 		g.jobs.mu.Unlock()
 		g.log.Info("job store open")
+		g.openCache(ctx) // the result cache lives on the same JetStream
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() { defer wg.Done(); s.Watch(ctx) }()
@@ -140,10 +142,9 @@ func (g *Gateway) jobRoom() int {
 	return 2 * n
 }
 
-// runJobItem is the jobs.Runner: it runs one item as a request of its job's class
-// through this gateway's queues and returns the op's reply (msgpack) or error. When ctx
-// ends (the job is cancelled, the gateway stops) the request is cancelled and its answer
-// awaited, so that every request still gets its one answer.
+// runJobItem is the jobs.Runner: it answers one item from the result cache when it may
+// (jobCacheLookup), else runs it as a request of its job's class through this gateway's
+// queues (runJobRequest), and returns the op's reply (msgpack) or error.
 func (g *Gateway) runJobItem(ctx context.Context, it jobs.Item) ([]byte, *codec.Error) {
 	rec := it.Job
 	p := &pending{op: rec.Op, accepted: time.Now(), owner: ownerJob}
@@ -152,6 +153,106 @@ func (g *Gateway) runJobItem(ctx context.Context, it jobs.Item) ([]byte, *codec.
 	}
 	p.req.ID, p.req.Path, p.req.Model, p.req.Class, p.req.Pool = it.ID(), it.Path, rec.Model, rec.Class, rec.Pool
 	p.size = int64(len(it.Path) + len(p.req.ID) + 64)
+	ticket, hit := g.jobCacheLookup(ctx, p, rec)
+	if hit != nil {
+		it.FromCache()
+		return hit, nil
+	}
+	body, e := g.runJobRequest(ctx, p)
+	if ticket != nil {
+		g.cacheDone(ticket, p.op, body, e == nil)
+	}
+	return body, e
+}
+
+// jobCacheLookup looks a job item up in the result cache (cache.go): an incremental job
+// takes any entry of its key, another job only those written since it was created (a
+// duplicate of an earlier item of its own). A hit is the reply to answer (msgpack, the
+// item's id, timing.cached); else the ticket to store the answer with (nil: no cache).
+func (g *Gateway) jobCacheLookup(ctx context.Context, p *pending, rec *jobs.Record) (*cacheTicket, []byte) {
+	if !g.cacheWanted(p) {
+		return nil, nil
+	}
+	pools, e := g.resolve(p)
+	if e != nil {
+		return nil, nil // submit answers the error
+	}
+	since := time.UnixMilli(rec.Created)
+	if rec.Incremental {
+		since = time.Time{}
+	}
+	t, hit := g.cacheLookup(ctx, p, pools, rec.Owner, since)
+	if hit == nil {
+		return t, nil
+	}
+	if rep := cachedReply(p.op, hit, p.req.ID, p.accepted); rep != nil {
+		if b, err := codec.Marshal(rep); err == nil {
+			return nil, b
+		}
+	}
+	return nil, nil
+}
+
+// jobPrecomputed answers an incremental job's items from the result cache at its submit
+// (jobs.SubmitWith): an item whose answer the cache holds is recorded as its result at
+// once and never queued, so an unchanged library costs a stat and a cache read per
+// item; the rest run as usual (and their duplicates meet in runJobItem's flights). nil
+// where the job may not use the cache.
+func (g *Gateway) jobPrecomputed(rec *jobs.Record) jobs.Precomputed {
+	probe := &pending{op: rec.Op, accepted: time.Now(), owner: ownerJob}
+	if rec.Options != nil {
+		probe.req = jobOptions(rec.Options)
+	}
+	probe.req.Path, probe.req.Model, probe.req.Class, probe.req.Pool = "/", rec.Model, rec.Class, rec.Pool
+	if !rec.Incremental || !g.cacheWanted(probe) {
+		return nil
+	}
+	pools, e := g.resolve(probe)
+	if e != nil {
+		return nil
+	}
+	model := g.cacheModel(probe, pools)
+	if model == "" {
+		return nil
+	}
+	rev, ok := g.revision(model)
+	if !ok {
+		return nil
+	}
+	s := g.cache.storeOf()
+	return func(ctx context.Context, i int, path string) (answer []byte) {
+		defer guard.Recover(g.log, "job cache lookup", func(*codec.Error) { answer = nil })
+		start := time.Now()
+		p := &pending{op: probe.op, req: probe.req}
+		p.req.Path = path // checked by OpenFile (images.Policy), as where it runs
+		t := g.cacheKey(p, model, rev, rec.Owner)
+		if t == nil {
+			s.Miss()
+			return nil
+		}
+		gctx, cancel := context.WithTimeout(ctx, cacheIOBound)
+		body, ok := s.Get(gctx, t.key, time.Time{})
+		cancel()
+		if !ok {
+			return nil
+		}
+		rep := cachedReply(p.op, body, jobs.Item{Job: rec, Index: i}.ID(), start)
+		if rep == nil {
+			return nil
+		}
+		b, err := codec.Marshal(rep)
+		if err != nil {
+			return nil
+		}
+		return b
+	}
+}
+
+// runJobRequest runs a job item's request through this gateway's queues and returns the
+// op's reply (msgpack) or error. When ctx ends (the job is cancelled, the gateway stops)
+// the request is cancelled and its answer awaited, so that every request still gets its
+// one answer.
+func (g *Gateway) runJobRequest(ctx context.Context, p *pending) ([]byte, *codec.Error) {
 	type answer struct {
 		body []byte
 		err  *codec.Error
@@ -225,7 +326,7 @@ func (g *Gateway) jobOp(ctx context.Context, s *jobs.Store, op string, data []by
 		if e := g.jobsRunningRoom(ctx, s, rec, tenant); e != nil {
 			return nil, e
 		}
-		return s.Submit(ctx, rec, paths)
+		return s.SubmitWith(ctx, rec, paths, g.jobPrecomputed(rec))
 	case subjects.OpJobStatus, subjects.OpJobCancel:
 		var ref codec.JobRef
 		if err := decodeChecked(data, &ref, asJSON, func() error { return codec.CheckJobID(ref.Job) }); err != nil {
@@ -270,7 +371,7 @@ func decodeChecked(data []byte, v any, asJSON bool, check func() error) *codec.E
 // them is listed, however it is swapped meanwhile (jobs.ExpandAllowed). Each item's
 // path is checked where it is read, like any request's.
 func (g *Gateway) jobSpec(req *codec.JobSubmit) (*jobs.Record, []string, *codec.Error) {
-	rec := &jobs.Record{Job: req.Job, Op: req.Op, Model: req.Model, Class: req.Class, Pool: req.Pool}
+	rec := &jobs.Record{Job: req.Job, Op: req.Op, Model: req.Model, Class: req.Class, Pool: req.Pool, Incremental: req.Incremental}
 	if rec.Class == "" {
 		rec.Class = subjects.ClassBatch
 	}
@@ -325,9 +426,9 @@ func (g *Gateway) stopJobs(bound time.Duration) {
 }
 
 // jobOptions is the part of a request's fields that a job's options may set
-// (codec.JobSubmit.Options): thresholds, conf, iou, timeout_ms and device.
+// (codec.JobSubmit.Options): thresholds, conf, iou, timeout_ms, device and cache.
 func jobOptions(o *codec.Request) codec.Request {
-	return codec.Request{Device: o.Device, TimeoutMS: o.TimeoutMS, Thresholds: o.Thresholds, Conf: o.Conf, IoU: o.IoU}
+	return codec.Request{Device: o.Device, TimeoutMS: o.TimeoutMS, Thresholds: o.Thresholds, Conf: o.Conf, IoU: o.IoU, Cache: o.Cache}
 }
 
 // jobsRunningRoom refuses a new job (overloaded) while jobs.max_running jobs run, or while its

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -33,6 +34,17 @@ import (
 //     foreign, so a holder's memory is never counted twice. A holder should acquire
 //     before it allocates: memory it already uses when it asks is foreign, counted beside
 //     the lease asked for.
+//  6. Reclaim: a lease whose holder gives memory back on demand (reclaim, the wrapper's
+//     --on-pressure hook) and whose class is below the asker's is pressed when an
+//     acquire on its device is refused for memory. A pressed lease's tag is in the
+//     device's gate (gate.go, rule 3), so its holder runs its hook; each reading of the
+//     device's processes (foreign.go) that measures the holder's processes (the pid it
+//     gave and their descendants, on this gateway's host only) below the lease's bytes
+//     shrinks the lease to that measure and ends the press, and the waiting acquire fits
+//     on its next try. A press ends on its own after pressFor. A pid from another host
+//     is never measured here (that number here is another process), and a shrink only
+//     lowers a lease: a holder that lies about its pid only loses its own reservation
+//     (what it really uses is then foreign, rule 5, and still counted).
 //
 // Leases live in the gateway that granted them (one gateway per GPU host is the home
 // setup); a renew or release that reaches another gateway finds no such lease.
@@ -44,8 +56,14 @@ type leases struct {
 // lease is a lease as granted, and its owner (rule 4).
 type lease struct {
 	codec.LeaseReply
-	owner string // its tenant (identity.go)
+	owner     string    // its tenant (identity.go)
+	pid       int       // its holder's process (rule 6), 0: unknown
+	host      string    // ... on this host
+	pressedAt time.Time // rule 6: pressed since (zero: not pressed)
 }
+
+// pressFor bounds a press (rule 6).
+const pressFor = 30 * time.Second
 
 func newLeases() *leases { return &leases{by: map[string]*lease{}} }
 
@@ -144,6 +162,10 @@ func (g *Gateway) leaseAs(req *codec.LeaseRequest, tenant string) (*codec.LeaseR
 			return &c, nil
 		}
 		x.ExpiresUnixMS = now.Add(ttl).UnixMilli()
+		if req.PID > 0 {
+			x.pid, x.host = req.PID, req.Host
+		}
+		x.Pressed = !x.pressedAt.IsZero()
 		c := x.LeaseReply
 		return &c, nil
 	}
@@ -185,12 +207,14 @@ func (g *Gateway) leaseAs(req *codec.LeaseRequest, tenant string) (*codec.LeaseR
 	adm += g.reservedAgainst(req.Device, g.conf().Classes[class].Priority)
 	foreign := g.foreignBytes(req.Device, leased)
 	if sum := adm + leased + foreign + req.Bytes; sum > budget || sum < 0 {
+		l.press(req.Device, g.conf().Classes[class].Priority, g.classPriority, now)
 		return nil, codec.Errorf(codec.CodeOverloaded, "memory admission refused a lease of %s on device %s: admitted %s + leased %s + foreign %s + %s = %s, over the budget of %s (capacity %s x %.2f)",
 			mb(req.Bytes), req.Device, mb(adm), mb(leased), mb(foreign), mb(req.Bytes), mb(sum), mb(budget), mb(capacity), fraction).
 			With("device", req.Device).With("sum_bytes", sum).With("budget_bytes", budget).With("capacity_bytes", capacity).
 			With("admitted_bytes", adm).With("leased_bytes", leased).With("foreign_bytes", foreign)
 	}
-	x := &lease{LeaseReply: codec.LeaseReply{Lease: nuid.Next(), Device: req.Device, Bytes: req.Bytes, Class: class, Holder: req.Holder, ExpiresUnixMS: now.Add(ttl).UnixMilli()}, owner: tenant}
+	x := &lease{LeaseReply: codec.LeaseReply{Lease: nuid.Next(), Device: req.Device, Bytes: req.Bytes, Class: class, Holder: req.Holder, ExpiresUnixMS: now.Add(ttl).UnixMilli(),
+		Gateway: g.id, Gate: req.Gate, Reclaim: req.Reclaim}, owner: tenant, pid: req.PID, host: req.Host}
 	l.by[x.Lease] = x
 	g.log.Info("lease granted", "device", x.Device, "bytes", x.Bytes, "class", x.Class, "holder", x.Holder, "ttl", ttl)
 	c := x.LeaseReply
@@ -208,4 +232,148 @@ func (g *Gateway) knownDevice(device string) bool {
 		}
 	}
 	return false
+}
+
+// press marks the reclaimable leases on device of a class below prio (prio(class) above
+// it) as pressed, from now (rule 6): l.mu held.
+func (l *leases) press(device string, asker int, prio func(string) int, now time.Time) {
+	for _, x := range l.by {
+		if x.Device == device && x.Reclaim && prio(x.Class) > asker && x.pressedAt.IsZero() {
+			x.pressedAt = now
+			x.Pressed = true
+		}
+	}
+}
+
+// gatedHere is what the gates need of one device's leases: how many are gated, and the
+// tags of the pressed ones (gate.go).
+type gatedHere struct {
+	gated int
+	tags  []string
+}
+
+// gated is, per device with a gated or a pressed lease, what its gate needs; presses
+// past pressFor end here (rule 6).
+func (l *leases) gated(now time.Time) map[string]gatedHere {
+	out := map[string]gatedHere{}
+	if l == nil {
+		return out
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expire(now)
+	for _, x := range l.by {
+		if !x.pressedAt.IsZero() && now.Sub(x.pressedAt) >= pressFor {
+			x.pressedAt, x.Pressed = time.Time{}, false
+		}
+		if !x.Gate && x.pressedAt.IsZero() {
+			continue
+		}
+		h := out[x.Device]
+		if x.Gate {
+			h.gated++
+		}
+		if !x.pressedAt.IsZero() {
+			h.tags = append(h.tags, codec.LeaseTag(x.Lease))
+		}
+		out[x.Device] = h
+	}
+	for d, h := range out {
+		slices.Sort(h.tags)
+		out[d] = h
+	}
+	return out
+}
+
+// pressedHere reports whether device has a pressed lease whose holder is on host.
+func (l *leases) pressedHere(device, host string) bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, x := range l.by {
+		if x.Device == device && !x.pressedAt.IsZero() && x.pid > 0 && x.host == host {
+			return true
+		}
+	}
+	return false
+}
+
+// shrinkPressed applies a reading of device's processes (pid -> bytes) to its pressed
+// leases whose holders are on host (rule 6): one whose processes (tree: each pid's
+// descendants) measure below its bytes is shrunk to that, and pressed no more. It
+// returns the leases shrunk, as holder names, for the log.
+func (l *leases) shrinkPressed(device, host string, usage map[int]int64, tree func(pid int) []int) []codec.LeaseReply {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []codec.LeaseReply
+	for _, x := range l.by {
+		if x.Device != device || x.pressedAt.IsZero() || x.pid <= 0 || x.host != host {
+			continue
+		}
+		var used int64
+		for _, pid := range tree(x.pid) {
+			used += usage[pid]
+		}
+		if used < x.Bytes {
+			x.Bytes = used
+			x.pressedAt, x.Pressed = time.Time{}, false
+			c := x.LeaseReply
+			c.Lease = ""
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// reclaim presses the reclaimable leases on device of a class below prio, for a pool
+// that needs their memory (supervise.go); false when none is pressed whose shrink this
+// gateway can see (pressing).
+func (g *Gateway) reclaim(device string, prio int) bool {
+	l := g.leases
+	l.mu.Lock()
+	l.expire(leaseNow())
+	l.press(device, prio, g.classPriority, leaseNow())
+	l.mu.Unlock()
+	return g.pressing(device)
+}
+
+// pressing reports whether a lease on device is pressed and its holder measurable here:
+// the device has a reader, and the holder gave a pid of this host (rule 6). A pressed
+// lease that is not is worth no wait: nothing here would shrink it.
+func (g *Gateway) pressing(device string) bool {
+	host, _ := os.Hostname()
+	if g.foreign == nil || g.foreign.readers[device] == nil || host == "" {
+		return false
+	}
+	l := g.leases
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expire(leaseNow())
+	now := leaseNow()
+	for _, x := range l.by {
+		if x.Device == device && !x.pressedAt.IsZero() && now.Sub(x.pressedAt) < pressFor && x.pid > 0 && x.host == host {
+			return true
+		}
+	}
+	return false
+}
+
+// pressedOn reports whether a lease on device is pressed at now: l.mu held.
+func (l *leases) pressedOn(device string, now time.Time) bool {
+	for _, x := range l.by {
+		if x.Device == device && !x.pressedAt.IsZero() && now.Sub(x.pressedAt) < pressFor {
+			return true
+		}
+	}
+	return false
+}
+
+// classPriority is class's priority (-1: unknown).
+func (g *Gateway) classPriority(class string) int {
+	if cl := g.conf().Classes[class]; cl != nil {
+		return cl.Priority
+	}
+	return -1
 }

@@ -34,6 +34,9 @@ type pending struct {
 	tenant   string // whose bound it counts in (identity.go)
 	clientID string // the id its client gave it, when it runs under another (tenantID)
 	size     int64  // the request's encoded size, counted against its class queue's bytes
+	// cacheTicket: its answer is stored in the result cache (cache.go); set before it is
+	// accepted, never after.
+	cacheTicket *cacheTicket
 	// answered is set by its one terminal answer (deliver, settled).
 	answered atomic.Bool
 }
@@ -67,6 +70,9 @@ func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner
 	if tenant != "" {
 		// Ids are per tenant (identity.go, rule 3): it runs under the gateway's id for it.
 		p.clientID, p.req.ID = p.req.ID, tenantID(tenant, p.req.ID)
+	}
+	if g.cacheFront(p) {
+		return // looked up in the result cache first (cache.go), then submitted
 	}
 	g.submit(p)
 }
@@ -151,7 +157,7 @@ func modelSuffix(m string) string {
 // death, cancels, metrics and measured service times.
 func (g *Gateway) replyDirect(p *pending, pool string) bool {
 	gw := g.conf().Gateway
-	return p.replyTo != "" && !subjects.IsImportReply(p.replyTo) && p.clientID == "" && !p.asJSON && p.owner != ownerJob && len(g.conf().Pool(pool).PathMap) == 0 && !gw.Failover && !gw.RelayReplies
+	return p.replyTo != "" && !subjects.IsImportReply(p.replyTo) && p.clientID == "" && !p.asJSON && p.owner != ownerJob && len(g.conf().Pool(pool).PathMap) == 0 && !gw.Failover && !gw.RelayReplies && p.cacheTicket == nil
 }
 
 // onDead is called by the tracker when a worker is judged dead: the loop answers or

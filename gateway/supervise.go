@@ -366,7 +366,37 @@ func (s *supervisor) evict(pool string) []chan struct{} {
 		}
 		left += freed
 	}
+	if left < need {
+		s.reclaimFor(pool, device, need, prio)
+	}
 	return exits
+}
+
+// reclaimer is the part of memory admission that presses reclaimable leases (lease.go,
+// rule 6).
+type reclaimer interface {
+	// reclaim presses the reclaimable leases on device of a class below prio; false when
+	// there is none.
+	reclaim(device string, prio int) bool
+	// pressing reports whether a lease on device is still pressed.
+	pressing(device string) bool
+}
+
+// reclaimFor presses the reclaimable leases of lower classes on device for pool, and
+// waits until the budget left holds need, or no lease is pressed whose holder this
+// gateway measures any more (shrunk, released, or the press ended: lease.go, rule 6).
+func (s *supervisor) reclaimFor(pool, device string, need int64, prio int) {
+	r, ok := s.mem.(reclaimer)
+	if !ok || !r.reclaim(device, prio) {
+		return
+	}
+	s.log.Info("asking reclaimable leases of lower classes for memory", "for", pool, "device", device, "need", need)
+	for i := 0; i < int(pressFor/(50*time.Millisecond)); i++ {
+		if left, ok := s.mem.remaining(device, pool, ""); !ok || left >= need || !r.pressing(device) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // waitHeartbeat waits (a bounded time) until the tracker has heard a ready worker, so its

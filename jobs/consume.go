@@ -19,6 +19,7 @@ import (
 const (
 	HeaderOutcome     = "Ortbus-Outcome"
 	HeaderRedelivered = "Ortbus-Redelivered"
+	HeaderCached      = "Ortbus-Cached"
 	outcomeOK         = "ok"
 )
 
@@ -28,6 +29,7 @@ type storedResult struct {
 	Path   string             `msgpack:"path"`
 	Result msgpack.RawMessage `msgpack:"result,omitempty"`
 	Error  *codec.Error       `msgpack:"error,omitempty"`
+	Cached bool               `msgpack:"cached,omitempty"`
 }
 
 // Consume runs items until ctx ends: it fetches as many as room() says this gateway can
@@ -170,7 +172,8 @@ func (s *Store) follow(ctx context.Context, w wireItem, redelivered bool, run Ru
 	if s.hasResult(ctx, w.Job, w.Index) { // rule 1
 		return settled
 	}
-	it := Item{Job: rec, Index: w.Index, Path: w.Path}
+	fromCache := false
+	it := Item{Job: rec, Index: w.Index, Path: w.Path, cached: &fromCache}
 	it.Run, err = s.markRun(ctx, w.Job, w.Index) // rule 3
 	if err != nil {
 		if ctx.Err() != nil {
@@ -359,7 +362,8 @@ func (s *Store) publishResult(ctx context.Context, it Item, body []byte, e *code
 
 // resultMsg is an item's result message.
 func resultMsg(it Item, body []byte, e *codec.Error, redelivered bool) (*nats.Msg, error) {
-	b, err := codec.Marshal(&storedResult{Index: it.Index, Path: it.Path, Result: body, Error: e})
+	cached := it.cached != nil && *it.cached
+	b, err := codec.Marshal(&storedResult{Index: it.Index, Path: it.Path, Result: body, Error: e, Cached: cached})
 	if err != nil {
 		return nil, err
 	}
@@ -371,6 +375,9 @@ func resultMsg(it Item, body []byte, e *codec.Error, redelivered bool) (*nats.Ms
 	}
 	if redelivered {
 		msg.Header.Set(HeaderRedelivered, "1")
+	}
+	if cached {
+		msg.Header.Set(HeaderCached, "1")
 	}
 	return msg, nil
 }

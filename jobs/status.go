@@ -19,6 +19,7 @@ type tally struct {
 	mu                        sync.Mutex
 	seq                       uint64
 	done, failed, redelivered int
+	cached                    int
 	recent                    []time.Time // times of the latest results, for the rate
 	last                      time.Time
 }
@@ -66,10 +67,14 @@ func (s *Store) count(ctx context.Context, job string, t *tally) error {
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:    t.seq + 1,
 		HeadersOnly:    true,
+		// Gone soon after its last use: a client polling a job's status often would
+		// otherwise leave a consumer per poll for minutes (the server bounds them).
+		InactiveThreshold: readerIdle,
 	})
 	if err != nil {
 		return err
 	}
+	defer s.dropReader(ctx, cons)
 	for t.seq < last.Sequence {
 		batch, err := cons.FetchNoWait(1024)
 		if err != nil {
@@ -91,6 +96,9 @@ func (s *Store) count(ctx context.Context, job string, t *tally) error {
 			if m.Headers().Get(HeaderRedelivered) != "" {
 				t.redelivered++
 			}
+			if m.Headers().Get(HeaderCached) != "" {
+				t.cached++
+			}
 			t.last = md.Timestamp
 			t.recent = append(t.recent, md.Timestamp)
 			if len(t.recent) > maxRecent {
@@ -105,6 +113,18 @@ func (s *Store) count(ctx context.Context, job string, t *tally) error {
 		}
 	}
 	return nil
+}
+
+// readerIdle is how long the server keeps an ordered consumer that reads results (count,
+// Results) once it is idle: each is deleted after its read (dropReader), and this bounds
+// those whose delete was lost.
+const readerIdle = 10 * time.Second
+
+// dropReader deletes an ordered consumer after its read, best effort.
+func (s *Store) dropReader(ctx context.Context, cons jetstream.Consumer) {
+	if info := cons.CachedInfo(); info != nil {
+		s.results.DeleteConsumer(context.WithoutCancel(ctx), info.Name)
+	}
 }
 
 // Status reports a job of owner.
@@ -143,7 +163,8 @@ func (s *Store) status(ctx context.Context, rec *Record) (*codec.JobStatus, *cod
 	}
 	t.mu.Lock()
 	st := &codec.JobStatus{Job: rec.Job, Op: rec.Op, Model: rec.Model, Class: rec.Class, Total: rec.Total,
-		Done: t.done, Failed: t.failed, Redelivered: t.redelivered, StartedUnixMS: rec.Created, State: codec.JobRunning}
+		Done: t.done, Failed: t.failed, Redelivered: t.redelivered, StartedUnixMS: rec.Created, State: codec.JobRunning,
+		Cached: t.cached, Computed: t.done + t.failed - t.cached}
 	recent, last := slices.Clone(t.recent), t.last
 	t.mu.Unlock()
 	left := rec.Total - st.Done - st.Failed
@@ -239,13 +260,15 @@ func (s *Store) Results(ctx context.Context, req *codec.JobResultsRequest, owner
 		return nil, storeError("read results", err)
 	}
 	cons, err := s.results.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subjects.JobResults(req.Job)},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    out.Next,
+		FilterSubjects:    []string{subjects.JobResults(req.Job)},
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       out.Next,
+		InactiveThreshold: readerIdle,
 	})
 	if err != nil {
 		return nil, storeError("read results", err)
 	}
+	defer s.dropReader(ctx, cons)
 	batch, err := cons.FetchNoWait(limit)
 	if err != nil {
 		return nil, storeError("read results", err)
@@ -264,7 +287,7 @@ func (s *Store) Results(ctx context.Context, req *codec.JobResultsRequest, owner
 		if err := codec.Unmarshal(m.Data(), &r); err != nil {
 			res.Error = codec.Errorf(codec.CodeInternal, "stored result is malformed: %v", err)
 		} else {
-			res.Path, res.Error = r.Path, r.Error
+			res.Path, res.Error, res.Cached = r.Path, r.Error, r.Cached
 			if r.Error == nil {
 				v := codec.NewReply(rec.Op)
 				if err := codec.Unmarshal(r.Result, v); err != nil {

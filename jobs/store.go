@@ -79,6 +79,16 @@ type Item struct {
 	Path  string
 	// Run is this item's run (1, or 2 when it was running where a gateway died).
 	Run int
+	// cached is set by FromCache.
+	cached *bool
+}
+
+// FromCache tells the store that the runner answered the item from the result cache
+// (its result line then says "cached": true, and the job's status counts it cached).
+func (it Item) FromCache() {
+	if it.cached != nil {
+		*it.cached = true
+	}
 }
 
 // ItemIDPrefix starts the request id of every job item; clients may not use it.
@@ -107,6 +117,8 @@ type Record struct {
 	// Failed is when the job failed (rule 7), Reason why.
 	Failed int64        `json:"failed_unix_ms,omitempty"`
 	Reason *codec.Error `json:"reason,omitempty"`
+	// Incremental: items whose answer the result cache holds are answered from it.
+	Incremental bool `json:"incremental,omitempty"`
 }
 
 // finished reports whether the job was cancelled or failed: none of its items runs any more.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,6 +33,22 @@ const publishChunk = 512
 // drops as duplicates (and rule 1 answers any that were already run): it is safe to send
 // again after a lost reply. With another spec it is refused.
 func (s *Store) Submit(ctx context.Context, rec *Record, paths []string) (*codec.JobSubmitReply, *codec.Error) {
+	return s.SubmitWith(ctx, rec, paths, nil)
+}
+
+// Precomputed answers a job's item at its submit, when it can: an incremental job's item
+// whose result the gateway's cache holds. It returns the op's reply (msgpack), or nil:
+// the item is published to run. It must be safe for concurrent use.
+type Precomputed func(ctx context.Context, index int, path string) []byte
+
+// preAtOnce bounds the Precomputed calls running at once.
+const preAtOnce = 16
+
+// SubmitWith is Submit whose items pre answers are recorded at once, each as its one
+// result (marked cached, Item.FromCache), instead of being published to run; a result the
+// store does not take is published as an item instead, to run. The reply waits for
+// every item to be answered or published, as Submit's.
+func (s *Store) SubmitWith(ctx context.Context, rec *Record, paths []string, pre Precomputed) (*codec.JobSubmitReply, *codec.Error) {
 	if len(paths) > s.cfg.MaxItems {
 		return nil, codec.Errorf(codec.CodeBadRequest, "%d items, over jobs.max_items (%d)", len(paths), s.cfg.MaxItems).With("field", "items")
 	}
@@ -72,7 +89,7 @@ func (s *Store) Submit(ctx context.Context, rec *Record, paths []string) (*codec
 		created = true
 		s.cache(rec)
 	}
-	if e := s.publishItems(ctx, rec.Job, paths); e != nil {
+	if e := s.publishItems(ctx, rec, paths, pre); e != nil {
 		// Half a new job would never finish: take it back whole; the client may submit
 		// again. A re-submit leaves the job as it was (its items are all published or
 		// will be by the next re-submit).
@@ -84,36 +101,118 @@ func (s *Store) Submit(ctx context.Context, rec *Record, paths []string) (*codec
 	return &codec.JobSubmitReply{Job: rec.Job, Total: rec.Total}, nil
 }
 
-// publishItems publishes one message per path, in chunks, and waits for each chunk's acks.
-func (s *Store) publishItems(ctx context.Context, job string, paths []string) *codec.Error {
+// publishItems publishes one message per path, in chunks, and waits for each chunk's
+// acks; the items pre answers are recorded as results instead (SubmitWith).
+func (s *Store) publishItems(ctx context.Context, rec *Record, paths []string, pre Precomputed) *codec.Error {
+	job := rec.Job
 	subj := subjects.JobItems(job)
+	publishItem := func(i int) (jetstream.PubAckFuture, *codec.Error) {
+		b, err := codec.Marshal(&wireItem{Job: job, Index: i, Path: paths[i]})
+		if err != nil {
+			return nil, codec.Errorf(codec.CodeInternal, "encode item: %v", err)
+		}
+		f, err := s.js.PublishAsync(subj, b, jetstream.WithMsgID(job+":"+strconv.Itoa(i)), jetstream.WithExpectStream(ItemsStream))
+		if err != nil {
+			return nil, storeError("publish items", err)
+		}
+		return f, nil
+	}
 	for start := 0; start < len(paths); start += publishChunk {
-		var futures []jetstream.PubAckFuture
-		for i := start; i < min(start+publishChunk, len(paths)); i++ {
-			b, err := codec.Marshal(&wireItem{Job: job, Index: i, Path: paths[i]})
-			if err != nil {
-				return codec.Errorf(codec.CodeInternal, "encode item: %v", err)
-			}
-			f, err := s.js.PublishAsync(subj, b, jetstream.WithMsgID(job+":"+strconv.Itoa(i)), jetstream.WithExpectStream(ItemsStream))
-			if err != nil {
-				return storeError("publish items", err)
-			}
-			futures = append(futures, f)
+		end := min(start+publishChunk, len(paths))
+		answers := s.precompute(ctx, pre, paths, start, end)
+		type pending struct {
+			i      int
+			result bool
+			f      jetstream.PubAckFuture
 		}
-		select {
-		case <-s.js.PublishAsyncComplete():
-		case <-ctx.Done():
-			return storeError("publish items", ctx.Err())
+		var futures []pending
+		for i := start; i < end; i++ {
+			if body := answers[i-start]; body != nil {
+				cached := true
+				msg, err := resultMsg(Item{Job: rec, Index: i, Path: paths[i], cached: &cached}, body, nil, false)
+				if err == nil {
+					if f, err := s.js.PublishMsgAsync(msg, jetstream.WithExpectStream(ResultsStream)); err == nil {
+						futures = append(futures, pending{i, true, f})
+						continue
+					}
+				}
+			}
+			f, e := publishItem(i)
+			if e != nil {
+				return e
+			}
+			futures = append(futures, pending{i, false, f})
 		}
-		for _, f := range futures {
+		if e := s.awaitPublished(ctx); e != nil {
+			return e
+		}
+		var retry []pending
+		for _, p := range futures {
 			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				return storeError("publish items", err)
+			case <-p.f.Ok():
+			case err := <-p.f.Err():
+				if !p.result {
+					return storeError("publish items", err)
+				}
+				// A result the store did not take (full, a second one for the item: a
+				// re-submit): the item runs instead, under the rules of consume.go.
+				f, e := publishItem(p.i)
+				if e != nil {
+					return e
+				}
+				retry = append(retry, pending{p.i, false, f})
+			}
+		}
+		if len(retry) > 0 {
+			if e := s.awaitPublished(ctx); e != nil {
+				return e
+			}
+			for _, p := range retry {
+				select {
+				case <-p.f.Ok():
+				case err := <-p.f.Err():
+					return storeError("publish items", err)
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// awaitPublished waits for the async publishes in flight to be acknowledged.
+func (s *Store) awaitPublished(ctx context.Context) *codec.Error {
+	select {
+	case <-s.js.PublishAsyncComplete():
+		return nil
+	case <-ctx.Done():
+		return storeError("publish items", ctx.Err())
+	}
+}
+
+// precompute calls pre for paths[start:end], preAtOnce at a time, and returns its answers
+// (all nil without pre).
+func (s *Store) precompute(ctx context.Context, pre Precomputed, paths []string, start, end int) [][]byte {
+	out := make([][]byte, end-start)
+	if pre == nil {
+		return out
+	}
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(preAtOnce, end-start) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				out[i-start] = pre(ctx, i, paths[i])
+			}
+		}()
+	}
+	for i := start; i < end; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return out
 }
 
 // forget removes a job's record and waiting items.
@@ -138,6 +237,7 @@ func sameSpec(a, b *Record) bool {
 	}
 	x.Created, y.Created, x.Cancel, y.Cancel = 0, 0, 0, 0
 	x.Failed, y.Failed, x.Reason, y.Reason = 0, 0, nil, nil
+	x.Incremental, y.Incremental = false, false // how items are answered, not which work
 	bx, _ := json.Marshal(&x)
 	by, _ := json.Marshal(&y)
 	return bytes.Equal(bx, by)

@@ -16,6 +16,9 @@
 //	ortbus.job.item.<job>             a job's items waiting to run (JetStream work queue)
 //	ortbus.job.result.<job>.<n>       item n's one result (JetStream, one message per subject)
 //	ortbus.job.run.<job>.<n>.<k>      the mark of item n's k-th run (k = 1, 2)
+//	ortbus.gate.<gateway>.<device>    a device's compute gate, published by the gateway that holds its leases
+//	ortbus.v1.cache.<verb>            the result cache's API (stats, purge)
+//	ortbus.cache.<m>.<r>.<o>.<key>    one cached answer (JetStream, one message per subject)
 //
 // The version of the client API is in its subjects (v1); a new wire generation gets new
 // subjects and both can be served side by side.
@@ -23,6 +26,7 @@ package subjects
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -99,6 +103,19 @@ func IsWork(op string) bool {
 
 // JobOps lists the job API's operations.
 var JobOps = []string{OpJobSubmit, OpJobStatus, OpJobCancel, OpJobList, OpJobResults}
+
+// The result cache's operations: ortbus.v1.cache.<verb> (POST /v1/cache/<verb>).
+const (
+	OpCacheStats = "cache.stats"
+	OpCachePurge = "cache.purge"
+)
+
+// CacheOps lists the cache API's operations.
+var CacheOps = []string{OpCacheStats, OpCachePurge}
+
+// CachePrefix starts the subjects of the result cache's entries (package cache):
+// ortbus.cache.<model>.<revision>.<owner>.<key>, each token a hex digest.
+const CachePrefix = "ortbus.cache"
 
 // The job subjects, kept in JetStream (package jobs).
 const (
@@ -192,7 +209,7 @@ func InferQueue(pool string) string { return "ortworker-" + pool }
 
 // API is the client API subject of an op: ortbus.v1.<op>.
 func API(op string) (string, error) {
-	for _, j := range JobOps { // two tokens: job.<verb>
+	for _, j := range append(slices.Clip(JobOps), CacheOps...) { // two tokens: job.<verb>, cache.<verb>
 		if op == j {
 			return APIPrefix + "." + op, nil
 		}
@@ -324,6 +341,33 @@ func CheckReply(reply string, prefixes []string) error {
 	return fmt.Errorf("reply subject %q is not under a reply prefix (%s)", reply, strings.Join(prefixes, ", "))
 }
 
+// GatePrefix starts the compute gates' subjects; GateAll matches every gate.
+const (
+	GatePrefix = "ortbus.gate"
+	GateAll    = GatePrefix + ".>"
+)
+
+// Gate is the subject of a device's compute gate as gateway decides it:
+// ortbus.gate.<gateway>.<device> (gateway/gate.go). Only gateways may publish it. A
+// device name is not always a token (gpu.intel:0): its dots, wildcards, blanks and
+// control characters become "_" there. Two devices may so share a subject; the gate's
+// body names its device, which a receiver checks.
+func Gate(gateway, device string) (string, error) {
+	if err := ValidateToken("gateway", gateway); err != nil {
+		return "", err
+	}
+	tok := strings.Map(func(r rune) rune {
+		if r == '.' || r == '*' || r == '>' || r <= ' ' || r == 0x7f || r == 0x85 || r == 0xa0 || r == 0x2028 || r == 0x2029 {
+			return '_'
+		}
+		return r
+	}, device)
+	if err := ValidateToken("device", tok); err != nil {
+		return "", err
+	}
+	return GatePrefix + "." + gateway + "." + tok, nil
+}
+
 // GatewayBeat is the heartbeat subject of a gateway: ortbus.gw.<gateway>.hb.
 func GatewayBeat(gateway string) (string, error) {
 	if err := ValidateToken("gateway", gateway); err != nil {
@@ -382,6 +426,8 @@ func Parse(subject string) (Parsed, error) {
 		return check(Parsed{Kind: KindAPI, Op: t[2]}, "op", t[2])
 	case len(t) == 4 && t[0] == "ortbus" && t[1] == "v1" && t[2] == "job":
 		return check(Parsed{Kind: KindAPI, Op: "job." + t[3]}, "op", t[3])
+	case len(t) == 4 && t[0] == "ortbus" && t[1] == "v1" && t[2] == "cache":
+		return check(Parsed{Kind: KindAPI, Op: "cache." + t[3]}, "op", t[3])
 	case len(t) == 4 && t[0] == "ortbus" && t[1] == "hb":
 		return check(Parsed{Kind: KindHeartbeat, Pool: t[2], Worker: t[3]}, "pool", t[2], "worker", t[3])
 	case subject == Cancel:

@@ -91,6 +91,7 @@ func TestAccountOwners(t *testing.T) {
 		Gateway:  config.Gateway{ID: "acct", ShutdownGrace: config.Duration(3 * time.Second), Identity: config.IdentityAccount},
 		Health:   config.Health{HeartbeatInterval: config.Duration(gwHeartbeat), MissCount: gwMissCount},
 		Jobs:     config.Jobs{ItemsMaxBytes: 16 << 20, ResultsMaxBytes: 64 << 20}, // within the test node's 256MB store
+		Cache:    config.Cache{Enabled: true, MaxBytes: 16 << 20},
 		Security: config.Security{AllowedRoots: []string{root}},
 		Devices:  map[string]config.Device{"cpu": {Capacity: 1 << 30, SafeFraction: 0.5}}, // budget 512 MiB, for leases
 		Classes: map[string]*config.Class{
@@ -233,6 +234,73 @@ func TestAccountOwners(t *testing.T) {
 			return nil
 		}); err != nil || n != 2 {
 			t.Errorf("app1's results: %d, %v; want 2", n, err)
+		}
+	})
+
+	// The result cache is per owner: app1's answer for bytes (its red image) is never
+	// served to app2, which sends the same bytes under another name and computes its own;
+	// each one's stats and purge reach only its own entries.
+	t.Run("Cache", func(t *testing.T) {
+		// Green bytes, which no job above saw: app2's copy, and app1's under its own name.
+		green := colourPNG(t, root, "green")
+		b, err := os.ReadFile(green)
+		if err != nil {
+			t.Fatal(err)
+		}
+		app1Green := clusterWriteFile(t, filepath.Join(root, app1Mark+"-green.png"), string(b))
+		tag := func(c *ortclient.Client, who, path string) *codec.TagReply {
+			t.Helper()
+			r, err := c.Tag(ctx, codec.Request{Path: path, Model: gwTagger})
+			if err != nil {
+				t.Fatalf("%s: tag %s: %v", who, path, err)
+			}
+			checkColourTag(t, r, "green")
+			return r
+		}
+		entries := func(c *ortclient.Client) uint64 {
+			t.Helper()
+			st, err := c.CacheStats(ctx, "")
+			if err != nil || !st.Enabled {
+				t.Fatalf("cache.stats: %+v %v", st, err)
+			}
+			return st.Entries
+		}
+		// An interactive answer is stored after it is answered: wait for it.
+		stored := func(c *ortclient.Client, who string, want uint64) {
+			t.Helper()
+			checkFor(t, who+"'s entry stored", 2*gwReplyBound, pollEvery, func() error {
+				if n := entries(c); n != want {
+					return fmt.Errorf("%s sees %d entries, want %d", who, n, want)
+				}
+				return nil
+			})
+		}
+		n1, n2 := entries(c1), entries(c2)
+		if r := tag(c1, "app1", app1Green); r.Timing.Cached {
+			t.Fatalf("app1's first request for new bytes: timing %+v, want computed", r.Timing)
+		}
+		stored(c1, "app1", n1+1)
+		if r := tag(c1, "app1", app1Green); !r.Timing.Cached {
+			t.Errorf("app1's second request for its image: timing %+v, want cached", r.Timing)
+		}
+		if r := tag(c2, "app2", green); r.Timing.Cached {
+			t.Fatalf("app2 was served from the cache bytes only app1's entry holds: %+v", r.Timing)
+		}
+		stored(c2, "app2", n2+1)
+		if r := tag(c2, "app2", green); !r.Timing.Cached {
+			t.Errorf("app2's second request: timing %+v, want cached (its own entry)", r.Timing)
+		}
+		if st, err := c2.PurgeCache(ctx, ""); err != nil || st.Purged != n2+1 || st.Entries != 0 {
+			t.Errorf("app2's purge: %+v %v, want its %d entries purged and none left", st, err, n2+1)
+		}
+		if r := tag(c1, "app1", app1Green); !r.Timing.Cached {
+			t.Errorf("app2's purge removed app1's entry: timing %+v", r.Timing)
+		}
+		if n := entries(c1); n != n1+1 {
+			t.Errorf("app1 sees %d entries after app2's purge, want %d", n, n1+1)
+		}
+		if n := entries(cops); n != n1+1 {
+			t.Errorf("ops sees %d entries, want app1's %d (app2 purged its own)", n, n1+1)
 		}
 	})
 

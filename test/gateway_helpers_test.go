@@ -83,6 +83,8 @@ type gwPool struct {
 	Env       map[string]string
 	LazyLoad  bool
 	KeepAlive string
+	Device    string // "" = the EP's default (cpu)
+	MaxBatch  int
 }
 
 // gwClass is one [classes.NAME] table.
@@ -91,6 +93,7 @@ type gwClass struct {
 	Chain      []string
 	QueueBound int
 	Timeout    string
+	Degrade    bool
 }
 
 // gwConfig is a whole gateway test config.
@@ -98,7 +101,8 @@ type gwConfig struct {
 	NATSURL string // external NATS; "" = embedded
 	// StoreDir turns on the embedded server's JetStream, kept in this directory.
 	StoreDir string
-	Jobs     config.Jobs // the [jobs] table (defaults where zero)
+	Jobs     config.Jobs  // the [jobs] table (defaults where zero)
+	Cache    config.Cache // the [cache] table (off unless Enabled)
 	Devices  map[string]config.Device
 	// ModelMemory declares every model's peak (0: measured by the workers).
 	ModelMemory config.Bytes
@@ -141,6 +145,7 @@ func (c gwConfig) writeIn(t testing.TB, dir string) string {
 		cfg.NATS = config.NATS{Embedded: true, Listen: "127.0.0.1:0", StoreDir: c.StoreDir}
 	}
 	cfg.Jobs = c.Jobs
+	cfg.Cache = c.Cache
 	cfg.Devices = c.Devices
 	for _, m := range cfg.Models {
 		m.Memory = c.ModelMemory
@@ -151,11 +156,11 @@ func (c gwConfig) writeIn(t testing.TB, dir string) string {
 	var pools, classes []string
 	for _, p := range c.Pools {
 		cfg.Pools[p.Name] = &config.Pool{Runtime: runtimeOf(t, p.Runtime, p.Version), Threads: 1, Workers: p.Workers, Slots: p.Slots,
-			Classes: p.Classes, Models: p.Models, Env: p.Env, LazyLoad: p.LazyLoad, KeepAlive: p.KeepAlive}
+			Classes: p.Classes, Models: p.Models, Env: p.Env, LazyLoad: p.LazyLoad, KeepAlive: p.KeepAlive, Device: p.Device, MaxBatch: p.MaxBatch}
 		pools = append(pools, p.Name)
 	}
 	for _, cl := range c.Classes {
-		cfg.Classes[cl.Name] = &config.Class{Chain: cl.Chain, QueueBound: cl.QueueBound, Timeout: duration(t, cl.Timeout)}
+		cfg.Classes[cl.Name] = &config.Class{Chain: cl.Chain, QueueBound: cl.QueueBound, Timeout: duration(t, cl.Timeout), Degrade: cl.Degrade}
 		classes = append(classes, cl.Name)
 	}
 	cfg.SetOrder("pools", pools...)

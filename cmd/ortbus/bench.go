@@ -27,10 +27,14 @@ const benchUsage = `usage: ortbus bench NAME [flags]
   -kills N         jobs: kill -9 of the whole stack during the kill run (default 2; -1 = none)
   -scenario S      collision: a scenario TOML file, or a built-in one: default (two pools
                    sharing the CPU: bench/scenarios/collision.toml), onepool, short, real
-                   (Silero VAD audio + PP-OCRv4 det 640 + the tagger flood), real-short;
-                   capacity: a TOML file with a [capacity] table, default capacity
+                   (Silero VAD audio + PP-OCRv4 det 640 + the tagger flood), real-short, llm
+                   (the same on one shared device, camera-frame bursts, and an LLM tenant
+                   under ortbus lease, with and without --gate), llm-short;
+                   capacity: a TOML file with a [capacity] table, default capacity, or
+                   capacity-llm (LLM tenants as a step dimension)
   -seed N          collision, capacity: replaces the scenario's seed (printed either way)
-  -steps LIST      capacity: the load steps, STREAMS:RATE,... (e.g. 1:0.5,2:1,4:2)
+  -steps LIST      capacity: the load steps, STREAMS:RATE[:TENANTS],... (e.g. 1:0.5,2:1,4:2;
+                   TENANTS: LLM tenant processes, with -scenario capacity-llm)
   -chart FILE.png  collision, capacity: chart (default: next to -out, NAME.png; "-" = none)
   -no-solo         collision: skip the solo runs
   -relay           overhead: the gateway relays every reply ([gateway] relay_replies)
@@ -47,6 +51,11 @@ func benchCmd(args []string) int {
 		return 2
 	}
 	name, args := args[0], args[1:]
+	if name == "llm-tenant" {
+		// Hidden: the LLM-shaped tenant the collision and capacity benches run under
+		// `ortbus lease` (bench/tenant.go).
+		return bench.TenantMain(args, os.Stdin, os.Stdout, os.Stderr)
+	}
 	fs := flag.NewFlagSet("bench "+name, flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage) }
 	out := fs.String("out", "", "")

@@ -25,7 +25,7 @@ import (
 )
 
 const jobUsage = `usage:
-  ortbus job submit [-s URL] [--op tag] [--class batch] [--model M] [--pool P] [--job ID] [--recursive] PATH|DIR...
+  ortbus job submit [-s URL] [--op tag] [--class batch] [--model M] [--pool P] [--job ID] [--recursive] [--incremental] PATH|DIR...
   ortbus job status [-s URL] ID
   ortbus job watch [-s URL] [-interval 1s] [-timeout D] ID
   ortbus job wait [-s URL] [-interval 1s] [-timeout D] ID
@@ -113,6 +113,7 @@ func jobSubmitCmd(args []string) int {
 	pool := f.fs.String("pool", "", "the pool (default: the class's chain)")
 	id := f.fs.String("job", "", "the job's id (default: one the gateway picks); the same submit again adds nothing")
 	recursive := f.fs.Bool("recursive", false, "take the images of directories' subdirectories too")
+	incremental := f.fs.Bool("incremental", false, "answer items whose result the gateway's cache holds from it, run the rest")
 	timeout := f.fs.Duration("timeout", time.Minute, "how long to wait for the gateway's reply")
 	if !f.parse(args, -1) {
 		return 2
@@ -129,7 +130,7 @@ func jobSubmitCmd(args []string) int {
 		return jobFail("submit", err)
 	}
 	defer c.Close()
-	req := &codec.JobSubmit{Job: *id, Op: *op, Model: *model, Class: *class, Pool: *pool, Items: items}
+	req := &codec.JobSubmit{Job: *id, Op: *op, Model: *model, Class: *class, Pool: *pool, Items: items, Incremental: *incremental}
 	if b, err := codec.Marshal(req); err == nil && int64(len(b)) > c.Conn().MaxPayload()-4096 {
 		// Too many paths for one message: one directory alone is walked by the gateway
 		// instead (the same walk, jobs.Expand, up to jobs.max_items).
@@ -227,11 +228,14 @@ func jobListCmd(args []string) int {
 	return 0
 }
 
-// jobResultLine is one line of `job results`: the item's path and its result or error.
+// jobResultLine is one line of `job results`: the item's path and its result or error,
+// and "cached": true when the result came from the result cache.
 type jobResultLine struct {
 	Path   string       `json:"path"`
 	Result any          `json:"result,omitempty"`
 	Error  *codec.Error `json:"error,omitempty"`
+	// Cached: answered from the result cache (an incremental job).
+	Cached bool `json:"cached,omitempty"`
 }
 
 func jobResultsCmd(args []string) int {
@@ -248,7 +252,7 @@ func jobResultsCmd(args []string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	err = c.EachJobResult(ctx, f.fs.Arg(0), func(r *codec.JobResult) error {
-		printJSON(jobResultLine{Path: r.Path, Result: r.Result, Error: r.Error})
+		printJSON(jobResultLine{Path: r.Path, Result: r.Result, Error: r.Error, Cached: r.Cached})
 		return nil
 	})
 	if err != nil {

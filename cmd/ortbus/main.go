@@ -50,14 +50,16 @@ const usage = `usage:
   ortbus model load|unload|reload [-s URL] [-pool P] MODEL
                                         change one model at run time (load into pool P; unload, reload: every pool or P)
   ortbus req [-s URL] OP JSON           one request to ortbus.v1.OP (e.g. req tag '{"path":"/srv/a.png"}')
-  ortbus lease [-s URL] --device D --bytes N [--class C] -- CMD...   hold device memory for CMD (e.g. an LLM server)
-  ortbus job submit [-s URL] [--op tag] [--class batch] [--model M] [--pool P] [--job ID] [--recursive] PATH|DIR...
+  ortbus lease [-s URL] --device D --bytes N [--class C] [--gate] [--on-pressure CMD2] -- CMD...
+                                        hold device memory for CMD (e.g. an LLM server); --gate: pause it while urgent work runs
+  ortbus job submit [-s URL] [--op tag] [--class batch] [--model M] [--pool P] [--job ID] [--recursive] [--incremental] PATH|DIR...
                                         submit a job: each file, each image of each directory is an item; prints {"job","total"}
   ortbus job status|cancel [-s URL] ID  a job's status (cancel: after cancelling it), as JSON
   ortbus job watch [-s URL] ID          follow a job to its end: a progress bar on a terminal, else a JSON line per change
   ortbus job wait [-s URL] ID           wait for a job to finish, through gateway restarts; print its status; exit 1 unless done
   ortbus job results [-s URL] ID        a JSON line per item: {"path","result"} or {"path","error"}
   ortbus job list [-s URL]              the jobs kept, newest first, as JSON
+  ortbus cache stats|purge [-s URL] [--model M]   the result cache's figures; remove its entries (of model M)
                                         (status, req, job: -inbox-prefix P for a server with per-user inboxes)
 `
 
@@ -89,6 +91,8 @@ func run(args []string) int {
 		return reqCmd(args[1:])
 	case "lease":
 		return leaseCmd(args[1:])
+	case "cache":
+		return cacheCmd(args[1:])
 	case "job":
 		return jobCmd(args[1:])
 	case "models":

@@ -43,6 +43,8 @@ type Options struct {
 	LogFile string
 	// Tee also receives the log as it comes (os.Stderr, a test's log); nil: nothing.
 	Tee io.Writer
+	// Stdin is the process's standard input; nil: none (the null device).
+	Stdin io.Reader
 }
 
 // Proc is a started process.
@@ -79,7 +81,7 @@ func Start(bin string, args []string, o Options) (*Proc, error) {
 	}
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	out := &lineWriter{line: p.stdoutLine}
-	p.cmd.Stdout, p.cmd.Stderr = out, p.log
+	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = o.Stdin, out, p.log
 	p.cmd.WaitDelay = pipeWait
 	p.started = time.Now()
 	if err := p.cmd.Start(); err != nil {

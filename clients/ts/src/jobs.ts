@@ -44,6 +44,8 @@ export interface JobItemOptions {
   timeoutMs?: number;
   /** Run only on pools of this device. */
   device?: string;
+  /** false: the gateway's result cache is neither read nor written for the items. */
+  cache?: boolean;
 }
 
 /** What submitJob asks for: op over `items` (paths) or the images of `dir`, not both. */
@@ -65,6 +67,12 @@ export interface JobSubmitRequest {
   items?: string[];
   dir?: JobDir;
   options?: JobItemOptions;
+  /**
+   * Answer each item whose answer the gateway's result cache holds (the same bytes, model
+   * revision, op and options) from the cache, and run the rest: a rescan of a library
+   * computes only what changed. Needs `[cache] enabled` on the gateway.
+   */
+  incremental?: boolean;
 }
 
 export interface JobSubmitReply {
@@ -101,6 +109,9 @@ export interface JobStatus {
   finished_unix_ms?: number;
   /** Why a failed job failed. */
   error?: { code: string; message: string; details?: Record<string, unknown> };
+  /** Items answered from the result cache, and by running: cached + computed = done + failed. */
+  cached: number;
+  computed: number;
 }
 
 /** Reports whether a job will change no more (done, cancelled or failed). */
@@ -129,6 +140,8 @@ export type JobResult = {
     result?: JobReplyOf[O];
     /** The item's error, as the OrtbusError a call of the op would have rejected with. */
     error?: OrtbusError;
+    /** The result came from the result cache (an incremental job). */
+    cached?: boolean;
   };
 }[JobOp];
 
@@ -176,8 +189,10 @@ export function submitJob(c: Sender, req: JobSubmitRequest, opts: Pick<CallOptio
     if (o.iou !== undefined) w.iou = o.iou;
     if (o.timeoutMs !== undefined) w.timeout_ms = Math.max(1, Math.ceil(o.timeoutMs));
     if (o.device !== undefined) w.device = o.device;
+    if (o.cache !== undefined) w.cache = o.cache;
     wire.options = w;
   }
+  if (req.incremental) wire.incremental = true;
   return c.send<JobSubmitReply>("job.submit", wire, undefined, opts);
 }
 
@@ -271,7 +286,7 @@ function abortableSleep(ms: number, signal: AbortSignal | undefined): Promise<vo
 interface WireJobResults {
   job: string;
   op: string;
-  results?: { seq?: number; i?: number; path?: string; result?: unknown; error?: { code?: unknown; message?: unknown; details?: unknown } }[];
+  results?: { seq?: number; i?: number; path?: string; result?: unknown; error?: { code?: unknown; message?: unknown; details?: unknown }; cached?: boolean }[];
   next?: number;
   more?: boolean;
 }
@@ -288,12 +303,15 @@ function normJobStatus(st: JobStatus): JobStatus {
     rate_per_s: n(st.rate_per_s),
     eta_s: n(st.eta_s),
     started_unix_ms: n(st.started_unix_ms),
+    cached: n(st.cached),
+    computed: n(st.computed),
   };
 }
 
 /** One wire result, its reply typed (and normalised) as the op's call would return it. */
 function jobResult(op: JobOp, x: NonNullable<WireJobResults["results"]>[number]): JobResult {
   const out = { op, seq: Number(x.seq ?? 0), i: Number(x.i ?? 0), path: String(x.path ?? "") } as JobResult;
+  if (x.cached === true) out.cached = true;
   if (x.error != null) {
     const e = x.error;
     const code = typeof e.code === "string" ? e.code : "";

@@ -12,6 +12,8 @@ export interface Timing {
   total_us: number;
   /** How many requests shared the runtime call (dynamic batching). */
   batch?: number;
+  /** The answer came from the gateway's result cache (queue_us and infer_us 0). */
+  cached?: boolean;
 }
 
 /** Who served a reply; every inference reply carries it. */

@@ -1,0 +1,267 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/internal/launch"
+	"github.com/ortbus/ortbus/models/onnxgen"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// The LLM tenant in a bench run: Count processes, each
+//
+//	ortbus lease -s URL --device D --bytes SIZE --class C --holder llm-I
+//	             [--gate --max-pause P --min-share S] -- ortbus bench llm-tenant ...
+//
+// started (and waited ready: the model loaded) before the run, told to begin at the run's
+// start + the plan's start (a line on its stdin), and stopped at the window's end (its
+// stdin closed: it stops at the next call, and a prompt cut off is not counted). Its
+// prompt lines give the run's TenantStats.
+
+// TenantPlan is a scenario's [tenant] table.
+type TenantPlan struct {
+	// Layers and Width are the decoder's (onnxgen.DefaultDecoder's when 0; the MLP is
+	// 4 x Width).
+	Layers int `toml:"layers" json:"layers"`
+	Width  int `toml:"width" json:"width"`
+	// Prompt is each prompt's tokens (the prefill), Tokens the tokens generated for it.
+	Prompt int `toml:"prompt" json:"prompt"`
+	Tokens int `toml:"tokens" json:"tokens"`
+	// Threads are the tenant's ONNX Runtime intra-op threads (default 1).
+	Threads int `toml:"threads" json:"threads"`
+	// Count is how many tenant processes run (default 1; `bench capacity` steps it).
+	Count int `toml:"count" json:"count"`
+	// Device, Bytes and Class are its lease's (defaults cpu, 256 MiB, interactive).
+	Device string       `toml:"device" json:"device"`
+	Bytes  config.Bytes `toml:"bytes" json:"bytes"`
+	Class  string       `toml:"class" json:"class"`
+	// Gate adds a run with the lease's compute gate (`--gate --max-pause MaxPause
+	// --min-share MinShare`: the tenant is paused while urgent work is queued or running
+	// on the device) beside the runs without it.
+	Gate     bool            `toml:"gate" json:"gate"`
+	MaxPause config.Duration `toml:"max_pause" json:"max_pause,omitempty"`
+	MinShare float64         `toml:"min_share" json:"min_share,omitempty"`
+	// Start is when the tenants begin after the run's start.
+	Start config.Duration `toml:"start" json:"start,omitempty"`
+}
+
+func (p *TenantPlan) check() error {
+	d := onnxgen.DefaultDecoder
+	if p.Layers == 0 {
+		p.Layers = d.Layers
+	}
+	if p.Width == 0 {
+		p.Width = d.Width
+	}
+	if p.Threads == 0 {
+		p.Threads = 1
+	}
+	if p.Count == 0 {
+		p.Count = 1
+	}
+	if p.Device == "" {
+		p.Device = "cpu"
+	}
+	if p.Bytes == 0 {
+		p.Bytes = 256 << 20
+	}
+	if p.Class == "" {
+		p.Class = subjects.ClassInteractive
+	}
+	if p.Gate && p.MaxPause == 0 {
+		p.MaxPause = config.Duration(250 * time.Millisecond)
+	}
+	if p.Gate && p.MinShare == 0 {
+		p.MinShare = 0.5
+	}
+	switch {
+	case p.Layers < 0 || p.Width <= 0 || p.Threads < 0 || p.Count < 0 || p.Bytes < 0 || p.Start < 0:
+		return fmt.Errorf("layers, width, threads, count, bytes and start must not be negative")
+	case p.Prompt <= 0 || p.Tokens <= 0 || p.Prompt+p.Tokens > d.MaxPos:
+		return fmt.Errorf("prompt and tokens must be > 0, prompt + tokens <= %d", d.MaxPos)
+	case p.MaxPause < 0 || p.MinShare < 0 || p.MinShare > 1:
+		return fmt.Errorf("max_pause must be >= 0 and min_share in [0, 1]")
+	}
+	return nil
+}
+
+// spec is the decoder the plan runs.
+func (p *TenantPlan) spec() onnxgen.DecoderSpec {
+	s := onnxgen.DefaultDecoder
+	s.Layers, s.Width, s.FF = p.Layers, p.Width, 4*p.Width
+	return s
+}
+
+// TenantStats are the LLM tenants' figures in one run: the prompts they answered within
+// the window, their first-token latency (from a prompt's start to its first generated
+// token: the prefill of its long context) and their decode rate: tokens generated after
+// the first over the time that took, summed over the tenants.
+type TenantStats struct {
+	Tenants         int     `json:"tenants"`
+	Gated           bool    `json:"gated"`
+	Prompts         int     `json:"prompts"`
+	Tokens          int     `json:"tokens"`
+	FirstTokenP50MS float64 `json:"first_token_p50_ms"`
+	FirstTokenP95MS float64 `json:"first_token_p95_ms"`
+	FirstTokenMaxMS float64 `json:"first_token_max_ms"`
+	TokensPerS      float64 `json:"tokens_per_s"`
+}
+
+// tenantRun is how a run has its tenants: the plan, how many, gated or not, and what it
+// starts them with.
+type tenantRun struct {
+	plan  *TenantPlan
+	n     int
+	gated bool
+	// ortbus is the ortbus binary (the wrapper and the tenant), lib the runtime, model
+	// the decoder's folder.
+	ortbus, lib, model string
+	logs               io.Writer // also receives the tenants' logs (Options.Logs)
+}
+
+// tenantSetup generates the plan's decoder into w and returns the run template (nil when
+// the scenario has no tenant), and whether the ortbus binary's lease has --gate.
+func tenantSetup(o *Options, w *workdir, lib string, sc *Scenario) (*tenantRun, bool, error) {
+	if sc.Tenant == nil {
+		return nil, false, nil
+	}
+	dir := filepath.Join(w.models, onnxgen.DecoderDir)
+	if err := onnxgen.GenerateDecoder(dir, sc.Tenant.spec()); err != nil {
+		return nil, false, err
+	}
+	bin := filepath.Join(o.BinDir, "ortbus")
+	if !isFile(bin) {
+		return nil, false, fmt.Errorf("bench: %s is missing (the tenant runs under `ortbus lease`): run `make build`", bin)
+	}
+	out, _ := exec.Command(bin, "lease", "-h").CombinedOutput()
+	gate := strings.Contains(string(out), "-gate")
+	return &tenantRun{plan: sc.Tenant, n: sc.Tenant.Count, ortbus: bin, lib: lib, model: dir, logs: o.Logs}, gate, nil
+}
+
+// with is a copy of the template with n tenants, gated or not.
+func (t *tenantRun) with(n int, gated bool) *tenantRun {
+	if t == nil {
+		return nil
+	}
+	c := *t
+	c.n, c.gated = n, gated
+	return &c
+}
+
+// tenantProcs are a run's started tenants.
+type tenantProcs struct {
+	run   *tenantRun
+	procs []*launch.Proc
+	go_   []*os.File // each one's stdin (the write end)
+}
+
+// start starts the tenants on the system whose bus is natsURL and waits for each one's
+// ready line (the lease granted, the model loaded). window bounds their run.
+func (t *tenantRun) start(ctx context.Context, natsURL string, window time.Duration) (*tenantProcs, error) {
+	tp := &tenantProcs{run: t}
+	p := t.plan
+	for i := range t.n {
+		args := []string{"lease", "-s", natsURL, "--device", p.Device, "--bytes", strconv.FormatInt(int64(p.Bytes), 10), "--class", p.Class,
+			"--holder", fmt.Sprint("llm-", i)}
+		if t.gated {
+			args = append(args, "--gate", "--max-pause", p.MaxPause.D().String(), "--min-share", strconv.FormatFloat(p.MinShare, 'g', -1, 64))
+		}
+		args = append(args, "--", t.ortbus, "bench", "llm-tenant", "-lib", t.lib, "-model", t.model, "-prompt", strconv.Itoa(p.Prompt),
+			"-tokens", strconv.Itoa(p.Tokens), "-threads", strconv.Itoa(p.Threads), "-duration", (window + time.Second).String(), "-seed", strconv.Itoa(i+1))
+		r, w, err := os.Pipe()
+		if err != nil {
+			tp.kill()
+			return nil, err
+		}
+		proc, err := launch.Start(t.ortbus, args, launch.Options{Name: fmt.Sprint("llm tenant ", i), Stdin: r, Tee: t.logs})
+		r.Close()
+		if err != nil {
+			w.Close()
+			tp.kill()
+			return nil, err
+		}
+		tp.procs, tp.go_ = append(tp.procs, proc), append(tp.go_, w)
+	}
+	for _, proc := range tp.procs {
+		if _, err := proc.Ready(ctx, startBound); err != nil {
+			err = fmt.Errorf("%w; log tail:\n%s", err, proc.LogTail(20))
+			tp.kill()
+			return nil, err
+		}
+	}
+	return tp, nil
+}
+
+// begin tells every tenant to start answering prompts.
+func (tp *tenantProcs) begin() {
+	for _, w := range tp.go_ {
+		w.WriteString("go\n")
+	}
+}
+
+// finish closes the tenants' stdin (they stop at their next call), waits for their exit
+// and returns their figures.
+func (tp *tenantProcs) finish() (*TenantStats, error) {
+	for _, w := range tp.go_ {
+		w.Close()
+	}
+	st := &TenantStats{Tenants: len(tp.procs), Gated: tp.run.gated}
+	var firsts []time.Duration
+	var problems []string
+	for _, proc := range tp.procs {
+		state, err := proc.Wait(stopBound)
+		if err != nil {
+			problems = append(problems, err.Error())
+			proc.Stop(stopBound)
+			continue
+		}
+		if !state.Success() {
+			problems = append(problems, fmt.Sprintf("%s exited with %v; log tail:\n%s", "llm tenant", state, proc.LogTail(20)))
+		}
+		var decodeTokens int
+		var decode time.Duration
+		sc := bufio.NewScanner(strings.NewReader(proc.Log()))
+		for sc.Scan() {
+			var p TenantPrompt
+			if json.Unmarshal(sc.Bytes(), &p) != nil || p.Event != "prompt" {
+				continue
+			}
+			st.Prompts++
+			st.Tokens += p.Tokens
+			firsts = append(firsts, time.Duration(p.FirstTokenMS*float64(time.Millisecond)))
+			decodeTokens += p.Tokens - 1
+			decode += time.Duration(p.DecodeMS * float64(time.Millisecond))
+		}
+		if decode > 0 {
+			st.TokensPerS += float64(decodeTokens) / decode.Seconds()
+		}
+	}
+	st.TokensPerS = round(st.TokensPerS, 2)
+	s := summarize(firsts)
+	st.FirstTokenP50MS, st.FirstTokenP95MS, st.FirstTokenMaxMS = ms(s.P50), ms(s.P95), ms(s.Max)
+	if len(problems) > 0 {
+		return st, fmt.Errorf("%s", strings.Join(problems, "; "))
+	}
+	return st, nil
+}
+
+// kill stops every tenant at once (a failed start, a cancelled run).
+func (tp *tenantProcs) kill() {
+	for _, w := range tp.go_ {
+		w.Close()
+	}
+	for _, proc := range tp.procs {
+		proc.Stop(stopBound)
+	}
+}

@@ -1,0 +1,258 @@
+package gateway
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/subjects"
+)
+
+// Compute gates: the processes of gated leases (`ortbus lease --gate`) pause while work
+// of the device's gating class runs there, so that an LLM decoding token after token does
+// not stretch urgent work's latency. The gateway decides one gate per device and
+// publishes it; every wrapper of a gated lease on that device, on any host, follows it
+// within its own safety limits (internal/gate: max-pause, min-share, expiry, bus loss,
+// exit).
+//
+//  1. A device's gate is closed while work of its gating class ([devices.NAME]
+//     gate_class, default urgent) or of a class of higher priority is queued for the
+//     device (a pool on it among its candidates) or running on it, and a gated lease is
+//     held there; else it is open.
+//  2. The gateway publishes the gate of each device with a gated or a pressed lease on
+//     ortbus.gate.<gateway>.<device> at once when it changes and every gateRefresh
+//     while unchanged, with a seq that only grows and a ttl of gateTTL: a receiver lets
+//     a state hold only that long, so a gateway that dies (kill -9) or a bus that goes
+//     away leaves no tenant paused past it.
+//  3. A gate also lists the tags (codec.LeaseTag) of the device's pressed reclaimable
+//     leases (lease.go, rule 6): their holders run their on-pressure hooks.
+//  4. status shows each gate: closed (paused) now, and the share of the last minute it
+//     was closed.
+type gates struct {
+	mu  sync.Mutex
+	by  map[string]*gateState // by device
+	seq uint64
+}
+
+// gateState is one device's gate as last published.
+type gateState struct {
+	class   string
+	closed  bool
+	tags    []string
+	tenants int
+	pub     time.Time  // last published
+	spans   [][2]int64 // closed spans (unix ms) within the last minute; an open one ends at 0
+	last    codec.Gate // as published
+}
+
+// closedIn is the time (ms) st was closed within the last gateHistory before now; it
+// drops the spans older than that.
+func (st *gateState) closedIn(now time.Time) int64 {
+	from := now.Add(-gateHistory).UnixMilli()
+	var closed int64
+	keep := st.spans[:0]
+	for _, s := range st.spans {
+		end := s[1]
+		if end == 0 {
+			end = now.UnixMilli()
+		}
+		if end <= from {
+			continue
+		}
+		keep = append(keep, s)
+		closed += end - max(s[0], from)
+	}
+	st.spans = keep
+	return closed
+}
+
+// The gates' timing: decided every gateTick, published on a change and at least every
+// gateRefresh, each state holding gateTTL (rule 2).
+const (
+	gateTick    = 20 * time.Millisecond
+	gateRefresh = 100 * time.Millisecond
+	gateTTL     = 3 * gateRefresh
+	gateHistory = time.Minute
+)
+
+func newGates() *gates {
+	// The seq starts at the clock, so that a restarted gateway's states come after its
+	// predecessor's.
+	return &gates{by: map[string]*gateState{}, seq: uint64(time.Now().UnixNano())}
+}
+
+// gateClass is device's gating class (rule 1).
+func (g *Gateway) gateClass(device string) string {
+	if d, ok := g.conf().Devices[device]; ok && d.GateClass != "" {
+		return d.GateClass
+	}
+	return subjects.ClassUrgent
+}
+
+// gateDemand reports, for each device of classes (device -> gating class), whether work
+// of that class or a higher one is queued for it or running on it (rule 1). prio is a
+// class's priority (ok false: unknown); gating lists every class that gates some device.
+func (lc *lifecycle) gateDemand(classes map[string]string, gating []string, prio func(string) (int, bool)) map[string]bool {
+	out := map[string]bool{}
+	gates := func(class, gc string) bool {
+		p, ok := prio(class)
+		q, ok2 := prio(gc)
+		return ok && ok2 && p <= q
+	}
+	for device, gc := range classes {
+		for class, n := range lc.load[device] {
+			if n > 0 && gates(class, gc) {
+				out[device] = true
+			}
+		}
+	}
+	// Queued: look at the waiting requests only when a class that gates has some.
+	waiting := false
+	for _, class := range gating {
+		if lc.queues.Len(class) > 0 {
+			waiting = true
+		}
+	}
+	if !waiting {
+		return out
+	}
+	for _, f := range lc.byID {
+		if f.state != stQueued {
+			continue
+		}
+		for _, pool := range lc.env.retryPools(f.p) {
+			d := lc.env.device(pool)
+			if gc, ok := classes[d]; ok && gates(f.p.class, gc) {
+				out[d] = true
+			}
+		}
+	}
+	return out
+}
+
+// startGates decides and publishes the gates every gateTick until the returned stop is
+// called.
+func (g *Gateway) startGates() (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(gateTick)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				g.decideGates(now)
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+// decideGates is one round of rules 1 to 3.
+func (g *Gateway) decideGates(now time.Time) {
+	held := g.leases.gated(leaseNow())
+	gs := g.gates
+	gs.mu.Lock()
+	for d := range gs.by {
+		if _, ok := held[d]; !ok {
+			delete(gs.by, d) // no gated or pressed lease there any more
+		}
+	}
+	gs.mu.Unlock()
+	if len(held) == 0 {
+		return
+	}
+	classes := map[string]string{}
+	for d, h := range held {
+		if h.gated > 0 {
+			classes[d] = g.gateClass(d)
+		}
+	}
+	var demand map[string]bool
+	if len(classes) > 0 {
+		cfg := g.conf()
+		prio := func(class string) (int, bool) {
+			if c := cfg.Classes[class]; c != nil {
+				return c.Priority, true
+			}
+			return 0, false
+		}
+		var gating []string
+		for name, c := range cfg.Classes {
+			for _, gc := range classes {
+				if q, ok := prio(gc); ok && c.Priority <= q {
+					gating = append(gating, name)
+					break
+				}
+			}
+		}
+		if !g.inspect(func(lc *lifecycle) { demand = lc.gateDemand(classes, gating, prio) }) {
+			return // the loop has stopped: the gateway is going
+		}
+	}
+	type out struct {
+		subject string
+		gate    codec.Gate
+	}
+	var pubs []out
+	gs.mu.Lock()
+	for _, d := range slices.Sorted(maps.Keys(held)) {
+		h := held[d]
+		st := gs.by[d]
+		if st == nil {
+			st = &gateState{}
+			gs.by[d] = st
+		}
+		closed := demand[d]
+		changed := closed != st.closed || !slices.Equal(h.tags, st.tags) || st.pub.IsZero()
+		if closed != st.closed {
+			if closed {
+				st.closedIn(now) // the spans past the minute go
+				st.spans = append(st.spans, [2]int64{now.UnixMilli(), 0})
+			} else if n := len(st.spans); n > 0 {
+				st.spans[n-1][1] = now.UnixMilli()
+			}
+		}
+		st.class, st.closed, st.tags, st.tenants = cmp.Or(classes[d], g.gateClass(d)), closed, h.tags, h.gated
+		if !changed && now.Sub(st.pub) < gateRefresh {
+			continue
+		}
+		subj, err := subjects.Gate(g.id, d)
+		if err != nil {
+			continue // a device name that is no subject token: never gated
+		}
+		gs.seq++
+		st.pub = now
+		st.last = codec.Gate{Gateway: g.id, Device: d, Seq: gs.seq, Closed: closed, Class: st.class, TTLMS: gateTTL.Milliseconds(), Reclaim: h.tags}
+		pubs = append(pubs, out{subj, st.last})
+	}
+	gs.mu.Unlock()
+	for _, p := range pubs {
+		b, err := codec.Marshal(&p.gate)
+		if err == nil {
+			err = g.nc.Publish(p.subject, b)
+		}
+		if err != nil {
+			g.publishFailed("gate", err)
+		}
+	}
+}
+
+// list is every gate for status (rule 4).
+func (gs *gates) list(now time.Time) []codec.GateStatus {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	var out []codec.GateStatus
+	for _, d := range slices.Sorted(maps.Keys(gs.by)) {
+		st := gs.by[d]
+		closed := st.closedIn(now)
+		out = append(out, codec.GateStatus{Device: d, Class: st.class, Paused: st.closed, PausedShare1m: float64(closed) / float64(gateHistory.Milliseconds()),
+			Seq: st.last.Seq, Tenants: st.tenants})
+	}
+	return out
+}
