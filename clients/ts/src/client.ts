@@ -18,7 +18,7 @@ import type {
   WatchJobOptions,
 } from "./jobs.ts";
 import * as leases from "./leases.ts";
-import type { Lease, Pause } from "./leases.ts";
+import type { Lease, LeaseOptions, Pause } from "./leases.ts";
 import type {
   CancelReply,
   CompareReply,
@@ -165,7 +165,7 @@ export class OrtbusClient {
   acquireLease(
     device: string,
     bytes: number,
-    o: { class?: OrtbusClass; ttlMs?: number; holder?: string } & Pick<CallOptions, "timeoutMs" | "signal"> = {},
+    o: LeaseOptions & Pick<CallOptions, "timeoutMs" | "signal"> = {},
   ): Promise<Lease> {
     return leases.acquireLease(this.conn, device, bytes, o);
   }

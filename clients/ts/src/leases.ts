@@ -17,18 +17,43 @@ export interface Lease {
   holder?: string;
   expires_unix_ms: number;
   released?: boolean;
+  /** The granting gateway's id: a gated holder follows the gate `ortbus.gate.<gateway>.<device>`. */
+  gateway?: string;
+  /** As acquired: the holder follows the device's compute gate (`ortbus lease --gate`). */
+  gate?: boolean;
+  /** As acquired: the holder gives memory back on demand (`ortbus lease --on-pressure`). */
+  reclaim?: boolean;
+  /** A higher class wants this reclaimable lease's memory back. */
+  pressed?: boolean;
 }
+
+/** How a lease is acquired (codec.LeaseRequest): its class, ttl and holder's name; `gate`
+ * and `reclaim` as `ortbus lease --gate` and `--on-pressure` ask for them, and the holder's
+ * `pid` and `host`, whose measured use a pressed lease is shrunk to. */
+export type LeaseOptions = {
+  class?: OrtbusClass;
+  ttlMs?: number;
+  holder?: string;
+  gate?: boolean;
+  reclaim?: boolean;
+  pid?: number;
+  host?: string;
+};
 
 export function acquireLease(
   c: Sender,
   device: string,
   bytes: number,
-  o: { class?: OrtbusClass; ttlMs?: number; holder?: string } & Pick<CallOptions, "timeoutMs" | "signal">,
+  o: LeaseOptions & Pick<CallOptions, "timeoutMs" | "signal">,
 ): Promise<Lease> {
   const req: Record<string, unknown> = { action: "acquire", device, bytes };
   if (o.class !== undefined) req.class = o.class;
   if (o.ttlMs !== undefined) req.ttl_ms = o.ttlMs;
   if (o.holder !== undefined) req.holder = o.holder;
+  if (o.gate) req.gate = true;
+  if (o.reclaim) req.reclaim = true;
+  if (o.pid !== undefined) req.pid = o.pid;
+  if (o.host !== undefined) req.host = o.host;
   return c.send<Lease>("lease", req, undefined, o);
 }
 

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
 
 import { OrtbusClient, OrtbusError } from "../index.ts";
-import { cleanupTmp, settle, setup } from "./harness.ts";
+import { cleanupTmp, settle, setup, until } from "./harness.ts";
 import type { Env } from "./harness.ts";
 
 setDefaultTimeout(30_000);
@@ -61,4 +61,22 @@ test("a lease is granted, shown in status without its id, renewed and released",
   const again = await settle(client.renewLease(l.lease!));
   expect(again.ok).toBe(false);
   expect(((again as { error: unknown }).error as OrtbusError).code).toBe("bad_request");
+});
+
+test("a gated, reclaimable lease says so and names its gateway, whose gate of the device status lists", async () => {
+  const l = await client.acquireLease("cpu", 16 * MiB, { class: "interactive", ttlMs: 5_000, holder: "llm", gate: true, reclaim: true, pid: process.pid });
+  try {
+    expect(l.gate).toBe(true);
+    expect(l.reclaim).toBe(true);
+    expect(l.gateway).toBeTruthy();
+    // The gateway decides its gates on a tick: the device's appears within one.
+    const g = await until("the cpu gate in status", async () => {
+      const st = (await client.status()) as unknown as { gates?: { device: string; class: string; tenants: number }[] };
+      return st.gates?.find((x) => x.device === "cpu");
+    });
+    expect(g.class).toBe("urgent");
+    expect(g.tenants).toBe(1);
+  } finally {
+    await client.releaseLease(l.lease!);
+  }
 });
