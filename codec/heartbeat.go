@@ -100,6 +100,11 @@ type ModelStatus struct {
 	PerItemBytes int64 `msgpack:"per_item_bytes,omitempty" json:"per_item_bytes,omitempty"`
 	// LoadMS is how long loading (and warming up) took, failed or not.
 	LoadMS int64 `msgpack:"load_ms" json:"load_ms"`
+	// Revision is the revision of the files the worker loaded (cache.Revision, hashed
+	// before and after loading, "" when they changed meanwhile), with [cache] enabled: the
+	// gateway stores an answer only when the worker that computed it loaded the revision
+	// its key names.
+	Revision string `msgpack:"revision,omitempty" json:"revision,omitempty"`
 }
 
 // StatusReply answers status: the whole system as the gateway sees it.

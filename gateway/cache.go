@@ -75,6 +75,10 @@ func (g *Gateway) initCache() {
 	g.cache = &cacheService{files: cache.NewHasher(cfg.StatEntries), models: cache.NewHasher(1024),
 		lookups: make(chan struct{}, cacheLookupsAtOnce), puts: make(chan struct{}, cachePutsAtOnce),
 		ops: make(chan struct{}, cacheOpsAtOnce), revs: map[string]string{}}
+	// Model files are the operator's, replaced whole and then reloaded, and may be large:
+	// their stat key stands without the racy rule's wait, so that a lookup right after a
+	// model's update does not read its weights again.
+	g.cache.models.Racy = 0
 	g.metrics.reg.MustRegister(cacheCollector{g})
 }
 
@@ -228,11 +232,16 @@ func (g *Gateway) cacheKey(p *pending, model, rev, owner string) *cacheTicket {
 }
 
 // cacheDone ends t's flight with p's answer (msgpack; ok: a result) and stores a result,
-// if its file and its model are still what t hashed. It blocks on JetStream (cacheIOBound).
+// if its file and its model are still what t hashed and the worker that computed it
+// loaded that revision (its heartbeat says which). It blocks on JetStream (cacheIOBound).
 func (g *Gateway) cacheDone(t *cacheTicket, op string, body []byte, ok bool) {
 	var stored []byte
 	if ok {
-		stored = cacheBody(op, body)
+		var served codec.Served
+		stored, served = cacheBody(op, body)
+		if stored != nil && !g.computedOn(served, t.key.Revision) {
+			stored = nil // another revision answered: neither shared nor stored
+		}
 	}
 	if t.flight != nil {
 		// Once stored: a request of the key that comes meanwhile waits for this answer
@@ -253,19 +262,39 @@ func (g *Gateway) cacheDone(t *cacheTicket, op string, body []byte, ok bool) {
 	}
 }
 
-// cacheBody is a worker's reply (msgpack) as stored: the same reply, its id cleared; nil
-// when it does not decode as op's reply.
-func cacheBody(op string, body []byte) []byte {
+// computedOn reports whether the worker that answered (served) had loaded revision rev
+// of its model, as its last heartbeat says: false when it says another one (its files
+// were replaced and it was not reloaded yet, or it loaded an older version); true when it
+// says none (it could not hash them, or it is gone: then the files, hashed again before
+// the store, decide).
+func (g *Gateway) computedOn(served codec.Served, rev string) bool {
+	for _, w := range g.tracker.Workers() {
+		if w.HB.Worker != served.Worker {
+			continue
+		}
+		for _, m := range w.HB.Models {
+			if m.Name == served.Model && m.Revision != "" {
+				return m.Revision == rev
+			}
+		}
+	}
+	return true
+}
+
+// cacheBody is a worker's reply (msgpack) as stored: the same reply, its id cleared, and
+// who served it; nil when it does not decode as op's reply.
+func cacheBody(op string, body []byte) ([]byte, codec.Served) {
 	rep, ok := codec.NewReply(op).(codec.Replier)
 	if !ok || codec.Unmarshal(body, rep) != nil {
-		return nil
+		return nil, codec.Served{}
 	}
+	served := *rep.Meta()
 	rep.Meta().ID = ""
 	b, err := codec.Marshal(rep)
 	if err != nil {
-		return nil
+		return nil, codec.Served{}
 	}
-	return b
+	return b, served
 }
 
 // cachedReply is a stored reply answered to request id: its id set, its timing the

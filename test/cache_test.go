@@ -29,7 +29,14 @@ import (
 // cacheConfig is jobConfig's system with the cache on, bounded by maxBytes.
 func cacheConfig(t *testing.T, root string, maxBytes config.Bytes) string {
 	t.Helper()
+	return cacheConfigWith(t, root, maxBytes, nil)
+}
+
+// cacheConfigWith is cacheConfig with models in place of gwModels(t) (nil: those).
+func cacheConfigWith(t *testing.T, root string, maxBytes config.Bytes, models map[string]*config.Model) string {
+	t.Helper()
 	return gwConfig{
+		Models:   models,
 		Root:     root,
 		StoreDir: t.TempDir(),
 		Cache:    config.Cache{Enabled: true, MaxBytes: maxBytes},
@@ -318,4 +325,66 @@ func TestCacheEvictionKeepsServing(t *testing.T) {
 		t.Fatalf("the oldest answer after evictions: %v, timing %+v, want computed", err, oldest.Timing)
 	}
 	checkColourTag(t, oldest, colours[0])
+}
+
+// TestCacheModelRevision: a model's files replaced without a reload are a new revision at
+// the gateway, while its worker still runs the old weights: what that worker computes is
+// neither served from the old revision's entries nor stored under the new one. Once the
+// model is reloaded, its answers are stored again, and the old revision's entries are gone.
+func TestCacheModelRevision(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dir := filepath.Join(root, "lib")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeBMP(t, filepath.Join(dir, "red.bmp"), 32, 24, onnxgen.ColourNames["red"])
+	colours := []string{"red"}
+	modelDir := filepath.Join(t.TempDir(), "tagger")
+	if err := onnxgen.GenerateTagger(modelDir, 0); err != nil {
+		t.Fatal(err)
+	}
+	models := gwModels(t)
+	models[gwTagger] = &config.Model{Kind: config.KindTaggerPixAI, Dir: modelDir}
+	g := startGateway(t, cacheConfigWith(t, root, 0, models))
+	c := jobClient(t, g)
+	ctx := context.Background()
+
+	if st, _ := cacheJob(t, c, "v1", dir, true, colours); st.Computed != 1 {
+		t.Fatalf("first job: computed %d, want 1", st.Computed)
+	}
+	if st, _ := cacheJob(t, c, "v1-again", dir, true, colours); st.Cached != 1 {
+		t.Fatalf("second job: cached %d, want 1", st.Cached)
+	}
+	before, err := c.CacheStats(ctx, "")
+	if err != nil || before.Writes != 1 || before.Entries != 1 {
+		t.Fatalf("stats %+v %v: want 1 write, 1 entry", before, err)
+	}
+
+	// New weights on disk; the worker still runs the old ones.
+	if err := onnxgen.GenerateTagger(modelDir, 1); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := cacheJob(t, c, "files-replaced", dir, true, colours); st.Computed != 1 {
+		t.Fatalf("after the files changed: computed %d, want 1 (the old revision's entry is not the new one's)", st.Computed)
+	}
+	if st, err := c.CacheStats(ctx, ""); err != nil || st.Writes != before.Writes {
+		t.Fatalf("stats %+v %v: an answer of the old weights was stored under the new revision", st, err)
+	}
+
+	// Reloaded: the worker runs the new revision; its answer is stored and served.
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := c.Model(rctx, &codec.ModelControl{Action: codec.ModelReload, Model: gwTagger}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := cacheJob(t, c, "reloaded", dir, true, colours); st.Computed != 1 {
+		t.Fatalf("after the reload: computed %d, want 1", st.Computed)
+	}
+	if st, _ := cacheJob(t, c, "reloaded-again", dir, true, colours); st.Cached != 1 {
+		t.Fatalf("after the reload, again: cached %d, want 1", st.Cached)
+	}
+	if st, err := c.CacheStats(ctx, ""); err != nil || st.Entries != 1 || st.Writes != before.Writes+1 {
+		t.Fatalf("stats %+v %v: want the new revision's one entry (the old one purged)", st, err)
+	}
 }

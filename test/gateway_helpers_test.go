@@ -104,6 +104,8 @@ type gwConfig struct {
 	Jobs     config.Jobs  // the [jobs] table (defaults where zero)
 	Cache    config.Cache // the [cache] table (off unless Enabled)
 	Devices  map[string]config.Device
+	// Models replace gwModels(t) when set (the names gwTagger and gwSlow both).
+	Models map[string]*config.Model
 	// ModelMemory declares every model's peak (0: measured by the workers).
 	ModelMemory config.Bytes
 	Root        string         // the one allowed image root
@@ -140,6 +142,9 @@ func (c gwConfig) writeIn(t testing.TB, dir string) string {
 		Classes:  map[string]*config.Class{},
 		Pools:    map[string]*config.Pool{},
 		Models:   gwModels(t),
+	}
+	if c.Models != nil {
+		cfg.Models = c.Models
 	}
 	if c.NATSURL == "" {
 		cfg.NATS = config.NATS{Embedded: true, Listen: "127.0.0.1:0", StoreDir: c.StoreDir}

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
+	"github.com/ortbus/ortbus/cache"
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/devices"
@@ -216,11 +217,29 @@ func (w *Worker) loadModel(env models.Env, open opener, mc *config.Model, left i
 		st.LoadMS = time.Since(t0).Milliseconds()
 	}()
 	fault.Check(mc.Dir) // chaos tests only: a native crash while loading
+	rev := w.revision(mc)
 	m, err := open(env, mc)
 	if err != nil {
 		return nil, failedStatus(mc, err)
 	}
-	return m, w.measure(m, mc, w.pool, left, limited)
+	st = w.measure(m, mc, w.pool, left, limited)
+	if rev != "" && w.revision(mc) == rev {
+		st.Revision = rev // the files did not change while it loaded
+	}
+	return m, st
+}
+
+// revision is the revision of mc's files (cache.Revision) when the result cache is on,
+// else "" (nothing reads it).
+func (w *Worker) revision(mc *config.Model) string {
+	if w.cfg == nil || !w.cfg.Cache.Enabled {
+		return ""
+	}
+	rev, err := cache.Revision(cache.NewHasher(16), mc)
+	if err != nil {
+		return ""
+	}
+	return rev
 }
 
 // closeQuietly closes a model that failed, ignoring its error and any panic.

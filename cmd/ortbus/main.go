@@ -41,7 +41,7 @@ const usage = `usage:
   ortbus doctor -config FILE [-json]    check each pool's runtime library and execution providers
   ortbus models gen DIR [-heavy N]      write the generated models (N compute layers in tagger-heavy)
   ortbus demo [-config FILE]            run the system end to end and print a report (default deploy/local.toml)
-  ortbus bench NAME [-out FILE.json]    overhead|throughput|collision|failure (docs/BENCHMARKS.md)
+  ortbus bench NAME [-out FILE.json]    overhead|throughput|collision|capacity|failure|jobs|incremental (docs/BENCHMARKS.md)
   ortbus status [-s URL] [-json]        pools, workers, devices and class queues, as tables
   ortbus pause [-s URL] -class batch [-device D] -for 10m   pause a class on demand (it ends on its own); resume -class C ends it
   ortbus tune -config FILE [-input NAME=FILE.npy | -image FILE] [-latency D] [-write] POOL
