@@ -30,6 +30,18 @@ func (c *Client) CancelJob(ctx context.Context, job string) (*codec.JobStatus, e
 	return &r, c.do(ctx, subjects.OpJobCancel, &codec.JobRef{Job: job}, &r)
 }
 
+// PauseJob pauses a job until ResumeJob: its running items finish, no other starts.
+func (c *Client) PauseJob(ctx context.Context, job string) (*codec.JobStatus, error) {
+	var r codec.JobStatus
+	return &r, c.do(ctx, subjects.OpJobPause, &codec.JobRef{Job: job}, &r)
+}
+
+// ResumeJob lets a paused job's items run again.
+func (c *Client) ResumeJob(ctx context.Context, job string) (*codec.JobStatus, error) {
+	var r codec.JobStatus
+	return &r, c.do(ctx, subjects.OpJobResume, &codec.JobRef{Job: job}, &r)
+}
+
 // ListJobs lists the jobs still kept, newest first.
 func (c *Client) ListJobs(ctx context.Context) (*codec.JobListReply, error) {
 	var r codec.JobListReply

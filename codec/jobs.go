@@ -45,7 +45,7 @@ type JobSubmitReply struct {
 	Total int    `msgpack:"total" json:"total"`
 }
 
-// JobRef names a job (job.status, job.cancel).
+// JobRef names a job (job.status, job.cancel, job.pause, job.resume).
 type JobRef struct {
 	Job string `msgpack:"job" json:"job"`
 }
@@ -58,29 +58,35 @@ const (
 	JobDone      = "done"
 	JobCancelled = "cancelled"
 	JobFailed    = "failed"
+	// JobPaused: paused by its owner (job.pause) until resumed (job.resume): its items
+	// running finish, no other starts.
+	JobPaused = "paused"
 )
 
-// JobStatus answers job.status, job.cancel and is one entry of job.list. Done counts
+// JobStatus answers job.status, job.cancel, job.pause, job.resume and is one entry of
+// job.list. Done counts
 // items answered with the op's reply, Failed items answered with an error (Done + Failed
 // is Total once the job is done); Running is what is delivered
 // and not yet answered (across gateways); Redelivered counts items that needed more than
 // one delivery. Error is why a failed job failed.
 type JobStatus struct {
-	Job            string  `msgpack:"job" json:"job"`
-	State          string  `msgpack:"state" json:"state"`
-	Op             string  `msgpack:"op" json:"op"`
-	Model          string  `msgpack:"model,omitempty" json:"model,omitempty"`
-	Class          string  `msgpack:"class" json:"class"`
-	Total          int     `msgpack:"total" json:"total"`
-	Done           int     `msgpack:"done" json:"done"`
-	Failed         int     `msgpack:"failed" json:"failed"`
-	Running        int     `msgpack:"running" json:"running"`
-	Redelivered    int     `msgpack:"redelivered" json:"redelivered"`
-	RatePerS       float64 `msgpack:"rate_per_s" json:"rate_per_s"`
-	EtaS           float64 `msgpack:"eta_s" json:"eta_s"`
-	StartedUnixMS  int64   `msgpack:"started_unix_ms" json:"started_unix_ms"`
-	FinishedUnixMS int64   `msgpack:"finished_unix_ms,omitempty" json:"finished_unix_ms,omitempty"`
-	Error          *Error  `msgpack:"error,omitempty" json:"error,omitempty"`
+	Job           string  `msgpack:"job" json:"job"`
+	State         string  `msgpack:"state" json:"state"`
+	Op            string  `msgpack:"op" json:"op"`
+	Model         string  `msgpack:"model,omitempty" json:"model,omitempty"`
+	Class         string  `msgpack:"class" json:"class"`
+	Total         int     `msgpack:"total" json:"total"`
+	Done          int     `msgpack:"done" json:"done"`
+	Failed        int     `msgpack:"failed" json:"failed"`
+	Running       int     `msgpack:"running" json:"running"`
+	Redelivered   int     `msgpack:"redelivered" json:"redelivered"`
+	RatePerS      float64 `msgpack:"rate_per_s" json:"rate_per_s"`
+	EtaS          float64 `msgpack:"eta_s" json:"eta_s"`
+	StartedUnixMS int64   `msgpack:"started_unix_ms" json:"started_unix_ms"`
+	// PausedUnixMS is when a paused job was paused.
+	PausedUnixMS   int64  `msgpack:"paused_unix_ms,omitempty" json:"paused_unix_ms,omitempty"`
+	FinishedUnixMS int64  `msgpack:"finished_unix_ms,omitempty" json:"finished_unix_ms,omitempty"`
+	Error          *Error `msgpack:"error,omitempty" json:"error,omitempty"`
 	// Cached counts the items answered from the result cache, Computed those answered by
 	// running (a result or an error): cached + computed = done + failed.
 	Cached   int `msgpack:"cached" json:"cached"`

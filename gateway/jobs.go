@@ -327,13 +327,16 @@ func (g *Gateway) jobOp(ctx context.Context, s *jobs.Store, op string, data []by
 			return nil, e
 		}
 		return s.SubmitWith(ctx, rec, paths, g.jobPrecomputed(rec))
-	case subjects.OpJobStatus, subjects.OpJobCancel:
+	case subjects.OpJobStatus, subjects.OpJobCancel, subjects.OpJobPause, subjects.OpJobResume:
 		var ref codec.JobRef
 		if err := decodeChecked(data, &ref, asJSON, func() error { return codec.CheckJobID(ref.Job) }); err != nil {
 			return nil, err
 		}
-		if op == subjects.OpJobCancel {
+		switch op {
+		case subjects.OpJobCancel:
 			return s.Cancel(ctx, ref.Job, tenant)
+		case subjects.OpJobPause, subjects.OpJobResume:
+			return s.Pause(ctx, ref.Job, tenant, op == subjects.OpJobPause)
 		}
 		return s.Status(ctx, ref.Job, tenant)
 	case subjects.OpJobList:

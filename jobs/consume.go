@@ -129,7 +129,13 @@ const (
 	settled  outcome = iota // acknowledged: it has its result, or will never run
 	handedOn                // handed back now, to the next gateway (this one stops)
 	left                    // left to JetStream, which delivers it again after ack_wait
+	deferred                // handed back unrun, delivered again after pausedRedelivery (rule 8)
 )
+
+// pausedRedelivery is how long an item of a paused job waits before it is delivered
+// again (rule 8): how soon a resumed job's items start, and how often a paused job's
+// items are looked at.
+const pausedRedelivery = 5 * time.Second
 
 // handle follows the rules of the package doc for one delivered item.
 func (s *Store) handle(ctx context.Context, m jetstream.Msg, run Runner) {
@@ -154,6 +160,8 @@ func (s *Store) handle(ctx context.Context, m jetstream.Msg, run Runner) {
 		s.ack(m)
 	case handedOn:
 		s.handBack(m)
+	case deferred:
+		m.NakWithDelay(pausedRedelivery)
 	}
 }
 
@@ -168,6 +176,9 @@ func (s *Store) follow(ctx context.Context, w wireItem, redelivered bool, run Ru
 	}
 	if rec == nil || rec.finished() || w.Index >= rec.Total { // rule 2
 		return settled
+	}
+	if rec.Paused != 0 { // rule 8
+		return deferred
 	}
 	if s.hasResult(ctx, w.Job, w.Index) { // rule 1
 		return settled

@@ -316,6 +316,66 @@ func TestJobCancel(t *testing.T) {
 	}
 }
 
+// TestJobPause: a paused job's running items finish and no other starts, while another
+// job's items behind it run (rule 8); resumed, every item runs once.
+func TestJobPause(t *testing.T) {
+	nc := testenv.InProcessJetStream(t)
+	s := open(t, nc)
+	ctx := context.Background()
+	var r runs // the paused job's runs
+	started := make(chan int, 100)
+	release := make(chan struct{})
+	paused := r.runner(func(it Item) ([]byte, *codec.Error) {
+		started <- it.Index
+		<-release
+		return tagReply(it), nil
+	})
+	consume(t, s, 2, func(ctx context.Context, it Item) ([]byte, *codec.Error) {
+		if it.Job.Job == "jp" {
+			return paused(ctx, it)
+		}
+		return tagReply(it), nil
+	})
+	if _, e := s.Submit(ctx, &Record{Job: "jp", Op: "tag", Class: "batch"}, paths(20)); e != nil {
+		t.Fatal(e)
+	}
+	<-started
+	<-started // room 2: two items run
+	st, e := s.Pause(ctx, "jp", "", true)
+	if e != nil || st.State != codec.JobPaused || st.PausedUnixMS == 0 {
+		t.Fatalf("pause: %+v %v", st, e)
+	}
+	close(release) // the two running items finish
+	// Items submitted after the paused job's run, so its waiting items have been
+	// delivered (and handed back) before these are done.
+	if _, e := s.Submit(ctx, &Record{Job: "jo", Op: "tag", Class: "batch"}, paths(10)); e != nil {
+		t.Fatal(e)
+	}
+	waitStatus(t, s, "jo", func(st *codec.JobStatus) bool { return st.State == codec.JobDone })
+	st = waitStatus(t, s, "jp", func(st *codec.JobStatus) bool { return st.Done == 2 })
+	if st.State != codec.JobPaused || len(started) != 0 {
+		t.Fatalf("paused job: %+v, %d more items started", st, len(started))
+	}
+	if again, e := s.Pause(ctx, "jp", "", true); e != nil || again.PausedUnixMS != st.PausedUnixMS {
+		t.Fatalf("a second pause: %+v %v, want the first's time kept", again, e)
+	}
+	if st, e := s.Pause(ctx, "jp", "", false); e != nil || st.State != codec.JobRunning {
+		t.Fatalf("resume: %+v %v", st, e)
+	}
+	waitStatus(t, s, "jp", func(st *codec.JobStatus) bool { return st.State == codec.JobDone })
+	for i := range 20 {
+		if n := r.count(i); n != 1 {
+			t.Errorf("item %d ran %d times", i, n)
+		}
+	}
+	if len(allResults(t, s, "jp", 100)) != 20 {
+		t.Fatal("not one result per item")
+	}
+	if _, e := s.Pause(ctx, "nope", "", true); e == nil || e.Code != codec.CodeUnknownJob {
+		t.Fatalf("pause of an unknown job: %v", e)
+	}
+}
+
 func TestExpand(t *testing.T) {
 	dir := t.TempDir()
 	for _, f := range []string{"a.png", "b.JPG", "notes.txt", "sub/c.png", "sub/d.webp"} {
@@ -382,6 +442,8 @@ func TestJobOwners(t *testing.T) {
 		{"status", func() *codec.Error { _, e := s.Status(ctx, "ja", b); return e }},
 		{"results", func() *codec.Error { _, e := s.Results(ctx, &codec.JobResultsRequest{Job: "ja"}, b, 1<<20); return e }},
 		{"cancel", func() *codec.Error { _, e := s.Cancel(ctx, "ja", b); return e }},
+		{"pause", func() *codec.Error { _, e := s.Pause(ctx, "ja", b, true); return e }},
+		{"resume", func() *codec.Error { _, e := s.Pause(ctx, "ja", b, false); return e }},
 	} {
 		if e := c.err(); e == nil || e.Code != codec.CodeUnknownJob {
 			t.Errorf("B's %s of A's job: %v, want unknown_job", c.what, e)

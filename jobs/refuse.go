@@ -162,6 +162,24 @@ func storeReason(n int, what string, err error) *codec.Error {
 // the bucket's watch) and removes its waiting ones. It returns the record as it is now,
 // nil when there is no such job.
 func (s *Store) finish(ctx context.Context, job string, mark func(*Record)) (*Record, error) {
+	rec, err := s.update(ctx, job, mark)
+	if rec == nil || err != nil {
+		return rec, err
+	}
+	s.stopRunning(job)
+	if err := s.items.Purge(ctx, jetstream.WithPurgeSubject(subjects.JobItems(job))); err != nil {
+		// The record says finished, which is what counts: an item left waiting is
+		// dropped unrun when it is delivered (consume).
+		s.log.Warn("remove a finished job's waiting items", "job", job, "err", err)
+	}
+	return rec, nil
+}
+
+// update applies mark to job's record in the bucket, unless the job is finished (then the
+// record stays as it is), and returns the record as it now is (nil, nil: no such job).
+// The write is conditional on the revision read: one another gateway made meanwhile is
+// read again and mark applied to it.
+func (s *Store) update(ctx context.Context, job string, mark func(*Record)) (*Record, error) {
 	for attempt := 0; ; attempt++ {
 		e, err := s.kv.Get(ctx, job)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -188,12 +206,6 @@ func (s *Store) finish(ctx context.Context, job string, mark func(*Record)) (*Re
 			}
 		}
 		s.cache(rec)
-		s.stopRunning(job)
-		if err := s.items.Purge(ctx, jetstream.WithPurgeSubject(subjects.JobItems(job))); err != nil {
-			// The record says finished, which is what counts: an item left waiting is
-			// dropped unrun when it is delivered (consume).
-			s.log.Warn("remove a finished job's waiting items", "job", job, "err", err)
-		}
 		return rec, nil
 	}
 }

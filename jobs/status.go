@@ -179,8 +179,10 @@ func (s *Store) status(ctx context.Context, rec *Record) (*codec.JobStatus, *cod
 			st.RatePerS = float64(rec.Total) / d
 		}
 		return st, nil
+	case rec.Paused != 0:
+		st.State, st.PausedUnixMS = codec.JobPaused, rec.Paused
 	}
-	if st.State == codec.JobRunning {
+	if st.State == codec.JobRunning || st.State == codec.JobPaused {
 		st.Running = s.inFlight(ctx, rec.Job, left)
 		// The rate over the last minute of results; the ETA at that rate.
 		now := time.Now()
@@ -318,6 +320,30 @@ func (s *Store) Cancel(ctx context.Context, job, owner string) (*codec.JobStatus
 	rec, err := s.finish(ctx, job, func(r *Record) { r.Cancel = time.Now().UnixMilli() })
 	if err != nil {
 		return nil, storeError("cancel the job", err)
+	}
+	if rec == nil {
+		return nil, unknownJob(job)
+	}
+	return s.status(ctx, rec)
+}
+
+// Pause pauses job (paused true) or resumes it, for owner: while paused its items running
+// finish and no other starts (consume, rule 8); a finished job stays as it is. Either is
+// idempotent; the answer is the job's status.
+func (s *Store) Pause(ctx context.Context, job, owner string, paused bool) (*codec.JobStatus, *codec.Error) {
+	if _, e := s.owned(ctx, job, owner); e != nil {
+		return nil, e
+	}
+	rec, err := s.update(ctx, job, func(r *Record) {
+		switch {
+		case !paused:
+			r.Paused = 0
+		case r.Paused == 0:
+			r.Paused = time.Now().UnixMilli()
+		}
+	})
+	if err != nil {
+		return nil, storeError("pause the job", err)
 	}
 	if rec == nil {
 		return nil, unknownJob(job)

@@ -37,6 +37,10 @@
 //     retried for ack_wait (at least storeRetryMin), then fails the job as unavailable;
 //     where even that cannot be recorded, the item is left to be delivered again, and
 //     rule 3 still bounds its runs.
+//  8. An item of a paused job (job.pause) is handed back unrun, before it takes a run
+//     mark, to be delivered again after pausedRedelivery: its items running when it was
+//     paused finish, no other starts, and once it is resumed its items start within
+//     pausedRedelivery.
 //
 // Counts (done, failed, redelivered) are read from the results themselves, so every
 // gateway reports the same figures and none is lost with a gateway.
@@ -119,6 +123,9 @@ type Record struct {
 	Reason *codec.Error `json:"reason,omitempty"`
 	// Incremental: items whose answer the result cache holds are answered from it.
 	Incremental bool `json:"incremental,omitempty"`
+	// Paused is when its owner paused it (job.pause), 0 when it runs: its delivered items
+	// are handed back unrun (consume, rule 8) until job.resume.
+	Paused int64 `json:"paused_unix_ms,omitempty"`
 }
 
 // finished reports whether the job was cancelled or failed: none of its items runs any more.

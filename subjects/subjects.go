@@ -87,6 +87,8 @@ const (
 	OpJobSubmit  = "job.submit"
 	OpJobStatus  = "job.status"
 	OpJobCancel  = "job.cancel"
+	OpJobPause   = "job.pause"
+	OpJobResume  = "job.resume"
 	OpJobList    = "job.list"
 	OpJobResults = "job.results"
 )
@@ -102,7 +104,7 @@ func IsWork(op string) bool {
 }
 
 // JobOps lists the job API's operations.
-var JobOps = []string{OpJobSubmit, OpJobStatus, OpJobCancel, OpJobList, OpJobResults}
+var JobOps = []string{OpJobSubmit, OpJobStatus, OpJobCancel, OpJobList, OpJobResults, OpJobPause, OpJobResume}
 
 // The result cache's operations: ortbus.v1.cache.<verb> (POST /v1/cache/<verb>).
 const (

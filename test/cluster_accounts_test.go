@@ -216,6 +216,10 @@ func TestAccountOwners(t *testing.T) {
 		wantCode(t, "app2's job.results of app1's job", err, codec.CodeUnknownJob)
 		_, err = c2.CancelJob(ctx, job)
 		wantCode(t, "app2's job.cancel of app1's job", err, codec.CodeUnknownJob)
+		_, err = c2.PauseJob(ctx, job)
+		wantCode(t, "app2's job.pause of app1's job", err, codec.CodeUnknownJob)
+		_, err = c2.ResumeJob(ctx, job)
+		wantCode(t, "app2's job.resume of app1's job", err, codec.CodeUnknownJob)
 		// Nor take its id: a submit of the same id (and items) is a conflict, never
 		// answered with app1's job.
 		_, err = c2.SubmitJob(ctx, submit)

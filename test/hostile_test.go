@@ -728,6 +728,8 @@ func (h *hostileRun) surfaces(t *testing.T, s *hstack) []*hSurface {
 		{subjects.OpJobSubmit, &codec.JobSubmit{Job: "h-job", Op: "tag", Items: []string{red}, Options: &codec.Request{TimeoutMS: 5000}}, 3},
 		{subjects.OpJobStatus, &codec.JobRef{Job: "h-job"}, 6},
 		{subjects.OpJobCancel, &codec.JobRef{Job: "h-none"}, 6},
+		{subjects.OpJobPause, &codec.JobRef{Job: "h-none"}, 6},
+		{subjects.OpJobResume, &codec.JobRef{Job: "h-none"}, 6},
 		{subjects.OpJobResults, &codec.JobResultsRequest{Job: "h-job", From: 1, Limit: 10}, 6},
 	} {
 		subj := "ortbus.v1." + j.op

@@ -31,6 +31,8 @@ const jobUsage = `usage:
   ortbus job wait [-s URL] [-interval 1s] [-timeout D] ID
   ortbus job results [-s URL] ID
   ortbus job cancel [-s URL] ID
+  ortbus job pause [-s URL] ID       its running items finish, no other starts, until resume
+  ortbus job resume [-s URL] ID
   ortbus job list [-s URL]
   (each: -inbox-prefix P for a server with per-user inboxes)
 `
@@ -43,7 +45,7 @@ func jobCmd(args []string) int {
 	switch args[0] {
 	case "submit":
 		return jobSubmitCmd(args[1:])
-	case "status", "cancel":
+	case "status", "cancel", "pause", "resume":
 		return jobRefCmd(args[0], args[1:])
 	case "watch":
 		return jobWatchCmd(args[1:])
@@ -181,7 +183,8 @@ func jobItems(args []string, recursive bool) (items []string, dirs []codec.JobDi
 	return items, dirs, nil
 }
 
-// jobRefCmd is status and cancel: one request naming the job, its status printed.
+// jobRefCmd is status, cancel, pause and resume: one request naming the job, its status
+// printed.
 func jobRefCmd(verb string, args []string) int {
 	f := newJobFlags(verb)
 	timeout := f.fs.Duration("timeout", 30*time.Second, "how long to wait for the gateway's reply")
@@ -195,10 +198,8 @@ func jobRefCmd(verb string, args []string) int {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	call := c.JobStatus
-	if verb == "cancel" {
-		call = c.CancelJob
-	}
+	call := map[string]func(context.Context, string) (*codec.JobStatus, error){
+		"status": c.JobStatus, "cancel": c.CancelJob, "pause": c.PauseJob, "resume": c.ResumeJob}[verb]
 	st, err := call(ctx, f.fs.Arg(0))
 	if err != nil {
 		return jobFail(verb, err)

@@ -221,6 +221,19 @@ export class OrtbusClient {
     return jobs.cancelJob(this.conn, job, opts);
   }
 
+  /**
+   * Pauses a job until resumeJob (a voice session or a security event started): its
+   * running items finish, no other starts. Answers its status (state "paused").
+   */
+  pauseJob(job: string, opts: Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<JobStatus> {
+    return jobs.pauseJob(this.conn, job, true, opts);
+  }
+
+  /** Lets a paused job's items run again. Answers its status (state "running"). */
+  resumeJob(job: string, opts: Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<JobStatus> {
+    return jobs.pauseJob(this.conn, job, false, opts);
+  }
+
   /** The jobs still kept, newest first. */
   listJobs(opts: Pick<CallOptions, "timeoutMs" | "signal"> = {}): Promise<JobListReply> {
     return jobs.listJobs(this.conn, opts);

@@ -83,7 +83,7 @@ export interface JobSubmitReply {
 
 /** "running", then "done" (every item answered), "cancelled", or "failed" (its results
  * could not be stored: `error` says why). */
-export type JobState = "running" | "done" | "cancelled" | "failed" | (string & {});
+export type JobState = "running" | "paused" | "done" | "cancelled" | "failed" | (string & {});
 
 /** A job's counts and state (job.status, job.cancel, each entry of listJobs). */
 export interface JobStatus {
@@ -106,6 +106,8 @@ export interface JobStatus {
   /** Seconds left at that rate. */
   eta_s: number;
   started_unix_ms: number;
+  /** When a paused job (state "paused") was paused. */
+  paused_unix_ms?: number;
   finished_unix_ms?: number;
   /** Why a failed job failed. */
   error?: { code: string; message: string; details?: Record<string, unknown> };
@@ -202,6 +204,11 @@ export function jobStatus(c: Sender, job: string, opts: Pick<CallOptions, "timeo
 
 export function cancelJob(c: Sender, job: string, opts: Pick<CallOptions, "timeoutMs" | "signal">): Promise<JobStatus> {
   return c.send<JobStatus>("job.cancel", { job }, undefined, opts).then(normJobStatus);
+}
+
+/** Pauses a job (pause true: job.pause) or resumes it (job.resume). */
+export function pauseJob(c: Sender, job: string, pause: boolean, opts: Pick<CallOptions, "timeoutMs" | "signal">): Promise<JobStatus> {
+  return c.send<JobStatus>(pause ? "job.pause" : "job.resume", { job }, undefined, opts).then(normJobStatus);
 }
 
 export async function listJobs(c: Sender, opts: Pick<CallOptions, "timeoutMs" | "signal">): Promise<JobListReply> {

@@ -199,6 +199,8 @@ export type Op =
   | "job.submit"
   | "job.status"
   | "job.cancel"
+  | "job.pause"
+  | "job.resume"
   | "job.list"
   | "job.results";
 

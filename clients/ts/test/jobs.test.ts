@@ -195,6 +195,22 @@ test("an embed job: each result's embedding is a Float32Array; a directory job w
   expect(checkWatch(await within(60_000, "watch of a dir job", watchAll(dir.job))).done).toBe(2);
 });
 
+test("pauseJob and resumeJob: paused, then every item runs once", async () => {
+  const many = Array.from({ length: 2 }, () => items).flat(); // 20 items at ~100 ms each
+  const sub = await client.submitJob({ job: "ts-pause", op: "tag", class: "slowjob", items: many });
+  const st = await client.pauseJob("ts-pause");
+  expect(st.state).toBe("paused");
+  expect(st.paused_unix_ms).toBeGreaterThan(0);
+  expect((await client.jobStatus("ts-pause")).state).toBe("paused");
+  await expectCode(client.pauseJob("ts-no-such-job"), "unknown_job");
+  expect((await client.resumeJob("ts-pause")).state).toBe("running");
+  const last = checkWatch(await within(60_000, "watch of a resumed job", watchAll(sub.job)));
+  expect(last.done).toBe(many.length);
+  const seen = new Set<number>();
+  for await (const r of client.eachJobResult(sub.job)) seen.add(r.i);
+  expect(seen.size).toBe(many.length);
+});
+
 test("cancelJob on a long job: state cancelled, the rest never runs", async () => {
   const many = Array.from({ length: 20 }, () => items).flat(); // 200 items at ~100 ms each
   const sub = await client.submitJob({ job: "ts-cancel", op: "tag", class: "slowjob", items: many });
