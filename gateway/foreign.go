@@ -1,14 +1,13 @@
 package gateway
 
 import (
-	"bytes"
 	"maps"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/ortbus/ortbus/devices"
 )
@@ -192,30 +191,14 @@ func (g *Gateway) reclaimFrom(device string, usage map[int]int64) {
 // childrenOf maps each pid of this host to its children, from /proc.
 func childrenOf() map[int][]int {
 	out := map[int][]int{}
-	ents, err := os.ReadDir("/proc")
+	procs, err := procfs.AllProcs()
 	if err != nil {
 		return out
 	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 2 {
-			continue
-		}
-		if ppid, err := strconv.Atoi(f[1]); err == nil && ppid != pid {
-			out[ppid] = append(out[ppid], pid)
+	for _, p := range procs {
+		st, err := p.Stat()
+		if err == nil && st.PPID != p.PID {
+			out[st.PPID] = append(out[st.PPID], p.PID)
 		}
 	}
 	return out

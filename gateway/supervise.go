@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,6 +19,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
@@ -780,16 +781,16 @@ func (s *supervisor) running(id string) bool {
 	if pid == 0 {
 		return false
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	proc, err := procfs.NewProc(pid)
 	if err != nil {
 		return false
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
+	st, err := proc.Stat()
+	if err != nil {
 		return false
 	}
-	switch b[i+2] {
-	case 'R', 'S', 'D':
+	switch st.State {
+	case "R", "S", "D":
 		return true
 	}
 	return false

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // The ways of pausing a gated process.
@@ -109,15 +111,15 @@ func (p *signalPauser) Close() error { return p.Resume() }
 
 // procState is the state letter of pid in /proc/pid/stat (0 when gone or unreadable).
 func procState(pid int) byte {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	proc, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
+	st, err := proc.Stat()
+	if err != nil || st.State == "" {
 		return 0
 	}
-	return b[i+2]
+	return st.State[0]
 }
 
 // ProcState is procState, for tests: 'T' stopped, 'S' sleeping, 'R' running, ...
