@@ -129,12 +129,11 @@ const (
 	settled  outcome = iota // acknowledged: it has its result, or will never run
 	handedOn                // handed back now, to the next gateway (this one stops)
 	left                    // left to JetStream, which delivers it again after ack_wait
-	deferred                // handed back unrun, delivered again after pausedRedelivery (rule 8)
+	deferred                // handed back unrun, delivered again after pausedRedelivery
 )
 
-// pausedRedelivery is how long an item of a paused job waits before it is delivered
-// again (rule 8): how soon a resumed job's items start, and how often a paused job's
-// items are looked at.
+// pausedRedelivery is how long an item of a paused job that could not be parked (rule 8:
+// its bucket did not take it) waits before it is delivered again.
 const pausedRedelivery = 5 * time.Second
 
 // handle follows the rules of the package doc for one delivered item.
@@ -178,7 +177,7 @@ func (s *Store) follow(ctx context.Context, w wireItem, redelivered bool, run Ru
 		return settled
 	}
 	if rec.Paused != 0 { // rule 8
-		return deferred
+		return s.park(ctx, w)
 	}
 	if s.hasResult(ctx, w.Job, w.Index) { // rule 1
 		return settled

@@ -317,7 +317,9 @@ func TestJobCancel(t *testing.T) {
 }
 
 // TestJobPause: a paused job's running items finish and no other starts, while another
-// job's items behind it run (rule 8); resumed, every item runs once.
+// job's items behind it run, though the paused job has more waiting items than the
+// consumer's max_ack_pending (rule 8: they are parked, not held); resumed, every item
+// runs once.
 func TestJobPause(t *testing.T) {
 	nc := testenv.InProcessJetStream(t)
 	s := open(t, nc)
@@ -336,7 +338,8 @@ func TestJobPause(t *testing.T) {
 		}
 		return tagReply(it), nil
 	})
-	if _, e := s.Submit(ctx, &Record{Job: "jp", Op: "tag", Class: "batch"}, paths(20)); e != nil {
+	const total = 100 // > testConfig's MaxAckPending
+	if _, e := s.Submit(ctx, &Record{Job: "jp", Op: "tag", Class: "batch"}, paths(total)); e != nil {
 		t.Fatal(e)
 	}
 	<-started
@@ -363,16 +366,42 @@ func TestJobPause(t *testing.T) {
 		t.Fatalf("resume: %+v %v", st, e)
 	}
 	waitStatus(t, s, "jp", func(st *codec.JobStatus) bool { return st.State == codec.JobDone })
-	for i := range 20 {
+	for i := range total {
 		if n := r.count(i); n != 1 {
 			t.Errorf("item %d ran %d times", i, n)
 		}
 	}
-	if len(allResults(t, s, "jp", 100)) != 20 {
+	if len(allResults(t, s, "jp", 1000)) != total {
 		t.Fatal("not one result per item")
 	}
 	if _, e := s.Pause(ctx, "nope", "", true); e == nil || e.Code != codec.CodeUnknownJob {
 		t.Fatalf("pause of an unknown job: %v", e)
+	}
+
+	// A paused job cancelled: its parked items are dropped, never run.
+	if _, e := s.Submit(ctx, &Record{Job: "jc", Op: "tag", Class: "batch"}, paths(10)); e != nil {
+		t.Fatal(e)
+	}
+	if _, e := s.Pause(ctx, "jc", "", true); e != nil {
+		t.Fatal(e)
+	}
+	if _, e := s.Submit(ctx, &Record{Job: "jo2", Op: "tag", Class: "batch"}, paths(5)); e != nil {
+		t.Fatal(e)
+	}
+	waitStatus(t, s, "jo2", func(st *codec.JobStatus) bool { return st.State == codec.JobDone })
+	// Every item of jc ran before the pause or is parked.
+	st = waitStatus(t, s, "jc", func(st *codec.JobStatus) bool {
+		keys, err := s.parkedKeys(ctx, "jc")
+		return err == nil && len(keys) > 0 && len(keys)+st.Done == 10
+	})
+	if st, e := s.Cancel(ctx, "jc", ""); e != nil || st.State != codec.JobCancelled {
+		t.Fatalf("cancel of a paused job: %+v %v", st, e)
+	}
+	if keys, err := s.parkedKeys(ctx, "jc"); err != nil || len(keys) != 0 {
+		t.Fatalf("jc's parked items after its cancel: %v %v, want none", keys, err)
+	}
+	if after, e := s.Status(ctx, "jc", ""); e != nil || after.Done != st.Done {
+		t.Fatalf("jc after its cancel: %+v %v, want its %d done and no more", after, e, st.Done)
 	}
 }
 

@@ -167,6 +167,7 @@ func (s *Store) finish(ctx context.Context, job string, mark func(*Record)) (*Re
 		return rec, err
 	}
 	s.stopRunning(job)
+	s.dropParked(ctx, job)
 	if err := s.items.Purge(ctx, jetstream.WithPurgeSubject(subjects.JobItems(job))); err != nil {
 		// The record says finished, which is what counts: an item left waiting is
 		// dropped unrun when it is delivered (consume).

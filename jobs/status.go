@@ -336,9 +336,10 @@ func (s *Store) Pause(ctx context.Context, job, owner string, paused bool) (*cod
 	}
 	rec, err := s.update(ctx, job, func(r *Record) {
 		switch {
-		case !paused:
+		case !paused && r.Paused != 0:
 			r.Paused = 0
-		case r.Paused == 0:
+			r.Resumes++
+		case paused && r.Paused == 0:
 			r.Paused = time.Now().UnixMilli()
 		}
 	})
@@ -347,6 +348,13 @@ func (s *Store) Pause(ctx context.Context, job, owner string, paused bool) (*cod
 	}
 	if rec == nil {
 		return nil, unknownJob(job)
+	}
+	if !paused && !rec.finished() {
+		// Its parked items go back to the work queue (rule 8). A resume again publishes
+		// what one that failed here left.
+		if err := s.unpark(ctx, job, rec.Resumes); err != nil {
+			return nil, storeError("resume the job's parked items", err)
+		}
 	}
 	return s.status(ctx, rec)
 }

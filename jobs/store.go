@@ -37,10 +37,10 @@
 //     retried for ack_wait (at least storeRetryMin), then fails the job as unavailable;
 //     where even that cannot be recorded, the item is left to be delivered again, and
 //     rule 3 still bounds its runs.
-//  8. An item of a paused job (job.pause) is handed back unrun, before it takes a run
-//     mark, to be delivered again after pausedRedelivery: its items running when it was
-//     paused finish, no other starts, and once it is resumed its items start within
-//     pausedRedelivery.
+//  8. An item of a paused job (job.pause) is parked unrun, before it takes a run mark:
+//     written to the bucket ortbus_jobs_parked and acknowledged, so that it leaves the
+//     work queue and the other jobs' items run; job.resume publishes the job's parked
+//     items again (park.go). Its items running when it was paused finish.
 //
 // Counts (done, failed, redelivered) are read from the results themselves, so every
 // gateway reports the same figures and none is lost with a gateway.
@@ -124,8 +124,9 @@ type Record struct {
 	// Incremental: items whose answer the result cache holds are answered from it.
 	Incremental bool `json:"incremental,omitempty"`
 	// Paused is when its owner paused it (job.pause), 0 when it runs: its delivered items
-	// are handed back unrun (consume, rule 8) until job.resume.
-	Paused int64 `json:"paused_unix_ms,omitempty"`
+	// are parked unrun (rule 8, park.go) until job.resume. Resumes counts the resumes.
+	Paused  int64 `json:"paused_unix_ms,omitempty"`
+	Resumes int   `json:"resumes,omitempty"`
 }
 
 // finished reports whether the job was cancelled or failed: none of its items runs any more.
@@ -141,6 +142,7 @@ type Store struct {
 	results jetstream.Stream
 	cons    jetstream.Consumer
 	kv      jetstream.KeyValue
+	parked  jetstream.KeyValue // items of paused jobs (park.go)
 
 	mu      sync.Mutex
 	records map[string]*Record // cache of the bucket, bounded by maxCached
@@ -214,6 +216,16 @@ func Open(ctx context.Context, nc *nats.Conn, cfg config.Jobs, log *slog.Logger)
 		History:     1,
 	}); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", Bucket, err)
+	}
+	if s.parked, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      ParkedBucket,
+		Description: "ortbus: the waiting items of paused jobs",
+		TTL:         cfg.ResultsMaxAge.D(),
+		MaxBytes:    int64(cfg.ItemsMaxBytes),
+		Replicas:    cfg.Replicas,
+		History:     1,
+	}); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", ParkedBucket, err)
 	}
 	if s.cons, err = s.items.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
