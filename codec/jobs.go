@@ -28,6 +28,9 @@ type JobSubmit struct {
 	// Incremental answers each item whose result the gateway's cache holds (same bytes,
 	// model revision, op and options) from the cache, and runs the rest.
 	Incremental bool `msgpack:"incremental,omitempty" json:"incremental,omitempty"`
+	// Anytime: the job's items run outside [jobs] windows too (the quiet hours hold only
+	// the other jobs).
+	Anytime bool `msgpack:"anytime,omitempty" json:"anytime,omitempty"`
 }
 
 // JobDir names a directory whose images are the job's items.

@@ -193,8 +193,8 @@ type Jobs struct {
 	ResultsMaxAge   Duration `toml:"results_max_age,omitempty"`
 	// Windows are the quiet hours in which jobs take new items, each "HH:MM-HH:MM" in the
 	// gateway's local time (one past midnight, e.g. "22:00-07:00", spans it); none: any
-	// time. Outside them the items wait in JetStream, and an item already running
-	// finishes. See InWindow.
+	// time. Outside them the items wait in JetStream (those of jobs submitted anytime
+	// excepted: jobs rule 9), and an item already running finishes. See InWindow.
 	Windows []string `toml:"windows,omitempty"`
 }
 

@@ -114,7 +114,7 @@ func (g *Gateway) startJobs(ctx context.Context) {
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() { defer wg.Done(); s.Watch(ctx) }()
-		go func() { defer wg.Done(); s.Consume(ctx, g.jobRoom, g.runJobItem) }()
+		go func() { defer wg.Done(); s.Consume(ctx, func() int { return g.jobRoom(s) }, g.runJobItem) }()
 		wg.Wait()
 	}()
 }
@@ -122,13 +122,14 @@ func (g *Gateway) startJobs(ctx context.Context) {
 // jobRoom is how many job items this gateway takes at once: twice what the live workers
 // of the pools that serve the batch class run at once (slots × max_batch each), so that
 // the next items are queued here when a slot frees, and none while no worker lives, nor
-// on a device where batch is paused, nor outside the jobs' windows ([jobs] windows).
-// JetStream's max_ack_pending bounds the total over all gateways.
-func (g *Gateway) jobRoom() int {
+// on a device where batch is paused, nor outside the jobs' windows ([jobs] windows)
+// unless s knows of an anytime job (jobs rule 9: the others' items are parked). JetStream's
+// max_ack_pending bounds the total over all gateways.
+func (g *Gateway) jobRoom(s *jobs.Store) int {
 	n := 0
 	cfg := g.conf()
 	now := pauseNow()
-	if !cfg.Jobs.InWindow(now) {
+	if !cfg.Jobs.InWindow(now) && !s.AnytimeKnown() {
 		return 0 // outside the quiet hours ([jobs] windows): the items wait in JetStream
 	}
 	paused := g.pauses.active(now)[subjects.ClassBatch]
@@ -374,7 +375,7 @@ func decodeChecked(data []byte, v any, asJSON bool, check func() error) *codec.E
 // them is listed, however it is swapped meanwhile (jobs.ExpandAllowed). Each item's
 // path is checked where it is read, like any request's.
 func (g *Gateway) jobSpec(req *codec.JobSubmit) (*jobs.Record, []string, *codec.Error) {
-	rec := &jobs.Record{Job: req.Job, Op: req.Op, Model: req.Model, Class: req.Class, Pool: req.Pool, Incremental: req.Incremental}
+	rec := &jobs.Record{Job: req.Job, Op: req.Op, Model: req.Model, Class: req.Class, Pool: req.Pool, Incremental: req.Incremental, Anytime: req.Anytime}
 	if rec.Class == "" {
 		rec.Class = subjects.ClassBatch
 	}

@@ -77,7 +77,7 @@ func TestPauseRoutes(t *testing.T) {
 	if pool := routeOK(t, c, newItem("interactive", "tag", soon(), "bulk"), nil); pool != "bulk" {
 		t.Fatalf("interactive routed to %q, want bulk", pool)
 	}
-	if n := g.jobRoom(); n != 0 {
+	if n := g.jobRoom(nil); n != 0 {
 		t.Errorf("job room %d with batch paused on the one batch pool's device", n)
 	}
 	if _, e := g.pause(&codec.PauseRequest{Action: codec.PauseResume, Class: "batch", Device: "cuda:0"}, ""); e != nil {
@@ -87,7 +87,7 @@ func TestPauseRoutes(t *testing.T) {
 	if pool := routeOK(t, c, newItem("batch", "tag", soon(), "bulk"), nil); pool != "bulk" {
 		t.Fatalf("batch after the resume routed to %q, want bulk", pool)
 	}
-	if n := g.jobRoom(); n == 0 {
+	if n := g.jobRoom(nil); n == 0 {
 		t.Error("no job room after the resume")
 	}
 }
@@ -100,11 +100,11 @@ func TestJobRoomWindows(t *testing.T) {
 	pauseNow = func() time.Time { return now }
 	t.Cleanup(func() { pauseNow = time.Now })
 	g.conf().Jobs.Windows = []string{"22:00-07:00"}
-	if n := g.jobRoom(); n != 0 {
+	if n := g.jobRoom(nil); n != 0 {
 		t.Errorf("job room %d at noon, outside 22:00-07:00", n)
 	}
 	now = time.Date(2026, 12, 3, 23, 0, 0, 0, time.Local)
-	if n := g.jobRoom(); n == 0 {
+	if n := g.jobRoom(nil); n == 0 {
 		t.Error("no job room at 23:00, inside 22:00-07:00")
 	}
 }

@@ -36,7 +36,14 @@ type storedResult struct {
 // take beyond those it holds, and handles each in its own goroutine with run.
 func (s *Store) Consume(ctx context.Context, room func() int, run Runner) {
 	backoff := 100 * time.Millisecond
+	inWindow := false
 	for ctx.Err() == nil {
+		if in := s.cfg.InWindow(s.now()); in != inWindow {
+			inWindow = in
+			if in { // rule 9: a window opened (or this gateway started in one)
+				s.unparkAll(ctx)
+			}
+		}
 		n := room() - s.holding()
 		if n <= 0 {
 			s.pause(ctx, 200*time.Millisecond)
@@ -176,7 +183,7 @@ func (s *Store) follow(ctx context.Context, w wireItem, redelivered bool, run Ru
 	if rec == nil || rec.finished() || w.Index >= rec.Total { // rule 2
 		return settled
 	}
-	if rec.Paused != 0 { // rule 8
+	if s.holds(rec) { // rules 8 and 9
 		return s.park(ctx, w)
 	}
 	if s.hasResult(ctx, w.Job, w.Index) { // rule 1

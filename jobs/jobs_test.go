@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -362,7 +363,9 @@ func TestJobPause(t *testing.T) {
 	if again, e := s.Pause(ctx, "jp", "", true); e != nil || again.PausedUnixMS != st.PausedUnixMS {
 		t.Fatalf("a second pause: %+v %v, want the first's time kept", again, e)
 	}
-	if st, e := s.Pause(ctx, "jp", "", false); e != nil || st.State != codec.JobRunning {
+	// Resumed: running, or done already (the resume answers once it published the parked
+	// items, which may all have run by then).
+	if st, e := s.Pause(ctx, "jp", "", false); e != nil || st.State != codec.JobRunning && st.State != codec.JobDone {
 		t.Fatalf("resume: %+v %v", st, e)
 	}
 	waitStatus(t, s, "jp", func(st *codec.JobStatus) bool { return st.State == codec.JobDone })
@@ -391,17 +394,74 @@ func TestJobPause(t *testing.T) {
 	waitStatus(t, s, "jo2", func(st *codec.JobStatus) bool { return st.State == codec.JobDone })
 	// Every item of jc ran before the pause or is parked.
 	st = waitStatus(t, s, "jc", func(st *codec.JobStatus) bool {
-		keys, err := s.parkedKeys(ctx, "jc")
+		keys, err := s.parkedKeys(ctx, "jc.*")
 		return err == nil && len(keys) > 0 && len(keys)+st.Done == 10
 	})
 	if st, e := s.Cancel(ctx, "jc", ""); e != nil || st.State != codec.JobCancelled {
 		t.Fatalf("cancel of a paused job: %+v %v", st, e)
 	}
-	if keys, err := s.parkedKeys(ctx, "jc"); err != nil || len(keys) != 0 {
+	if keys, err := s.parkedKeys(ctx, "jc.*"); err != nil || len(keys) != 0 {
 		t.Fatalf("jc's parked items after its cancel: %v %v, want none", keys, err)
 	}
 	if after, e := s.Status(ctx, "jc", ""); e != nil || after.Done != st.Done {
 		t.Fatalf("jc after its cancel: %+v %v, want its %d done and no more", after, e, st.Done)
+	}
+}
+
+// TestJobWindows: outside [jobs] windows an anytime job runs and the others' items are
+// parked (rule 9); when a window opens they run, each once. A store opened later knows of
+// the anytime job.
+func TestJobWindows(t *testing.T) {
+	nc := testenv.InProcessJetStream(t)
+	cfg := testConfig()
+	cfg.Windows = []string{"22:00-07:00"}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx := context.Background()
+	s, err := Open(ctx, nc, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 12, 3, 12, 0, 0, 0, time.Local).UnixNano())
+	s.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	var r runs // the windowed job's runs
+	windowed := r.runner(nil)
+	consume(t, s, 2, func(ctx context.Context, it Item) ([]byte, *codec.Error) {
+		if it.Job.Job == "jw" {
+			return windowed(ctx, it)
+		}
+		return tagReply(it), nil
+	})
+	if _, e := s.Submit(ctx, &Record{Job: "jw", Op: "tag", Class: "batch"}, paths(10)); e != nil {
+		t.Fatal(e)
+	}
+	if _, e := s.Submit(ctx, &Record{Job: "ja", Op: "tag", Class: "batch", Anytime: true}, paths(5)); e != nil {
+		t.Fatal(e)
+	}
+	if !s.AnytimeKnown() {
+		t.Fatal("the store does not know of the anytime job it took")
+	}
+	waitStatus(t, s, "ja", func(st *codec.JobStatus) bool { return st.State == codec.JobDone })
+	st := waitStatus(t, s, "jw", func(*codec.JobStatus) bool {
+		keys, err := s.parkedKeys(ctx, "jw.*")
+		return err == nil && len(keys) == 10
+	})
+	if st.Done != 0 || st.State != codec.JobRunning {
+		t.Fatalf("the windowed job at noon: %+v, want nothing run", st)
+	}
+	if later, err := Open(ctx, nc, cfg, log); err != nil || !later.AnytimeKnown() {
+		t.Fatalf("a store opened later does not know of the anytime job: %v", err)
+	}
+
+	clock.Store(time.Date(2026, 12, 3, 23, 0, 0, 0, time.Local).UnixNano()) // the window opens
+	waitStatus(t, s, "jw", func(st *codec.JobStatus) bool { return st.State == codec.JobDone })
+	for i := range 10 {
+		if n := r.count(i); n != 1 {
+			t.Errorf("item %d of the windowed job ran %d times", i, n)
+		}
+	}
+	if keys, err := s.parkedKeys(ctx, "jw.*"); err != nil || len(keys) != 0 {
+		t.Fatalf("parked items left: %v %v", keys, err)
 	}
 }
 

@@ -336,10 +336,9 @@ func (s *Store) Pause(ctx context.Context, job, owner string, paused bool) (*cod
 	}
 	rec, err := s.update(ctx, job, func(r *Record) {
 		switch {
-		case !paused && r.Paused != 0:
+		case !paused:
 			r.Paused = 0
-			r.Resumes++
-		case paused && r.Paused == 0:
+		case r.Paused == 0:
 			r.Paused = time.Now().UnixMilli()
 		}
 	})
@@ -349,10 +348,11 @@ func (s *Store) Pause(ctx context.Context, job, owner string, paused bool) (*cod
 	if rec == nil {
 		return nil, unknownJob(job)
 	}
-	if !paused && !rec.finished() {
-		// Its parked items go back to the work queue (rule 8). A resume again publishes
-		// what one that failed here left.
-		if err := s.unpark(ctx, job, rec.Resumes); err != nil {
+	if !paused && !rec.finished() && !s.holds(rec) {
+		// Its parked items go back to the work queue (rule 8; outside the windows, a job
+		// not anytime keeps them until one opens: rule 9). A resume again publishes what
+		// one that failed here left.
+		if err := s.unpark(ctx, job); err != nil {
 			return nil, storeError("resume the job's parked items", err)
 		}
 	}
@@ -384,6 +384,7 @@ func (s *Store) Watch(ctx context.Context) {
 		if e.Operation() != jetstream.KeyValuePut {
 			s.mu.Lock()
 			delete(s.records, e.Key())
+			delete(s.anytime, e.Key())
 			s.mu.Unlock()
 			continue
 		}

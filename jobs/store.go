@@ -41,6 +41,11 @@
 //     written to the bucket ortbus_jobs_parked and acknowledged, so that it leaves the
 //     work queue and the other jobs' items run; job.resume publishes the job's parked
 //     items again (park.go). Its items running when it was paused finish.
+//  9. Outside the quiet hours ([jobs] windows) an item of a job not submitted anytime is
+//     parked the same way; when a window opens (and when a gateway starts inside one),
+//     the gateway publishes again the parked items of every job neither paused nor
+//     finished. A gateway fetches items outside the windows only while it knows of an
+//     anytime job not finished (AnytimeKnown); otherwise they wait in the work queue.
 //
 // Counts (done, failed, redelivered) are read from the results themselves, so every
 // gateway reports the same figures and none is lost with a gateway.
@@ -124,9 +129,10 @@ type Record struct {
 	// Incremental: items whose answer the result cache holds are answered from it.
 	Incremental bool `json:"incremental,omitempty"`
 	// Paused is when its owner paused it (job.pause), 0 when it runs: its delivered items
-	// are parked unrun (rule 8, park.go) until job.resume. Resumes counts the resumes.
-	Paused  int64 `json:"paused_unix_ms,omitempty"`
-	Resumes int   `json:"resumes,omitempty"`
+	// are parked unrun (rule 8, park.go) until job.resume.
+	Paused int64 `json:"paused_unix_ms,omitempty"`
+	// Anytime: its items run outside [jobs] windows too (rule 9).
+	Anytime bool `json:"anytime,omitempty"`
 }
 
 // finished reports whether the job was cancelled or failed: none of its items runs any more.
@@ -146,6 +152,8 @@ type Store struct {
 
 	mu      sync.Mutex
 	records map[string]*Record // cache of the bucket, bounded by maxCached
+	anytime map[string]bool    // the anytime jobs not finished that this gateway knows of (rule 9)
+	now     func() time.Time   // the windows' clock (a test's own)
 	tallies map[string]*tally  // counts read from the results, bounded by maxCached
 	running map[string]map[int]context.CancelFunc
 	held    int // items delivered here and not yet finished
@@ -178,7 +186,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg config.Jobs, log *slog.Logger)
 		}
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	s := &Store{cfg: cfg, log: log, js: js, records: map[string]*Record{}, tallies: map[string]*tally{},
+	s := &Store{cfg: cfg, log: log, js: js, records: map[string]*Record{}, anytime: map[string]bool{}, now: time.Now, tallies: map[string]*tally{},
 		running: map[string]map[int]context.CancelFunc{}, wake: make(chan struct{}, 1),
 		storeRetry: max(cfg.AckWait.D(), storeRetryMin)}
 	if s.items, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -237,7 +245,49 @@ func Open(ctx context.Context, nc *nats.Conn, cfg config.Jobs, log *slog.Logger)
 	}); err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", ConsumerName, err)
 	}
+	if len(cfg.Windows) > 0 {
+		s.loadAnytime(ctx)
+	}
 	return s, nil
+}
+
+// loadAnytime reads the records kept for the anytime jobs not finished (rule 9): those
+// submitted before this gateway started.
+func (s *Store) loadAnytime(ctx context.Context) {
+	lister, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrNoKeysFound) {
+			s.log.Warn("read the job records for anytime jobs", "err", err)
+		}
+		return
+	}
+	defer lister.Stop()
+	for k := range lister.Keys() {
+		if e, err := s.kv.Get(ctx, k); err == nil {
+			if r, err := decodeRecord(e.Value()); err == nil && r.Anytime && !r.finished() {
+				s.mu.Lock()
+				s.anytime[r.Job] = true
+				s.mu.Unlock()
+			}
+		}
+	}
+}
+
+// AnytimeKnown reports whether this gateway knows of an anytime job not finished: it then
+// fetches items outside the windows too (rule 9). A nil store knows of none.
+func (s *Store) AnytimeKnown() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.anytime) > 0
+}
+
+// holds reports whether rec's items are held unrun now: paused (rule 8), or outside the
+// windows and not anytime (rule 9).
+func (s *Store) holds(rec *Record) bool {
+	return rec.Paused != 0 || !rec.Anytime && !s.cfg.InWindow(s.now())
 }
 
 // Unavailable is the job API's answer where the store could not be opened.
@@ -276,4 +326,9 @@ func (s *Store) cache(r *Record) {
 		}
 	}
 	s.records[r.Job] = r
+	if r.Anytime && !r.finished() {
+		s.anytime[r.Job] = true
+	} else {
+		delete(s.anytime, r.Job)
+	}
 }

@@ -238,6 +238,8 @@ func sameSpec(a, b *Record) bool {
 	x.Created, y.Created, x.Cancel, y.Cancel = 0, 0, 0, 0
 	x.Failed, y.Failed, x.Reason, y.Reason = 0, 0, nil, nil
 	x.Incremental, y.Incremental = false, false // how items are answered, not which work
+	x.Anytime, y.Anytime = false, false         // when items run, not which work
+	x.Paused, y.Paused = 0, 0
 	bx, _ := json.Marshal(&x)
 	by, _ := json.Marshal(&y)
 	return bytes.Equal(bx, by)

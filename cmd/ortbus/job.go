@@ -25,7 +25,7 @@ import (
 )
 
 const jobUsage = `usage:
-  ortbus job submit [-s URL] [--op tag] [--class batch] [--model M] [--pool P] [--job ID] [--recursive] [--incremental] PATH|DIR...
+  ortbus job submit [-s URL] [--op tag] [--class batch] [--model M] [--pool P] [--job ID] [--recursive] [--incremental] [--anytime] PATH|DIR...
   ortbus job status [-s URL] ID
   ortbus job watch [-s URL] [-interval 1s] [-timeout D] ID
   ortbus job wait [-s URL] [-interval 1s] [-timeout D] ID
@@ -116,6 +116,7 @@ func jobSubmitCmd(args []string) int {
 	id := f.fs.String("job", "", "the job's id (default: one the gateway picks); the same submit again adds nothing")
 	recursive := f.fs.Bool("recursive", false, "take the images of directories' subdirectories too")
 	incremental := f.fs.Bool("incremental", false, "answer items whose result the gateway's cache holds from it, run the rest")
+	anytime := f.fs.Bool("anytime", false, "run outside the quiet hours of [jobs] windows too")
 	timeout := f.fs.Duration("timeout", time.Minute, "how long to wait for the gateway's reply")
 	if !f.parse(args, -1) {
 		return 2
@@ -132,7 +133,7 @@ func jobSubmitCmd(args []string) int {
 		return jobFail("submit", err)
 	}
 	defer c.Close()
-	req := &codec.JobSubmit{Job: *id, Op: *op, Model: *model, Class: *class, Pool: *pool, Items: items, Incremental: *incremental}
+	req := &codec.JobSubmit{Job: *id, Op: *op, Model: *model, Class: *class, Pool: *pool, Items: items, Incremental: *incremental, Anytime: *anytime}
 	if b, err := codec.Marshal(req); err == nil && int64(len(b)) > c.Conn().MaxPayload()-4096 {
 		// Too many paths for one message: one directory alone is walked by the gateway
 		// instead (the same walk, jobs.Expand, up to jobs.max_items).

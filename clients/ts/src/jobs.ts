@@ -73,6 +73,8 @@ export interface JobSubmitRequest {
    * computes only what changed. Needs `[cache] enabled` on the gateway.
    */
   incremental?: boolean;
+  /** Run outside the gateway's quiet hours (`[jobs] windows`) too. */
+  anytime?: boolean;
 }
 
 export interface JobSubmitReply {
@@ -195,6 +197,7 @@ export function submitJob(c: Sender, req: JobSubmitRequest, opts: Pick<CallOptio
     wire.options = w;
   }
   if (req.incremental) wire.incremental = true;
+  if (req.anytime) wire.anytime = true;
   return c.send<JobSubmitReply>("job.submit", wire, undefined, opts);
 }
 
