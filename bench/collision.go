@@ -422,7 +422,20 @@ func collisionConfig(sc *Scenario, w *workdir, lib string) sysConfig {
 		}
 		c.Classes = append(c.Classes, classSpec{Name: cl.Name, Chain: chain, Timeout: cl.Timeout.D(), MaxTimeout: maxTimeout, QueueBound: cl.QueueBound, Degrade: cl.Degrade})
 	}
-	c.Devices = sc.Devices
+	for name, b := range sc.Devices {
+		if c.Devices == nil {
+			c.Devices = map[string]config.Device{}
+		}
+		c.Devices[name] = config.Device{Capacity: b}
+	}
+	if t := sc.Tenant; t != nil && t.GateClass != "" {
+		if c.Devices == nil {
+			c.Devices = map[string]config.Device{}
+		}
+		d := c.Devices[t.Device]
+		d.GateClass = t.GateClass
+		c.Devices[t.Device] = d
+	}
 	dirs := map[string]modelSpec{
 		"tiny":   {Name: "tiny", Kind: config.KindRaw, Dir: filepath.Join(w.models, onnxgen.TinyDir)},
 		"tagger": {Name: "tagger", Kind: config.KindTaggerPixAI, Dir: filepath.Join(w.models, onnxgen.TaggerDir)},
@@ -966,7 +979,7 @@ func (r *CollisionResults) printTenant(out io.Writer) {
 		if r.SoloTenant != nil && r.SoloTenant.TokensPerS > 0 {
 			over = fmt.Sprintf("%.2f", t.TokensPerS/r.SoloTenant.TokensPerS)
 		}
-		rows = append(rows, fmt.Sprintf("%s\t%d\t%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%s\t", name, t.Tenants, gated, t.Prompts, t.Tokens,
+		rows = append(rows, fmt.Sprintf("%s\t%d\t%s\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%s\t", name, t.Tenants, gated, t.Pauses, t.Prompts, t.Tokens,
 			t.FirstTokenP50MS, t.FirstTokenP95MS, t.FirstTokenMaxMS, t.TokensPerS, over))
 	}
 	add("solo", r.SoloTenant)
@@ -978,7 +991,7 @@ func (r *CollisionResults) printTenant(out io.Writer) {
 			add(run.name, run.r.Tenant)
 		}
 	}
-	printTable(out, "run\tllm tenants\tgated\tprompts\ttokens\tfirst token p50 ms\tp95 ms\tmax ms\ttokens/s\t/ solo\t", rows...)
+	printTable(out, "run\tllm tenants\tgated\tpauses\tprompts\ttokens\tfirst token p50 ms\tp95 ms\tmax ms\ttokens/s\t/ solo\t", rows...)
 }
 
 // printStreams prints the audio streams' figures of the runs (nothing when the scenario

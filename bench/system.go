@@ -135,8 +135,8 @@ type sysConfig struct {
 	StoreDir string
 	// Jobs is the [jobs] table (zero = the defaults).
 	Jobs config.Jobs
-	// Devices are declared device capacities (nil: none).
-	Devices map[string]config.Bytes
+	// Devices are [devices.NAME] tables (nil: none).
+	Devices map[string]config.Device
 	// Cache is the [cache] table (zero: off).
 	Cache config.Cache
 }
@@ -178,11 +178,8 @@ func (c sysConfig) config() *config.Config {
 		cfg.Models[m.Name] = &config.Model{Kind: m.Kind, Dir: m.Dir}
 		models = append(models, m.Name)
 	}
-	for name, b := range c.Devices {
-		if cfg.Devices == nil {
-			cfg.Devices = map[string]config.Device{}
-		}
-		cfg.Devices[name] = config.Device{Capacity: b}
+	if len(c.Devices) > 0 {
+		cfg.Devices = c.Devices
 	}
 	cfg.SetOrder("classes", classes...)
 	cfg.SetOrder("pools", pools...)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,12 @@ type TenantPlan struct {
 	Gate     bool            `toml:"gate" json:"gate"`
 	MaxPause config.Duration `toml:"max_pause" json:"max_pause,omitempty"`
 	MinShare float64         `toml:"min_share" json:"min_share,omitempty"`
+	// GateClass is the tenant's device's [devices.NAME] gate_class: the class whose work
+	// (with every higher class's) pauses a gated tenant ("": the gateway's default,
+	// urgent).
+	GateClass string `toml:"gate_class" json:"gate_class,omitempty"`
+	// PauseBy is the gated wrapper's --pause-by (auto, freezer or signal; "": its default).
+	PauseBy string `toml:"pause_by" json:"pause_by,omitempty"`
 	// Start is when the tenants begin after the run's start.
 	Start config.Duration `toml:"start" json:"start,omitempty"`
 }
@@ -92,6 +99,10 @@ func (p *TenantPlan) check() error {
 		return fmt.Errorf("prompt and tokens must be > 0, prompt + tokens <= %d", d.MaxPos)
 	case p.MaxPause < 0 || p.MinShare < 0 || p.MinShare > 1:
 		return fmt.Errorf("max_pause must be >= 0 and min_share in [0, 1]")
+	case p.PauseBy != "" && !slices.Contains([]string{"auto", "freezer", "signal"}, p.PauseBy):
+		return fmt.Errorf("pause_by %q: want auto, freezer or signal", p.PauseBy)
+	case p.GateClass != "" && !slices.Contains([]string{subjects.ClassUrgent, subjects.ClassInteractive, subjects.ClassBatch}, p.GateClass):
+		return fmt.Errorf("gate_class %q: want urgent, interactive or batch", p.GateClass)
 	}
 	return nil
 }
@@ -116,6 +127,9 @@ type TenantStats struct {
 	FirstTokenP95MS float64 `json:"first_token_p95_ms"`
 	FirstTokenMaxMS float64 `json:"first_token_max_ms"`
 	TokensPerS      float64 `json:"tokens_per_s"`
+	// Pauses counts the gate's pauses of the tenants, from their wrappers' logs ("ortbus
+	// lease: gate: paused #N"); 0 without the gate.
+	Pauses int `json:"pauses"`
 }
 
 // tenantRun is how a run has its tenants: the plan, how many, gated or not, and what it
@@ -159,11 +173,14 @@ func (t *tenantRun) with(n int, gated bool) *tenantRun {
 	return &c
 }
 
+// gatePausedLine begins the line `ortbus lease --gate` logs at each pause of its process.
+const gatePausedLine = "ortbus lease: gate: paused #"
+
 // tenantProcs are a run's started tenants.
 type tenantProcs struct {
-	run   *tenantRun
-	procs []*launch.Proc
-	go_   []*os.File // each one's stdin (the write end)
+	run    *tenantRun
+	procs  []*launch.Proc
+	stdins []*os.File // each one's stdin (the write end)
 }
 
 // start starts the tenants on the system whose bus is natsURL and waits for each one's
@@ -176,6 +193,9 @@ func (t *tenantRun) start(ctx context.Context, natsURL string, window time.Durat
 			"--holder", fmt.Sprint("llm-", i)}
 		if t.gated {
 			args = append(args, "--gate", "--max-pause", p.MaxPause.D().String(), "--min-share", strconv.FormatFloat(p.MinShare, 'g', -1, 64))
+			if p.PauseBy != "" {
+				args = append(args, "--pause-by", p.PauseBy)
+			}
 		}
 		args = append(args, "--", t.ortbus, "bench", "llm-tenant", "-lib", t.lib, "-model", t.model, "-prompt", strconv.Itoa(p.Prompt),
 			"-tokens", strconv.Itoa(p.Tokens), "-threads", strconv.Itoa(p.Threads), "-duration", (window + time.Second).String(), "-seed", strconv.Itoa(i+1))
@@ -191,7 +211,7 @@ func (t *tenantRun) start(ctx context.Context, natsURL string, window time.Durat
 			tp.kill()
 			return nil, err
 		}
-		tp.procs, tp.go_ = append(tp.procs, proc), append(tp.go_, w)
+		tp.procs, tp.stdins = append(tp.procs, proc), append(tp.stdins, w)
 	}
 	for _, proc := range tp.procs {
 		if _, err := proc.Ready(ctx, startBound); err != nil {
@@ -205,7 +225,7 @@ func (t *tenantRun) start(ctx context.Context, natsURL string, window time.Durat
 
 // begin tells every tenant to start answering prompts.
 func (tp *tenantProcs) begin() {
-	for _, w := range tp.go_ {
+	for _, w := range tp.stdins {
 		w.WriteString("go\n")
 	}
 }
@@ -213,7 +233,7 @@ func (tp *tenantProcs) begin() {
 // finish closes the tenants' stdin (they stop at their next call), waits for their exit
 // and returns their figures.
 func (tp *tenantProcs) finish() (*TenantStats, error) {
-	for _, w := range tp.go_ {
+	for _, w := range tp.stdins {
 		w.Close()
 	}
 	st := &TenantStats{Tenants: len(tp.procs), Gated: tp.run.gated}
@@ -233,6 +253,10 @@ func (tp *tenantProcs) finish() (*TenantStats, error) {
 		var decode time.Duration
 		sc := bufio.NewScanner(strings.NewReader(proc.Log()))
 		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), gatePausedLine) {
+				st.Pauses++
+				continue
+			}
 			var p TenantPrompt
 			if json.Unmarshal(sc.Bytes(), &p) != nil || p.Event != "prompt" {
 				continue
@@ -258,7 +282,7 @@ func (tp *tenantProcs) finish() (*TenantStats, error) {
 
 // kill stops every tenant at once (a failed start, a cancelled run).
 func (tp *tenantProcs) kill() {
-	for _, w := range tp.go_ {
+	for _, w := range tp.stdins {
 		w.Close()
 	}
 	for _, proc := range tp.procs {
