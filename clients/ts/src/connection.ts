@@ -148,6 +148,7 @@ export class Connection implements Link {
     const pool = opts.pool ?? this.defaults.pool;
     if (pool !== undefined) full.pool = pool;
     if (opts.model !== undefined) full.model = opts.model;
+    if (opts.cache !== undefined) full.cache = opts.cache;
     full.timeout_ms = Math.max(1, Math.ceil(opts.timeoutMs ?? this.defaults.timeoutMs));
     return this.send<T>(op, full, id, { ...opts, timeoutMs: full.timeout_ms });
   }

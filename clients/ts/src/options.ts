@@ -57,6 +57,11 @@ export interface CallOptions {
   model?: string;
   /** Request id (default: a random UUID); what `cancel(id)` names. */
   id?: string;
+  /**
+   * false: the gateway's result cache (`[cache] enabled`) neither answers this call nor
+   * keeps its answer. Default: the cache serves tag, embed and detect when it is on.
+   */
+  cache?: boolean;
 }
 
 export interface TagOptions extends CallOptions {

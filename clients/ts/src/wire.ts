@@ -226,6 +226,7 @@ export interface WireRequest {
   input_paths?: Record<string, string>;
   output_dir?: string;
   output_paths?: Record<string, string>;
+  cache?: boolean;
 }
 
 /** Reads a reply: an error reply (micro headers) becomes an OrtbusError. */

@@ -124,6 +124,8 @@ export interface GatewayCfg {
   classes: ClassCfg[];
   /** The embedded server's JetStream store directory (the job API needs JetStream). */
   storeDir?: string;
+  /** [cache] enabled (needs storeDir). */
+  cache?: boolean;
   /** [jobs] ack_wait: how soon JetStream gives a job item held by a gone gateway to another. */
   jobsAckWait?: string;
   /**
@@ -157,6 +159,7 @@ export function configText(c: GatewayCfg): string {
   lines.push("");
   lines.push("[health]", `heartbeat_interval = ${q(c.heartbeatInterval ?? "100ms")}`, `miss_count = ${c.missCount ?? 10}`, "");
   if (c.jobsAckWait) lines.push("[jobs]", `ack_wait = ${q(c.jobsAckWait)}`, "");
+  if (c.cache) lines.push("[cache]", "enabled = true", "");
   for (const [name, d] of Object.entries(c.devices ?? {})) {
     lines.push(`[devices.${q(name)}]`, `capacity = ${q(d.capacity)}`, ...(d.safeFraction ? [`safe_fraction = ${d.safeFraction}`] : []), "");
   }
