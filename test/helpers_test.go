@@ -155,6 +155,27 @@ func duration(t testing.TB, s string) config.Duration {
 	return config.Duration(d)
 }
 
+// tinyConfig is the config of a test of one pool, pool, of the generated model tiny on ONNX
+// Runtime 1.30.0 (one thread), serving classes, each chained to it alone: an embedded NATS
+// server, root the allowed image root, the suite's heartbeats, grace the shutdown grace.
+func tinyConfig(t testing.TB, root, pool string, grace time.Duration, classes ...string) *config.Config {
+	t.Helper()
+	c := &config.Config{
+		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
+		Gateway:  config.Gateway{ShutdownGrace: config.Duration(grace)},
+		Health:   config.Health{HeartbeatInterval: config.Duration(gwHeartbeat), MissCount: gwMissCount},
+		Security: config.Security{AllowedRoots: []string{root}},
+		Classes:  map[string]*config.Class{},
+		Pools: map[string]*config.Pool{pool: {Runtime: testenv.RuntimeLib(t, "1.30.0"), Threads: 1, Classes: classes,
+			Models: []string{"tiny"}}},
+		Models: map[string]*config.Model{"tiny": {Kind: config.KindRaw, Dir: filepath.Join(testenv.Models(t), onnxgen.TinyDir)}},
+	}
+	for _, class := range classes {
+		c.Classes[class] = &config.Class{Chain: []string{pool}}
+	}
+	return c
+}
+
 // imageRoot makes an allowed image root for one test. Its path has its symlinks resolved,
 // so what the worker reports back compares equal to what the test wrote.
 func imageRoot(t testing.TB) string {

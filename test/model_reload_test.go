@@ -28,22 +28,9 @@ import (
 // answered exactly once, with its result: nothing is lost while workers are replaced.
 func TestModelsChangeWithoutRestart(t *testing.T) {
 	t.Parallel()
-	root := imageRoot(t)
-	md := testenv.Models(t)
 	dur := func(d time.Duration) config.Duration { return config.Duration(d) }
-	c := &config.Config{
-		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
-		Gateway:  config.Gateway{ShutdownGrace: dur(5 * time.Second)},
-		Health:   config.Health{HeartbeatInterval: dur(gwHeartbeat), MissCount: gwMissCount},
-		Security: config.Security{AllowedRoots: []string{root}},
-		Classes:  map[string]*config.Class{"interactive": {Chain: []string{"pr"}}},
-		Pools: map[string]*config.Pool{"pr": {Runtime: testenv.RuntimeLib(t, "1.30.0"), Threads: 1, Classes: []string{"interactive"},
-			Models: []string{"tiny"}}},
-		Models: map[string]*config.Model{
-			"tiny":   {Kind: config.KindRaw, Dir: filepath.Join(md, onnxgen.TinyDir)},
-			"scalar": {Kind: config.KindRaw, Dir: filepath.Join(md, onnxgen.ScalarDir)},
-		},
-	}
+	c := tinyConfig(t, imageRoot(t), "pr", 5*time.Second, "interactive")
+	c.Models["scalar"] = &config.Model{Kind: config.KindRaw, Dir: filepath.Join(testenv.Models(t), onnxgen.ScalarDir)}
 	c.SetOrder("models", "tiny", "scalar")
 	cfgPath := writeConfigFile(t, filepath.Join(t.TempDir(), "gateway.toml"), c)
 	g := startGateway(t, cfgPath)

@@ -6,9 +6,6 @@ import (
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
-	"github.com/ortbus/ortbus/config"
-	"github.com/ortbus/ortbus/internal/testenv"
-	"github.com/ortbus/ortbus/models/onnxgen"
 )
 
 // TestPauseBatch: through a real gateway and worker, an app pauses batch. A batch request
@@ -17,19 +14,7 @@ import (
 // a moment ends on its own: a batch request sent during it is answered after its end.
 func TestPauseBatch(t *testing.T) {
 	t.Parallel()
-	root := imageRoot(t)
-	md := testenv.Models(t)
-	dur := func(d time.Duration) config.Duration { return config.Duration(d) }
-	c := &config.Config{
-		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
-		Gateway:  config.Gateway{ShutdownGrace: dur(3 * time.Second)},
-		Health:   config.Health{HeartbeatInterval: dur(gwHeartbeat), MissCount: gwMissCount},
-		Security: config.Security{AllowedRoots: []string{root}},
-		Classes:  map[string]*config.Class{"interactive": {Chain: []string{"p"}}, "batch": {Chain: []string{"p"}}},
-		Pools: map[string]*config.Pool{"p": {Runtime: testenv.RuntimeLib(t, "1.30.0"), Threads: 1, Classes: []string{"interactive", "batch"},
-			Models: []string{"tiny"}}},
-		Models: map[string]*config.Model{"tiny": {Kind: config.KindRaw, Dir: filepath.Join(md, onnxgen.TinyDir)}},
-	}
+	c := tinyConfig(t, imageRoot(t), "p", 3*time.Second, "interactive", "batch")
 	g := startGateway(t, writeConfigFile(t, filepath.Join(t.TempDir(), "gateway.toml"), c))
 	g.waitLive(t, "p", 1)
 	pause := func(req codec.PauseRequest) codec.PauseReply {
