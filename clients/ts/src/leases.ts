@@ -67,6 +67,17 @@ export function releaseLease(c: Sender, lease: string, opts: Pick<CallOptions, "
   return c.send<Lease>("lease", { action: "release", lease }, undefined, opts);
 }
 
+/** One device's compute gate in status: its gating class, whether gated tenants are
+ * paused now, and the share of the last minute they were. */
+export interface GateStatus {
+  device: string;
+  class: string;
+  paused: boolean;
+  paused_share_1m: number;
+  seq: number;
+  tenants: number;
+}
+
 /** A class paused on demand, as paused or resumed (status lists them as `pauses`). */
 export interface Pause {
   class: string;

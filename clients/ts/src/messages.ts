@@ -1,6 +1,6 @@
 // Messages (codec/messages.go): the replies of the client API, as the client returns them.
 
-import type { Lease } from "./leases.ts";
+import type { GateStatus, Lease, Pause } from "./leases.ts";
 
 /** A latency class: "urgent", "interactive", "batch", or one the gateway's config adds. */
 export type OrtbusClass = "urgent" | "interactive" | "batch" | (string & {});
@@ -183,6 +183,10 @@ export interface StatusReply {
   workers: WorkerStatus[];
   devices: DeviceStatus[];
   classes: ClassStatus[];
+  /** The classes paused on demand now (pauseClass). */
+  pauses?: Pause[];
+  /** The compute gates this gateway publishes (devices with gated or pressed leases). */
+  gates?: GateStatus[];
 }
 
 /** One device in a status reply: its memory budget and who holds it. */

@@ -70,10 +70,7 @@ test("a gated, reclaimable lease says so and names its gateway, whose gate of th
     expect(l.reclaim).toBe(true);
     expect(l.gateway).toBeTruthy();
     // The gateway decides its gates on a tick: the device's appears within one.
-    const g = await until("the cpu gate in status", async () => {
-      const st = (await client.status()) as unknown as { gates?: { device: string; class: string; tenants: number }[] };
-      return st.gates?.find((x) => x.device === "cpu");
-    });
+    const g = await until("the cpu gate in status", async () => (await client.status()).gates?.find((x) => x.device === "cpu"));
     expect(g.class).toBe("urgent");
     expect(g.tenants).toBe(1);
   } finally {
