@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,16 +16,23 @@ import (
 )
 
 // fakeKV is an answers bucket whose reads wait until released (or their context ends),
-// then answer with get.
+// then answer with get. Each read is signalled on started as it begins.
 type fakeKV struct {
 	jetstream.KeyValue
 	release chan struct{}
-	reads   atomic.Int32
+	started chan struct{}
 	get     func(key string) (jetstream.KeyValueEntry, error)
 }
 
+func newFakeKV() *fakeKV {
+	return &fakeKV{release: make(chan struct{}), started: make(chan struct{}, resendReaders+resendBacklog)}
+}
+
 func (kv *fakeKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
-	kv.reads.Add(1)
+	select {
+	case kv.started <- struct{}{}:
+	default: // more reads than the tests wait for
+	}
 	select {
 	case <-kv.release:
 	case <-ctx.Done():
@@ -82,20 +88,23 @@ func handleQuickly(t *testing.T, g *Gateway, r micro.Request) {
 	}
 }
 
-// waitFor polls cond for up to 5 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// readsStarted waits, up to 5 s, until n reads of kv have begun.
+func readsStarted(t *testing.T, kv *fakeKV, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s", what)
+	timeout := time.After(5 * time.Second)
+	for i := range n {
+		select {
+		case <-kv.started:
+		case <-timeout:
+			t.Fatalf("%d of %d reads of the answers bucket started", i, n)
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
-// readersDone waits until every resend reader of f has finished the reads it took: each
-// reader takes one of resendReaders barriers, which hold until all of them are taken.
+// readersDone waits until every resend reader of f has finished the reads it took, and
+// those waiting before it: each reader takes one of resendReaders barriers (queued after
+// the waiting reads), which hold until all of them are taken. A read answers its resend,
+// or posts it to the loop as a new request, before it ends.
 func readersDone(t *testing.T, f *failover) {
 	t.Helper()
 	var took sync.WaitGroup
@@ -122,7 +131,7 @@ func TestResendReadOffHandler(t *testing.T) {
 	f := newFailover(g)
 	g.failover = f
 	t.Cleanup(f.close)
-	kv := &fakeKV{release: make(chan struct{})}
+	kv := newFakeKV()
 	f.kv = kv
 	kept, _ := codec.Marshal(&codec.TagReply{General: map[string]float32{"blue": 0.99}})
 	kv.get = func(key string) (jetstream.KeyValueEntry, error) {
@@ -136,14 +145,15 @@ func TestResendReadOffHandler(t *testing.T) {
 	answered, unknown := resendReq(t, "answered"), resendReq(t, "unknown")
 	handleQuickly(t, g, answered)
 	handleQuickly(t, g, unknown)
-	waitFor(t, "both reads started", func() bool { return kv.reads.Load() == 2 })
+	readsStarted(t, kv, 2)
 	if n := len(answered.answers()) + len(unknown.answers()); n != 0 {
 		t.Fatalf("%d answers before the bucket answered", n)
 	}
 	close(kv.release)
-	waitFor(t, "the kept answer", func() bool { return len(answered.answers()) > 0 })
-	waitFor(t, "the unknown resend queued as a new request", func() bool { return slices.Contains(unanswered(g), "unknown") })
-	readersDone(t, f) // a second answer would have come by now
+	readersDone(t, f) // both reads done: answered or posted as new (and a second answer would have come)
+	if !slices.Contains(unanswered(g), "unknown") {
+		t.Fatal("the unknown resend was not queued as a new request")
+	}
 	if a := answered.answers(); len(a) != 1 || a[0].code != "" || string(a[0].body) != string(kept) {
 		t.Fatalf("the answered resend's replies: %+v, want the kept answer once", a)
 	}
@@ -166,7 +176,7 @@ func TestResendBacklogBounded(t *testing.T) {
 	f := newFailover(g)
 	g.failover = f
 	t.Cleanup(f.close)
-	kv := &fakeKV{release: make(chan struct{})}
+	kv := newFakeKV()
 	f.kv = kv
 	kv.get = func(string) (jetstream.KeyValueEntry, error) {
 		b, _ := codec.Marshal(&answerRecord{Gateway: "gone", Answered: true, Body: []byte{0xc0}})
@@ -183,7 +193,7 @@ func TestResendBacklogBounded(t *testing.T) {
 	// First as many as there are readers, each taken by one (the readers are goroutines
 	// that may not have run yet: the backlog would fill first), then the backlog.
 	send(resendReaders)
-	waitFor(t, "every reader reading", func() bool { return kv.reads.Load() == resendReaders })
+	readsStarted(t, kv, resendReaders)
 	send(resendBacklog)
 	over := resendReq(t, "over")
 	handleQuickly(t, g, over)
@@ -193,16 +203,7 @@ func TestResendBacklogBounded(t *testing.T) {
 		t.Fatalf("a resend past the backlog: %+v, want overloaded", a)
 	}
 	close(kv.release)
-	var wg sync.WaitGroup
-	for _, r := range reqs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			waitFor(t, "a waiting resend's answer", func() bool { return len(r.answers()) > 0 })
-		}()
-	}
-	wg.Wait()
-	readersDone(t, f) // a second answer would have come by now
+	readersDone(t, f) // every waiting read done, and a second answer would have come by now
 	for _, r := range reqs {
 		if a := r.answers(); len(a) != 1 {
 			t.Fatalf("resend %s: %d answers, want 1", r.reply, len(a))

@@ -82,10 +82,11 @@ type Gateway struct {
 	lc         *lifecycle
 	events     chan event
 	kickCh     chan struct{}
-	loopDone   chan struct{}  // closed when the loop has stopped
-	replyInbox string         // relayed replies come to <replyInbox>.<attempt token>
-	relaying   sync.WaitGroup // relayed answers being converted (sender.go)
-	changing   sync.Mutex     // one configuration change at a time (reload.go)
+	loopDone   chan struct{}   // closed when the loop has stopped
+	drained    []chan struct{} // the loop's: closed once nothing is unanswered (evDrained)
+	replyInbox string          // relayed replies come to <replyInbox>.<attempt token>
+	relaying   sync.WaitGroup  // relayed answers being converted (sender.go)
+	changing   sync.Mutex      // one configuration change at a time (reload.go)
 
 	// A NATS connection closed for good other than by closeNATS (onClosed).
 	closing      atomic.Bool   // closeNATS closes it: that close is no loss
@@ -121,9 +122,7 @@ func Run(ctx context.Context, o Options) error {
 
 	g.metrics = newMetrics(g)
 	pools := poolSet(c)
-	g.tracker = &health.Tracker{MissCount: c.Health.MissCount, OnChange: g.kick, OnDead: func(w health.Worker) {
-		g.onDead(w.HB.Worker, w.HB.Pool, w.Why)
-	}, Running: g.workerRunning, Pools: pools, OnDrop: func(string) { g.metrics.bad("heartbeat") }, Log: g.log}
+	g.tracker = &health.Tracker{MissCount: c.Health.MissCount, Listener: trackerListener{g}, Pools: pools, Log: g.log}
 	g.supervisor = newSupervisor(g.conf(), g.tracker, g, g.log, g.id, o.WorkerBin, url)
 	if err := g.tracker.Start(g.nc); err != nil {
 		return err
@@ -376,9 +375,16 @@ func (g *Gateway) stopIdlePools(now time.Time) {
 	}
 }
 
-// workerRunning reports whether worker is a local process known to be running (the
-// tracker's Running: a silent one is likely starved of CPU, not dead).
-func (g *Gateway) workerRunning(worker string) bool { return g.supervisor.running(worker) }
+// trackerListener is the gateway as its tracker's health.Listener: a death goes to the
+// dispatch loop (L7), a change asks for a pass, a dropped heartbeat is counted, and the
+// supervisor says whether a silent worker is a local process known to be running (likely
+// starved of CPU, not dead).
+type trackerListener struct{ g *Gateway }
+
+func (l trackerListener) Dead(w health.Worker)       { l.g.onDead(w.HB.Worker, w.HB.Pool, w.Why) }
+func (l trackerListener) Changed()                   { l.g.kick() }
+func (l trackerListener) Dropped(string)             { l.g.metrics.bad("heartbeat") }
+func (l trackerListener) Running(worker string) bool { return l.g.supervisor.running(worker) }
 
 // poolIdle reports whether pool has nothing in flight and nothing queued for it. Never
 // called from the loop (it asks the loop).
@@ -414,9 +420,8 @@ func (g *Gateway) shutdown(lost bool) {
 		cancel()
 	}
 	grace := g.conf().Gateway.ShutdownGrace.D()
-	deadline := time.Now().Add(grace)
-	for !lost && time.Now().Before(deadline) && g.unanswered() > 0 {
-		time.Sleep(10 * time.Millisecond)
+	if !lost && grace > 0 {
+		g.awaitDrained(grace)
 	}
 	g.shutdownLoop(false) // the queued: no_worker (L10)
 	g.supervisor.stop(grace)
@@ -424,11 +429,17 @@ func (g *Gateway) shutdown(lost bool) {
 	g.relaying.Wait()    // relayed answers go out before NATS closes
 }
 
-// unanswered is the number of requests accepted and not answered.
-func (g *Gateway) unanswered() int {
-	n := 0
-	g.inspect(func(lc *lifecycle) { n = lc.count() })
-	return n
+// awaitDrained waits, at most bound, until every request accepted is answered.
+func (g *Gateway) awaitDrained(bound time.Duration) {
+	drained := make(chan struct{})
+	g.post(evDrained{done: drained})
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-drained:
+	case <-t.C:
+	case <-g.loopDone:
+	}
 }
 
 // shutdownLoop asks the loop to answer what is queued, and with inFlight what is at

@@ -114,9 +114,21 @@ func (g *Gateway) startJobs(ctx context.Context) {
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() { defer wg.Done(); s.Watch(ctx) }()
-		go func() { defer wg.Done(); s.Consume(ctx, func() int { return g.jobRoom(s) }, g.runJobItem) }()
+		go func() { defer wg.Done(); s.Consume(ctx, jobHost{g, s}) }()
 		wg.Wait()
 	}()
+}
+
+// jobHost is the gateway as the jobs.Host of its consumer of s's items: jobRoom and
+// runJobItem.
+type jobHost struct {
+	g *Gateway
+	s *jobs.Store
+}
+
+func (h jobHost) Room() int { return h.g.jobRoom(h.s) }
+func (h jobHost) Run(ctx context.Context, it jobs.Item) ([]byte, *codec.Error) {
+	return h.g.runJobItem(ctx, it)
 }
 
 // jobRoom is how many job items this gateway takes at once: twice what the live workers
@@ -143,9 +155,9 @@ func (g *Gateway) jobRoom(s *jobs.Store) int {
 	return 2 * n
 }
 
-// runJobItem is the jobs.Runner: it answers one item from the result cache when it may
-// (jobCacheLookup), else runs it as a request of its job's class through this gateway's
-// queues (runJobRequest), and returns the op's reply (msgpack) or error.
+// runJobItem runs one job item (jobHost's Run): it answers it from the result cache
+// when it may (jobCacheLookup), else runs it as a request of its job's class through
+// this gateway's queues (runJobRequest), and returns the op's reply (msgpack) or error.
 func (g *Gateway) runJobItem(ctx context.Context, it jobs.Item) ([]byte, *codec.Error) {
 	rec := it.Job
 	p := &pending{op: rec.Op, accepted: time.Now(), owner: ownerJob}
@@ -250,9 +262,9 @@ func (g *Gateway) jobPrecomputed(rec *jobs.Record) jobs.Precomputed {
 }
 
 // runJobRequest runs a job item's request through this gateway's queues and returns the
-// op's reply (msgpack) or error. When ctx ends (the job is cancelled, the gateway stops)
-// the request is cancelled and its answer awaited, so that every request still gets its
-// one answer.
+// op's reply (msgpack) or error: its one answer, whoever gives it. When ctx ends (the job
+// is cancelled, the gateway stops) the request is cancelled, bounded: the lifecycle
+// answers it cancelled should its worker not confirm within jobCancelWait (L9).
 func (g *Gateway) runJobRequest(ctx context.Context, p *pending) ([]byte, *codec.Error) {
 	type answer struct {
 		body []byte
@@ -266,14 +278,19 @@ func (g *Gateway) runJobRequest(ctx context.Context, p *pending) ([]byte, *codec
 		return a.body, a.err
 	case <-ctx.Done():
 	}
-	g.cancelAs(p.id, "", "")
-	t := time.NewTimer(jobCancelWait)
-	defer t.Stop()
+	g.post(evCancel{id: p.id, within: jobCancelWait})
 	select {
 	case a := <-done:
 		return a.body, a.err
-	case <-t.C:
-		return nil, codec.Errorf(codec.CodeCancelled, "cancelled; its worker did not confirm within %s", jobCancelWait)
+	case <-g.loopDone:
+		// Stopped: every request it held was answered (L10), this one's answer first
+		// unless it never reached the loop.
+		select {
+		case a := <-done:
+			return a.body, a.err
+		default:
+			return nil, codec.Errorf(codec.CodeCancelled, "cancelled as the gateway stopped")
+		}
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 //	                                   L1    -               answer cancelled | bad_request | overloaded
 //	dispatch pass      queued          L2    sent            send (attempt n+1)
 //	                   queued          L2    -               answer (the queue's error: deadline, no_worker, ...)
+//	                   queued          L2    queued          wake (a sleeping pool); a waiting latency item reserves
 //	claim taken        sent            L3    claimed         -
 //	reply (relayed)    sent|claimed    L4    -               relay (the answer)
 //	claim done         sent|claimed    L4    -               settled (the worker answered the client)
@@ -41,7 +42,8 @@ import (
 //	deadline timer     sent|claimed    L8    -               answer deadline_exceeded
 //	backoff timer      backoff         L5    queued (front)  -
 //	cancel             queued|backoff  L9    -               answer cancelled
-//	                   sent|claimed    L9    (same)          cancel (the worker answers)
+//	                   sent|claimed    L9    (same)          cancel (the worker answers); bounded: a cancel timer
+//	cancel timer       sent|claimed    L9    -               answer cancelled (its worker did not confirm in time)
 //	shutdown           queued|backoff  L10   -               answer no_worker
 //	                   sent|claimed    L10   -               answer worker_lost
 //
@@ -80,6 +82,8 @@ type flight struct {
 	// cancelAsked: the client cancelled it while it was at a worker (L9); a retry of it
 	// is answered cancelled instead of being queued again.
 	cancelAsked bool
+	// cancelWithin: the bound of a cancel whose canceller waits (L9's cancel timer).
+	cancelWithin time.Duration
 }
 
 // lifecycleEnv is what the lifecycle asks of the rest of the gateway: questions about the
@@ -504,6 +508,14 @@ func (lc *lifecycle) lost(f *flight, worker, why string, now time.Time) []effect
 // holding it answers it cancelled like any answer. A cancel of an unknown id is
 // remembered for cancelMemory (bounded in total and per tenant), unless onlyKnown.
 func (lc *lifecycle) cancel(id, by, tenant string, onlyKnown bool, now time.Time) (found bool, out []effect) {
+	return lc.cancelWithin(id, by, tenant, onlyKnown, 0, now)
+}
+
+// cancelWithin is cancel for a canceller that waits at most within (0: no bound) for
+// the answer (the job runner, jobs.go): a request at a worker that has not answered
+// within it is answered cancelled then by its cancel timer (L9), its unit given back as
+// at its deadline (L8).
+func (lc *lifecycle) cancelWithin(id, by, tenant string, onlyKnown bool, within time.Duration, now time.Time) (found bool, out []effect) {
 	f := lc.byID[id]
 	if f == nil {
 		if !onlyKnown {
@@ -521,6 +533,10 @@ func (lc *lifecycle) cancel(id, by, tenant string, onlyKnown bool, now time.Time
 	case stBackoff:
 		lc.forget(f)
 		return true, []effect{answerErr(f.p, f.pool, codec.Errorf(codec.CodeCancelled, "cancelled by the client while queued"))}
+	}
+	if within > 0 && f.cancelWithin == 0 {
+		f.cancelWithin = within
+		lc.addTimer(f, now.Add(within), timerCancel)
 	}
 	f.cancelAsked = true
 	return true, []effect{effCancel{id: id}}
@@ -551,8 +567,8 @@ func (lc *lifecycle) earlyOf(tenant string) int {
 	return n
 }
 
-// tick fires the timers due at now: L6 (no claim), L8 (deadline), L5 (backoff over).
-// A timer of an attempt that is over is dropped.
+// tick fires the timers due at now: L6 (no claim), L8 (deadline), L5 (backoff over), L9
+// (a bounded cancel not confirmed). A timer of an attempt that is over is dropped.
 func (lc *lifecycle) tick(now time.Time) []effect {
 	var out []effect
 	for len(lc.timers) > 0 && !lc.timers[0].at.After(now) {
@@ -570,6 +586,10 @@ func (lc *lifecycle) tick(now time.Time) []effect {
 			out = append(out, answerErr(f.p, f.pool, codec.Errorf(codec.CodeDeadlineExceeded, "no answer from pool %s before the deadline", f.pool)))
 		case t.kind == timerBackoff && f.state == stBackoff:
 			out = append(out, lc.requeue(f)...)
+		case t.kind == timerCancel && f.out():
+			lc.release(f, now)
+			lc.forget(f)
+			out = append(out, answerErr(f.p, f.pool, codec.Errorf(codec.CodeCancelled, "cancelled; its worker did not confirm within %s", f.cancelWithin)))
 		}
 	}
 	return out
@@ -679,6 +699,7 @@ const (
 	timerClaim timerKind = iota
 	timerDeadline
 	timerBackoff
+	timerCancel
 )
 
 type timer struct {

@@ -408,7 +408,7 @@ func TestLifecycleCancel(t *testing.T) {
 }
 
 // L10: at shutdown the queued are answered no_worker, and then those at workers
-// worker_lost.
+// worker_lost (a request in backoff: TestLifecycleShutdownBackoff).
 func TestLifecycleShutdown(t *testing.T) {
 	lc := newTestLifecycle()
 	sent(t, lc, req("out", "interactive"), to("gpu", ""), t0)
@@ -419,10 +419,10 @@ func TestLifecycleShutdown(t *testing.T) {
 	empty(t, lc)
 }
 
-// A done claim that comes after the client's next request (replies straight to the
-// client: the client has its answer and sends again before the gateway hears): the
-// next request waits in the queue while the worker's slot is counted, and the done of
-// the first settles the first alone.
+// L4 (direct) with L2, the race "a done claim after the client's next request" (replies
+// straight to the client: the client has its answer and sends again before the gateway
+// hears): the next request waits in the queue while the worker's slot is counted, and
+// the done of the first settles the first alone.
 func TestLifecycleDoneAfterNextRequest(t *testing.T) {
 	lc := newTestLifecycle()
 	envOf(lc).direct = true
@@ -440,9 +440,9 @@ func TestLifecycleDoneAfterNextRequest(t *testing.T) {
 	}
 }
 
-// A resend during failover finds the request held here, by its owner, in every state
-// until it is answered (what Gateway.holds reads), and a resend run as new with the same
-// id while it is held is refused, never run twice.
+// L1 and L7, the race "a resend during failover": it finds the request held here, by
+// its owner, in every state until it is answered (what Gateway.holds reads), and a
+// resend run as new with the same id while it is held is refused, never run twice.
 func TestLifecycleResendWhileHeld(t *testing.T) {
 	lc := newTestLifecycle()
 	p := req("a", "interactive")
@@ -467,8 +467,8 @@ func TestLifecycleResendWhileHeld(t *testing.T) {
 	}
 }
 
-// Every request gets exactly one terminal effect, whatever the order of the events that
-// reach it: a seeded random walk over the events of many requests.
+// L1-L10 together: every request gets exactly one terminal effect, whatever the order of
+// the events that reach it: a seeded random walk over the events of many requests.
 func TestLifecycleOneAnswer(t *testing.T) {
 	for seed := range 20 {
 		lc := newTestLifecycle()
@@ -535,4 +535,203 @@ func TestLifecycleOneAnswer(t *testing.T) {
 		}
 		empty(t, lc)
 	}
+}
+
+// L2, its failure arm: a pass answers each item the queue fails with the queue's error,
+// once: an item past its deadline deadline_exceeded (sched, rule 4), one the router
+// refuses with the router's error (no_worker here). Nothing is held for them.
+func TestLifecyclePassFails(t *testing.T) {
+	lc := newTestLifecycle()
+	late := req("late", "interactive")
+	late.deadline = t0.Add(10 * time.Millisecond)
+	lc.accept(late, []string{"gpu"}, t0)
+	lc.accept(req("refused", "interactive"), []string{"gpu"}, t0)
+	refuse := func(*sched.Item, map[string]bool) decision {
+		return decision{err: codec.Errorf(codec.CodeNoWorker, "no pool can run it")}
+	}
+	out := lc.pass(t0.Add(20*time.Millisecond), refuse)
+	if n := terminals(out); len(out) != 2 || n["late"] != 1 || n["refused"] != 1 {
+		t.Fatalf("the pass: %+v, want one answer each", out)
+	}
+	for _, e := range out {
+		a := e.(effAnswer)
+		if want := map[string]codec.Code{"late": codec.CodeDeadlineExceeded, "refused": codec.CodeNoWorker}[a.p.id]; a.err == nil || a.err.Code != want {
+			t.Fatalf("%s answered %v, want %s", a.p.id, a.err, want)
+		}
+	}
+	if out := lc.pass(t0.Add(time.Second), refuse); len(out) != 0 {
+		t.Fatalf("a second pass: %+v", out)
+	}
+	empty(t, lc)
+}
+
+// L2, its waiting arm: an item the router keeps waiting stays queued, sends nothing and
+// holds nothing; a pool the router wakes is woken (effWake), and a waiting item that
+// reserves marks its pools' devices active at the pass's time (the sharing policy), one
+// that does not reserve marks nothing.
+func TestLifecyclePassWaits(t *testing.T) {
+	lc := newTestLifecycle()
+	lc.accept(req("a", "interactive"), []string{"gpu", "cpu"}, t0)
+	now := t0.Add(time.Second)
+	out := lc.pass(now, func(*sched.Item, map[string]bool) decision { return decision{wake: "gpu", reserve: true} })
+	if w := only[effWake](t, out); len(out) != 1 || w.pool != "gpu" {
+		t.Fatalf("the pass: %+v, want one wake of gpu", out)
+	}
+	if state(lc, "a") != "queued" || lc.queues.Len("interactive") != 1 || lc.busy["gpu"] != 0 || len(lc.timers) != 0 {
+		t.Fatalf("a waiting item: %s, queued %d, busy %v, %d timers", state(lc, "a"), lc.queues.Len("interactive"), lc.busy, len(lc.timers))
+	}
+	for _, dev := range []string{"dev-gpu", "dev-cpu"} {
+		if at := lc.active[dev]["interactive"]; !at.Equal(now) {
+			t.Fatalf("%s: interactive last active %v, want the pass's %v", dev, at, now)
+		}
+	}
+	lc.accept(req("b", "batch"), []string{"gpu"}, t0)
+	if out := lc.pass(now, waits); len(out) != 0 || lc.active["dev-gpu"]["batch"] != (time.Time{}) {
+		t.Fatalf("a waiting item that reserves nothing: %+v, batch active %v", out, lc.active["dev-gpu"]["batch"])
+	}
+}
+
+// L10 for a request in backoff (L5): shutdown answers it no_worker, once, as a queued one;
+// at workers it held nothing, so the in-flight round and its backoff timer find nothing.
+func TestLifecycleShutdownBackoff(t *testing.T) {
+	lc := newTestLifecycle()
+	s := sent(t, lc, req("b", "interactive"), to("gpu", ""), t0)
+	lc.noResponders(s.seq, "ortbus.infer.gpu.interactive", t0)
+	if state(lc, "b") != "backoff" {
+		t.Fatalf("after no responders: %s", state(lc, "b"))
+	}
+	wantCode(t, lc.shutdown(false, t0), "b", codec.CodeNoWorker)
+	if out := lc.shutdown(true, t0); len(out) != 0 {
+		t.Fatalf("the in-flight round: %+v", out)
+	}
+	if out := lc.tick(t0.Add(time.Second)); len(out) != 0 {
+		t.Fatalf("the backoff's timer after shutdown: %+v", out)
+	}
+	empty(t, lc)
+}
+
+// L9 bounded (the job runner's cancel): a cancel of a request at a worker, with a bound,
+// sends the cancel; the worker's answer within the bound ends it as ever; without one,
+// the cancel timer answers it cancelled at the bound, once, and gives its unit back. A
+// queued one is answered at once, as by any cancel.
+func TestLifecycleCancelTimer(t *testing.T) {
+	const bound = 5 * time.Second
+	lc := newTestLifecycle()
+	sent(t, lc, req("a", "batch"), to("gpu", ""), t0)
+	lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0)
+	found, out := lc.cancelWithin("a", "", "", false, bound, t0)
+	if c := only[effCancel](t, out); !found || c.id != "a" || len(terminals(out)) != 0 {
+		t.Fatalf("bounded cancel at a worker: %v %+v", found, out)
+	}
+	if _, out := lc.cancelWithin("a", "", "", false, bound, t0.Add(bound/2)); len(terminals(out)) != 0 {
+		t.Fatalf("a second cancel: %+v", out)
+	}
+	if out := lc.tick(t0.Add(bound - time.Millisecond)); len(out) != 0 {
+		t.Fatalf("before the bound: %+v", out)
+	}
+	wantCode(t, lc.tick(t0.Add(bound)), "a", codec.CodeCancelled)
+	if out := lc.tick(t0.Add(2 * bound)); len(out) != 0 {
+		t.Fatalf("after the cancel timer's answer: %+v", out)
+	}
+	empty(t, lc)
+
+	// Its worker answers within the bound: that answer, and the timer finds nothing.
+	s := sent(t, lc, req("b", "batch"), to("gpu", ""), t0)
+	lc.cancelWithin("b", "", "", false, bound, t0)
+	only[effRelay](t, lc.reply(s.seq, &nats.Msg{}, t0.Add(time.Second)))
+	if out := lc.tick(t0.Add(bound)); len(out) != 0 {
+		t.Fatalf("the cancel timer after the worker's answer: %+v", out)
+	}
+	// Queued: answered at once.
+	lc.accept(req("q", "batch"), []string{"gpu"}, t0)
+	_, out = lc.cancelWithin("q", "", "", false, bound, t0)
+	wantCode(t, out, "q", codec.CodeCancelled)
+	empty(t, lc)
+}
+
+// L7 with L3/L4's guards, the race "a draining beat after exit": a worker's exit (its
+// death) retries what it held; its last words that arrive afterwards — a claim taken or
+// done for the attempt it held, a relayed reply to it, a second verdict of its death —
+// neither bring the attempt back to it nor answer the request a second time. With no
+// other worker, the death answers worker_lost, and the late words add nothing.
+func TestLifecycleDrainingBeatAfterExit(t *testing.T) {
+	lc := newTestLifecycle()
+	env := envOf(lc)
+	answers := map[string]int{}
+	count := func(out []effect) []effect {
+		for id, n := range terminals(out) {
+			answers[id] += n
+		}
+		return out
+	}
+	r := sent(t, lc, req("r", "interactive"), to("gpu", ""), t0) // relayed, to the queue group
+	env.direct = true
+	sent(t, lc, req("d", "interactive"), to("gpu", "w1"), t0) // direct, to w1 itself
+	count(lc.claim(codec.Claim{ID: "r", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0))
+	count(lc.claim(codec.Claim{ID: "d", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0))
+
+	// w1 exits; w2 lives on.
+	now := t0.Add(time.Second)
+	if out := count(lc.died("gpu", "w1", "exit 0", 1, now)); len(out) != 2 || state(lc, "r") != "queued" || state(lc, "d") != "queued" {
+		t.Fatalf("w1's exit: %+v; r %s, d %s", out, state(lc, "r"), state(lc, "d"))
+	}
+	late := func(when string) {
+		t.Helper()
+		for _, id := range []string{"r", "d"} {
+			for _, st := range []string{codec.ClaimTaken, codec.ClaimDone} {
+				if out := count(lc.claim(codec.Claim{ID: id, Attempt: 1, Pool: "gpu", Worker: "w1", State: st}, now)); len(out) != 0 {
+					t.Fatalf("%s: w1's late %s claim of %s: %+v", when, st, id, out)
+				}
+			}
+		}
+		if out := count(lc.reply(r.seq, &nats.Msg{}, now)); len(out) != 0 {
+			t.Fatalf("%s: w1's late reply: %+v", when, out)
+		}
+	}
+	late("queued again")
+	// Sent again, to the group and to w2: w1's late words reach neither attempt.
+	env.direct = false
+	sends := map[string]effSend{}
+	for _, e := range count(lc.pass(now, func(it *sched.Item, _ map[string]bool) decision {
+		if it.ID == "d" {
+			return decision{pool: "gpu", worker: "w2"}
+		}
+		return decision{pool: "gpu"}
+	})) {
+		s := e.(effSend)
+		sends[s.p.id] = s
+	}
+	r2 := sends["r"]
+	if len(sends) != 2 || r2.attempt != 2 || sends["d"].attempt != 2 {
+		t.Fatalf("the retries: %+v", sends)
+	}
+	late("sent again")
+	if w := lc.byID["r"].worker; w != "" || state(lc, "r") != "sent" {
+		t.Fatalf("r's retry taken back by the dead w1: worker %q, %s", w, state(lc, "r"))
+	}
+	// A second verdict of w1's death: it holds nothing now.
+	if out := count(lc.died("gpu", "w1", "heartbeat stopped", 1, now)); len(out) != 0 || lc.byID["r"].deaths != 1 || lc.byID["d"].deaths != 1 {
+		t.Fatalf("w1 dead again: %+v; deaths r %d, d %d", out, lc.byID["r"].deaths, lc.byID["d"].deaths)
+	}
+	count(lc.reply(r2.seq, &nats.Msg{}, now))
+	count(lc.claim(codec.Claim{ID: "d", Attempt: 2, Pool: "gpu", Worker: "w2", State: codec.ClaimTaken}, now))
+	count(lc.tick(now.Add(time.Minute + answerGrace)))
+	if answers["r"] != 1 || answers["d"] != 1 {
+		t.Fatalf("answers %v, want one each", answers)
+	}
+	empty(t, lc)
+
+	// The pool's only worker exits, and nothing else can run it: worker_lost, once.
+	lc = newTestLifecycle()
+	env = envOf(lc)
+	sent(t, lc, req("x", "interactive"), to("gpu", "w1"), t0)
+	lc.claim(codec.Claim{ID: "x", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0)
+	env.live = map[string]bool{} // its draining beat does not make it live (health's rule)
+	wantCode(t, lc.died("gpu", "w1", "exit 0", 0, t0), "x", codec.CodeWorkerLost)
+	for _, st := range []string{codec.ClaimTaken, codec.ClaimDone} {
+		if out := lc.claim(codec.Claim{ID: "x", Attempt: 1, Pool: "gpu", Worker: "w1", State: st}, t0); len(out) != 0 {
+			t.Fatalf("w1's late %s claim after its answer: %+v", st, out)
+		}
+	}
+	empty(t, lc)
 }

@@ -39,10 +39,12 @@ type (
 		pool, worker, why string
 		others            int
 	}
-	// evCancel: a cancel of id by by (L9); found gets whether it found the request.
+	// evCancel: a cancel of id by by (L9); found (if set) gets whether it found the
+	// request.
 	evCancel struct {
 		id, by, tenant string
-		onlyKnown      bool // an unknown id is not remembered
+		onlyKnown      bool          // an unknown id is not remembered
+		within         time.Duration // the canceller waits this long for the answer (0: no bound)
 		found          chan<- bool
 	}
 	// evShutdown: answer what is queued, and with inFlight what is at workers (L10).
@@ -55,6 +57,8 @@ type (
 		fn   func(*lifecycle)
 		done chan<- struct{}
 	}
+	// evDrained: done is closed once no request is unanswered (at once if none is).
+	evDrained struct{ done chan struct{} }
 )
 
 func (evAccept) isEvent()   {}
@@ -64,6 +68,7 @@ func (evDied) isEvent()     {}
 func (evCancel) isEvent()   {}
 func (evShutdown) isEvent() {}
 func (evInspect) isEvent()  {}
+func (evDrained) isEvent()  {}
 
 // eventBacklog bounds the events waiting for the loop; a sender past it waits (the NATS
 // callbacks' own pending limits then take the backlog).
@@ -114,16 +119,31 @@ func (g *Gateway) step(ev event, now time.Time) {
 	case evDied:
 		g.apply(lc.died(e.pool, e.worker, e.why, e.others, now))
 	case evCancel:
-		found, out := lc.cancel(e.id, e.by, e.tenant, e.onlyKnown, now)
+		found, out := lc.cancelWithin(e.id, e.by, e.tenant, e.onlyKnown, e.within, now)
 		g.apply(out) // its answer goes out before the cancel's own reply
-		e.found <- found
+		if e.found != nil {
+			e.found <- found
+		}
 	case evShutdown:
 		g.apply(lc.shutdown(e.inFlight, now))
 		close(e.done)
 	case evInspect:
 		e.fn(lc)
 		close(e.done)
+	case evDrained:
+		g.drained = append(g.drained, e.done)
 	}
+}
+
+// notifyDrained closes the channels of evDrained once no request is unanswered.
+func (g *Gateway) notifyDrained() {
+	if len(g.drained) == 0 || g.lc.count() > 0 {
+		return
+	}
+	for _, done := range g.drained {
+		close(done)
+	}
+	g.drained = nil
 }
 
 // dispatchLoop serves events, and with passes runs the dispatch passes, the timers and
@@ -141,6 +161,7 @@ func (g *Gateway) dispatchLoop(ctx context.Context, passes bool) {
 			return
 		case ev := <-g.events:
 			g.step(ev, time.Now())
+			g.notifyDrained()
 			if g.lc.freed {
 				// A unit came back or a request was queued again: a pass now, as for a
 				// kick, rather than at the next tick.
@@ -158,6 +179,7 @@ func (g *Gateway) dispatchLoop(ctx context.Context, passes bool) {
 		}
 		if passes {
 			g.dispatchPass(time.Now())
+			g.notifyDrained()
 		}
 	}
 }

@@ -96,6 +96,29 @@ func testGateway(t *testing.T, toml string) *Gateway {
 	return g
 }
 
+// checkFor is the one polling wait of the package's tests (as test/wait_test.go's): it
+// calls f until f returns nil, at most one try every `every`, and fails t with what and
+// f's last error once total has passed since the first try. Waits for an event (a reply,
+// a heartbeat, a read) do not poll: they read channels with a deadline. checkFor is for
+// state that has no event.
+func checkFor(t testing.TB, what string, total, every time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(total)
+	for {
+		try := time.Now()
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, total, err)
+		}
+		if d := every - time.Since(try); d > 0 {
+			time.Sleep(d)
+		}
+	}
+}
+
 // snapOf is a capacity snapshot of the config toml in memory, at the start of a dispatch
 // pass: no live worker, nothing in flight or measured, and every pool as the supervisor
 // sees it long after start-up (the remote ones: no worker heartbeating).
@@ -152,18 +175,27 @@ type fleet struct {
 func newFleet(t *testing.T, g *Gateway) *fleet {
 	t.Helper()
 	f := &fleet{t: t, g: g, changed: make(chan struct{}, 1)}
-	g.tracker = &health.Tracker{MissCount: 3, OnChange: func() {
-		select {
-		case f.changed <- struct{}{}:
-		default:
-		}
-	}}
+	g.tracker = &health.Tracker{MissCount: 3, Listener: fleetListener{f.changed}}
 	if err := g.tracker.Start(g.nc); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(g.tracker.Stop)
 	return f
 }
+
+// fleetListener is the fleet's tracker's Listener: each change is signalled on changed
+// (one at a time); deaths and drops are not followed, and no process is known to run.
+type fleetListener struct{ changed chan struct{} }
+
+func (l fleetListener) Changed() {
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+func (fleetListener) Dead(health.Worker)  {}
+func (fleetListener) Dropped(string)      {}
+func (fleetListener) Running(string) bool { return false }
 
 // beat publishes hb (its state ready unless set, an hour's interval so that it never
 // dies of silence here) and waits until the tracker has it.
@@ -697,11 +729,13 @@ func TestRouter(t *testing.T) {
 	if pool, err := passRouter(g, time.Now())(newItem("batch", "tag", soon(), "spare"), nil); pool != "" || err != nil {
 		t.Fatalf("lazy pool asleep: %q %v, want a wait", pool, err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); s.poolStatus("spare", time.Now()).failed == nil; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the lazy pool was never woken")
+	// The failed start is no event anyone hears (no process, no heartbeat): polled.
+	checkFor(t, "the lazy pool woken", 10*time.Second, 5*time.Millisecond, func() error {
+		if s.poolStatus("spare", time.Now()).failed == nil {
+			return fmt.Errorf("spare has not failed to start")
 		}
-	}
+		return nil
+	})
 	_, err := passRouter(g, time.Now())(newItem("batch", "tag", soon(), "spare"), nil)
 	if e := asErr(err); e.Code != codec.CodeInternal || !strings.Contains(e.Message, "start worker /nonexistent/ortworker") {
 		t.Fatalf("after the woken pool failed to start: %v, want its start error", err)

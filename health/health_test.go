@@ -30,16 +30,43 @@ func conn(t *testing.T) *nats.Conn {
 	return nc
 }
 
+// listener is a Listener of optional funcs; Running is false (no process known).
+type listener struct {
+	dead    func(Worker)
+	changed func()
+	dropped func(string)
+}
+
+func (l listener) Dead(w Worker) {
+	if l.dead != nil {
+		l.dead(w)
+	}
+}
+
+func (l listener) Changed() {
+	if l.changed != nil {
+		l.changed()
+	}
+}
+
+func (l listener) Dropped(reason string) {
+	if l.dropped != nil {
+		l.dropped(reason)
+	}
+}
+
+func (listener) Running(string) bool { return false }
+
 func TestTrackerDeathAndRevival(t *testing.T) {
 	nc := conn(t)
 	dead := make(chan Worker, 4)
 	changed := make(chan struct{}, 100)
-	tr := &Tracker{MissCount: 3, OnDead: func(w Worker) { dead <- w }, OnChange: func() {
+	tr := &Tracker{MissCount: 3, Listener: listener{dead: func(w Worker) { dead <- w }, changed: func() {
 		select {
 		case changed <- struct{}{}:
 		default:
 		}
-	}}
+	}}}
 	if err := tr.Start(nc); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +143,7 @@ func TestTrackerDeathAndRevival(t *testing.T) {
 func TestTrackerIgnoresGarbageAndFailed(t *testing.T) {
 	nc := conn(t)
 	changed := make(chan struct{}, 10)
-	tr := &Tracker{OnChange: func() { changed <- struct{}{} }}
+	tr := &Tracker{Listener: listener{changed: func() { changed <- struct{}{} }}}
 	if err := tr.Start(nc); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +165,7 @@ func TestTrackerIgnoresGarbageAndFailed(t *testing.T) {
 func TestTrackerDropsForgedHeartbeats(t *testing.T) {
 	nc := conn(t)
 	drops := make(chan string, 100)
-	tr := &Tracker{MissCount: 3, Pools: map[string]bool{"cpu": true}, MaxPerPool: 2, OnDrop: func(r string) { drops <- r }}
+	tr := &Tracker{MissCount: 3, Pools: map[string]bool{"cpu": true}, MaxPerPool: 2, Listener: listener{dropped: func(r string) { drops <- r }}}
 	if err := tr.Start(nc); err != nil {
 		t.Fatal(err)
 	}

@@ -25,23 +25,33 @@ type Worker struct {
 // Live reports whether the worker may take new work.
 func (w *Worker) Live() bool { return !w.Dead && w.HB.State == codec.StateReady }
 
+// Listener is what a tracker tells, and asks, the party it works for (the gateway). Its
+// methods are called outside the tracker's lock.
+type Listener interface {
+	// Dead: w is judged dead (once per death).
+	Dead(w Worker)
+	// Changed: after every heartbeat or death (capacity may have changed).
+	Changed()
+	// Running reports whether a silent worker's process is known to be running (a local
+	// process that is neither stopped nor gone): such a worker is likely starved of CPU
+	// rather than dead, and is given MissCount more intervals before the verdict. A
+	// stopped, hung-in-the-kernel-stop or remote worker (false) gets the normal bound.
+	Running(worker string) bool
+	// Dropped: a heartbeat was dropped, for a fixed reason.
+	Dropped(reason string)
+}
+
 // Tracker follows every worker's heartbeats on ortbus.hb.>. A worker whose heartbeat is
-// silent for MissCount of its own intervals is judged dead and OnDead is called once;
+// silent for MissCount of its own intervals is judged dead and its Listener told once;
 // the supervisor of a local worker can also report its death at once with MarkDead.
 // Silence while the tracker's own connection is down (a NATS restart) is not counted.
 // A dead worker that beats again comes back as live (unless the beat says it is draining).
 type Tracker struct {
 	// MissCount is how many intervals of silence mean death (default 3).
 	MissCount int
-	// OnDead is called (outside the tracker's lock) when a worker is judged dead.
-	OnDead func(w Worker)
-	// OnChange is called after every heartbeat or death (capacity may have changed).
-	OnChange func()
-	// Running, if set, reports whether a silent worker's process is known to be running
-	// (a local process that is neither stopped nor gone): such a worker is likely starved
-	// of CPU rather than dead, and is given MissCount more intervals before the verdict.
-	// A stopped, hung-in-the-kernel-stop or remote worker gets the normal bound.
-	Running func(worker string) bool
+	// Listener, if set, is told of deaths, changes and drops, and asked whether a silent
+	// worker is running.
+	Listener Listener
 	// Pools, when set, are the pools tracked: a heartbeat of any other pool is dropped.
 	// Set it before Start; SetPools changes it afterwards.
 	Pools map[string]bool
@@ -49,8 +59,6 @@ type Tracker struct {
 	// heartbeat of a new worker id beyond it is dropped, so forged ids cannot grow the
 	// tracker without bound.
 	MaxPerPool int
-	// OnDrop, if set, is called with a fixed reason for every heartbeat dropped.
-	OnDrop func(reason string)
 	// Log receives panics recovered in the tracker's callbacks.
 	Log *slog.Logger
 
@@ -213,8 +221,8 @@ func (t *Tracker) check(subject string, hb *codec.Heartbeat) string {
 }
 
 func (t *Tracker) drop(reason string) {
-	if t.OnDrop != nil {
-		t.OnDrop(reason)
+	if t.Listener != nil {
+		t.Listener.Dropped(reason)
 	}
 }
 
@@ -297,7 +305,7 @@ func (t *Tracker) judgeAt(now time.Time) {
 		}
 		iv := time.Duration(w.HB.IntervalMS) * time.Millisecond
 		switch {
-		case Silent(now, since, iv, 2*t.MissCount) || (t.Running == nil && Silent(now, since, iv, t.MissCount)):
+		case Silent(now, since, iv, 2*t.MissCount) || (t.Listener == nil && Silent(now, since, iv, t.MissCount)):
 			silent = append(silent, id)
 		case Silent(now, since, iv, t.MissCount):
 			spare = append(spare, id)
@@ -305,7 +313,7 @@ func (t *Tracker) judgeAt(now time.Time) {
 	}
 	t.mu.Unlock()
 	for _, id := range spare {
-		if !t.Running(id) {
+		if !t.Listener.Running(id) {
 			silent = append(silent, id)
 		}
 	}
@@ -350,15 +358,15 @@ func (t *Tracker) Forget(id string) {
 }
 
 func (t *Tracker) died(w Worker) {
-	if t.OnDead != nil {
-		t.OnDead(w)
+	if t.Listener != nil {
+		t.Listener.Dead(w)
 	}
 	t.changed()
 }
 
 func (t *Tracker) changed() {
-	if t.OnChange != nil {
-		t.OnChange()
+	if t.Listener != nil {
+		t.Listener.Changed()
 	}
 }
 

@@ -32,9 +32,17 @@ type storedResult struct {
 	Cached bool               `msgpack:"cached,omitempty"`
 }
 
-// Consume runs items until ctx ends: it fetches as many as room() says this gateway can
-// take beyond those it holds, and handles each in its own goroutine with run.
-func (s *Store) Consume(ctx context.Context, room func() int, run Runner) {
+// Host is the gateway that runs the items a consumer takes (Consume).
+type Host interface {
+	// Room is how many items the gateway takes at once now (those held included).
+	Room() int
+	// Run runs one item (see Runner).
+	Run(ctx context.Context, it Item) ([]byte, *codec.Error)
+}
+
+// Consume runs items until ctx ends: it fetches as many as h's Room says this gateway can
+// take beyond those it holds, and handles each in its own goroutine with h's Run.
+func (s *Store) Consume(ctx context.Context, h Host) {
 	backoff := 100 * time.Millisecond
 	inWindow := false
 	for ctx.Err() == nil {
@@ -44,7 +52,7 @@ func (s *Store) Consume(ctx context.Context, room func() int, run Runner) {
 				s.unparkAll(ctx)
 			}
 		}
-		n := room() - s.holding()
+		n := h.Room() - s.holding()
 		if n <= 0 {
 			s.pause(ctx, 200*time.Millisecond)
 			continue
@@ -64,7 +72,7 @@ func (s *Store) Consume(ctx context.Context, room func() int, run Runner) {
 				continue
 			}
 			s.hold(1)
-			go s.handle(ctx, m, run)
+			go s.handle(ctx, m, h.Run)
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.Canceled) {
 			s.log.Warn("fetch job items", "err", err)

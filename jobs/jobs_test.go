@@ -68,10 +68,21 @@ func tagReply(it Item) []byte {
 	return b
 }
 
+// host is a Host of a fixed room.
+type host struct {
+	room int
+	run  Runner
+}
+
+func (h host) Room() int { return h.room }
+func (h host) Run(ctx context.Context, it Item) ([]byte, *codec.Error) {
+	return h.run(ctx, it)
+}
+
 func consume(t *testing.T, s *Store, room int, run Runner) context.CancelFunc {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); s.Consume(ctx, func() int { return room }, run) }()
+	go func() { defer close(done); s.Consume(ctx, host{room, run}) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return cancel
 }
