@@ -161,7 +161,7 @@ func (r *raw) outputFiles(req *codec.WorkItem) (map[string]string, error) {
 	for name, path := range files {
 		for _, o := range r.sess.Outputs {
 			if o.Name == name && !npy.Writable(o.Type) {
-				return nil, codec.Errorf(codec.CodeBadRequest, "output %q is %s, which has no .npy dtype (NumPy has no bfloat16): ask for it inline", name, o.Type).With("output", name)
+				return nil, codec.Errorf(codec.CodeBadRequest, "output %q is %s, which has no .npy dtype: ask for it inline", name, o.Type).With("output", name)
 			}
 		}
 		if _, err := r.env.Images.CheckWritable(path); err != nil {

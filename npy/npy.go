@@ -4,10 +4,12 @@
 // uint64 ('<u8'), uint32 ('<u4'), uint16 ('<u2'), uint8 ('|u1') and bool ('|b1'); string
 // tensors as NumPy's fixed-width unicode ('<U{n}', UTF-32LE: see unicode.go).
 //
-// bfloat16 has no NumPy dtype: a bfloat16 tensor is never written (HeaderOf refuses it, and
-// the infer op refuses a bfloat16 output sent to a file before it runs), and a '<u2' file is
-// read as uint16, which a bfloat16 model input refuses. Convert bfloat16 to float32 in the
-// model, or send it inline.
+// bfloat16 has no NumPy dtype of its own. ml_dtypes' bfloat16 (the dtype JAX, TensorFlow and
+// Keras use with NumPy) has the type code 'V', so np.save writes it as '<V2' (a 2-byte void,
+// read back with np.load(f).view(ml_dtypes.bfloat16)); Keras reads every 2-byte void as
+// bfloat16, and so does Decode ('<V2', '|V2', and 'bfloat16', the descr a header written by
+// hand from str(dtype) carries). Encode writes a bfloat16 tensor as '<V2'. A '<u2' file is
+// uint16, which a bfloat16 model input refuses.
 //
 // Every byte of a file is hostile. Decode works on a file already read into memory (the
 // caller bounds that read) and allocates only the shape it returns (at most MaxRank
@@ -62,6 +64,7 @@ var descrs = map[string]string{
 	"<u2": "uint16",
 	"|u1": "uint8", "<u1": "uint8", ">u1": "uint8",
 	"|b1": "bool", "<b1": "bool", ">b1": "bool",
+	"<V2": "bfloat16", "|V2": "bfloat16", "bfloat16": "bfloat16",
 }
 
 // descrOf is the dtype string Encode writes for a tensor type.
@@ -69,10 +72,11 @@ var descrOf = map[string]string{
 	"float32": "<f4", "float64": "<f8", "float16": "<f2",
 	"int64": "<i8", "int32": "<i4", "int16": "<i2", "int8": "|i1",
 	"uint64": "<u8", "uint32": "<u4", "uint16": "<u2", "uint8": "|u1", "bool": "|b1",
+	"bfloat16": "<V2",
 }
 
 // Writable reports whether a tensor of type typ can be written as a .npy file (every
-// tensor type but bfloat16, which has no NumPy dtype; string as '<U{n}').
+// tensor type: string as '<U{n}', bfloat16 as '<V2').
 func Writable(typ string) bool {
 	_, ok := descrOf[typ]
 	return ok || typ == "string"
@@ -178,7 +182,7 @@ func sameInCOrder(shape []int64) bool {
 }
 
 func unsupported(descr string) error {
-	return fmt.Errorf("dtype %q is not supported (the tensor types are float32 '<f4', float64 '<f8', float16 '<f2', int64 '<i8', int32 '<i4', int16 '<i2', int8 '|i1', uint64 '<u8', uint32 '<u4', uint16 '<u2', uint8 '|u1', bool '|b1', string '<U{n}'; big-endian data and other types must be converted first)", descr)
+	return fmt.Errorf("dtype %q is not supported (the tensor types are float32 '<f4', float64 '<f8', float16 '<f2', int64 '<i8', int32 '<i4', int16 '<i2', int8 '|i1', uint64 '<u8', uint32 '<u4', uint16 '<u2', uint8 '|u1', bool '|b1', bfloat16 '<V2', string '<U{n}'; big-endian data and other types must be converted first)", descr)
 }
 
 // parser reads the header dict, a Python literal of a fixed form:
@@ -383,7 +387,7 @@ func HeaderOf(t *codec.Tensor) ([]byte, error) {
 		descr, ok = "<U"+strconv.FormatInt(width, 10), true
 	}
 	if !ok {
-		return nil, fmt.Errorf("tensor type %q has no .npy dtype (NumPy has no bfloat16; send it inline)", t.Type)
+		return nil, fmt.Errorf("tensor type %q has no .npy dtype", t.Type)
 	}
 	if len(t.Shape) > MaxRank {
 		return nil, fmt.Errorf("tensor shape has %d dimensions, over the limit of %d", len(t.Shape), MaxRank)

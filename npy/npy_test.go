@@ -155,8 +155,8 @@ func TestRoundTrip(t *testing.T) {
 	if _, err := Encode(&codec.Tensor{Type: "float32", Shape: make([]int64, MaxRank+1)}); err == nil {
 		t.Error("Encode wrote a tensor of more than MaxRank dimensions")
 	}
-	if _, err := Encode(&codec.Tensor{Type: "bfloat16", Shape: []int64{1}, Data: []byte{0, 0}}); err == nil {
-		t.Error("Encode wrote a bfloat16 tensor")
+	if _, err := Encode(&codec.Tensor{Type: "bfloat16", Shape: []int64{2}, Data: []byte{0, 0}}); err == nil {
+		t.Error("Encode wrote a bfloat16 tensor whose data does not match its shape")
 	}
 	if _, err := Encode(&codec.Tensor{Type: "float32", Shape: []int64{2}, Data: f32(1)}); err == nil {
 		t.Error("Encode wrote a tensor whose data does not match its shape")
@@ -290,10 +290,10 @@ func FuzzNPY(f *testing.F) {
 }
 
 // TestNewDtypes reads the dtypes of the types added for every ONNX Runtime numeric tensor
-// as np.save spells them ('|i1', '<i2', '<u2', '<u4', '<u8', '<f2'), writes them back with
-// the same spelling, and refuses to write bfloat16 (no NumPy dtype).
+// as np.save spells them ('|i1', '<i2', '<u2', '<u4', '<u8', '<f2', and '<V2' for
+// ml_dtypes' bfloat16) and writes them back with the same spelling.
 func TestNewDtypes(t *testing.T) {
-	for descr, typ := range map[string]string{"|i1": "int8", "<i2": "int16", "<u2": "uint16", "<u4": "uint32", "<u8": "uint64", "<f2": "float16"} {
+	for descr, typ := range map[string]string{"|i1": "int8", "<i2": "int16", "<u2": "uint16", "<u4": "uint32", "<u8": "uint64", "<f2": "float16", "<V2": "bfloat16"} {
 		size := codec.ElemSize(typ)
 		data := make([]byte, 3*size)
 		for i := range data {
@@ -315,11 +315,24 @@ func TestNewDtypes(t *testing.T) {
 			t.Errorf("%s: Encode wrote\n%q\nwant\n%q", descr, out, b)
 		}
 	}
-	bf := &codec.Tensor{Type: "bfloat16", Shape: []int64{1}, Data: []byte{0x80, 0x3f}}
-	if _, err := Encode(bf); err == nil || !strings.Contains(err.Error(), "bfloat16") {
-		t.Errorf("bfloat16 encoded: %v", err)
+	// The other spellings of bfloat16 read: '|V2' (a void has no byte order), and
+	// 'bfloat16' (a header written by hand from str(dtype), the ml_dtypes workaround).
+	one := []byte{0x80, 0x3f} // 1.0
+	for _, descr := range []string{"|V2", "bfloat16"} {
+		tn, err := Decode(file(1, "{'descr': '"+descr+"', 'fortran_order': False, 'shape': (), }", one))
+		if err != nil || tn.Type != "bfloat16" || len(tn.Shape) != 0 || !bytes.Equal(tn.Data, one) {
+			t.Errorf("%s: %+v, %v", descr, tn, err)
+		}
 	}
-	if Writable("bfloat16") || !Writable("float16") || !Writable("uint64") {
-		t.Error("Writable")
+	// Other voids are not bfloat16.
+	for _, descr := range []string{"<V4", "|V1", "<V"} {
+		if _, err := Decode(file(1, "{'descr': '"+descr+"', 'fortran_order': False, 'shape': (1,), }", make([]byte, 4))); err == nil {
+			t.Errorf("%s read", descr)
+		}
+	}
+	for _, typ := range []string{"bfloat16", "float16", "uint64", "string"} {
+		if !Writable(typ) {
+			t.Errorf("%s is not Writable", typ)
+		}
 	}
 }

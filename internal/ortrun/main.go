@@ -6,13 +6,12 @@
 //
 //	ortrun -lib LIBRARY -spec SPEC.json
 //
-// SPEC is {"runs": [{"model": PATH, "inputs": {NAME: {"path": NPY, "type": TYPE}}, "out":
+// SPEC is {"runs": [{"model": PATH, "inputs": {NAME: {"path": NPY}}, "out":
 // DIR}]}: each run loads the model (one session for every run of the same path), reads
 // each input from its .npy file, runs it, and writes into DIR (which must exist) one file
 // NAME.npy per output the session returns and outputs.json, [{"name", "type", "shape",
-// "file"}] in the model's output order. "type" is needed only for bfloat16, which has no
-// NumPy dtype: such an input is read from a '<u2' file of its bits, and such an output is
-// written as one (its type in outputs.json says bfloat16). A run that fails writes
+// "file"}] in the model's output order (bfloat16 in '<V2' files, as npy reads and writes
+// it). A run that fails writes
 // error.txt into DIR instead; ortrun still runs the others. The exit status is 0 once every
 // run has been tried, 1 when the spec or the library cannot be used, 2 on a usage error.
 package main
@@ -44,10 +43,9 @@ type Run struct {
 	Out    string           `json:"out"`
 }
 
-// Input is one input's .npy file and, for bfloat16, its type.
+// Input is one input's .npy file.
 type Input struct {
 	Path string `json:"path"`
-	Type string `json:"type,omitempty"`
 }
 
 // Output is one output written, as outputs.json lists it.
@@ -115,12 +113,6 @@ func run(rt *ort.Runtime, sessions map[string]*ort.Session, r Run) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", in.Path, err)
 		}
-		if in.Type != "" {
-			if in.Type != "bfloat16" || t.Type != "uint16" {
-				return fmt.Errorf("input %s: type %s given for a %s file", name, in.Type, t.Type)
-			}
-			t.Type = "bfloat16"
-		}
 		x, err := toOrt(t)
 		if err != nil {
 			return fmt.Errorf("input %s: %w", name, err)
@@ -138,10 +130,6 @@ func run(rt *ort.Runtime, sessions map[string]*ort.Session, r Run) error {
 		if err != nil {
 			return err
 		}
-		typ := t.Type
-		if typ == "bfloat16" {
-			t.Type = "uint16" // its bits: NumPy has no bfloat16
-		}
 		b, err := npy.Encode(t)
 		if err != nil {
 			return fmt.Errorf("output %s: %w", o.Name, err)
@@ -150,7 +138,7 @@ func run(rt *ort.Runtime, sessions map[string]*ort.Session, r Run) error {
 		if err := os.WriteFile(file, b, 0o644); err != nil {
 			return err
 		}
-		list = append(list, Output{Name: o.Name, Type: typ, Shape: t.Shape, File: file})
+		list = append(list, Output{Name: o.Name, Type: t.Type, Shape: t.Shape, File: file})
 	}
 	b, err := json.Marshal(list)
 	if err != nil {

@@ -208,12 +208,18 @@ export function tensorBytes(t: TensorInput): Tensor {
   return { type: t.type, shape, data: out };
 }
 
-/** The .npy dtype of each type; bfloat16 has none (NumPy has no bfloat16); string is '<U{n}'. */
-const NPY_DESCR: Partial<Record<NumericTensorType, string>> = {
-  float32: "<f4", float64: "<f8", float16: "<f2",
+/**
+ * The .npy dtype of each type; string is '<U{n}'. bfloat16 is '<V2', as np.save writes
+ * ml_dtypes' bfloat16 (read back with `np.load(f).view(ml_dtypes.bfloat16)`).
+ */
+const NPY_DESCR: Record<NumericTensorType, string> = {
+  float32: "<f4", float64: "<f8", float16: "<f2", bfloat16: "<V2",
   int64: "<i8", int32: "<i4", int16: "<i2", int8: "|i1",
   uint64: "<u8", uint32: "<u4", uint16: "<u2", uint8: "|u1", bool: "|b1",
 };
+
+/** Other spellings read: a void has no byte order ('|V2'); 'bfloat16' is str(dtype). */
+const NPY_DESCR_ALSO: Record<string, NumericTensorType> = { "|V2": "bfloat16", bfloat16: "bfloat16" };
 const NPY_MAGIC = [0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]; // \x93NUMPY
 
 /**
@@ -230,7 +236,7 @@ export function npyBytes(t: TensorInput): Uint8Array {
     descr = NPY_DESCR[w.type];
     data = w.data;
   }
-  if (descr === undefined) throw new OrtbusError("bad_request", `tensor type ${w.type} has no .npy dtype (NumPy has no bfloat16)`);
+  if (descr === undefined) throw new OrtbusError("bad_request", `tensor type ${w.type} has no .npy dtype`);
   const shape = w.shape.length === 1 ? `(${w.shape[0]},)` : `(${w.shape.join(", ")})`;
   let h = `{'descr': '${descr}', 'fortran_order': False, 'shape': ${shape}, }`;
   h += " ".repeat((64 - ((10 + h.length + 1) % 64)) % 64) + "\n";
@@ -300,7 +306,7 @@ export function tensorFromNpy(b: Uint8Array): Tensor {
   const h = new TextDecoder("latin1").decode(b.subarray(start, start + hlen));
   const descr = /['"]descr['"]\s*:\s*['"]([^'"]*)['"]/.exec(h)?.[1];
   const unicode = /^<U([0-9]{1,12})$/.exec(descr ?? "");
-  const type = (Object.keys(NPY_DESCR) as NumericTensorType[]).find((k) => NPY_DESCR[k] === descr || (NPY_DESCR[k]?.[0] === "|" && descr === "<" + NPY_DESCR[k]!.slice(1)));
+  const type = (Object.keys(NPY_DESCR) as NumericTensorType[]).find((k) => NPY_DESCR[k] === descr || (NPY_DESCR[k][0] === "|" && descr === "<" + NPY_DESCR[k].slice(1))) ?? NPY_DESCR_ALSO[descr ?? ""];
   if (type === undefined && unicode === null) throw bad(`dtype ${descr}`);
   if (/['"]fortran_order['"]\s*:\s*True/.test(h)) throw bad("fortran_order is True");
   const dims = /['"]shape['"]\s*:\s*\(([^)]*)\)/.exec(h)?.[1];
