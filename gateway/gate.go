@@ -21,7 +21,15 @@ import (
 //  1. A device's gate is closed while work of its gating class ([devices.NAME]
 //     gate_class, default urgent) or of a class of higher priority is queued for the
 //     device (a pool on it among its candidates) or running on it, and a gated lease is
-//     held there; else it is open.
+//     held there; else it is open. Only work a pause can cover closes it: each request
+//     counts its measured service time on its pool (estimator; unknown: gateCover), and
+//     the device's gate closes when the work so counted adds up to gateCover or more. A
+//     pause lands a gate tick, a publish and a signal after the work arrives, so work
+//     shorter than that is done before it: a VAD frame of a few milliseconds every 32 ms
+//     would only stutter the tenant (each pause is followed by a minimum run,
+//     internal/gate rule 3, during which the next work that a pause could cover finds the
+//     tenant unpausable), while a camera frame of 100 ms, or a backlog of frames, closes
+//     the gate.
 //  2. The gateway publishes the gate of each device with a gated or a pressed lease on
 //     ortbus.gate.<gateway>.<device> at once when it changes and every gateRefresh
 //     while unchanged, with a seq that only grows and a ttl of gateTTL: a receiver lets
@@ -76,6 +84,9 @@ const (
 	gateRefresh = 100 * time.Millisecond
 	gateTTL     = 3 * gateRefresh
 	gateHistory = time.Minute
+	// gateCover is the least work that closes a gate (rule 1): a pause lands up to a
+	// gateTick after the work arrives, plus a publish and a signal.
+	gateCover = gateTick
 )
 
 func newGates() *gates {
@@ -93,41 +104,64 @@ func (g *Gateway) gateClass(device string) string {
 }
 
 // gateDemand reports, for each device of classes (device -> gating class), whether work
-// of that class or a higher one is queued for it or running on it (rule 1). prio is a
-// class's priority (ok false: unknown); gating lists every class that gates some device.
-func (lc *lifecycle) gateDemand(classes map[string]string, gating []string, prio func(string) (int, bool)) map[string]bool {
-	out := map[string]bool{}
+// of that class or a higher one, queued for it or running on it, is enough for a pause
+// to cover (rule 1). prio is a class's priority (ok false: unknown); gating lists every
+// class that gates some device; est is a request's measured service time on a pool (0:
+// not measured).
+func (lc *lifecycle) gateDemand(classes map[string]string, gating []string, prio func(string) (int, bool), est func(pool string, p *pending) time.Duration) map[string]bool {
 	gates := func(class, gc string) bool {
 		p, ok := prio(class)
 		q, ok2 := prio(gc)
 		return ok && ok2 && p <= q
 	}
+	// Look at the requests only when a class that gates has some running or waiting.
+	any := false
 	for device, gc := range classes {
 		for class, n := range lc.load[device] {
 			if n > 0 && gates(class, gc) {
-				out[device] = true
+				any = true
 			}
 		}
 	}
-	// Queued: look at the waiting requests only when a class that gates has some.
-	waiting := false
 	for _, class := range gating {
 		if lc.queues.Len(class) > 0 {
-			waiting = true
+			any = true
 		}
 	}
-	if !waiting {
+	out := map[string]bool{}
+	if !any {
 		return out
 	}
-	for _, f := range lc.byID {
-		if f.state != stQueued {
-			continue
+	work := map[string]time.Duration{}
+	count := func(d, pool string, p *pending) {
+		gc, ok := classes[d]
+		if !ok || !gates(p.class, gc) {
+			return
 		}
-		for _, pool := range lc.env.retryPools(f.p) {
-			d := lc.env.device(pool)
-			if gc, ok := classes[d]; ok && gates(f.p.class, gc) {
-				out[d] = true
+		w := est(pool, p)
+		if w <= 0 {
+			w = gateCover // not measured yet: as if a pause covered it
+		}
+		work[d] += w
+	}
+	for _, f := range lc.byID {
+		switch {
+		case f.out():
+			count(f.device, f.pool, f.p)
+		case f.state == stQueued:
+			// Once per device among its candidates (the first of its pools there).
+			seen := map[string]bool{}
+			for _, pool := range lc.env.retryPools(f.p) {
+				if d := lc.env.device(pool); !seen[d] {
+					seen[d] = true
+					count(d, pool, f.p)
+				}
 			}
+		}
+	}
+	for d, w := range work {
+		if w >= gateCover {
+			out[d] = true
 		}
 	}
 	return out
@@ -191,7 +225,9 @@ func (g *Gateway) decideGates(now time.Time) {
 				}
 			}
 		}
-		if !g.inspect(func(lc *lifecycle) { demand = lc.gateDemand(classes, gating, prio) }) {
+		est := g.est.all()
+		work := func(pool string, p *pending) time.Duration { return est[estKey{pool, p.op, p.req.Model}] }
+		if !g.inspect(func(lc *lifecycle) { demand = lc.gateDemand(classes, gating, prio, work) }) {
 			return // the loop has stopped: the gateway is going
 		}
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -74,8 +75,18 @@ func TestGateDecision(t *testing.T) {
 			if first.Closed || first.Gateway != g.id || first.Device != "cuda:0" || first.TTLMS != gateTTL.Milliseconds() {
 				t.Fatalf("first state %+v, want open with the gate's ttl", first)
 			}
+			// A request of class running on cuda:0 (n 1), or gone (n -1); not measured,
+			// so long enough for a pause (rule 1).
 			load := func(class string, n int) {
-				g.inspect(func(lc *lifecycle) { lc.load.add("cuda:0", class, n) })
+				g.inspect(func(lc *lifecycle) {
+					id := "running-" + class
+					if n > 0 {
+						lc.byID[id] = &flight{p: &pending{id: id, op: "tag", class: class}, state: stClaimed, pool: "a", device: "cuda:0"}
+					} else {
+						delete(lc.byID, id)
+					}
+					lc.load.add("cuda:0", class, n)
+				})
 			}
 			// Interactive work closes it only with gate_class = interactive.
 			load("interactive", 1)
@@ -206,7 +217,8 @@ func TestLeaseReclaim(t *testing.T) {
 // TestGateDemand: rule 1 on the lifecycle alone (fakeEnv: pools gpu and cpu on devices
 // dev-gpu and dev-cpu): a queued urgent request closes the gates of every device among its
 // candidates; running, only its own device's; interactive work closes only a gate whose
-// class is interactive; batch none.
+// class is interactive; batch none. Work not measured yet counts as long enough for a
+// pause (TestGateDemandShortWork: measured work shorter than a pause can cover).
 func TestGateDemand(t *testing.T) {
 	lc := newTestLifecycle()
 	prio := func(c string) (int, bool) {
@@ -214,7 +226,10 @@ func TestGateDemand(t *testing.T) {
 		return p, ok
 	}
 	classes := map[string]string{"dev-gpu": "urgent", "dev-cpu": "interactive", "dev-x": "urgent"}
-	demand := func() map[string]bool { return lc.gateDemand(classes, []string{"urgent", "interactive"}, prio) }
+	unmeasured := func(string, *pending) time.Duration { return 0 }
+	demand := func() map[string]bool {
+		return lc.gateDemand(classes, []string{"urgent", "interactive"}, prio, unmeasured)
+	}
 	if d := demand(); len(d) != 0 {
 		t.Fatalf("demand with nothing queued: %v", d)
 	}
@@ -234,6 +249,51 @@ func TestGateDemand(t *testing.T) {
 	lc.pass(t0, to("gpu", ""))
 	if d := demand(); !d["dev-gpu"] || d["dev-cpu"] {
 		t.Fatalf("urgent and interactive running on dev-gpu: %v", d)
+	}
+}
+
+// TestGateDemandShortWork: rule 1's cover. Urgent requests measured at 3 ms each (a VAD
+// frame) leave the gate open, one or a few at once, running or queued, since a pause
+// would land after them; enough of them to add up to gateCover close it, and so does one
+// request measured at 100 ms (a camera frame).
+func TestGateDemandShortWork(t *testing.T) {
+	lc := newTestLifecycle()
+	prio := func(c string) (int, bool) {
+		p, ok := map[string]int{"urgent": 0, "interactive": 1, "batch": 2}[c]
+		return p, ok
+	}
+	classes := map[string]string{"dev-gpu": "interactive"}
+	est := func(_ string, p *pending) time.Duration {
+		if p.class == "urgent" {
+			return 3 * time.Millisecond
+		}
+		return 100 * time.Millisecond
+	}
+	demand := func() map[string]bool { return lc.gateDemand(classes, []string{"urgent", "interactive"}, prio, est) }
+	lc.accept(req("u0", "urgent"), []string{"gpu"}, t0)
+	if d := demand(); d["dev-gpu"] {
+		t.Fatalf("one 3 ms frame queued closes the gate: %v", d)
+	}
+	lc.pass(t0, to("gpu", ""))
+	lc.accept(req("u1", "urgent"), []string{"gpu"}, t0)
+	if d := demand(); d["dev-gpu"] {
+		t.Fatalf("two 3 ms frames, one running, one queued, close the gate: %v", d)
+	}
+	n := int(gateCover / (3 * time.Millisecond))
+	for i := 2; i <= n; i++ {
+		lc.accept(req(fmt.Sprintf("u%d", i), "urgent"), []string{"gpu"}, t0)
+	}
+	if d := demand(); !d["dev-gpu"] {
+		t.Fatalf("a backlog of %d frames of 3 ms (%v >= gateCover) leaves the gate open", n+1, time.Duration(n+1)*3*time.Millisecond)
+	}
+	lc2 := newTestLifecycle()
+	lc2.accept(req("i", "interactive"), []string{"gpu"}, t0)
+	if d := lc2.gateDemand(classes, []string{"urgent", "interactive"}, prio, est); !d["dev-gpu"] {
+		t.Fatalf("a 100 ms camera frame queued leaves the gate open: %v", d)
+	}
+	lc2.pass(t0, to("gpu", ""))
+	if d := lc2.gateDemand(classes, []string{"urgent", "interactive"}, prio, est); !d["dev-gpu"] {
+		t.Fatalf("a 100 ms camera frame running leaves the gate open: %v", d)
 	}
 }
 
