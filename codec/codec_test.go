@@ -40,6 +40,12 @@ func samples() []any {
 			Workers: []WorkerStatus{{Heartbeat: Heartbeat{Worker: "w1"}, HeartbeatAgeMS: 5}}, Devices: []DeviceStatus{{Device: "cpu", BudgetBytes: 5}}, Classes: []ClassStatus{{Name: "batch", Chain: []string{"cpu"}}}},
 		&Error{Code: CodeNoWorker, Message: "no live pool", Details: map[string]any{"pools": "cpu"}},
 		&GatewayBeat{Gateway: "g1", Seq: 3, IntervalMS: 1000},
+		&ModelControl{Action: ModelLoad, Model: "tagger", Pool: "cpu"},
+		&ReloadReply{Gateway: "g", Changes: "pool cpu: models +tagger", Added: []string{"gpu"}, Removed: []string{"old"}, Replaced: map[string]string{"cuda": "pool table changed"},
+			Models: map[string]string{"cpu": "models +tagger"}, Routing: []string{"devices changed"}, Failed: []string{"worker cpu-0@g: model tagger: overloaded"}},
+		&WorkerLoad{Model: "tagger", Table: "kind = \"tagger-pixai\"\ndir = \"/srv/m\"\n", BudgetBytes: 1 << 30, Order: []string{"ccip", "tagger"}},
+		&WorkerUnload{Model: "tagger"},
+		&ModelStatus{Name: "tagger", Kind: "tagger-pixai", State: ModelFailed, Error: &Error{Code: CodeOverloaded, Message: "over budget"}, PeakBytes: 5, LoadMS: 3},
 	}
 }
 

@@ -69,3 +69,26 @@ func FuzzDecodeReply(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeControl: the bodies of a worker's load and unload control verbs, msgpack and
+// JSON: a decode error is bad_request, and a decoded body validates without a panic.
+func FuzzDecodeControl(f *testing.F) {
+	seeds(f, false)
+	seeds(f, true)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, asJSON := range []bool{false, true} {
+			var l WorkerLoad
+			if err := Decode(b, &l, asJSON); err == nil {
+				checkDecodeErr(t, l.Validate())
+			} else {
+				checkDecodeErr(t, err)
+			}
+			var u WorkerUnload
+			if err := Decode(b, &u, asJSON); err == nil {
+				checkDecodeErr(t, u.Validate())
+			} else {
+				checkDecodeErr(t, err)
+			}
+		}
+	})
+}

@@ -59,15 +59,22 @@ const (
 // A worker loads each model on its own: one that fails is failed, with its reason, and
 // the worker serves the others (a request for it is answered model_unavailable).
 const (
-	// ModelLoading: being loaded. A worker loads every model before its first heartbeat,
-	// so no heartbeat says it: the gateway's status says it of a starting worker's model
-	// (PoolStatus.Loading), from the worker's "loading" event line.
+	// ModelLoading: being loaded in place (the load control verb: WorkerLoad). A worker
+	// loads its pool's models before its first heartbeat, so a starting worker's models
+	// are never heard loading: the gateway's status says it of them (PoolStatus.Loading),
+	// from the worker's "loading" event line. A model being reloaded stays ready: its
+	// copy in force serves until the new one replaces it.
 	ModelLoading = "loading"
 	// ModelReady: loaded and warmed up; it serves.
 	ModelReady = "ready"
-	// ModelFailed: ONNX Runtime refused it, its files are missing, or its load or warm-up
-	// panicked; ModelStatus.Error says why.
+	// ModelFailed: ONNX Runtime refused it, its files are missing, its load or warm-up
+	// panicked, or its peak passed the memory budget (overloaded); ModelStatus.Error says
+	// why.
 	ModelFailed = "failed"
+	// ModelUnloaded: the state in the answer to the unload control verb, once the model's
+	// sessions are closed; an unloaded model leaves the worker's heartbeat (the gateway's
+	// status lists it in PoolStatus.Unloaded while the config file still gives it).
+	ModelUnloaded = "unloaded"
 )
 
 // MaxHeartbeatList bounds each list of a heartbeat (classes, models, queued and running
@@ -79,8 +86,8 @@ const MaxHeartbeatList = 64
 type ModelStatus struct {
 	Name string `msgpack:"name" json:"name"`
 	Kind string `msgpack:"kind" json:"kind"`
-	// State is ModelLoading, ModelReady or ModelFailed ("" from a worker older than the
-	// field: Loaded says it).
+	// State is ModelLoading, ModelReady or ModelFailed (ModelUnloaded in the answer to
+	// unload; "" from a worker older than the field: Loaded says it).
 	State string `msgpack:"state,omitempty" json:"state,omitempty"`
 	// Loaded is State == ready.
 	Loaded bool `msgpack:"loaded" json:"loaded"`

@@ -212,8 +212,15 @@ type ReloadReply struct {
 	Added    []string          `msgpack:"added,omitempty" json:"added,omitempty"`
 	Removed  []string          `msgpack:"removed,omitempty" json:"removed,omitempty"`
 	Replaced map[string]string `msgpack:"replaced,omitempty" json:"replaced,omitempty"`
+	// Models: pools whose models changed in place, their workers kept (models loaded,
+	// unloaded and reloaded through the load and unload control verbs), and how.
+	Models map[string]string `msgpack:"models,omitempty" json:"models,omitempty"`
 	// Routing are changes only the gateway's routing reads (class chains, devices, ...).
 	Routing []string `msgpack:"routing,omitempty" json:"routing,omitempty"`
+	// Failed says, one line each, what a worker could not do in place: a model that
+	// failed to load there (it is failed on that worker, and requests are routed around
+	// it; a reload's copy in force keeps serving), or a worker replaced instead.
+	Failed []string `msgpack:"failed,omitempty" json:"failed,omitempty"`
 }
 
 // HealthReply answers health.

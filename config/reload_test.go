@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -47,15 +48,59 @@ env`, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(ch.Added, []string{"gpu2"}) || len(ch.Removed) != 0 || ch.Changed["cpu"] != "models +ccip" || len(ch.Changed) != 1 ||
-		!slices.Equal(ch.Routing, []string{"class batch changed"}) || !slices.Equal(ch.Pools(), []string{"cpu", "gpu2"}) {
+	// ccip loaded into cpu in place: cpu's workers are kept, not replaced.
+	if !slices.Equal(ch.Added, []string{"gpu2"}) || len(ch.Removed) != 0 || len(ch.Changed) != 0 ||
+		!slices.Equal(ch.Models["cpu"].Load, []string{"ccip"}) || len(ch.Models["cpu"].Unload)+len(ch.Models["cpu"].Reload) != 0 || len(ch.Models) != 1 ||
+		!slices.Equal(ch.Routing, []string{"class batch changed"}) || !slices.Equal(ch.Pools(), []string{"gpu2"}) ||
+		ch.InPlace()["cpu"] != "models +ccip" || !strings.Contains(ch.String(), "pool cpu: models +ccip (in place)") {
 		t.Fatalf("added gpu2, ccip on cpu, a chain: %+v (%s)", ch, ch)
 	}
 
-	// A model's table changed: every pool that loads it is replaced.
+	// A model's table changed: every pool that loads it reloads it in place.
 	ch, err = Diff(cur, parse(strings.Replace(good, `dir = "models/tagger"`, `dir = "models/tagger2"`, 1)))
-	if err != nil || ch.Changed["cpu"] != "model tagger changed" || ch.Changed["cuda"] != "model tagger changed" {
+	if err != nil || len(ch.Changed) != 0 || !slices.Equal(ch.Models["cpu"].Reload, []string{"tagger"}) || !slices.Equal(ch.Models["cuda"].Reload, []string{"tagger"}) ||
+		ch.InPlace()["cpu"] != "model tagger reloaded" {
 		t.Fatalf("tagger's dir changed: %+v %v", ch, err)
+	}
+	// One change of each kind in one pool: loaded (anywhere in the list), unloaded,
+	// reloaded, in place.
+	three := strings.Replace(good, "[pools.cpu]", `[models.ccip]
+kind = "ccip"
+dir = "models/ccip"
+
+[models.det]
+kind = "detect"
+dir = "models/det"
+
+[pools.cpu]`, 1)
+	if cur3, err := Diff(cur, parse(strings.Replace(three, `models = ["tagger"]
+env`, `models = ["ccip", "tagger", "det"]
+env`, 1))); err != nil || len(cur3.Models["cpu"].Load) != 2 {
+		t.Fatalf("ccip and det loaded: %+v %v", cur3, err)
+	}
+	base := parse(strings.Replace(three, `models = ["tagger"]
+env`, `models = ["tagger", "ccip"]
+env`, 1))
+	next3 := strings.Replace(three, `models = ["tagger"]
+env`, `models = ["det", "tagger"]
+env`, 1)
+	next3 = strings.Replace(next3, `dir = "models/tagger"`, `dir = "models/tagger2"`, 1)
+	ch, err = Diff(base, parse(next3))
+	if want := (ModelChanges{Load: []string{"det"}, Unload: []string{"ccip"}, Reload: []string{"tagger"}}); err != nil || !reflect.DeepEqual(ch.Models["cpu"], want) ||
+		len(ch.Changed) != 0 || len(ch.Models["cuda"].Reload) != 1 || ch.InPlace()["cpu"] != "models +det -ccip; model tagger reloaded" {
+		t.Fatalf("det loaded, ccip unloaded, tagger reloaded: %+v %v", ch, err)
+	}
+	// The models kept, reordered: replaced (the order picks a request's default model).
+	reorder := strings.Replace(three, `models = ["tagger"]
+env`, `models = ["ccip", "tagger"]
+env`, 1)
+	if ch, err = Diff(base, parse(reorder)); err != nil || ch.Changed["cpu"] != "models reordered" || len(ch.Models) != 0 {
+		t.Fatalf("models reordered: %+v %v", ch, err)
+	}
+	if ch, err = Diff(base, parse(strings.Replace(three, `models = ["tagger"]
+env`, `models = ["ccip", "det", "tagger"]
+env`, 1))); err != nil || ch.Changed["cpu"] != "models +det, reordered" {
+		t.Fatalf("models reordered and one added: %+v %v", ch, err)
 	}
 	// A pool removed (and its class's chain with it).
 	removed := strings.Replace(good, `chain = ["cuda", "cpu"]`, `chain = ["cpu"]`, 1)
@@ -93,7 +138,7 @@ func TestWithPoolModels(t *testing.T) {
 	if err != nil || len(next.Pools["cpu"].Models) != 0 || len(c.Pools["cpu"].Models) != 1 || next.Pools["cuda"] != c.Pools["cuda"] {
 		t.Fatalf("unload tagger from cpu: %v; cpu %v (in force %v)", err, next.Pools["cpu"].Models, c.Pools["cpu"].Models)
 	}
-	if ch, err := Diff(c, next); err != nil || ch.Changed["cpu"] != "models -tagger" {
+	if ch, err := Diff(c, next); err != nil || len(ch.Changed) != 0 || !slices.Equal(ch.Models["cpu"].Unload, []string{"tagger"}) {
 		t.Fatalf("diff: %+v %v", ch, err)
 	}
 	if _, err := c.WithPoolModels("nope", nil); err == nil {
@@ -102,6 +147,73 @@ func TestWithPoolModels(t *testing.T) {
 	if _, err := c.WithPoolModels("cpu", []string{"nope"}); err == nil {
 		t.Error("an unknown model taken")
 	}
+	many := make([]string, 65)
+	for i := range many {
+		many[i] = "tagger"
+	}
+	if _, err := c.WithPoolModels("cpu", many); err == nil || !strings.Contains(err.Error(), "at most 64 models") {
+		t.Errorf("65 models in a pool: %v", err)
+	}
+}
+
+// TestParseModel: a model's table goes to a worker as TOML (MarshalModel) and comes back
+// the same (ParseModel), validated as the file's models are; what the file would refuse,
+// an unknown key, a relative dir and an oversized table are refused, each with the key.
+func TestParseModel(t *testing.T) {
+	c, err := Load(write(t, good+`
+[models.det]
+kind = "detect"
+dir = "models/det"
+files = { model = "m.onnx" }
+conf = 0.5
+labels = ["a", "b"]
+memory = "64MiB"
+max_batch = 4
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"tagger", "det"} {
+		b, err := MarshalModel(c.Models[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := ParseModel(name, b)
+		if err != nil || !reflect.DeepEqual(m, c.Models[name]) {
+			t.Fatalf("%s: %+v %v, want %+v (table %s)", name, m, err, c.Models[name], b)
+		}
+	}
+	for table, want := range map[string]string{
+		`kind = "nope"` + "\ndir = \"/m\"":                "unknown model kind",
+		`kind = "raw"`:                                    "set dir",
+		`kind = "raw"` + "\ndir = \"m\"":                  "is relative",
+		`kind = "raw"` + "\ndir = \"/m\"\nconf = 2":       "conf",
+		`kind = "raw"` + "\ndir = \"/m\"\nextra = 1":      "unknown key",
+		`kind = "raw"` + "\ndir = \"/m\"\nmax_batch = -1": "max_batch",
+		"kind = [":                  "models.x",
+		strings.Repeat("#", 65<<10): "over the limit",
+	} {
+		if _, err := ParseModel("x", []byte(table)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("table %.40q: %v, want refused naming %q", table, err, want)
+		}
+	}
+	if _, err := ParseModel("a.b", []byte(`kind = "raw"`+"\ndir = \"/m\"")); err == nil {
+		t.Error("a model name that is no subject token taken")
+	}
+}
+
+// FuzzParseModel: a worker reads a model's table from the wire: hostile text is an error,
+// never a panic, and a table it takes is valid.
+func FuzzParseModel(f *testing.F) {
+	for _, s := range []string{`kind = "raw"` + "\ndir = \"/m\"", `kind = "detect"` + "\ndir = \"/m\"\nlabels = [\"a\"]\nmemory = \"1GiB\"", "kind = [", "= ="} {
+		f.Add("m", []byte(s))
+	}
+	f.Fuzz(func(t *testing.T, name string, table []byte) {
+		m, err := ParseModel(name, table)
+		if err == nil && (m.Name != name || (m.Dir == "" && m.HFRepo == "")) {
+			t.Fatalf("took %+v", m)
+		}
+	})
 }
 
 // TestSpins: spin true and false decide; "auto" (and no key) spins only while the local

@@ -62,15 +62,15 @@ func TestProtocolNames(t *testing.T) {
 	}
 	names = append(names,
 		subjects.ClassUrgent, subjects.ClassInteractive, subjects.ClassBatch,
-		subjects.VerbDrain, subjects.VerbStats,
+		subjects.VerbDrain, subjects.VerbStats, subjects.VerbLoad, subjects.VerbUnload,
 		subjects.Cancel, subjects.OpsCancel, subjects.OpsReload, subjects.OpsModel, subjects.GatewayQueue, subjects.ServiceName, subjects.InferQueue("<pool>"),
 		subjects.HBAll, subjects.APIAll, subjects.InferAll, subjects.GWAll,
 		config.PolicyPriority, config.PolicyFIFO, config.ShedRejectNew, config.ShedDropOldest,
-		config.MemBudgetEnv, config.SkipModelsEnv, config.PoolModelsEnv,
+		config.MemBudgetEnv, config.SkipModelsEnv, config.PoolModelsEnv, config.ControlKeyEnv,
 		codec.ModelLoad, codec.ModelUnload, codec.ModelReload,
 		codec.ClaimTaken,
 		codec.StateStarting, codec.StateReady, codec.StateDraining, codec.StateFailed,
-		codec.ModelLoading, codec.ModelReady, codec.ModelFailed,
+		codec.ModelLoading, codec.ModelReady, codec.ModelFailed, codec.ModelUnloaded,
 		codec.HeaderErrorCode, codec.HeaderError,
 	)
 	names = append(names, config.KnownKinds...)

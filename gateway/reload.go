@@ -2,7 +2,10 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
+	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -10,40 +13,56 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/guard"
+	"github.com/ortbus/ortbus/internal/reply"
+	"github.com/ortbus/ortbus/models/modelrev"
 	"github.com/ortbus/ortbus/subjects"
 )
 
 // Changing the configuration without a restart: a reload (SIGHUP, `ortbus reload`:
 // ortbus.ops.reload) re-reads the config file; a model operation (`ortbus model
 // load|unload|reload`: ortbus.ops.model) changes one pool's models in the configuration
-// in force, or replaces the workers that load one model (its files changed). The steps,
-// in order:
+// in force, or has the workers that load one model load it again (its files changed).
+// The steps, in order:
 //
 //  1. Read: the next configuration (the file again, or the one in force with one pool's
 //     models changed).
-//  2. Plan: config.Diff names the pools to start, stop and replace, and why. What a
-//     reload cannot change (sections read once at start, the class queues) refuses the
-//     whole reload: nothing is applied.
-//  3. Admit: the pools to start or replace must fit their devices' memory budget with
-//     what is known of their models' peaks (declared memory, or a peak a worker measured)
-//     before anything loads; a change that does not fit is refused (overloaded), nothing
-//     applied.
+//  2. Plan: config.Diff names the pools to start, stop and replace (their own table
+//     changed), the pools whose models change in place (loaded, unloaded, reloaded: their
+//     workers kept), and why. What a reload cannot change (sections read once at start,
+//     the class queues) refuses the whole reload: nothing is applied.
+//  3. Admit: what the change loads must fit its devices' memory budget before anything
+//     loads (admitChange, its rules numbered there: a model of unknown peak counts the
+//     largest peak measured on its device, or its files' size, whichever is larger); a
+//     change that does not fit is refused (overloaded), nothing applied.
 //  4. Apply: the next configuration is put in force (requests accepted from now on
 //     resolve under it; queued ones are routed under it, a pool or model gone being
-//     passed over), then the supervisor starts the added pools, drains and stops the
-//     removed ones, and replaces the workers of changed pools one at a time: drained
-//     (every request it holds is answered) and stopped, then started on the new
-//     configuration. A request a stopped worker held and did not answer is retried (L7).
-//  5. Reply: what changed, once every worker started is ready or failed.
+//     passed over), but for the models loaded in place, which routing learns in step 5.
+//     The supervisor's restarts use it from now on (config.PoolModelsEnv), so a worker
+//     restarted meanwhile loads the models in force. It starts the added pools, drains and
+//     stops the removed ones, and replaces the workers of pools whose table changed one at
+//     a time: drained (every request it holds is answered) and stopped, then started on
+//     the new configuration. A request a stopped worker held and did not answer is
+//     retried (L7). Then the pools whose models change in place are changed by their live
+//     workers, one worker at a time (so a pool of several keeps serving): the unload
+//     verb for each model unloaded (the worker answers what it accepted for it, then
+//     closes it), then the load verb for each model loaded or reloaded, with its table
+//     and the device's budget left (a reload swaps a new copy in: no gap), each waited
+//     for (its answer, bounded by reloadTimeout, or the worker's exit) and then for the
+//     worker's heartbeat that shows it. A model that fails on a worker is failed there,
+//     and routed around (a reload's failed copy leaves the old one serving); a worker
+//     that does not take the verbs (no responders) is replaced instead.
+//  5. In force: the whole next configuration (routing knows the models loaded in place).
+//     Reply: what changed, and what failed, once every worker is ready or failed.
 //
 // Changes run one at a time; a second one meanwhile is answered overloaded. A remote
-// pool's workers are not the gateway's to replace: a change to one changes routing only,
-// and its operator restarts them.
+// pool's workers are not the gateway's to replace or change: a change to one changes
+// routing only, and its operator restarts them.
 
 // reloadTimeout bounds one change's wait for its workers (their model loads).
 const reloadTimeout = 10 * time.Minute
@@ -137,9 +156,9 @@ func (g *Gateway) modelControl(mc *codec.ModelControl) (*codec.ReloadReply, *cod
 		}
 		return g.change(next, ch)
 	case codec.ModelReload:
-		ch := &config.Changes{Changed: map[string]string{}}
+		ch := &config.Changes{Models: map[string]config.ModelChanges{}}
 		for _, name := range pools {
-			ch.Changed[name] = "model " + mc.Model + " reloaded"
+			ch.Models[name] = config.ModelChanges{Reload: []string{mc.Model}}
 		}
 		return g.change(cur, ch)
 	}
@@ -165,7 +184,10 @@ func (g *Gateway) change(next *config.Config, ch *config.Changes) (*codec.Reload
 		return nil, codec.Errorf(codec.CodeOverloaded, "another configuration change is being applied; try again when it is done")
 	}
 	defer g.changing.Unlock()
-	rep := &codec.ReloadReply{Gateway: g.id, Changes: ch.String(), Added: ch.Added, Removed: ch.Removed, Replaced: ch.Changed, Routing: ch.Routing}
+	rep := &codec.ReloadReply{Gateway: g.id, Changes: ch.String(), Added: ch.Added, Removed: ch.Removed, Replaced: ch.Changed, Models: ch.InPlace(), Routing: ch.Routing}
+	if len(rep.Replaced) == 0 {
+		rep.Replaced = nil
+	}
 	if ch.Empty() {
 		return rep, nil
 	}
@@ -177,15 +199,35 @@ func (g *Gateway) change(next *config.Config, ch *config.Changes) (*codec.Reload
 	// Heartbeats of both configurations' pools are taken while the change is applied (a
 	// removed pool's workers beat while they drain), then only the next one's.
 	g.tracker.SetPools(poolSet(cur, next))
-	g.cfg.Store(next)
+	g.cfg.Store(staged(next, ch))
 	g.kick()
 	ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
 	defer cancel()
-	g.supervisor.apply(ctx, next, ch, g.conf().Gateway.ShutdownGrace.D())
+	grace := g.conf().Gateway.ShutdownGrace.D()
+	targets := g.supervisor.apply(ctx, next, ch, grace)
+	rep.Failed = g.applyInPlace(ctx, next, ch, targets, grace)
+	g.cfg.Store(next)
 	g.tracker.SetPools(poolSet(next))
 	g.kick()
-	g.log.Info("configuration change applied", "changes", rep.Changes)
+	g.log.Info("configuration change applied", "changes", rep.Changes, "failed", rep.Failed)
 	return rep, nil
+}
+
+// staged is next without the models its pools load in place (step 4): routing learns
+// them once their workers have them (step 5).
+func staged(next *config.Config, ch *config.Changes) *config.Config {
+	out := next
+	for _, pool := range slices.Sorted(maps.Keys(ch.Models)) {
+		load := ch.Models[pool].Load
+		if len(load) == 0 || out.Pools[pool] == nil {
+			continue
+		}
+		without := slices.DeleteFunc(slices.Clone(out.Pools[pool].Models), func(m string) bool { return slices.Contains(load, m) })
+		if c, err := out.WithPoolModels(pool, without); err == nil {
+			out = c
+		}
+	}
+	return out
 }
 
 // poolSet is the pools of the configurations.
@@ -199,33 +241,76 @@ func poolSet(cfgs ...*config.Config) map[string]bool {
 	return out
 }
 
-// admitChange is step 3: on each device, what the pools ch starts or replaces will need
-// (each model's declared memory, else the largest peak a live worker measured for it,
-// times the pool's workers) must fit the device's budget left, counting the memory of the
-// workers being replaced as free. A model of unknown peak counts 0: the worker itself
-// refuses it when it loads past its budget, as at start-up.
+// admitChange is step 3: on each device, what ch will load must fit the budget left
+// (budget − admitted − leased − foreign − reserved for higher classes), else the change
+// is refused (overloaded) and nothing applied. Its rules:
+//
+//  1. A pool started (added) or replaced needs the peaks of its models (rule 3) times
+//     its workers; the peaks its live workers measured count as freed (they stop first).
+//  2. A pool whose models change in place needs, on each live worker, the peaks of the
+//     models it loads, and one copy of each model it reloads (the new copy loads beside
+//     the old one, on one worker at a time); the peaks its live workers measured for the
+//     models it unloads count as freed (unloads run first).
+//  3. A model's peak is its declared memory; else the largest peak a live worker measured
+//     for it; else, never measured, the larger of the largest peak measured of any model
+//     on the device and the size of its files on disk (a model takes at least its
+//     weights): a model of unknown peak never counts 0.
+//  4. A lazy_load pool asleep, and a remote pool, need nothing now (a sleeping pool is
+//     admitted when it wakes; a remote pool's workers are not this gateway's).
+//
+// A worker still refuses a model whose measured peak passes the budget left for it
+// (overloaded, that model alone).
 func (g *Gateway) admitChange(next *config.Config, ch *config.Changes) *codec.Error {
 	need := map[string]int64{} // per device
 	freed := map[string]int64{}
 	prio := map[string]int{}
-	for _, name := range append(slices.Clone(ch.Added), slices.Sorted(maps.Keys(ch.Changed))...) {
+	count := func(pool string, n, f int64) {
+		device := next.Pools[pool].Device
+		need[device] += n
+		freed[device] += f
+		if p, ok := prio[device]; !ok || next.PoolPriority(pool) < p {
+			prio[device] = next.PoolPriority(pool)
+		}
+	}
+	for _, name := range append(slices.Clone(ch.Added), slices.Sorted(maps.Keys(ch.Changed))...) { // rule 1
 		pc := next.Pools[name]
-		if pc == nil || !pc.IsLocal() || pc.LazyLoad {
+		if pc == nil || !pc.IsLocal() || pc.LazyLoad { // rule 4
 			continue
 		}
-		var n int64
+		var n, f int64
 		for _, m := range pc.Models {
-			n += g.peakOf(next, m)
-		}
-		need[pc.Device] += n * int64(max(1, pc.Workers))
-		if p, ok := prio[pc.Device]; !ok || next.PoolPriority(name) < p {
-			prio[pc.Device] = next.PoolPriority(name)
+			n += g.peakOf(next, pc.Device, m)
 		}
 		for _, w := range g.tracker.Live(name) {
 			for _, m := range w.HB.Models {
-				freed[pc.Device] += m.PeakBytes
+				f += m.PeakBytes
 			}
 		}
+		count(name, n*int64(max(1, pc.Workers)), f)
+	}
+	for _, name := range slices.Sorted(maps.Keys(ch.Models)) { // rule 2
+		pc, mch := next.Pools[name], ch.Models[name]
+		if pc == nil || !pc.IsLocal() {
+			continue
+		}
+		live := g.tracker.Live(name) // none when asleep (rule 4)
+		var n, f int64
+		for _, m := range mch.Load {
+			n += g.peakOf(next, pc.Device, m) * int64(len(live))
+		}
+		if len(live) > 0 {
+			for _, m := range mch.Reload {
+				n += g.peakOf(next, pc.Device, m)
+			}
+		}
+		for _, w := range live {
+			for _, m := range w.HB.Models {
+				if slices.Contains(mch.Unload, m.Name) {
+					f += m.PeakBytes
+				}
+			}
+		}
+		count(name, n, f)
 	}
 	for device, n := range need {
 		if n == 0 {
@@ -245,21 +330,52 @@ func (g *Gateway) admitChange(next *config.Config, ch *config.Changes) *codec.Er
 	return nil
 }
 
-// peakOf is what model m is known to need: its declared memory, else the largest peak a
-// live worker measured for it (0: unknown).
-func (g *Gateway) peakOf(cfg *config.Config, m string) int64 {
-	if mc := cfg.Models[m]; mc != nil && mc.Memory > 0 {
+// peakOf is what model m is known to need on device (admitChange, rule 3).
+func (g *Gateway) peakOf(cfg *config.Config, device, m string) int64 {
+	mc := cfg.Models[m]
+	if mc != nil && mc.Memory > 0 {
 		return int64(mc.Memory)
 	}
-	var peak int64
+	var peak, onDevice int64
 	for _, w := range g.tracker.Workers() {
+		if w.Dead {
+			continue
+		}
+		here := cfg.Pools[w.HB.Pool] != nil && cfg.Pools[w.HB.Pool].Device == device
 		for _, ms := range w.HB.Models {
-			if ms.Name == m && ms.State == codec.ModelReady {
+			if ms.State != codec.ModelReady {
+				continue
+			}
+			if ms.Name == m {
 				peak = max(peak, ms.PeakBytes)
+			}
+			if here {
+				onDevice = max(onDevice, ms.PeakBytes)
 			}
 		}
 	}
-	return peak
+	if peak > 0 {
+		return peak
+	}
+	return max(onDevice, filesSize(mc))
+}
+
+// filesSize is the size on disk of model mc's files (modelrev.Files), 0 when unknown.
+func filesSize(mc *config.Model) int64 {
+	if mc == nil {
+		return 0
+	}
+	files, err := modelrev.Files(mc)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, f := range files {
+		if st, err := os.Stat(f.Path); err == nil {
+			n += st.Size()
+		}
+	}
+	return n
 }
 
 // serveOps registers the operators' reload and model endpoints.
@@ -320,10 +436,21 @@ func jsonHeader(asJSON bool) []micro.RespondOpt {
 	return []micro.RespondOpt{micro.WithHeaders(micro.Headers{codec.HeaderContentType: {codec.ContentTypeJSON}})}
 }
 
+// inPlaceTarget is a worker process whose models change in place: a running process of
+// a pool of ch.Models when apply put next in force (so one started with the models before
+// it), by its id then.
+type inPlaceTarget struct {
+	p  *proc
+	id string
+}
+
 // apply puts next in force for the supervisor and starts, stops and replaces the workers
 // of the local pools ch names (step 4), returning once each worker it started is ready or
-// has failed (or ctx ends). grace bounds a worker's drain before it is killed.
-func (s *supervisor) apply(ctx context.Context, next *config.Config, ch *config.Changes, grace time.Duration) {
+// has failed (or ctx ends). grace bounds a worker's drain before it is killed. The pools
+// whose models change in place get next's table (a worker restarted from now on loads the
+// models in force), their skipped models that they no longer load or reload tried
+// afresh; apply returns their running processes, whose models the gateway changes.
+func (s *supervisor) apply(ctx context.Context, next *config.Config, ch *config.Changes, grace time.Duration) map[string][]inPlaceTarget {
 	cur := s.conf()
 	s.cfg.Store(next)
 	var wg sync.WaitGroup
@@ -334,7 +461,28 @@ func (s *supervisor) apply(ctx context.Context, next *config.Config, ch *config.
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return
+		return nil
+	}
+	targets := map[string][]inPlaceTarget{}
+	for _, name := range slices.Sorted(maps.Keys(ch.Models)) {
+		pp, pc := s.pools[name], next.Pools[name]
+		if pp == nil || pc == nil || !pc.IsLocal() {
+			continue
+		}
+		pp.cfg = pc
+		for m := range pp.skip {
+			if !slices.Contains(pc.Models, m) || slices.Contains(ch.Models[name].Reload, m) {
+				delete(pp.skip, m)
+			}
+		}
+		if pp.asleep {
+			continue // its next start reads the new configuration
+		}
+		for _, p := range pp.procs {
+			if p.cmd != nil && p.cmd.Process != nil && !isClosed(p.exited) && !p.stopping {
+				targets[name] = append(targets[name], inPlaceTarget{p: p, id: p.id})
+			}
+		}
 	}
 	for _, name := range ch.Removed {
 		if pp := s.pools[name]; pp != nil {
@@ -388,6 +536,206 @@ func (s *supervisor) apply(ctx context.Context, next *config.Config, ch *config.
 	}
 	s.mu.Unlock()
 	wg.Wait()
+	return targets
+}
+
+// applyInPlace changes the models of the pools of ch.Models on their workers (step 4):
+// targets (apply's), the pools in parallel, the workers of a pool one at a time. It
+// returns what failed, one line each.
+func (g *Gateway) applyInPlace(ctx context.Context, next *config.Config, ch *config.Changes, targets map[string][]inPlaceTarget, grace time.Duration) []string {
+	var mu sync.Mutex
+	var failed []string
+	var wg sync.WaitGroup
+	for _, pool := range slices.Sorted(maps.Keys(targets)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, t := range targets[pool] {
+				lines := g.changeWorker(ctx, next, pool, ch.Models[pool], t, grace)
+				mu.Lock()
+				failed = append(failed, lines...)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(failed)
+	return failed
+}
+
+// changeWorker changes the models of one worker of pool in place (step 4): it waits for
+// a starting one to settle, unloads, then loads and reloads, in next's order. A worker
+// that is gone, or was restarted meanwhile (it loaded the models in force), is left
+// alone. It returns what failed, one line each.
+func (g *Gateway) changeWorker(ctx context.Context, next *config.Config, pool string, mch config.ModelChanges, t inPlaceTarget, grace time.Duration) []string {
+	s := g.supervisor
+	s.waitSettled(ctx, t.p)
+	var failed []string
+	fail := func(format string, args ...any) {
+		failed = append(failed, "worker "+t.id+": "+fmt.Sprintf(format, args...))
+	}
+	pc := next.Pools[pool]
+	var verbs []struct {
+		verb, model string
+	}
+	for _, m := range mch.Unload {
+		verbs = append(verbs, struct{ verb, model string }{subjects.VerbUnload, m})
+	}
+	for _, m := range pc.Models {
+		if slices.Contains(mch.Load, m) || slices.Contains(mch.Reload, m) {
+			verbs = append(verbs, struct{ verb, model string }{subjects.VerbLoad, m})
+		}
+	}
+	for _, v := range verbs {
+		exited, ok := s.current(t, v.verb == subjects.VerbLoad, v.model)
+		if !ok {
+			return failed // gone or restarted: its process loads the models in force
+		}
+		e := g.modelVerb(ctx, next, pool, t.id, v.verb, v.model, exited)
+		answered := time.Now()
+		if v.verb == subjects.VerbLoad {
+			s.loaded(t, v.model)
+		}
+		switch {
+		case e == nil:
+			g.waitModelBeat(t.id, v.model, v.verb == subjects.VerbUnload, answered)
+		case e.Code == codec.CodeNoWorker && e.Details["replace"] == true:
+			// It takes no load or unload verb (an older worker, or NATS permissions that
+			// do not let it hear them): replaced, its new process loads the models in force.
+			g.log.Warn("a worker does not take the model verbs; replacing it", "worker", t.id, "pool", pool)
+			fail("replaced: %s", e.Message)
+			s.replace(ctx, t.p, grace)
+			return failed
+		case e.Code == codec.CodeWorkerLost:
+			fail("%s", e.Message)
+			return failed
+		case v.verb == subjects.VerbUnload && e.Code == codec.CodeUnknownModel:
+			// It does not have the model (a failed start, a skipped model): nothing to do.
+		default:
+			fail("model %s: %s: %s", v.model, e.Code, e.Message)
+			if v.verb == subjects.VerbLoad {
+				g.waitModelBeat(t.id, v.model, false, answered)
+			}
+		}
+	}
+	return failed
+}
+
+// modelVerb sends verb (load or unload) for model to worker id and waits for its answer:
+// nil (the model's status), or the worker's error. exited closes when the worker's
+// process exits (worker_lost: no answer will come). A worker that takes no such verb is
+// no_worker with details.replace.
+func (g *Gateway) modelVerb(ctx context.Context, next *config.Config, pool, id, verb, model string, exited <-chan struct{}) *codec.Error {
+	subj, err := subjects.Worker(id, verb)
+	if err != nil {
+		return codec.Errorf(codec.CodeInternal, "%v", err)
+	}
+	unload := &codec.WorkerUnload{Model: model}
+	unload.Sign(g.supervisor.controlKey, id, time.Now())
+	var body any = unload
+	if verb == subjects.VerbLoad {
+		table, err := config.MarshalModel(next.Models[model])
+		if err != nil {
+			return codec.Errorf(codec.CodeInternal, "%v", err)
+		}
+		load := &codec.WorkerLoad{Model: model, Table: string(table), Order: next.Pools[pool].Models}
+		if left, ok := g.remaining(next.Pools[pool].Device, pool, ""); ok {
+			load.BudgetBytes = max(left, 1) // 0 would be no limit: none left fails the model
+		}
+		load.Sign(g.supervisor.controlKey, id, time.Now())
+		body = load
+	}
+	data, err := codec.Marshal(body)
+	if err != nil {
+		return codec.Errorf(codec.CodeInternal, "%v", err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-exited:
+			cancel()
+		case <-rctx.Done():
+		}
+	}()
+	g.log.Info("changing a model in place", "worker", id, "verb", verb, "model", model)
+	m, err := g.nc.RequestWithContext(rctx, subj, data)
+	gone := false
+	select {
+	case <-exited:
+		gone = true
+	default:
+	}
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return codec.Errorf(codec.CodeNoWorker, "worker %s does not take the %s verb", id, verb).With("replace", true)
+	case err != nil && gone:
+		return codec.Errorf(codec.CodeWorkerLost, "exited during %s %s: its restart loads the models in force", verb, model)
+	case err != nil:
+		return codec.Errorf(codec.CodeWorkerLost, "no answer to %s %s: %v", verb, model, err)
+	}
+	if e := reply.ErrorOf(m); e != nil {
+		return e
+	}
+	var st codec.ModelStatus
+	if err := codec.Unmarshal(m.Data, &st); err != nil || st.Name != model {
+		return codec.Errorf(codec.CodeInternal, "%s %s: the worker's answer is not the model's status", verb, model)
+	}
+	return nil
+}
+
+// waitModelBeat waits (a bounded time) until the tracker has heard a heartbeat of worker
+// id sent after the worker's answer (at answered) that shows model settled — ready or
+// failed after a load, gone after an unload — so that the next worker's budget counts
+// its memory and routing sees its state when the change is in force.
+func (g *Gateway) waitModelBeat(id, model string, gone bool, answered time.Time) {
+	deadline := time.Now().Add(3 * g.conf().Health.HeartbeatInterval.D())
+	for time.Now().Before(deadline) {
+		w, ok := g.tracker.Get(id)
+		if !ok || w.Dead {
+			return
+		}
+		if w.HB.SentMS < answered.UnixMilli() {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		listed, settled := false, false
+		for _, m := range w.HB.Models {
+			if m.Name == model {
+				listed, settled = true, m.State == codec.ModelReady || m.State == codec.ModelFailed
+			}
+		}
+		if gone && !listed || !gone && settled {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// current reports whether t's process is the one apply found, still running and ready,
+// with its exit channel; when load, it marks model as the one the process is loading, so
+// that a native crash in the load skips the model on its restarts (as a "loading" event
+// line does at start-up).
+func (s *supervisor) current(t inPlaceTarget, load bool, model string) (<-chan struct{}, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := t.p
+	if p.id != t.id || !p.ready || p.stopping || isClosed(p.exited) {
+		return nil, false
+	}
+	if load {
+		p.loading = model
+	}
+	return p.exited, true
+}
+
+// loaded clears the model t's process was loading in place (current).
+func (s *supervisor) loaded(t inPlaceTarget, model string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t.p.id == t.id && t.p.loading == model {
+		t.p.loading = ""
+	}
 }
 
 // sameModel reports whether model m has the same table in a and b.

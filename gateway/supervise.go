@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"cmp"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -55,6 +56,10 @@ type supervisor struct {
 	closed  bool
 	started time.Time
 	wg      sync.WaitGroup
+
+	// controlKey signs the load and unload verbs the gateway sends its workers (each gets
+	// it at spawn: config.ControlKeyEnv), so that they take them from it alone.
+	controlKey []byte
 }
 
 type poolProcs struct {
@@ -115,7 +120,8 @@ type gatewayView interface {
 func newSupervisor(cfg *config.Config, tracker *health.Tracker, gw gatewayView, log *slog.Logger, gateway, bin, url string) *supervisor {
 	host, _ := os.Hostname()
 	s := &supervisor{tracker: tracker, bin: bin, url: url, log: log, gateway: cmp.Or(gateway, "gateway"), host: host,
-		pools: map[string]*poolProcs{}, byID: map[string]*proc{}, started: time.Now()}
+		pools: map[string]*poolProcs{}, byID: map[string]*proc{}, started: time.Now(), controlKey: make([]byte, 32)}
+	rand.Read(s.controlKey) // never fails (crypto/rand, Go 1.24 on)
 	s.cfg.Store(cfg)
 	if gw != nil {
 		s.mem, s.idle = gw, gw.poolIdle
@@ -454,9 +460,10 @@ func (s *supervisor) spawn(p *proc) {
 		}
 		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", config.MemBudgetEnv, left))
 	}
-	// The models in force (a run-time load or unload changes them without the file).
+	// The models in force (a run-time load or unload changes them without the file), and
+	// the key of the verbs that change them in place.
 	models, _ := json.Marshal(pc.Models)
-	cmd.Env = append(cmd.Env, config.PoolModelsEnv+"="+string(models))
+	cmd.Env = append(cmd.Env, config.PoolModelsEnv+"="+string(models), config.ControlKeyEnv+"="+hex.EncodeToString(s.controlKey))
 	if skip := s.pools[p.pool].skip; len(skip) > 0 {
 		b, _ := json.Marshal(skip)
 		cmd.Env = append(cmd.Env, config.SkipModelsEnv+"="+string(b))

@@ -138,10 +138,14 @@ func JobResults(job string) string { return JobResultPrefix + "." + job + ".>" }
 // JobRun is the subject of the mark of item n's k-th run: ortbus.job.run.<job>.<n>.<k>.
 func JobRun(job string, n, k int) string { return fmt.Sprintf("%s.%s.%d.%d", JobRunPrefix, job, n, k) }
 
-// Worker control verbs.
+// Worker control verbs: stats and drain (operators; any body, answered with a Heartbeat
+// snapshot), load and unload (the gateway that supervises the worker: a model changed in
+// place, codec.WorkerLoad and codec.WorkerUnload, answered with a codec.ModelStatus).
 const (
-	VerbDrain = "drain"
-	VerbStats = "stats"
+	VerbDrain  = "drain"
+	VerbStats  = "stats"
+	VerbLoad   = "load"
+	VerbUnload = "unload"
 )
 
 // The latency classes, highest priority first.

@@ -15,17 +15,21 @@ import (
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
 
-// TestModelsChangeWithoutRestart runs a real gateway, its worker and ONNX Runtime while
-// the pool's models change under traffic, without a restart:
-//   - `model load scalar` into the running pool: scalar is served afterwards;
+// TestModelsChangeWithoutRestart runs a real gateway, its one worker and ONNX Runtime
+// while the pool's models change under traffic, in place — the same worker process
+// throughout (its id and PID), never restarted:
+//   - `model load scalar` into the running pool of one worker: scalar is served
+//     afterwards, tiny throughout;
 //   - `model unload scalar`: scalar is unknown afterwards, tiny served throughout;
 //   - the config file edited to load scalar, then SIGHUP: scalar served again;
 //   - the file edited in a way a reload cannot apply ([health]): refused by `ortbus
 //     reload`, naming it, the configuration in force kept;
-//   - `model reload tiny`: its workers replaced.
+//   - `model reload tiny` under tiny's own traffic: a new copy loaded (the worker's
+//     sessions_created grows) and swapped in by the same worker, 0 requests failed;
+//   - a pool added by the file, then the first removed: tiny moves to the new pool.
 //
 // Requests for tiny are posted while each change is applied; every one of them is
-// answered exactly once, with its result: nothing is lost while workers are replaced.
+// answered exactly once, with its result: nothing is lost while models change.
 func TestModelsChangeWithoutRestart(t *testing.T) {
 	t.Parallel()
 	dur := func(d time.Duration) config.Duration { return config.Duration(d) }
@@ -81,22 +85,36 @@ func TestModelsChangeWithoutRestart(t *testing.T) {
 	if r := scalar(); r.Err == nil || r.Err.Code != codec.CodeUnknownModel {
 		t.Fatalf("scalar before it is loaded: %+v, want unknown_model", r.Err)
 	}
+	// The pool's one worker, which every change below keeps.
+	first := onlyWorker(t, g, "pr")
+	same := func(when string) codec.WorkerStatus {
+		t.Helper()
+		w := onlyWorker(t, g, "pr")
+		if w.Worker != first.Worker || w.PID != first.PID || w.Restarts != 0 {
+			t.Fatalf("%s: the pool's worker is %s (pid %d, %d restarts), want %s (pid %d) kept", when, w.Worker, w.PID, w.Restarts, first.Worker, first.PID)
+		}
+		return w
+	}
+	inPlace := func(what string, rep *codec.ReloadReply, err error, want string) {
+		t.Helper()
+		if err != nil || rep.Models["pr"] != want || len(rep.Replaced) != 0 || len(rep.Failed) != 0 {
+			t.Fatalf("%s: %+v %v, want pr's models changed in place (%q), nothing replaced or failed", what, rep, err, want)
+		}
+	}
 
 	ctx := t.Context()
 	rep, err := under("model load scalar", func() (*codec.ReloadReply, error) {
 		return cl.Model(ctx, &codec.ModelControl{Action: codec.ModelLoad, Model: "scalar", Pool: "pr"})
 	})
-	if err != nil || rep.Replaced["pr"] != "models +scalar" {
-		t.Fatalf("model load scalar: %+v %v", rep, err)
-	}
+	inPlace("model load scalar", rep, err, "models +scalar")
 	wantScalar("after model load")
+	same("after model load")
 
 	rep, err = under("model unload scalar", func() (*codec.ReloadReply, error) {
 		return cl.Model(ctx, &codec.ModelControl{Action: codec.ModelUnload, Model: "scalar"})
 	})
-	if err != nil || rep.Replaced["pr"] != "models -scalar" {
-		t.Fatalf("model unload scalar: %+v %v", rep, err)
-	}
+	inPlace("model unload scalar", rep, err, "models -scalar")
+	same("after model unload")
 	if r := scalar(); r.Err == nil || r.Err.Code != codec.CodeUnknownModel {
 		t.Fatalf("scalar after its unload: %+v, want unknown_model", r.Err)
 	}
@@ -107,10 +125,12 @@ func TestModelsChangeWithoutRestart(t *testing.T) {
 	if err := g.lp.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
+	// The worker has scalar ready (its heartbeat) a moment before routing knows it (the
+	// change's last step): served is the proof.
 	for n := 0; ; n++ {
 		tiny()
 		st := g.status(t)
-		if w := gwLive(st, "pr"); len(w) == 1 && modelReady(w, "scalar") {
+		if w := gwLive(st, "pr"); len(w) == 1 && modelReady(w, "scalar") && scalar().Err == nil {
 			break
 		}
 		if n > int(gwReplyBound/(20*time.Millisecond)) {
@@ -119,6 +139,7 @@ func TestModelsChangeWithoutRestart(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	wantScalar("after SIGHUP")
+	same("after SIGHUP")
 
 	// What a reload cannot apply: refused, named, nothing changed.
 	c.Health.HeartbeatInterval = dur(2 * gwHeartbeat)
@@ -143,27 +164,24 @@ func TestModelsChangeWithoutRestart(t *testing.T) {
 	if st := g.status(t); len(st.Pools) != 1 || len(st.Pools[0].Unloaded) != 1 || st.Pools[0].Unloaded[0] != "scalar" {
 		t.Fatalf("status after the unload: %+v, want scalar unloaded", st.Pools)
 	}
-	if rep, err := under("reload of the file", func() (*codec.ReloadReply, error) { return cl.Reload(ctx) }); err != nil || rep.Replaced["pr"] != "models +scalar" {
-		t.Fatalf("reload after the unload: %+v %v", rep, err)
-	}
+	rep, err = under("reload of the file", func() (*codec.ReloadReply, error) { return cl.Reload(ctx) })
+	inPlace("reload after the unload", rep, err, "models +scalar")
 	wantScalar("after the file's reload")
 	if st := g.status(t); len(st.Pools[0].Unloaded) != 0 {
 		t.Fatalf("status after the reload: unloaded %v", st.Pools[0].Unloaded)
 	}
 
-	old := gwLive(g.status(t), "pr")
+	// Reloaded under its own traffic: a new copy, in the same worker, no request failed
+	// (checked with every tiny request at the end).
+	before := same("before model reload")
 	rep, err = under("model reload tiny", func() (*codec.ReloadReply, error) {
 		return cl.Model(ctx, &codec.ModelControl{Action: codec.ModelReload, Model: "tiny"})
 	})
-	if err != nil || rep.Replaced["pr"] != "model tiny reloaded" {
-		t.Fatalf("model reload tiny: %+v %v", rep, err)
+	inPlace("model reload tiny", rep, err, "model tiny reloaded")
+	if after := same("after model reload"); after.SessionsCreated <= before.SessionsCreated {
+		t.Errorf("model reload tiny: the worker's sessions_created %d → %d: no new copy loaded", before.SessionsCreated, after.SessionsCreated)
 	}
-	now := gwLive(g.status(t), "pr")
-	for id := range now {
-		if _, same := old[id]; same {
-			t.Errorf("worker %s not replaced by model reload", id)
-		}
-	}
+	wantScalar("after model reload tiny")
 
 	// A pool added by the file, then the first one removed: tiny moves to the new pool
 	// under traffic.
@@ -197,6 +215,19 @@ func TestModelsChangeWithoutRestart(t *testing.T) {
 		}
 	}
 	t.Logf("%d tiny requests across the changes, all answered once", posted)
+}
+
+// onlyWorker is the one live worker of pool, as status shows it.
+func onlyWorker(t *testing.T, g *gatewayProc, pool string) codec.WorkerStatus {
+	t.Helper()
+	live := gwLive(g.status(t), pool)
+	if len(live) != 1 {
+		t.Fatalf("pool %s has %d live workers, want 1", pool, len(live))
+	}
+	for _, w := range live {
+		return w
+	}
+	panic("unreachable")
 }
 
 // modelReady reports whether a live worker of workers has model ready.

@@ -63,9 +63,18 @@ dir = "/srv/m"
 	nc := testenv.InProcessNATS(t)
 	p := c.Pools["cpu"]
 	w := &Worker{cfg: c, pool: p, id: "cpu-unit", log: slog.New(slog.NewTextHandler(io.Discard, nil)), rt: &ort.Runtime{Version: "unit"},
-		models: map[string]models.Model{"tagger": echoModel{}}, order: []string{"tagger"}, start: time.Now(), nc: nc, replies: c.NATS.Replies(),
+		models: readySet(echoModel{}), start: time.Now(), nc: nc, replies: c.NATS.Replies(),
 		q: newQueues(p.Classes, p.QueueBound, p.MaxBatch, p.MaxDelay.D())}
 	return w, nc
+}
+
+// readySet is a model set serving ms, each ready under its own name.
+func readySet(ms ...models.Model) *modelSet {
+	s := newModelSet()
+	for _, m := range ms {
+		s.serve(m, codec.ModelStatus{Name: m.Name(), Kind: m.Kind(), State: codec.ModelReady, Loaded: true}, nil)
+	}
+	return s
 }
 
 // FuzzAccept drives the worker's work-item handler with arbitrary bodies, msgpack and

@@ -37,7 +37,7 @@ func TestServeConnStopsWhenConnectionClosed(t *testing.T) {
 	w, nc := unitWorker(t)
 	w.pool.Slots = 1
 	started := make(chan struct{}, 4)
-	w.models["tagger"] = blockModel{started: started}
+	w.models = readySet(blockModel{started: started})
 	ready := make(chan struct{})
 	w.ready = func(*Worker) { close(ready) }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -88,7 +88,7 @@ func TestServeConnLostWhileDraining(t *testing.T) {
 	w, nc := unitWorker(t)
 	w.pool.Slots = 1
 	started := make(chan struct{}, 4)
-	w.models["tagger"] = blockModel{started: started}
+	w.models = readySet(blockModel{started: started})
 	ready := make(chan struct{})
 	w.ready = func(*Worker) { close(ready) }
 	ctx, cancel := context.WithCancel(context.Background())

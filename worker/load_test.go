@@ -68,7 +68,7 @@ func loadWorker(t *testing.T, names ...string) (*Worker, *nats.Conn) {
 	nc := testenv.InProcessNATS(t)
 	p := c.Pools["cpu"]
 	w := &Worker{cfg: c, pool: p, id: "cpu-load", log: slog.New(slog.NewTextHandler(io.Discard, nil)), rt: &ort.Runtime{Version: "unit"},
-		models: map[string]models.Model{}, failedModels: map[string]*codec.Error{}, start: time.Now(), nc: nc, replies: c.NATS.Replies(),
+		models: newModelSet(), start: time.Now(), nc: nc, replies: c.NATS.Replies(),
 		q: newQueues(p.Classes, p.QueueBound, p.MaxBatch, p.MaxDelay.D())}
 	return w, nc
 }
@@ -205,8 +205,8 @@ func TestEveryModelFailed(t *testing.T) {
 	if err := w.loadModels(models.Env{}, open, 0); err != nil {
 		t.Fatalf("loadModels: %v", err)
 	}
-	if len(w.models) != 0 || len(w.failedModels) != 2 {
-		t.Fatalf("ready %v, failed %v", w.models, w.failedModels)
+	if order, failed := w.models.names(); len(order) != 2 || len(failed) != 2 {
+		t.Fatalf("models %v, failed %v", order, failed)
 	}
 	e := ask(t, w, nc, "")
 	le, _ := e.Details["error"].(map[string]any)

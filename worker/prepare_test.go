@@ -45,7 +45,7 @@ func (m *gateModel) Run(ctx context.Context, op string, items []models.Item) ([]
 func TestPrepareAhead(t *testing.T) {
 	w, nc := unitWorker(t)
 	m := &gateModel{prepared: map[string]int{}, prepCh: make(chan string, 8), running: make(chan string, 8), release: make(chan struct{}, 8), stop: make(chan struct{})}
-	w.models["tagger"] = m
+	w.models = readySet(m)
 	replies, err := nc.SubscribeSync("_INBOX.ahead.>")
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,16 @@ func rssBytes() int64 { return procStatus("VmRSS:") }
 // hwmBytes is this process's peak resident set size so far (VmHWM).
 func hwmBytes() int64 { return procStatus("VmHWM:") }
 
+// resetPeak resets this process's peak resident set size to its resident set size now
+// (Linux: "5" written to /proc/self/clear_refs) and returns it, so that the peak a load
+// in place reaches is measured from here: the process's earlier peaks (a large batch) are
+// not the model's. Where it cannot be reset, the peak so far is returned: the growth past
+// it is measured.
+func resetPeak() int64 {
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+	return hwmBytes()
+}
+
 func procStatus(key string) int64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {

@@ -159,6 +159,18 @@ func (q *queues) gather(unit []*job) []*job {
 	}
 }
 
+// setCap sets model's batch cap (memory admission: a model loaded in place), or clears
+// it (n <= 0).
+func (q *queues) setCap(model string, n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if n > 0 {
+		q.caps[model] = n
+	} else {
+		delete(q.caps, model)
+	}
+}
+
 // higherWaiting reports whether a class above class has queued work. Called with mu held.
 func (q *queues) higherWaiting(class string) bool {
 	for _, c := range q.order {

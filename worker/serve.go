@@ -290,6 +290,8 @@ func (w *Worker) answer(j *job, rep codec.Replier, err error) {
 	if j.cancel != nil {
 		defer j.cancel()
 	}
+	// The job's hold on its model's copy ends with its answer (modelSet, rule 2).
+	defer w.models.release(j.model)
 	if j.msg.Reply == "" {
 		return
 	}
@@ -309,7 +311,7 @@ func (w *Worker) answer(j *job, rep codec.Replier, err error) {
 		w.failed.Add(1)
 	} else {
 		s := rep.Meta()
-		s.ID, s.Model, s.Pool, s.Worker, s.Runtime, s.EP = j.item.ID, j.model.Name(), w.pool.Name, w.id, w.rt.Version, w.ep
+		s.ID, s.Model, s.Pool, s.Worker, s.Runtime, s.EP = j.item.ID, j.model.Name(), w.pool.Name, w.id, w.rt.Version, w.EP()
 		b, encErr := codec.Encode(rep, j.asJSON)
 		if encErr != nil {
 			out = reply.Error(j.msg.Reply, codec.Errorf(codec.CodeInternal, "encode reply: %v", encErr), j.asJSON)
@@ -335,7 +337,9 @@ func (w *Worker) answer(j *job, rep codec.Replier, err error) {
 	}
 }
 
-// control subscribes to cancels and to this worker's control verbs.
+// control subscribes to cancels and to this worker's control verbs: stats and drain
+// (answered with a heartbeat snapshot), load and unload (a model changed in place:
+// inplace.go).
 func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
 	cs, err := nc.Subscribe(subjects.Cancel, guard.Msg(w.log, "cancel", nc, w.replies, w.checked(func(m *nats.Msg) {
 		var c codec.Cancel
@@ -358,13 +362,17 @@ func (w *Worker) control(nc *nats.Conn) ([]*nats.Subscription, error) {
 		return nil, err
 	}
 	subs := []*nats.Subscription{cs}
-	for _, verb := range []string{subjects.VerbStats, subjects.VerbDrain} {
+	for _, verb := range []string{subjects.VerbStats, subjects.VerbDrain, subjects.VerbLoad, subjects.VerbUnload} {
 		subj, err := subjects.Worker(w.id, verb)
 		if err != nil {
 			return nil, err
 		}
 		verb := verb
 		s, err := nc.Subscribe(subj, guard.Msg(w.log, "control", nc, w.replies, w.checked(func(m *nats.Msg) {
+			if verb == subjects.VerbLoad || verb == subjects.VerbUnload {
+				w.controlModels(nc, verb, m)
+				return
+			}
 			if verb == subjects.VerbDrain {
 				w.draining.Store(true)
 			}
@@ -400,8 +408,8 @@ func (w *Worker) snapshot() *codec.Heartbeat {
 	}
 	return &codec.Heartbeat{
 		Worker: w.id, Pool: w.pool.Name, Host: w.host, PID: pid, State: state,
-		Runtime: w.rt.Version, Library: w.rt.Path, EP: w.ep, Device: w.pool.Device,
-		Classes: w.pool.Classes, Models: w.stats, Slots: w.pool.Slots, Direct: true,
+		Runtime: w.rt.Version, Library: w.rt.Path, EP: w.EP(), Device: w.pool.Device,
+		Classes: w.pool.Classes, Models: w.models.statuses(), Slots: w.pool.Slots, Direct: true,
 		Queued: queued, Running: running, Held: held,
 		Served: w.served.Load(), Failed: w.failed.Load(), SessionsCreated: ort.SessionsCreated(),
 		RSSBytes: rssBytes(), UptimeMS: time.Since(w.start).Milliseconds(),

@@ -6,6 +6,7 @@ package worker
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,22 +53,27 @@ type Options struct {
 
 // Worker is a loaded worker, ready to serve.
 type Worker struct {
-	cfg    *config.Config
-	pool   *config.Pool
-	id     string
-	host   string
-	log    *slog.Logger
-	rt     *ort.Runtime
-	ep     string
-	models map[string]models.Model // the ready models, by name
-	order  []string                // the pool's model names in pool order, failed ones too
-	// failedModels are the models that failed to load, with their load errors: requests
-	// for them are answered model_unavailable (a model is the unit of failure).
-	failedModels map[string]*codec.Error
-	stats        []codec.ModelStatus // every model of the pool, in pool order
-	q            *queues
-	start        time.Time
-	ready        func(*Worker)
+	cfg  *config.Config
+	pool *config.Pool
+	id   string
+	host string
+	log  *slog.Logger
+	rt   *ort.Runtime
+	// models are the worker's models (modelSet: their one owner), ready, failed and
+	// loading ones; a failed model's requests are answered model_unavailable (a model is
+	// the unit of failure).
+	models *modelSet
+	q      *queues
+	start  time.Time
+	ready  func(*Worker)
+	// env and open load a model (in place too: inplace.go); inplace is its one load at a
+	// time.
+	env     models.Env
+	open    opener
+	inplace inplace
+	// controlKey checks the load and unload verbs' signatures (config.ControlKeyEnv: the
+	// gateway that started the worker signs them); without it the worker takes neither.
+	controlKey []byte
 
 	onLoading      func(model string) // Options.OnLoading
 	skip           map[string]string  // models not to load, and why (config.SkipModelsEnv)
@@ -99,7 +105,7 @@ func New(opts Options) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: c, pool: p, id: opts.ID, log: opts.Logger, models: map[string]models.Model{}, failedModels: map[string]*codec.Error{},
+	w := &Worker{cfg: c, pool: p, id: opts.ID, log: opts.Logger, models: newModelSet(), open: models.Open,
 		start: time.Now(), ready: opts.OnReady, replies: c.NATS.Replies()}
 	if w.id == "" {
 		w.id = p.Name + "-" + nuid.Next()[16:]
@@ -131,24 +137,20 @@ func New(opts Options) (*Worker, error) {
 		Images:   images.Policy{AllowedRoots: c.Security.AllowedRoots, OutputRoots: c.Security.WriteRoots(), SyncRoots: c.Security.SyncRoots(), MaxPixels: c.Security.MaxImagePixels, MaxBytes: int64(c.Security.MaxImageBytes)},
 		SpoolDir: c.Security.SpoolDir,
 	}
-	w.onLoading, w.skip = opts.OnLoading, skipModels(w.log)
-	if err := w.loadModels(env, models.Open, memBudget()); err != nil {
+	w.onLoading, w.skip, w.env = opts.OnLoading, skipModels(w.log), env
+	w.controlKey, _ = hex.DecodeString(os.Getenv(config.ControlKeyEnv))
+	if err := w.loadModels(env, w.open, memBudget()); err != nil {
 		w.Close()
 		return nil, err
 	}
 	w.q = newQueues(c.ClassNames(), p.QueueBound, p.MaxBatch, p.MaxDelay.D())
-	for _, st := range w.stats {
+	for _, st := range w.models.statuses() {
 		if st.State == codec.ModelReady {
 			w.q.caps[st.Name] = st.MaxBatch
 		}
 	}
-	var failed []string
-	for _, st := range w.stats {
-		if st.State == codec.ModelFailed {
-			failed = append(failed, st.Name)
-		}
-	}
-	w.log.Info("worker loaded", "runtime", rt.Version, "library", rt.Path, "ep", w.ep, "models", w.order, "failed", failed)
+	order, failed := w.models.names()
+	w.log.Info("worker loaded", "runtime", rt.Version, "library", rt.Path, "ep", w.EP(), "models", order, "failed", failed)
 	return w, nil
 }
 
@@ -158,19 +160,21 @@ type opener func(models.Env, *config.Model) (models.Model, error)
 // loadModels loads the pool's models in order, each on its own (loadModel), and records
 // each one's status. Memory admission: the gateway passes what this worker may use on
 // its device (budget, 0: no limit); the peaks of the ready models are summed as they
-// load, and a sum over the budget fails the pool (overloaded), as before. A failed model
-// adds nothing to it.
+// load. A model whose peak would take the sum over the budget fails alone (overloaded in
+// its load error; its sessions closed), as any failed model, and the others serve. Only
+// a budget that leaves the worker nothing to serve — no model ready, one refused for
+// memory — fails the worker (overloaded): its pool's failure, which a restart cannot fix.
+// A failed model adds nothing to the sum.
 func (w *Worker) loadModels(env models.Env, open opener, budget int64) error {
 	p := w.pool
 	var admitted int64
+	var refused *codec.Error // the first model refused for memory
+	ready := 0
 	for _, name := range p.Models {
 		mc := w.cfg.Models[name]
-		w.order = append(w.order, name)
 		if why, ok := w.skip[name]; ok {
 			// A worker of this pool died natively while loading it: not again.
-			st := failedStatus(mc, codec.Errorf(codec.CodeWorkerLost, "not loaded: %s", why).With("model", name))
-			w.stats = append(w.stats, st)
-			w.failedModels[name] = st.Error
+			w.models.fail(failedStatus(mc, codec.Errorf(codec.CodeWorkerLost, "not loaded: %s", why).With("model", name)), nil)
 			w.log.Error("model skipped: a worker died while loading it", "model", name, "why", why)
 			continue
 		}
@@ -178,25 +182,42 @@ func (w *Worker) loadModels(env models.Env, open opener, budget int64) error {
 			w.onLoading(name)
 		}
 		m, st := w.loadModel(env, open, mc, budget-admitted, budget > 0)
-		w.stats = append(w.stats, st)
+		if m != nil && budget > 0 && admitted+st.PeakBytes > budget {
+			closeQuietly(m)
+			m, st = nil, w.overBudget(mc, st, admitted+st.PeakBytes, budget)
+			if refused == nil {
+				refused = st.Error
+			}
+		}
 		if m == nil {
-			w.failedModels[name] = st.Error
+			w.models.fail(st, nil)
 			w.log.Error("model failed to load; the worker serves the others", "model", name, "code", st.Error.Code, "err", st.Error.Message)
 			// Whatever the failed load left in memory is not the next model's.
 			w.rssBase = hwmBytes()
 			continue
 		}
-		w.models[name] = m
-		if s := m.Sessions(); len(s) > 0 && w.ep == "" {
-			w.ep = s[0].EP
-		}
+		w.models.serve(m, st, nil)
 		admitted += st.PeakBytes
-		if budget > 0 && admitted > budget {
-			return codec.Errorf(codec.CodeOverloaded, "memory admission refused on device %s: models up to %s need %s, over this worker's budget of %s",
-				p.Device, name, mib(admitted), mib(budget)).With("device", p.Device).With("sum_bytes", admitted).With("budget_bytes", budget).With("pool", p.Name)
-		}
+		ready++
+	}
+	if ready == 0 && refused != nil {
+		return codec.Errorf(codec.CodeOverloaded, "memory admission refused on device %s: %s", p.Device, refused.Message).
+			With("device", p.Device).With("sum_bytes", refused.Details["sum_bytes"]).With("budget_bytes", budget).With("pool", p.Name)
 	}
 	return nil
+}
+
+// overBudget is the failed status of model mc, loaded with status st, whose peak takes
+// what the worker admits to sum bytes, over its budget: code overloaded, naming the
+// device, the sum and the budget.
+func (w *Worker) overBudget(mc *config.Model, st codec.ModelStatus, sum, budget int64) codec.ModelStatus {
+	e := codec.Errorf(codec.CodeOverloaded, "model %s needs %s (peak, %s): the models up to it need %s, over this worker's memory budget of %s on device %s",
+		mc.Name, mib(st.PeakBytes), st.PeakSource, mib(sum), mib(budget), w.pool.Device).
+		With("model", mc.Name).With("device", w.pool.Device).With("sum_bytes", sum).With("budget_bytes", budget)
+	fs := failedStatus(mc, e)
+	fs.Error.Details = e.Details // failedStatus keeps only model, path, ep: these say why
+	fs.PeakBytes, fs.PeakSource, fs.LoadMS, fs.WarmupError = st.PeakBytes, st.PeakSource, st.LoadMS, st.WarmupError
+	return fs
 }
 
 // loadModel opens one model and warms it up (measure). It returns the model and its
@@ -388,8 +409,8 @@ func (w *Worker) ID() string { return w.id }
 // Runtime is the loaded runtime; EP the execution provider in use.
 func (w *Worker) Runtime() *ort.Runtime { return w.rt }
 
-// EP is the execution provider the worker's sessions use.
-func (w *Worker) EP() string { return w.ep }
+// EP is the execution provider the worker's sessions use ("" before a model is ready).
+func (w *Worker) EP() string { return w.models.execProvider() }
 
 // ReportFailure publishes one failed heartbeat for a worker that could not start, so
 // gateways and operators see why (runtime_missing, provider_unavailable) on the bus.
@@ -413,9 +434,7 @@ func ReportFailure(nc *nats.Conn, pool, id string, err error) error {
 
 // Close releases the models (the runtime stays loaded for the life of the process).
 func (w *Worker) Close() {
-	for _, m := range w.models {
-		m.Close()
-	}
+	w.models.closeAll()
 }
 
 // ErrConnectionLost is what Serve and ServeConn return, wrapped with the connection's
@@ -599,60 +618,65 @@ func subjectOf(s *nats.Subscription) string {
 // modelFor picks the model for a request: the named one, or the pool's first ready model
 // that serves op (or, with no op either, the pool's first ready model and its first op).
 // A failed model is answered model_unavailable: named, or when it is the only model of
-// the pool for op.
+// the pool for op. The copy it returns is held by the request until its answer
+// (modelSet, rule 2: answer releases it).
 func (w *Worker) modelFor(name, op string) (models.Model, string, error) {
+	s := w.models
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if name != "" {
-		m, ok := w.models[name]
+		l, ok := s.ready[name]
 		if !ok {
-			if _, failed := w.failedModels[name]; failed {
-				return nil, "", w.unavailable(name)
+			if le := s.failed[name]; le != nil {
+				return nil, "", w.unavailable(name, le)
 			}
-			return nil, "", codec.Errorf(codec.CodeUnknownModel, "model %q is not loaded by pool %s (it has %v)", name, w.pool.Name, w.order).With("pool", w.pool.Name)
+			if st, ok := s.status[name]; ok && st.State == codec.ModelLoading {
+				return nil, "", codec.Errorf(codec.CodeUnknownModel, "model %q is still loading on worker %s", name, w.id).With("pool", w.pool.Name).With("worker", w.id)
+			}
+			return nil, "", codec.Errorf(codec.CodeUnknownModel, "model %q is not loaded by pool %s (it has %v)", name, w.pool.Name, s.order).With("pool", w.pool.Name)
 		}
 		if op == "" {
-			op = m.Ops()[0]
+			op = l.Ops()[0]
 		}
-		if !slices.Contains(m.Ops(), op) {
-			return nil, "", codec.Errorf(codec.CodeUnknownOp, "model %s does not serve op %q (it serves %v)", name, op, m.Ops())
+		if !slices.Contains(l.Ops(), op) {
+			return nil, "", codec.Errorf(codec.CodeUnknownOp, "model %s does not serve op %q (it serves %v)", name, op, l.Ops())
 		}
-		return m, op, nil
+		l.uses++
+		return l, op, nil
 	}
 	failed := ""
-	for _, n := range w.order {
-		m, ok := w.models[n]
+	for _, n := range s.order {
+		l, ok := s.ready[n]
 		if !ok {
-			if _, f := w.failedModels[n]; f && failed == "" && (op == "" || w.kindServes(n, op)) {
+			if s.failed[n] != nil && failed == "" && (op == "" || kindServes(s.status[n].Kind, op)) {
 				failed = n
 			}
 			continue
 		}
 		if op == "" {
-			return m, m.Ops()[0], nil
+			l.uses++
+			return l, l.Ops()[0], nil
 		}
-		if slices.Contains(m.Ops(), op) {
-			return m, op, nil
+		if slices.Contains(l.Ops(), op) {
+			l.uses++
+			return l, op, nil
 		}
 	}
 	if failed != "" {
-		return nil, "", w.unavailable(failed)
+		return nil, "", w.unavailable(failed, s.failed[failed])
 	}
 	return nil, "", codec.Errorf(codec.CodeUnknownOp, "no model of pool %s serves op %q", w.pool.Name, op).With("pool", w.pool.Name)
 }
 
-// kindServes reports whether the kind of the configured model name serves op.
-func (w *Worker) kindServes(name, op string) bool {
-	mc := w.cfg.Models[name]
-	if mc == nil {
-		return false
-	}
-	k, ok := config.KindOf(mc.Kind)
+// kindServes reports whether model kind serves op.
+func kindServes(kind, op string) bool {
+	k, ok := config.KindOf(kind)
 	return ok && slices.Contains(k.Ops, op)
 }
 
 // unavailable is the model_unavailable answer for the failed model name: its load error
-// in details.error.
-func (w *Worker) unavailable(name string) *codec.Error {
-	le := w.failedModels[name]
+// le in details.error.
+func (w *Worker) unavailable(name string, le *codec.Error) *codec.Error {
 	if le == nil {
 		le = codec.Errorf(codec.CodeInternal, "unknown load error")
 	}

@@ -1,0 +1,43 @@
+package codec
+
+import (
+	"testing"
+	"time"
+)
+
+// TestControlSignature: a load or unload signed under the worker's key, for it, now,
+// verifies; changing any field, the worker, the verb, the key or the time does not.
+func TestControlSignature(t *testing.T) {
+	key, now := []byte("k"), time.Now()
+	load := &WorkerLoad{Model: "m", Table: "kind = \"raw\"", BudgetBytes: 5, Order: []string{"a", "m"}}
+	load.Sign(key, "w1", now)
+	if err := load.Verify(key, "w1", now.Add(time.Second)); err != nil {
+		t.Fatalf("a signed load: %v", err)
+	}
+	for what, bad := range map[string]func(l WorkerLoad) error{
+		"table":   func(l WorkerLoad) error { l.Table += " "; return l.Verify(key, "w1", now) },
+		"budget":  func(l WorkerLoad) error { l.BudgetBytes = 0; return l.Verify(key, "w1", now) },
+		"order":   func(l WorkerLoad) error { l.Order = []string{"m", "a"}; return l.Verify(key, "w1", now) },
+		"sent":    func(l WorkerLoad) error { l.SentMS++; return l.Verify(key, "w1", now) },
+		"worker":  func(l WorkerLoad) error { return l.Verify(key, "w2", now) },
+		"key":     func(l WorkerLoad) error { return l.Verify([]byte("j"), "w1", now) },
+		"too old": func(l WorkerLoad) error { return l.Verify(key, "w1", now.Add(2*ControlSkew)) },
+	} {
+		if err := bad(*load); CodeOf(err) != CodeBadRequest {
+			t.Errorf("%s changed: %v, want bad_request", what, err)
+		}
+	}
+	if err := load.Verify(nil, "w1", now); CodeOf(err) != CodeUnavailable {
+		t.Errorf("no key: %v, want unavailable", err)
+	}
+	un := &WorkerUnload{Model: "m"}
+	un.Sign(key, "w1", now)
+	if err := un.Verify(key, "w1", now); err != nil {
+		t.Fatalf("a signed unload: %v", err)
+	}
+	// A load's signature is not an unload's.
+	asUnload := &WorkerUnload{Model: "m", SentMS: load.SentMS, Sig: controlMAC(key, "load", "w1", load.SentMS, "m")}
+	if err := asUnload.Verify(key, "w1", now); CodeOf(err) != CodeBadRequest {
+		t.Errorf("a load's signature on an unload: %v", err)
+	}
+}
