@@ -32,6 +32,7 @@ type capacity struct {
 	load        classCounts                // requests in flight per device and class, this pass's included
 	leased      classCounts                // live leases per device and class (lease.go, rule 3)
 	paused      map[string]map[string]bool // classes paused on demand, per device ("" = every one; pause.go)
+	gated       map[string]bool            // devices whose compute gate is closed (gate.go)
 	active      lastActive                 // when each class last had work queued for or running on each device
 	est         map[estKey]time.Duration   // measured service times
 	// full holds pool+"\x00"+class once a pool is found full for a class in the pass: later
@@ -83,6 +84,7 @@ func (g *Gateway) snapshot(now time.Time) *capacity {
 	c.leased = g.leases.byDevice()
 	c.paused = g.pauses.active(now)
 	c.est = g.est.all()
+	c.gated = g.gates.closed()
 	return c
 }
 

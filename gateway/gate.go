@@ -279,6 +279,23 @@ func (g *Gateway) decideGates(now time.Time) {
 	}
 }
 
+// closed is the devices whose gate is closed now (the sharing policy holds batch there:
+// policy.go).
+func (gs *gates) closed() map[string]bool {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	var out map[string]bool
+	for d, st := range gs.by {
+		if st.closed {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[d] = true
+		}
+	}
+	return out
+}
+
 // list is every gate for status (rule 4).
 func (gs *gates) list(now time.Time) []codec.GateStatus {
 	gs.mu.Lock()

@@ -18,6 +18,14 @@ import (
 //     batch unit. A unit is one request, or one
 //     dynamic batch of the pool (max_batch items). A class's min_share of the device's
 //     slots raises that floor, which bounds the starvation of batch.
+//   - A closed compute gate (gate.go, rule 1) takes the one unit away: while a device's gate
+//     is closed, a tenant of a class above batch (an LLM server under `ortbus lease
+//     --gate`) is paused there for latency work, and batch running its floor unit beside
+//     that work would be batch going before the tenant. A background class then starts
+//     units there only up to ⌊min_share × the device's live slots⌋ (0 when that is under
+//     one slot); units already running finish. The gate opens when the latency work is
+//     done, and at the latest after the tenant's max-pause, so batch waits no longer than
+//     the tenant does.
 //   - Reservation, with hysteresis: while a latency class (urgent or interactive, priority
 //     below 2) has been active on a device within gateway.reserve_window (default 2s) —
 //     had a request queued for, or running on, that device then or now — a background
@@ -118,6 +126,10 @@ func (c *capacity) shareAllows(pool, class string, reserved map[string]bool) boo
 	units := 1
 	if cl.MinShare > 0 {
 		units = max(1, int(cl.MinShare*float64(c.deviceSlots[device])))
+	}
+	if c.gated[device] {
+		// The device's compute gate is closed: no unit beyond min_share's whole slots.
+		units = int(cl.MinShare * float64(c.deviceSlots[device]))
 	}
 	if c.load[device][class] < units*unit {
 		return true

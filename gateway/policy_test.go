@@ -129,6 +129,48 @@ func TestShareBatchOneUnit(t *testing.T) {
 	}
 }
 
+// TestShareGateClosed: while the device's compute gate is closed, batch starts no unit
+// there beyond min_share's whole slots (none with the default 0.1 of 4 slots, one with 0.5);
+// with the gate open, its one unit again; another device's gate does not count.
+func TestShareGateClosed(t *testing.T) {
+	for _, tc := range []struct {
+		minShare float64
+		units    int
+	}{{-1, 0}, {0.5, 2}} {
+		t.Run(fmt.Sprint("min_share=", tc.minShare), func(t *testing.T) {
+			c := snapOf(t, policyConfig("priority", tc.minShare, false))
+			ready(c, "gpurt", 2, "urgent", "interactive")
+			ready(c, "gpubatch", 2, "batch", "bulk2")
+			setLoad(c, "cuda:0", "interactive", 1)
+			c.gated = map[string]bool{"cpu": true}
+			setLoad(c, "cuda:0", "batch", 3)
+			if !c.shareAllows("gpubatch", "batch", nil) {
+				t.Fatal("another device's closed gate holds batch below its one unit")
+			}
+			c.gated = map[string]bool{"cuda:0": true}
+			limit := tc.units * 4
+			if tc.units > 0 {
+				setLoad(c, "cuda:0", "batch", limit-1)
+				if !c.shareAllows("gpubatch", "batch", nil) {
+					t.Errorf("gate closed: batch held at %d in flight, min_share's allowance %d", limit-1, limit)
+				}
+			}
+			setLoad(c, "cuda:0", "batch", limit)
+			if c.shareAllows("gpubatch", "batch", nil) {
+				t.Errorf("gate closed: batch allowed at %d in flight, min_share's allowance %d", limit, limit)
+			}
+			if !c.shareAllows("gpurt", "interactive", nil) {
+				t.Error("gate closed: interactive held")
+			}
+			c.gated = nil
+			setLoad(c, "cuda:0", "batch", 0)
+			if !c.shareAllows("gpubatch", "batch", nil) {
+				t.Error("gate open: batch held below its one unit")
+			}
+		})
+	}
+}
+
 // TestShareOffUnderFIFO: policy fifo has no sharing rule.
 func TestShareOffUnderFIFO(t *testing.T) {
 	c := snapOf(t, policyConfig("fifo", 0, false))
