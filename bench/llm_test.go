@@ -39,8 +39,9 @@ func TestCollisionLLM(t *testing.T) {
 	} else if !strings.Contains(strings.Join(rep.Notes, "\n"), "no gated run") {
 		t.Errorf("no gated run and no note saying why: %v", rep.Notes)
 	}
-	// A gated tenant is paused at least once in a run of 94 audio frames (each one urgent
-	// work on its device); one without the gate never is.
+	// A gated tenant is paused at least once in a run of camera bursts (interactive work of
+	// about 100 ms a frame on its device, whose gate_class is interactive); one without the
+	// gate never is.
 	checkTenant := func(run string, s *TenantStats, gated bool) {
 		if s == nil || s.Tenants != 1 || s.Gated != gated || s.Prompts == 0 || s.Tokens != 8*s.Prompts || s.FirstTokenP95MS <= 0 || s.TokensPerS <= 0 ||
 			(s.Pauses > 0) != gated {
@@ -144,7 +145,7 @@ func TestTenantPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := strings.Replace(string(data), "min_share = 0.5", "min_share = 0.5\ngate_class = \"interactive\"", 1)
+	text := string(data)
 	sc, err := ParseScenario([]byte(text), "x")
 	if err != nil {
 		t.Fatal(err)
