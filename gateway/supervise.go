@@ -39,7 +39,7 @@ import (
 type supervisor struct {
 	// cfg is the configuration in force (replaced whole by apply, never changed in place).
 	cfg     atomic.Pointer[config.Config]
-	tracker *health.Tracker
+	tracker workerView
 	mem     memoryAdmission
 	// idle reports whether a pool has nothing in flight and nothing queued (asked of the
 	// gateway's loop and queues); nil: no pool is idle (no eviction).
@@ -109,6 +109,14 @@ type memoryAdmission interface {
 
 // gatewayView is what the supervisor asks of its gateway: memory admission, and whether
 // a pool is idle (nothing in flight, nothing queued for it).
+// workerView is what the supervisor asks of the heartbeat tracker (health.Tracker).
+type workerView interface {
+	Get(id string) (health.Worker, bool)
+	Live(pool string) []health.Worker
+	MarkDead(id, pool, host, why string)
+	Forget(id string)
+}
+
 type gatewayView interface {
 	memoryAdmission
 	poolIdle(pool string) bool
@@ -117,7 +125,7 @@ type gatewayView interface {
 // newSupervisor makes the supervisor of the gateway gw with id gateway (part of every
 // worker id it gives: WorkerID). Without gw (unit tests) nothing is admitted by memory
 // and no pool is idle.
-func newSupervisor(cfg *config.Config, tracker *health.Tracker, gw gatewayView, log *slog.Logger, gateway, bin, url string) *supervisor {
+func newSupervisor(cfg *config.Config, tracker workerView, gw gatewayView, log *slog.Logger, gateway, bin, url string) *supervisor {
 	host, _ := os.Hostname()
 	s := &supervisor{tracker: tracker, bin: bin, url: url, log: log, gateway: cmp.Or(gateway, "gateway"), host: host,
 		pools: map[string]*poolProcs{}, byID: map[string]*proc{}, started: time.Now(), controlKey: make([]byte, 32)}
