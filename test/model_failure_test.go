@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ortbus/ortbus/cli"
+	"github.com/ortbus/ortbus/client"
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/fault"
@@ -330,5 +331,63 @@ func TestModelCrashWhileLoading(t *testing.T) {
 	cli.PrintStatus(&buf, st)
 	if !strings.Contains(buf.String(), "skipped (a worker died loading them): crashes") {
 		t.Errorf("ortbus status does not name the skipped model:\n%s", buf.String())
+	}
+}
+
+// TestModelCrashWhileLoadingInPlace: `ortbus model load` of a model whose load crashes
+// the worker natively (fault.MagicSegv) into a running pool of one worker. The crash
+// costs one restart, not a crash loop: the change's reply names the failure, the
+// restarted worker skips the model (the gateway remembers it), the pool serves its other
+// model, and a request for the crashing one is answered model_unavailable.
+func TestModelCrashWhileLoadingInPlace(t *testing.T) {
+	t.Parallel()
+	root := imageRoot(t)
+	crashDir := filepath.Join(t.TempDir(), fault.MagicSegv)
+	if err := onnxgen.TinyGraph().WriteFile(filepath.Join(crashDir, onnxgen.ModelFile)); err != nil {
+		t.Fatal(err)
+	}
+	c := tinyConfig(t, root, "pc", 5*time.Second, "interactive")
+	c.Pools["pc"].Env = map[string]string{fault.EnvVar: "1"}
+	c.Models["crashes"] = &config.Model{Kind: config.KindRaw, Dir: crashDir}
+	c.SetOrder("models", "tiny", "crashes")
+	g := startGateway(t, writeConfigFile(t, filepath.Join(t.TempDir(), "gateway.toml"), c))
+	g.waitLive(t, "pc", 1)
+	first := onlyWorker(t, g, "pc")
+
+	rep, err := client.New(g.NC).Model(t.Context(), &codec.ModelControl{Action: codec.ModelLoad, Model: "crashes", Pool: "pc"})
+	if err == nil && len(rep.Failed) == 0 {
+		t.Fatalf("model load of a model that crashes its worker: %+v, want the failure named", rep)
+	}
+	t.Logf("model load: %+v %v", rep, err)
+
+	var wk codec.WorkerStatus
+	g.waitStatus(t, "the worker restarted, crashes skipped", func(st *codec.StatusReply) bool {
+		for _, p := range st.Pools {
+			if p.Name == "pc" && (p.CrashLooping || !strings.Contains(p.Skipped["crashes"], "died while loading it")) {
+				return false
+			}
+		}
+		for _, w := range gwLive(st, "pc") {
+			wk = w
+			return w.PID != first.PID && w.Restarts == 1
+		}
+		return false
+	})
+	states := map[string]codec.ModelStatus{}
+	for _, m := range wk.Models {
+		states[m.Name] = m
+	}
+	if states["tiny"].State != codec.ModelReady {
+		t.Errorf("tiny on the restarted worker: %+v, want ready", states["tiny"])
+	}
+	x := &codec.Tensor{Type: "float32", Shape: []int64{1, 4}, Data: codec.Float32Bytes([]float32{1, 2, 3, 4})}
+	r := g.call(t, "infer", &codec.Request{Model: "tiny", Inputs: map[string]*codec.Tensor{"x": x}}, gwReplyBound)
+	var out codec.InferReply
+	if r.Err != nil || codec.Unmarshal(r.Msg.Data, &out) != nil || !bytes.Equal(out.Outputs["y"].Data, codec.Float32Bytes([]float32{3, 5, 7, 9})) {
+		t.Fatalf("tiny after the crash: %+v", r.Err)
+	}
+	r = g.call(t, "infer", &codec.Request{Model: "crashes", Inputs: map[string]*codec.Tensor{"x": x}}, gwReplyBound)
+	if r.Err == nil || r.Err.Code != codec.CodeModelUnavailable {
+		t.Fatalf("crashes after its crash: %+v, want model_unavailable", r.Err)
 	}
 }
