@@ -10,6 +10,7 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
+	"github.com/ortbus/ortbus/internal/testenv"
 	"github.com/ortbus/ortbus/sched"
 	"github.com/ortbus/ortbus/subjects"
 )
@@ -96,28 +97,8 @@ func testGateway(t *testing.T, toml string) *Gateway {
 	return g
 }
 
-// checkFor is the one polling wait of the package's tests (as test/wait_test.go's): it
-// calls f until f returns nil, at most one try every `every`, and fails t with what and
-// f's last error once total has passed since the first try. Waits for an event (a reply,
-// a heartbeat, a read) do not poll: they read channels with a deadline. checkFor is for
-// state that has no event.
-func checkFor(t testing.TB, what string, total, every time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	for {
-		try := time.Now()
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, total, err)
-		}
-		if d := every - time.Since(try); d > 0 {
-			time.Sleep(d)
-		}
-	}
-}
+// checkFor is testenv.CheckFor, the one polling wait of the tests.
+var checkFor = testenv.CheckFor
 
 // snapOf is a capacity snapshot of the config toml in memory, at the start of a dispatch
 // pass: no live worker, nothing in flight or measured, and every pool as the supervisor

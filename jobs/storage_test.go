@@ -19,20 +19,11 @@ import (
 // Rule 7: storage never stalls a job. These tests make the results stream refuse writes
 // and check that the job ends, and how.
 
-// checkFor calls f until it returns nil, for at most total (as nats-server's tests do).
+// checkFor waits, polling every 20 ms, until f returns nil, for at most total
+// (testenv.CheckFor).
 func checkFor(t *testing.T, total time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(total)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", total, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.CheckFor(t, "the stream's state", total, 20*time.Millisecond, f)
 }
 
 // limitResults changes the results stream's limits as an operator could.

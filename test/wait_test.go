@@ -2,36 +2,14 @@ package test
 
 import (
 	"encoding/json"
-	"testing"
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/internal/testenv"
 )
 
-// checkFor is the one polling wait of the package (nats-server's checkFor): it calls f
-// until f returns nil, at most one try every `every` (a try that took longer is followed
-// by the next at once), and fails t with what and f's last error once total has passed
-// since the first try. f runs on the caller's goroutine, so it may call t.Fatal itself.
-//
-// Waits for an event (a reply, a claim, a process exit) do not poll: they read channels
-// with a deadline. checkFor is for state that has no push event (status, /metrics).
-func checkFor(t testing.TB, what string, total, every time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	for {
-		try := time.Now()
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, total, err)
-		}
-		if d := every - time.Since(try); d > 0 {
-			time.Sleep(d)
-		}
-	}
-}
+// checkFor is testenv.CheckFor, the one polling wait of the tests.
+var checkFor = testenv.CheckFor
 
 // pollEvery is how often checkFor's callers poll state that has no push event.
 const pollEvery = 20 * time.Millisecond

@@ -39,6 +39,24 @@ import (
 //     sessions close (modelSet, rule 3), and the answer is its status, state unloaded.
 //     A model the worker does not list is answered unknown_model.
 
+// controlBody is a load or unload body (codec.WorkerLoad, codec.WorkerUnload).
+type controlBody interface {
+	Validate() error
+	Verify(key []byte, worker string, now time.Time) error
+}
+
+// decodeControl decodes m's body into req, validates it and checks that the gateway
+// holding this worker's control key signed it for this worker, lately (rule 1).
+func (w *Worker) decodeControl(m *nats.Msg, asJSON bool, req controlBody) error {
+	if err := codec.Decode(m.Data, req, asJSON); err != nil {
+		return err
+	}
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	return req.Verify(w.controlKey, w.id, time.Now())
+}
+
 // inplace is the state of the worker's load in place (rule 2).
 type inplace struct {
 	mu      sync.Mutex
@@ -75,15 +93,7 @@ func (w *Worker) controlModels(nc *nats.Conn, verb string, m *nats.Msg) {
 	switch verb {
 	case subjects.VerbLoad:
 		var req codec.WorkerLoad
-		if err := codec.Decode(m.Data, &req, asJSON); err != nil {
-			respond(nil, err)
-			return
-		}
-		if err := req.Validate(); err != nil {
-			respond(nil, err)
-			return
-		}
-		if err := req.Verify(w.controlKey, w.id, time.Now()); err != nil {
+		if err := w.decodeControl(m, asJSON, &req); err != nil {
 			respond(nil, err)
 			return
 		}
@@ -108,15 +118,7 @@ func (w *Worker) controlModels(nc *nats.Conn, verb string, m *nats.Msg) {
 		}()
 	case subjects.VerbUnload:
 		var req codec.WorkerUnload
-		if err := codec.Decode(m.Data, &req, asJSON); err != nil {
-			respond(nil, err)
-			return
-		}
-		if err := req.Validate(); err != nil {
-			respond(nil, err)
-			return
-		}
-		if err := req.Verify(w.controlKey, w.id, time.Now()); err != nil {
+		if err := w.decodeControl(m, asJSON, &req); err != nil {
 			respond(nil, err)
 			return
 		}

@@ -277,3 +277,30 @@ func childEnv(name string, extra []string) []string {
 	}
 	return out
 }
+
+// CheckFor is the one polling wait of the repository's tests (nats-server's checkFor): it
+// calls f until f returns nil, at most one try every `every` (a try that took longer is
+// followed by the next at once), and fails t with what and f's last error once total has
+// passed since the first try. f runs on the caller's goroutine, so it may call t.Fatal
+// itself.
+//
+// Waits for an event (a reply, a claim, a process exit) do not poll: they read channels
+// with a deadline. CheckFor is for state that has no push event (status, /metrics, a
+// stream's state).
+func CheckFor(t testing.TB, what string, total, every time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(total)
+	for {
+		try := time.Now()
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, total, err)
+		}
+		if d := every - time.Since(try); d > 0 {
+			time.Sleep(d)
+		}
+	}
+}
