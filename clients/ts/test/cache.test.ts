@@ -7,7 +7,7 @@ import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
 import { join } from "node:path";
 
 import { OrtbusClient } from "../index.ts";
-import { cleanupTmp, setup, until } from "./harness.ts";
+import { setup, teardown, until } from "./harness.ts";
 import type { Env } from "./harness.ts";
 
 setDefaultTimeout(60_000);
@@ -27,10 +27,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await client?.close();
-  if (env) {
-    await env.gateway.stop();
-    cleanupTmp(env.tmp);
-  }
+  await teardown(env);
 }, 30_000);
 
 test("a second tag of the same bytes comes from the cache; cache: false bypasses it", async () => {

@@ -25,7 +25,7 @@ import {
   tensorValues,
 } from "../index.ts";
 import type { OrtbusErrorCode, TagReply } from "../index.ts";
-import { cleanupTmp, COLOURS, RECT, settle, setup, sleep, until, within } from "./harness.ts";
+import { COLOURS, RECT, settle, setup, sleep, teardown, until, within } from "./harness.ts";
 import type { Env } from "./harness.ts";
 
 setDefaultTimeout(30_000);
@@ -46,10 +46,7 @@ afterAll(async () => {
   await ai?.close();
   await client?.close();
   await raw?.close();
-  if (env) {
-    await env.gateway.stop();
-    cleanupTmp(env.tmp);
-  }
+  await teardown(env);
 }, 30_000);
 
 // ---------------------------------------------------------------------------------------

@@ -436,6 +436,13 @@ export interface Env {
 }
 
 /** Makes the directories, models, config and fixtures, and starts a gateway. */
+/** Stops what setup started (if it started) and removes its temporary directory. */
+export async function teardown(env: Env | undefined): Promise<void> {
+  if (!env) return;
+  await env.gateway.stop();
+  cleanupTmp(env.tmp);
+}
+
 export async function setup(
   prefix: string,
   opts: { natsUrl?: string; natsListen?: string; edit?: (c: GatewayCfg, tmp: string) => void } = {},

@@ -9,7 +9,7 @@ import { join } from "node:path";
 
 import { OrtbusClient, OrtbusError, jobFinished } from "../index.ts";
 import type { JobResult, JobStatus, OrtbusErrorCode } from "../index.ts";
-import { cleanupTmp, freePort, settle, setup, startGateway, until, within } from "./harness.ts";
+import { freePort, settle, setup, startGateway, teardown, until, within } from "./harness.ts";
 import type { Env } from "./harness.ts";
 
 setDefaultTimeout(60_000);
@@ -45,10 +45,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await client?.close();
-  if (env) {
-    await env.gateway.stop();
-    cleanupTmp(env.tmp);
-  }
+  await teardown(env);
 }, 30_000);
 
 async function expectCode(p: Promise<unknown>, code: OrtbusErrorCode): Promise<OrtbusError> {

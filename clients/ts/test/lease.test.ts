@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
 
 import { OrtbusClient, OrtbusError } from "../index.ts";
-import { cleanupTmp, settle, setup, until } from "./harness.ts";
+import { settle, setup, teardown, until } from "./harness.ts";
 import type { Env } from "./harness.ts";
 
 setDefaultTimeout(30_000);
@@ -24,10 +24,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await client?.close();
-  if (env) {
-    await env.gateway.stop();
-    cleanupTmp(env.tmp);
-  }
+  await teardown(env);
 }, 30_000);
 
 const MiB = 1 << 20;

@@ -12,7 +12,7 @@
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
 
 import { OrtbusAiClient, OrtbusError } from "../index.ts";
-import { cleanupTmp, COLOURS, median, niceWorker, percentile, settle, setup, within } from "./harness.ts";
+import { COLOURS, median, niceWorker, percentile, settle, setup, teardown, within } from "./harness.ts";
 import type { Env } from "./harness.ts";
 
 setDefaultTimeout(120_000);
@@ -37,10 +37,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await ai?.close();
-  if (env) {
-    await env.gateway.stop();
-    cleanupTmp(env.tmp);
-  }
+  await teardown(env);
 }, 30_000);
 
 const BATCH = 500;

@@ -9,7 +9,7 @@ import { connect } from "@nats-io/transport-node";
 import type { NatsConnection } from "@nats-io/transport-node";
 
 import { OrtbusAiClient, OrtbusClient, OrtbusError } from "../index.ts";
-import { cleanupTmp, freePort, settle, setup, startNats, tempDir, until, within } from "./harness.ts";
+import { cleanupTmp, freePort, settle, setup, startNats, teardown, tempDir, until, within } from "./harness.ts";
 import type { Env, Proc } from "./harness.ts";
 
 setDefaultTimeout(60_000);
@@ -32,10 +32,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await client?.close();
-  if (env) {
-    await env.gateway.stop();
-    cleanupTmp(env.tmp);
-  }
+  await teardown(env);
   await nats?.stop();
   if (natsDir) cleanupTmp(natsDir);
 }, 30_000);
