@@ -132,6 +132,10 @@ func (lc *lifecycle) gateDemand(classes map[string]string, gating []string, prio
 	if !any {
 		return out
 	}
+	gatingClass := map[string]bool{}
+	for _, class := range gating {
+		gatingClass[class] = true
+	}
 	work := map[string]time.Duration{}
 	count := func(d, pool string, p *pending) {
 		gc, ok := classes[d]
@@ -145,6 +149,9 @@ func (lc *lifecycle) gateDemand(classes map[string]string, gating []string, prio
 		work[d] += w
 	}
 	for _, f := range lc.byID {
+		if !gatingClass[f.p.class] {
+			continue // batch: gates nothing (its candidates are not worth working out)
+		}
 		switch {
 		case f.out():
 			count(f.device, f.pool, f.p)
