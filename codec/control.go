@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ortbus/ortbus/subjects"
@@ -51,12 +50,14 @@ type WorkerUnload struct {
 const ControlSkew = time.Minute
 
 // The sender of load and unload is the gateway that started the worker, which alone
-// holds the worker's control key (it gives it to the worker through the environment,
+// holds the worker's control key besides the worker (WorkerKey: its own, derived from
+// the gateway's key and its id, given to it through the environment,
 // config.ControlKeyEnv): a body's sig is the HMAC-SHA256 under that key of the verb, the
 // worker's id, every field of the body and its send time, in hex. A body unsigned, signed
-// under another key, for another worker or verb, or sent more than ControlSkew away from
-// the worker's clock is refused — so on a bus without permissions no one else has a
-// worker load files of their choosing.
+// under another key, for another worker or verb, sent more than ControlSkew away from the
+// worker's clock, or sent no later than the last body the worker took (a replay; Sent) is
+// refused — so on a bus without permissions no one else, another worker included, has a
+// worker load files of their choosing, or repeat a load or an unload it heard.
 
 // controlMAC is the signature of a body's fields for verb and worker under key.
 func controlMAC(key []byte, verb, worker string, sent int64, fields ...string) string {
@@ -68,12 +69,32 @@ func controlMAC(key []byte, verb, worker string, sent int64, fields ...string) s
 }
 
 func (l *WorkerLoad) fields() []string {
-	return []string{l.Model, l.Table, strconv.FormatInt(l.BudgetBytes, 10), strings.Join(l.Order, ",")}
+	return append([]string{l.Model, l.Table, strconv.FormatInt(l.BudgetBytes, 10)}, l.Order...)
 }
 
-// Sign signs l for worker under key, sent now.
-func (l *WorkerLoad) Sign(key []byte, worker string, now time.Time) {
-	l.SentMS = now.UnixMilli()
+// WorkerKey is the control key of one worker: the HMAC-SHA256 of its id under its
+// gateway's key. The gateway gives each worker its own (config.ControlKeyEnv), so that a
+// worker, which holds its key, cannot sign for another.
+func WorkerKey(gatewayKey []byte, worker string) []byte {
+	m := hmac.New(sha256.New, gatewayKey)
+	m.Write([]byte("ortbus worker control key\x00" + worker))
+	return m.Sum(nil)
+}
+
+// MinControlKey is the least length of a worker's control key (a WorkerKey's is 32).
+const MinControlKey = 32
+
+// Sent is when the body was signed (its sent_unix_ms): a worker takes a control body
+// only if it was sent after the last it took (the gateway's are strictly increasing), so
+// that a body heard on the bus cannot be replayed.
+func (l *WorkerLoad) Sent() int64 { return l.SentMS }
+
+// Sent is when the body was signed.
+func (u *WorkerUnload) Sent() int64 { return u.SentMS }
+
+// Sign signs l for worker under key (the worker's: WorkerKey), sent at sent (unix ms).
+func (l *WorkerLoad) Sign(key []byte, worker string, sent int64) {
+	l.SentMS = sent
 	l.Sig = controlMAC(key, subjects.VerbLoad, worker, l.SentMS, l.fields()...)
 }
 
@@ -83,9 +104,9 @@ func (l *WorkerLoad) Verify(key []byte, worker string, now time.Time) error {
 	return verifyControl(key, l.Sig, controlMAC(key, subjects.VerbLoad, worker, l.SentMS, l.fields()...), l.SentMS, now)
 }
 
-// Sign signs u for worker under key, sent now.
-func (u *WorkerUnload) Sign(key []byte, worker string, now time.Time) {
-	u.SentMS = now.UnixMilli()
+// Sign signs u for worker under key (the worker's: WorkerKey), sent at sent (unix ms).
+func (u *WorkerUnload) Sign(key []byte, worker string, sent int64) {
+	u.SentMS = sent
 	u.Sig = controlMAC(key, subjects.VerbUnload, worker, u.SentMS, u.Model)
 }
 
@@ -96,7 +117,7 @@ func (u *WorkerUnload) Verify(key []byte, worker string, now time.Time) error {
 
 func verifyControl(key []byte, sig, want string, sent int64, now time.Time) error {
 	switch {
-	case len(key) == 0:
+	case len(key) < MinControlKey:
 		return Errorf(CodeUnavailable, "this worker takes no load or unload: it has no control key (a gateway gives one to the workers it starts)")
 	case !hmac.Equal([]byte(sig), []byte(want)):
 		return badField("sig", "not signed by this worker's gateway")

@@ -630,9 +630,8 @@ func (g *Gateway) modelVerb(ctx context.Context, next *config.Config, pool, id, 
 	if err != nil {
 		return codec.Errorf(codec.CodeInternal, "%v", err)
 	}
-	unload := &codec.WorkerUnload{Model: model}
-	unload.Sign(g.supervisor.controlKey, id, time.Now())
-	var body any = unload
+	key, sent := codec.WorkerKey(g.supervisor.controlKey, id), g.supervisor.controlSent()
+	var body any
 	if verb == subjects.VerbLoad {
 		table, err := config.MarshalModel(next.Models[model])
 		if err != nil {
@@ -642,8 +641,12 @@ func (g *Gateway) modelVerb(ctx context.Context, next *config.Config, pool, id, 
 		if left, ok := g.remaining(next.Pools[pool].Device, pool, ""); ok {
 			load.BudgetBytes = max(left, 1) // 0 would be no limit: none left fails the model
 		}
-		load.Sign(g.supervisor.controlKey, id, time.Now())
+		load.Sign(key, id, sent)
 		body = load
+	} else {
+		unload := &codec.WorkerUnload{Model: model}
+		unload.Sign(key, id, sent)
+		body = unload
 	}
 	data, err := codec.Marshal(body)
 	if err != nil {

@@ -57,9 +57,14 @@ type supervisor struct {
 	started time.Time
 	wg      sync.WaitGroup
 
-	// controlKey signs the load and unload verbs the gateway sends its workers (each gets
-	// it at spawn: config.ControlKeyEnv), so that they take them from it alone.
+	// controlKey is the key from which each worker's control key is derived
+	// (codec.WorkerKey, given at spawn: config.ControlKeyEnv); the load and unload verbs the
+	// gateway sends a worker are signed with that worker's, so it takes them from the
+	// gateway alone.
 	controlKey []byte
+	// lastSent is the send time (unix ms) of the last control body signed: each is later
+	// than the one before (controlSent), as a worker takes only later ones.
+	lastSent atomic.Int64
 }
 
 type poolProcs struct {
@@ -471,7 +476,7 @@ func (s *supervisor) spawn(p *proc) {
 	// The models in force (a run-time load or unload changes them without the file), and
 	// the key of the verbs that change them in place.
 	models, _ := json.Marshal(pc.Models)
-	cmd.Env = append(cmd.Env, config.PoolModelsEnv+"="+string(models), config.ControlKeyEnv+"="+hex.EncodeToString(s.controlKey))
+	cmd.Env = append(cmd.Env, config.PoolModelsEnv+"="+string(models), config.ControlKeyEnv+"="+hex.EncodeToString(codec.WorkerKey(s.controlKey, p.id)))
 	if skip := s.pools[p.pool].skip; len(skip) > 0 {
 		b, _ := json.Marshal(skip)
 		cmd.Env = append(cmd.Env, config.SkipModelsEnv+"="+string(b))
@@ -498,6 +503,19 @@ func (s *supervisor) spawn(p *proc) {
 	s.byID[p.id] = p
 	s.wg.Add(1)
 	go s.watch(p, cmd, out)
+}
+
+// controlSent is the send time of the next control body: now, or a millisecond after
+// the last one, whichever is later (a worker refuses a body not sent after the last it
+// took: codec.WorkerLoad.Sent).
+func (s *supervisor) controlSent() int64 {
+	for {
+		last, now := s.lastSent.Load(), time.Now().UnixMilli()
+		next := max(now, last+1)
+		if s.lastSent.CompareAndSwap(last, next) {
+			return next
+		}
+	}
 }
 
 // withoutEnv is env (KEY=VALUE entries) without the variable key.

@@ -21,9 +21,10 @@ import (
 //     content-type), decoded and validated as any input, a load's table as the config
 //     validates a [models.NAME] table (config.ParseModel); a malformed one is answered
 //     bad_request. Their reply subjects are checked as every message's (checked). Each
-//     must be signed by the gateway that started the worker (codec.WorkerLoad.Sign: its
-//     control key): another is answered bad_request, and a worker without a key
-//     answers unavailable.
+//     must be signed by the gateway that started the worker (codec.WorkerLoad.Sign: the
+//     worker's control key, codec.WorkerKey), and sent after the last one the worker
+//     took (a replay is refused): another is answered bad_request, and a worker without
+//     a key answers unavailable.
 //  2. One load at a time: a load while another runs, or an unload of the model being
 //     loaded, is answered overloaded. A draining worker answers unavailable.
 //  3. A load runs in the background. The model is loading in the heartbeat (unless a
@@ -43,10 +44,12 @@ import (
 type controlBody interface {
 	Validate() error
 	Verify(key []byte, worker string, now time.Time) error
+	Sent() int64
 }
 
 // decodeControl decodes m's body into req, validates it and checks that the gateway
-// holding this worker's control key signed it for this worker, lately (rule 1).
+// holding this worker's control key signed it for this worker, lately, after the last
+// one taken (rule 1).
 func (w *Worker) decodeControl(m *nats.Msg, asJSON bool, req controlBody) error {
 	if err := codec.Decode(m.Data, req, asJSON); err != nil {
 		return err
@@ -54,7 +57,18 @@ func (w *Worker) decodeControl(m *nats.Msg, asJSON bool, req controlBody) error 
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	return req.Verify(w.controlKey, w.id, time.Now())
+	if err := req.Verify(w.controlKey, w.id, time.Now()); err != nil {
+		return err
+	}
+	for {
+		last := w.lastControl.Load()
+		if req.Sent() <= last {
+			return codec.Errorf(codec.CodeBadRequest, "sent_unix_ms %d is not after the last control message taken (%d): a replay", req.Sent(), last).With("field", "sent_unix_ms")
+		}
+		if w.lastControl.CompareAndSwap(last, req.Sent()) {
+			return nil
+		}
+	}
 }
 
 // inplace is the state of the worker's load in place (rule 2).

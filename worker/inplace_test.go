@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,15 +178,29 @@ func (in *testInbox) item(w *Worker, model, key string) {
 // testKey is the control key of the tests' workers, under which verb signs.
 var testKey = []byte("0123456789abcdef0123456789abcdef")
 
+// lastSent makes the tests' send times strictly increasing, as the gateway's are.
+var lastSent atomic.Int64
+
+// sentNow is the send time of the next signed body: now, or after the last one.
+func sentNow() int64 {
+	for {
+		last := lastSent.Load()
+		next := max(time.Now().UnixMilli(), last+1)
+		if lastSent.CompareAndSwap(last, next) {
+			return next
+		}
+	}
+}
+
 // verb sends a control verb with body (encoded as JSON when asJSON), a load or unload
 // signed under testKey; its reply comes as key.
 func (in *testInbox) verb(w *Worker, verb string, body any, asJSON bool, key string) {
 	in.t.Helper()
 	switch b := body.(type) {
 	case *codec.WorkerLoad:
-		b.Sign(testKey, w.id, time.Now())
+		b.Sign(testKey, w.id, sentNow())
 	case *codec.WorkerUnload:
-		b.Sign(testKey, w.id, time.Now())
+		b.Sign(testKey, w.id, sentNow())
 	}
 	in.send(w, verb, body, asJSON, key)
 }
@@ -371,19 +386,29 @@ func TestLoadInPlace(t *testing.T) {
 	}
 	// Not signed by the worker's gateway: refused, nothing loaded or unloaded.
 	forged := loadBody(t, "z", 0, 0)
-	forged.Sign([]byte("another key"), w.id, time.Now())
+	forged.Sign([]byte("another key 0123456789abcdef0123"), w.id, sentNow())
 	in.send(w, subjects.VerbLoad, forged, false, "forged")
 	other := loadBody(t, "z", 0, 0)
-	other.Sign(testKey, "another-worker", time.Now())
+	other.Sign(testKey, "another-worker", sentNow())
 	in.send(w, subjects.VerbLoad, other, false, "other")
 	old := &codec.WorkerUnload{Model: "a"}
-	old.Sign(testKey, w.id, time.Now().Add(-2*codec.ControlSkew))
+	old.Sign(testKey, w.id, time.Now().Add(-2*codec.ControlSkew).UnixMilli())
 	in.send(w, subjects.VerbUnload, old, false, "old")
 	in.send(w, subjects.VerbUnload, &codec.WorkerUnload{Model: "a"}, false, "unsigned")
 	for _, key := range []string{"forged", "other", "old", "unsigned"} {
 		if k, _, e := in.next(key); e == nil || e.Code != codec.CodeBadRequest {
 			t.Errorf("%s: %s %+v, want bad_request", key, k, e)
 		}
+	}
+	// A body the worker took, heard on the bus and sent again: a replay.
+	taken := &codec.WorkerUnload{Model: "nothing-such"}
+	in.verb(w, subjects.VerbUnload, taken, false, "taken")
+	if k, _, e := in.next("taken"); e == nil || e.Code != codec.CodeUnknownModel {
+		t.Errorf("taken: %s %+v, want unknown_model (signed, so taken)", k, e)
+	}
+	in.send(w, subjects.VerbUnload, taken, false, "replayed")
+	if k, _, e := in.next("replayed"); e == nil || e.Code != codec.CodeBadRequest || !strings.Contains(e.Message, "replay") {
+		t.Errorf("replayed: %s %+v, want bad_request (a replay)", k, e)
 	}
 	if _, listed := status(w, "z"); listed {
 		t.Error("z loaded by a load not signed by the gateway")

@@ -74,6 +74,9 @@ type Worker struct {
 	// controlKey checks the load and unload verbs' signatures (config.ControlKeyEnv: the
 	// gateway that started the worker signs them); without it the worker takes neither.
 	controlKey []byte
+	// lastControl is the send time of the last load or unload taken: a body sent no later
+	// is a replay (inplace.go, rule 1).
+	lastControl atomic.Int64
 
 	onLoading      func(model string) // Options.OnLoading
 	skip           map[string]string  // models not to load, and why (config.SkipModelsEnv)
@@ -138,7 +141,13 @@ func New(opts Options) (*Worker, error) {
 		SpoolDir: c.Security.SpoolDir,
 	}
 	w.onLoading, w.skip, w.env = opts.OnLoading, skipModels(w.log), env
-	w.controlKey, _ = hex.DecodeString(os.Getenv(config.ControlKeyEnv))
+	if k := os.Getenv(config.ControlKeyEnv); k != "" {
+		if key, err := hex.DecodeString(k); err == nil && len(key) >= codec.MinControlKey {
+			w.controlKey = key
+		} else {
+			w.log.Error("the control key in the environment is not a key: this worker takes no load or unload", "var", config.ControlKeyEnv)
+		}
+	}
 	if err := w.loadModels(env, w.open, memBudget()); err != nil {
 		w.Close()
 		return nil, err
