@@ -239,21 +239,29 @@ func (g *Gateway) cacheDone(t *cacheTicket, op string, body []byte, ok bool) {
 	if ok {
 		var served codec.Served
 		stored, served = cacheBody(op, body)
-		if stored != nil && !g.computedOn(served, t.key.Revision) {
-			stored = nil // another revision answered: neither shared nor stored
+		switch {
+		case stored == nil:
+		case served.Model != t.key.Model:
+			stored = nil // another model answered (the worker's first ready one): not the key's
+		case !g.computedOn(served, t.key.Revision):
+			stored = nil // another revision answered
+		case !g.cache.files.Unchanged(t.file):
+			stored = nil // the file changed while it ran: the answer is not the hashed bytes'
+		default:
+			if rev, ok := g.revision(t.key.Model); !ok || rev != t.key.Revision {
+				stored = nil // the model changed while it ran: which revision answered is unknown
+			}
 		}
 	}
+	// What is not stored is not shared either: the requests waiting on the key run.
 	if t.flight != nil {
 		// Once stored: a request of the key that comes meanwhile waits for this answer
 		// rather than find neither the flight nor the entry.
 		defer g.cache.flights.Finish(t.key.Digest(), t.flight, stored)
 	}
 	s := g.cache.storeOf()
-	if stored == nil || s == nil || !g.cache.files.Unchanged(t.file) {
+	if stored == nil || s == nil {
 		return
-	}
-	if rev, ok := g.revision(t.key.Model); !ok || rev != t.key.Revision {
-		return // the model changed while it ran: which revision answered is unknown
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cacheIOBound)
 	defer cancel()
