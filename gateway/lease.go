@@ -44,7 +44,10 @@ import (
 //     on its next try. A press ends on its own after pressFor. A pid from another host
 //     is never measured here (that number here is another process), and a shrink only
 //     lowers a lease: a holder that lies about its pid only loses its own reservation
-//     (what it really uses is then foreign, rule 5, and still counted).
+//     (what it really uses is then foreign, rule 5, and still counted). A tenant (an
+//     application's account) presses only its own leases: one app's refused acquire,
+//     of whatever class it names, never runs another app's hook; the local owner and
+//     the gateway's own pools (supervise.go) press any.
 //
 // Leases live in the gateway that granted them (one gateway per GPU host is the home
 // setup); a renew or release that reaches another gateway finds no such lease.
@@ -207,7 +210,7 @@ func (g *Gateway) leaseAs(req *codec.LeaseRequest, tenant string) (*codec.LeaseR
 	adm += g.reservedAgainst(req.Device, g.conf().Classes[class].Priority)
 	foreign := g.foreignBytes(req.Device, leased)
 	if sum := adm + leased + foreign + req.Bytes; sum > budget || sum < 0 {
-		l.press(req.Device, g.conf().Classes[class].Priority, g.classPriority, now)
+		l.press(req.Device, g.conf().Classes[class].Priority, tenant, g.classPriority, now)
 		return nil, codec.Errorf(codec.CodeOverloaded, "memory admission refused a lease of %s on device %s: admitted %s + leased %s + foreign %s + %s = %s, over the budget of %s (capacity %s x %.2f)",
 			mb(req.Bytes), req.Device, mb(adm), mb(leased), mb(foreign), mb(req.Bytes), mb(sum), mb(budget), mb(capacity), fraction).
 			With("device", req.Device).With("sum_bytes", sum).With("budget_bytes", budget).With("capacity_bytes", capacity).
@@ -235,10 +238,11 @@ func (g *Gateway) knownDevice(device string) bool {
 }
 
 // press marks the reclaimable leases on device of a class below prio (prio(class) above
-// it) as pressed, from now (rule 6): l.mu held.
-func (l *leases) press(device string, asker int, prio func(string) int, now time.Time) {
+// it) as pressed, from now, for owner (a tenant: only its own; "": any) (rule 6): l.mu
+// held.
+func (l *leases) press(device string, asker int, owner string, prio func(string) int, now time.Time) {
 	for _, x := range l.by {
-		if x.Device == device && x.Reclaim && prio(x.Class) > asker && x.pressedAt.IsZero() {
+		if x.Device == device && x.Reclaim && prio(x.Class) > asker && x.pressedAt.IsZero() && (owner == "" || x.owner == owner) {
 			x.pressedAt = now
 			x.Pressed = true
 		}
@@ -334,7 +338,7 @@ func (g *Gateway) reclaim(device string, prio int) bool {
 	l := g.leases
 	l.mu.Lock()
 	l.expire(leaseNow())
-	l.press(device, prio, g.classPriority, leaseNow())
+	l.press(device, prio, "", g.classPriority, leaseNow())
 	l.mu.Unlock()
 	return g.pressing(device)
 }
