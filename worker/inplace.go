@@ -136,12 +136,22 @@ func (w *Worker) controlModels(nc *nats.Conn, verb string, m *nats.Msg) {
 			respond(nil, err)
 			return
 		}
-		if w.isLoading(req.Model) {
+		// Checked and removed under the load's lock: a load of the model cannot begin
+		// between the two (rule 2).
+		w.inplace.mu.Lock()
+		loading := w.inplace.loading == req.Model
+		var st codec.ModelStatus
+		var old *loaded
+		var found bool
+		if !loading {
+			st, _ = w.models.state(req.Model)
+			old, found = w.models.remove(req.Model)
+		}
+		w.inplace.mu.Unlock()
+		if loading {
 			respond(nil, codec.Errorf(codec.CodeOverloaded, "worker %s is loading model %s: unload it once the load is done", w.id, req.Model).With("worker", w.id).With("model", req.Model))
 			return
 		}
-		st, _ := w.models.state(req.Model)
-		old, found := w.models.remove(req.Model)
 		if !found {
 			respond(nil, codec.Errorf(codec.CodeUnknownModel, "worker %s does not load model %s", w.id, req.Model).With("worker", w.id).With("model", req.Model))
 			return
@@ -174,12 +184,6 @@ func (w *Worker) endLoad() {
 	w.inplace.mu.Lock()
 	w.inplace.loading = ""
 	w.inplace.mu.Unlock()
-}
-
-func (w *Worker) isLoading(model string) bool {
-	w.inplace.mu.Lock()
-	defer w.inplace.mu.Unlock()
-	return w.inplace.loading == model
 }
 
 // loadInPlace loads mc (rules 3 and 4), placed per order (the pool's models in force),

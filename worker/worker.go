@@ -77,6 +77,10 @@ type Worker struct {
 	// lastControl is the send time of the last load or unload taken: a body sent no later
 	// is a replay (inplace.go, rule 1).
 	lastControl atomic.Int64
+	// hasher hashes model files for their revision (revision), once per file while its
+	// stat key holds: the revision taken after a load does not read the weights again.
+	hasher     *cache.Hasher
+	hasherOnce sync.Once
 
 	onLoading      func(model string) // Options.OnLoading
 	skip           map[string]string  // models not to load, and why (config.SkipModelsEnv)
@@ -265,7 +269,8 @@ func (w *Worker) revision(mc *config.Model) string {
 	if w.cfg == nil || !w.cfg.Cache.Enabled {
 		return ""
 	}
-	rev, err := cache.Revision(cache.NewHasher(16), mc)
+	w.hasherOnce.Do(func() { w.hasher = cache.NewHasher(64) })
+	rev, err := cache.Revision(w.hasher, mc)
 	if err != nil {
 		return ""
 	}
