@@ -334,6 +334,29 @@ func TestAccountOwners(t *testing.T) {
 		})
 	})
 
+	t.Run("Gate", func(t *testing.T) {
+		// A gated lease's wrapper runs in an application's account: the device's gate
+		// reaches it (the ORTBUS account exports ortbus.gate.>).
+		sub, err := app1.Conn.SubscribeSync("ortbus.gate.>")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		l, err := c1.Lease(ctx, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cpu", Bytes: 1 << 20, Class: "batch", Holder: "app1", TTLMS: 60000, Gate: true})
+		if err != nil || !l.Gate {
+			t.Fatalf("app1: a gated lease: %+v, %v", l, err)
+		}
+		defer c1.ReleaseLease(ctx, l.Lease)
+		m, err := sub.NextMsg(gwReplyBound)
+		if err != nil {
+			t.Fatalf("app1 hears no gate of its gated lease's device: %v", err)
+		}
+		var g codec.Gate
+		if err := codec.Unmarshal(m.Data, &g); err != nil || g.Device != "cpu" || g.Gateway != l.Gateway {
+			t.Errorf("the gate app1 hears: %+v, %v; want cpu's, of gateway %s", g, err, l.Gateway)
+		}
+	})
+
 	t.Run("Cancel", func(t *testing.T) {
 		in := newInboxAt(t, app1.Conn, app1.NewInbox())
 		app1Inboxes = append(app1Inboxes, in.prefix)
@@ -479,6 +502,9 @@ func TestAccountOwners(t *testing.T) {
 				// answers to app2's own requests
 			case strings.HasPrefix(m.Subject, "ortbus.gw.") && strings.HasSuffix(m.Subject, ".hb"):
 				// the gateways' beats (stream import)
+			case strings.HasPrefix(m.Subject, "ortbus.gate."):
+				// the devices' compute gates (stream import): a device's, not an app's (a
+				// pressed lease is named by its tag, a hash of its id)
 			default:
 				t.Errorf("app2 saw a message not its own: %s (reply %s)", m.Subject, m.Reply)
 			}
