@@ -232,8 +232,7 @@ func (g *Gateway) decideGates(now time.Time) {
 				}
 			}
 		}
-		est := g.est.all()
-		work := func(pool string, p *pending) time.Duration { return est[estKey{pool, p.op, p.req.Model}] }
+		work := func(pool string, p *pending) time.Duration { return g.est.get(estKey{pool, p.op, p.req.Model}) }
 		if !g.inspect(func(lc *lifecycle) { demand = lc.gateDemand(classes, gating, prio, work) }) {
 			return // the loop has stopped: the gateway is going
 		}

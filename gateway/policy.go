@@ -123,13 +123,10 @@ func (c *capacity) shareAllows(pool, class string, reserved map[string]bool) boo
 	device := c.cfg.Pool(pool).Device
 	// Up to its floor a background class always goes.
 	unit := c.slotSize(pool)
-	units := 1
-	if cl.MinShare > 0 {
-		units = max(1, int(cl.MinShare*float64(c.deviceSlots[device])))
-	}
-	if c.gated[device] {
-		// The device's compute gate is closed: no unit beyond min_share's whole slots.
-		units = int(cl.MinShare * float64(c.deviceSlots[device]))
+	units := int(cl.MinShare * float64(c.deviceSlots[device])) // min_share's whole slots
+	if !c.gated[device] {
+		// At least one unit, unless the device's compute gate is closed.
+		units = max(1, units)
 	}
 	if c.load[device][class] < units*unit {
 		return true

@@ -159,7 +159,7 @@ func New(opts Options) (*Worker, error) {
 	w.q = newQueues(c.ClassNames(), p.QueueBound, p.MaxBatch, p.MaxDelay.D())
 	for _, st := range w.models.statuses() {
 		if st.State == codec.ModelReady {
-			w.q.caps[st.Name] = st.MaxBatch
+			w.q.setCap(st.Name, st.MaxBatch)
 		}
 	}
 	order, failed := w.models.names()

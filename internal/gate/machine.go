@@ -6,6 +6,8 @@ package gate
 
 import (
 	"time"
+
+	"github.com/ortbus/ortbus/codec"
 )
 
 // Action is what the machine asks of the pauser.
@@ -164,8 +166,8 @@ func (m *Machine) Gate(now time.Time, closed bool, ttl time.Duration, seq uint64
 	return m.Tick(now)
 }
 
-// MaxTTL bounds the ttl of one gate state (rule 1).
-const MaxTTL = 2 * time.Second
+// MaxTTL bounds the ttl of one gate state (rule 1): codec.MaxGateTTLMS.
+const MaxTTL = codec.MaxGateTTLMS * time.Millisecond
 
 // Lost says the bus is down (true) or back (false) at now (rule 4).
 func (m *Machine) Lost(now time.Time, lost bool) Action {
