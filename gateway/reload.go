@@ -18,6 +18,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/internal/reply"
 	"github.com/ortbus/ortbus/models/modelrev"
@@ -692,15 +693,12 @@ func (g *Gateway) modelVerb(ctx context.Context, next *config.Config, pool, id, 
 // failed after a load, gone after an unload — so that the next worker's budget counts
 // its memory and routing sees its state when the change is in force.
 func (g *Gateway) waitModelBeat(id, model string, gone bool, answered time.Time) {
-	deadline := time.Now().Add(3 * g.conf().Health.HeartbeatInterval.D())
-	for time.Now().Before(deadline) {
-		w, ok := g.tracker.Get(id)
+	awaitBeat(g.tracker, id, 3*g.conf().Health.HeartbeatInterval.D(), func(w health.Worker, ok bool) bool {
 		if !ok || w.Dead {
-			return
+			return true
 		}
 		if w.HB.SentMS < answered.UnixMilli() {
-			time.Sleep(5 * time.Millisecond)
-			continue
+			return false // a beat from before the answer
 		}
 		listed, settled := false, false
 		for _, m := range w.HB.Models {
@@ -708,11 +706,8 @@ func (g *Gateway) waitModelBeat(id, model string, gone bool, answered time.Time)
 				listed, settled = true, m.State == codec.ModelReady || m.State == codec.ModelFailed
 			}
 		}
-		if gone && !listed || !gone && settled {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return gone && !listed || !gone && settled
+	})
 }
 
 // current reports whether t's process is the one apply found, still running and ready,

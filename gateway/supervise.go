@@ -428,12 +428,19 @@ func (s *supervisor) waitHeartbeat(p *proc) {
 	if !ready {
 		return
 	}
-	deadline := time.Now().Add(2 * s.conf().Health.HeartbeatInterval.D())
-	for time.Now().Before(deadline) {
-		if w, ok := s.tracker.Get(id); ok && len(w.HB.Models) > 0 {
+	awaitBeat(s.tracker, id, 2*s.conf().Health.HeartbeatInterval.D(), func(w health.Worker, ok bool) bool {
+		return ok && len(w.HB.Models) > 0
+	})
+}
+
+// awaitBeat polls the tracker's view of worker id (ok false: not known) until done says
+// so, or within has passed. Heartbeats have no event to wait on here: the tracker keeps
+// only the last.
+func awaitBeat(tracker workerView, id string, within time.Duration, done func(w health.Worker, ok bool) bool) {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if done(tracker.Get(id)) {
 			return
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
