@@ -15,7 +15,9 @@ import (
 )
 
 // Known execution providers.
-var KnownEPs = []string{"cpu", "cuda", "openvino", "tensorrt"}
+// webgpu is ONNX Runtime's WebGPU EP (Dawn over Vulkan on Linux), in the library
+// onnxruntime-node ships: NVIDIA, AMD and Intel GPUs alike, and lavapipe on a CPU.
+var KnownEPs = []string{"cpu", "cuda", "openvino", "tensorrt", "webgpu"}
 
 // Scheduling policies.
 const (

@@ -236,6 +236,9 @@ func defaultDevice(p *Pool) string {
 		return "cuda:" + id
 	case "openvino":
 		return "gpu.intel:0"
+	case "webgpu":
+		// The adapter Dawn picks is not known here: the pool names its device (validate).
+		return ""
 	}
 	return "cpu"
 }
@@ -426,6 +429,9 @@ func (c *Config) validatePool(name string, p *Pool) error {
 		if _, ok := c.Models[m]; !ok {
 			return c.errf(key+".models", "unknown model %q (define it under [models.%s])", m, m)
 		}
+	}
+	if p.Device == "" && p.EP == "webgpu" {
+		return c.errf(key+".device", "a webgpu pool names the GPU its adapter is on, for memory admission: cuda:N (NVIDIA, read through nvidia-smi), drm:N (AMD or Intel, /dev/dri/cardN), or cpu (lavapipe)")
 	}
 	if d := p.Device; d != "cpu" && !strings.Contains(d, ":") {
 		return c.errf(key+".device", "want cpu or KIND:INDEX (cuda:0, gpu.intel:0), got %q", d)

@@ -259,6 +259,8 @@ func appendProvider(opts *onnx.SessionOptions, p Provider) error {
 		return opts.AppendExecutionProviderTensorRT(to)
 	case "openvino":
 		return opts.AppendExecutionProviderOpenVINO(p.Options)
+	case "webgpu":
+		return opts.AppendExecutionProvider("WebGPU", p.Options)
 	}
 	return fmt.Errorf("unknown execution provider %q", p.Name)
 }
