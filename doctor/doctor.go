@@ -2,6 +2,15 @@
 // is searched, which one is found, the version it reports when loaded, and which execution
 // providers it can append. Each pool is probed in its own child process with the pool's
 // environment, since one process can hold only one runtime.
+//
+// A pool whose chain has webgpu (ONNX Runtime's WebGPU EP: Dawn over Vulkan on Linux) is
+// also probed for Vulkan in that child, with the pool's environment (VK_DRIVER_FILES and
+// the like): the loader, the driver manifests and the adapters. webgpu counts as usable
+// when the runtime appends it (ONNX Runtime 1.30 asks Dawn for its adapter then) and the
+// Vulkan probe lists an adapter; the report names that adapter (vendor, device, type,
+// backend Vulkan, driver), or what is missing and what to install: the loader
+// (libvulkan.so.1, package libvulkan1), a driver (the directories searched), or an
+// adapter (the driver manifests found).
 package doctor
 
 import (
@@ -12,6 +21,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,8 +31,9 @@ import (
 	"github.com/ortbus/ortbus/ort"
 )
 
-// ProbeEPs are the execution providers every pool is probed for.
-var ProbeEPs = []string{"cpu", "cuda", "openvino", "tensorrt"}
+// ProbeEPs are the execution providers every pool is probed for. Appending webgpu makes
+// ONNX Runtime (1.30) ask Dawn for an adapter, so its row fails where there is none.
+var ProbeEPs = []string{"cpu", "cuda", "openvino", "tensorrt", "webgpu"}
 
 // Report is one pool's result.
 type Report struct {
@@ -34,6 +45,15 @@ type Report struct {
 	Wanted   []string          `json:"wanted"`        // the pool's EP chain
 	Usable   string            `json:"usable,omitempty"`
 	Error    *codec.Error      `json:"error,omitempty"`
+	// Vulkan is the Vulkan probe of a pool whose chain has webgpu, made in the pool's
+	// child process with its environment.
+	Vulkan *ort.VulkanReport `json:"vulkan,omitempty"`
+	// WebGPU is, for such a pool, the adapter webgpu runs on ("adapter …"), or why it
+	// cannot run and what to install.
+	WebGPU string `json:"webgpu,omitempty"`
+	// Fallback says, when the pool's preferred EP is unusable but a fallback is, which
+	// one it will run (why: EPs, and WebGPU for webgpu).
+	Fallback string `json:"fallback,omitempty"`
 }
 
 // OK reports whether the pool can serve: runtime loaded and one EP of its chain usable.
@@ -47,6 +67,11 @@ func Probe(cfg *config.Config, pool string) *Report {
 	}
 	spec := ort.PoolSpec(p)
 	r := &Report{Pool: pool, Searched: spec.Candidates(), Wanted: append([]string{p.EP}, p.Fallback...)}
+	if slices.Contains(r.Wanted, "webgpu") {
+		// Before the runtime: what Vulkan offers is worth knowing even without one.
+		r.Vulkan = ort.ProbeVulkan(context.Background())
+		r.WebGPU, _ = webgpuVerdict("", r.Vulkan)
+	}
 	path, err := spec.Find()
 	if err != nil {
 		r.Error = codec.AsError(err).With("pool", pool)
@@ -71,17 +96,52 @@ func Probe(cfg *config.Config, pool string) *Report {
 			r.EPs[ep] = "ok"
 		}
 	}
+	webgpuOK := false
+	if r.Vulkan != nil {
+		r.WebGPU, webgpuOK = webgpuVerdict(r.EPs["webgpu"], r.Vulkan)
+	}
 	for _, ep := range r.Wanted {
-		if r.EPs[ep] == "ok" {
+		if r.EPs[ep] == "ok" && (ep != "webgpu" || webgpuOK) {
 			r.Usable = ep
 			break
 		}
 	}
-	if r.Usable == "" {
+	why := r.EPs[p.EP]
+	if p.EP == "webgpu" && !webgpuOK {
+		why = r.WebGPU
+	}
+	switch {
+	case r.Usable == "" && p.EP == "webgpu":
+		r.Error = codec.Errorf(codec.CodeProviderUnavailable, "none of %v is usable: webgpu: %s", r.Wanted, why).
+			With("pool", pool).With("ep", p.EP).With("error", why)
+	case r.Usable == "":
 		r.Error = codec.Errorf(codec.CodeProviderUnavailable, "none of %v can be appended: %s", r.Wanted, r.EPs[p.EP]).
 			With("pool", pool).With("ep", p.EP).With("error", r.EPs[p.EP])
+	case r.Usable != p.EP:
+		r.Fallback = fmt.Sprintf("%s is unusable; the pool falls back to %s", p.EP, r.Usable)
 	}
 	return r
+}
+
+// webgpuVerdict judges webgpu from the runtime's append result (appended: "ok", the
+// runtime's error, or "" when the runtime was not loaded) and the Vulkan probe: usable
+// when the EP was appended and Vulkan lists an adapter, the text then naming the adapter
+// Dawn picks; else the text says what is missing, from the Vulkan probe when it found a
+// problem, else the runtime's own error (an adapter Dawn refused).
+func webgpuVerdict(appended string, v *ort.VulkanReport) (string, bool) {
+	problem := v.Problem()
+	a, found := v.Picked()
+	switch {
+	case problem != "":
+		return problem, false
+	case !found: // not reached: no problem means an adapter
+		return "Vulkan lists no adapter", false
+	case appended == "":
+		return "adapter " + a.String() + " (the runtime was not loaded: not checked with the WebGPU EP)", false
+	case appended != "ok":
+		return fmt.Sprintf("Vulkan lists %s, but ONNX Runtime's WebGPU EP (Dawn) could not use it: %s", a, firstLine(appended)), false
+	}
+	return "adapter " + a.String(), true
 }
 
 // Run probes every pool, each in a child process started as `self <childArgs...> -pool P`
@@ -141,12 +201,54 @@ func Print(w io.Writer, reports []*Report) {
 				fmt.Fprintf(tw, "  ep %s\t%s\n", ep, firstLine(v))
 			}
 		}
+		printVulkan(tw, r)
 		fmt.Fprintf(tw, "  wanted\t%s (usable: %s)\n", strings.Join(r.Wanted, " -> "), or(r.Usable, "none"))
+		if r.Fallback != "" {
+			fmt.Fprintf(tw, "  fallback\t%s\n", r.Fallback)
+		}
 		if r.Error != nil {
 			fmt.Fprintf(tw, "  error\t%s: %s\n", r.Error.Code, r.Error.Message)
 		}
 	}
 	tw.Flush()
+}
+
+// printVulkan writes a webgpu pool's Vulkan probe: the loader, the driver manifests, each
+// adapter (Dawn's pick marked), and the verdict.
+func printVulkan(w io.Writer, r *Report) {
+	v := r.Vulkan
+	if v == nil {
+		return
+	}
+	if v.LoaderErr != "" {
+		fmt.Fprintf(w, "  vulkan loader\tmissing: %s\n", v.LoaderErr)
+	} else {
+		fmt.Fprintf(w, "  vulkan loader\t%s (Vulkan %s)\n", v.Loader, v.LoaderAPI)
+	}
+	from := "searched " + strings.Join(v.ICDSearched, ", ")
+	if v.ICDSource != "search" {
+		from = v.ICDSource + "=" + strings.Join(v.ICDSearched, ":")
+	}
+	if len(v.ICDFiles) == 0 {
+		fmt.Fprintf(w, "  vulkan drivers\tnone (%s)\n", from)
+	} else {
+		fmt.Fprintf(w, "  vulkan drivers\t%s (%s)\n", strings.Join(v.ICDFiles, ", "), from)
+	}
+	if len(v.ICDMissing) > 0 {
+		fmt.Fprintf(w, "  vulkan missing\t%s\n", strings.Join(v.ICDMissing, ", "))
+	}
+	picked := v.PickedIndex()
+	for i, a := range v.Adapters {
+		mark := ""
+		if i == picked {
+			mark = "  <= webgpu's (Dawn's high-performance pick)"
+		}
+		fmt.Fprintf(w, "  vulkan adapter\t%s%s\n", a, mark)
+	}
+	if v.Err != "" {
+		fmt.Fprintf(w, "  vulkan error\t%s\n", v.Err)
+	}
+	fmt.Fprintf(w, "  webgpu\t%s\n", r.WebGPU)
 }
 
 func firstLine(s string) string {
