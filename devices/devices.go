@@ -1,8 +1,14 @@
 // Package devices reads what ortbus needs to know of a physical device: its memory
 // capacity, the memory in use on it (to measure a model's peak on a GPU), and the memory
-// each process uses on it (to count what processes outside ortbus hold). A device is
-// named cpu, cuda:N (NVIDIA, read through nvidia-smi when it is installed) or any
-// KIND:N whose capacity must then be configured.
+// each process uses on it (to count what processes outside ortbus hold, and for a worker
+// to measure its own, whatever its EP). A device is named:
+//
+//   - cpu: the host's memory (/proc/meminfo);
+//   - cuda:N: the NVIDIA GPU of index N, read through nvidia-smi when it is installed;
+//   - drm:N: the AMD or Intel GPU of /dev/dri/cardN (N the card's index, as the kernel
+//     numbered it: /sys/class/drm/cardN), read from sysfs and the DRM fdinfo of its
+//     processes (the kernel's "DRM client usage stats"): drm.go;
+//   - any other KIND:N, whose capacity must then be configured.
 package devices
 
 import (
@@ -11,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,22 +33,41 @@ func Capacity(device string) (int64, string, error) {
 	case strings.HasPrefix(device, "cuda:"):
 		total, _, err := nvidiaSMI(strings.TrimPrefix(device, "cuda:"))
 		return total, "nvidia-smi", err
+	case strings.HasPrefix(device, "drm:"):
+		card, err := drmCardOf(sysRoot, device)
+		if err != nil {
+			return 0, "", fmt.Errorf("%w; set devices.%q.capacity in the config", err, device)
+		}
+		return drmCapacity(sysRoot, procRoot, card)
 	}
 	return 0, "", fmt.Errorf("device %s: no reader for its memory; set devices.%q.capacity in the config", device, device)
 }
 
 // Used returns the memory in use on a GPU device (for measuring a model's peak there);
-// ok is false for the CPU and for devices without a reader.
+// ok is false for the CPU and for devices without a reader: cuda:N has one (nvidia-smi),
+// drm:N where its driver publishes it (amdgpu's mem_info_vram_used).
 func Used(device string) (used int64, ok bool) {
-	if !strings.HasPrefix(device, "cuda:") {
-		return 0, false
+	switch {
+	case strings.HasPrefix(device, "cuda:"):
+		_, used, err := nvidiaSMI(strings.TrimPrefix(device, "cuda:"))
+		return used, err == nil
+	case strings.HasPrefix(device, "drm:"):
+		card, err := drmCardOf(sysRoot, device)
+		if err != nil {
+			return 0, false
+		}
+		return drmUsed(card)
 	}
-	_, used, err := nvidiaSMI(strings.TrimPrefix(device, "cuda:"))
-	return used, err == nil
+	return 0, false
 }
 
 func meminfo(key string) (int64, error) {
-	f, err := os.Open("/proc/meminfo")
+	return meminfoAt(procRoot, key)
+}
+
+// meminfoAt reads key of PROC/meminfo, in kB.
+func meminfoAt(proc, key string) (int64, error) {
+	f, err := os.Open(filepath.Join(proc, "meminfo"))
 	if err != nil {
 		return 0, err
 	}
@@ -55,11 +81,15 @@ func meminfo(key string) (int64, error) {
 	return 0, fmt.Errorf("/proc/meminfo has no %s", key)
 }
 
+// smiCommand is the nvidia-smi that is run, looked up on PATH at each run (a test points
+// it at a fake).
+var smiCommand = "nvidia-smi"
+
 // nvidiaSMI reads total and used memory of GPU index in bytes.
 func nvidiaSMI(index string) (total, used int64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "nvidia-smi", "--query-gpu=memory.total,memory.used", "--format=csv,noheader,nounits", "-i", index).Output()
+	out, err := exec.CommandContext(ctx, smiCommand, "--query-gpu=memory.total,memory.used", "--format=csv,noheader,nounits", "-i", index).Output()
 	if err != nil {
 		return 0, 0, fmt.Errorf("nvidia-smi for GPU %s: %w", index, err)
 	}
@@ -83,12 +113,51 @@ type ProcessReader interface {
 }
 
 // ProcessReaderFor returns the reader of device's memory per process, or nil where there
-// is none: only cuda:N has one (nvidia-smi).
+// is none: cuda:N has one (nvidia-smi), drm:N another (the DRM fdinfo of every process:
+// drmProcesses).
 func ProcessReaderFor(device string) ProcessReader {
-	if !strings.HasPrefix(device, "cuda:") {
-		return nil
+	switch {
+	case strings.HasPrefix(device, "cuda:"):
+		return &smiProcesses{}
+	case strings.HasPrefix(device, "drm:"):
+		return &drmProcesses{proc: procRoot, sys: sysRoot}
 	}
-	return &smiProcesses{}
+	return nil
+}
+
+// selfSMI is the nvidia-smi reader of ProcessUsage, kept for the uuid of each GPU index it
+// has read.
+var selfSMI = &smiProcesses{}
+
+// ProcessUsage returns the memory process pid uses on device, as the device's driver
+// reports it for that process, whatever put it there (the CUDA EP, the WebGPU EP on
+// Vulkan, ...): a worker measures itself with it.
+//
+//   - cuda:N: nvidia-smi's used_memory of pid on that GPU (--query-compute-apps, summed
+//     over its rows). A Vulkan process (the WebGPU EP) has a compute context on the GPU
+//     (type C+G in nvidia-smi's table), and is listed there too. A process not listed
+//     (yet) uses 0; a row whose memory is not reported ([N/A]) counts 0.
+//   - drm:N: the DRM clients in pid's own fdinfo on that card (drm.go, fdinfoBytes).
+//
+// ok is false where device has no such reader (cpu, or a KIND ortbus cannot read); err
+// is a reading that failed where there is one.
+func ProcessUsage(device string, pid int) (bytes int64, ok bool, err error) {
+	reader := strings.HasPrefix(device, "cuda:") || strings.HasPrefix(device, "drm:")
+	if !reader {
+		return 0, false, nil
+	}
+	if pid <= 0 {
+		return 0, true, fmt.Errorf("device %s: pid %d is not a process", device, pid)
+	}
+	if strings.HasPrefix(device, "drm:") {
+		b, err := drmProcessUsage(procRoot, sysRoot, device, pid)
+		return b, true, err
+	}
+	by, err := selfSMI.ProcessMemory(device)
+	if err != nil {
+		return 0, true, err
+	}
+	return by[pid], true, nil
 }
 
 // smiProcesses reads the compute processes of an NVIDIA GPU through nvidia-smi: the GPU
@@ -179,7 +248,7 @@ func parseComputeApps(out []byte, uuid string) (map[int]int64, error) {
 func runSMI(args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "nvidia-smi", args...)
+	cmd := exec.CommandContext(ctx, smiCommand, args...)
 	cmd.WaitDelay = time.Second
 	out, err := cmd.Output()
 	if err != nil {

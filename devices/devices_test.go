@@ -87,8 +87,99 @@ func TestProcessMemory(t *testing.T) {
 			t.Errorf("%s with %q: %v, want an error", c.device, c.apps, got)
 		}
 	}
+	// No nvidia-smi on PATH (nor a real one behind the fake: PATH is the fake's directory
+	// only, now empty).
 	os.Remove(dir + "/nvidia-smi")
+	t.Setenv("PATH", dir)
 	if _, err := ProcessReaderFor("cuda:0").ProcessMemory("cuda:0"); err == nil {
 		t.Error("no nvidia-smi: no error")
+	}
+}
+
+// useSMI points smiCommand at a fake nvidia-smi that prints the files of
+// testdata/nvidia-smi, as the real one prints them for a machine with two GPUs, and
+// appends its arguments to the returned file at each run; ProcessUsage's uuid cache starts
+// empty.
+func useSMI(t *testing.T) (calls string) {
+	t.Helper()
+	fix, err := filepath.Abs("testdata/nvidia-smi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	calls = filepath.Join(dir, "calls")
+	script := "#!/bin/sh\necho \"$*\" >> '" + calls + "'\ncase \"$*\" in\n" +
+		"'--query-gpu=index,uuid --format=csv,noheader') cat '" + fix + "/query-gpu-index-uuid.csv' ;;\n" +
+		"'--query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits') cat '" + fix + "/query-compute-apps.csv' ;;\n" +
+		"'--query-gpu=memory.total,memory.used --format=csv,noheader,nounits -i 0') cat '" + fix + "/query-gpu-memory-0.csv' ;;\n" +
+		"'--query-gpu=memory.total,memory.used --format=csv,noheader,nounits -i 1') cat '" + fix + "/query-gpu-memory-1.csv' ;;\n" +
+		"*) echo \"No devices were found\" >&2; exit 6 ;;\nesac\n"
+	smi := filepath.Join(dir, "nvidia-smi")
+	if err := os.WriteFile(smi, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	oldCmd, oldSelf := smiCommand, selfSMI
+	smiCommand, selfSMI = smi, &smiProcesses{}
+	t.Cleanup(func() { smiCommand, selfSMI = oldCmd, oldSelf })
+	return calls
+}
+
+// TestProcessUsageSMI: a process's own memory on cuda:N is the sum of its rows of that
+// GPU in --query-compute-apps (the uuid of index N read once, then kept); a process not
+// listed uses 0, a row without a reported size counts 0; a device without a reader says
+// so, and a failed reading is an error.
+func TestProcessUsageSMI(t *testing.T) {
+	calls := useSMI(t)
+	for _, c := range []struct {
+		device string
+		pid    int
+		want   int64
+	}{
+		{"cuda:0", 21034, 1873 << 20},
+		{"cuda:1", 21034, 260 << 20}, // the same process on the other GPU
+		{"cuda:0", 21877, 412 << 20},
+		{"cuda:1", 22410, 15872 << 20},
+		{"cuda:1", 23001, 0}, // [N/A]
+		{"cuda:0", 22410, 0}, // listed on the other GPU only
+		{"cuda:0", 99999, 0}, // not listed (yet)
+	} {
+		b, ok, err := ProcessUsage(c.device, c.pid)
+		if err != nil || !ok || b != c.want {
+			t.Errorf("%s pid %d: %d %v %v, want %d", c.device, c.pid, b, ok, err, c.want)
+		}
+	}
+	log, _ := os.ReadFile(calls)
+	if n := strings.Count(string(log), "--query-gpu=index,uuid"); n != 1 {
+		t.Errorf("the index -> uuid map read %d times, want once:\n%s", n, log)
+	}
+	for _, d := range []string{"cpu", "gpu.intel:0", "rocm:0"} {
+		if b, ok, err := ProcessUsage(d, 21034); ok || err != nil || b != 0 {
+			t.Errorf("%s: %d %v %v, want no reader", d, b, ok, err)
+		}
+	}
+	if b, ok, err := ProcessUsage("cuda:0", 0); err == nil || !ok {
+		t.Errorf("pid 0: %d %v %v, want an error", b, ok, err)
+	}
+	if b, ok, err := ProcessUsage("cuda:2", 21034); err == nil || !ok {
+		t.Errorf("no GPU 2: %d %v %v, want an error", b, ok, err)
+	}
+	got, err := ProcessReaderFor("cuda:1").ProcessMemory("cuda:1")
+	if want := map[int]int64{22410: 15872 << 20, 23001: 0, 21034: 260 << 20}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("cuda:1 processes %v %v, want %v", got, err, want)
+	}
+	if b, src, err := Capacity("cuda:1"); err != nil || b != 81559<<20 || src != "nvidia-smi" {
+		t.Errorf("cuda:1 capacity %d %q %v", b, src, err)
+	}
+	if u, ok := Used("cuda:0"); !ok || u != 2669<<20 {
+		t.Errorf("cuda:0 used %d %v", u, ok)
+	}
+	if _, ok := Used("cuda:3"); ok {
+		t.Error("cuda:3: used without a GPU")
+	}
+	// nvidia-smi gone: an error, from a device that has a reader.
+	smiCommand = filepath.Join(t.TempDir(), "nvidia-smi")
+	selfSMI = &smiProcesses{}
+	if b, ok, err := ProcessUsage("cuda:0", 21034); err == nil || !ok {
+		t.Errorf("no nvidia-smi: %d %v %v, want an error", b, ok, err)
 	}
 }
