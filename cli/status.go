@@ -46,10 +46,10 @@ func PrintStatus(w io.Writer, st *codec.StatusReply) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d/%d\t%s\n", p.Name, p.EP, p.Device, p.Local, strings.Join(p.Classes, ","), p.Live, p.Workers, state)
 	}
-	fmt.Fprintln(tw, "\nWORKER\tPOOL\tPID\tHOST\tSTATE\tORT\tEP\tSLOTS\tQUEUED\tRUNNING\tSERVED\tFAILED\tHB AGE\tRESTARTS\tLAST EXIT")
+	fmt.Fprintln(tw, "\nWORKER\tPOOL\tPID\tHOST\tSTATE\tORT\tEP\tDEVICE MEM\tSLOTS\tQUEUED\tRUNNING\tSERVED\tFAILED\tHB AGE\tRESTARTS\tLAST EXIT")
 	for _, wk := range st.Workers {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%d\t%s\n", wk.Worker, wk.Pool, wk.PID, wk.Host, wk.State, wk.Runtime, wk.EP,
-			wk.Slots, counts(wk.Queued), counts(wk.Running), wk.Served, wk.Failed, (time.Duration(wk.HeartbeatAgeMS) * time.Millisecond).String(), wk.Restarts, wk.LastExit)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%d\t%s\n", wk.Worker, wk.Pool, wk.PID, wk.Host, wk.State, wk.Runtime, wk.EP,
+			deviceMem(wk.Heartbeat), wk.Slots, counts(wk.Queued), counts(wk.Running), wk.Served, wk.Failed, (time.Duration(wk.HeartbeatAgeMS) * time.Millisecond).String(), wk.Restarts, wk.LastExit)
 	}
 	printModels(tw, st.Workers)
 	if len(st.Devices) > 0 {
@@ -100,6 +100,15 @@ func counts(m map[string]int) string {
 		return "-"
 	}
 	return strings.Join(parts, " ")
+}
+
+// deviceMem is a worker's own memory on its device as its driver reports it ("cuda:0
+// 195MiB"), or "-" where the device has no per-process reader (cpu).
+func deviceMem(hb codec.Heartbeat) string {
+	if hb.DeviceSource == "" {
+		return "-"
+	}
+	return hb.Device + " " + mib(hb.DeviceBytes)
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.0fMiB", float64(b)/(1<<20)) }

@@ -59,3 +59,23 @@ func TestOneLineStripsControl(t *testing.T) {
 		t.Fatalf("oneLine = %q", got)
 	}
 }
+
+// TestPrintStatusDeviceMem: the workers table shows each worker's own memory on its
+// device where the driver reports it, and "-" where the device has no per-process reader.
+func TestPrintStatusDeviceMem(t *testing.T) {
+	st := &codec.StatusReply{Workers: []codec.WorkerStatus{
+		{Heartbeat: codec.Heartbeat{Worker: "gpu-0", Pool: "gpu", PID: 7, State: codec.StateReady, EP: "webgpu", Device: "cuda:0", DeviceBytes: 195 << 20, DeviceSource: "nvidia-smi"}},
+		{Heartbeat: codec.Heartbeat{Worker: "cpu-0", Pool: "cpu", PID: 8, State: codec.StateReady, EP: "cpu", Device: "cpu"}},
+	}}
+	var buf bytes.Buffer
+	PrintStatus(&buf, st)
+	var lines []string
+	for line := range strings.Lines(buf.String()) {
+		lines = append(lines, strings.Join(strings.Fields(line), " "))
+	}
+	for _, prefix := range []string{"gpu-0 gpu 7 ready webgpu cuda:0 195MiB ", "cpu-0 cpu 8 ready cpu - "} {
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, prefix) }) {
+			t.Errorf("no line starting %q in:\n%s", prefix, buf.String())
+		}
+	}
+}

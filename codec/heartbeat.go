@@ -32,6 +32,13 @@ type Heartbeat struct {
 	Failed          uint64 `msgpack:"failed" json:"failed"`
 	SessionsCreated uint64 `msgpack:"sessions_created" json:"sessions_created"`
 	RSSBytes        int64  `msgpack:"rss_bytes" json:"rss_bytes"`
+	// DeviceBytes is the worker process's own memory on its pool's device as the driver
+	// reports it for that process (nvidia-smi's per-process used memory for cuda:N, DRM
+	// fdinfo for drm:N), sampled every heartbeat interval; DeviceSource names the reader,
+	// "" when the device has none (cpu, or a KIND without a reader): DeviceBytes is then
+	// not measured.
+	DeviceBytes  int64  `msgpack:"device_bytes,omitempty" json:"device_bytes,omitempty"`
+	DeviceSource string `msgpack:"device_source,omitempty" json:"device_source,omitempty"`
 	UptimeMS        int64  `msgpack:"uptime_ms" json:"uptime_ms"`
 	// Panics is how many panics the worker recovered (each answered internal, or failing
 	// the model it was loading);
@@ -99,7 +106,9 @@ type ModelStatus struct {
 	// all the same, its peak memory measured without the warm-up.
 	WarmupError string `msgpack:"warmup_error,omitempty" json:"warmup_error,omitempty"`
 	PeakBytes   int64  `msgpack:"peak_bytes" json:"peak_bytes"`
-	// PeakSource says where PeakBytes comes from: measured (rss or device) or declared.
+	// PeakSource says where PeakBytes comes from: measured (rss: the growth of the
+	// process's peak resident set; device: the growth of the process's own memory on its
+	// GPU, from before the model's load to after its warm-up runs) or declared.
 	PeakSource string `msgpack:"peak_source,omitempty" json:"peak_source,omitempty"`
 	MaxBatch   int    `msgpack:"max_batch,omitempty" json:"max_batch,omitempty"`
 	// PerItemBytes is the extra memory one more item of a dynamic batch takes (measured

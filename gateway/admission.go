@@ -42,9 +42,23 @@ func (g *Gateway) admitted(device, except string) int64 {
 		if w.Dead || w.HB.Worker == except || g.conf().Pools[w.HB.Pool] == nil || g.conf().Pool(w.HB.Pool).Device != device {
 			continue
 		}
-		for _, m := range w.HB.Models {
-			sum += m.PeakBytes
-		}
+		sum += admittedOf(&w.HB)
+	}
+	return sum
+}
+
+// admittedOf is what one worker takes of its device's budget: the sum of its models'
+// peaks, or the memory its process is measured to hold on the device (the heartbeat's
+// device_bytes, from the driver) when that is more — a GPU EP's buffer caches grow past
+// what the warm-ups reached — so that, on a device with a per-process reader, admitted +
+// leased + foreign is what the driver reports.
+func admittedOf(hb *codec.Heartbeat) int64 {
+	var sum int64
+	for _, m := range hb.Models {
+		sum += m.PeakBytes
+	}
+	if hb.DeviceSource != "" {
+		sum = max(sum, hb.DeviceBytes)
 	}
 	return sum
 }
@@ -85,9 +99,7 @@ func (g *Gateway) reservedAgainst(device string, prio int) int64 {
 			if w.Dead || g.conf().Pools[w.HB.Pool] == nil || g.conf().Pool(w.HB.Pool).Device != device || g.conf().PoolPriority(w.HB.Pool) > cl.Priority {
 				continue
 			}
-			for _, m := range w.HB.Models {
-				filled += m.PeakBytes
-			}
+			filled += admittedOf(&w.HB)
 		}
 		out += max(0, int64(b)-filled)
 	}

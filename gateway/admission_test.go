@@ -136,6 +136,27 @@ func TestAdmitted(t *testing.T) {
 	}
 }
 
+// TestAdmittedDeviceBytes: a worker whose process the driver reports holding more on its
+// device than its models' peaks (a GPU EP's buffers grown past the warm-ups) is admitted
+// at that measured figure; one that holds less still counts its peaks; a device_bytes
+// without a source (not measured) counts nothing.
+func TestAdmittedDeviceBytes(t *testing.T) {
+	g := testGateway(t, admissionConfig)
+	f := newFleet(t, g)
+	f.beat(codec.Heartbeat{Worker: "a-0", Pool: "a", Slots: 1, Models: peaks(100), DeviceBytes: 250 * mib, DeviceSource: "nvidia-smi"})
+	f.beat(codec.Heartbeat{Worker: "b-0", Pool: "b", Slots: 1, Models: peaks(200), DeviceBytes: 120 * mib, DeviceSource: "nvidia-smi"})
+	f.beat(codec.Heartbeat{Worker: "c-0", Pool: "c", Slots: 1, Models: peaks(300), DeviceBytes: 900 * mib})
+	if got := g.admitted("cuda:0", ""); got != 450*mib {
+		t.Errorf("admitted on cuda:0 = %d MiB, want 250 (a-0 measured) + 200 (b-0's peaks)", got/mib)
+	}
+	if got := g.admitted("gpu.intel:0", ""); got != 300*mib {
+		t.Errorf("admitted on gpu.intel:0 = %d MiB, want 300 (device_bytes without a source is not a measurement)", got/mib)
+	}
+	if left, ok := g.remaining("cuda:0", "a", ""); !ok || left != cudaBudget-450*mib {
+		t.Errorf("remaining on cuda:0 = %d %v, want the budget less 450 MiB", left, ok)
+	}
+}
+
 // TestAdmissionError: a refusal is overloaded and names the device, the pool, the sum
 // that would be admitted and the budget (and capacity).
 func TestAdmissionError(t *testing.T) {

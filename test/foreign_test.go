@@ -77,7 +77,8 @@ func (s *fakeSMI) read(t *testing.T) {
 // TestForeignMemory: on a machine without a GPU, a gateway whose pool names device cuda:0
 // (with ep = "cpu": its worker really runs on the CPU here) and a declared capacity reads
 // the GPU's processes from a fake nvidia-smi first on its PATH. Its own worker's pid is not
-// foreign; a process that appears mid-run is foreign_bytes in status and on /metrics and
+// foreign (it is admitted: its declared model, or what the driver reports for its process
+// when that is more); a process that appears mid-run is foreign_bytes in status and on /metrics and
 // shrinks the free budget, so a lease that fitted before is refused overloaded with the
 // foreign bytes in its figures; a lease covers its holder's usage up to its bytes; the
 // process gone, its bytes come back.
@@ -109,14 +110,18 @@ func TestForeignMemory(t *testing.T) {
 	}
 	const budget = 512 << 20
 
-	// (c) The worker's own 300 MiB on the GPU are not foreign (its model's 100 MiB are
-	// what counts).
-	smi.set(t, map[int]int{worker.PID: 300})
+	// (c) The worker's own 100 MiB on the GPU are not foreign: they are its model's
+	// (declared 100 MiB), admitted. (The worker reads the same nvidia-smi for its own
+	// figure, so the wait is on the gateway's status, not on the count of readings.)
+	smi.set(t, map[int]int{worker.PID: 100})
 	smi.read(t)
-	st := cuda()
-	if st.ForeignBytes != 0 || st.AdmittedBytes != 100<<20 || st.FreeBytes != budget-100<<20 {
-		t.Fatalf("the worker's own usage (pid %d) is counted: %+v", worker.PID, st)
-	}
+	var st codec.DeviceStatus
+	checkFor(t, "the worker's own usage admitted, not foreign", gwReplyBound, pollEvery, func() error {
+		if st = cuda(); st.ForeignBytes != 0 || st.AdmittedBytes != 100<<20 || st.FreeBytes != budget-100<<20 {
+			return fmt.Errorf("the worker's own usage (pid %d): %+v", worker.PID, st)
+		}
+		return nil
+	})
 	// A lease of 300 MiB fits now.
 	l, e := lease(300 << 20)
 	if e != nil {
@@ -126,7 +131,7 @@ func TestForeignMemory(t *testing.T) {
 
 	// (a) A foreign process appears: 200 MiB on the GPU.
 	foreignPID := worker.PID + 7777 // any pid but the gateway's workers'
-	smi.set(t, map[int]int{worker.PID: 300, foreignPID: 200})
+	smi.set(t, map[int]int{worker.PID: 100, foreignPID: 200})
 	checkFor(t, "the foreign process in status", gwReplyBound, pollEvery, func() error {
 		if st = cuda(); st.ForeignBytes != 200<<20 {
 			return fmt.Errorf("foreign_bytes %d, want 200 MiB (%+v)", st.ForeignBytes, st)
@@ -157,7 +162,7 @@ func TestForeignMemory(t *testing.T) {
 	release(l)
 
 	// The process is gone: its bytes are back.
-	smi.set(t, map[int]int{worker.PID: 300})
+	smi.set(t, map[int]int{worker.PID: 100})
 	checkFor(t, "the foreign process gone from status", gwReplyBound, pollEvery, func() error {
 		if st = cuda(); st.ForeignBytes != 0 || st.FreeBytes != budget-100<<20 {
 			return fmt.Errorf("%+v", st)
@@ -168,6 +173,20 @@ func TestForeignMemory(t *testing.T) {
 		t.Fatalf("a lease of 300 MiB after the foreign process left: %v", e)
 	}
 	release(l)
+
+	// (d) The worker's own usage grows past its model's peak (an EP's buffers grown past
+	// the warm-up): the driver's figure for it, 300 MiB, is admitted, still not foreign,
+	// and the same lease no longer fits.
+	smi.set(t, map[int]int{worker.PID: 300})
+	checkFor(t, "the worker's measured 300 MiB admitted", gwReplyBound, pollEvery, func() error {
+		if st = cuda(); st.ForeignBytes != 0 || st.AdmittedBytes != 300<<20 || st.FreeBytes != budget-300<<20 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
+	})
+	if _, e = lease(300 << 20); e == nil || e.Code != codec.CodeOverloaded || e.Details["sum_bytes"] != float64(600<<20) {
+		t.Fatalf("a lease of 300 MiB beside the worker's measured 300 MiB: %v, want overloaded with sum 600 MiB", e)
+	}
 }
 
 // metricValue is the value of the series named (with its labels) in a /metrics text, or -1.

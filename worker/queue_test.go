@@ -496,7 +496,7 @@ func TestMeasureBatchCap(t *testing.T) {
 		m := &recModel{qModel: modelA}
 		mc := &config.Model{Name: "a", Kind: "tagger-pixai", MaxBatch: c.modelBatch, Memory: 64 << 20}
 		p := &config.Pool{Name: "cpu", Device: "cpu", MaxBatch: c.poolBatch}
-		st := w.measure(m, mc, p, 1<<20, true)
+		st := w.measure(m, mc, p, 1<<20, true, 0, false)
 		if st.MaxBatch != c.want || !slices.Equal(m.warmups, c.warmups) {
 			t.Errorf("pool max_batch %d, model %d: cap %d warm-ups %v, want %d %v", c.poolBatch, c.modelBatch, st.MaxBatch, m.warmups, c.want, c.warmups)
 		}

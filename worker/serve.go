@@ -406,13 +406,14 @@ func (w *Worker) snapshot() *codec.Heartbeat {
 	if w.draining.Load() {
 		state = codec.StateDraining
 	}
+	devBytes, devSource := w.dev.last()
 	return &codec.Heartbeat{
 		Worker: w.id, Pool: w.pool.Name, Host: w.host, PID: pid, State: state,
 		Runtime: w.rt.Version, Library: w.rt.Path, EP: w.EP(), Device: w.pool.Device,
 		Classes: w.pool.Classes, Models: w.models.statuses(), Slots: w.pool.Slots, Direct: true,
 		Queued: queued, Running: running, Held: held,
 		Served: w.served.Load(), Failed: w.failed.Load(), SessionsCreated: ort.SessionsCreated(),
-		RSSBytes: rssBytes(), UptimeMS: time.Since(w.start).Milliseconds(),
+		RSSBytes: rssBytes(), DeviceBytes: devBytes, DeviceSource: devSource, UptimeMS: time.Since(w.start).Milliseconds(),
 		Panics: guard.Panics(), PublishErrors: w.publishErrors.Load(), BadMessages: w.badMessages.Load(),
 	}
 }

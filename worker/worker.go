@@ -26,7 +26,6 @@ import (
 	"github.com/ortbus/ortbus/cache"
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
-	"github.com/ortbus/ortbus/devices"
 	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/images"
 	"github.com/ortbus/ortbus/internal/fault"
@@ -85,6 +84,7 @@ type Worker struct {
 	onLoading      func(model string) // Options.OnLoading
 	skip           map[string]string  // models not to load, and why (config.SkipModelsEnv)
 	rssBase        int64              // peak RSS before the next model's load
+	dev            *devMem            // this process's own memory on its device (devmem.go)
 	served, failed atomic.Uint64
 	publishErrors  atomic.Uint64
 	badMessages    atomic.Uint64 // messages dropped for their reply subject (checked)
@@ -131,6 +131,7 @@ func New(opts Options) (*Worker, error) {
 	}
 	w.rt = rt
 	w.rssBase = rssBytes()
+	w.dev = newDevMem(p.Device)
 	sc := ort.PoolSessionConfig(p, c.Spins(p.Name, runtime.NumCPU()))
 	// An EP chain none of which the runtime can use at all (its provider library is
 	// missing) fails every model alike: that is the pool's failure, as a missing runtime
@@ -252,11 +253,14 @@ func (w *Worker) loadModel(env models.Env, open opener, mc *config.Model, left i
 	}()
 	fault.Check(mc.Dir) // chaos tests only: a native crash while loading
 	rev := w.revision(mc)
+	// The process's memory on its device before the model is opened: what the model's
+	// sessions, its EP's context and its warm-up runs add to it is the model's (measure).
+	devBefore, devOK := w.dev.now()
 	m, err := open(env, mc)
 	if err != nil {
 		return nil, failedStatus(mc, err)
 	}
-	st = w.measure(m, mc, w.pool, left, limited)
+	st = w.measure(m, mc, w.pool, left, limited, devBefore, devOK)
 	if rev != "" && w.revision(mc) == rev {
 		st.Revision = rev // the files did not change while it loaded
 	}
@@ -353,19 +357,25 @@ func memBudget() int64 {
 func mib(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }
 
 // measure finds a model's peak memory: declared in the config, or measured over loading
-// and a warm-up at the pool's largest batch — the device's used memory on a GPU with a
-// reader, else the growth of this process's peak RSS. A warm-up at batch 1 first gives
-// the extra memory per batch item.
+// and a warm-up at the pool's largest batch — on a device with a per-process reader and a
+// model that runs there (an EP other than cpu), the growth of this process's own memory
+// on the device from before the model was opened (devBefore) to after the warm-ups, else
+// the growth of this process's peak RSS. Other processes on the same GPU do not enter it:
+// the reading is this process's alone. A warm-up at batch 1 first gives the extra memory
+// per batch item.
+//
+// The warm-ups are also where a GPU EP compiles its shaders and kernels (WebGPU: a second
+// or more on its first run): loading pays for them, counted in the model's load_ms, not
+// the first request.
 //
 // With a budget (left bytes of it for this model), a dynamic batch whose peak would pass
 // it is capped to the largest batch that fits.
-func (w *Worker) measure(m models.Model, mc *config.Model, p *config.Pool, left int64, limited bool) codec.ModelStatus {
+func (w *Worker) measure(m models.Model, mc *config.Model, p *config.Pool, left int64, limited bool, devBefore int64, devOK bool) codec.ModelStatus {
 	maxBatch := max(1, p.MaxBatch)
 	if mc.MaxBatch > 0 {
 		maxBatch = min(maxBatch, mc.MaxBatch)
 	}
 	st := codec.ModelStatus{Name: mc.Name, Kind: mc.Kind, State: codec.ModelReady, Loaded: true, MaxBatch: maxBatch}
-	gpuBefore, onGPU := devices.Used(p.Device)
 	ctx := context.Background()
 	fault.Panic(mc.Dir)
 	// The warm-up runs on synthetic inputs (zeros, symbolic dimensions 64), which not
@@ -389,9 +399,12 @@ func (w *Worker) measure(m models.Model, mc *config.Model, p *config.Pool, left 
 	switch {
 	case mc.Memory > 0:
 		st.PeakBytes, st.PeakSource = int64(mc.Memory), "declared"
-	case onGPU:
-		after, _ := devices.Used(p.Device)
-		st.PeakBytes, st.PeakSource = max(0, after-gpuBefore), "device"
+	case devOK && onDevice(m):
+		after, ok := w.dev.now()
+		if !ok {
+			after = devBefore // the reader failed since: nothing measured
+		}
+		st.PeakBytes, st.PeakSource = max(0, after-devBefore), "device"
 	default:
 		st.PeakBytes, st.PeakSource = max(0, hwmBytes()-w.rssBase), "rss"
 		peak1 := max(0, one-w.rssBase)
@@ -403,6 +416,17 @@ func (w *Worker) measure(m models.Model, mc *config.Model, p *config.Pool, left 
 		w.rssBase = hwmBytes()
 	}
 	return st
+}
+
+// onDevice reports whether one of m's sessions runs on an EP other than the CPU's (a
+// webgpu pool's model that fell back to cpu is measured by its RSS).
+func onDevice(m models.Model) bool {
+	for _, s := range m.Sessions() {
+		if s != nil && s.EP != "" && s.EP != "cpu" {
+			return true
+		}
+	}
+	return false
 }
 
 // bounded is s cut to at most maxLoadError bytes, at a character boundary.
@@ -512,6 +536,8 @@ func (w *Worker) ServeConn(ctx context.Context, nc *nats.Conn) error {
 	var hbDone sync.WaitGroup
 	hbDone.Add(1)
 	go func() { defer hbDone.Done(); pub.Run(hbCtx, nil) }()
+	hbDone.Add(1)
+	go func() { defer hbDone.Done(); w.dev.run(hbCtx, w.cfg.Health.HeartbeatInterval.D()) }()
 
 	var slots sync.WaitGroup
 	for i := 0; i < w.pool.Slots; i++ {
