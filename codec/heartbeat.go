@@ -39,7 +39,7 @@ type Heartbeat struct {
 	// not measured.
 	DeviceBytes  int64  `msgpack:"device_bytes,omitempty" json:"device_bytes,omitempty"`
 	DeviceSource string `msgpack:"device_source,omitempty" json:"device_source,omitempty"`
-	UptimeMS        int64  `msgpack:"uptime_ms" json:"uptime_ms"`
+	UptimeMS     int64  `msgpack:"uptime_ms" json:"uptime_ms"`
 	// Panics is how many panics the worker recovered (each answered internal, or failing
 	// the model it was loading);
 	// PublishErrors how many replies, claims or beats it could not send.
