@@ -6,7 +6,8 @@
 // everything it started.
 //
 //	overhead    gateway path vs an in-process ORT call and vs one raw NATS request (tiny model)
-//	throughput  batch class through the system vs an in-process loop, plain and dynamically batched
+//	throughput  batch class through the system vs an in-process loop, plain and dynamically batched,
+//	            and onnxruntime-node (-ep webgpu: all on ONNX Runtime's WebGPU EP; webgpu.go)
 //	collision   urgent + interactive + batch flood on pools sharing the CPU: solo, policy, FIFO
 //	            (-scenario real: Silero VAD audio streams, the PP-OCRv4 detector, the tagger flood)
 //	capacity    the load of the higher classes raised step by step under a constant batch flood,
@@ -68,6 +69,17 @@ type Options struct {
 	// pool, intra-op threads per worker; e.g. what ortbus tune chose), in place of one
 	// worker with the model's threads. The in-process and node paths keep the model's.
 	Workers, Threads int
+	// EP is the execution provider of throughput's paths and of tune's layouts: "" or
+	// "cpu" (the default), or "webgpu" (ONNX Runtime's WebGPU EP: the system's pools, the
+	// in-process loop and onnxruntime-node alike; see webgpu.go).
+	EP string
+	// Device is the webgpu pools' device (cuda:N, drm:N, or cpu for lavapipe); "" = the
+	// GPU findGPU finds. Without a GPU, throughput runs its smoke (see Smoke).
+	Device string
+	// Smoke runs throughput -ep webgpu's smoke row (the tiny model, short phases: a check
+	// that the three paths run on webgpu, not a figure) even on a machine with a GPU;
+	// without one it always does.
+	Smoke bool
 	// Scenario is the collision or capacity scenario: a TOML file, or a built-in one
 	// (collision: "" = "default", "onepool", "short", "real", "real-short"; capacity: "" =
 	// "capacity"; see LoadScenario).

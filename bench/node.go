@@ -62,6 +62,11 @@ type nodeChunk struct {
 	Version   string  `json:"onnxruntime_node"`
 	Threads   int     `json:"threads"`
 	Spin      string  `json:"spin"`
+	// EP is the execution provider the session was created with (the only one in its
+	// list: creation fails rather than fall back); FirstMS the first call's time, made
+	// before the warm-up with a GPU EP (its shader compilation).
+	EP      string  `json:"ep"`
+	FirstMS float64 `json:"first_ms,omitempty"`
 }
 
 // nodeInput is one input of a model for the baseline: the tensor, written as a .npy.
@@ -89,15 +94,19 @@ func writeNodeInputs(dir, model string, ins []nodeInput) ([]string, error) {
 }
 
 // run runs one chunk: model (an .onnx file) on inputs (-input flags) with threads intra-op
-// threads, ONNX Runtime's spinning at its default (spin) or off, warm of unmeasured calls,
-// then phase counted.
-func (nb *nodeBench) run(ctx context.Context, model string, inputs []string, threads int, spin bool, warm, phase time.Duration) (nodeChunk, error) {
+// threads, ONNX Runtime's spinning at its default (spin) or off, on the execution provider
+// ep (cpu, or webgpu: a first call, then the warm-up), warm of unmeasured calls, then
+// phase counted.
+func (nb *nodeBench) run(ctx context.Context, model string, inputs []string, threads int, spin bool, ep string, warm, phase time.Duration) (nodeChunk, error) {
 	s := "off"
 	if spin {
 		s = "default"
 	}
 	args := []string{nb.script, "-modules", nb.modules, "-model", model, "-threads", fmt.Sprint(threads), "-spin", s,
 		"-warm", fmt.Sprint(warm.Milliseconds()), "-duration", fmt.Sprint(phase.Milliseconds())}
+	if ep != "" && ep != "cpu" {
+		args = append(args, "-ep", ep)
+	}
 	for _, in := range inputs {
 		args = append(args, "-input", in)
 	}

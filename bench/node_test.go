@@ -63,16 +63,34 @@ func TestNodeBenchRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, spin := range []bool{true, false} {
-		c, err := nb.run(ctx, model, inputs, 1, spin, 20*time.Millisecond, 100*time.Millisecond)
+		c, err := nb.run(ctx, model, inputs, 1, spin, "cpu", 20*time.Millisecond, 100*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Items == 0 || c.Seconds < 0.1 || c.Version != NodeBenchVersion || !strings.HasPrefix(c.Runtime, "bun ") || (c.Spin == "default") != spin {
+		if c.Items == 0 || c.Seconds < 0.1 || c.Version != NodeBenchVersion || !strings.HasPrefix(c.Runtime, "bun ") || (c.Spin == "default") != spin || c.EP != "cpu" || c.FirstMS != 0 {
 			t.Fatalf("spin %v: %+v", spin, c)
 		}
 	}
-	if _, err := nb.run(ctx, model, []string{"x=" + filepath.Join(dir, "missing.npy")}, 1, true, 0, 10*time.Millisecond); err == nil {
+	if _, err := nb.run(ctx, model, []string{"x=" + filepath.Join(dir, "missing.npy")}, 1, true, "cpu", 0, 10*time.Millisecond); err == nil {
 		t.Fatal("a missing input file: no error")
+	}
+	// On webgpu (where the Vulkan loader is: lavapipe without a GPU), the runner's session
+	// is webgpu's and its first call comes before the warm-up.
+	if _, _, err := probeAdapter(ctx); errors.Is(err, errNoVulkan) {
+		t.Logf("webgpu chunk skipped: %v", err)
+		return
+	}
+	restore, err := webgpuEnv(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restore()
+	c, err := nb.run(ctx, model, inputs, 1, true, "webgpu", 20*time.Millisecond, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EP != "webgpu" || c.FirstMS <= 0 || c.Items == 0 || c.WarmItems < 1 {
+		t.Fatalf("webgpu: %+v", c)
 	}
 }
 

@@ -89,11 +89,14 @@ func (w *workdir) solidPNG(name string, size int, c color.RGBA) (string, error) 
 
 // poolSpec is one [pools.NAME] table of a generated config.
 type poolSpec struct {
-	Name     string
-	Runtime  string // absolute library path
-	Workers  int
-	Slots    int
-	Threads  int
+	Name    string
+	Runtime string // absolute library path
+	Workers int
+	Slots   int
+	Threads int
+	// EP is the pool's execution provider ("" = cpu), strict: no fallback, so that a
+	// bench never measures another EP than the one it names.
+	EP       string
 	Device   string
 	Classes  []string
 	Models   []string
@@ -166,7 +169,7 @@ func (c sysConfig) config() *config.Config {
 		classes = append(classes, cl.Name)
 	}
 	for _, p := range c.Pools {
-		pc := &config.Pool{Runtime: p.Runtime, EP: "cpu", Device: p.Device, Workers: max(p.Workers, 1), Slots: max(p.Slots, 1),
+		pc := &config.Pool{Runtime: p.Runtime, EP: orDefault(p.EP, "cpu"), Device: p.Device, Workers: max(p.Workers, 1), Slots: max(p.Slots, 1),
 			Threads: max(p.Threads, 1), Classes: p.Classes, Models: p.Models, MaxBatch: p.MaxBatch, MaxDelay: d(p.MaxDelay)}
 		if c.Policy != config.PolicyFIFO {
 			pc.Nice = p.Nice

@@ -29,6 +29,12 @@ import (
 // included), and CPU per item (the workers' user + system time over the items). The
 // winner has the most items/s among the layouts whose p95 meets the latency bound (all,
 // without one); -write puts it in the config file's pool table.
+//
+// With -ep webgpu (Options.EP) every layout runs the pool on ONNX Runtime's WebGPU EP on
+// Options.Device (default: the GPU findGPU finds, else cpu: lavapipe), strict (no
+// fallback), and the sweep is workers 1..4 (within the cores) × max_batch (1, 8 where the
+// model batches), one intra-op thread, spinning off: the GPU runs the model, the CPU
+// threads only what the EP leaves to the CPU.
 
 // TuneOptions configure a tune.
 type TuneOptions struct {
@@ -78,6 +84,13 @@ type TuneResults struct {
 	Winner  *TuneRow  `json:"winner"`
 	Current Layout    `json:"current"`
 	Written bool      `json:"written"`
+	// EP is the execution provider of every layout (the pool's own, or -ep's); Device
+	// its device; Adapter, on webgpu, the Vulkan device Dawn takes (dawnPick); GPU what the
+	// machine's GPU check found (webgpu).
+	EP      string `json:"ep"`
+	Device  string `json:"device,omitempty"`
+	Adapter string `json:"adapter,omitempty"`
+	GPU     string `json:"gpu,omitempty"`
 }
 
 // Tune runs the sweep and prints its table and winner on o.Out.
@@ -106,13 +119,41 @@ func Tune(ctx context.Context, o TuneOptions) (*TuneResults, error) {
 		return nil, fmt.Errorf("tune: pool %s does not load model %q", o.Pool, model)
 	}
 	kind, _ := config.KindOf(mc.Kind)
-	res := &TuneResults{Pool: o.Pool, Model: model, Op: kind.Ops[0],
+	res := &TuneResults{Pool: o.Pool, Model: model, Op: kind.Ops[0], EP: pc.EP, Device: pc.Device,
 		Current: Layout{Workers: pc.Workers, Threads: pc.Threads, Spin: cfg.Spins(o.Pool, runtime.NumCPU()), MaxBatch: max(1, pc.MaxBatch)}}
 	dir, err := os.MkdirTemp("", "ortbus-tune-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	sweep := layouts(runtime.NumCPU(), slices.Contains(kind.Batch, res.Op))
+	if o.EP != "" && o.EP != pc.EP && o.EP != "webgpu" {
+		return nil, fmt.Errorf("tune: -ep %s: want webgpu (or the pool's own ep, %s)", o.EP, pc.EP)
+	}
+	base := *pc
+	if orDefault(o.EP, pc.EP) == "webgpu" {
+		gpu := detectGPU()
+		_, pick, err := probeAdapter(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("tune -ep webgpu: %w", err)
+		}
+		device := o.Device
+		if device == "" && pc.EP == "webgpu" {
+			device = pc.Device
+		}
+		res.EP, res.Device, res.Adapter, res.GPU = "webgpu", orDefault(device, orDefault(gpu.Device, "cpu")), pick.String(), gpu.What
+		restore, err := webgpuEnv(dir)
+		if err != nil {
+			return nil, err
+		}
+		defer restore()
+		sweep = webgpuLayouts(runtime.NumCPU(), slices.Contains(kind.Batch, res.Op))
+		// Every layout strict on webgpu, whatever the pool's own EP chain.
+		base.EP, base.Device, base.Fallback = res.EP, res.Device, nil
+		if pc.EP != "webgpu" {
+			base.EPOptions = nil
+		}
+	}
 	w := &workdir{dir: dir}
 	if err := os.Mkdir(filepath.Join(dir, "spool"), 0o755); err != nil {
 		return nil, err
@@ -125,9 +166,12 @@ func Tune(ctx context.Context, o TuneOptions) (*TuneResults, error) {
 		return nil, fmt.Errorf("tune: the inputs could not be written as .npy files in %s", dir)
 	}
 	fmt.Fprintf(out, "tune: pool %s, model %s (%s), %s per layout, %d cores%s\n", o.Pool, model, res.Op, positiveOr(o.Duration, 3*time.Second), runtime.NumCPU(), latencyNote(o.Latency))
-	for _, l := range layouts(runtime.NumCPU(), slices.Contains(kind.Batch, res.Op)) {
+	if res.Adapter != "" {
+		fmt.Fprintf(out, "ep: %s on device %s, strict (no fallback); GPU check: %s; adapter: %s (the Vulkan device Dawn takes)\n", res.EP, res.Device, res.GPU, res.Adapter)
+	}
+	for _, l := range sweep {
 		row := TuneRow{Layout: l}
-		if err := tuneOne(ctx, o, cfg, model, res.Op, l, req, w, &row); err != nil {
+		if err := tuneOne(ctx, o, cfg, &base, model, res.Op, l, req, w, &row); err != nil {
 			row.Err = err.Error()
 		}
 		res.Rows = append(res.Rows, row)
@@ -162,7 +206,12 @@ func Tune(ctx context.Context, o TuneOptions) (*TuneResults, error) {
 	}
 	fmt.Fprintf(out, "winner: %s (%.2f items/s, p95 %.1f ms)\n", res.Winner.Layout, res.Winner.ItemsPerSec, res.Winner.P95MS)
 	if o.Write {
-		if err := config.EditPool(o.Config, o.Pool, winnerKeys(res.Winner.Layout)); err != nil {
+		keys := winnerKeys(res.Winner.Layout)
+		if res.EP != cfg.Pools[o.Pool].EP || res.Device != cfg.Pools[o.Pool].Device {
+			// Measured on another EP than the file's: the winner is that EP's layout.
+			keys["ep"], keys["device"] = strconv.Quote(res.EP), strconv.Quote(res.Device)
+		}
+		if err := config.EditPool(o.Config, o.Pool, keys); err != nil {
 			return res, err
 		}
 		res.Written = true
@@ -219,6 +268,22 @@ func layouts(cpus int, batches bool) []Layout {
 	return out
 }
 
+// webgpuLayouts are the layouts of a webgpu sweep on cpus cores: workers 1..4 (at most
+// cpus) × max_batch 1 (and 8 when the op batches), one intra-op thread, spinning off.
+func webgpuLayouts(cpus int, batches bool) []Layout {
+	var out []Layout
+	mbs := []int{1}
+	if batches {
+		mbs = append(mbs, 8)
+	}
+	for w := 1; w <= min(4, max(cpus, 1)); w++ {
+		for _, mb := range mbs {
+			out = append(out, Layout{Workers: w, Threads: 1, MaxBatch: mb})
+		}
+	}
+	return out
+}
+
 // tuneRequest is the request every item of the sweep sends: infer with the inputs read
 // from their .npy files (inline), or the op of another kind on the image.
 func tuneRequest(kind config.Kind, o TuneOptions, dir string) (*codec.Request, error) {
@@ -270,9 +335,10 @@ func tuneRequest(kind config.Kind, o TuneOptions, dir string) (*codec.Request, e
 	return req, nil
 }
 
-// tuneOne starts a system of the pool in layout l alone and measures it into row.
-func tuneOne(ctx context.Context, o TuneOptions, user *config.Config, model, op string, l Layout, req *codec.Request, w *workdir, row *TuneRow) error {
-	pc := *user.Pools[o.Pool]
+// tuneOne starts a system of the pool (base, the config's pool with -ep applied) in layout
+// l alone and measures it into row.
+func tuneOne(ctx context.Context, o TuneOptions, user *config.Config, base *config.Pool, model, op string, l Layout, req *codec.Request, w *workdir, row *TuneRow) error {
+	pc := *base
 	pc.Workers, pc.Threads, pc.Spin, pc.MaxBatch, pc.Slots = l.Workers, l.Threads, l.Spin, l.MaxBatch, 1
 	pc.Classes, pc.Models, pc.LazyLoad, pc.KeepAlive = []string{subjects.ClassBatch}, []string{model}, false, ""
 	sec := user.Security
@@ -304,6 +370,9 @@ func tuneOne(ctx context.Context, o TuneOptions, user *config.Config, model, op 
 	for _, wk := range st.Workers {
 		if wk.Pool == o.Pool && wk.PID > 0 {
 			pids = append(pids, wk.PID)
+		}
+		if wk.Pool == o.Pool && pc.EP == "webgpu" && (wk.EP != pc.EP || wk.Device != pc.Device) {
+			return fmt.Errorf("worker %s runs ep %q on device %q, not %s on %s", wk.Worker, wk.EP, wk.Device, pc.EP, pc.Device)
 		}
 	}
 	inflight := 2 * l.Workers * l.MaxBatch

@@ -3,7 +3,7 @@
 // Run by the bench under Bun (as the app runs it; node also works):
 //
 //   bun bench/node/throughput.mjs -modules DIR -model M.onnx -input NAME=X.npy \
-//       -threads N -spin default|off -warm MS -duration MS
+//       -threads N -spin default|off [-ep cpu|webgpu] -warm MS -duration MS
 //
 // It loads onnxruntime-node from DIR (the node_modules that scripts/fetch-node-bench.sh
 // installs into .deps/node-bench), opens M.onnx with N intra-op threads, one inter-op
@@ -14,7 +14,13 @@
 // -duration ms, and prints one JSON line:
 //
 //   {"items":N,"seconds":S,"cpu_s":C,"warm_items":W,"load_s":L,"runtime":"bun 1.4.5",
-//    "onnxruntime_node":"1.30.0","threads":N,"spin":"default"}
+//    "onnxruntime_node":"1.30.0","threads":N,"spin":"default","ep":"cpu"}
+//
+// -ep webgpu creates the session with executionProviders: ['webgpu'] alone (ONNX Runtime's
+// WebGPU EP: Dawn over Vulkan on Linux; session creation fails rather than fall back when
+// it has no adapter), and makes one call before the -warm ms, timed apart ("first_ms"):
+// the first run compiles the EP's shaders, which the warm-up pays before anything is
+// counted.
 //
 // Each item is what an app's call is: a new ort.Tensor over the input's data and one
 // `await session.run(feeds)` (every output fetched).
@@ -23,7 +29,7 @@ import { createRequire } from "node:module";
 import { join } from "node:path";
 
 function parseArgs(argv) {
-  const a = { threads: 1, spin: "default", warm: 500, duration: 1000, inputs: [] };
+  const a = { threads: 1, spin: "default", ep: "cpu", warm: 500, duration: 1000, inputs: [] };
   for (let i = 0; i < argv.length; i += 2) {
     const k = argv[i], v = argv[i + 1];
     if (v === undefined) throw new Error(`flag ${k} has no value`);
@@ -38,6 +44,7 @@ function parseArgs(argv) {
       }
       case "-threads": a.threads = Number(v); break;
       case "-spin": a.spin = v; break;
+      case "-ep": a.ep = v; break;
       case "-warm": a.warm = Number(v); break;
       case "-duration": a.duration = Number(v); break;
       default: throw new Error(`unknown flag ${k}`);
@@ -46,6 +53,7 @@ function parseArgs(argv) {
   if (!a.modules || !a.model || a.inputs.length === 0) throw new Error("-modules, -model and -input are required");
   if (a.spin !== "default" && a.spin !== "off") throw new Error(`-spin ${a.spin}: want default or off`);
   if (!(a.threads >= 1)) throw new Error(`-threads ${a.threads}`);
+  if (a.ep !== "cpu" && a.ep !== "webgpu") throw new Error(`-ep ${a.ep}: want cpu or webgpu`);
   return a;
 }
 
@@ -80,6 +88,9 @@ const opts = {
   interOpNumThreads: 1,
   executionMode: "sequential",
 };
+if (args.ep !== "cpu") {
+  opts.executionProviders = [args.ep];
+}
 if (args.spin === "off") {
   opts.extra = { session: { intra_op: { allow_spinning: "0" }, inter_op: { allow_spinning: "0" } } };
 }
@@ -97,6 +108,13 @@ async function one() {
 }
 
 let warmItems = 0;
+let firstMS;
+if (args.ep !== "cpu") {
+  const f0 = performance.now();
+  await one();
+  firstMS = performance.now() - f0;
+  warmItems++;
+}
 for (const w0 = performance.now(); performance.now() - w0 < args.warm; warmItems++) await one();
 let items = 0;
 const c0 = process.cpuUsage();
@@ -112,5 +130,6 @@ await session.release?.();
 const runtime = typeof Bun !== "undefined" ? `bun ${Bun.version}` : `node ${process.versions.node}`;
 console.log(JSON.stringify({
   items, seconds, cpu_s: (cpu.user + cpu.system) / 1e6, warm_items: warmItems, load_s: loadS, runtime,
-  onnxruntime_node: ort.env?.versions?.node ?? "", threads: args.threads, spin: args.spin,
+  onnxruntime_node: ort.env?.versions?.node ?? "", threads: args.threads, spin: args.spin, ep: args.ep,
+  ...(firstMS === undefined ? {} : { first_ms: firstMS }),
 }));

@@ -24,6 +24,13 @@ const benchUsage = `usage: ortbus bench NAME [flags]
   -inflight N      throughput, failure, jobs (plain path): requests kept outstanding (default 32, 8, 32)
   -workers N, -threads N   throughput: the system pools' layout (e.g. what ortbus tune chose), in
                    place of one worker with each model's threads
+  -ep EP           throughput: cpu (default) or webgpu: ONNX Runtime's WebGPU EP on every path
+                   (the system's pools, the in-process loop, onnxruntime-node), side by side;
+                   without a GPU (no nvidia-smi listing one, no /dev/dri render node) it says so
+                   and runs a smoke row instead (lavapipe smoke: not a GPU figure)
+  -device D        throughput -ep webgpu: the pools' device, cuda:N, drm:N or cpu (default: the
+                   GPU found, cuda:0 for NVIDIA)
+  -smoke           throughput -ep webgpu: the smoke row (tiny model, 1s per path) even with a GPU
   -kills N         jobs: kill -9 of the whole stack during the kill run (default 2; -1 = none)
   -scenario S      collision: a scenario TOML file, or a built-in one: default (two pools
                    sharing the CPU: bench/scenarios/collision.toml), onepool, short, real
@@ -64,6 +71,9 @@ func benchCmd(args []string) int {
 	inflight := fs.Int("inflight", 0, "")
 	workers := fs.Int("workers", 0, "")
 	threads := fs.Int("threads", 0, "")
+	ep := fs.String("ep", "", "")
+	device := fs.String("device", "", "")
+	smoke := fs.Bool("smoke", false, "")
 	kills := fs.Int("kills", 0, "")
 	scenario := fs.String("scenario", "", "")
 	seed := fs.Uint64("seed", 0, "")
@@ -79,7 +89,11 @@ func benchCmd(args []string) int {
 		fmt.Fprint(os.Stderr, benchUsage)
 		return 2
 	}
-	o := bench.Options{Repo: *repo, BinDir: *bin, N: *n, Duration: *dur, InFlight: *inflight, Workers: *workers, Threads: *threads, Kills: *kills,
+	if (*ep != "" || *device != "" || *smoke) && name != "throughput" {
+		fmt.Fprintf(os.Stderr, "ortbus bench %s: -ep, -device and -smoke are throughput's\n", name)
+		return 2
+	}
+	o := bench.Options{Repo: *repo, BinDir: *bin, N: *n, Duration: *dur, InFlight: *inflight, Workers: *workers, Threads: *threads, EP: *ep, Device: *device, Smoke: *smoke, Kills: *kills,
 		Scenario: *scenario, Seed: *seed, Steps: *steps, SkipSolo: *noSolo, RelayReplies: *relay, Out: os.Stdout, KeepTemp: *keep}
 	if *verbose {
 		o.Logs = os.Stderr

@@ -22,6 +22,10 @@ const tuneUsage = `usage: ortbus tune -config FILE [flags] POOL
   -image FILE        another kind's request image (inside the config's allowed roots)
   -duration D        measured time per layout (default 3s)
   -latency D         the p95 bound a winner must meet (default: none)
+  -ep webgpu         run every layout on ONNX Runtime's WebGPU EP (strict), sweeping workers 1..4
+                     × max_batch at 1 thread, spin off; -write then also writes ep and device
+  -device D          with -ep webgpu: the device, cuda:N, drm:N or cpu (default: the pool's when it
+                     is webgpu, else the GPU found, else cpu: lavapipe)
   -write             put the winner in the config file's [pools.POOL] table
   -json FILE         write the results as JSON
   -repo DIR, -bin DIR, -v   as for ortbus bench
@@ -52,6 +56,8 @@ func tuneCmd(args []string) int {
 	fs.StringVar(&o.Image, "image", "", "")
 	fs.DurationVar(&o.Duration, "duration", 0, "")
 	fs.DurationVar(&o.Latency, "latency", 0, "")
+	fs.StringVar(&o.EP, "ep", "", "")
+	fs.StringVar(&o.Device, "device", "", "")
 	fs.BoolVar(&o.Write, "write", false, "")
 	jsonOut := fs.String("json", "", "")
 	fs.StringVar(&o.Repo, "repo", "", "")

@@ -1,0 +1,112 @@
+package bench
+
+// What the webgpu benches need to know of the machine: whether it has a GPU at all
+// (findGPU), the Vulkan device Dawn takes (probeAdapter, over ort.ProbeVulkan: the WebGPU
+// EP is Dawn over Vulkan on Linux), and the environment Dawn wants (webgpuEnv).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ortbus/ortbus/ort"
+)
+
+// GPU is what findGPU found.
+type GPU struct {
+	// Device is what a webgpu pool on the GPU names (cuda:0, drm:N); "" = no GPU.
+	Device string `json:"device,omitempty"`
+	// What says what was found (e.g. "NVIDIA H200 (nvidia-smi)"), or, with no GPU, what
+	// was looked for and missing.
+	What string `json:"what"`
+}
+
+// findGPU decides whether this machine has a GPU for the webgpu EP: an nvidia-smi that
+// lists a GPU (cuda:0), else a DRM render node (/dev/dri/renderD*: drm:N, N the card
+// beside it). nvidiaSMI runs `nvidia-smi --query-gpu=name --format=csv,noheader` (an
+// exec.ErrNotFound error: no nvidia-smi); renderNodes are the render nodes' paths.
+func findGPU(nvidiaSMI func() ([]byte, error), renderNodes []string) GPU {
+	out, err := nvidiaSMI()
+	var smi string
+	switch {
+	case errors.Is(err, exec.ErrNotFound):
+		smi = "nvidia-smi not found"
+	case err != nil:
+		smi = fmt.Sprintf("nvidia-smi failed (%s)", oneLine(err.Error()))
+	default:
+		if name, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n"); strings.TrimSpace(name) != "" {
+			return GPU{Device: "cuda:0", What: strings.TrimSpace(name) + " (nvidia-smi)"}
+		}
+		smi = "nvidia-smi lists no GPU"
+	}
+	if len(renderNodes) > 0 {
+		slices.Sort(renderNodes)
+		return GPU{Device: drmDevice(renderNodes[0]), What: renderNodes[0] + " (DRM render node)"}
+	}
+	return GPU{What: "no NVIDIA GPU: " + smi + ", and no DRM render node (/dev/dri/renderD*)"}
+}
+
+// detectGPU is findGPU on this machine.
+func detectGPU() GPU {
+	nodes, _ := filepath.Glob("/dev/dri/renderD*")
+	return findGPU(func() ([]byte, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return exec.CommandContext(ctx, "nvidia-smi", "--query-gpu=name", "--format=csv,noheader").Output()
+	}, nodes)
+}
+
+// drmDevice is the device name (drm:N) of a render node: N is the card of the same DRM
+// device (/sys/class/drm/renderDX/device/drm/cardN), else 0.
+func drmDevice(node string) string {
+	cards, _ := filepath.Glob(filepath.Join("/sys/class/drm", filepath.Base(node), "device", "drm", "card*"))
+	for _, c := range cards {
+		if n := strings.TrimPrefix(filepath.Base(c), "card"); n != "" && strings.Trim(n, "0123456789") == "" {
+			return "drm:" + n
+		}
+	}
+	return "drm:0"
+}
+
+// errNoVulkan: the Vulkan loader (libvulkan.so.1) cannot be loaded.
+var errNoVulkan = errors.New("no Vulkan loader")
+
+// probeAdapter probes Vulkan in this process (ort.ProbeVulkan: the same loader, drivers,
+// VK_DRIVER_FILES and LD_LIBRARY_PATH as Dawn's in this process and its children) and
+// returns the report and the adapter Dawn takes; an error says what is missing (wrapping
+// errNoVulkan when it is the loader).
+func probeAdapter(ctx context.Context) (*ort.VulkanReport, ort.VulkanAdapter, error) {
+	r := ort.ProbeVulkan(ctx)
+	a, ok := r.Picked()
+	switch {
+	case r.LoaderErr != "":
+		return r, a, fmt.Errorf("%w: %s", errNoVulkan, r.Problem())
+	case !ok:
+		return r, a, errors.New(r.Problem())
+	}
+	return r, a, nil
+}
+
+// webgpuEnv sets XDG_RUNTIME_DIR, which Dawn reads, when it is unset: a private (0700)
+// directory under dir. The bench process (its in-process loop), the gateway and its
+// workers, and the onnxruntime-node runner inherit it. restore undoes it.
+func webgpuEnv(dir string) (restore func(), err error) {
+	if os.Getenv("XDG_RUNTIME_DIR") != "" {
+		return func() {}, nil
+	}
+	d := filepath.Join(dir, "xdg-runtime")
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(d, 0o700); err != nil {
+		return nil, err
+	}
+	os.Setenv("XDG_RUNTIME_DIR", d)
+	return func() { os.Unsetenv("XDG_RUNTIME_DIR") }, nil
+}

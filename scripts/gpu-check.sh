@@ -1,0 +1,293 @@
+#!/usr/bin/env bash
+# gpu-check.sh [OUT_DIR]      (or OUT=DIR scripts/gpu-check.sh)
+#
+# Issue 31's figures for ONNX Runtime's WebGPU EP on an NVIDIA GPU: what a person with one
+# runs after `make prepare` and `make build` (and `make ocr-model`, `make node-bench` for
+# the detector and the onnxruntime-node column). Steps:
+#
+#   (a) bin/ortbus doctor on a generated config whose pool `gpu` runs the PP-OCRv4 detector
+#       (.deps/ocr/ppocrv4-det; without it, the generated tagger-heavy as a raw model) on
+#       ep = "webgpu", device = "cuda:0";
+#   (b) bin/ortbus tune -ep webgpu on that pool (its layouts: workers 1..4 × max_batch), then
+#       bin/ortbus bench throughput -ep webgpu -device cuda:0 with the layout tune picked:
+#       the system vs the in-process WebGPU loop vs onnxruntime-node's webgpu, side by side;
+#   (c) a gateway on the config (the winner's workers): each worker's device memory as
+#       `ortbus status` reports it (device_bytes; each model's peak_bytes, peak_source)
+#       beside nvidia-smi's figure for the worker's process;
+#   (d) exit 1 where a figure falls short of the issue's targets: the system >= 1.0x the
+#       in-process WebGPU loop and >= 1.0x onnxruntime-node's webgpu (the bench's "target
+#       missed" notes), each worker's device_bytes within 10% of nvidia-smi's per-process
+#       figure, each model's peak measured on the device; exit 2 when it cannot run at all
+#       (no NVIDIA GPU, no Vulkan loader, nothing built).
+#
+# Everything it prints and every report goes to OUT_DIR (default
+# bench-out/gpu-check-<UTC time>): gpu-check.log, env.txt, doctor.{txt,json},
+# tune.{txt,json}, throughput-webgpu.{txt,json}, status.{txt,json}, nvidia-smi-*.txt,
+# memory.txt, gateway.log, the generated config.
+#
+# Environment, respected as given: VK_DRIVER_FILES / VK_ICD_FILENAMES (the Vulkan drivers)
+# and LD_LIBRARY_PATH (e.g. a Vulkan loader unpacked by hand); XDG_RUNTIME_DIR (Dawn reads
+# it; a private temporary directory when unset). DEVICE (default cuda:0), TUNE_DURATION
+# (default 2s per layout), BENCH_DURATION (default 3s per path and model, in 3 rounds).
+# About 3 minutes on a 16-core machine.
+set -uo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${1:-${OUT:-$repo/bench-out/gpu-check-$(date -u +%Y%m%dT%H%M%SZ)}}
+DEVICE=${DEVICE:-cuda:0}
+TUNE_DURATION=${TUNE_DURATION:-2s}
+BENCH_DURATION=${BENCH_DURATION:-3s}
+mkdir -p "$OUT" || { echo "gpu-check: cannot create $OUT" >&2; exit 2; }
+OUT=$(cd "$OUT" && pwd)
+exec 3>&1 4>&2 > >(tee -a "$OUT/gpu-check.log") 2>&1
+tee_pid=$!
+gw=""
+# On exit: the gateway of step (c) stopped, the log flushed before the shell returns.
+finish() {
+	stop_gateway
+	exec >&3 2>&4
+	wait "$tee_pid" 2>/dev/null
+}
+trap finish EXIT
+
+failures=()
+# stop_gateway stops step (c)'s gateway (SIGTERM drains its workers; SIGKILL after 20s).
+stop_gateway() {
+	[ -n "${gw:-}" ] || return 0
+	kill -TERM "$gw" 2>/dev/null
+	for _ in $(seq 1 200); do kill -0 "$gw" 2>/dev/null || break; sleep 0.1; done
+	kill -KILL "$gw" 2>/dev/null
+	wait "$gw" 2>/dev/null
+	gw=""
+}
+fail() { echo "gpu-check: FAIL: $*"; failures+=("$*"); }
+die() { echo "gpu-check: $*"; exit 2; }
+step() { echo; echo "== $* ($(date -u +%H:%M:%S), ${SECONDS}s in)"; }
+
+echo "gpu-check: outputs in $OUT"
+echo "gpu-check: phases: tune $TUNE_DURATION measured per layout (after a warm-up of up to 1s); bench throughput $BENCH_DURATION measured per path and model (3 rounds), each path's first run and warm-up unmeasured"
+
+# --- preflight: an NVIDIA GPU, the build, the runtime, the Vulkan loader -------------------
+command -v nvidia-smi >/dev/null || die "no NVIDIA GPU: nvidia-smi not found"
+gpus=$(nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>&1) ||
+	die "no NVIDIA GPU: nvidia-smi failed: $gpus"
+[ -n "$gpus" ] || die "no NVIDIA GPU: nvidia-smi lists none"
+echo "gpu-check: GPUs (index, name, memory, driver): $gpus"
+for b in ortbus gateway ortworker; do
+	[ -x "$repo/bin/$b" ] || die "$repo/bin/$b is missing: run make build"
+done
+lib=$repo/.deps/ort-1.30.0/lib/libonnxruntime.so.1
+[ -f "$lib" ] || die "ONNX Runtime 1.30.0 is not at $lib: run make prepare"
+
+loader=""
+IFS=: read -r -a ldirs <<<"${LD_LIBRARY_PATH:-}"
+for d in "${ldirs[@]}"; do
+	[ -n "$d" ] && [ -e "$d/libvulkan.so.1" ] && { loader="$d/libvulkan.so.1 (LD_LIBRARY_PATH)"; break; }
+done
+if [ -z "$loader" ]; then
+	loader=$(ldconfig -p 2>/dev/null | awk '/libvulkan\.so\.1 /{print $NF; exit}')
+fi
+[ -n "$loader" ] || die "no Vulkan loader (libvulkan.so.1) in LD_LIBRARY_PATH or ldconfig's cache: install libvulkan1, or unpack it and point LD_LIBRARY_PATH at it"
+if [ -n "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ]; then
+	icds="VK_DRIVER_FILES=${VK_DRIVER_FILES:-} VK_ICD_FILENAMES=${VK_ICD_FILENAMES:-} (as given)"
+else
+	icds=$(ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json /usr/local/share/vulkan/icd.d/*.json 2>/dev/null | tr '\n' ' ')
+	case "$icds" in *nvidia*) ;; *) echo "gpu-check: warning: no nvidia_icd.json among the Vulkan drivers ($icds): Dawn may not see the GPU (the NVIDIA driver's graphics libraries are needed, e.g. NVIDIA_DRIVER_CAPABILITIES=graphics in a container)" ;; esac
+fi
+if [ -z "${XDG_RUNTIME_DIR:-}" ]; then
+	XDG_RUNTIME_DIR=$(mktemp -d) && chmod 700 "$XDG_RUNTIME_DIR" && export XDG_RUNTIME_DIR
+fi
+{
+	echo "date: $(date -u +%FT%TZ)"; echo "host: $(cat /proc/sys/kernel/hostname) $(uname -r), $(nproc) cores"
+	echo "gpus: $gpus"; echo "vulkan loader: $loader"; echo "vulkan drivers: $icds"
+	echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; echo "XDG_RUNTIME_DIR=$XDG_RUNTIME_DIR"
+	echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+} | tee "$OUT/env.txt"
+
+# --- the model and the config ---------------------------------------------------------------
+work=$OUT/work
+mkdir -p "$work/spool"
+if [ -f "$repo/.deps/ocr/ppocrv4-det/model.onnx" ]; then
+	model_dir=$repo/.deps/ocr/ppocrv4-det input="x=zeros:1x3x640x640"
+	echo "gpu-check: model: PP-OCRv4 det (.deps/ocr/ppocrv4-det), input [1,3,640,640]"
+else
+	"$repo/bin/ortbus" models gen "$work/models" -heavy 10 || die "ortbus models gen failed"
+	model_dir=$work/models/tagger-heavy input="input=zeros:1x3x448x448"
+	echo "gpu-check: model: the generated tagger-heavy (10 layers) as a raw model, input [1,3,448,448] (no .deps/ocr/ppocrv4-det: make ocr-model for the detector)"
+fi
+# write_config FILE WORKERS MAX_BATCH
+write_config() {
+	cat >"$1" <<EOF
+# generated by scripts/gpu-check.sh
+[nats]
+embedded = true
+
+[security]
+allowed_roots = ["$work"]
+spool_dir = "$work/spool"
+
+[models.det]
+kind = "raw"
+dir = "$model_dir"
+
+[pools.gpu]
+runtime = "$lib"
+ep = "webgpu"
+device = "$DEVICE"
+workers = $2
+threads = 1
+max_batch = $3
+classes = ["interactive", "batch"]
+models = ["det"]
+EOF
+}
+cfg=$OUT/webgpu.toml
+write_config "$cfg" 1 0
+
+# --- (a) doctor -----------------------------------------------------------------------------
+step "(a) bin/ortbus doctor -config $cfg"
+"$repo/bin/ortbus" doctor -config "$cfg" | tee "$OUT/doctor.txt"
+if [ "${PIPESTATUS[0]}" != 0 ]; then
+	fail "doctor: pool gpu (webgpu on $DEVICE) is not usable (doctor.txt)"
+	# Seen in a container: the loader's "Could not get 'vkCreateInstance' via
+	# 'vk_icdGetInstanceProcAddr' for ICD libGLX_nvidia.so.0" (VK_LOADER_DEBUG=error,driver).
+	echo "gpu-check: hint: NVIDIA's Vulkan driver (libGLX_nvidia.so.0) also needs the GL dispatch libraries (libglvnd0, libegl1, libglx0, libgl1, libopengl0, libgles2) and, in a container, VK_DRIVER_FILES naming its nvidia_icd.json (e.g. /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json); VK_LOADER_DEBUG=error,driver shows why a driver is refused"
+fi
+"$repo/bin/ortbus" doctor -config "$cfg" -json >"$OUT/doctor.json" 2>&1
+
+# --- (b) tune, then the throughput bench with its layout -------------------------------------
+step "(b) bin/ortbus tune -config $cfg -ep webgpu -device $DEVICE -input $input -duration $TUNE_DURATION -json $OUT/tune.json gpu"
+"$repo/bin/ortbus" tune -config "$cfg" -ep webgpu -device "$DEVICE" -input "$input" -duration "$TUNE_DURATION" -json "$OUT/tune.json" gpu | tee "$OUT/tune.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || fail "tune -ep webgpu failed (tune.txt)"
+workers=1 max_batch=0
+if w=$(sed -n 's/^winner: \([0-9]*\)×\([0-9]*\) spin=[a-z]* batch=\([0-9]*\).*/\1 \3/p' "$OUT/tune.txt") && [ -n "$w" ]; then
+	read -r workers max_batch <<<"$w"
+	echo "gpu-check: tune picked $workers worker(s), max_batch $max_batch"
+else
+	fail "tune printed no winner: the bench runs 1 worker per pool"
+fi
+
+step "(b) bin/ortbus bench throughput -ep webgpu -device $DEVICE -workers $workers -threads 1 -duration $BENCH_DURATION -out $OUT/throughput-webgpu.json"
+"$repo/bin/ortbus" bench throughput -ep webgpu -device "$DEVICE" -workers "$workers" -threads 1 -duration "$BENCH_DURATION" \
+	-out "$OUT/throughput-webgpu.json" | tee "$OUT/throughput-webgpu.txt"
+if [ "${PIPESTATUS[0]}" != 0 ]; then
+	fail "bench throughput -ep webgpu failed (throughput-webgpu.txt)"
+else
+	grep -q '^SMOKE' "$OUT/throughput-webgpu.txt" && fail "bench throughput ran its smoke, not the GPU figures (see its GPU check)"
+	grep -q '^node: SKIPPED' "$OUT/throughput-webgpu.txt" && fail "no onnxruntime-node figures (make node-bench): the system vs node target is not measured"
+	while IFS= read -r n; do fail "throughput: ${n#note: }"; done < <(grep '^note: target missed' "$OUT/throughput-webgpu.txt")
+fi
+
+# --- (c) each worker's device memory: ortbus status beside nvidia-smi ------------------------
+step "(c) bin/gateway on the config with $workers worker(s); bin/ortbus status -json beside nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits"
+mcfg=$OUT/webgpu-memory.toml
+write_config "$mcfg" "$workers" "$max_batch"
+"$repo/bin/gateway" -config "$mcfg" -nats-listen 127.0.0.1:0 -http-listen - -worker "$repo/bin/ortworker" >"$OUT/gateway.log" 2>&1 &
+gw=$!
+url=""
+for _ in $(seq 1 900); do
+	url=$(sed -n 's/.*"event":"ready".*"nats_url":"\([^"]*\)".*/\1/p' "$OUT/gateway.log" | head -n 1)
+	[ -n "$url" ] && break
+	kill -0 "$gw" 2>/dev/null || break
+	sleep 0.1
+done
+# status_workers FILE: one line per worker of status JSON (ortbus status -json, indented by
+# two spaces a level): worker pool pid state ep device_bytes device_source, then a line per
+# model: "model" worker name peak_bytes peak_source.
+status_workers() {
+	awk '
+	/^  "workers": \[$/ { inw = 1; next }
+	inw && /^  \]/ { inw = 0 }
+	!inw { next }
+	/^    \{/ { w = ""; p = ""; pid = ""; st = ""; ep = ""; db = "-"; ds = "-"; nm = 0; next }
+	/^      "worker": / { w = $2; gsub(/[",]/, "", w) }
+	/^      "pool": / { p = $2; gsub(/[",]/, "", p) }
+	/^      "pid": / { pid = $2; gsub(/,/, "", pid) }
+	/^      "state": / { st = $2; gsub(/[",]/, "", st) }
+	/^      "ep": / { ep = $2; gsub(/[",]/, "", ep) }
+	/^      "device_bytes": / { db = $2; gsub(/,/, "", db) }
+	/^      "device_source": / { ds = $2; gsub(/[",]/, "", ds) }
+	/^          "name": / { nm++; mn[nm] = $2; gsub(/[",]/, "", mn[nm]); mp[nm] = "-"; ms[nm] = "-" }
+	/^          "peak_bytes": / { mp[nm] = $2; gsub(/,/, "", mp[nm]) }
+	/^          "peak_source": / { ms[nm] = $2; gsub(/[",]/, "", ms[nm]) }
+	/^    \}/ { print w, p, pid, st, ep, db, ds; for (i = 1; i <= nm; i++) print "model", w, mn[i], mp[i], ms[i] }
+	' "$1"
+}
+if [ -z "$url" ]; then
+	fail "the gateway on $mcfg never printed its ready line (gateway.log)"
+	tail -n 20 "$OUT/gateway.log"
+else
+	echo "gpu-check: gateway ready on $url"
+	# The workers load the model and warm it up (shader compilation): up to 2 minutes for
+	# them to be ready, then up to 5 s more for each to report its device memory.
+	ready=0 measured=0
+	for i in $(seq 1 600); do
+		if "$repo/bin/ortbus" status -s "$url" -json >"$OUT/status.json" 2>/dev/null; then
+			ready=$(status_workers "$OUT/status.json" | awk '$1 != "model" && $2 == "gpu" && $4 == "ready" {n++} END {print n + 0}')
+			measured=$(status_workers "$OUT/status.json" | awk '$1 != "model" && $2 == "gpu" && $4 == "ready" && $6 != "-" {n++} END {print n + 0}')
+		fi
+		[ "$measured" -ge "$workers" ] && break
+		# A pool or worker error (provider_unavailable, a crash loop): no use waiting.
+		grep -q '^      "error": {' "$OUT/status.json" 2>/dev/null && [ "$i" -ge 10 ] && break
+		[ "$ready" -ge "$workers" ] && [ -z "${ready_at:-}" ] && ready_at=$i
+		[ -n "${ready_at:-}" ] && [ $((i - ready_at)) -ge 25 ] && break
+		sleep 0.2
+	done
+	echo "gpu-check: $ready of $workers worker(s) ready, $measured reporting device_bytes"
+	sleep 1 # a heartbeat interval past the last load: the samples settle
+	"$repo/bin/ortbus" status -s "$url" -json >"$OUT/status.json"
+	"$repo/bin/ortbus" status -s "$url" | tee "$OUT/status.txt"
+	nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits >"$OUT/nvidia-smi-compute-apps.txt" 2>&1
+	nvidia-smi -q -d PIDS >"$OUT/nvidia-smi-pids.txt" 2>&1
+	nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
+	echo "gpu-check: nvidia-smi --query-compute-apps=pid,used_memory (MiB):"
+	sed 's/^/  /' "$OUT/nvidia-smi-compute-apps.txt"
+	status_workers "$OUT/status.json" >"$OUT/status-workers.txt"
+	rm -f "$OUT/memory-failures.txt"
+	{
+		printf '%-12s %-6s %-8s %-8s %-16s %-16s %-22s %s\n' worker pool pid ep "status MiB" "nvidia-smi MiB" "nvidia-smi source" verdict
+		n=0
+		while read -r w p pid st ep db ds; do
+			[ "$w" = model ] && continue
+			[ "$p" = gpu ] || continue
+			n=$((n + 1))
+			smi=$(awk -F', *' -v pid="$pid" '$1 == pid {print $2; exit}' "$OUT/nvidia-smi-compute-apps.txt") src="compute-apps"
+			if [ -z "$smi" ]; then # a Vulkan process may be listed as a graphics one only
+				smi=$(awk -v pid="$pid" '/Process ID/ {cur = $NF} /Used GPU Memory/ && cur == pid {print $(NF-1); exit}' "$OUT/nvidia-smi-pids.txt") src="-q -d PIDS"
+			fi
+			mib=$([ "$db" = - ] && echo - || awk -v b="$db" 'BEGIN {printf "%.1f", b / 1048576}')
+			verdict=ok
+			if [ "$ep" != webgpu ]; then
+				verdict="FAIL: ep $ep"
+			elif [ "$db" = - ]; then
+				verdict="FAIL: no device_bytes in ortbus status"
+			elif [ -z "$smi" ]; then
+				verdict="FAIL: nvidia-smi does not list pid $pid" src=-
+			elif ! awk -v a="$mib" -v b="$smi" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 0.10 * b)}'; then
+				verdict="FAIL: off by more than 10%"
+			fi
+			printf '%-12s %-6s %-8s %-8s %-16s %-16s %-22s %s\n' "$w" "$p" "$pid" "$ep" "$mib ($ds)" "${smi:--}" "$src" "$verdict"
+			[ "$verdict" = ok ] || echo "worker $w (pid $pid): ${verdict#FAIL: } (status ${mib} MiB, nvidia-smi ${smi:--} MiB)" >>"$OUT/memory-failures.txt"
+		done <"$OUT/status-workers.txt"
+		[ "$n" -gt 0 ] || echo "no worker of pool gpu in ortbus status"
+		echo
+		printf '%-12s %-10s %-16s %s\n' worker model "peak MiB" peak_source
+		awk '$1 == "model" {printf "%-12s %-10s %-16s %s\n", $2, $3, ($4 == "-" ? "-" : sprintf("%.1f", $4 / 1048576)), $5}' "$OUT/status-workers.txt"
+	} | tee "$OUT/memory.txt"
+	while IFS= read -r l; do fail "memory: $l"; done < <(cat "$OUT/memory-failures.txt" 2>/dev/null)
+	grep -q '^no worker of pool gpu' "$OUT/memory.txt" && fail "memory: no worker of pool gpu in ortbus status"
+	while read -r _ w m _ src; do
+		[ "$src" = device ] || fail "memory: model $m of worker $w: peak_source $src, want device (measured on the GPU)"
+	done < <(awk '$1 == "model"' "$OUT/status-workers.txt")
+fi
+stop_gateway
+
+# --- (d) the verdict ------------------------------------------------------------------------
+step "(d) verdict"
+if [ "${#failures[@]}" -gt 0 ]; then
+	echo "gpu-check: ${#failures[@]} figure(s) short of issue 31's targets or missing:"
+	printf '  - %s\n' "${failures[@]}"
+	echo "gpu-check: outputs in $OUT"
+	exit 1
+fi
+echo "gpu-check: every target met; outputs in $OUT"
