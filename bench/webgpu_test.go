@@ -17,16 +17,6 @@ import (
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
 
-// requireVulkanLoader skips t only where the Vulkan loader (libvulkan.so.1) is absent:
-// CI installs it with lavapipe (scripts/install-vulkan.sh). A loader without a usable
-// driver is not skipped: the bench's own error then fails the test.
-func requireVulkanLoader(t *testing.T) {
-	t.Helper()
-	if _, _, err := probeAdapter(t.Context()); errors.Is(err, errNoVulkan) {
-		t.Skipf("skipped: %v (as root: scripts/install-vulkan.sh; CI installs it)", err)
-	}
-}
-
 // TestFindGPU: the GPU check's four outcomes: nvidia-smi listing a GPU (cuda:0), a DRM
 // render node without it (drm:N), and neither, saying what is missing.
 func TestFindGPU(t *testing.T) {
@@ -102,7 +92,7 @@ func TestThroughputWebGPUSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a gateway and workers; skipped with -short")
 	}
-	requireVulkanLoader(t)
+	testenv.RequireVulkan(t)
 	root := testenv.RepoRoot(t)
 	testenv.RuntimeLib(t, RuntimeVersion)
 	bin := buildSystem(t, root)
@@ -178,7 +168,7 @@ func TestTuneWebGPU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a gateway per layout; skipped with -short")
 	}
-	requireVulkanLoader(t)
+	testenv.RequireVulkan(t)
 	root := testenv.RepoRoot(t)
 	lib := testenv.RuntimeLib(t, RuntimeVersion)
 	bin := buildSystem(t, root)

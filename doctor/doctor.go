@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -58,6 +59,26 @@ type Report struct {
 
 // OK reports whether the pool can serve: runtime loaded and one EP of its chain usable.
 func (r *Report) OK() bool { return r.Error == nil && r.Usable != "" }
+
+// ProbeMain is the child's entry (`ortbus doctor-probe -config FILE -pool NAME`): it
+// probes the pool and prints its Report as one JSON line; 2 for arguments or a config it
+// cannot read.
+func ProbeMain(args []string) int {
+	fs := flag.NewFlagSet("doctor-probe", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "")
+	pool := fs.String("pool", "", "")
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	b, _ := json.Marshal(Probe(cfg, *pool))
+	fmt.Println(string(b))
+	return 0
+}
 
 // Probe runs in the child: it finds and loads the pool's runtime and probes the EPs.
 func Probe(cfg *config.Config, pool string) *Report {

@@ -2,9 +2,6 @@ package doctor_test
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,47 +21,9 @@ const probeChildEnv = "ORTBUS_TEST_DOCTOR_PROBE"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(probeChildEnv) == "1" {
-		os.Exit(probeMain(os.Args[1:]))
+		os.Exit(doctor.ProbeMain(os.Args[1:]))
 	}
 	os.Exit(m.Run())
-}
-
-func probeMain(args []string) int {
-	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "")
-	pool := fs.String("pool", "", "")
-	if fs.Parse(args) != nil {
-		return 2
-	}
-	cfg, err := config.Load(*cfgPath)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	b, _ := json.Marshal(doctor.Probe(cfg, *pool))
-	fmt.Println(string(b))
-	return 0
-}
-
-// requireVulkan skips t without a Vulkan loader or without lavapipe's driver, saying
-// what installs them, and fails it under CI (CI set), whose .ci/run installs both.
-func requireVulkan(t *testing.T) {
-	t.Helper()
-	r := ort.ProbeVulkan(context.Background())
-	why := ""
-	switch {
-	case r.LoaderErr != "":
-		why = "no Vulkan loader (" + r.LoaderErr + ")"
-	case !strings.Contains(fmt.Sprint(r.Adapters), "llvmpipe"):
-		why = "no lavapipe adapter (" + r.Problem() + ")"
-	default:
-		return
-	}
-	why += ": scripts/install-vulkan.sh (as root) installs the loader and lavapipe"
-	if os.Getenv("CI") != "" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
 }
 
 // runDoctor writes pools (TOML tables of [pools.NAME], runtime and the rest given) into a
@@ -112,7 +71,7 @@ func pool(name, lib string, lines ...string) string {
 // ORTBUS_VULKAN_LOADER naming a missing library) it fails, naming libvulkan.so.1 and the
 // package libvulkan1. A cpu pool is probed for webgpu too, and has no Vulkan report.
 func TestDoctorWebGPU(t *testing.T) {
-	requireVulkan(t)
+	testenv.RequireLavapipe(t)
 	lib := testenv.RuntimeLib(t, "1.30.0")
 	xdg := t.TempDir()
 	if err := os.Chmod(xdg, 0o700); err != nil {

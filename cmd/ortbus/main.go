@@ -72,7 +72,7 @@ func run(args []string) int {
 	case "doctor":
 		return doctorCmd(args[1:])
 	case "doctor-probe": // internal: one pool, in its own process
-		return probeCmd(args[1:])
+		return doctor.ProbeMain(args[1:])
 	case "demo":
 		return demoCmd(args[1:])
 	case "bench":
@@ -140,23 +140,6 @@ func doctorCmd(args []string) int {
 			return 1
 		}
 	}
-	return 0
-}
-
-func probeCmd(args []string) int {
-	fs := flag.NewFlagSet("doctor-probe", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "")
-	pool := fs.String("pool", "", "")
-	if fs.Parse(args) != nil {
-		return 2
-	}
-	cfg, err := config.Load(*cfgPath)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	b, _ := json.Marshal(doctor.Probe(cfg, *pool))
-	fmt.Println(string(b))
 	return 0
 }
 

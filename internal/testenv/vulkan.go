@@ -1,58 +1,44 @@
 package testenv
 
 import (
+	"context"
 	"os"
-	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ortbus/ortbus/ort"
 )
 
-// VulkanLoaderDirs are where the Vulkan loader (libvulkan.so.1) is looked for by
-// HasVulkan: the loader's own default library directories on Debian and Ubuntu, then
-// LD_LIBRARY_PATH's.
-func VulkanLoaderDirs() []string {
-	dirs := []string{"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib"}
-	for _, d := range strings.Split(os.Getenv("LD_LIBRARY_PATH"), ":") {
-		if d != "" {
-			dirs = append(dirs, d)
-		}
-	}
-	return dirs
-}
-
-// HasVulkan reports whether this machine has the Vulkan loader and at least one driver
-// (ICD) file: what ONNX Runtime's WebGPU EP (Dawn over Vulkan) needs to find an adapter.
-func HasVulkan() bool {
-	loader := false
-	for _, d := range VulkanLoaderDirs() {
-		if st, err := os.Stat(filepath.Join(d, "libvulkan.so.1")); err == nil && !st.IsDir() {
-			loader = true
-			break
-		}
-	}
-	if !loader {
-		return false
-	}
-	if f := os.Getenv("VK_DRIVER_FILES") + os.Getenv("VK_ICD_FILENAMES"); f != "" {
-		return true // the caller chose its drivers
-	}
-	for _, d := range []string{"/usr/share/vulkan/icd.d", "/usr/local/share/vulkan/icd.d", "/etc/vulkan/icd.d"} {
-		if m, _ := filepath.Glob(filepath.Join(d, "*.json")); len(m) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// RequireVulkan skips t where the machine has no Vulkan (HasVulkan), saying what installs
-// it, and fails it instead under CI (CI=true), whose .ci/run installs lavapipe
-// (scripts/install-vulkan.sh): there the webgpu path must run, never skip.
-func RequireVulkan(t testing.TB) {
+// RequireVulkan is what a webgpu test needs of the machine: a Vulkan loader
+// (libvulkan.so.1) that lists an adapter (ort.ProbeVulkan, in this process: the Vulkan
+// loader is not ONNX Runtime, one per process does not bind it). Where there is none, t
+// is skipped, saying what is missing and what installs it — or failed under CI (CI set),
+// whose .ci/run installs the loader and lavapipe (scripts/install-vulkan.sh): there the
+// webgpu path must run, never skip. It returns the probe's report.
+func RequireVulkan(t testing.TB) *ort.VulkanReport {
 	t.Helper()
-	if HasVulkan() {
-		return
+	r := ort.ProbeVulkan(context.Background())
+	if p := r.Problem(); p != "" {
+		skipOrFail(t, p)
 	}
-	const why = "no Vulkan loader (libvulkan.so.1) or no Vulkan driver (ICD): the webgpu EP has no adapter; as root, scripts/install-vulkan.sh installs the loader and lavapipe"
+	return r
+}
+
+// RequireLavapipe is RequireVulkan for a test that names lavapipe's adapter (llvmpipe) in
+// what it checks: one among the adapters the loader lists.
+func RequireLavapipe(t testing.TB) *ort.VulkanReport {
+	t.Helper()
+	r := RequireVulkan(t)
+	if !slices.ContainsFunc(r.Adapters, func(a ort.VulkanAdapter) bool { return strings.Contains(a.Name, "llvmpipe") }) {
+		skipOrFail(t, "no lavapipe (llvmpipe) among the Vulkan adapters")
+	}
+	return r
+}
+
+func skipOrFail(t testing.TB, why string) {
+	t.Helper()
+	why += " (as root, scripts/install-vulkan.sh installs the Vulkan loader and lavapipe, Mesa's Vulkan on the CPU)"
 	if os.Getenv("CI") != "" {
 		t.Fatal(why)
 	}
