@@ -26,7 +26,9 @@ import (
 //     took (a replay is refused): another is answered bad_request, and a worker without
 //     a key answers unavailable.
 //  2. One load at a time: a load while another runs, or an unload of the model being
-//     loaded, is answered overloaded. A draining worker answers unavailable.
+//     loaded, is answered overloaded. A load's turn ends before its answer is sent, so a
+//     load or unload sent once the answer came is taken. A draining worker answers
+//     unavailable.
 //  3. A load runs in the background. The model is loading in the heartbeat (unless a
 //     copy of it serves), then ready, or failed with its reason. A model whose peak
 //     passes budget_bytes fails alone (overloaded), as at start-up. The answer is the
@@ -125,9 +127,13 @@ func (w *Worker) controlModels(nc *nats.Conn, verb string, m *nats.Msg) {
 			return
 		}
 		go func() {
-			defer w.endLoad()
-			defer guard.Recover(w.log, "loading model "+mc.Name+" in place", func(e *codec.Error) { respond(nil, e) })
-			st, err := w.loadInPlace(mc, req.BudgetBytes, req.Order)
+			// The load ends (its turn given back) before its answer is sent: a load sent
+			// after the answer is never refused for this one (rule 2).
+			st, err := func() (st codec.ModelStatus, err error) {
+				defer w.endLoad()
+				defer guard.Recover(w.log, "loading model "+mc.Name+" in place", func(e *codec.Error) { st, err = codec.ModelStatus{}, e })
+				return w.loadInPlace(mc, req.BudgetBytes, req.Order)
+			}()
 			respond(&st, err)
 		}()
 	case subjects.VerbUnload:

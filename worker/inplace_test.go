@@ -287,6 +287,19 @@ func TestModelOverBudgetFailsAlone(t *testing.T) {
 	}
 }
 
+// loadTurnFree fails t unless the worker's one load is free once the answer to the load
+// of model came: the turn ends before the answer is sent (inplace.go, rule 2), so the
+// test's next load, sent on that answer, is taken, not refused as "one load at a time".
+func loadTurnFree(t *testing.T, w *Worker, model string) {
+	t.Helper()
+	w.inplace.mu.Lock()
+	busy := w.inplace.loading
+	w.inplace.mu.Unlock()
+	if busy != "" {
+		t.Fatalf("answered the load of %s while the worker's load of %s still held its turn", model, busy)
+	}
+}
+
 // TestLoadInPlace: the load verb loads a new model in the background — loading in the
 // heartbeat meanwhile, one load at a time, the worker's other model serving — and answers
 // its ModelStatus once ready; it serves after. Malformed bodies are bad_request; a body
@@ -334,6 +347,7 @@ func TestLoadInPlace(t *testing.T) {
 	if k != "load-x" || e != nil || codec.Unmarshal(m.Data, &st) != nil || st.Name != "x" || st.State != codec.ModelReady {
 		t.Fatalf("load x: %s %+v %+v, want its ready status", k, e, st)
 	}
+	loadTurnFree(t, w, "x")
 	if hb := w.snapshot(); len(hb.Models) != 2 || hb.Models[0].Name != "x" || hb.Models[1].Name != "a" {
 		t.Errorf("heartbeat models %+v, want x then a (the order given)", hb.Models)
 	}
@@ -351,6 +365,7 @@ func TestLoadInPlace(t *testing.T) {
 	if k != "load-big" || e == nil || e.Code != codec.CodeOverloaded || m.Header.Get(codec.HeaderContentType) != codec.ContentTypeJSON {
 		t.Fatalf("load of a model over the budget: %s %+v, want overloaded in JSON", k, e)
 	}
+	loadTurnFree(t, w, "big")
 	if st, _ := status(w, "big"); st.State != codec.ModelFailed || st.Error.Code != codec.CodeOverloaded {
 		t.Errorf("big: %+v, want failed overloaded", st)
 	}
@@ -363,6 +378,7 @@ func TestLoadInPlace(t *testing.T) {
 	if _, _, e := in.next("load bad"); e == nil || e.Code != codec.CodeFileNotFound || e.Details["error"].(map[string]any)["code"] != string(codec.CodeFileNotFound) {
 		t.Errorf("load of a model that fails: %+v, want its file_not_found", e)
 	}
+	loadTurnFree(t, w, "bad")
 	if st, _ := status(w, "bad"); st.State != codec.ModelFailed {
 		t.Errorf("bad: %+v, want failed", st)
 	}
