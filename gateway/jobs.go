@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ortbus/ortbus/cache"
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/images"
 	"github.com/ortbus/ortbus/internal/guard"
@@ -340,6 +341,11 @@ func (g *Gateway) jobOp(ctx context.Context, s *jobs.Store, op string, data []by
 		if e != nil {
 			return nil, e
 		}
+		if e := g.jobIncremental(rec); e != nil {
+			return nil, e
+		}
+		// The job is tenant's, under tenant's own id (jobs/owner.go: job ids are per
+		// owner, as request ids are).
 		rec.Owner = tenant
 		if e := g.jobsRunningRoom(ctx, s, rec, tenant); e != nil {
 			return nil, e
@@ -411,10 +417,20 @@ func (g *Gateway) jobSpec(req *codec.JobSubmit) (*jobs.Record, []string, *codec.
 	// The model the class gives the op by default is fixed now, so that every item of
 	// the job runs on the same model whatever the config says later.
 	rec.Model = probe.req.Model
+	policy := images.Policy{AllowedRoots: g.conf().Security.AllowedRoots}
 	if req.Dir == nil {
+		// Each item is refused here as a request's path would be where it is read
+		// (bad_request: not absolute or not clean; forbidden_path: outside the allowed
+		// roots as written), so that a job of paths it can never read is refused whole at
+		// its submit rather than accepted to fail item by item. What needs the file (its
+		// symlinks, its type) is still checked where each item is read.
+		for i, path := range req.Items {
+			if err := policy.Admit(path); err != nil {
+				return nil, nil, codec.AsError(err).With("item", i)
+			}
+		}
 		return rec, req.Items, nil
 	}
-	policy := images.Policy{AllowedRoots: g.conf().Security.AllowedRoots}
 	paths, e := jobs.ExpandAllowed(policy, *req.Dir, g.conf().Jobs.MaxItems)
 	if e != nil {
 		return nil, nil, e
@@ -423,6 +439,27 @@ func (g *Gateway) jobSpec(req *codec.JobSubmit) (*jobs.Record, []string, *codec.
 		return nil, nil, codec.Errorf(codec.CodeBadRequest, "%s holds no images", req.Dir.Path).With("field", "dir")
 	}
 	return rec, paths, nil
+}
+
+// jobIncremental refuses an incremental job this gateway cannot answer from the result
+// cache, rather than accept it and compute every item: the cache off ([cache] enabled =
+// false: bad_request, naming the key), an op the cache does not keep (bad_request), or
+// the cache not open (unavailable: JetStream not ready yet).
+func (g *Gateway) jobIncremental(rec *jobs.Record) *codec.Error {
+	if !rec.Incremental {
+		return nil
+	}
+	switch {
+	case !g.conf().Cache.Enabled:
+		return codec.Errorf(codec.CodeBadRequest, "incremental: the result cache is off on this gateway; set [cache] enabled = true in its config").With("field", "incremental")
+	case !cache.Cacheable(rec.Op):
+		return codec.Errorf(codec.CodeBadRequest, "incremental: the result cache does not keep %s answers (only tag, embed and detect)", rec.Op).With("field", "incremental")
+	case rec.Options != nil && rec.Options.Cache != nil && !*rec.Options.Cache:
+		return codec.Errorf(codec.CodeBadRequest, "incremental: options say cache: false").With("field", "incremental")
+	case g.cache.storeOf() == nil:
+		return codec.Errorf(codec.CodeUnavailable, "incremental: the result cache is not open yet ([cache] enabled; JetStream)").With("field", "incremental")
+	}
+	return nil
 }
 
 // stopJobs waits, after ctx of startJobs ended, for the consumer and the watch to stop

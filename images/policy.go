@@ -103,6 +103,15 @@ func (p Policy) Check(path string) (resolved string, err error) {
 	return resolveInside(path, roots)
 }
 
+// Admit does only the lexical checks of Check, with no filesystem access but the roots':
+// path is absolute and clean (else bad_request) and inside an allowed root as written
+// (else forbidden_path). A job's submit checks its items so (gateway/jobs.go); each is
+// checked in full where it is read.
+func (p Policy) Admit(path string) error {
+	_, err := p.admit(path)
+	return err
+}
+
 // CheckWritable checks an output path (for example a segmentation mask's out_path) before
 // the work that produces the output, so a bad path is refused early: path is absolute and
 // clean, lies inside an output root (OutputRoots; AllowedRoots do not count), its

@@ -520,10 +520,10 @@ func TestExpand(t *testing.T) {
 	}
 }
 
-// Owners: a job is seen, read and cancelled only by its owner (or the local owner ""),
-// another owner's job is unknown_job, and its id cannot be taken over: a re-submit by
-// another owner, or with other items, is conflict — never answered with the job's
-// results.
+// Owners: a job is seen, read and cancelled only by its owner (or the local owner "", by
+// its key), another owner's job is unknown_job, and job ids are per owner (owner.go): B's
+// submit of A's id is B's own job, never a conflict that tells B that A's exists, nor
+// answered with A's results; a re-submit with other items is conflict.
 func TestJobOwners(t *testing.T) {
 	nc := testenv.InProcessJetStream(t)
 	s := open(t, nc)
@@ -567,13 +567,36 @@ func TestJobOwners(t *testing.T) {
 	if got := list(b); !slices.Equal(got, []string{"jb"}) {
 		t.Errorf("B's list %v, want only jb", got)
 	}
-	if got := list(""); !slices.Equal(got, []string{"ja", "jb"}) {
-		t.Errorf("the local owner's list %v, want every job", got)
+	keys := []string{Key(a, "ja"), Key(b, "jb")}
+	slices.Sort(keys)
+	if got := list(""); !slices.Equal(got, keys) {
+		t.Errorf("the local owner's list %v, want every job, by key: %v", got, keys)
 	}
-	// The id is A's: B's submit of it, same spec and items, is conflict; so is A's own
-	// re-submit with other items. A's identical re-submit is answered as before.
-	if _, e := s.Submit(ctx, &Record{Job: "ja", Op: "tag", Class: "batch", Owner: b}, paths(3)); e == nil || e.Code != codec.CodeConflict {
-		t.Fatalf("B's submit of A's job id: %v, want conflict", e)
+	if st, e := s.Status(ctx, Key(a, "ja"), ""); e != nil || st.Job != Key(a, "ja") || st.Total != 3 {
+		t.Errorf("the local owner's status of A's job by its key: %+v %v", st, e)
+	}
+	if _, e := s.Status(ctx, "ja", ""); e == nil || e.Code != codec.CodeUnknownJob {
+		t.Errorf("the local owner's status of ja (A's id, no job of its own): %v, want unknown_job", e)
+	}
+	// A tenant cannot reach a job by another's key either.
+	if _, e := s.Status(ctx, Key(a, "ja"), b); e == nil || e.Code != codec.CodeUnknownJob {
+		t.Errorf("B's status of A's key: %v, want unknown_job", e)
+	}
+	// The id is A's own: B's submit of it, with other items even, is B's job, and B's
+	// status of it is B's (2 items), not A's (3).
+	if r, e := s.Submit(ctx, &Record{Job: "ja", Op: "tag", Class: "batch", Owner: b}, paths(2)); e != nil || r.Job != "ja" || r.Total != 2 {
+		t.Fatalf("B's submit of the id ja, which A uses too: %+v %v; want B's own job", r, e)
+	}
+	if st, e := s.Status(ctx, "ja", b); e != nil || st.Job != "ja" || st.Total != 2 {
+		t.Errorf("B's status of its ja: %+v %v; want its own 2 items", st, e)
+	}
+	if st, e := s.Status(ctx, "ja", a); e != nil || st.Job != "ja" || st.Total != 3 {
+		t.Errorf("A's status of its ja: %+v %v; want its own 3 items", st, e)
+	}
+	// The local owner may not take a tenant key's form (it could take ids before their
+	// owner uses them).
+	if _, e := s.Submit(ctx, &Record{Job: Key("account:C", "later"), Op: "tag", Class: "batch"}, paths(1)); e == nil || e.Code != codec.CodeBadRequest {
+		t.Errorf("the local owner's submit under a tenant key's form: %v, want bad_request", e)
 	}
 	other := paths(3)
 	other[1] += ".other.png"
@@ -605,7 +628,7 @@ func TestJobsRunning(t *testing.T) {
 	}
 	check("account:A", 3, 2)
 	check("account:B", 3, 1)
-	if _, e := s.Cancel(ctx, "r1", ""); e != nil {
+	if _, e := s.Cancel(ctx, Key("account:A", "r1"), ""); e != nil {
 		t.Fatal(e)
 	}
 	check("account:A", 2, 1)
@@ -613,7 +636,7 @@ func TestJobsRunning(t *testing.T) {
 	consume(t, s, 4, (&runs{}).runner(func(it Item) ([]byte, *codec.Error) {
 		return nil, codec.Errorf(codec.CodeFileNotFound, "gone")
 	}))
-	waitStatus(t, s, "r3", func(st *codec.JobStatus) bool { return st.State == codec.JobDone })
-	waitStatus(t, s, "r2", func(st *codec.JobStatus) bool { return st.State == codec.JobDone })
+	waitStatus(t, s, Key("account:B", "r3"), func(st *codec.JobStatus) bool { return st.State == codec.JobDone })
+	waitStatus(t, s, Key("account:A", "r2"), func(st *codec.JobStatus) bool { return st.State == codec.JobDone })
 	check("account:B", 0, 0)
 }

@@ -127,23 +127,24 @@ func (s *Store) dropReader(ctx context.Context, cons jetstream.Consumer) {
 	}
 }
 
-// Status reports a job of owner.
+// Status reports owner's job, named by owner's id for it.
 func (s *Store) Status(ctx context.Context, job, owner string) (*codec.JobStatus, *codec.Error) {
 	rec, e := s.owned(ctx, job, owner)
 	if e != nil {
 		return nil, e
 	}
-	return s.status(ctx, rec)
+	return s.status(ctx, rec, owner)
 }
 
-// owned reads job's record for owner: another owner's job is unknown_job, as if it did
-// not exist (the local owner "" reaches every job).
+// owned reads the record of owner's job id (its key, owner.go): a job of another owner
+// is unknown_job, as if it did not exist (the local owner "" reaches every job, a
+// tenant's by its key).
 func (s *Store) owned(ctx context.Context, job, owner string) (*Record, *codec.Error) {
-	rec, err := s.record(ctx, job)
+	rec, err := s.record(ctx, Key(owner, job))
 	if err != nil {
 		return nil, storeError("read the job", err)
 	}
-	if rec == nil || !ownedBy(rec, owner) {
+	if rec == nil || !ownedBy(rec, owner) || viewID(rec, owner) != job {
 		return nil, unknownJob(job)
 	}
 	return rec, nil
@@ -156,13 +157,14 @@ func unknownJob(job string) *codec.Error {
 	return codec.Errorf(codec.CodeUnknownJob, "no job %q (never submitted, or older than jobs.results_max_age)", job).With("job", job)
 }
 
-func (s *Store) status(ctx context.Context, rec *Record) (*codec.JobStatus, *codec.Error) {
+// status is rec's status as viewer sees it (named by viewID).
+func (s *Store) status(ctx context.Context, rec *Record, viewer string) (*codec.JobStatus, *codec.Error) {
 	t := s.tallyOf(rec.Job)
 	if err := s.count(ctx, rec.Job, t); err != nil {
 		return nil, storeError("count results", err)
 	}
 	t.mu.Lock()
-	st := &codec.JobStatus{Job: rec.Job, Op: rec.Op, Model: rec.Model, Class: rec.Class, Total: rec.Total,
+	st := &codec.JobStatus{Job: viewID(rec, viewer), Op: rec.Op, Model: rec.Model, Class: rec.Class, Total: rec.Total,
 		Done: t.done, Failed: t.failed, Redelivered: t.redelivered, StartedUnixMS: rec.Created, State: codec.JobRunning,
 		Cached: t.cached, Computed: t.done + t.failed - t.cached}
 	recent, last := slices.Clone(t.recent), t.last
@@ -234,7 +236,7 @@ func (s *Store) List(ctx context.Context, owner string) (*codec.JobListReply, *c
 	slices.SortFunc(recs, func(a, b *Record) int { return int(b.Created - a.Created) })
 	out := &codec.JobListReply{Jobs: []codec.JobStatus{}}
 	for _, r := range recs[:min(len(recs), maxList)] {
-		if st, e := s.status(ctx, r); e == nil {
+		if st, e := s.status(ctx, r, owner); e == nil {
 			out.Jobs = append(out.Jobs, *st)
 		}
 	}
@@ -254,7 +256,7 @@ func (s *Store) Results(ctx context.Context, req *codec.JobResultsRequest, owner
 		limit = 1000
 	}
 	out := &codec.JobResultsReply{Job: req.Job, Op: rec.Op, Results: []codec.JobResult{}, Next: max(req.From, 1)}
-	last, err := s.results.GetLastMsgForSubject(ctx, subjects.JobResults(req.Job))
+	last, err := s.results.GetLastMsgForSubject(ctx, subjects.JobResults(rec.Job))
 	if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && last.Sequence < out.Next {
 		return out, nil
 	}
@@ -262,7 +264,7 @@ func (s *Store) Results(ctx context.Context, req *codec.JobResultsRequest, owner
 		return nil, storeError("read results", err)
 	}
 	cons, err := s.results.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{subjects.JobResults(req.Job)},
+		FilterSubjects:    []string{subjects.JobResults(rec.Job)},
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       out.Next,
 		InactiveThreshold: readerIdle,
@@ -314,27 +316,29 @@ func (s *Store) Results(ctx context.Context, req *codec.JobResultsRequest, owner
 // at every gateway that watches the bucket), its waiting items are removed, and what it
 // has done stays readable. A job that failed stays failed.
 func (s *Store) Cancel(ctx context.Context, job, owner string) (*codec.JobStatus, *codec.Error) {
-	if _, e := s.owned(ctx, job, owner); e != nil {
+	own, e := s.owned(ctx, job, owner)
+	if e != nil {
 		return nil, e
 	}
-	rec, err := s.finish(ctx, job, func(r *Record) { r.Cancel = time.Now().UnixMilli() })
+	rec, err := s.finish(ctx, own.Job, func(r *Record) { r.Cancel = time.Now().UnixMilli() })
 	if err != nil {
 		return nil, storeError("cancel the job", err)
 	}
 	if rec == nil {
 		return nil, unknownJob(job)
 	}
-	return s.status(ctx, rec)
+	return s.status(ctx, rec, owner)
 }
 
 // Pause pauses job (paused true) or resumes it, for owner: while paused its items running
 // finish and no other starts (consume, rule 8); a finished job stays as it is. Either is
 // idempotent; the answer is the job's status.
 func (s *Store) Pause(ctx context.Context, job, owner string, paused bool) (*codec.JobStatus, *codec.Error) {
-	if _, e := s.owned(ctx, job, owner); e != nil {
+	own, e := s.owned(ctx, job, owner)
+	if e != nil {
 		return nil, e
 	}
-	rec, err := s.update(ctx, job, func(r *Record) {
+	rec, err := s.update(ctx, own.Job, func(r *Record) {
 		switch {
 		case !paused:
 			r.Paused = 0
@@ -352,11 +356,11 @@ func (s *Store) Pause(ctx context.Context, job, owner string, paused bool) (*cod
 		// Its parked items go back to the work queue (rule 8; outside the windows, a job
 		// not anytime keeps them until one opens: rule 9). A resume again publishes what
 		// one that failed here left.
-		if err := s.unpark(ctx, job); err != nil {
+		if err := s.unpark(ctx, rec.Job); err != nil {
 			return nil, storeError("resume the job's parked items", err)
 		}
 	}
-	return s.status(ctx, rec)
+	return s.status(ctx, rec, owner)
 }
 
 // stopRunning cancels the items of job running here.
@@ -469,8 +473,8 @@ func (s *Store) Running(ctx context.Context, owner string, limit int) (all, own 
 	return all, own, nil
 }
 
-// Owns reports whether job exists and owner may reach it (the local owner "" reaches
-// every job).
+// Owns reports whether owner's job id names a job that exists and owner may reach (the
+// local owner "" reaches every job, a tenant's by its key).
 func (s *Store) Owns(ctx context.Context, job, owner string) bool {
 	_, e := s.owned(ctx, job, owner)
 	return e == nil

@@ -52,8 +52,17 @@ func (s *Store) SubmitWith(ctx context.Context, rec *Record, paths []string, pre
 	if len(paths) > s.cfg.MaxItems {
 		return nil, codec.Errorf(codec.CodeBadRequest, "%d items, over jobs.max_items (%d)", len(paths), s.cfg.MaxItems).With("field", "items")
 	}
-	if rec.Job == "" {
-		rec.Job = nuid.Next()
+	// The id is the owner's own (owner.go): kept under its key, answered as given.
+	id := rec.Job
+	if id == "" {
+		id = nuid.Next()
+	}
+	if e := checkOwnID(rec.Owner, id); e != nil {
+		return nil, e
+	}
+	rec.Job = Key(rec.Owner, id)
+	if rec.Owner != "" {
+		rec.Name = id
 	}
 	rec.Total = len(paths)
 	rec.Items = itemsDigest(paths)
@@ -71,18 +80,20 @@ func (s *Store) SubmitWith(ctx context.Context, rec *Record, paths []string, pre
 		if err != nil || old == nil {
 			return nil, storeError("read the job", err)
 		}
-		if old.Owner != rec.Owner {
-			// Another owner's job: say nothing of it, and never answer with its results.
-			return nil, codec.Errorf(codec.CodeConflict, "job id %s is taken; submit without an id, or with another", rec.Job).With("job", rec.Job)
+		if old.Owner != rec.Owner || old.Name != rec.Name {
+			// Keys are per owner, so this is no other owner's job met by chance (a record
+			// kept before keys were, or a hash collision): say nothing of it, and never
+			// answer with its results.
+			return nil, codec.Errorf(codec.CodeConflict, "job id %s is taken; submit without an id, or with another", id).With("job", id)
 		}
 		if !sameSpec(old, rec) {
-			return nil, codec.Errorf(codec.CodeConflict, "job %s exists with another op, model, class, pool, options or items", rec.Job).With("job", rec.Job)
+			return nil, codec.Errorf(codec.CodeConflict, "job %s exists with another op, model, class, pool, options or items", id).With("job", id)
 		}
 		if old.Cancel != 0 {
-			return nil, codec.Errorf(codec.CodeCancelled, "job %s was cancelled", rec.Job).With("job", rec.Job)
+			return nil, codec.Errorf(codec.CodeCancelled, "job %s was cancelled", id).With("job", id)
 		}
 		if old.Failed != 0 {
-			return nil, failedJob(old)
+			return nil, failedJob(old, id)
 		}
 		rec = old
 	} else {
@@ -98,7 +109,7 @@ func (s *Store) SubmitWith(ctx context.Context, rec *Record, paths []string, pre
 		}
 		return nil, e
 	}
-	return &codec.JobSubmitReply{Job: rec.Job, Total: rec.Total}, nil
+	return &codec.JobSubmitReply{Job: id, Total: rec.Total}, nil
 }
 
 // publishItems publishes one message per path, in chunks, and waits for each chunk's
@@ -268,13 +279,14 @@ func decodeRecord(b []byte) (*Record, error) {
 	return &r, nil
 }
 
-// failedJob is the answer to a re-submit of a failed job: why it failed.
-func failedJob(r *Record) *codec.Error {
+// failedJob is the answer to a re-submit of a failed job, named id by its submitter: why
+// it failed.
+func failedJob(r *Record, id string) *codec.Error {
 	code, why := codec.CodeInternal, "no reason recorded"
 	if r.Reason != nil {
 		code, why = r.Reason.Code, r.Reason.Message
 	}
-	return codec.Errorf(code, "job %s failed: %s", r.Job, why).With("job", r.Job)
+	return codec.Errorf(code, "job %s failed: %s", id, why).With("job", id)
 }
 
 // storeError is the API's answer when JetStream failed: overloaded when a stream (or

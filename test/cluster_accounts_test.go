@@ -19,6 +19,7 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/jobs"
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -155,17 +156,26 @@ func TestAccountOwners(t *testing.T) {
 	})
 
 	t.Run("Jobs", func(t *testing.T) {
+		// Job ids are per account (jobs/owner.go): app2 uses the id app1 will use before
+		// app1 does, and both are their own jobs; neither learns of the other's.
 		const job = "app1-job"
-		submit := &codec.JobSubmit{Job: job, Op: "tag", Model: gwTagger, Items: []string{app1Red, app1Blue}}
+		app1Key, app2Key := jobs.Key("account:APP1", job), jobs.Key("account:APP2", job)
 		checkFor(t, "the job store open", 2*gwReplyBound, pollEvery, func() error {
-			_, err := c1.SubmitJob(ctx, submit)
+			_, err := c2.SubmitJob(ctx, &codec.JobSubmit{Job: job, Op: "tag", Model: gwTagger, Items: []string{red}})
 			return err
 		})
+		if st, err := c2.WatchJob(ctx, job, 20*time.Millisecond, nil); err != nil || st.State != codec.JobDone || st.Total != 1 || st.Job != job {
+			t.Fatalf("app2's job %s: %+v, %v; want its 1 item done", job, st, err)
+		}
+		submit := &codec.JobSubmit{Job: job, Op: "tag", Model: gwTagger, Items: []string{app1Red, app1Blue}}
+		if rep, err := c1.SubmitJob(ctx, submit); err != nil || rep.Job != job || rep.Total != 2 {
+			t.Fatalf("app1: submit %s, an id app2 uses too: %+v, %v; want its own job of 2 items", job, rep, err)
+		}
 		st, err := c1.WatchJob(ctx, job, 20*time.Millisecond, nil)
-		if err != nil || st.State != codec.JobDone || st.Done != 2 {
+		if err != nil || st.State != codec.JobDone || st.Done != 2 || st.Job != job {
 			t.Fatalf("app1's job: %+v, %v; want 2 done", st, err)
 		}
-		// app2's own job, which app1 must not see either.
+		// app2's other job, which app1 must not see either.
 		if _, err := c2.SubmitJob(ctx, &codec.JobSubmit{Job: "app2-job", Op: "tag", Model: gwTagger, Items: []string{red}}); err != nil {
 			t.Fatalf("app2: submit its own job: %v", err)
 		}
@@ -189,14 +199,17 @@ func TestAccountOwners(t *testing.T) {
 		if ids := listed(c1, "app1"); !slices.Equal(ids, []string{job}) {
 			t.Errorf("app1's job.list: %v, want only %s", ids, job)
 		}
-		if ids := listed(c2, "app2"); !slices.Equal(ids, []string{"app2-job"}) {
-			t.Errorf("app2's job.list: %v, want only app2-job", ids)
+		if ids := listed(c2, "app2"); !slices.Equal(ids, []string{job, "app2-job"}) {
+			t.Errorf("app2's job.list: %v, want its %s and app2-job", ids, job)
 		}
-		if ids := listed(cops, "ops"); !slices.Equal(ids, []string{job, "app2-job"}) {
-			t.Errorf("ops' job.list: %v, want both applications' jobs", ids)
+		// ops sees every job, a tenant's by its key.
+		keys := []string{app1Key, app2Key, jobs.Key("account:APP2", "app2-job")}
+		slices.Sort(keys)
+		if ids := listed(cops, "ops"); !slices.Equal(ids, keys) {
+			t.Errorf("ops' job.list: %v, want both applications' jobs by key %v", ids, keys)
 		}
 		// A forged Nats-Request-Info naming APP1 is replaced by the server: app2 still
-		// lists only its own.
+		// lists only its own (each of one item; app1's has two).
 		forged := nats.NewMsg("ortbus.v1.job.list")
 		forged.Data = []byte{0x80}
 		forged.Header.Set("Nats-Request-Info", `{"acc":"APP1"}`)
@@ -204,37 +217,51 @@ func TestAccountOwners(t *testing.T) {
 			t.Fatalf("app2: job.list with a forged header: %v", err)
 		} else {
 			var l codec.JobListReply
-			if err := ortclient.Decode(m, &l); err != nil || len(l.Jobs) != 1 || l.Jobs[0].Job != "app2-job" {
-				t.Errorf("app2's job.list with a forged Nats-Request-Info of APP1: %+v, %v; want only app2-job", l, err)
+			err := ortclient.Decode(m, &l)
+			if err != nil || len(l.Jobs) != 2 || l.Jobs[0].Total != 1 || l.Jobs[1].Total != 1 {
+				t.Errorf("app2's job.list with a forged Nats-Request-Info of APP1: %+v, %v; want only its own two jobs", l, err)
 			}
 		}
 
-		// app2 cannot read, page or cancel app1's job: it does not exist for app2.
-		_, err = c2.JobStatus(ctx, job)
-		wantCode(t, "app2's job.status of app1's job", err, codec.CodeUnknownJob)
-		_, err = c2.JobResults(ctx, job, 0, 0)
-		wantCode(t, "app2's job.results of app1's job", err, codec.CodeUnknownJob)
-		_, err = c2.CancelJob(ctx, job)
-		wantCode(t, "app2's job.cancel of app1's job", err, codec.CodeUnknownJob)
-		_, err = c2.PauseJob(ctx, job)
-		wantCode(t, "app2's job.pause of app1's job", err, codec.CodeUnknownJob)
-		_, err = c2.ResumeJob(ctx, job)
-		wantCode(t, "app2's job.resume of app1's job", err, codec.CodeUnknownJob)
-		// Nor take its id: a submit of the same id (and items) is a conflict, never
-		// answered with app1's job.
-		_, err = c2.SubmitJob(ctx, submit)
-		wantCode(t, "app2's job.submit of app1's job id", err, codec.CodeConflict)
+		// app2 cannot read, page or cancel app1's job, by app1's key either: it does not
+		// exist for app2.
+		_, err = c2.JobStatus(ctx, app1Key)
+		wantCode(t, "app2's job.status of app1's key", err, codec.CodeUnknownJob)
+		_, err = c2.JobResults(ctx, app1Key, 0, 0)
+		wantCode(t, "app2's job.results of app1's key", err, codec.CodeUnknownJob)
+		_, err = c2.CancelJob(ctx, app1Key)
+		wantCode(t, "app2's job.cancel of app1's key", err, codec.CodeUnknownJob)
+		_, err = c2.PauseJob(ctx, app1Key)
+		wantCode(t, "app2's job.pause of app1's key", err, codec.CodeUnknownJob)
+		_, err = c2.ResumeJob(ctx, app1Key)
+		wantCode(t, "app2's job.resume of app1's key", err, codec.CodeUnknownJob)
+		// The id names app2's own job to app2: its results, re-submit and cancel reach that.
+		if r, err := c2.JobResults(ctx, job, 0, 0); err != nil || len(r.Results) != 1 || r.Results[0].Path != red {
+			t.Errorf("app2's job.results of its %s: %+v, %v; want its one result, of %s", job, r, err, red)
+		}
+		// A re-submit of the same id and items by app2 is its own job again: the same
+		// items, no conflict that would tell it app1 has one.
+		if rep, err := c2.SubmitJob(ctx, &codec.JobSubmit{Job: job, Op: "tag", Model: gwTagger, Items: []string{red}}); err != nil || rep.Total != 1 {
+			t.Errorf("app2's re-submit of its %s: %+v, %v", job, rep, err)
+		}
+		if st, err := c2.CancelJob(ctx, job); err != nil || st.Total != 1 || st.Job != job {
+			t.Errorf("app2's job.cancel of its %s: %+v, %v; want its own job of 1 item", job, st, err)
+		}
 
-		// app1's job is untouched: done, its two results readable by app1 (and ops).
+		// app1's job is untouched: done, its two results readable by app1 (and ops, by key).
 		for who, c := range map[string]*ortclient.Client{"app1": c1, "ops": cops} {
-			st, err := c.JobStatus(ctx, job)
-			if err != nil || st.State != codec.JobDone || st.Done != 2 {
-				t.Errorf("%s: app1's job after app2's tries: %+v, %v; want done, 2 done", who, st, err)
+			id := map[string]string{"app1": job, "ops": app1Key}[who]
+			st, err := c.JobStatus(ctx, id)
+			if err != nil || st.State != codec.JobDone || st.Done != 2 || st.Job != id {
+				t.Errorf("%s: app1's job after app2's: %+v, %v; want done, 2 done, as %s", who, st, err, id)
 			}
 		}
 		n := 0
 		if err := c1.EachJobResult(ctx, job, func(r *codec.JobResult) error {
 			n++
+			if r.Path != app1Red && r.Path != app1Blue {
+				t.Errorf("app1's result of %s: not one of its items", r.Path)
+			}
 			return nil
 		}); err != nil || n != 2 {
 			t.Errorf("app1's results: %d, %v; want 2", n, err)

@@ -192,15 +192,20 @@ func TestJobRunsThroughTheGateway(t *testing.T) {
 		t.Errorf("status of an unknown job: %v, want unknown_job", err)
 	}
 
-	// An item outside the roots is the item's error; the job goes on.
+	// An item outside the roots as written is refused at the submit, the whole job with
+	// it; one that escapes them through a symlink is found where it is read: the item's
+	// error, and the job goes on.
 	outside := writePNG(t, t.TempDir(), "x.png", 8, 8, onnxgen.Solid(onnxgen.Colours[0].RGB))
-	sub, err = c.SubmitJob(ctx, &codec.JobSubmit{Op: "tag", Items: []string{paths[0], outside}})
+	if _, err := c.SubmitJob(ctx, &codec.JobSubmit{Op: "tag", Items: []string{paths[0], outside}}); codec.CodeOf(err) != codec.CodeForbiddenPath {
+		t.Fatalf("a submit with an item outside the roots: %v, want forbidden_path", err)
+	}
+	sub, err = c.SubmitJob(ctx, &codec.JobSubmit{Op: "tag", Items: []string{paths[0], filepath.Join(dir, "link.png")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	st = jobWait(t, c, sub.Job, gwReplyBound)
 	if st.Done != 1 || st.Failed != 1 || st.State != codec.JobDone {
-		t.Fatalf("job with an item outside the roots: %+v, want done with 1 done, 1 failed", st)
+		t.Fatalf("job with an item linking out of the roots: %+v, want done with 1 done, 1 failed", st)
 	}
 	err = c.EachJobResult(ctx, sub.Job, func(r *codec.JobResult) error {
 		if want := r.Index == 1; (r.Error != nil) != want || want && r.Error.Code != codec.CodeForbiddenPath {

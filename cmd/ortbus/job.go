@@ -28,7 +28,7 @@ const jobUsage = `usage:
   ortbus job submit [-s URL] [--op tag] [--class batch] [--model M] [--pool P] [--job ID] [--recursive] [--incremental] [--anytime] PATH|DIR...
   ortbus job status [-s URL] ID
   ortbus job watch [-s URL] [-interval 1s] [-timeout D] ID
-  ortbus job wait [-s URL] [-interval 1s] [-timeout D] ID
+  ortbus job wait [-s URL] [-interval 1s] [-timeout D] ID   exit 0: every item done; 3: done, some items failed; 1: cancelled, failed or an error
   ortbus job results [-s URL] ID
   ortbus job cancel [-s URL] ID
   ortbus job pause [-s URL] ID       its running items finish, no other starts, until resume
@@ -323,10 +323,31 @@ func jobWaitCmd(args []string) int {
 		return jobFail("wait", err)
 	}
 	printJSON(st)
-	if st.State != codec.JobDone {
-		return 1
+	return waitStatus(st)
+}
+
+// Exit statuses of `job wait`: a script that waits for a job learns from the status
+// alone whether every item has its result.
+const (
+	// waitDone: the job is done and every item was answered with the op's reply.
+	waitDone = 0
+	// waitFinishedBadly: the job was cancelled or failed (or wait itself failed: jobFail).
+	waitFinishedBadly = 1
+	// waitItemsFailed: the job is done, but at least one item was answered with an error
+	// (`job results` prints which, and why).
+	waitItemsFailed = 3
+)
+
+// waitStatus is the exit status of `job wait` for the job's final status.
+func waitStatus(st *codec.JobStatus) int {
+	switch {
+	case st.State != codec.JobDone:
+		return waitFinishedBadly
+	case st.Failed > 0:
+		fmt.Fprintf(os.Stderr, "ortbus job wait: %d of %d items failed (ortbus job results %s)\n", st.Failed, st.Total, st.Job)
+		return waitItemsFailed
 	}
-	return 0
+	return waitDone
 }
 
 // jobChanged reports whether the job's counts or state differ (its rate and ETA change

@@ -56,7 +56,8 @@ const usage = `usage:
                                         submit a job: each file, each image of each directory is an item; prints {"job","total"}
   ortbus job status|cancel [-s URL] ID  a job's status (cancel: after cancelling it), as JSON
   ortbus job watch [-s URL] ID          follow a job to its end: a progress bar on a terminal, else a JSON line per change
-  ortbus job wait [-s URL] ID           wait for a job to finish, through gateway restarts; print its status; exit 1 unless done
+  ortbus job wait [-s URL] ID           wait for a job to finish, through gateway restarts; print its status;
+                                        exit 0 every item done, 3 done with items failed, 1 cancelled, failed or an error
   ortbus job results [-s URL] ID        a JSON line per item: {"path","result"} or {"path","error"}
   ortbus job list [-s URL]              the jobs kept, newest first, as JSON
   ortbus cache stats|purge [-s URL] [--model M]   the result cache's figures; remove its entries (of model M)
