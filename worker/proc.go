@@ -3,6 +3,7 @@ package worker
 import (
 	"bufio"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 )
@@ -18,7 +19,15 @@ func hwmBytes() int64 { return procStatus("VmHWM:") }
 // in place reaches is measured from here: the process's earlier peaks (a large batch) are
 // not the model's. Where it cannot be reset, the peak so far is returned: the growth past
 // it is measured.
+//
+// First, the memory the process freed but still holds resident — a reloaded model's old
+// copy, closed at its swap, and the buffers of earlier loads and warm-ups, kept by the C
+// heap (trimC) and Go's heap (debug.FreeOSMemory) for reuse — goes back to the operating
+// system. Else the next load reuses those resident pages, its RSS hardly grows, and a
+// reload measured its model at about 0 MiB: admission under-counted it.
 func resetPeak() int64 {
+	debug.FreeOSMemory()
+	trimC()
 	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
 	return hwmBytes()
 }
