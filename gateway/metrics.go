@@ -7,13 +7,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/subjects"
 )
 
 // metrics are the gateway's Prometheus series (served at GET /metrics). Names and labels:
 //
-//	ortbus_requests_total{op,class,pool,model,code}   terminal replies by outcome ("ok" or the error code)
+//	ortbus_requests_total{op,class,pool,model,code}   terminal replies by outcome ("ok" or the error code); model: servedModel
 //	ortbus_queue_wait_seconds{class,pool}             time from acceptance to the start of inference
 //	ortbus_inference_seconds{class,pool,model}        inference time reported by the worker
 //	ortbus_retries_total                              requests retried after their worker died
@@ -48,6 +49,9 @@ type metrics struct {
 	badMsgs   *prometheus.CounterVec
 	pubErrs   *prometheus.CounterVec
 	known     map[string]bool // every configured pool, class and model, op and code
+	// conf is the gateway's config in force (Gateway.conf): which models a pool loads,
+	// for the model label of a request that named none (servedModel).
+	conf func() *config.Config
 }
 
 // labelOther stands for any label value that is not a configured name.
@@ -79,6 +83,7 @@ func newMetrics(g *Gateway) *metrics {
 		pubErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ortbus_publish_errors_total",
 			Help: "Replies and messages that could not be sent, by what they were."}, []string{"what"}),
 		known: map[string]bool{"ok": true},
+		conf:  g.conf,
 	}
 	panics := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ortbus_panics_total",
 		Help: "Panics recovered in the gateway (each answered internal where a reply was due)."}, func() float64 { return float64(guard.Panics()) })
@@ -108,13 +113,38 @@ func (g *Gateway) publishFailed(what string, err error) {
 
 // observe counts a terminal reply.
 func (m *metrics) observe(p *pending, pool, outcome string) {
-	m.requests.WithLabelValues(m.labelOf(p.op), m.labelOf(p.class), m.labelOf(pool), m.labelOf(p.req.Model), m.labelOf(outcome)).Inc()
+	model := m.servedModel(p, pool, p.req.Model)
+	m.requests.WithLabelValues(m.labelOf(p.op), m.labelOf(p.class), m.labelOf(pool), m.labelOf(model), m.labelOf(outcome)).Inc()
 }
 
 // timing records the worker's timing of a result of model.
 func (m *metrics) timing(p *pending, pool string, t codec.Timing, model string) {
+	model = m.servedModel(p, pool, model)
 	m.queueWait.WithLabelValues(m.labelOf(p.class), m.labelOf(pool)).Observe(float64(t.QueueUS) / 1e6)
 	m.inference.WithLabelValues(m.labelOf(p.class), m.labelOf(pool), m.labelOf(model)).Observe(float64(t.InferUS) / 1e6)
+}
+
+// servedModel is the model label of p answered by pool: model when known — the one the
+// request named or its class's default for the op, or the worker's reply's Served.Model —
+// else the model pool's workers pick for a request that names none (worker.modelFor:
+// the pool's first model, in its order, whose kind serves the op), so that a detect, a
+// segment or a batch tag without a model is not counted under an empty label. A request
+// answered before it reached a pool (pool "") names only its own model, if any. Where the
+// pool's first such model failed on its worker and another served, the label is still
+// the first: the workers' direct answers (reply_direct) carry no model to the gateway.
+func (m *metrics) servedModel(p *pending, pool, model string) string {
+	if model != "" || pool == "" || m.conf == nil {
+		return model
+	}
+	c := m.conf()
+	for _, name := range c.Pool(pool).Models {
+		if mc := c.Models[name]; mc != nil {
+			if k, ok := config.KindOf(mc.Kind); ok && k.Serves(p.op) {
+				return name
+			}
+		}
+	}
+	return ""
 }
 
 // stateCollector reports gauges read from the gateway's state at scrape time.

@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"image"
+	"math"
 	"slices"
 
 	"github.com/ortbus/ortbus/codec"
@@ -27,8 +28,14 @@ type Model interface {
 	Kind() string
 	// Ops lists the client ops this model serves.
 	Ops() []string
-	// Batchable reports whether items of op can be stacked into one runtime call.
+	// Batchable reports whether items of op can be stacked into one runtime call: the
+	// kind batches op and the network takes more than one item (MaxBatch is not 1).
 	Batchable(op string) bool
+	// MaxBatch is the most items one runtime call of a batchable op may stack, as the
+	// network's inputs accept them (BatchCap): 1 when the kind batches nothing or the
+	// batch dimension is fixed at 1, N when it is fixed at N, 0 when it is symbolic (no
+	// limit of the network's own: the pool's max_batch decides). Limit applies it.
+	MaxBatch() int
 	// Prepare validates a request and turns it into one item's input (it decodes the
 	// image, if the op takes one). Errors are *codec.Error.
 	Prepare(op string, req *codec.WorkItem) (Item, error)
@@ -104,7 +111,12 @@ type base struct {
 	name, kind string
 	ops, batch []string // the kind's (config.Kinds)
 	sessions   []*ort.Session
-	env        Env
+	// batched is the session the kind's batchable ops stack their items into: the first
+	// one the model opens (every kind opens it first: a tagger's or detector's only
+	// session, ccip's feature network; ccip's metrics network, run by compare over
+	// [1+N, dim], is never batched). Its inputs decide MaxBatch.
+	batched *ort.Session
+	env     Env
 }
 
 // newBase is the base of a model of a kind of config.Kinds.
@@ -118,8 +130,62 @@ func (b *base) Kind() string             { return b.kind }
 func (b *base) Ops() []string            { return b.ops }
 func (b *base) Sessions() []*ort.Session { return b.sessions }
 
-// Batchable is the kind's: whether config.Kinds lists op among its batched ops.
-func (b *base) Batchable(op string) bool { return slices.Contains(b.batch, op) }
+// Batchable is the kind's — whether config.Kinds lists op among its batched ops — unless
+// the network takes one item at a time (MaxBatch 1).
+func (b *base) Batchable(op string) bool { return slices.Contains(b.batch, op) && b.MaxBatch() != 1 }
+
+// MaxBatch is 1 for a kind that batches nothing, else BatchCap of its batched session's
+// inputs (0, no limit of its own, before a session is open).
+func (b *base) MaxBatch() int {
+	if len(b.batch) == 0 {
+		return 1
+	}
+	if b.batched == nil {
+		return 0
+	}
+	return BatchCap(b.batched.Inputs)
+}
+
+// BatchCap is the batch rule, in one place: the most items one runtime call may stack
+// into a network with these inputs, read from each input's first (batch) dimension.
+//
+//   - a fixed first dimension N (a YOLOv8 export's [1,3,640,640]: 1) caps it at N, the
+//     smallest over the inputs; 1 means no batching;
+//   - an input of rank 0 has no batch dimension: 1;
+//   - symbolic first dimensions (negative: "N", "batch") give 0: no limit of the
+//     network's own, the pool's max_batch (and memory) decide;
+//   - a network without inputs: 0.
+//
+// The worker batches a model only up to Limit(m, max_batch): measure (its status's
+// max_batch and its warm-up at that batch) and the queue's gathering both take it.
+func BatchCap(inputs []ort.IOInfo) int {
+	limit := 0
+	for _, in := range inputs {
+		n := 0
+		switch {
+		case len(in.Shape) == 0:
+			n = 1
+		case in.Shape[0] > 0:
+			n = int(min(in.Shape[0], int64(math.MaxInt32)))
+		case in.Shape[0] == 0:
+			n = 1 // an empty batch dimension stacks nothing: one item at a time
+		}
+		if n > 0 && (limit == 0 || n < limit) {
+			limit = n
+		}
+	}
+	return limit
+}
+
+// Limit is the most items of m one runtime call stacks in a pool batching up to max
+// items (max_batch, already lowered by the model's config and memory): most, lowered to
+// m's own MaxBatch when m has one; at least 1.
+func Limit(m interface{ MaxBatch() int }, most int) int {
+	if c := m.MaxBatch(); c > 0 && c < most {
+		most = c
+	}
+	return max(1, most)
+}
 
 func (b *base) Close() error {
 	var first error
@@ -221,6 +287,9 @@ func (b *base) session(path string) (*ort.Session, error) {
 		return nil, fmt.Errorf("model %s: %w", b.name, err)
 	}
 	b.sessions = append(b.sessions, s)
+	if b.batched == nil {
+		b.batched = s
+	}
 	if b.env.opened != nil {
 		*b.env.opened = append(*b.env.opened, s)
 	}

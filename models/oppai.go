@@ -40,7 +40,6 @@ type oppai struct {
 	mask       string // padding_mask, or "" when the model has no such input
 	output     string // tag_logits, or the first output
 	size       int
-	batchable  bool
 	tags       []oppaiTag // by output column
 	thresholds map[string]float32
 	general    float32
@@ -101,7 +100,6 @@ func openOppai(env Env, m *config.Model, dir string) (Model, error) {
 	}
 	o.input = in.Name
 	o.size = dimOr(in.Shape, 2, 448)
-	o.batchable = len(in.Shape) == 0 || in.Shape[0] != 1
 	if mk, ok := o.sess.Input("padding_mask"); ok {
 		if mk.Type != "bool" {
 			o.Close()
@@ -206,9 +204,6 @@ func readOppaiThresholds(path string) (map[string]float32, error) {
 	}
 	return out, nil
 }
-
-// Batchable is the kind's, unless the network's batch dimension is fixed at 1.
-func (o *oppai) Batchable(op string) bool { return o.batchable && o.base.Batchable(op) }
 
 type oppaiItem struct {
 	pixels     []float32

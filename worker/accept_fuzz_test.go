@@ -27,6 +27,7 @@ func (echoModel) Name() string                      { return "tagger" }
 func (echoModel) Kind() string                      { return "tagger-pixai" }
 func (echoModel) Ops() []string                     { return []string{"tag"} }
 func (echoModel) Batchable(string) bool             { return true }
+func (echoModel) MaxBatch() int                     { return 0 }
 func (echoModel) Sessions() []*ort.Session          { return nil }
 func (echoModel) Warmup(context.Context, int) error { return nil }
 func (echoModel) Close() error                      { return nil }

@@ -36,6 +36,7 @@ func (m *fakeRaw) Name() string             { return m.name }
 func (m *fakeRaw) Kind() string             { return config.KindRaw }
 func (m *fakeRaw) Ops() []string            { return []string{"infer"} }
 func (m *fakeRaw) Batchable(string) bool    { return false }
+func (m *fakeRaw) MaxBatch() int            { return 1 }
 func (m *fakeRaw) Sessions() []*ort.Session { return nil }
 func (m *fakeRaw) Close() error             { m.closed = true; return nil }
 func (m *fakeRaw) Warmup(context.Context, int) error {

@@ -54,7 +54,9 @@ func (j *job) prepare(log *slog.Logger) (models.Item, error) {
 //   - bounded: put refuses an item when its class already holds `bound` items, and the
 //     caller answers overloaded at once (NATS never drops work silently);
 //   - dynamic batching (batch class only): a slot that takes a batchable item gathers up to
-//     maxBatch items of the same model and op, waiting at most maxDelay for them.
+//     maxBatch items of the same model and op — fewer when the model's cap (memory, its
+//     network's batch dimension: models.Limit) is lower — waiting at most maxDelay for
+//     them.
 type queues struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -136,6 +138,9 @@ func (q *queues) gather(unit []*job) []*job {
 	if c := q.caps[first.model.Name()]; c > 0 {
 		limit = min(limit, c)
 	}
+	// Never more than this copy of the model takes in one call (models.Limit): the cap
+	// set for its name may be a newer copy's while a reload swaps.
+	limit = models.Limit(first.model, limit)
 	until := time.Now().Add(q.maxDelay)
 	timer := time.AfterFunc(q.maxDelay, func() {
 		q.mu.Lock()

@@ -25,12 +25,14 @@ var classOrder = []string{"urgent", "interactive", "batch"}
 type qModel struct {
 	name      string
 	batchable bool
+	cap       int // MaxBatch: what its network takes in one call (0: no limit of its own)
 }
 
 func (m qModel) Name() string                                       { return m.name }
 func (qModel) Kind() string                                         { return "tagger-pixai" }
 func (qModel) Ops() []string                                        { return []string{"tag", "embed"} }
-func (m qModel) Batchable(string) bool                              { return m.batchable }
+func (m qModel) Batchable(string) bool                              { return m.batchable && m.cap != 1 }
+func (m qModel) MaxBatch() int                                      { return m.cap }
 func (qModel) Sessions() []*ort.Session                             { return nil }
 func (qModel) Warmup(context.Context, int) error                    { return nil }
 func (qModel) Close() error                                         { return nil }
@@ -354,6 +356,34 @@ func TestQueueBatchCaps(t *testing.T) {
 	}
 }
 
+// TestQueueBatchNetworkCap: a model whose network takes at most N items in one call (its
+// batch dimension fixed at N) is gathered N at a time under a larger max_batch, whatever
+// cap its name has (a reload's newer copy); one fixed at 1 is never gathered: each item
+// runs alone.
+func TestQueueBatchNetworkCap(t *testing.T) {
+	q := newQueues(classOrder, 32, 8, time.Hour)
+	two := qModel{name: "two", batchable: true, cap: 2}
+	one := qModel{name: "one", batchable: true, cap: 1}
+	q.caps["two"] = 8
+	for _, id := range []string{"t1", "t2", "t3"} {
+		mustPut(t, q, qjob(id, "batch", two, "tag"))
+	}
+	if got := unitIDs(await(t, takeAsync(q))); !slices.Equal(got, []string{"t1", "t2"}) {
+		t.Fatalf("batch of a network fixed at 2: %v, want [t1 t2]", got)
+	}
+	q.maxBatch = 1
+	q.take() // t3, alone
+	q.maxBatch = 8
+	for _, id := range []string{"o1", "o2", "o3"} {
+		mustPut(t, q, qjob(id, "batch", one, "tag"))
+	}
+	for _, want := range []string{"o1", "o2", "o3"} {
+		if got := unitIDs(await(t, takeAsync(q))); !slices.Equal(got, []string{want}) {
+			t.Fatalf("a network fixed at 1: unit %v, want [%s] alone", got, want)
+		}
+	}
+}
+
 // TestQueueCancelQueued: a queued job is removed and returned (to be answered
 // cancelled); its context is left alone; it is no longer held or taken.
 func TestQueueCancelQueued(t *testing.T) {
@@ -478,27 +508,35 @@ func (m *recModel) Warmup(_ context.Context, n int) error {
 }
 
 // TestMeasureBatchCap: a model's batch cap is the pool's max_batch, capped by the model's
-// own max_batch; warm-ups run at batch 1 and at that cap; a declared peak is taken as
-// declared (it is not capped to a budget: the worker refuses it instead).
+// own max_batch and by what its network takes in one call (models.Limit: a batch
+// dimension fixed at 1 takes one item, fixed at N at most N); warm-ups run at batch 1 and
+// at that cap; a declared peak is taken as declared (it is not capped to a budget: the
+// worker refuses it instead).
 func TestMeasureBatchCap(t *testing.T) {
 	w := &Worker{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	cases := []struct {
-		poolBatch, modelBatch int
-		want                  int
-		warmups               []int
+		poolBatch, modelBatch, network int
+		want                           int
+		warmups                        []int
 	}{
-		{8, 3, 3, []int{1, 3}},
-		{4, 0, 4, []int{1, 4}},
-		{2, 16, 2, []int{1, 2}},
-		{0, 5, 1, []int{1}},
+		{8, 3, 0, 3, []int{1, 3}},
+		{4, 0, 0, 4, []int{1, 4}},
+		{2, 16, 0, 2, []int{1, 2}},
+		{0, 5, 0, 1, []int{1}},
+		{8, 0, 1, 1, []int{1}},    // [1,3,640,640]: no batching, no warm-up at 8
+		{8, 0, 4, 4, []int{1, 4}}, // fixed at 4
+		{8, 3, 4, 3, []int{1, 3}},
+		{2, 0, 4, 2, []int{1, 2}},
 	}
 	for _, c := range cases {
-		m := &recModel{qModel: modelA}
+		a := modelA
+		a.cap = c.network
+		m := &recModel{qModel: a}
 		mc := &config.Model{Name: "a", Kind: "tagger-pixai", MaxBatch: c.modelBatch, Memory: 64 << 20}
 		p := &config.Pool{Name: "cpu", Device: "cpu", MaxBatch: c.poolBatch}
 		st := w.measure(m, mc, p, 1<<20, true, 0, false)
 		if st.MaxBatch != c.want || !slices.Equal(m.warmups, c.warmups) {
-			t.Errorf("pool max_batch %d, model %d: cap %d warm-ups %v, want %d %v", c.poolBatch, c.modelBatch, st.MaxBatch, m.warmups, c.want, c.warmups)
+			t.Errorf("pool max_batch %d, model %d, network %d: cap %d warm-ups %v, want %d %v", c.poolBatch, c.modelBatch, c.network, st.MaxBatch, m.warmups, c.want, c.warmups)
 		}
 		if st.PeakBytes != 64<<20 || st.PeakSource != "declared" || st.Name != "a" || !st.Loaded {
 			t.Errorf("status %+v, want the declared 64MiB peak", st)

@@ -368,13 +368,20 @@ func mib(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }
 // or more on its first run): loading pays for them, counted in the model's load_ms, not
 // the first request.
 //
-// With a budget (left bytes of it for this model), a dynamic batch whose peak would pass
-// it is capped to the largest batch that fits.
+// The largest batch is the pool's max_batch, lowered by the model's and by what its
+// network takes in one call (models.Limit). With a budget (left bytes of it for this
+// model), a dynamic batch whose peak would pass it is capped to the largest batch that
+// fits.
 func (w *Worker) measure(m models.Model, mc *config.Model, p *config.Pool, left int64, limited bool, devBefore int64, devOK bool) codec.ModelStatus {
 	maxBatch := max(1, p.MaxBatch)
 	if mc.MaxBatch > 0 {
 		maxBatch = min(maxBatch, mc.MaxBatch)
 	}
+	// No more than the network takes in one call (models.BatchCap: a batch dimension
+	// fixed at 1 takes one item, fixed at N at most N; a kind that batches nothing, 1):
+	// the status's max_batch, the warm-up below and the queue's gathering (setCap) all
+	// keep to it.
+	maxBatch = models.Limit(m, maxBatch)
 	st := codec.ModelStatus{Name: mc.Name, Kind: mc.Kind, State: codec.ModelReady, Loaded: true, MaxBatch: maxBatch}
 	ctx := context.Background()
 	fault.Panic(mc.Dir)
