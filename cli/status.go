@@ -76,6 +76,15 @@ func PrintStatus(w io.Writer, st *codec.StatusReply) {
 			fmt.Fprintf(tw, "%s\t%s\t%v\t%.1f%%\t%d\n", g.Device, g.Class, g.Paused, 100*g.PausedShare1m, g.Tenants)
 		}
 	}
+	if len(st.Pauses) > 0 {
+		// The pauses in force (op pause): a paused class's queued requests wait and jobs
+		// take no new items there, so an operator wondering why batch stands still sees why.
+		fmt.Fprintln(tw, "\nPAUSED CLASS\tDEVICE\tUNTIL\tENDS IN")
+		for _, p := range st.Pauses {
+			until := time.UnixMilli(p.UntilUnixMS)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Class, or(p.Device, "every device"), until.Format(time.TimeOnly), time.Until(until).Round(time.Second))
+		}
+	}
 	fmt.Fprintln(tw, "\nCLASS\tPRIORITY\tQUEUED\tRUNNING\tBOUND\tCHAIN")
 	for _, c := range st.Classes {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", c.Name, c.Priority, c.Queued, c.Running, c.Bound, strings.Join(c.Chain, " -> "))
@@ -180,4 +189,12 @@ func oneLine(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// or is a, else b.
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ortbus/ortbus/codec"
 )
@@ -76,6 +77,20 @@ func TestPrintStatusDeviceMem(t *testing.T) {
 	for _, prefix := range []string{"gpu-0 gpu 7 ready webgpu cuda:0 195MiB ", "cpu-0 cpu 8 ready cpu - "} {
 		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, prefix) }) {
 			t.Errorf("no line starting %q in:\n%s", prefix, buf.String())
+		}
+	}
+}
+
+// TestPrintStatusPauses: a pause in force is in the status tables (class, device, end).
+func TestPrintStatusPauses(t *testing.T) {
+	until := time.Now().Add(10 * time.Minute)
+	st := &codec.StatusReply{Pauses: []codec.PauseReply{{Class: "batch", UntilUnixMS: until.UnixMilli()}, {Class: "interactive", Device: "cuda:0", UntilUnixMS: until.UnixMilli()}}}
+	var buf bytes.Buffer
+	PrintStatus(&buf, st)
+	out := buf.String()
+	for _, want := range []string{"PAUSED CLASS", "batch", "every device", "interactive", "cuda:0", until.Format(time.TimeOnly)} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status output has no %q:\n%s", want, out)
 		}
 	}
 }

@@ -20,8 +20,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -55,10 +57,53 @@ type Report struct {
 	// Fallback says, when the pool's preferred EP is unusable but a fallback is, which
 	// one it will run (why: EPs, and WebGPU for webgpu).
 	Fallback string `json:"fallback,omitempty"`
+	// Models are the pool's models whose files are not where the config says (its `dir`
+	// missing or not a folder, a required file missing), each with its error
+	// (file_not_found, details model and path). A model that is fine is not listed.
+	Models map[string]*codec.Error `json:"models,omitempty"`
 }
 
-// OK reports whether the pool can serve: runtime loaded and one EP of its chain usable.
-func (r *Report) OK() bool { return r.Error == nil && r.Usable != "" }
+// OK reports whether the pool can serve: runtime loaded, one EP of its chain usable, and
+// every model's files where the config says.
+func (r *Report) OK() bool { return r.Error == nil && r.Usable != "" && len(r.Models) == 0 }
+
+// checkModels reports the pool's models whose files are missing (Report.Models): a
+// worker would fail to load them. A model named by hf_repo alone is found in the Hugging
+// Face cache by the worker, and not checked here.
+func checkModels(cfg *config.Config, p *config.Pool) map[string]*codec.Error {
+	out := map[string]*codec.Error{}
+	for _, name := range p.Models {
+		m := cfg.Models[name]
+		if m == nil || m.Dir == "" {
+			continue
+		}
+		if fi, err := os.Stat(m.Dir); err != nil || !fi.IsDir() {
+			out[name] = codec.Errorf(codec.CodeFileNotFound, "model %s: dir %s does not exist or is not a folder", name, m.Dir).With("model", name).With("path", m.Dir)
+			continue
+		}
+		k, ok := config.KindOf(m.Kind)
+		if !ok {
+			continue // the config refuses it
+		}
+		for _, role := range k.Required {
+			f := m.Files[role]
+			if f == "" {
+				f = k.Files[role]
+			}
+			if !filepath.IsAbs(f) {
+				f = filepath.Join(m.Dir, f)
+			}
+			if _, err := os.Stat(f); err != nil {
+				out[name] = codec.Errorf(codec.CodeFileNotFound, "model %s (%s): %s file %s not found", name, m.Kind, role, f).With("model", name).With("path", f)
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
 
 // ProbeMain is the child's entry (`ortbus doctor-probe -config FILE -pool NAME`): it
 // probes the pool and prints its Report as one JSON line; 2 for arguments or a config it
@@ -87,7 +132,7 @@ func Probe(cfg *config.Config, pool string) *Report {
 		return &Report{Pool: pool, Error: codec.Errorf(codec.CodeUnknownPool, "pool %q is not in the config", pool)}
 	}
 	spec := ort.PoolSpec(p)
-	r := &Report{Pool: pool, Searched: spec.Candidates(), Wanted: append([]string{p.EP}, p.Fallback...)}
+	r := &Report{Pool: pool, Searched: spec.Candidates(), Wanted: append([]string{p.EP}, p.Fallback...), Models: checkModels(cfg, p)}
 	if slices.Contains(r.Wanted, "webgpu") {
 		// Before the runtime: what Vulkan offers is worth knowing even without one.
 		r.Vulkan = ort.ProbeVulkan(context.Background())
@@ -226,6 +271,9 @@ func Print(w io.Writer, reports []*Report) {
 		fmt.Fprintf(tw, "  wanted\t%s (usable: %s)\n", strings.Join(r.Wanted, " -> "), or(r.Usable, "none"))
 		if r.Fallback != "" {
 			fmt.Fprintf(tw, "  fallback\t%s\n", r.Fallback)
+		}
+		for _, m := range slices.Sorted(maps.Keys(r.Models)) {
+			fmt.Fprintf(tw, "  model %s\t%s: %s\n", m, r.Models[m].Code, r.Models[m].Message)
 		}
 		if r.Error != nil {
 			fmt.Fprintf(tw, "  error\t%s: %s\n", r.Error.Code, r.Error.Message)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/doctor"
 	"github.com/ortbus/ortbus/internal/testenv"
@@ -155,5 +156,44 @@ func TestDoctorWebGPUNoRuntime(t *testing.T) {
 	r := reports["gpu"]
 	if r == nil || r.OK() || r.Error == nil || r.Vulkan == nil || r.WebGPU == "" {
 		t.Fatalf("report: %+v", r)
+	}
+}
+
+// TestDoctorMissingModelDir: a pool one of whose models has a `dir` that does not exist is
+// not OK; its report names the model and the path (file_not_found), as does the listing.
+func TestDoctorMissingModelDir(t *testing.T) {
+	lib := testenv.RuntimeLib(t, "1.30.0")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "model.onnx"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "ortbus.toml")
+	text := "[nats]\nurl = \"nats://127.0.0.1:1\"\n[models.tiny]\nkind = \"raw\"\ndir = \".\"\n[models.gone]\nkind = \"raw\"\ndir = \"./nope\"\n" +
+		fmt.Sprintf("[pools.p]\nruntime = %q\nclasses = [\"interactive\"]\nmodels = [\"tiny\", \"gone\"]\n", lib)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	t.Setenv(probeChildEnv, "1")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := doctor.Run(cfg, self, []string{"-config", path}, 60*time.Second)
+	var out bytes.Buffer
+	doctor.Print(&out, reports)
+	if len(reports) != 1 {
+		t.Fatalf("%d reports", len(reports))
+	}
+	r, gone := reports[0], filepath.Join(dir, "nope")
+	e := r.Models["gone"]
+	if r.OK() || e == nil || e.Code != codec.CodeFileNotFound || e.Details["path"] != gone || r.Models["tiny"] != nil {
+		t.Errorf("pool with a model whose dir is missing: OK %v, models %+v; want not OK, gone: file_not_found naming %s", r.OK(), r.Models, gone)
+	}
+	if !strings.Contains(out.String(), "FAIL") || !strings.Contains(out.String(), "model gone") || !strings.Contains(out.String(), gone) {
+		t.Errorf("listing:\n%s", out.String())
 	}
 }

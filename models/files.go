@@ -36,7 +36,9 @@ func file(m *config.Model, dir, role string) (string, bool) {
 func mustFile(m *config.Model, dir, role string) (string, error) {
 	p, ok := file(m, dir, role)
 	if !ok {
-		return "", codec.Errorf(codec.CodeUnknownModel, "model %s (%s): %s file %s not found", m.Name, m.Kind, role, p).With("model", m.Name)
+		// A missing file is file_not_found naming it (docs/PROTOCOL.md, section 3), not
+		// unknown_model: the model is configured, its file is not where the config says.
+		return "", codec.Errorf(codec.CodeFileNotFound, "model %s (%s): %s file %s not found", m.Name, m.Kind, role, p).With("model", m.Name).With("path", p)
 	}
 	return p, nil
 }

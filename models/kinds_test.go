@@ -32,8 +32,8 @@ func TestKindsTable(t *testing.T) {
 		dir := t.TempDir()
 		_, err := Open(Env{}, &config.Model{Name: "m", Kind: k.Name, Dir: dir})
 		want := filepath.Join(dir, k.Files[k.Required[0]])
-		if codec.CodeOf(err) != codec.CodeUnknownModel || !strings.Contains(err.Error(), want) {
-			t.Errorf("kind %s in an empty folder: %v, want unknown_model naming %s", k.Name, err, want)
+		if codec.CodeOf(err) != codec.CodeFileNotFound || !strings.Contains(err.Error(), want) {
+			t.Errorf("kind %s in an empty folder: %v, want file_not_found naming %s", k.Name, err, want)
 		}
 	}
 	if len(openers) != len(config.Kinds) {
@@ -48,7 +48,7 @@ func TestKindsTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Open(Env{}, &config.Model{Name: "m", Kind: config.KindTaggerWD14, Dir: dir})
-	if codec.CodeOf(err) != codec.CodeUnknownModel || !strings.Contains(err.Error(), "selected_tags.csv") {
+	if codec.CodeOf(err) != codec.CodeFileNotFound || !strings.Contains(err.Error(), "selected_tags.csv") {
 		t.Errorf("tagger without tags: %v", err)
 	}
 }

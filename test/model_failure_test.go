@@ -189,7 +189,7 @@ func TestModelUnitOfFailure(t *testing.T) {
 	}{
 		"refused": {codec.CodeModelUnavailable, "NoSuchOp"},
 		"panics":  {codec.CodeInternal, "panic while loading model panics"},
-		"missing": {codec.CodeUnknownModel, "model.onnx not found"},
+		"missing": {codec.CodeFileNotFound, "model.onnx not found"},
 	} {
 		r := infer(&codec.Request{Model: model})
 		if r.Err == nil || r.Err.Code != codec.CodeModelUnavailable {

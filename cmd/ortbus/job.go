@@ -72,9 +72,10 @@ func newJobFlags(name string) jobFlags {
 	return jobFlags{fs: fs, url: natsURL(fs), prefix: inboxPrefix(fs)}
 }
 
-// parse parses args and checks that nargs positional arguments remain (-1: at least one).
+// parse parses args, flags after the positional arguments too (parseInterspersed), and
+// checks that nargs positional arguments remain (-1: at least one).
 func (f jobFlags) parse(args []string, nargs int) bool {
-	if f.fs.Parse(args) != nil || nargs >= 0 && f.fs.NArg() != nargs || nargs < 0 && f.fs.NArg() == 0 {
+	if parseInterspersed(f.fs, args) != nil || nargs >= 0 && f.fs.NArg() != nargs || nargs < 0 && f.fs.NArg() == 0 {
 		fmt.Fprint(os.Stderr, jobUsage)
 		return false
 	}

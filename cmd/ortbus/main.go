@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -276,7 +278,7 @@ func modelCmd(args []string) int {
 		return 2
 	}
 	action := args[0]
-	if fs.Parse(args[1:]) != nil || fs.NArg() != 1 {
+	if parseInterspersed(fs, args[1:]) != nil || fs.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: ortbus model load|unload|reload [-s URL] [-pool P] MODEL")
 		return 2
 	}
@@ -308,13 +310,46 @@ func call(url, prefix string, timeout time.Duration, what string, indent bool, d
 	return 0
 }
 
+// knownOps are the ops of the client API (subjects), which `ortbus req` takes.
+func knownOps() []string {
+	return slices.Concat(subjects.Ops, subjects.JobOps, subjects.CacheOps)
+}
+
+// parseInterspersed parses args with fs, taking flags after positional arguments too
+// (`ortbus req tag '{…}' -timeout 5s`, `ortbus job wait ID -interval 1s`), where the flag
+// package alone would stop at the first positional and read the flags after it as more
+// positionals. "--" ends the flags: what follows it is positional, whatever it looks like.
+func parseInterspersed(fs *flag.FlagSet, args []string) error {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+	return fs.Parse(append([]string{"--"}, pos...))
+}
+
 func reqCmd(args []string) int {
 	fs := flag.NewFlagSet("req", flag.ContinueOnError)
 	url := natsURL(fs)
 	prefix := inboxPrefix(fs)
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the reply")
-	if fs.Parse(args) != nil || fs.NArg() != 2 {
+	if parseInterspersed(fs, args) != nil || fs.NArg() != 2 {
 		fmt.Fprintln(os.Stderr, "usage: ortbus req [-s URL] [-inbox-prefix P] OP JSON")
+		return 2
+	}
+	// A typo'd op would reach no service (nats: no responders): name the ops instead.
+	if ops := knownOps(); !slices.Contains(ops, fs.Arg(0)) {
+		fmt.Fprintf(os.Stderr, "ortbus req: unknown op %q; the ops: %s\n", fs.Arg(0), strings.Join(ops, ", "))
 		return 2
 	}
 	nc, err := nats.Connect(*url, connOpts(*prefix)...)
