@@ -118,10 +118,13 @@ const (
 )
 
 // PauseReply is a pause as it stands (and as status lists it): until when the class is
-// paused on the device by this caller; Resumed in the reply to resume.
+// paused on the device by its owner; Resumed in the reply to resume. Owner is whose it is
+// and whose work it holds: an application's account ("account:NAME"), which pauses only
+// its own work, or "" for the operator's, which holds everyone's.
 type PauseReply struct {
 	Class       string `msgpack:"class" json:"class"`
 	Device      string `msgpack:"device,omitempty" json:"device,omitempty"`
+	Owner       string `msgpack:"owner,omitempty" json:"owner,omitempty"`
 	UntilUnixMS int64  `msgpack:"until_unix_ms,omitempty" json:"until_unix_ms,omitempty"`
 	Resumed     bool   `msgpack:"resumed,omitempty" json:"resumed,omitempty"`
 }

@@ -148,7 +148,7 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by, te
 	}
 	switch {
 	case op == subjects.OpStatus:
-		encode(g.status())
+		encode(g.status(tenant))
 	case op == subjects.OpHealth:
 		encode(g.health())
 	case op == subjects.OpCancel:
@@ -210,9 +210,17 @@ func (g *Gateway) health() *codec.HealthReply {
 	return h
 }
 
-// status is the whole system as this gateway sees it.
-func (g *Gateway) status() *codec.StatusReply {
+// status is the whole system as this gateway sees it, as tenant may see it: a tenant sees
+// its own leases (holders and ids) and the pauses that hold its work; others' leases only
+// in the devices' figures (lease.go, rule 4; pause.go, rule 6). The local owner ("")
+// sees every lease and pause.
+func (g *Gateway) status(tenant string) *codec.StatusReply {
 	st := &codec.StatusReply{Gateway: g.id, AllowedRoots: g.conf().Security.AllowedRoots, SpoolDir: g.conf().Security.SpoolDir, Devices: g.deviceStatus()}
+	if tenant != "" {
+		for i := range st.Devices {
+			st.Devices[i].Leases = g.leases.ownedBy(st.Devices[i].Device, tenant)
+		}
+	}
 	now := time.Now()
 	for _, name := range g.conf().PoolNames() {
 		pc := g.conf().Pools[name]
@@ -240,7 +248,7 @@ func (g *Gateway) status() *codec.StatusReply {
 		}
 		st.Workers = append(st.Workers, ws)
 	}
-	st.Pauses = g.pauses.list(pauseNow())
+	st.Pauses = g.pauses.list(pauseNow(), tenant)
 	if g.gates != nil {
 		st.Gates = g.gates.list(now)
 	}

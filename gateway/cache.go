@@ -20,8 +20,9 @@ import (
 //  1. Before a request enters the lifecycle (submitFrom, runJobItem): a cacheable request
 //     (cache.Cacheable op, a model known before dispatch, not cache: false, the cache on
 //     and its store open) is looked up: its model's revision, its file's hash (the stat
-//     key first), the entry. A hit is answered at once (deliver: its one terminal
-//     answer; the loop never sees it), with timing.cached and total_us the lookup.
+//     key first), the entry. A hit is answered at once by the lifecycle (L1: its one
+//     terminal answer, never queued, unless the client's cancel came first), with
+//     timing.cached and total_us the lookup.
 //  2. A miss joins its key's flight (cache.Flights): the first request of a key runs; one
 //     that comes while it runs waits for its answer and is answered as a hit.
 //  3. After its answer (the Reply the lifecycle delivers, or the job runner's answer), a
@@ -352,7 +353,10 @@ func (g *Gateway) cacheFront(p *pending) bool {
 			}
 			if rep := cachedReply(p.op, hit, id, p.accepted); rep != nil {
 				if b, err := codec.Encode(rep, p.asJSON); err == nil {
-					g.deliver(p, "", b, nil)
+					// Answered by the lifecycle (L1), which knows of the client's
+					// cancels: one sent before the request wins over the hit.
+					p.hit = b
+					g.post(evAccept{p: p})
 					return
 				}
 			}

@@ -26,15 +26,15 @@ type capacity struct {
 	cfg         *config.Config // read-only: classes (priority, min_share, degrade), pools (device, max_batch)
 	now         time.Time
 	pools       map[string]*poolCap
-	workers     map[string]*workerCap      // live workers that take items sent to them alone, by id
-	sent        uint64                     // orders the workers' lastSent after the lifecycle's sequence
-	deviceSlots map[string]int             // live slots per device (each worker's max(1, slots))
-	load        classCounts                // requests in flight per device and class, this pass's included
-	leased      classCounts                // live leases per device and class (lease.go, rule 3)
-	paused      map[string]map[string]bool // classes paused on demand, per device ("" = every one; pause.go)
-	gated       map[string]bool            // devices whose compute gate is closed (gate.go)
-	active      lastActive                 // when each class last had work queued for or running on each device
-	est         map[estKey]time.Duration   // measured service times
+	workers     map[string]*workerCap    // live workers that take items sent to them alone, by id
+	sent        uint64                   // orders the workers' lastSent after the lifecycle's sequence
+	deviceSlots map[string]int           // live slots per device (each worker's max(1, slots))
+	load        classCounts              // requests in flight per device and class, this pass's included
+	leased      classCounts              // live leases per device and class (lease.go, rule 3)
+	paused      pauseSet                 // the pauses in force (pause.go)
+	gated       map[string]bool          // devices whose compute gate is closed (gate.go)
+	active      lastActive               // when each class last had work queued for or running on each device
+	est         map[estKey]time.Duration // measured service times
 	// full holds pool+"\x00"+class once a pool is found full for a class in the pass: later
 	// items skip it without looking again.
 	full map[string]bool
@@ -82,7 +82,7 @@ func (g *Gateway) snapshot(now time.Time) *capacity {
 	}
 	c.load, c.active = h.load, h.active
 	c.leased = g.leases.byDevice()
-	c.paused = g.pauses.active(now)
+	c.paused = g.pauses.held(now)
 	c.est = g.est.all()
 	c.gated = g.gates.closed()
 	return c

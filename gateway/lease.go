@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"os"
 	"slices"
 	"sync"
@@ -24,10 +25,13 @@ import (
 //     it within its ttl (at most gateway.lease_max_ttl), or loses it.
 //  3. While an urgent or interactive lease is held on a device, that device counts as
 //     busy with that class for the sharing policy (policy.go): batch is held to one unit.
-//  4. The lease id is the holder's capability (renew, release); status lists leases
-//     without it. A lease also has an owner, its tenant (identity.go): a renew or release
-//     from another tenant finds no such lease, and a tenant other than the local owner
-//     holds at most tenantBound(maxLeases) leases, so it cannot take every one.
+//  4. The lease id is the holder's capability (renew, release). A lease also has an
+//     owner, its tenant (identity.go): a renew or release from another tenant finds no
+//     such lease, and a tenant other than the local owner holds at most
+//     tenantBound(maxLeases) leases, so it cannot take every one. Status shows the local
+//     owner every lease without its id; a tenant only its own, with their ids (ownedBy):
+//     another tenant's leases count in a device's figures (leased_bytes, free_bytes) but
+//     are not listed, so no application learns another's holders.
 //  5. A device's leases cover up to their bytes of the memory that processes outside
 //     ortbus are measured to use on it (a lease's holder is such a process, and nothing
 //     tells which pid holds which lease): only usage past the leased bytes counts as
@@ -116,6 +120,24 @@ func (l *leases) leased(device string) (int64, []codec.LeaseReply) {
 	}
 	slices.SortFunc(out, func(a, b codec.LeaseReply) int { return int(a.ExpiresUnixMS - b.ExpiresUnixMS) })
 	return sum, out
+}
+
+// ownedBy returns tenant's own live leases on device, ids included (rule 4), newest last.
+func (l *leases) ownedBy(device, tenant string) []codec.LeaseReply {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expire(leaseNow())
+	var out []codec.LeaseReply
+	for _, x := range l.by {
+		if x.Device == device && x.owner == tenant {
+			out = append(out, x.LeaseReply)
+		}
+	}
+	slices.SortFunc(out, func(a, b codec.LeaseReply) int { return cmp.Compare(a.ExpiresUnixMS, b.ExpiresUnixMS) })
+	return out
 }
 
 // byDevice counts the live leases per device and class (rule 3), for a snapshot.

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,49 @@ import (
 
 // Leases (lease.go), in process: the admissionConfig's cuda:0 (1 GiB × 0.85), its
 // workers fed to the tracker, the leases' clock moved by the test.
+
+// Rule 4 in status: a tenant sees its own leases, holders and ids; another tenant's only
+// in the device's figures; the local owner sees every lease, without ids.
+func TestLeaseStatusOwners(t *testing.T) {
+	g := testGateway(t, admissionConfig)
+	acquire := func(tenant, holder string) *codec.LeaseReply {
+		l, e := g.leaseAs(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 10 * mib, Class: "batch", Holder: holder, TTLMS: 60_000}, tenant)
+		if e != nil {
+			t.Fatal(e)
+		}
+		return l
+	}
+	a := acquire("account:A", "a-holder")
+	acquire("account:B", "b-holder")
+	acquire("", "op-holder")
+	view := func(tenant string) (int64, []string) {
+		for _, d := range g.status(tenant).Devices {
+			if d.Device == "cuda:0" {
+				var seen []string
+				for _, l := range d.Leases {
+					seen = append(seen, l.Holder+"/"+l.Lease)
+				}
+				slices.Sort(seen)
+				return d.LeasedBytes, seen
+			}
+		}
+		t.Fatal("no cuda:0 in status")
+		return 0, nil
+	}
+	for tenant, want := range map[string][]string{
+		"account:A": {"a-holder/" + a.Lease},
+		"account:C": nil,
+		"":          {"a-holder/", "b-holder/", "op-holder/"},
+	} {
+		leased, seen := view(tenant)
+		if !slices.Equal(seen, want) {
+			t.Errorf("%q's status lists the leases %v, want %v", tenant, seen, want)
+		}
+		if leased != 30*mib {
+			t.Errorf("%q's status: leased %d MiB, want every lease's 30", tenant, leased/mib)
+		}
+	}
+}
 
 func TestLeaseAdmission(t *testing.T) {
 	g := testGateway(t, admissionConfig)

@@ -26,7 +26,7 @@ import (
 //
 //	event              state           rule  next state      effects
 //	accepted           -               L1    queued          record
-//	                                   L1    -               answer cancelled | bad_request | overloaded
+//	                                   L1    -               answer cancelled | cache hit | bad_request | overloaded
 //	dispatch pass      queued          L2    sent            send (attempt n+1)
 //	                   queued          L2    -               answer (the queue's error: deadline, no_worker, ...)
 //	                   queued          L2    queued          wake (a sleeping pool); a waiting latency item reserves
@@ -249,14 +249,20 @@ func (lc *lifecycle) forget(f *flight) {
 }
 
 // accept is L1: a request decoded, validated and resolved (pools) enters its class queue,
-// unless its cancel came first (cancelled), its id is in flight already (bad_request), or
-// its tenant holds its bound of requests (overloaded). A full queue refuses it, or drops
-// its oldest (drop_oldest), answered overloaded.
+// unless its cancel came first (cancelled), it was found in the result cache (answered
+// with the hit), its id is in flight already (bad_request), or its tenant holds its bound
+// of requests (overloaded). A full queue refuses it, or drops its oldest (drop_oldest),
+// answered overloaded.
 func (lc *lifecycle) accept(p *pending, pools []string, now time.Time) []effect {
 	if c, ok := lc.early[p.id]; ok && canCancel(p.owner, c.by) {
-		// Its cancel overtook it (each op is a subscription of its own).
+		// Its cancel overtook it (each op is a subscription of its own), or came while
+		// it was looked up in the cache: the cancel wins over a hit too, so a client's
+		// own earlier cancel is never ignored because the answer was at hand.
 		delete(lc.early, p.id)
 		return []effect{answerErr(p, "", codec.Errorf(codec.CodeCancelled, "cancelled by the client before it arrived"))}
+	}
+	if p.hit != nil {
+		return []effect{effAnswer{p: p, body: p.hit}} // its one answer: never queued
 	}
 	if _, dup := lc.byID[p.id]; dup {
 		return []effect{answerErr(p, "", codec.Errorf(codec.CodeBadRequest, "a request with id %q is already in progress", cmp.Or(p.clientID, p.id)))}
@@ -329,6 +335,9 @@ func (lc *lifecycle) router(now time.Time, route decide, out *[]effect) sched.Ro
 		}
 		if d.wake != "" {
 			*out = append(*out, effWake{d.wake})
+		}
+		if d.aside {
+			return "", sched.Aside // waits, holding no pool from the items behind it
 		}
 		return d.pool, d.err
 	}

@@ -177,6 +177,33 @@ func TestLifecycleAccept(t *testing.T) {
 	}
 }
 
+// L1 with a cache hit: the hit is the request's one answer, never queued; a cancel its
+// client sent before it (or while it was looked up) wins over the hit, once.
+func TestLifecycleAcceptHit(t *testing.T) {
+	lc := newTestLifecycle()
+	hit := func(id string) *pending {
+		p := req(id, "interactive")
+		p.hit = []byte("cached")
+		return p
+	}
+	out := lc.accept(hit("h"), nil, t0)
+	if a := only[effAnswer](t, out); a.err != nil || string(a.body) != "cached" || len(out) != 1 {
+		t.Fatalf("a hit: %+v, want its one answer the cached body", out)
+	}
+	lc.cancel("hc", "_INBOX.c.9", "", false, t0)
+	out = lc.accept(hit("hc"), nil, t0)
+	wantCode(t, out, "hc", codec.CodeCancelled)
+	if n := terminals(out)["hc"]; n != 1 {
+		t.Fatalf("a cancelled hit: %d terminal effects, want 1", n)
+	}
+	// Another owner's cancel does not take the hit away.
+	lc.cancel("ho", "_INBOX.d.1", "", false, t0)
+	if a := only[effAnswer](t, lc.accept(hit("ho"), nil, t0)); a.err != nil || string(a.body) != "cached" {
+		t.Fatalf("a hit cancelled early by another owner: %+v", a)
+	}
+	empty(t, lc)
+}
+
 // L2 and L4 relayed: a pass sends the attempt with a reply token and its timers; the
 // reply to that token relays the answer and gives back the unit; a second reply, or one
 // to an unknown token, does nothing.

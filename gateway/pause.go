@@ -13,20 +13,25 @@ import (
 // security event lasts — on one device or on every device, for a bounded time.
 //
 //  1. A paused class's queued work waits: a dispatch pass sends none of it to a pool on a
-//     device where the class is paused (capacity.pausedOn, route), nor wakes a sleeping
-//     pool for it. What already runs finishes. Its deadlines still hold. As any waiting
-//     item (sched, rule 2), a paused item keeps its pools from the classes below it: a
-//     paused interactive class holds batch back on its pools too.
-//  2. Jobs of a paused class take no new items where it is paused (jobRoom).
+//     device where the class is paused for it (capacity.pausedOn, route), nor wakes a
+//     sleeping pool for it. What already runs finishes. Its deadlines still hold. As any
+//     waiting item (sched, rule 2), a paused item keeps its pools from the classes below
+//     it: a paused interactive class holds batch back on its pools too.
+//  2. Jobs of a paused class take no new items where the operator paused it (jobRoom);
+//     a job item taken while its owner's own pause lasts waits as rule 1 says.
 //  3. Expiry is mandatory: a pause lasts 1 s to maxPauseFor, so a crashed app cannot pause
 //     a class for good. Pausing again extends (replaces) the caller's own pause.
 //  4. A pause has an owner (identity.go): resume ends only the caller's own, and the class
 //     stays paused while anyone's pause lasts. At most maxPauses pauses are held at once,
 //     a tenant at most its share of them (tenantBound).
-//  5. A tenant (an application's account) pauses only background classes (batch): a
-//     pause holds back everyone's work of its class, and one app may not hold back the
-//     urgent or interactive work of another. The local owner (operators, and every client
-//     under identity = "local") may pause any class.
+//  5. A tenant (an application's account) pauses only background classes (batch), and
+//     only its own work: its pause holds its own requests (and its jobs' items, where
+//     the job runner names their owner: pending.jobOwner) and nobody else's, so that one
+//     app never holds back another's work. The local owner (operators, and every client
+//     under identity = "local") may pause any class, and its pause holds everyone's work.
+//  6. Status lists each pause with its owner (PauseReply.Owner, "" for the operator's): a
+//     tenant sees its own and the operator's, the pauses that hold its work; the operator
+//     sees every one.
 type pauses struct {
 	mu sync.Mutex
 	by map[pauseKey]time.Time // until
@@ -67,7 +72,7 @@ func (g *Gateway) pause(req *codec.PauseRequest, owner string) (*codec.PauseRepl
 	case codec.PauseResume:
 		_, had := ps.by[key]
 		delete(ps.by, key)
-		return &codec.PauseReply{Class: req.Class, Device: req.Device, Resumed: had}, nil
+		return &codec.PauseReply{Class: req.Class, Device: req.Device, Owner: owner, Resumed: had}, nil
 	case codec.PausePause:
 	default:
 		return nil, codec.Errorf(codec.CodeBadRequest, "action %q: want pause or resume", req.Action).With("field", "action")
@@ -87,7 +92,7 @@ func (g *Gateway) pause(req *codec.PauseRequest, owner string) (*codec.PauseRepl
 	until := now.Add(d)
 	ps.by[key] = until
 	g.kick()
-	return &codec.PauseReply{Class: req.Class, Device: req.Device, UntilUnixMS: until.UnixMilli()}, nil
+	return &codec.PauseReply{Class: req.Class, Device: req.Device, Owner: owner, UntilUnixMS: until.UnixMilli()}, nil
 }
 
 // expire drops the pauses past their time: ps.mu held.
@@ -110,13 +115,17 @@ func (ps *pauses) heldBy(owner string) int {
 	return n
 }
 
-// active is what is paused at now: for each class, the devices ("" = every device).
+// active is what the operator paused at now, which holds everyone's work: for each
+// class, the devices ("" = every device). The job runner's intake stops there (rule 2).
 func (ps *pauses) active(now time.Time) map[string]map[string]bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.expire(now)
 	out := map[string]map[string]bool{}
 	for k := range ps.by {
+		if k.owner != "" {
+			continue // a tenant's pause holds only its own work (rule 5)
+		}
 		if out[k.class] == nil {
 			out[k.class] = map[string]bool{}
 		}
@@ -125,30 +134,83 @@ func (ps *pauses) active(now time.Time) map[string]map[string]bool {
 	return out
 }
 
-// list is every pause, for status: per class and device, the latest end.
-func (ps *pauses) list(now time.Time) []codec.PauseReply {
+// pauseSet is every pause in force at a moment, whatever its end.
+type pauseSet map[pauseKey]bool
+
+// held is every pause in force at now, for a dispatch pass (rule 1).
+func (ps *pauses) held(now time.Time) pauseSet {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.expire(now)
-	latest := map[[2]string]time.Time{}
-	for k, until := range ps.by {
-		kk := [2]string{k.class, k.device}
-		if until.After(latest[kk]) {
-			latest[kk] = until
+	out := pauseSet{}
+	for k := range ps.by {
+		out[k] = true
+	}
+	return out
+}
+
+// holds reports whether class is paused on device for the work of owner (a tenant, ""
+// for the local owner's): by the operator's pause, which holds everyone's, or by owner's
+// own (rule 5).
+func (s pauseSet) holds(class, device, owner string) bool {
+	if len(s) == 0 {
+		return false
+	}
+	for _, o := range []string{"", owner} {
+		if s[pauseKey{class, "", o}] || s[pauseKey{class, device, o}] {
+			return true
+		}
+		if owner == "" {
+			break
 		}
 	}
+	return false
+}
+
+// list is the pauses status shows viewer (a tenant, "" for the operator): per class,
+// device and owner, its end; a tenant sees its own and the operator's (rule 6).
+func (ps *pauses) list(now time.Time, viewer string) []codec.PauseReply {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.expire(now)
 	var out []codec.PauseReply
-	for k, until := range latest {
-		out = append(out, codec.PauseReply{Class: k[0], Device: k[1], UntilUnixMS: until.UnixMilli()})
+	for k, until := range ps.by {
+		if viewer != "" && k.owner != "" && k.owner != viewer {
+			continue // another tenant's: it holds none of viewer's work
+		}
+		out = append(out, codec.PauseReply{Class: k.class, Device: k.device, Owner: k.owner, UntilUnixMS: until.UnixMilli()})
 	}
 	slices.SortFunc(out, func(a, b codec.PauseReply) int {
-		return cmp.Or(cmp.Compare(a.Class, b.Class), cmp.Compare(a.Device, b.Device))
+		return cmp.Or(cmp.Compare(a.Class, b.Class), cmp.Compare(a.Device, b.Device), cmp.Compare(a.Owner, b.Owner))
 	})
 	return out
 }
 
-// pausedOn reports whether class is paused on pool's device at the snapshot (rule 1).
-func (c *capacity) pausedOn(class, pool string) bool {
-	d := c.paused[class]
-	return d != nil && (d[""] || d[c.cfg.Pool(pool).Device])
+// pausedAside reports whether p waits only by its owner's own pause (rule 5): every pool
+// of pools that can serve its model is paused for it, none by the operator. Such an item
+// waits aside (sched.Aside): it holds its pools and devices from nobody, since one app's
+// pause of its own work never holds back another's.
+func (c *capacity) pausedAside(class string, pools []string, p *pending) bool {
+	owner := p.workOwner()
+	if owner == "" || len(c.paused) == 0 {
+		return false
+	}
+	serving := 0
+	for _, pool := range pools {
+		if c.modelDown(pool, p.req.Model) != nil {
+			continue
+		}
+		dev := c.cfg.Pool(pool).Device
+		if !c.paused.holds(class, dev, owner) || c.paused.holds(class, dev, "") {
+			return false
+		}
+		serving++
+	}
+	return serving > 0
+}
+
+// pausedOn reports whether class is paused on pool's device for p's work at the
+// snapshot (rules 1 and 5).
+func (c *capacity) pausedOn(class, pool string, p *pending) bool {
+	return c.paused.holds(class, c.cfg.Pool(pool).Device, p.workOwner())
 }

@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/sched"
 )
 
 // Rules 3 and 4: a pause must say how long (bounded), names a configured class and
@@ -48,15 +50,97 @@ func TestPauseRules(t *testing.T) {
 	if r, _ := g.pause(&codec.PauseRequest{Action: codec.PauseResume, Class: "batch"}, "account:B"); !r.Resumed {
 		t.Error("B's resume of its own pause found nothing")
 	}
-	if !g.pauses.active(now)["batch"][""] {
-		t.Fatal("batch not paused while A's pause lasts")
+	if !g.pauses.held(now).holds("batch", "cuda:0", "account:A") {
+		t.Fatal("A's batch not paused while A's pause lasts")
 	}
-	if l := g.pauses.list(now); len(l) != 1 || l[0].Class != "batch" || l[0].UntilUnixMS != a.UntilUnixMS {
+	if l := g.pauses.list(now, ""); len(l) != 1 || l[0].Class != "batch" || l[0].Owner != "account:A" || l[0].UntilUnixMS != a.UntilUnixMS {
 		t.Fatalf("status list %+v", l)
 	}
 	now = now.Add(time.Minute) // A's pause ends on its own
-	if len(g.pauses.active(now)) != 0 || len(g.pauses.list(now)) != 0 {
+	if len(g.pauses.held(now)) != 0 || len(g.pauses.list(now, "")) != 0 {
 		t.Fatal("a pause outlived its time")
+	}
+}
+
+// Rules 5 and 6: a tenant's pause holds only its own work (its requests, its jobs'
+// items), never another tenant's nor the local owner's, and stops no job intake; the
+// operator's holds everyone's. Status shows each tenant its own pauses and the
+// operator's, with their owners; the operator every one.
+func TestPauseScope(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	f := newFleet(t, g)
+	f.ready("bulk", "bulk-1", 2, "interactive", "batch")
+	if _, e := g.pause(&codec.PauseRequest{Class: "batch", ForMS: 60_000}, "account:A"); e != nil {
+		t.Fatal(e)
+	}
+	itemOf := func(tenant, jobOwner string) *sched.Item {
+		it := newItem("batch", "tag", soon(), "bulk")
+		p := it.Value.(*pending)
+		p.tenant = tenant
+		if jobOwner != "" {
+			p.owner, p.jobOwner = ownerJob, jobOwner
+		}
+		return it
+	}
+	c := g.snapshot(time.Now())
+	for _, x := range []struct {
+		what             string
+		tenant, jobOwner string
+		held             bool
+	}{
+		{"A's request", "account:A", "", true},
+		{"an item of A's job", "", "account:A", true},
+		{"B's request", "account:B", "", false},
+		{"an item of B's job", "", "account:B", false},
+		{"the local owner's request", "", "", false},
+	} {
+		pool := routeOK(t, nextPass(c), itemOf(x.tenant, x.jobOwner), nil)
+		if held := pool == ""; held != x.held {
+			t.Errorf("%s under A's pause of batch: routed to %q, want held %v", x.what, pool, x.held)
+		}
+	}
+	// A's held request waits aside: it reserves neither its pool nor its device from
+	// the work behind it.
+	if d := c.route(itemOf("account:A", ""), nil); d.pool != "" || !d.aside {
+		t.Errorf("A's request under its own pause: %+v, want held aside", d)
+	}
+	if n := g.jobRoom(nil); n == 0 {
+		t.Error("A's pause stopped every job's intake")
+	}
+	// The operator's pause holds everyone's.
+	if _, e := g.pause(&codec.PauseRequest{Class: "batch", ForMS: 60_000}, ""); e != nil {
+		t.Fatal(e)
+	}
+	c = g.snapshot(time.Now())
+	if d := c.route(itemOf("account:A", ""), nil); d.pool != "" || d.aside {
+		t.Errorf("A's request under the operator's pause too: %+v, want held as the operator's pause holds (not aside)", d)
+	}
+	for _, tenant := range []string{"account:B", ""} {
+		if pool := routeOK(t, nextPass(c), itemOf(tenant, ""), nil); pool != "" {
+			t.Errorf("%q's request under the operator's pause routed to %q", tenant, pool)
+		}
+	}
+	if n := g.jobRoom(nil); n != 0 {
+		t.Errorf("job room %d under the operator's pause of batch", n)
+	}
+	if _, e := g.pause(&codec.PauseRequest{Class: "batch", ForMS: 60_000}, "account:B"); e != nil {
+		t.Fatal(e)
+	}
+	owners := func(viewer string) []string {
+		var out []string
+		for _, p := range g.status(viewer).Pauses {
+			out = append(out, p.Class+"/"+p.Owner)
+		}
+		return out
+	}
+	for viewer, want := range map[string][]string{
+		"":          {"batch/", "batch/account:A", "batch/account:B"},
+		"account:A": {"batch/", "batch/account:A"},
+		"account:C": {"batch/"},
+	} {
+		if got := owners(viewer); !slices.Equal(got, want) {
+			t.Errorf("pauses in %q's status: %v, want %v", viewer, got, want)
+		}
 	}
 }
 

@@ -33,12 +33,25 @@ type pending struct {
 	owner    string // who may cancel it (see canCancel)
 	tenant   string // whose bound it counts in (identity.go)
 	clientID string // the id its client gave it, when it runs under another (tenantID)
+	jobOwner string // a job item's: its job's owner (a tenant), whose pauses hold it (pause.go)
 	size     int64  // the request's encoded size, counted against its class queue's bytes
 	// cacheTicket: its answer is stored in the result cache (cache.go); set before it is
 	// accepted, never after.
 	cacheTicket *cacheTicket
+	// hit: its answer found in the result cache (cache.go, encoded for its client), set
+	// before it is accepted: L1 answers it, unless the client's cancel came first.
+	hit []byte
 	// answered is set by its one terminal answer (deliver, settled).
 	answered atomic.Bool
+}
+
+// workOwner is whose work p is, for the pauses that hold it (pause.go, rule 5): its
+// tenant's, or a job item's job owner's; "" for the local owner's.
+func (p *pending) workOwner() string {
+	if p.owner == ownerJob {
+		return p.jobOwner
+	}
+	return p.tenant
 }
 
 // claimTimeout is how long a dispatched request may go unclaimed: one heartbeat interval,

@@ -76,7 +76,7 @@ func (g *Gateway) router(now time.Time) decide {
 			snap = g.snapshot(now)
 		}
 		d := snap.route(it, reserved)
-		d.reserve = d.pool == "" && d.err == nil && snap.reserves(it.Class)
+		d.reserve = d.pool == "" && d.err == nil && !d.aside && snap.reserves(it.Class)
 		return d
 	}
 }
@@ -91,6 +91,9 @@ type decision struct {
 	wake   string
 	// reserve: the item waits, and its class reserves its pools' devices while it does.
 	reserve bool
+	// aside: the item waits by its owner's own pause alone (pause.go, rule 5), holding
+	// neither its pools (sched.Aside) nor its devices from anyone else's work.
+	aside bool
 }
 
 // route decides an item of a dispatch pass: the first candidate pool, in order, that is
@@ -124,7 +127,7 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 		if c.modelDown(pool, p.req.Model) != nil {
 			continue // it cannot serve the model: as if it were not in the chain
 		}
-		if c.pausedOn(it.Class, pool) {
+		if c.pausedOn(it.Class, pool, p) {
 			continue // paused on its device (pause.go, rule 1): it waits below
 		}
 		if busyEarlier && !spill {
@@ -160,11 +163,14 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 	if infeasible > 0 && infeasible == len(pools) {
 		return decision{err: codec.Errorf(codec.CodeDeadlineExceeded, "cannot finish before its deadline on any of %v even if run now (measured service time)", pools)}
 	}
+	if c.pausedAside(it.Class, pools, p) {
+		return decision{aside: true} // paused by its owner alone (pause.go, rule 5)
+	}
 	var why []string
 	var down []*codec.Error
 	for _, pool := range pools {
 		pc := c.pools[pool]
-		if c.pausedOn(it.Class, pool) && c.modelDown(pool, p.req.Model) == nil {
+		if c.pausedOn(it.Class, pool, p) && c.modelDown(pool, p.req.Model) == nil {
 			return decision{} // paused (pause.go, rule 1): it waits, and wakes no pool
 		}
 		if e := c.modelDown(pool, p.req.Model); e != nil {

@@ -9,7 +9,9 @@
 //     any queued interactive or batch request, and interactive before batch.
 //  2. FIFO within a class, without head-of-line blocking across pools: an item that must
 //     wait for its pool reserves that pool — no later item of its class or of a lower
-//     class may take it in the same pass — while items bound for other pools go on.
+//     class may take it in the same pass — while items bound for other pools go on. An
+//     item that waits by its own owner's choice (the Router answers Aside: a tenant's
+//     pause of its own work) reserves nothing: it keeps nobody else from the pools.
 //  3. Bounded queues, explicit backpressure: a full class queue refuses a new request at
 //     once (shed policy reject_new, answered overloaded) or drops its oldest waiting items
 //     to make room (drop_oldest, for camera-frame-like work where the freshest matters).
@@ -23,6 +25,7 @@
 package sched
 
 import (
+	"errors"
 	"sort"
 	"sync"
 	"time"
@@ -174,6 +177,10 @@ func (s *Queues) Drain() []*Item {
 // error answers the item now (no pool can ever serve it).
 type Router func(it *Item, reserved map[string]bool) (pool string, err error)
 
+// Aside is the error a Router returns for an item that waits without reserving its pools
+// (rule 2): it stays queued, and the items behind it may take its pools.
+var Aside = errors.New("sched: the item waits aside")
+
 // Assignment is an item leaving the queues for a pool.
 type Assignment struct {
 	Item *Item
@@ -200,6 +207,8 @@ func (s *Queues) Dispatch(now time.Time, route Router) (out []Assignment, failed
 		}
 		pool, err := route(it, reserved)
 		switch {
+		case err == Aside:
+			// Rule 2's exception: it waits, holding no pool from anyone behind it.
 		case err != nil:
 			failed = append(failed, Failure{it, err})
 			leaves[it] = true

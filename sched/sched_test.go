@@ -87,6 +87,28 @@ func TestReservationAcrossPools(t *testing.T) {
 	}
 }
 
+// Rule 2's exception: an item its Router sets aside stays queued and reserves nothing,
+// so the items behind it (of its class and below) take its pool.
+func TestAsideReservesNothing(t *testing.T) {
+	q := New(classes())
+	q.Push(&Item{ID: "b1", Class: "batch", Pools: []string{"gpu"}})
+	q.Push(&Item{ID: "b2", Class: "batch", Pools: []string{"gpu"}})
+	free := map[string]int{"gpu": 1}
+	route := func(it *Item, reserved map[string]bool) (string, error) {
+		if it.ID == "b1" {
+			return "", Aside
+		}
+		return rooms(free)(it, reserved)
+	}
+	out, failed := q.Dispatch(time.Now(), route)
+	if got := ids(out); len(got) != 1 || got[0] != "b2" || len(failed) != 0 {
+		t.Fatalf("dispatch %v (failed %v), want [b2] behind the item set aside", got, failed)
+	}
+	if q.Len("batch") != 1 {
+		t.Fatal("the item set aside left the queue")
+	}
+}
+
 func TestBoundsAndShed(t *testing.T) {
 	q := New(classes())
 	for i := 0; i < 3; i++ {
