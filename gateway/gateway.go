@@ -124,6 +124,9 @@ func Run(ctx context.Context, o Options) error {
 	pools := poolSet(c)
 	g.tracker = &health.Tracker{MissCount: c.Health.MissCount, Listener: trackerListener{g}, Pools: pools, Log: g.log}
 	g.supervisor = newSupervisor(g.conf(), g.tracker, g, g.log, g.id, o.WorkerBin, url)
+	// The shutdown begins for the supervisor the moment it is asked for (ctx: the signal),
+	// not when the drain below reaches it: a worker's exit meanwhile is not restarted.
+	defer context.AfterFunc(ctx, g.supervisor.closing)()
 	if err := g.tracker.Start(g.nc); err != nil {
 		return err
 	}

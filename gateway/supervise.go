@@ -583,6 +583,14 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 		settle()
 		return
 	}
+	if s.closed {
+		// The gateway is stopping (closing): its workers drain and exit, some on a signal
+		// of their own (Ctrl-C reaches the whole process group) before stop asks them.
+		// Not a death: nothing is restarted, counted or skipped.
+		s.mu.Unlock()
+		settle()
+		return
+	}
 	if failure != nil {
 		if failure.Code == codec.CodeOverloaded && failure.Details["device"] != nil {
 			need, _ := failure.Details["sum_bytes"].(int64)
@@ -595,7 +603,7 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 	}
 	if failure == nil && !p.stopping && p.loading != "" && cmd.ProcessState != nil && !cmd.ProcessState.Success() {
 		// It died while loading a model, without a word (a native crash): its restarts
-		// skip that model.
+		// skip that model. An exit 0 is a drain (SIGTERM or SIGINT), never such a death.
 		if pp.skip == nil {
 			pp.skip = map[string]string{}
 		}
@@ -776,6 +784,21 @@ func (s *supervisor) modelsInfo(pool string) (loading []string, skipped map[stri
 		}
 	}
 	return loading, maps.Clone(pp.skip)
+}
+
+// closing marks the start of the gateway's shutdown, as soon as it is asked for (its
+// SIGTERM or SIGINT, before the drain of its requests): from then on no worker starts or
+// restarts, and a worker's exit is no death and poisons no model (watch). A Ctrl-C
+// reaches the whole process group: the workers drain and exit 0 on their own, while the
+// gateway still drains, and were restarted (and the new ones, stopped while loading,
+// taken for deaths while loading).
+func (s *supervisor) closing() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.log.Info("gateway stopping: workers are no longer started or restarted")
+	}
 }
 
 // stop drains every worker: SIGTERM, then SIGKILL after grace.
