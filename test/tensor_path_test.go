@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,6 +122,12 @@ func TestTensorsByPath(t *testing.T) {
 	}
 	bigPath := filepath.Join(root, "in", "big.npy")
 	writeNPY(t, bigPath, big)
+	// Its output inline is over max_payload too: answered reply_too_large, naming the
+	// by-path alternative.
+	if _, e := infer(&codec.Request{InputPaths: map[string]string{"x": bigPath}}); e == nil || e.Code != codec.CodeReplyTooLarge ||
+		!strings.Contains(e.Message, "output_dir") || !strings.Contains(e.Message, "output_paths") {
+		t.Errorf("a big output inline: %v, want reply_too_large naming output_dir and output_paths", e)
+	}
 	bigOut := filepath.Join(spool, "big-y.npy")
 	must(&codec.Request{InputPaths: map[string]string{"x": bigPath}, OutputPaths: map[string]string{"y": bigOut}})
 	if yb := readNPY(t, bigOut); fmt.Sprint(yb.Shape) != "[80000 4]" || len(yb.Data) != len(big.Data) || yb.Data[3] != 0x3f { // 1.0f = 0x3f800000

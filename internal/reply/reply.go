@@ -88,11 +88,13 @@ func Fit(m *nats.Msg, max int64) *nats.Msg {
 
 // TooLarge is the reply_too_large error for a reply body of n bytes on a bus whose
 // max_payload is max (less room for headers), or nil when it fits (or max is unknown).
+// Its message names the way out: what does not fit inline is infer's outputs, which the
+// request can have written as .npy files instead (output_dir, output_paths).
 func TooLarge(n int, max int64) *codec.Error {
 	if max <= 0 || int64(n) <= max-headerRoom {
 		return nil
 	}
-	return codec.Errorf(codec.CodeReplyTooLarge, "the reply is %d bytes, over the bus's limit of %d", n, max-headerRoom).
+	return codec.Errorf(codec.CodeReplyTooLarge, "the reply is %d bytes, over the bus's limit of %d: ask for fewer outputs, or have them written as .npy files instead of inline (infer: output_dir or output_paths)", n, max-headerRoom).
 		With("bytes", n).With("max_bytes", max-headerRoom)
 }
 

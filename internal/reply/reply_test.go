@@ -47,4 +47,8 @@ func TestFit(t *testing.T) {
 	if e == nil || e.Code != codec.CodeReplyTooLarge || got.Header.Get(codec.HeaderContentType) != codec.ContentTypeJSON || len(got.Data) > 1024 {
 		t.Fatalf("fitted %v / %+v (%d bytes)", got.Header, e, len(got.Data))
 	}
+	// It names the alternative: the outputs written as files.
+	if !strings.Contains(e.Message, "output_dir") || !strings.Contains(e.Message, "output_paths") {
+		t.Errorf("reply_too_large says %q, naming neither output_dir nor output_paths", e.Message)
+	}
 }
