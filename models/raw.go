@@ -8,7 +8,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
-	"github.com/ortbus/ortbus/internal/lebytes"
+	"github.com/ortbus/ortbus/models/internal/lebytes"
 	"github.com/ortbus/ortbus/npy"
 	"github.com/ortbus/ortbus/ort"
 )
