@@ -21,7 +21,24 @@ var defaultClasses = map[string]Class{
 	subjects.ClassBatch:       {Priority: 2, Timeout: Duration(5 * time.Minute), MaxTimeout: Duration(time.Hour), QueueBound: 10000, Shed: ShedRejectNew, MinShare: 0.1},
 }
 
+// applyDefaults gives every key the file leaves out its default, section by section;
+// the order matters where one default follows another (the cache's replicas follow the
+// jobs'; the zero defaults of the standard classes need them added; a class's default
+// chain lists the pools).
 func (c *Config) applyDefaults() {
+	c.applyServiceDefaults()
+	c.applyJobDefaults()
+	c.applyCacheDefaults()
+	c.applyGatewayDefaults()
+	c.applyModelDefaults()
+	c.applyPoolDefaults()
+	c.addClasses()
+	c.applyZeroDefaults()
+	c.applyClassDefaults()
+}
+
+// applyServiceDefaults gives [health], [security] and [nats] their defaults.
+func (c *Config) applyServiceDefaults() {
 	if c.Health.HeartbeatInterval == 0 {
 		c.Health.HeartbeatInterval = Duration(DefaultHeartbeat)
 	}
@@ -37,6 +54,10 @@ func (c *Config) applyDefaults() {
 	if c.NATS.Embedded && c.NATS.Listen == "" {
 		c.NATS.Listen = "127.0.0.1:4222"
 	}
+}
+
+// applyJobDefaults gives [jobs] its defaults.
+func (c *Config) applyJobDefaults() {
 	j := &c.Jobs
 	if j.Replicas == 0 {
 		j.Replicas = 1
@@ -65,15 +86,24 @@ func (c *Config) applyDefaults() {
 	if j.ResultsMaxAge == 0 {
 		j.ResultsMaxAge = Duration(168 * time.Hour)
 	}
+}
+
+// applyCacheDefaults gives [cache] its defaults; its replicas default to the jobs'
+// (applyJobDefaults runs first).
+func (c *Config) applyCacheDefaults() {
 	if c.Cache.MaxBytes == 0 {
 		c.Cache.MaxBytes = 1 << 30
 	}
 	if c.Cache.Replicas == 0 {
-		c.Cache.Replicas = j.Replicas
+		c.Cache.Replicas = c.Jobs.Replicas
 	}
 	if c.Cache.StatEntries == 0 {
 		c.Cache.StatEntries = 262144
 	}
+}
+
+// applyGatewayDefaults gives [gateway] its defaults.
+func (c *Config) applyGatewayDefaults() {
 	g := &c.Gateway
 	if g.ShutdownGrace == 0 {
 		g.ShutdownGrace = Duration(10 * time.Second)
@@ -108,6 +138,10 @@ func (c *Config) applyDefaults() {
 	if g.LeaseDefaultTTL == 0 {
 		g.LeaseDefaultTTL = Duration(min(30*time.Second, g.LeaseMaxTTL.D()))
 	}
+}
+
+// applyModelDefaults makes every [models.NAME] table a model that knows its name.
+func (c *Config) applyModelDefaults() {
 	for name, m := range c.Models {
 		if m == nil {
 			m = &Model{}
@@ -115,6 +149,11 @@ func (c *Config) applyDefaults() {
 		}
 		m.Name = name
 	}
+}
+
+// applyPoolDefaults makes every [pools.NAME] table a pool that knows its name, and gives
+// it its defaults.
+func (c *Config) applyPoolDefaults() {
 	for name, p := range c.Pools {
 		if p == nil {
 			p = &Pool{}
@@ -143,6 +182,11 @@ func (c *Config) applyDefaults() {
 			p.Device = defaultDevice(p)
 		}
 	}
+}
+
+// addClasses adds the standard classes the file leaves out (with their defaults), and
+// makes every [classes.NAME] table a class.
+func (c *Config) addClasses() {
 	if c.Classes == nil {
 		c.Classes = map[string]*Class{}
 	}
@@ -157,7 +201,12 @@ func (c *Config) applyDefaults() {
 			c.Classes[name] = &Class{}
 		}
 	}
-	c.applyZeroDefaults()
+}
+
+// applyClassDefaults gives every class its defaults: a standard class its own, another
+// the general ones; the pools have theirs already (a default chain lists the pools that
+// serve the class).
+func (c *Config) applyClassDefaults() {
 	for name, cl := range c.Classes {
 		def, std := defaultClasses[name]
 		if cl.Timeout == 0 {
@@ -243,13 +292,48 @@ func defaultDevice(p *Pool) string {
 	return "cpu"
 }
 
+// validate checks the whole configuration once its defaults are in, and makes its paths
+// absolute (relative to the file's folder); it returns every error found, in file order
+// of the sections.
 func (c *Config) validate() error {
-	var errs []error
-	add := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
+	var errs errList
+	add := errs.add
+	add(c.validateServices())
+	add(c.validateSecurityPaths())
+	c.NATS.StoreDir = c.Path(c.NATS.StoreDir)
+	c.NATS.CredsFile = c.Path(c.NATS.CredsFile)
+	c.NATS.PasswordFile = c.Path(c.NATS.PasswordFile)
+	c.NATS.TLSCA, c.NATS.TLSCert, c.NATS.TLSKey = c.Path(c.NATS.TLSCA), c.Path(c.NATS.TLSCert), c.Path(c.NATS.TLSKey)
+	add(c.validateJobs())
+	add(c.validateCache())
+	add(c.validatePrefixes())
+	add(c.validateDevices())
+	for _, name := range c.Order("models", keys(c.Models)) {
+		add(c.validateModel(name, c.Models[name]))
 	}
+	for _, name := range c.PoolNames() {
+		add(c.validatePool(name, c.Pools[name]))
+	}
+	for _, name := range c.Order("classes", keys(c.Classes)) {
+		add(c.validateClass(name, c.Classes[name]))
+	}
+	return errors.Join(errs...)
+}
+
+// errList gathers a validation's errors, nil ones left out.
+type errList []error
+
+// add appends err to the list unless it is nil.
+func (l *errList) add(err error) {
+	if err != nil {
+		*l = append(*l, err)
+	}
+}
+
+// validateServices checks the scalar keys of [nats], [gateway], [health] and [security].
+func (c *Config) validateServices() error {
+	var errs errList
+	add := errs.add
 	if c.NATS.URL == "" && !c.NATS.Embedded {
 		add(c.errf("nats", "set url (an external NATS server) or embedded = true"))
 	}
@@ -278,6 +362,14 @@ func (c *Config) validate() error {
 	if c.Security.SpoolMaxAge < 0 {
 		add(c.errf("security.spool_max_age", "must not be negative (0 keeps spool files forever)"))
 	}
+	return errors.Join(errs...)
+}
+
+// validateSecurityPaths makes the roots of [security] absolute and checks that the
+// spool and the fsync roots are where they may be written.
+func (c *Config) validateSecurityPaths() error {
+	var errs errList
+	add := errs.add
 	for i, r := range c.Security.AllowedRoots {
 		c.Security.AllowedRoots[i] = c.Path(r)
 	}
@@ -303,12 +395,13 @@ func (c *Config) validate() error {
 			add(c.errf("security.fsync_roots", "%s is not one of the write roots (spool_dir, output_roots)", c.Security.FsyncRoots[i]))
 		}
 	}
-	c.NATS.StoreDir = c.Path(c.NATS.StoreDir)
-	c.NATS.CredsFile = c.Path(c.NATS.CredsFile)
-	c.NATS.PasswordFile = c.Path(c.NATS.PasswordFile)
-	c.NATS.TLSCA, c.NATS.TLSCert, c.NATS.TLSKey = c.Path(c.NATS.TLSCA), c.Path(c.NATS.TLSCert), c.Path(c.NATS.TLSKey)
-	add(c.validateJobs())
-	add(c.validateCache())
+	return errors.Join(errs...)
+}
+
+// validatePrefixes checks nats.inbox_prefix and nats.reply_prefixes.
+func (c *Config) validatePrefixes() error {
+	var errs errList
+	add := errs.add
 	if err := checkInboxPrefix(c.NATS.InboxPrefix); err != nil {
 		add(c.errf("nats.inbox_prefix", "%v", err))
 	}
@@ -318,6 +411,14 @@ func (c *Config) validate() error {
 		}
 	}
 
+	return errors.Join(errs...)
+}
+
+// validateDevices gives each [devices.NAME] its safe_fraction default and checks its
+// reservations and gating class.
+func (c *Config) validateDevices() error {
+	var errs errList
+	add := errs.add
 	for name, d := range c.Devices {
 		if d.SafeFraction == 0 {
 			d.SafeFraction = DefaultSafeFraction
@@ -342,15 +443,6 @@ func (c *Config) validate() error {
 		if _, ok := c.Classes[d.GateClass]; d.GateClass != "" && !ok {
 			add(c.errf("devices."+name+".gate_class", "class %q is not configured", d.GateClass))
 		}
-	}
-	for _, name := range c.Order("models", keys(c.Models)) {
-		add(c.validateModel(name, c.Models[name]))
-	}
-	for _, name := range c.PoolNames() {
-		add(c.validatePool(name, c.Pools[name]))
-	}
-	for _, name := range c.Order("classes", keys(c.Classes)) {
-		add(c.validateClass(name, c.Classes[name]))
 	}
 	return errors.Join(errs...)
 }
