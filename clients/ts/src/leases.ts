@@ -82,6 +82,8 @@ export interface GateStatus {
 export interface Pause {
   class: string;
   device?: string;
+  /** Whose pause it is and whose work it holds: `account:NAME` (its own work only), or absent for the operator's (everyone's). */
+  owner?: string;
   until_unix_ms?: number;
   resumed?: boolean;
 }
