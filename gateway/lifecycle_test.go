@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -202,6 +204,22 @@ func TestLifecycleAcceptHit(t *testing.T) {
 		t.Fatalf("a hit cancelled early by another owner: %+v", a)
 	}
 	empty(t, lc)
+}
+
+// A request accepted after the loop stopped (a cache hit, a lookup that ended after the
+// shutdown) still gets its one answer: no_worker, as the queued ones at the shutdown.
+func TestAcceptAfterLoopStopped(t *testing.T) {
+	g := newGateway(parseConfig(t, routeConfig), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	g.metrics = newMetrics(g)
+	g.startLoop(false)() // started and stopped
+	var got []*codec.Error
+	p := req("late", "interactive")
+	p.hit = []byte("cached")
+	p.reply = func(_ []byte, e *codec.Error) { got = append(got, e) }
+	g.post(evAccept{p: p})
+	if len(got) != 1 || got[0] == nil || got[0].Code != codec.CodeNoWorker {
+		t.Fatalf("answers after the loop stopped: %v, want one no_worker", got)
+	}
 }
 
 // L2 and L4 relayed: a pass sends the attempt with a reply token and its timers; the

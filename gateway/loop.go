@@ -74,12 +74,22 @@ func (evDrained) isEvent()  {}
 // callbacks' own pending limits then take the backlog).
 const eventBacklog = 4096
 
-// post hands ev to the loop. It waits while the loop's backlog is full, and drops ev once
-// the loop has stopped (every request was answered at its shutdown).
+// post hands ev to the loop. It waits while the loop's backlog is full, and once the loop
+// has stopped (every request it held was answered at its shutdown, L10) drops ev, except
+// a request being accepted: that one is answered no_worker here, as a queued one was, so
+// that it too gets its one answer (a cache hit or a lookup that ended after the stop).
 func (g *Gateway) post(ev event) {
 	select {
-	case g.events <- ev:
 	case <-g.loopDone:
+	default:
+		select {
+		case g.events <- ev:
+			return
+		case <-g.loopDone:
+		}
+	}
+	if a, ok := ev.(evAccept); ok {
+		g.deliver(a.p, "", nil, codec.Errorf(codec.CodeNoWorker, "the gateway is shutting down"))
 	}
 }
 
