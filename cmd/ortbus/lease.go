@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ortbus/ortbus/client"
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/gate"
@@ -42,8 +43,71 @@ const leaseUsage = `usage: ortbus lease [-s URL] --device D --bytes SIZE [--clas
   what CMD's processes are measured to use.
 `
 
-// leaseCmd is `ortbus lease ... -- CMD ARGS...`.
+// leaseCmd is `ortbus lease ... -- CMD ARGS...`: it reads the flags, acquires the lease,
+// starts CMD, follows the lease's gate and renews the lease while CMD lives, and exits
+// with CMD's status. The defers run in the order that leaves nothing behind: the gate
+// stopped (CMD resumed), the hook ended, the pauser closed, the lease released.
 func leaseCmd(args []string) int {
+	o, ok := parseLeaseFlags(args)
+	if !ok {
+		return 2
+	}
+	c, err := (jobFlags{url: o.url, prefix: o.prefix}).connect(true)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ortbus lease: %v\n", err)
+		return 1
+	}
+	defer c.Close()
+	host, _ := os.Hostname()
+	l := &leaseRun{o: o, c: c, host: host}
+	sigs := l.catchSignals()
+	defer signal.Stop(sigs)
+	if !l.acquire(sigs) {
+		return 1
+	}
+	defer l.release()
+	gateMsgs, err := l.followGate()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ortbus lease: cannot follow the gate of %s (granted by gateway %q): %v\n", o.device, l.lease.Gateway, err)
+		return 1
+	}
+	cmd := exec.Command(o.args[0], o.args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	var pauser gate.Pauser
+	if o.gated {
+		start, err := gate.Prepare(cmd, o.pauseBy)
+		if err == nil {
+			pauser, err = start()
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ortbus lease: %v\n", err)
+			return 127
+		}
+		// Rule 5 of internal/gate: whatever way the wrapper leaves (CMD's exit, a
+		// signal passed on, a panic), CMD is resumed.
+		defer pauser.Close()
+		fmt.Fprintf(os.Stderr, "ortbus lease: gate: CMD paused by %s while work of the gating class is on %s (max-pause %v, min-share %v)\n", pauser.Kind(), o.device, o.maxPause, o.minShare)
+	} else if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "ortbus lease: %v\n", err)
+		return 127
+	}
+	return l.serve(cmd, pauser, sigs, gateMsgs)
+}
+
+// leaseOpts are `ortbus lease`'s flags and CMD.
+type leaseOpts struct {
+	url, prefix                                *string
+	device, class, holder, pauseBy, onPressure string
+	bytes                                      config.Bytes
+	ttl, maxPause                              time.Duration
+	minShare                                   float64
+	wait, gated                                bool
+	args                                       []string // CMD ARGS...
+}
+
+// parseLeaseFlags reads `ortbus lease`'s flags; false (the usage or the error said on
+// stderr) is exit status 2.
+func parseLeaseFlags(args []string) (*leaseOpts, bool) {
 	fs := flag.NewFlagSet("lease", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, leaseUsage) }
 	url := natsURL(fs)
@@ -61,199 +125,151 @@ func leaseCmd(args []string) int {
 	onPressure := fs.String("on-pressure", "", "a shell command run when a higher class needs this lease's memory back")
 	if fs.Parse(args) != nil || fs.NArg() == 0 || *device == "" || *size == "" {
 		fmt.Fprint(os.Stderr, leaseUsage)
-		return 2
+		return nil, false
 	}
 	bytes, err := config.ParseBytes(*size)
 	if err != nil || bytes <= 0 {
 		fmt.Fprintf(os.Stderr, "ortbus lease: --bytes %q: want a size such as 512MiB\n", *size)
-		return 2
+		return nil, false
 	}
 	if *maxPause < 0 || *minShare < 0 || *minShare > 1 {
 		fmt.Fprintf(os.Stderr, "ortbus lease: --max-pause %v, --min-share %v: want a duration >= 0 and a share from 0 to 1\n", *maxPause, *minShare)
-		return 2
+		return nil, false
 	}
-	cmdArgs := fs.Args()
-	if *holder == "" {
-		*holder = cmdArgs[0]
+	o := &leaseOpts{url: url, prefix: prefix, device: *device, class: *class, holder: *holder, pauseBy: *pauseBy, onPressure: *onPressure,
+		bytes: bytes, ttl: *ttl, maxPause: *maxPause, minShare: *minShare, wait: *wait, gated: *gated, args: fs.Args()}
+	if o.holder == "" {
+		o.holder = o.args[0]
 	}
-	c, err := (jobFlags{url: url, prefix: prefix}).connect(true)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "ortbus lease: %v\n", err)
-		return 1
-	}
-	defer c.Close()
-	call := func(f func(ctx context.Context) (*codec.LeaseReply, error)) (*codec.LeaseReply, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), max(*ttl/3, 2*time.Second))
-		defer cancel()
-		return f(ctx)
-	}
-	ttlMS := ttl.Milliseconds()
-	host, _ := os.Hostname()
-	reclaim := *onPressure != ""
-	acquire := func(ctx context.Context) (*codec.LeaseReply, error) {
-		return c.Lease(ctx, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: *device, Bytes: int64(bytes), Class: *class, Holder: *holder, TTLMS: ttlMS,
-			Gate: *gated, Reclaim: reclaim})
-	}
-	// Signals reach CMD (it shares the terminal's process group; with the signal
-	// pauser, the wrapper passes them on to CMD's own group); the wrapper waits for it
-	// to exit and releases the lease then.
+	return o, true
+}
+
+// leaseRun is one lease held for CMD.
+type leaseRun struct {
+	o     *leaseOpts
+	c     *client.Client
+	host  string
+	lease *codec.LeaseReply // once acquired
+}
+
+// reclaim is whether the lease may be asked for its memory back (--on-pressure).
+func (l *leaseRun) reclaim() bool { return l.o.onPressure != "" }
+
+// call makes one lease request, bounded by a third of the ttl (2s at least).
+func (l *leaseRun) call(f func(ctx context.Context) (*codec.LeaseReply, error)) (*codec.LeaseReply, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), max(l.o.ttl/3, 2*time.Second))
+	defer cancel()
+	return f(ctx)
+}
+
+// catchSignals returns the channel of the signals the wrapper handles.
+// Signals reach CMD (it shares the terminal's process group; with the signal
+// pauser, the wrapper passes them on to CMD's own group); the wrapper waits for it
+// to exit and releases the lease then.
+func (l *leaseRun) catchSignals() chan os.Signal {
 	sigs := make(chan os.Signal, 1)
-	if *gated {
+	if l.o.gated {
 		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT)
 	} else {
 		signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
 		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP)
 	}
-	defer signal.Stop(sigs)
-	var lease *codec.LeaseReply
+	return sigs
+}
+
+// acquire acquires the lease, trying again every ttl/3 while it is refused as
+// overloaded and --wait is given; false (said on stderr, or a signal) is exit status 1.
+func (l *leaseRun) acquire(sigs chan os.Signal) bool {
+	o := l.o
+	req := &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: o.device, Bytes: int64(o.bytes), Class: o.class, Holder: o.holder, TTLMS: o.ttl.Milliseconds(),
+		Gate: o.gated, Reclaim: l.reclaim()}
 	for {
-		lease, err = call(acquire)
+		lease, err := l.call(func(ctx context.Context) (*codec.LeaseReply, error) { return l.c.Lease(ctx, req) })
 		if err == nil {
-			break
+			l.lease = lease
+			return true
 		}
-		if !*wait || codec.CodeOf(err) != codec.CodeOverloaded {
+		if !o.wait || codec.CodeOf(err) != codec.CodeOverloaded {
 			fmt.Fprintf(os.Stderr, "ortbus lease: refused: %v\n", err)
-			return 1
+			return false
 		}
 		select {
 		case <-sigs:
-			return 1
-		case <-time.After(max(*ttl/3, 100*time.Millisecond)):
+			return false
+		case <-time.After(max(o.ttl/3, 100*time.Millisecond)):
 		}
 	}
-	release := func() {
-		if _, err := call(func(ctx context.Context) (*codec.LeaseReply, error) { return c.ReleaseLease(ctx, lease.Lease) }); err != nil {
-			fmt.Fprintf(os.Stderr, "ortbus lease: release: %v (it expires within %v)\n", err, *ttl)
-		}
-	}
-	defer release()
+}
 
-	// The gate this lease follows, and the pressure on it: ortbus.gate.<gateway>.<device>.
+// release gives the lease back (said on stderr when it cannot: it expires then).
+func (l *leaseRun) release() {
+	if _, err := l.call(func(ctx context.Context) (*codec.LeaseReply, error) { return l.c.ReleaseLease(ctx, l.lease.Lease) }); err != nil {
+		fmt.Fprintf(os.Stderr, "ortbus lease: release: %v (it expires within %v)\n", err, l.o.ttl)
+	}
+}
+
+// followGate subscribes to the gate this lease follows, and the pressure on it
+// (ortbus.gate.<gateway>.<device>), when --gate or --on-pressure asks for it.
+func (l *leaseRun) followGate() (chan *nats.Msg, error) {
 	gateMsgs := make(chan *nats.Msg, 64)
-	if *gated || reclaim {
-		subj, err := subjects.Gate(lease.Gateway, *device)
-		if err == nil {
-			_, err = c.Conn().ChanSubscribe(subj, gateMsgs)
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "ortbus lease: cannot follow the gate of %s (granted by gateway %q): %v\n", *device, lease.Gateway, err)
-			return 1
-		}
+	if !l.o.gated && !l.reclaim() {
+		return gateMsgs, nil
 	}
+	subj, err := subjects.Gate(l.lease.Gateway, l.o.device)
+	if err == nil {
+		_, err = l.c.Conn().ChanSubscribe(subj, gateMsgs)
+	}
+	return gateMsgs, err
+}
 
-	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	var pauser gate.Pauser
-	if *gated {
-		start, err := gate.Prepare(cmd, *pauseBy)
-		if err == nil {
-			pauser, err = start()
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "ortbus lease: %v\n", err)
-			return 127
-		}
-		// Rule 5 of internal/gate: whatever way the wrapper leaves (CMD's exit, a
-		// signal passed on, a panic), CMD is resumed.
-		defer pauser.Close()
-		fmt.Fprintf(os.Stderr, "ortbus lease: gate: CMD paused by %s while work of the gating class is on %s (max-pause %v, min-share %v)\n", pauser.Kind(), *device, *maxPause, *minShare)
-	} else if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "ortbus lease: %v\n", err)
-		return 127
-	}
+// renew renews the lease, telling the gateway CMD's pid and host.
+func (l *leaseRun) renew(pid int) (*codec.LeaseReply, error) {
+	req := &codec.LeaseRequest{Action: codec.LeaseRenew, Lease: l.lease.Lease, TTLMS: l.o.ttl.Milliseconds(), PID: pid, Host: l.host}
+	return l.call(func(ctx context.Context) (*codec.LeaseReply, error) { return l.c.Lease(ctx, req) })
+}
+
+// serve holds the lease while CMD runs: it renews it, follows the gate (pausing and
+// resuming CMD when pauser is set), runs the on-pressure hook, passes signals on, and
+// returns CMD's exit status once it exits.
+func (l *leaseRun) serve(cmd *exec.Cmd, pauser gate.Pauser, sigs chan os.Signal, gateMsgs chan *nats.Msg) int {
+	o := l.o
 	pid := cmd.Process.Pid
-	renewReq := func(ctx context.Context) (*codec.LeaseReply, error) {
-		return c.Lease(ctx, &codec.LeaseRequest{Action: codec.LeaseRenew, Lease: lease.Lease, TTLMS: ttlMS, PID: pid, Host: host})
-	}
-	hook := &pressureHook{cmd: *onPressure, env: []string{fmt.Sprintf("ORTBUS_LEASE_PID=%d", pid), "ORTBUS_LEASE_DEVICE=" + *device, fmt.Sprintf("ORTBUS_LEASE_BYTES=%d", bytes)}}
+	hook := &pressureHook{cmd: o.onPressure, env: []string{fmt.Sprintf("ORTBUS_LEASE_PID=%d", pid), "ORTBUS_LEASE_DEVICE=" + o.device, fmt.Sprintf("ORTBUS_LEASE_BYTES=%d", o.bytes)}}
 	defer hook.stop()
-	if reclaim {
+	if l.reclaim() {
 		// The holder's pid, for the measure of its usage (gateway/lease.go, rule 6).
-		if _, err := call(renewReq); err != nil {
+		if _, err := l.renew(pid); err != nil {
 			fmt.Fprintf(os.Stderr, "ortbus lease: renew: %v\n", err)
 		}
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	renew := time.NewTicker(max(*ttl/3, 100*time.Millisecond))
+	renew := time.NewTicker(max(o.ttl/3, 100*time.Millisecond))
 	defer renew.Stop()
-
-	// The gate follower: internal/gate's machine decides, the pauser acts.
-	m := gate.New(gate.Limits{MaxPause: *maxPause, MinShare: *minShare})
-	lost := make(chan bool, 8)
-	nc := c.Conn()
-	nc.SetDisconnectErrHandler(func(*nats.Conn, error) { notify(lost, true) })
-	nc.SetReconnectHandler(func(*nats.Conn) { notify(lost, false) })
-	nc.SetClosedHandler(func(*nats.Conn) { notify(lost, true) })
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	act := func(a gate.Action, now time.Time) {
-		switch a {
-		case gate.Pause:
-			if err := pauser.Pause(); err != nil {
-				fmt.Fprintf(os.Stderr, "ortbus lease: gate: pause: %v\n", err)
-			}
-			fmt.Fprintf(os.Stderr, "ortbus lease: gate: paused #%d\n", m.Pauses())
-		case gate.Resume:
-			// Said before it is done: a reader of these lines knows CMD was paused all
-			// the way from "paused" to "resuming".
-			fmt.Fprintf(os.Stderr, "ortbus lease: gate: resuming #%d (%s)\n", m.Pauses(), m.Why())
-			if err := pauser.Resume(); err != nil {
-				fmt.Fprintf(os.Stderr, "ortbus lease: gate: resume: %v\n", err)
-			}
-		}
-		timer.Stop()
-		if next := m.Next(now); !next.IsZero() {
-			timer.Reset(max(next.Sub(time.Now()), 0))
-		}
-	}
-	stopGate := func() {
-		if pauser != nil {
-			act(m.Stop(time.Now()), time.Now())
-		}
-	}
-	defer stopGate()
+	g := newGateFollower(pauser, o, l.c.Conn())
+	defer g.timer.Stop()
+	defer g.stop()
 	pressed := false
 	onPressed := func(on bool) {
-		if on && !pressed && reclaim {
+		if on && !pressed && l.reclaim() {
 			fmt.Fprintf(os.Stderr, "ortbus lease: a higher class needs the memory of this lease: running the on-pressure hook\n")
 			hook.run()
 		}
 		pressed = on
 	}
-	myTag := codec.LeaseTag(lease.Lease)
+	myTag := codec.LeaseTag(l.lease.Lease)
 	for {
 		select {
 		case err := <-exited:
-			stopGate()
-			var ee *exec.ExitError
-			switch {
-			case err == nil:
-				return 0
-			case errors.As(err, &ee):
-				if st, ok := ee.Sys().(syscall.WaitStatus); ok && st.Signaled() {
-					return 128 + int(st.Signal())
-				}
-				return ee.ExitCode()
-			default:
-				fmt.Fprintf(os.Stderr, "ortbus lease: %v\n", err)
-				return 1
-			}
+			g.stop()
+			return exitStatus(err)
 		case s := <-sigs:
 			// Rule 5 of internal/gate: CMD runs again before it gets the signal, and is
 			// paused no more.
-			stopGate()
-			sig := s.(syscall.Signal)
-			switch {
-			case pauser != nil && pauser.Kind() == gate.BySignal:
-				syscall.Kill(-pid, sig) // CMD's own process group, off the terminal's
-			case sig == syscall.SIGINT || sig == syscall.SIGQUIT:
-				// From the terminal, they reached CMD (in the terminal's group) too.
-			default:
-				cmd.Process.Signal(s)
-			}
+			g.stop()
+			passSignal(cmd, pauser, s)
 		case <-renew.C:
-			r, err := call(renewReq)
+			r, err := l.renew(pid)
 			if err != nil {
 				// Not fatal for CMD: the gateway may be restarting; the lease may lapse.
 				fmt.Fprintf(os.Stderr, "ortbus lease: renew: %v\n", err)
@@ -261,29 +277,113 @@ func leaseCmd(args []string) int {
 				onPressed(r.Pressed)
 			}
 		case msg := <-gateMsgs:
-			var g codec.Gate
+			var st codec.Gate
 			// Every byte from the bus is hostile: a state that does not decode, or is not
 			// this lease's gateway's for this device, is dropped (rule 6 bounds the rest).
-			if codec.Unmarshal(msg.Data, &g) != nil || g.Validate() != nil || g.Gateway != lease.Gateway || g.Device != *device {
+			if codec.Unmarshal(msg.Data, &st) != nil || st.Validate() != nil || st.Gateway != l.lease.Gateway || st.Device != o.device {
 				continue
 			}
-			now := time.Now()
-			if pauser != nil {
-				act(m.Gate(now, g.Closed, time.Duration(g.TTLMS)*time.Millisecond, g.Seq), now)
-			}
-			onPressed(slices.Contains(g.Reclaim, myTag))
-		case l := <-lost:
-			if pauser != nil {
-				now := time.Now()
-				act(m.Lost(now, l), now)
-			}
-		case <-timer.C:
-			if pauser != nil {
-				now := time.Now()
-				act(m.Tick(now), now)
-			}
+			g.gate(&st)
+			onPressed(slices.Contains(st.Reclaim, myTag))
+		case lost := <-g.lost:
+			g.follow(func(m *gate.Machine, now time.Time) gate.Action { return m.Lost(now, lost) })
+		case <-g.timer.C:
+			g.follow((*gate.Machine).Tick)
 		}
 	}
+}
+
+// exitStatus is the wrapper's exit status for CMD's end: CMD's own, 128+N for a
+// signal N, 1 when it could not be waited for.
+func exitStatus(err error) int {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		if st, ok := ee.Sys().(syscall.WaitStatus); ok && st.Signaled() {
+			return 128 + int(st.Signal())
+		}
+		return ee.ExitCode()
+	default:
+		fmt.Fprintf(os.Stderr, "ortbus lease: %v\n", err)
+		return 1
+	}
+}
+
+// passSignal passes a signal the wrapper caught on to CMD.
+func passSignal(cmd *exec.Cmd, pauser gate.Pauser, s os.Signal) {
+	sig := s.(syscall.Signal)
+	switch {
+	case pauser != nil && pauser.Kind() == gate.BySignal:
+		syscall.Kill(-cmd.Process.Pid, sig) // CMD's own process group, off the terminal's
+	case sig == syscall.SIGINT || sig == syscall.SIGQUIT:
+		// From the terminal, they reached CMD (in the terminal's group) too.
+	default:
+		cmd.Process.Signal(s)
+	}
+}
+
+// gateFollower is the gate follower: internal/gate's machine decides, the pauser acts.
+// Without a pauser (no --gate) it does nothing.
+type gateFollower struct {
+	m      *gate.Machine
+	pauser gate.Pauser
+	timer  *time.Timer // the machine's next tick
+	lost   chan bool   // the bus lost (true) and back (false)
+}
+
+// newGateFollower makes the follower of pauser and has it told when the bus goes away
+// and comes back.
+func newGateFollower(pauser gate.Pauser, o *leaseOpts, nc *nats.Conn) *gateFollower {
+	g := &gateFollower{m: gate.New(gate.Limits{MaxPause: o.maxPause, MinShare: o.minShare}), pauser: pauser,
+		timer: time.NewTimer(time.Hour), lost: make(chan bool, 8)}
+	nc.SetDisconnectErrHandler(func(*nats.Conn, error) { notify(g.lost, true) })
+	nc.SetReconnectHandler(func(*nats.Conn) { notify(g.lost, false) })
+	nc.SetClosedHandler(func(*nats.Conn) { notify(g.lost, true) })
+	return g
+}
+
+// act carries out the machine's action and sets the timer for its next tick.
+func (g *gateFollower) act(a gate.Action, now time.Time) {
+	switch a {
+	case gate.Pause:
+		if err := g.pauser.Pause(); err != nil {
+			fmt.Fprintf(os.Stderr, "ortbus lease: gate: pause: %v\n", err)
+		}
+		fmt.Fprintf(os.Stderr, "ortbus lease: gate: paused #%d\n", g.m.Pauses())
+	case gate.Resume:
+		// Said before it is done: a reader of these lines knows CMD was paused all
+		// the way from "paused" to "resuming".
+		fmt.Fprintf(os.Stderr, "ortbus lease: gate: resuming #%d (%s)\n", g.m.Pauses(), g.m.Why())
+		if err := g.pauser.Resume(); err != nil {
+			fmt.Fprintf(os.Stderr, "ortbus lease: gate: resume: %v\n", err)
+		}
+	}
+	g.timer.Stop()
+	if next := g.m.Next(now); !next.IsZero() {
+		g.timer.Reset(max(next.Sub(time.Now()), 0))
+	}
+}
+
+// follow feeds the machine one event (now) and acts on its answer, when there is a pauser.
+func (g *gateFollower) follow(event func(m *gate.Machine, now time.Time) gate.Action) {
+	if g.pauser != nil {
+		now := time.Now()
+		g.act(event(g.m, now), now)
+	}
+}
+
+// gate feeds the machine a gate state from the bus.
+func (g *gateFollower) gate(st *codec.Gate) {
+	g.follow(func(m *gate.Machine, now time.Time) gate.Action {
+		return m.Gate(now, st.Closed, time.Duration(st.TTLMS)*time.Millisecond, st.Seq)
+	})
+}
+
+// stop stops the machine: CMD is resumed and paused no more.
+func (g *gateFollower) stop() {
+	g.follow((*gate.Machine).Stop)
 }
 
 // notify sends v on ch without blocking (a full channel has news enough).
