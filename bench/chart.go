@@ -67,6 +67,43 @@ type chartPanel struct {
 // made), with the class's deadline as a dashed line, and, with an LLM tenant, its first
 // token latency (p50, p95, max) with its tokens/s per run; it writes it as a PNG.
 func writeChart(path string, r *CollisionResults) error {
+	runs, letters := collisionRuns(r)
+	panels := collisionPanels(r, runs, letters)
+	var sp span
+	for _, pn := range panels {
+		for _, run := range runs {
+			for g := range pn.groups {
+				sp.add(pn.value(run, g))
+			}
+		}
+	}
+	lo, hi := sp.bounds()
+	// A deadline is drawn when it is near the data; far ones would squash the bars.
+	shown := func(d float64) bool { return d > 0 && d <= 10*hi }
+	for _, pn := range panels {
+		if shown(pn.deadline) {
+			hi = math.Max(hi, pn.deadline)
+		}
+	}
+	ax := newLogAxis(lo, hi)
+	p := ax.plot("latency (ms, log scale)")
+	bars, ticks := drawPanels(p, ax, panels, runs, shown)
+	legend, err := barLegend(p, runs, bars)
+	if err != nil {
+		return err
+	}
+	dead := &plotter.Line{LineStyle: deadlineStyle()}
+	legend = append(legend, legendItem{"request deadline (timeout); a deadline miss counts as its deadline", []plot.Thumbnailer{dead}})
+	p.X.Min, p.X.Max = 0, math.Max(float64(len(panels))*panelWidth, 1)
+	p.X.Tick.Marker = ticks
+	ax.fix(p)
+	title := fmt.Sprintf("ortbus bench collision: latency per class, log scale (ms); scenario %s, seed %d", filepath.Base(r.Scenario.Name), r.Scenario.Seed)
+	return saveChart(path, chartW, collisionH, p, title, legend, "")
+}
+
+// collisionRuns are the collision chart's runs, in their order (solo, policy + gate when
+// made, policy, fifo; a run not made has no statistics), and their initials ("s/g/p/f").
+func collisionRuns(r *CollisionResults) ([]chartRun, string) {
 	runs := []chartRun{{"solo", runColours[0], r.Solo, r.SoloTenant}}
 	if r.Gate != nil {
 		runs = append(runs, chartRun{"policy + gate", gateColour, r.Gate.Classes, r.Gate.Tenant})
@@ -85,22 +122,40 @@ func writeChart(path string, r *CollisionResults) error {
 	if r.Gate != nil {
 		initials[1] = "g"
 	}
-	letters := strings.Join(initials, "/")
+	return runs, strings.Join(initials, "/")
+}
+
+// perRun is each run's text for a panel's last line ("-" for a run without it), joined
+// with "/".
+func perRun(runs []chartRun, text func(chartRun) (string, bool)) string {
+	var parts []string
+	for _, run := range runs {
+		if t, ok := text(run); ok {
+			parts = append(parts, t)
+		} else {
+			parts = append(parts, "-")
+		}
+	}
+	return strings.Join(parts, "/")
+}
+
+// collisionPanels are the collision chart's panels: one a class (its percentiles, its
+// deadline misses per run) and, with an LLM tenant, its first token latency.
+func collisionPanels(r *CollisionResults, runs []chartRun, letters string) []chartPanel {
 	var panels []chartPanel
 	for _, c := range r.Scenario.Classes {
 		// Deadline misses per run, "-" for a run not made.
-		var parts []string
 		count := 0
-		for _, run := range runs {
-			if s := run.classes[c.Name]; s != nil {
-				parts = append(parts, fmt.Sprint(s.DeadlineMisses))
-				count = max(count, s.Count)
-			} else {
-				parts = append(parts, "-")
+		misses := perRun(runs, func(run chartRun) (string, bool) {
+			s := run.classes[c.Name]
+			if s == nil {
+				return "", false
 			}
-		}
+			count = max(count, s.Count)
+			return fmt.Sprint(s.DeadlineMisses), true
+		})
 		panels = append(panels, chartPanel{name: c.Name, groups: chartGroups, deadline: float64(c.Timeout.D().Milliseconds()),
-			line: fmt.Sprintf("misses %s: %s of %d", letters, strings.Join(parts, "/"), count),
+			line: fmt.Sprintf("misses %s: %s of %d", letters, misses, count),
 			value: func(run chartRun, g int) float64 {
 				s := run.classes[c.Name]
 				if s == nil {
@@ -110,16 +165,14 @@ func writeChart(path string, r *CollisionResults) error {
 			}})
 	}
 	if r.Scenario.Tenant != nil {
-		var parts []string
-		for _, run := range runs {
-			if run.tenant != nil {
-				parts = append(parts, fmt.Sprintf("%.0f", run.tenant.TokensPerS))
-			} else {
-				parts = append(parts, "-")
+		rates := perRun(runs, func(run chartRun) (string, bool) {
+			if run.tenant == nil {
+				return "", false
 			}
-		}
+			return fmt.Sprintf("%.0f", run.tenant.TokensPerS), true
+		})
 		panels = append(panels, chartPanel{name: "llm first token", groups: []string{"p50", "p95", "max"},
-			line: fmt.Sprintf("tokens/s %s: %s", letters, strings.Join(parts, "/")),
+			line: fmt.Sprintf("tokens/s %s: %s", letters, rates),
 			value: func(run chartRun, g int) float64 {
 				if run.tenant == nil {
 					return 0
@@ -127,37 +180,22 @@ func writeChart(path string, r *CollisionResults) error {
 				return []float64{run.tenant.FirstTokenP50MS, run.tenant.FirstTokenP95MS, run.tenant.FirstTokenMaxMS}[g]
 			}})
 	}
-	lo, hi := math.Inf(1), 0.0
-	for _, pn := range panels {
-		for _, run := range runs {
-			for g := range pn.groups {
-				if v := pn.value(run, g); v > 0 {
-					lo, hi = math.Min(lo, v), math.Max(hi, v)
-				}
-			}
-		}
-	}
-	if hi == 0 {
-		lo, hi = 1, 10
-	}
-	// A deadline is drawn when it is near the data; far ones would squash the bars.
-	shown := func(d float64) bool { return d > 0 && d <= 10*hi }
-	for _, pn := range panels {
-		if shown(pn.deadline) {
-			hi = math.Max(hi, pn.deadline)
-		}
-	}
-	ax := newLogAxis(lo, hi)
-	p := ax.plot("latency (ms, log scale)")
+	return panels
+}
 
-	// Each panel is a part of the x axis: a unit per group (p50, p95, p99), a bar per run
-	// in each group, and half a unit either side.
-	panel := float64(len(chartGroups) + 1)
+// panelWidth is a collision panel's part of the x axis: a unit per group (p50, p95, p99),
+// and half a unit either side.
+var panelWidth = float64(len(chartGroups) + 1)
+
+// drawPanels draws the panels' separators and deadlines (those shown), and returns each
+// run's bars (a bar per run in each group) and the x ticks (a group's name, and the
+// panel's under its middle group).
+func drawPanels(p *plot.Plot, ax logAxis, panels []chartPanel, runs []chartRun, shown func(float64) bool) ([][]plotter.XYer, plot.ConstantTicks) {
 	barW := 0.8 / float64(len(runs))
 	bars := make([][]plotter.XYer, len(runs))
 	var ticks plot.ConstantTicks
 	for pi, pn := range panels {
-		x0 := float64(pi) * panel
+		x0 := float64(pi) * panelWidth
 		if pi > 0 {
 			p.Add(vline(x0, ax, draw.LineStyle{Color: chartGrid, Width: px(1)}))
 		}
@@ -180,17 +218,22 @@ func writeChart(path string, r *CollisionResults) error {
 			}
 		}
 		if d := pn.deadline; shown(d) && d >= ax.min() {
-			p.Add(hline(x0+0.1, x0+panel-0.1, d, deadlineStyle()))
+			p.Add(hline(x0+0.1, x0+panelWidth-0.1, d, deadlineStyle()))
 			if l, err := label(x0+0.15, d, fmtMS(d), chartDead); err == nil {
 				p.Add(l)
 			}
 		}
 	}
+	return bars, ticks
+}
+
+// barLegend draws each run's bars in its colour and returns the legend's item of each run.
+func barLegend(p *plot.Plot, runs []chartRun, bars [][]plotter.XYer) ([]legendItem, error) {
 	legend := []legendItem{}
 	for ri, run := range runs {
 		poly, err := plotter.NewPolygon(bars[ri]...)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		poly.Color, poly.LineStyle = run.colour, draw.LineStyle{Color: run.colour, Width: px(0.5)}
 		if len(bars[ri]) > 0 {
@@ -198,13 +241,36 @@ func writeChart(path string, r *CollisionResults) error {
 		}
 		legend = append(legend, legendItem{run.name, []plot.Thumbnailer{poly}})
 	}
-	dead := &plotter.Line{LineStyle: deadlineStyle()}
-	legend = append(legend, legendItem{"request deadline (timeout); a deadline miss counts as its deadline", []plot.Thumbnailer{dead}})
-	p.X.Min, p.X.Max = 0, math.Max(float64(len(panels))*panel, 1)
-	p.X.Tick.Marker = ticks
-	ax.fix(p)
-	title := fmt.Sprintf("ortbus bench collision: latency per class, log scale (ms); scenario %s, seed %d", filepath.Base(r.Scenario.Name), r.Scenario.Seed)
-	return saveChart(path, chartW, collisionH, p, title, legend, "")
+	return legend, nil
+}
+
+// span is the range of the positive values a chart shows, for its log axis.
+type span struct {
+	lo, hi float64
+	seen   bool
+}
+
+// add widens the span to v when v is positive.
+func (s *span) add(v float64) {
+	if v > 0 {
+		s.widen(v)
+	}
+}
+
+// widen widens the span to v.
+func (s *span) widen(v float64) {
+	if !s.seen {
+		s.lo, s.hi, s.seen = math.Inf(1), 0, true
+	}
+	s.lo, s.hi = math.Min(s.lo, v), math.Max(s.hi, v)
+}
+
+// bounds is the span, or 1 to 10 ms when nothing above 0 was seen.
+func (s span) bounds() (lo, hi float64) {
+	if s.hi == 0 {
+		return 1, 10
+	}
+	return s.lo, s.hi
 }
 
 func deadlineStyle() draw.LineStyle {
@@ -233,85 +299,31 @@ var classColours = map[string]color.RGBA{
 // policy and FIFO runs, with each class's target as a dotted line and each run's knee
 // as a vertical line, and writes it as a PNG.
 func writeCapacityChart(path string, r *CapacityResults) error {
-	classes := r.Scenario.Classes
-	runs := []struct {
-		name string
-		get  func(*CapacityStep) *CollisionRun
-	}{{"policy", func(s *CapacityStep) *CollisionRun { return s.Policy }}, {"fifo", func(s *CapacityStep) *CollisionRun { return s.FIFO }}}
-	// A series per class (its p95) and, with LLM tenants in the steps, one of their first
-	// token latency's p95.
-	type series struct {
-		name   string
-		colour color.RGBA
-		value  func(*CollisionRun) float64
-	}
 	llmSteps := r.Scenario.Capacity != nil && len(r.Scenario.Capacity.Tenants) > 0
-	var all []series
-	for _, c := range classes {
-		all = append(all, series{c.Name, chartInk, func(cr *CollisionRun) float64 {
-			if s := cr.Classes[c.Name]; s != nil {
-				return s.P95MS
-			}
-			return 0
-		}})
-		if col, ok := classColours[c.Name]; ok {
-			all[len(all)-1].colour = col
-		}
-	}
-	if llmSteps {
-		all = append(all, series{"llm first token", gateColour, func(cr *CollisionRun) float64 {
-			if cr.Tenant != nil {
-				return cr.Tenant.FirstTokenP95MS
-			}
-			return 0
-		}})
-	}
-	lo, hi := math.Inf(1), 0.0
+	all := capacitySeriesOf(r.Scenario.Classes, llmSteps)
+	var sp span
 	for _, st := range r.Steps {
-		for _, run := range runs {
+		for _, run := range capacityRuns {
 			if cr := run.get(st); cr != nil {
 				for _, sr := range all {
-					if v := sr.value(cr); v > 0 {
-						lo, hi = math.Min(lo, v), math.Max(hi, v)
-					}
+					sp.add(sr.value(cr))
 				}
 			}
 		}
 	}
 	for _, t := range r.Targets {
-		lo, hi = math.Min(lo, t.P95MS), math.Max(hi, t.P95MS)
+		sp.widen(t.P95MS)
 	}
-	if hi == 0 {
-		lo, hi = 1, 10
-	}
-	ax := newLogAxis(lo, hi)
-	colour := func(class string) color.RGBA {
-		if c, ok := classColours[class]; ok {
-			return c
-		}
-		return chartInk
-	}
+	ax := newLogAxis(sp.bounds())
 	p := ax.plot("p95 (ms, log scale)")
 	n := max(len(r.Steps), 1)
 	xMin, xMax := -0.5, float64(n)-0.5
-	var ticks plot.ConstantTicks
-	for i, st := range r.Steps {
-		l := fmt.Sprintf("%d:%g", st.Streams, st.Rate)
-		if llmSteps {
-			l += fmt.Sprintf(":%d", st.Tenants)
-		}
-		ticks = append(ticks, plot.Tick{Value: float64(i), Label: l})
-	}
-	p.X.Tick.Marker = ticks
-	p.X.Label.Text = "load step (streams:rate)"
-	if llmSteps {
-		p.X.Label.Text = "load step (streams:rate:llm tenants)"
-	}
+	stepAxis(p, r.Steps, llmSteps)
 	// Targets, dotted, named at the right end.
-	for _, c := range classes {
+	for _, c := range r.Scenario.Classes {
 		if t, ok := r.Targets[c.Name]; ok {
-			p.Add(hline(xMin, xMax, t.P95MS, draw.LineStyle{Color: colour(c.Name), Width: px(1), Dashes: []vg.Length{px(1), px(3)}}))
-			if l, err := label(xMax, t.P95MS, c.Name+" "+fmtMS(t.P95MS), colour(c.Name)); err == nil {
+			p.Add(hline(xMin, xMax, t.P95MS, draw.LineStyle{Color: classColour(c.Name), Width: px(1), Dashes: []vg.Length{px(1), px(3)}}))
+			if l, err := label(xMax, t.P95MS, c.Name+" "+fmtMS(t.P95MS), classColour(c.Name)); err == nil {
 				l.TextStyle[0].XAlign = draw.XRight
 				p.Add(l)
 			}
@@ -323,41 +335,10 @@ func writeCapacityChart(path string, r *CapacityResults) error {
 		sw.Color, sw.LineStyle = sr.colour, draw.LineStyle{Color: sr.colour, Width: px(0.5)}
 		legend = append(legend, legendItem{sr.name, []plot.Thumbnailer{sw}})
 	}
-	for ri, run := range runs {
-		// The knee: a vertical line at its step, the runs a little apart.
-		if k := r.Knee[run.name]; k != nil && k.Step > 0 {
-			x := float64(k.Step-1) + 0.03*float64(2*ri-1)
-			sty := draw.LineStyle{Color: chartInk, Width: px(1)}
-			if ri == 1 {
-				sty.Dashes = []vg.Length{px(2), px(2)}
-			}
-			p.Add(vline(x, ax, sty))
-			if l, err := label(x, ax.max()/math.Pow(10, 0.04*float64(ri+1)*(ax.decHi-ax.decLo)), run.name+" knee", chartInk); err == nil {
-				p.Add(l)
-			}
-		}
+	for ri, run := range capacityRuns {
+		drawKnee(p, ax, r.Knee[run.name], ri, run.name)
 		for _, sr := range all {
-			var pts plotter.XYs
-			flush := func() {
-				if len(pts) > 1 {
-					p.Add(&plotter.Line{XYs: pts, LineStyle: seriesStyle(sr.colour, ri == 1)})
-				}
-				pts = nil
-			}
-			var marks plotter.XYs
-			for i, st := range r.Steps {
-				cr := run.get(st)
-				if cr == nil || sr.value(cr) <= 0 {
-					flush()
-					continue
-				}
-				pt := plotter.XY{X: float64(i), Y: math.Max(sr.value(cr), ax.min())}
-				pts, marks = append(pts, pt), append(marks, pt)
-			}
-			flush()
-			if len(marks) > 0 {
-				p.Add(&plotter.Scatter{XYs: marks, GlyphStyle: markerStyle(sr.colour, ri == 0)})
-			}
+			drawSeries(p, ax, r.Steps, run.get, sr, ri)
 		}
 		legend = append(legend, legendItem{run.name, []plot.Thumbnailer{
 			&plotter.Line{LineStyle: seriesStyle(chartInk, ri == 1)},
@@ -374,6 +355,111 @@ func writeCapacityChart(path string, r *CapacityResults) error {
 		load, filepath.Base(r.Scenario.Name), r.Seed)
 	return saveChart(path, chartW, capacityH, p, title, legend,
 		"dotted: a class's p95 target; vertical: each run's knee (first step with a target missed)")
+}
+
+// capacityRuns are the capacity chart's runs: the policy's (solid, filled markers) and
+// FIFO's (dashed, hollow ones).
+var capacityRuns = []struct {
+	name string
+	get  func(*CapacityStep) *CollisionRun
+}{{"policy", func(s *CapacityStep) *CollisionRun { return s.Policy }}, {"fifo", func(s *CapacityStep) *CollisionRun { return s.FIFO }}}
+
+// capacitySeries is a line of the capacity chart: a value of each step's run.
+type capacitySeries struct {
+	name   string
+	colour color.RGBA
+	value  func(*CollisionRun) float64 // 0: none
+}
+
+// capacitySeriesOf are the capacity chart's series: a class's p95 each and, with LLM
+// tenants in the steps, their first token latency's p95.
+func capacitySeriesOf(classes []ScenarioClass, llmSteps bool) []capacitySeries {
+	var all []capacitySeries
+	for _, c := range classes {
+		all = append(all, capacitySeries{c.Name, classColour(c.Name), func(cr *CollisionRun) float64 {
+			if s := cr.Classes[c.Name]; s != nil {
+				return s.P95MS
+			}
+			return 0
+		}})
+	}
+	if llmSteps {
+		all = append(all, capacitySeries{"llm first token", gateColour, func(cr *CollisionRun) float64 {
+			if cr.Tenant != nil {
+				return cr.Tenant.FirstTokenP95MS
+			}
+			return 0
+		}})
+	}
+	return all
+}
+
+// classColour is a class's colour in the capacity chart (the ink for a class of its own).
+func classColour(class string) color.RGBA {
+	if c, ok := classColours[class]; ok {
+		return c
+	}
+	return chartInk
+}
+
+// stepAxis labels the x axis with the load steps (streams:rate, and :tenants with LLM
+// tenants in the steps).
+func stepAxis(p *plot.Plot, steps []*CapacityStep, llmSteps bool) {
+	var ticks plot.ConstantTicks
+	for i, st := range steps {
+		l := fmt.Sprintf("%d:%g", st.Streams, st.Rate)
+		if llmSteps {
+			l += fmt.Sprintf(":%d", st.Tenants)
+		}
+		ticks = append(ticks, plot.Tick{Value: float64(i), Label: l})
+	}
+	p.X.Tick.Marker = ticks
+	p.X.Label.Text = "load step (streams:rate)"
+	if llmSteps {
+		p.X.Label.Text = "load step (streams:rate:llm tenants)"
+	}
+}
+
+// drawKnee draws run ri's knee: a vertical line at its step, the runs a little apart.
+func drawKnee(p *plot.Plot, ax logAxis, k *CapacityKnee, ri int, name string) {
+	if k == nil || k.Step <= 0 {
+		return
+	}
+	x := float64(k.Step-1) + 0.03*float64(2*ri-1)
+	sty := draw.LineStyle{Color: chartInk, Width: px(1)}
+	if ri == 1 {
+		sty.Dashes = []vg.Length{px(2), px(2)}
+	}
+	p.Add(vline(x, ax, sty))
+	if l, err := label(x, ax.max()/math.Pow(10, 0.04*float64(ri+1)*(ax.decHi-ax.decLo)), name+" knee", chartInk); err == nil {
+		p.Add(l)
+	}
+}
+
+// drawSeries draws one series of run ri over the steps: a line through the steps that
+// have a value (broken where one has none) and a marker at each.
+func drawSeries(p *plot.Plot, ax logAxis, steps []*CapacityStep, get func(*CapacityStep) *CollisionRun, sr capacitySeries, ri int) {
+	var pts plotter.XYs
+	flush := func() {
+		if len(pts) > 1 {
+			p.Add(&plotter.Line{XYs: pts, LineStyle: seriesStyle(sr.colour, ri == 1)})
+		}
+		pts = nil
+	}
+	var marks plotter.XYs
+	for i, st := range steps {
+		cr := get(st)
+		if cr == nil || sr.value(cr) <= 0 {
+			flush()
+			continue
+		}
+		pt := plotter.XY{X: float64(i), Y: math.Max(sr.value(cr), ax.min())}
+		pts, marks = append(pts, pt), append(marks, pt)
+	}
+	flush()
+	if len(marks) > 0 {
+		p.Add(&plotter.Scatter{XYs: marks, GlyphStyle: markerStyle(sr.colour, ri == 0)})
+	}
 }
 
 // seriesStyle is a capacity series' line: solid, or dashed.
