@@ -163,6 +163,8 @@ func ParseScenario(data []byte, name string) (*Scenario, error) {
 	return s, nil
 }
 
+// check checks a scenario read from its file and fills in its defaults (drain_timeout,
+// a tag class's image size).
 func (s *Scenario) check() error {
 	if s.Window <= 0 {
 		return fmt.Errorf("window must be > 0")
@@ -176,7 +178,38 @@ func (s *Scenario) check() error {
 	if len(s.Pools) == 0 || len(s.Classes) == 0 {
 		return fmt.Errorf("needs at least one [[pool]] and one [[class]]")
 	}
-	std := []string{subjects.ClassUrgent, subjects.ClassInteractive, subjects.ClassBatch}
+	if err := s.checkPools(); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for i := range s.Classes {
+		if err := s.checkClass(&s.Classes[i], seen); err != nil {
+			return err
+		}
+	}
+	if p := s.Capacity; p != nil {
+		if err := s.checkCapacity(p); err != nil {
+			return err
+		}
+	}
+	if s.Tenant != nil {
+		if err := s.Tenant.check(); err != nil {
+			return fmt.Errorf("[tenant]: %w", err)
+		}
+	}
+	for name, b := range s.Devices {
+		if (name != "cpu" && !strings.Contains(name, ":")) || b <= 0 {
+			return fmt.Errorf("[devices]: %q = %d: want cpu or KIND:INDEX and a capacity > 0", name, b)
+		}
+	}
+	return nil
+}
+
+// stdClasses are the classes a scenario may use.
+var stdClasses = []string{subjects.ClassUrgent, subjects.ClassInteractive, subjects.ClassBatch}
+
+// checkPools checks each [[pool]]: its name, models and classes.
+func (s *Scenario) checkPools() error {
 	for _, p := range s.Pools {
 		if err := subjects.ValidateToken("pool", p.Name); err != nil {
 			return err
@@ -190,102 +223,102 @@ func (s *Scenario) check() error {
 			}
 		}
 		for _, c := range p.Classes {
-			if !slices.Contains(std, c) {
+			if !slices.Contains(stdClasses, c) {
 				return fmt.Errorf("pool %s: unknown class %q (want urgent, interactive or batch)", p.Name, c)
 			}
 		}
 	}
-	seen := map[string]bool{}
-	for i := range s.Classes {
-		c := &s.Classes[i]
-		if !slices.Contains(std, c.Name) || seen[c.Name] {
-			return fmt.Errorf("class %q: want each of urgent, interactive, batch at most once", c.Name)
+	return nil
+}
+
+// checkClass checks a [[class]] (seen: the classes before it) and gives a tag class its
+// default image size.
+func (s *Scenario) checkClass(c *ScenarioClass, seen map[string]bool) error {
+	if !slices.Contains(stdClasses, c.Name) || seen[c.Name] {
+		return fmt.Errorf("class %q: want each of urgent, interactive, batch at most once", c.Name)
+	}
+	seen[c.Name] = true
+	op, ok := scenarioModels[c.Model]
+	if !ok || op != c.Op {
+		return fmt.Errorf("class %s: model %q does not serve op %q (tiny, vad, ocr: infer; tagger, heavy: tag)", c.Name, c.Model, c.Op)
+	}
+	if (c.Model == "vad") != (c.Arrival == "stream") {
+		return fmt.Errorf("class %s: the vad model takes arrival = \"stream\" (audio streams), and only it does", c.Name)
+	}
+	if c.Every < 0 || (c.Every > 0 && c.Arrival != "burst") {
+		return fmt.Errorf("class %s: every (repeated bursts) must be > 0 and only on arrival = \"burst\"", c.Name)
+	}
+	if c.TargetP95 < 0 || c.MaxMissed < 0 || c.MaxMissed > 1 {
+		return fmt.Errorf("class %s: target_p95 must be >= 0 and max_missed in [0, 1]", c.Name)
+	}
+	if c.Op == subjects.OpTag && c.Image == 0 {
+		c.Image = 256
+	}
+	if len(s.chain(c.Name, c.Model)) == 0 {
+		return fmt.Errorf("class %s: no pool serves it with model %s", c.Name, c.Model)
+	}
+	if c.Timeout <= 0 {
+		return fmt.Errorf("class %s: timeout must be > 0", c.Name)
+	}
+	return checkArrival(c)
+}
+
+// checkArrival checks that a class has what its arrival process needs.
+func checkArrival(c *ScenarioClass) error {
+	switch c.Arrival {
+	case "periodic":
+		if c.Interval <= 0 {
+			return fmt.Errorf("class %s: periodic arrivals need interval > 0", c.Name)
 		}
-		seen[c.Name] = true
-		op, ok := scenarioModels[c.Model]
-		if !ok || op != c.Op {
-			return fmt.Errorf("class %s: model %q does not serve op %q (tiny, vad, ocr: infer; tagger, heavy: tag)", c.Name, c.Model, c.Op)
+	case "poisson":
+		if c.Rate <= 0 {
+			return fmt.Errorf("class %s: poisson arrivals need rate > 0", c.Name)
 		}
-		if (c.Model == "vad") != (c.Arrival == "stream") {
-			return fmt.Errorf("class %s: the vad model takes arrival = \"stream\" (audio streams), and only it does", c.Name)
+	case "burst":
+		if c.Count <= 0 {
+			return fmt.Errorf("class %s: a burst needs count > 0", c.Name)
 		}
-		if c.Every < 0 || (c.Every > 0 && c.Arrival != "burst") {
-			return fmt.Errorf("class %s: every (repeated bursts) must be > 0 and only on arrival = \"burst\"", c.Name)
+	case "stream":
+		if c.Interval <= 0 || c.Streams <= 0 {
+			return fmt.Errorf("class %s: audio streams need interval (the frame period) > 0 and streams > 0", c.Name)
 		}
-		if c.TargetP95 < 0 || c.MaxMissed < 0 || c.MaxMissed > 1 {
-			return fmt.Errorf("class %s: target_p95 must be >= 0 and max_missed in [0, 1]", c.Name)
+	case "flood":
+		if c.InFlight <= 0 {
+			return fmt.Errorf("class %s: a flood needs inflight > 0", c.Name)
 		}
-		if c.Op == subjects.OpTag && c.Image == 0 {
-			c.Image = 256
-		}
-		if len(s.chain(c.Name, c.Model)) == 0 {
-			return fmt.Errorf("class %s: no pool serves it with model %s", c.Name, c.Model)
-		}
-		if c.Timeout <= 0 {
-			return fmt.Errorf("class %s: timeout must be > 0", c.Name)
-		}
-		switch c.Arrival {
-		case "periodic":
-			if c.Interval <= 0 {
-				return fmt.Errorf("class %s: periodic arrivals need interval > 0", c.Name)
-			}
-		case "poisson":
-			if c.Rate <= 0 {
-				return fmt.Errorf("class %s: poisson arrivals need rate > 0", c.Name)
-			}
-		case "burst":
-			if c.Count <= 0 {
-				return fmt.Errorf("class %s: a burst needs count > 0", c.Name)
-			}
-		case "stream":
-			if c.Interval <= 0 || c.Streams <= 0 {
-				return fmt.Errorf("class %s: audio streams need interval (the frame period) > 0 and streams > 0", c.Name)
-			}
-		case "flood":
-			if c.InFlight <= 0 {
-				return fmt.Errorf("class %s: a flood needs inflight > 0", c.Name)
-			}
-		default:
-			return fmt.Errorf("class %s: arrival %q (want periodic, poisson, burst, stream or flood)", c.Name, c.Arrival)
+	default:
+		return fmt.Errorf("class %s: arrival %q (want periodic, poisson, burst, stream or flood)", c.Name, c.Arrival)
+	}
+	return nil
+}
+
+// checkCapacity checks [capacity]: its steps, and the classes and tenants it raises.
+func (s *Scenario) checkCapacity(p *CapacityPlan) error {
+	if len(p.Streams) == 0 || len(p.Streams) != len(p.Rates) {
+		return fmt.Errorf("[capacity]: streams and rates must be lists of the same length > 0")
+	}
+	if s.classBy("stream") < 0 || s.classBy("poisson") < 0 {
+		return fmt.Errorf("[capacity]: needs a class with arrival = \"stream\" and one with arrival = \"poisson\" (the loads it raises)")
+	}
+	for i := range p.Streams {
+		if p.Streams[i] <= 0 || p.Rates[i] <= 0 {
+			return fmt.Errorf("[capacity]: step %d: streams and rate must be > 0", i+1)
 		}
 	}
-	if p := s.Capacity; p != nil {
-		if len(p.Streams) == 0 || len(p.Streams) != len(p.Rates) {
-			return fmt.Errorf("[capacity]: streams and rates must be lists of the same length > 0")
-		}
-		if s.classBy("stream") < 0 || s.classBy("poisson") < 0 {
-			return fmt.Errorf("[capacity]: needs a class with arrival = \"stream\" and one with arrival = \"poisson\" (the loads it raises)")
-		}
-		for i := range p.Streams {
-			if p.Streams[i] <= 0 || p.Rates[i] <= 0 {
-				return fmt.Errorf("[capacity]: step %d: streams and rate must be > 0", i+1)
-			}
-		}
-		if p.Window < 0 {
-			return fmt.Errorf("[capacity]: window must be >= 0")
-		}
-		if len(p.Tenants) > 0 {
-			if len(p.Tenants) != len(p.Streams) {
-				return fmt.Errorf("[capacity]: tenants must be as long as streams")
-			}
-			if s.Tenant == nil {
-				return fmt.Errorf("[capacity]: tenants needs a [tenant] table")
-			}
-			for i, n := range p.Tenants {
-				if n < 0 {
-					return fmt.Errorf("[capacity]: step %d: tenants must be >= 0", i+1)
-				}
-			}
-		}
+	if p.Window < 0 {
+		return fmt.Errorf("[capacity]: window must be >= 0")
 	}
-	if s.Tenant != nil {
-		if err := s.Tenant.check(); err != nil {
-			return fmt.Errorf("[tenant]: %w", err)
+	if len(p.Tenants) > 0 {
+		if len(p.Tenants) != len(p.Streams) {
+			return fmt.Errorf("[capacity]: tenants must be as long as streams")
 		}
-	}
-	for name, b := range s.Devices {
-		if (name != "cpu" && !strings.Contains(name, ":")) || b <= 0 {
-			return fmt.Errorf("[devices]: %q = %d: want cpu or KIND:INDEX and a capacity > 0", name, b)
+		if s.Tenant == nil {
+			return fmt.Errorf("[capacity]: tenants needs a [tenant] table")
+		}
+		for i, n := range p.Tenants {
+			if n < 0 {
+				return fmt.Errorf("[capacity]: step %d: tenants must be >= 0", i+1)
+			}
 		}
 	}
 	return nil
