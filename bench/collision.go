@@ -203,15 +203,7 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 	defer h.close()
 	rep := h.rep
 	sched := sc.Schedule()
-	res := &CollisionResults{Scenario: sc, Counts: map[string]int{}, PolicyKey: "ok"}
-	for _, a := range sched {
-		res.Counts[sc.Classes[a.Class].Name]++
-	}
-	for _, c := range sc.Classes {
-		if c.Arrival == "stream" {
-			res.Counts[c.Name] = c.Streams * sc.frames(c)
-		}
-	}
+	res := &CollisionResults{Scenario: sc, Counts: scheduleCounts(sc, sched), PolicyKey: "ok"}
 	rep.Results = res
 	setup, err := h.scenarioSetup(sc, &res.PolicyKey, "the policy run used its built-in policy, and there is no FIFO run")
 	if err != nil {
@@ -219,36 +211,8 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 	}
 	out := o.out()
 	fmt.Fprintf(out, "collision: scenario %s, seed %d, window %v; requests: %s\n", sc.Name, sc.Seed, sc.Window.D(), countsLine(sc, res.Counts))
-	var plain, gated *tenantRun // the tenant's runs without and with the gate
-	if t := setup.tenant; t != nil {
-		p := sc.Tenant
-		spec := p.spec()
-		fmt.Fprintf(out, "llm tenant: %d x `ortbus bench llm-tenant` under `ortbus lease --device %s --bytes %d --class %s`: decoder of %d layers, width %d (MLP %d, vocab %d, %.1f M parameters), prompts of %d tokens then %d generated, %d thread(s)\n",
-			p.Count, p.Device, p.Bytes, p.Class, spec.Layers, spec.Width, spec.FF, spec.Vocab, float64(spec.Params())/1e6, p.Prompt, p.Tokens, p.Threads)
-		plain = t.with(p.Count, false)
-		if p.Gate && setup.gate {
-			gated = t.with(p.Count, true)
-		} else if p.Gate {
-			rep.note("no gated run: %s lease has no --gate (the gate is not built yet); the runs with the tenant are without the gate", t.ortbus)
-		}
-	}
-
-	// checkOCR checks the detector's output files after a run (ocr is set when the
-	// scenario has the by-path detector): every file whole, then removed.
-	checkOCR := func(run string, r *CollisionRun) {
-		if setup.ocr == nil || r == nil {
-			return
-		}
-		n, err := setup.ocr.checkSpool()
-		if err != nil {
-			rep.note("%s run: a detector output file is wrong: %v", run, err)
-		}
-		for _, c := range sc.Classes {
-			if s := r.Classes[c.Name]; c.Model == "ocr" && s != nil && s.OK != n {
-				rep.note("%s run: %d detector results but %d whole output files", run, s.OK, n)
-			}
-		}
-	}
+	plain, gated := tenantRuns(out, rep, sc, setup)
+	checkOCR := func(run string, r *CollisionRun) { checkOCRSpool(rep, sc, setup, run, r) }
 
 	sys, err := h.startScenario(ctx, "policy", setup.policyCfg, sc, setup)
 	if err != nil {
@@ -256,33 +220,9 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 	}
 	sys.runtimes(ctx, &rep.Machine.Runtimes)
 	if !o.SkipSolo {
-		res.Solo = map[string]*ClassStats{}
-		for ci, c := range sc.Classes {
-			var only []arrival
-			for _, a := range sched {
-				if a.Class == ci {
-					only = append(only, a)
-				}
-			}
-			active := make([]bool, len(sc.Classes))
-			active[ci] = true
-			fmt.Fprintf(out, "  solo %s ...\n", c.Name)
-			run, err := runSchedule(ctx, sys, sc, only, setup.reqs, active, nil)
-			if err != nil {
-				sys.stop()
-				return nil, fmt.Errorf("solo %s: %w", c.Name, err)
-			}
-			checkOCR("solo "+c.Name, run)
-			res.Solo[c.Name] = run.Classes[c.Name]
-		}
-		if plain != nil {
-			fmt.Fprintf(out, "  solo llm tenant ...\n")
-			run, err := runSchedule(ctx, sys, sc, nil, setup.reqs, make([]bool, len(sc.Classes)), plain)
-			if err != nil {
-				sys.stop()
-				return nil, fmt.Errorf("solo llm tenant: %w", err)
-			}
-			res.SoloTenant = run.Tenant
+		if err := soloRuns(ctx, out, sys, sc, sched, setup, plain, res, checkOCR); err != nil {
+			sys.stop()
+			return nil, err
 		}
 	}
 	if gated != nil {
@@ -323,6 +263,90 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// scheduleCounts is each class's request count: its arrivals in the schedule, or a
+// stream class's frames.
+func scheduleCounts(sc *Scenario, sched []arrival) map[string]int {
+	counts := map[string]int{}
+	for _, a := range sched {
+		counts[sc.Classes[a.Class].Name]++
+	}
+	for _, c := range sc.Classes {
+		if c.Arrival == "stream" {
+			counts[c.Name] = c.Streams * sc.frames(c)
+		}
+	}
+	return counts
+}
+
+// tenantRuns are the LLM tenant's runs without and with the gate (nil: none), said on out;
+// a gate the lease wrapper does not have yet is noted.
+func tenantRuns(out io.Writer, rep *Report, sc *Scenario, setup *scenarioSetup) (plain, gated *tenantRun) {
+	t := setup.tenant
+	if t == nil {
+		return nil, nil
+	}
+	p := sc.Tenant
+	spec := p.spec()
+	fmt.Fprintf(out, "llm tenant: %d x `ortbus bench llm-tenant` under `ortbus lease --device %s --bytes %d --class %s`: decoder of %d layers, width %d (MLP %d, vocab %d, %.1f M parameters), prompts of %d tokens then %d generated, %d thread(s)\n",
+		p.Count, p.Device, p.Bytes, p.Class, spec.Layers, spec.Width, spec.FF, spec.Vocab, float64(spec.Params())/1e6, p.Prompt, p.Tokens, p.Threads)
+	plain = t.with(p.Count, false)
+	if p.Gate && setup.gate {
+		gated = t.with(p.Count, true)
+	} else if p.Gate {
+		rep.note("no gated run: %s lease has no --gate (the gate is not built yet); the runs with the tenant are without the gate", t.ortbus)
+	}
+	return plain, gated
+}
+
+// checkOCRSpool checks the detector's output files after a run (setup.ocr is set when the
+// scenario has the by-path detector): every file whole, then removed.
+func checkOCRSpool(rep *Report, sc *Scenario, setup *scenarioSetup, run string, r *CollisionRun) {
+	if setup.ocr == nil || r == nil {
+		return
+	}
+	n, err := setup.ocr.checkSpool()
+	if err != nil {
+		rep.note("%s run: a detector output file is wrong: %v", run, err)
+	}
+	for _, c := range sc.Classes {
+		if s := r.Classes[c.Name]; c.Model == "ocr" && s != nil && s.OK != n {
+			rep.note("%s run: %d detector results but %d whole output files", run, s.OK, n)
+		}
+	}
+}
+
+// soloRuns runs each class alone (its part of the schedule) and, with a tenant, the
+// tenant alone, into res.Solo and res.SoloTenant.
+func soloRuns(ctx context.Context, out io.Writer, sys *system, sc *Scenario, sched []arrival, setup *scenarioSetup, plain *tenantRun, res *CollisionResults, checkOCR func(string, *CollisionRun)) error {
+	res.Solo = map[string]*ClassStats{}
+	for ci, c := range sc.Classes {
+		var only []arrival
+		for _, a := range sched {
+			if a.Class == ci {
+				only = append(only, a)
+			}
+		}
+		active := make([]bool, len(sc.Classes))
+		active[ci] = true
+		fmt.Fprintf(out, "  solo %s ...\n", c.Name)
+		run, err := runSchedule(ctx, sys, sc, only, setup.reqs, active, nil)
+		if err != nil {
+			return fmt.Errorf("solo %s: %w", c.Name, err)
+		}
+		checkOCR("solo "+c.Name, run)
+		res.Solo[c.Name] = run.Classes[c.Name]
+	}
+	if plain != nil {
+		fmt.Fprintf(out, "  solo llm tenant ...\n")
+		run, err := runSchedule(ctx, sys, sc, nil, setup.reqs, make([]bool, len(sc.Classes)), plain)
+		if err != nil {
+			return fmt.Errorf("solo llm tenant: %w", err)
+		}
+		res.SoloTenant = run.Tenant
+	}
+	return nil
 }
 
 // scenarioRequests fetches the real models the scenario loads (into w.fetched) and
@@ -509,7 +533,50 @@ func runSchedule(ctx context.Context, sys *system, sc *Scenario, sched []arrival
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	// Floods: a token per request that may be outstanding, given back by its answer.
+	floods := floodTokens(sc, on, cl)
+	var wg sync.WaitGroup
+	frames := make([][]frameRec, len(sc.Classes))
+	for ci, c := range sc.Classes {
+		if !on(ci) {
+			continue
+		}
+		switch c.Arrival {
+		case "flood":
+			wg.Go(func() { runFlood(rctx, cl, c, reqs[ci], floods[c.Name], start, windowEnd) })
+		case "stream":
+			wg.Go(func() {
+				frames[ci] = runStreams(rctx, sys.cl, c, sc.Seed, c.Streams, sc.frames(c), start)
+			})
+		}
+	}
+	fail := func(err error) (*CollisionRun, error) {
+		cancel()
+		wg.Wait()
+		return nil, err
+	}
+	if err := sendSchedule(ctx, cl, sc, sched, reqs, start, windowEnd); err != nil {
+		return fail(err)
+	}
+	var tenantStats *TenantStats
+	if tp != nil {
+		if tenantStats, err = tp.finish(); err != nil {
+			return fail(fmt.Errorf("llm tenant: %w", err))
+		}
+	}
+	wg.Wait() // the streams' last answers; no flood sends after the window
+	cl.wait(ctx, sc.DrainTimeout.D())
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	run := collisionRun(sc, cl.snapshot(), frames, start, windowEnd)
+	run.Tenant = tenantStats
+	time.Sleep(300 * time.Millisecond) // let the system settle before the next run
+	return run, nil
+}
+
+// floodTokens are the flood classes' tokens (of those on): a token per request that may
+// be outstanding, given back by its answer.
+func floodTokens(sc *Scenario, on func(ci int) bool, cl *caller) map[string]chan struct{} {
 	floods := map[string]chan struct{}{}
 	for ci, c := range sc.Classes {
 		if c.Arrival == "flood" && on(ci) {
@@ -529,83 +596,67 @@ func runSchedule(ctx context.Context, sys *system, sc *Scenario, sched []arrival
 			}
 		})
 	}
-	var wg sync.WaitGroup
-	frames := make([][]frameRec, len(sc.Classes))
-	for ci, c := range sc.Classes {
-		if !on(ci) {
-			continue
-		}
-		switch c.Arrival {
-		case "flood":
-			tokens := floods[c.Name]
-			wg.Go(func() {
-				from := time.NewTimer(time.Until(start.Add(c.Start.D())))
-				defer from.Stop()
-				select {
-				case <-rctx.Done():
-					return
-				case <-from.C:
-				}
-				end := time.NewTimer(time.Until(windowEnd))
-				defer end.Stop()
-				for {
-					select {
-					case <-rctx.Done():
-						return
-					case <-end.C:
-						return
-					case <-tokens:
-						req := reqs[ci]()
-						req.ID = nuid.Next()
-						cl.send(c.Op, &req) // a failed publish is recorded on its call
-					}
-				}
-			})
-		case "stream":
-			wg.Go(func() {
-				frames[ci] = runStreams(rctx, sys.cl, c, sc.Seed, c.Streams, sc.frames(c), start)
-			})
+	return floods
+}
+
+// runFlood is a flood class's sender: from the class's start to the window's end, a new
+// request for each token (one given back by each answer).
+func runFlood(ctx context.Context, cl *caller, c ScenarioClass, req func() codec.Request, tokens chan struct{}, start, windowEnd time.Time) {
+	from := time.NewTimer(time.Until(start.Add(c.Start.D())))
+	defer from.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-from.C:
+	}
+	end := time.NewTimer(time.Until(windowEnd))
+	defer end.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-end.C:
+			return
+		case <-tokens:
+			r := req()
+			r.ID = nuid.Next()
+			cl.send(c.Op, &r) // a failed publish is recorded on its call
 		}
 	}
-	fail := func(err error) (*CollisionRun, error) {
-		cancel()
-		wg.Wait()
-		return nil, err
-	}
+}
+
+// sendSchedule sends the schedule's requests at their times, then waits for the end of
+// the window.
+func sendSchedule(ctx context.Context, cl *caller, sc *Scenario, sched []arrival, reqs []func() codec.Request, start, windowEnd time.Time) error {
 	for _, a := range sched {
-		if d := time.Until(start.Add(a.At)); d > 0 {
-			select {
-			case <-ctx.Done():
-				return fail(ctx.Err())
-			case <-time.After(d):
-			}
+		if err := sleepUntil(ctx, start.Add(a.At)); err != nil {
+			return err
 		}
 		req := reqs[a.Class]()
 		req.ID = nuid.Next()
 		if _, err := cl.send(sc.Classes[a.Class].Op, &req); err != nil {
-			return fail(err)
+			return err
 		}
 	}
-	if d := time.Until(windowEnd); d > 0 {
+	return sleepUntil(ctx, windowEnd)
+}
+
+// sleepUntil waits until t (no wait when it is past), or returns ctx's error.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	if d := time.Until(t); d > 0 {
 		select {
 		case <-ctx.Done():
-			return fail(ctx.Err())
+			return ctx.Err()
 		case <-time.After(d):
 		}
 	}
-	var tenantStats *TenantStats
-	if tp != nil {
-		if tenantStats, err = tp.finish(); err != nil {
-			return fail(fmt.Errorf("llm tenant: %w", err))
-		}
-	}
-	wg.Wait() // the streams' last answers; no flood sends after the window
-	cl.wait(ctx, sc.DrainTimeout.D())
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	calls := cl.snapshot()
-	run := &CollisionRun{Classes: map[string]*ClassStats{}, Tenant: tenantStats}
+	return nil
+}
+
+// collisionRun computes each class's statistics from its calls and its streams' frames,
+// and the batch class's drain past the window.
+func collisionRun(sc *Scenario, calls []call, frames [][]frameRec, start, windowEnd time.Time) *CollisionRun {
+	run := &CollisionRun{Classes: map[string]*ClassStats{}}
 	for ci, c := range sc.Classes {
 		var mine []call
 		for _, k := range calls {
@@ -634,8 +685,7 @@ func runSchedule(ctx context.Context, sys *system, sc *Scenario, sched []arrival
 			run.DrainMS = ms(max(0, last.Sub(windowEnd)))
 		}
 	}
-	time.Sleep(300 * time.Millisecond) // let the system settle before the next run
-	return run, nil
+	return run
 }
 
 // classStats summarises one class's calls.
