@@ -330,14 +330,23 @@ func (lc *lifecycle) router(now time.Time, route decide, out *[]effect) sched.Ro
 			}
 		case d.reserve:
 			for _, pool := range it.Pools {
-				lc.active.see(lc.env.device(pool), it.Class, now)
+				if !d.own[pool] {
+					lc.active.see(lc.env.device(pool), it.Class, now)
+				}
 			}
 		}
 		if d.wake != "" {
 			*out = append(*out, effWake{d.wake})
 		}
-		if d.aside {
-			return "", sched.Aside // waits, holding no pool from the items behind it
+		if len(d.own) > 0 {
+			// It waits, holding only the pools its owner's pause leaves it (pause.go, rule 5).
+			var keep []string
+			for _, pool := range it.Pools {
+				if !d.own[pool] {
+					keep = append(keep, pool)
+				}
+			}
+			return "", sched.Waits{Pools: keep}
 		}
 		return d.pool, d.err
 	}

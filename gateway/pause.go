@@ -186,27 +186,26 @@ func (ps *pauses) list(now time.Time, viewer string) []codec.PauseReply {
 	return out
 }
 
-// pausedAside reports whether p waits only by its owner's own pause (rule 5): every pool
-// of pools that can serve its model is paused for it, none by the operator. Such an item
-// waits aside (sched.Aside): it holds its pools and devices from nobody, since one app's
-// pause of its own work never holds back another's.
-func (c *capacity) pausedAside(class string, pools []string, p *pending) bool {
+// ownPaused is the pools of pools (those that can serve p's model) where p's class is
+// paused for it by its owner's own pause alone, not the operator's (rule 5); nil for
+// none. p waits for them without holding them (or their devices) from anyone else's
+// work, since one app's pause of its own work never holds back another's.
+func (c *capacity) ownPaused(class string, pools []string, p *pending) map[string]bool {
 	owner := p.workOwner()
 	if owner == "" || len(c.paused) == 0 {
-		return false
+		return nil
 	}
-	serving := 0
+	var own map[string]bool
 	for _, pool := range pools {
-		if c.modelDown(pool, p.req.Model) != nil {
-			continue
-		}
 		dev := c.cfg.Pool(pool).Device
-		if !c.paused.holds(class, dev, owner) || c.paused.holds(class, dev, "") {
-			return false
+		if c.modelDown(pool, p.req.Model) == nil && c.paused.holds(class, dev, owner) && !c.paused.holds(class, dev, "") {
+			if own == nil {
+				own = map[string]bool{}
+			}
+			own[pool] = true
 		}
-		serving++
 	}
-	return serving > 0
+	return own
 }
 
 // pausedOn reports whether class is paused on pool's device for p's work at the

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -99,10 +100,9 @@ func TestPauseScope(t *testing.T) {
 			t.Errorf("%s under A's pause of batch: routed to %q, want held %v", x.what, pool, x.held)
 		}
 	}
-	// A's held request waits aside: it reserves neither its pool nor its device from
-	// the work behind it.
-	if d := c.route(itemOf("account:A", ""), nil); d.pool != "" || !d.aside {
-		t.Errorf("A's request under its own pause: %+v, want held aside", d)
+	// A's held request holds neither its pool nor its device from the work behind it.
+	if d := c.route(itemOf("account:A", ""), nil); d.pool != "" || d.err != nil || !d.own["bulk"] {
+		t.Errorf("A's request under its own pause: %+v, want held, bulk its owner's", d)
 	}
 	if n := g.jobRoom(nil); n == 0 {
 		t.Error("A's pause stopped every job's intake")
@@ -112,8 +112,8 @@ func TestPauseScope(t *testing.T) {
 		t.Fatal(e)
 	}
 	c = g.snapshot(time.Now())
-	if d := c.route(itemOf("account:A", ""), nil); d.pool != "" || d.aside {
-		t.Errorf("A's request under the operator's pause too: %+v, want held as the operator's pause holds (not aside)", d)
+	if d := c.route(itemOf("account:A", ""), nil); d.pool != "" || len(d.own) != 0 {
+		t.Errorf("A's request under the operator's pause too: %+v, want held as the operator's pause holds, its pools reserved", d)
 	}
 	for _, tenant := range []string{"account:B", ""} {
 		if pool := routeOK(t, nextPass(c), itemOf(tenant, ""), nil); pool != "" {
@@ -190,5 +190,29 @@ func TestJobRoomWindows(t *testing.T) {
 	now = time.Date(2026, 12, 3, 23, 0, 0, 0, time.Local)
 	if n := g.jobRoom(nil); n == 0 {
 		t.Error("no job room at 23:00, inside 22:00-07:00")
+	}
+}
+
+// Rule 5 on a chain of two devices: A's pause of batch on cuda:0 keeps A's batch request
+// from bulk (there) only; while it waits for spare it reserves spare alone, leaving bulk
+// to the others' work, and it waits (not no_worker) though spare has no live worker.
+func TestPauseScopeOneDevice(t *testing.T) {
+	g := testGateway(t, routeConfig)
+	newFleet(t, g).ready("bulk", "bulk-1", 2, "interactive", "batch")
+	if _, e := g.pause(&codec.PauseRequest{Class: "batch", Device: "cuda:0", ForMS: 60_000}, "account:A"); e != nil {
+		t.Fatal(e)
+	}
+	route := passRouter(g, time.Now())
+	a := newItem("batch", "tag", soon(), "bulk", "spare")
+	a.Value.(*pending).tenant = "account:A"
+	pool, err := route(a, map[string]bool{})
+	var waits sched.Waits
+	if pool != "" || !errors.As(err, &waits) || !slices.Equal(waits.Pools, []string{"spare"}) {
+		t.Fatalf("A's batch request under its pause on cuda:0: %q %v, want it waiting, holding spare alone", pool, err)
+	}
+	b := newItem("batch", "tag", soon(), "bulk", "spare")
+	b.Value.(*pending).tenant = "account:B"
+	if pool, err := route(b, map[string]bool{"spare": true}); pool != "bulk" || err != nil {
+		t.Fatalf("B's batch request behind it: %q %v, want bulk", pool, err)
 	}
 }

@@ -76,7 +76,7 @@ func (g *Gateway) router(now time.Time) decide {
 			snap = g.snapshot(now)
 		}
 		d := snap.route(it, reserved)
-		d.reserve = d.pool == "" && d.err == nil && !d.aside && snap.reserves(it.Class)
+		d.reserve = d.pool == "" && d.err == nil && snap.reserves(it.Class)
 		return d
 	}
 }
@@ -91,9 +91,10 @@ type decision struct {
 	wake   string
 	// reserve: the item waits, and its class reserves its pools' devices while it does.
 	reserve bool
-	// aside: the item waits by its owner's own pause alone (pause.go, rule 5), holding
-	// neither its pools (sched.Aside) nor its devices from anyone else's work.
-	aside bool
+	// own: the item's pools its owner's own pause alone holds it from (pause.go, rule 5).
+	// While it waits it holds only its other pools (sched.Waits) and their devices: none
+	// of these from anyone else's work.
+	own map[string]bool
 }
 
 // route decides an item of a dispatch pass: the first candidate pool, in order, that is
@@ -163,15 +164,18 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 	if infeasible > 0 && infeasible == len(pools) {
 		return decision{err: codec.Errorf(codec.CodeDeadlineExceeded, "cannot finish before its deadline on any of %v even if run now (measured service time)", pools)}
 	}
-	if c.pausedAside(it.Class, pools, p) {
-		return decision{aside: true} // paused by its owner alone (pause.go, rule 5)
-	}
+	// The pools its owner's own pause holds it from are out of its chain while it waits,
+	// and it waits for them rather than fail (pause.go, rule 5).
+	own := c.ownPaused(it.Class, pools, p)
 	var why []string
 	var down []*codec.Error
 	for _, pool := range pools {
 		pc := c.pools[pool]
+		if own[pool] {
+			continue
+		}
 		if c.pausedOn(it.Class, pool, p) && c.modelDown(pool, p.req.Model) == nil {
-			return decision{} // paused (pause.go, rule 1): it waits, and wakes no pool
+			return decision{own: own} // paused (pause.go, rule 1): it waits, and wakes no pool
 		}
 		if e := c.modelDown(pool, p.req.Model); e != nil {
 			down = append(down, e)
@@ -180,16 +184,19 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 		}
 		switch {
 		case pc.live:
-			return decision{} // busy: wait
+			return decision{own: own} // busy: wait
 		case pc.asleep:
 			// A lazy_load pool starts on its first request: the item waits for it, and the
 			// rest of the pass does not ask again.
 			pc.asleep = false
-			return decision{wake: pool}
+			return decision{wake: pool, own: own}
 		case pc.coming:
-			return decision{}
+			return decision{own: own}
 		}
 		why = append(why, fmt.Sprintf("%s: %s", pool, pc.reason))
+	}
+	if len(own) > 0 {
+		return decision{own: own} // it waits for its owner's resume (its deadline holds)
 	}
 	if len(down) == len(pools) {
 		// The model failed on every pool that could run it: say so, with its load error.

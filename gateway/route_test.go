@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -620,10 +621,10 @@ func TestRouteLazyWake(t *testing.T) {
 	c := snapOf(t, routeConfig)
 	asleep := poolStatus{reason: "not started yet (lazy_load): starting for this request", coming: true, asleep: true}
 	c.pools["spare"].poolStatus = asleep
-	if d := c.route(newItem("interactive", "tag", soon(), "fast", "spare"), nil); d != (decision{wake: "spare"}) {
+	if d := c.route(newItem("interactive", "tag", soon(), "fast", "spare"), nil); !reflect.DeepEqual(d, decision{wake: "spare"}) {
 		t.Fatalf("first item for an asleep pool: %+v, want a wait that wakes spare", d)
 	}
-	if d := c.route(newItem("interactive", "tag", soon(), "spare"), nil); d != (decision{}) {
+	if d := c.route(newItem("interactive", "tag", soon(), "spare"), nil); !reflect.DeepEqual(d, decision{}) {
 		t.Fatalf("second item of the pass: %+v, want a wait, no second wake", d)
 	}
 
@@ -631,7 +632,7 @@ func TestRouteLazyWake(t *testing.T) {
 	c.pools["spare"].poolStatus = asleep
 	ready(c, "bulk", 1, "interactive")
 	c.pools["bulk"].busy = 1
-	if d := c.route(newItem("interactive", "tag", soon(), "bulk", "spare"), nil); d != (decision{}) {
+	if d := c.route(newItem("interactive", "tag", soon(), "bulk", "spare"), nil); !reflect.DeepEqual(d, decision{}) {
 		t.Fatalf("a live full pool first in the chain: %+v, want a wait that wakes nothing", d)
 	}
 }

@@ -10,8 +10,9 @@
 //  2. FIFO within a class, without head-of-line blocking across pools: an item that must
 //     wait for its pool reserves that pool — no later item of its class or of a lower
 //     class may take it in the same pass — while items bound for other pools go on. An
-//     item that waits by its own owner's choice (the Router answers Aside: a tenant's
-//     pause of its own work) reserves nothing: it keeps nobody else from the pools.
+//     item kept from some of its pools by its own owner's choice (a tenant's pause of
+//     its own work) reserves only the others (the Router answers Waits): it keeps nobody
+//     else from the pools its owner chose not to use.
 //  3. Bounded queues, explicit backpressure: a full class queue refuses a new request at
 //     once (shed policy reject_new, answered overloaded) or drops its oldest waiting items
 //     to make room (drop_oldest, for camera-frame-like work where the freshest matters).
@@ -177,9 +178,12 @@ func (s *Queues) Drain() []*Item {
 // error answers the item now (no pool can ever serve it).
 type Router func(it *Item, reserved map[string]bool) (pool string, err error)
 
-// Aside is the error a Router returns for an item that waits without reserving its pools
-// (rule 2): it stays queued, and the items behind it may take its pools.
-var Aside = errors.New("sched: the item waits aside")
+// Waits is what a Router returns for an item that waits reserving only Pools of its
+// candidates (rule 2's exception; none: it reserves nothing): it stays queued, and the
+// items behind it may take its other pools.
+type Waits struct{ Pools []string }
+
+func (Waits) Error() string { return "sched: the item waits, reserving only some of its pools" }
 
 // Assignment is an item leaving the queues for a pool.
 type Assignment struct {
@@ -206,9 +210,13 @@ func (s *Queues) Dispatch(now time.Time, route Router) (out []Assignment, failed
 			continue
 		}
 		pool, err := route(it, reserved)
+		var waits Waits
 		switch {
-		case err == Aside:
-			// Rule 2's exception: it waits, holding no pool from anyone behind it.
+		case errors.As(err, &waits):
+			// Rule 2's exception: it waits, holding only these pools from everyone behind it.
+			for _, p := range waits.Pools {
+				reserved[p] = true
+			}
 		case err != nil:
 			failed = append(failed, Failure{it, err})
 			leaves[it] = true

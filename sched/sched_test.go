@@ -87,25 +87,26 @@ func TestReservationAcrossPools(t *testing.T) {
 	}
 }
 
-// Rule 2's exception: an item its Router sets aside stays queued and reserves nothing,
-// so the items behind it (of its class and below) take its pool.
-func TestAsideReservesNothing(t *testing.T) {
+// Rule 2's exception: an item whose Router answers Waits stays queued and reserves only
+// the pools named, so the items behind it (of its class and below) take its others.
+func TestWaitsReservesOnlyItsPools(t *testing.T) {
 	q := New(classes())
-	q.Push(&Item{ID: "b1", Class: "batch", Pools: []string{"gpu"}})
+	q.Push(&Item{ID: "b1", Class: "batch", Pools: []string{"gpu", "cpu"}})
 	q.Push(&Item{ID: "b2", Class: "batch", Pools: []string{"gpu"}})
-	free := map[string]int{"gpu": 1}
+	q.Push(&Item{ID: "b3", Class: "batch", Pools: []string{"cpu"}})
+	free := map[string]int{"gpu": 1, "cpu": 1}
 	route := func(it *Item, reserved map[string]bool) (string, error) {
 		if it.ID == "b1" {
-			return "", Aside
+			return "", Waits{Pools: []string{"cpu"}} // kept from gpu by its owner
 		}
 		return rooms(free)(it, reserved)
 	}
 	out, failed := q.Dispatch(time.Now(), route)
 	if got := ids(out); len(got) != 1 || got[0] != "b2" || len(failed) != 0 {
-		t.Fatalf("dispatch %v (failed %v), want [b2] behind the item set aside", got, failed)
+		t.Fatalf("dispatch %v (failed %v), want [b2] on gpu, b3 behind b1's reservation of cpu", got, failed)
 	}
-	if q.Len("batch") != 1 {
-		t.Fatal("the item set aside left the queue")
+	if q.Len("batch") != 2 {
+		t.Fatal("a waiting item left the queue")
 	}
 }
 
