@@ -193,71 +193,21 @@ func (s *Scenario) withLoad(i int) *Scenario {
 
 // Capacity runs the capacity curve (see CapacityResults).
 func Capacity(ctx context.Context, o Options) (*Report, error) {
-	h, sc, err := scenarioHarness(&o, "capacity", "capacity", func(sc *Scenario) error {
-		if sc.Capacity == nil {
-			return fmt.Errorf("scenario %s has no [capacity] table (the load steps)", sc.Name)
-		}
-		if o.Steps != "" {
-			var err error
-			if sc.Capacity.Streams, sc.Capacity.Rates, sc.Capacity.Tenants, err = ParseSteps(o.Steps); err != nil {
-				return err
-			}
-			if len(sc.Capacity.Tenants) > 0 && sc.Tenant == nil {
-				return fmt.Errorf("steps: TENANTS needs a scenario with a [tenant] table (e.g. -scenario capacity-llm)")
-			}
-		}
-		if o.Duration > 0 {
-			sc.Capacity.Window = config.Duration(o.Duration)
-		}
-		return nil
-	})
+	h, sc, err := scenarioHarness(&o, "capacity", "capacity", capacityAdjust(&o))
 	if err != nil {
 		return nil, err
 	}
 	defer h.close()
 	rep := h.rep
-	res := &CapacityResults{Scenario: sc, Seed: sc.Seed, StepWindowS: sc.withLoad(0).Window.D().Seconds(), Targets: map[string]CapacityTarget{},
-		Knee: map[string]*CapacityKnee{}, PolicyKey: "ok"}
-	for _, c := range sc.Classes {
-		if hasTarget(c) {
-			res.Targets[c.Name] = target(c)
-		}
-	}
-	for i := range sc.Capacity.Streams {
-		res.Steps = append(res.Steps, &CapacityStep{Step: i + 1, Streams: sc.Capacity.Streams[i], Rate: sc.Capacity.Rates[i], Tenants: sc.Capacity.tenantsAt(i),
-			Missed: map[string][]string{}})
-	}
+	res := newCapacityResults(sc)
 	rep.Results = res
 	setup, err := h.scenarioSetup(sc, &res.PolicyKey, "the policy runs used its built-in policy, and there are no FIFO runs")
 	if err != nil {
 		return nil, err
 	}
 	out := o.out()
-	var targets []string
-	for _, c := range sc.Classes {
-		if t, ok := res.Targets[c.Name]; ok {
-			targets = append(targets, fmt.Sprintf("%s p95 <= %.0f ms and <= %.1f%% missed", c.Name, t.P95MS, 100*t.MaxMissed))
-		}
-	}
-	unit := "streams:rate"
-	if len(sc.Capacity.Tenants) > 0 {
-		unit = "streams:rate:llm tenants"
-	}
-	fmt.Fprintf(out, "capacity: scenario %s, seed %d, %d steps of %v (%s %s), after the knee %d more; targets: %s\n",
-		sc.Name, sc.Seed, len(res.Steps), sc.withLoad(0).Window.D(), unit, stepsLine(res.Steps), sc.Capacity.AfterKnee, strings.Join(targets, "; "))
-
-	// The LLM tenants of a step run without the gate under FIFO, and with it under the
-	// policy when the scenario asks for it and the ortbus binary's lease has it.
-	gatePolicy := false
-	if t := setup.tenant; t != nil && len(sc.Capacity.Tenants) > 0 {
-		spec := sc.Tenant.spec()
-		gatePolicy = sc.Tenant.Gate && setup.gate
-		fmt.Fprintf(out, "llm tenants per step: %v (decoder of %d layers, width %d; prompts of %d tokens then %d; lease on %s, class %s; gated under the policy: %v)\n",
-			sc.Capacity.Tenants, spec.Layers, spec.Width, sc.Tenant.Prompt, sc.Tenant.Tokens, sc.Tenant.Device, sc.Tenant.Class, gatePolicy)
-		if sc.Tenant.Gate && !setup.gate {
-			rep.note("the policy runs' tenants are not gated: %s lease has no --gate", t.ortbus)
-		}
-	}
+	printCapacityPlan(out, sc, res)
+	gatePolicy := capacityGate(out, rep, sc, setup)
 	runAll := func(name, cfg string, set func(*CapacityStep, *CollisionRun)) error {
 		sys, err := h.startScenario(ctx, name, cfg, sc, setup)
 		if err != nil {
@@ -308,6 +258,80 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// capacityAdjust applies the options to the capacity scenario: -steps (TENANTS only with
+// a [tenant] table) and -duration (a step's window).
+func capacityAdjust(o *Options) func(sc *Scenario) error {
+	return func(sc *Scenario) error {
+		if sc.Capacity == nil {
+			return fmt.Errorf("scenario %s has no [capacity] table (the load steps)", sc.Name)
+		}
+		if o.Steps != "" {
+			var err error
+			if sc.Capacity.Streams, sc.Capacity.Rates, sc.Capacity.Tenants, err = ParseSteps(o.Steps); err != nil {
+				return err
+			}
+			if len(sc.Capacity.Tenants) > 0 && sc.Tenant == nil {
+				return fmt.Errorf("steps: TENANTS needs a scenario with a [tenant] table (e.g. -scenario capacity-llm)")
+			}
+		}
+		if o.Duration > 0 {
+			sc.Capacity.Window = config.Duration(o.Duration)
+		}
+		return nil
+	}
+}
+
+// newCapacityResults are the capacity curve's results before its runs: the classes'
+// targets and the load steps.
+func newCapacityResults(sc *Scenario) *CapacityResults {
+	res := &CapacityResults{Scenario: sc, Seed: sc.Seed, StepWindowS: sc.withLoad(0).Window.D().Seconds(), Targets: map[string]CapacityTarget{},
+		Knee: map[string]*CapacityKnee{}, PolicyKey: "ok"}
+	for _, c := range sc.Classes {
+		if hasTarget(c) {
+			res.Targets[c.Name] = target(c)
+		}
+	}
+	for i := range sc.Capacity.Streams {
+		res.Steps = append(res.Steps, &CapacityStep{Step: i + 1, Streams: sc.Capacity.Streams[i], Rate: sc.Capacity.Rates[i], Tenants: sc.Capacity.tenantsAt(i),
+			Missed: map[string][]string{}})
+	}
+	return res
+}
+
+// printCapacityPlan says the curve's steps and targets on out.
+func printCapacityPlan(out io.Writer, sc *Scenario, res *CapacityResults) {
+	var targets []string
+	for _, c := range sc.Classes {
+		if t, ok := res.Targets[c.Name]; ok {
+			targets = append(targets, fmt.Sprintf("%s p95 <= %.0f ms and <= %.1f%% missed", c.Name, t.P95MS, 100*t.MaxMissed))
+		}
+	}
+	unit := "streams:rate"
+	if len(sc.Capacity.Tenants) > 0 {
+		unit = "streams:rate:llm tenants"
+	}
+	fmt.Fprintf(out, "capacity: scenario %s, seed %d, %d steps of %v (%s %s), after the knee %d more; targets: %s\n",
+		sc.Name, sc.Seed, len(res.Steps), sc.withLoad(0).Window.D(), unit, stepsLine(res.Steps), sc.Capacity.AfterKnee, strings.Join(targets, "; "))
+}
+
+// capacityGate is whether the policy runs' LLM tenants are gated, said on out.
+// The LLM tenants of a step run without the gate under FIFO, and with it under the
+// policy when the scenario asks for it and the ortbus binary's lease has it.
+func capacityGate(out io.Writer, rep *Report, sc *Scenario, setup *scenarioSetup) bool {
+	t := setup.tenant
+	if t == nil || len(sc.Capacity.Tenants) == 0 {
+		return false
+	}
+	spec := sc.Tenant.spec()
+	gatePolicy := sc.Tenant.Gate && setup.gate
+	fmt.Fprintf(out, "llm tenants per step: %v (decoder of %d layers, width %d; prompts of %d tokens then %d; lease on %s, class %s; gated under the policy: %v)\n",
+		sc.Capacity.Tenants, spec.Layers, spec.Width, sc.Tenant.Prompt, sc.Tenant.Tokens, sc.Tenant.Device, sc.Tenant.Class, gatePolicy)
+	if sc.Tenant.Gate && !setup.gate {
+		rep.note("the policy runs' tenants are not gated: %s lease has no --gate", t.ortbus)
+	}
+	return gatePolicy
 }
 
 func stepsLine(steps []*CapacityStep) string {

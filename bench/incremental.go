@@ -7,6 +7,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -99,28 +100,10 @@ func Incremental(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	lib := filepath.Join(w.images, "library")
-	if err := os.MkdirAll(lib, 0o755); err != nil {
+	if err := writeLibrary(out, lib, n); err != nil {
 		return nil, err
 	}
-	t0 := time.Now()
-	for i := range n {
-		if err := incrementalImage(lib, i, 0); err != nil {
-			return nil, err
-		}
-	}
-	fmt.Fprintf(out, "incremental: %d distinct %dx%d PNGs written in %.1fs\n", n, incrementalSide, incrementalSide, time.Since(t0).Seconds())
-
-	const pool = "bulk"
-	cfg, err := w.writeConfig(&o, "incremental", sysConfig{
-		Images:   w.images,
-		StoreDir: filepath.Join(w.dir, "jetstream"),
-		Cache:    config.Cache{Enabled: true},
-		Pools: []poolSpec{{Name: pool, Runtime: h.lib, Workers: 1, Slots: 1, Threads: 1,
-			Classes: []string{subjects.ClassBatch}, Models: []string{"tagger-a", "tagger-b"}}},
-		Classes: []classSpec{{Name: subjects.ClassBatch, Chain: []string{pool}, Timeout: 10 * time.Minute, QueueBound: 10_000}},
-		Models: []modelSpec{{Name: "tagger-a", Kind: config.KindTaggerPixAI, Dir: dirA},
-			{Name: "tagger-b", Kind: config.KindTaggerPixAI, Dir: dirB}},
-	})
+	cfg, err := w.writeConfig(&o, "incremental", incrementalConfig(h, dirA, dirB))
 	if err != nil {
 		return nil, err
 	}
@@ -157,13 +140,8 @@ func Incremental(ctx context.Context, o Options) (*Report, error) {
 	}
 	// 1 % changed (other pixels, same names), 1 % added.
 	k := max(1, n/100)
-	for i := range k {
-		if err := incrementalImage(lib, i*(n/k), 1); err != nil {
-			return nil, err
-		}
-		if err := incrementalImage(lib, n+i, 0); err != nil {
-			return nil, err
-		}
+	if err := changeLibrary(lib, n, k); err != nil {
+		return nil, err
 	}
 	changed, err := run(fmt.Sprintf("rescan, %d changed + %d added", k, k), "tagger-a")
 	if err != nil {
@@ -172,16 +150,8 @@ func Incremental(ctx context.Context, o Options) (*Report, error) {
 	if _, err := run(fmt.Sprintf("rescan, %d changed + %d added", k, k), "tagger-b"); err != nil {
 		return nil, err
 	}
-	// A new revision of tagger-a: other weights (one compute layer), same labels; its
-	// workers reload it.
-	if err := onnxgen.GenerateTagger(dirA, 1); err != nil {
+	if err := reviseTagger(ctx, sys, dirA, "tagger-a"); err != nil {
 		return nil, err
-	}
-	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	_, err = sys.cl.Model(mctx, &codec.ModelControl{Action: "reload", Model: "tagger-a"})
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("reload tagger-a: %w", err)
 	}
 	revA, err := run("after tagger-a's revision", "tagger-a")
 	if err != nil {
@@ -195,7 +165,73 @@ func Incremental(ctx context.Context, o Options) (*Report, error) {
 	res.RescanSpeedup = ratio(firstA.ElapsedS, rescan.ElapsedS)
 	res.ChangedExact = changed.Computed == 2*k && changed.Cached == n-k && changed.Failed == 0
 	res.RevisionExact = revA.Computed == n+k && revB.Computed == 0 && revB.Cached == n+k
+	reportIncremental(out, rep, res, n, k, changed, revA, revB)
+	return rep, nil
+}
 
+// writeLibrary writes the library's n distinct images, said on out with the time taken.
+func writeLibrary(out io.Writer, lib string, n int) error {
+	if err := os.MkdirAll(lib, 0o755); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	for i := range n {
+		if err := incrementalImage(lib, i, 0); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "incremental: %d distinct %dx%d PNGs written in %.1fs\n", n, incrementalSide, incrementalSide, time.Since(t0).Seconds())
+	return nil
+}
+
+// changeLibrary changes k of the library's n images (other pixels, same names) and adds k.
+func changeLibrary(lib string, n, k int) error {
+	for i := range k {
+		if err := incrementalImage(lib, i*(n/k), 1); err != nil {
+			return err
+		}
+		if err := incrementalImage(lib, n+i, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reviseTagger writes a new revision of the tagger in dir: other weights (one compute
+// layer), same labels; its workers reload it.
+func reviseTagger(ctx context.Context, sys *system, dir, model string) error {
+	if err := onnxgen.GenerateTagger(dir, 1); err != nil {
+		return err
+	}
+	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	_, err := sys.cl.Model(mctx, &codec.ModelControl{Action: "reload", Model: model})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("reload %s: %w", model, err)
+	}
+	return nil
+}
+
+// incrementalConfig is the incremental bench's system: the cache on, one batch pool of
+// one worker serving the two taggers.
+func incrementalConfig(h *harness, dirA, dirB string) sysConfig {
+	w := h.w
+	const pool = "bulk"
+	return sysConfig{
+		Images:   w.images,
+		StoreDir: filepath.Join(w.dir, "jetstream"),
+		Cache:    config.Cache{Enabled: true},
+		Pools: []poolSpec{{Name: pool, Runtime: h.lib, Workers: 1, Slots: 1, Threads: 1,
+			Classes: []string{subjects.ClassBatch}, Models: []string{"tagger-a", "tagger-b"}}},
+		Classes: []classSpec{{Name: subjects.ClassBatch, Chain: []string{pool}, Timeout: 10 * time.Minute, QueueBound: 10_000}},
+		Models: []modelSpec{{Name: "tagger-a", Kind: config.KindTaggerPixAI, Dir: dirA},
+			{Name: "tagger-b", Kind: config.KindTaggerPixAI, Dir: dirB}},
+	}
+}
+
+// reportIncremental prints the phases and the verdicts (k changed and k added of n), and
+// records the targets.
+func reportIncremental(out io.Writer, rep *Report, res *IncrementalResults, n, k int, changed, revA, revB *IncrementalRun) {
 	fmt.Fprintf(out, "incremental: %d images, %s, 1 worker x 1 thread (ORT %s), [cache] on (max_bytes 1GiB)\n", n, res.Setup.Model, RuntimeVersion)
 	var rows []string
 	for _, r := range res.Phases {
@@ -209,7 +245,6 @@ func Incremental(ctx context.Context, o Options) (*Report, error) {
 	rep.target(okSpeed, "an unchanged rescan is %.1fx faster than the first job (goal >= 50x)", res.RescanSpeedup)
 	rep.target(res.ChangedExact, "the changed rescan computed %d, cached %d (want %d and %d)", changed.Computed, changed.Cached, 2*k, n-k)
 	rep.target(res.RevisionExact, "after the revision: tagger-a computed %d (want %d), tagger-b computed %d (want 0)", revA.Computed, n+k, revB.Computed)
-	return rep, nil
 }
 
 // incrementalImage writes image i of the library, version v: a small PNG whose pixels

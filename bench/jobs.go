@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"image/color"
+	"io"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -172,29 +173,11 @@ func Jobs(ctx context.Context, o Options) (*Report, error) {
 	rep, w := h.rep, h.w
 
 	// The items: solid images of the eight colours, item i is colour i mod 8.
-	var imgs []string
-	for _, c := range onnxgen.Colours {
-		p, err := w.solidPNG(c.Name, onnxgen.TaggerSize, color.RGBA{R: c.RGB[0], G: c.RGB[1], B: c.RGB[2], A: 255})
-		if err != nil {
-			return nil, err
-		}
-		imgs = append(imgs, p)
+	imgs, paths, err := jobsItems(w, n)
+	if err != nil {
+		return nil, err
 	}
-	paths := make([]string, n)
-	for i := range paths {
-		paths[i] = imgs[i%len(imgs)]
-	}
-
-	const pool = "bulk"
-	cfg, err := w.writeConfig(&o, "jobs", sysConfig{
-		Images:   w.images,
-		StoreDir: filepath.Join(w.dir, "jetstream"),
-		Jobs:     config.Jobs{AckWait: config.Duration(JobsAckWait)},
-		Pools: []poolSpec{{Name: pool, Runtime: h.lib, Workers: 1, Slots: 1, Threads: 1,
-			Classes: []string{subjects.ClassBatch}, Models: []string{jobsModel}}},
-		Classes: []classSpec{{Name: subjects.ClassBatch, Chain: []string{pool}, Timeout: 10 * time.Minute, QueueBound: max(10_000, 2*inflight)}},
-		Models:  []modelSpec{{Name: jobsModel, Kind: config.KindTaggerPixAI, Dir: filepath.Join(w.models, onnxgen.TaggerDir)}},
-	})
+	cfg, err := w.writeConfig(&o, "jobs", jobsConfig(h, inflight))
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +214,46 @@ func Jobs(ctx context.Context, o Options) (*Report, error) {
 	res.JobOverPlain = ratio(res.Job.ItemsPerS, res.Plain.ItemsPerS)
 	res.JobKillsOverPlain = ratio(res.JobKills.ItemsPerS, res.Plain.ItemsPerS)
 
-	out := o.out()
+	reportJobs(o.out(), rep, res, n, kills, inflight)
+	return rep, nil
+}
+
+// jobsItems are the bench's images, solid ones of the eight colours, and its n items'
+// paths: item i is colour i mod 8.
+func jobsItems(w *workdir, n int) (imgs, paths []string, err error) {
+	for _, c := range onnxgen.Colours {
+		p, err := w.solidPNG(c.Name, onnxgen.TaggerSize, color.RGBA{R: c.RGB[0], G: c.RGB[1], B: c.RGB[2], A: 255})
+		if err != nil {
+			return nil, nil, err
+		}
+		imgs = append(imgs, p)
+	}
+	paths = make([]string, n)
+	for i := range paths {
+		paths[i] = imgs[i%len(imgs)]
+	}
+	return imgs, paths, nil
+}
+
+// jobsConfig is the jobs bench's system: one batch pool of one worker, the tagger, the
+// bench's ack wait.
+func jobsConfig(h *harness, inflight int) sysConfig {
+	w := h.w
+	const pool = "bulk"
+	return sysConfig{
+		Images:   w.images,
+		StoreDir: filepath.Join(w.dir, "jetstream"),
+		Jobs:     config.Jobs{AckWait: config.Duration(JobsAckWait)},
+		Pools: []poolSpec{{Name: pool, Runtime: h.lib, Workers: 1, Slots: 1, Threads: 1,
+			Classes: []string{subjects.ClassBatch}, Models: []string{jobsModel}}},
+		Classes: []classSpec{{Name: subjects.ClassBatch, Chain: []string{pool}, Timeout: 10 * time.Minute, QueueBound: max(10_000, 2*inflight)}},
+		Models:  []modelSpec{{Name: jobsModel, Kind: config.KindTaggerPixAI, Dir: filepath.Join(w.models, onnxgen.TaggerDir)}},
+	}
+}
+
+// reportJobs prints the paths' throughput, the kills and the verdicts, and records the
+// targets and what went wrong.
+func reportJobs(out io.Writer, rep *Report, res *JobsResults, n, kills, inflight int) {
 	fmt.Fprintf(out, "jobs: %d items, %s, 1 worker x 1 thread (ORT %s); plain: %d batch requests in flight; jobs: ack_wait %v, the gateway holds %d items\n",
 		n, res.Setup.Model, RuntimeVersion, inflight, JobsAckWait, res.Setup.JobRoom)
 	rows := []string{fmt.Sprintf("plain batch requests\t%.2f\t%.2f\t\t\t\t\t%d\t%s\t\t%.2f\t%.3f\t", res.Plain.ItemsPerS, res.Plain.ElapsedS, res.Plain.OK, counts(res.Plain.Errors),
@@ -266,7 +288,6 @@ func Jobs(ctx context.Context, o Options) (*Report, error) {
 	if res.Plain.OK != n {
 		rep.note("plain path: %d of %d requests answered with a result (errors %v)", res.Plain.OK, n, res.Plain.Errors)
 	}
-	return rep, nil
 }
 
 // jobsRunner holds the system of the jobs bench, which the kill run replaces.
