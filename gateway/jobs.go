@@ -161,7 +161,8 @@ func (g *Gateway) jobRoom(s *jobs.Store) int {
 // this gateway's queues (runJobRequest), and returns the op's reply (msgpack) or error.
 func (g *Gateway) runJobItem(ctx context.Context, it jobs.Item) ([]byte, *codec.Error) {
 	rec := it.Job
-	p := &pending{op: rec.Op, accepted: time.Now(), owner: ownerJob}
+	// jobOwner: the job's tenant, whose own pauses hold its items (pause.go).
+	p := &pending{op: rec.Op, accepted: time.Now(), owner: ownerJob, jobOwner: rec.Owner}
 	if o := rec.Options; o != nil {
 		p.req = jobOptions(o) // what a job's options may set, whoever wrote the record
 	}
@@ -213,7 +214,7 @@ func (g *Gateway) jobCacheLookup(ctx context.Context, p *pending, rec *jobs.Reco
 // item; the rest run as usual (and their duplicates meet in runJobItem's flights). nil
 // where the job may not use the cache.
 func (g *Gateway) jobPrecomputed(rec *jobs.Record) jobs.Precomputed {
-	probe := &pending{op: rec.Op, accepted: time.Now(), owner: ownerJob}
+	probe := &pending{op: rec.Op, accepted: time.Now(), owner: ownerJob, jobOwner: rec.Owner}
 	if rec.Options != nil {
 		probe.req = jobOptions(rec.Options)
 	}

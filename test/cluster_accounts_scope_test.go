@@ -225,6 +225,31 @@ func TestAccountScopes(t *testing.T) {
 			t.Errorf("app2's batch request under app1's pause: %s", r.code())
 		}
 		clusterWaitStatus(t, e.ops.Conn, "app1's batch request still held", queued(1))
+		// So are app1's job items, and app2's job runs to its end meanwhile.
+		jobState := func(c *ortclient.Client, job string) *codec.JobStatus {
+			t.Helper()
+			st, err := c.JobStatus(ctx, job)
+			if err != nil {
+				t.Fatalf("status of job %s: %v", job, err)
+			}
+			return st
+		}
+		if _, err := e.c1.SubmitJob(ctx, &codec.JobSubmit{Job: "a1-paused-job", Op: "tag", Model: gwTagger, Items: []string{blue}, Options: &codec.Request{Cache: &noCache}}); err != nil {
+			t.Fatalf("app1: job submit under its pause: %v", err)
+		}
+		clusterWaitStatus(t, e.ops.Conn, "app1's job item held by its pause beside its request", queued(2))
+		if _, err := e.c2.SubmitJob(ctx, &codec.JobSubmit{Job: "a2-job", Op: "tag", Model: gwTagger, Items: []string{blue}, Options: &codec.Request{Cache: &noCache}}); err != nil {
+			t.Fatalf("app2: job submit under app1's pause: %v", err)
+		}
+		checkFor(t, "app2's job done under app1's pause", gwReplyBound, pollEvery, func() error {
+			if st := jobState(e.c2, "a2-job"); st.Done != 1 {
+				return fmt.Errorf("app2's job: %+v", st)
+			}
+			return nil
+		})
+		if st := jobState(e.c1, "a1-paused-job"); st.Done != 0 || st.Failed != 0 {
+			t.Errorf("app1's job ran under app1's own pause: %+v", st)
+		}
 		for who, want := range map[string][]string{"ops": {"batch/account:APP1"}, "app1": {"batch/account:APP1"}, "app2": nil} {
 			c := map[string]*ortclient.Client{"ops": e.cops, "app1": e.c1, "app2": e.c2}[who]
 			if got := pauses(c, who); !slices.Equal(got, want) {
@@ -237,6 +262,12 @@ func TestAccountScopes(t *testing.T) {
 		if r := answer(in1, "a1-batch"); r.code() != "ok" {
 			t.Errorf("app1's batch request after its resume: %s", r.code())
 		}
+		checkFor(t, "app1's job done after its resume", gwReplyBound, pollEvery, func() error {
+			if st := jobState(e.c1, "a1-paused-job"); st.Done != 1 {
+				return fmt.Errorf("app1's job: %+v", st)
+			}
+			return nil
+		})
 
 		// The operator's pause holds everyone's work, and both see it as the operator's.
 		if _, err := e.cops.Pause(ctx, &codec.PauseRequest{Class: "batch", ForMS: 60_000}); err != nil {
