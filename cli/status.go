@@ -79,10 +79,10 @@ func PrintStatus(w io.Writer, st *codec.StatusReply) {
 	if len(st.Pauses) > 0 {
 		// The pauses in force (op pause): a paused class's queued requests wait and jobs
 		// take no new items there, so an operator wondering why batch stands still sees why.
-		fmt.Fprintln(tw, "\nPAUSED CLASS\tDEVICE\tUNTIL\tENDS IN")
+		fmt.Fprintln(tw, "\nPAUSED CLASS\tDEVICE\tOWNER\tUNTIL\tENDS IN")
 		for _, p := range st.Pauses {
 			until := time.UnixMilli(p.UntilUnixMS)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Class, or(p.Device, "every device"), until.Format(time.TimeOnly), time.Until(until).Round(time.Second))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Class, or(p.Device, "every device"), or(oneLine(p.Owner, 80), "operator"), until.Format(time.TimeOnly), time.Until(until).Round(time.Second))
 		}
 	}
 	fmt.Fprintln(tw, "\nCLASS\tPRIORITY\tQUEUED\tRUNNING\tBOUND\tCHAIN")

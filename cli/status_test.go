@@ -81,14 +81,15 @@ func TestPrintStatusDeviceMem(t *testing.T) {
 	}
 }
 
-// TestPrintStatusPauses: a pause in force is in the status tables (class, device, end).
+// TestPrintStatusPauses: a pause in force is in the status tables (class, device, owner,
+// end).
 func TestPrintStatusPauses(t *testing.T) {
 	until := time.Now().Add(10 * time.Minute)
-	st := &codec.StatusReply{Pauses: []codec.PauseReply{{Class: "batch", UntilUnixMS: until.UnixMilli()}, {Class: "interactive", Device: "cuda:0", UntilUnixMS: until.UnixMilli()}}}
+	st := &codec.StatusReply{Pauses: []codec.PauseReply{{Class: "batch", UntilUnixMS: until.UnixMilli()}, {Class: "interactive", Device: "cuda:0", Owner: "account:APP1", UntilUnixMS: until.UnixMilli()}}}
 	var buf bytes.Buffer
 	PrintStatus(&buf, st)
 	out := buf.String()
-	for _, want := range []string{"PAUSED CLASS", "batch", "every device", "interactive", "cuda:0", until.Format(time.TimeOnly)} {
+	for _, want := range []string{"PAUSED CLASS", "batch", "every device", "interactive", "cuda:0", "account:APP1", "operator", until.Format(time.TimeOnly)} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output has no %q:\n%s", want, out)
 		}
