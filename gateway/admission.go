@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/devices"
+	"github.com/ortbus/ortbus/health"
 )
 
 // Memory admission. Pools that name the same device share its memory: capacity (from the
@@ -20,12 +23,46 @@ import (
 //
 // Leases of processes outside ortbus (lease.go) and the measured memory of the other
 // processes outside ortbus (foreign.go) take their share of the budget too.
+//
+// The budget (type budget) owns this concern: the leases (lease.go) and the readings of
+// foreign memory (foreign.go), each under its own lock. Each of its decisions takes one
+// configuration, read once by its caller (the gateway: conf), and reads no other: a
+// reload meanwhile changes the next decision, never half of this one.
+type budget struct {
+	leases  *leases
+	foreign *foreignMem // the devices' readers and their latest readings (startForeign)
 
-// deviceBudget returns a device's capacity, safe fraction and budget in bytes (0 when the
-// capacity is unknown: no admission on that device).
-func (g *Gateway) deviceBudget(device string) (capacity int64, fraction float64, budget int64) {
+	// What it needs of the rest of the gateway, wired at construction (newGateway).
+	id      string // the gateway's id, in each lease it grants
+	log     *slog.Logger
+	workers func() []health.Worker // the tracker's workers, live and dead
+	pids    func() []int           // the supervised worker processes' pids
+	kick    func()                 // asks the dispatch loop for a pass
+}
+
+// budgetNow is the budget as the supervisor uses it (memoryAdmission, reclaimer): each
+// call takes the configuration in force once.
+type budgetNow struct {
+	b    *budget
+	conf func() *config.Config
+	idle func(pool string) bool
+}
+
+func (n budgetNow) remaining(device, pool, except string) (int64, bool) {
+	return n.b.remaining(n.conf(), device, pool, except)
+}
+func (n budgetNow) admissionError(device, pool string, need int64) *codec.Error {
+	return n.b.admissionError(n.conf(), device, pool, need)
+}
+func (n budgetNow) reclaim(device string, prio int) bool { return n.b.reclaim(n.conf(), device, prio) }
+func (n budgetNow) pressing(device string) bool          { return n.b.pressing(device) }
+func (n budgetNow) poolIdle(pool string) bool            { return n.idle(pool) }
+
+// deviceBudget returns a device's capacity, safe fraction and budget in bytes under c (0
+// when the capacity is unknown: no admission on that device).
+func deviceBudget(c *config.Config, device string) (capacity int64, fraction float64, budget int64) {
 	fraction = 0.85
-	if d, ok := g.conf().Devices[device]; ok {
+	if d, ok := c.Devices[device]; ok {
 		capacity, fraction = int64(d.Capacity), d.SafeFraction
 	}
 	if capacity == 0 {
@@ -35,11 +72,11 @@ func (g *Gateway) deviceBudget(device string) (capacity int64, fraction float64,
 }
 
 // admitted sums the model peaks of the live (or starting) workers on a device, except
-// the worker named except.
-func (g *Gateway) admitted(device, except string) int64 {
+// the worker named except, under c.
+func (b *budget) admitted(c *config.Config, device, except string) int64 {
 	var sum int64
-	for _, w := range g.tracker.Workers() {
-		if w.Dead || w.HB.Worker == except || g.conf().Pools[w.HB.Pool] == nil || g.conf().Pool(w.HB.Pool).Device != device {
+	for _, w := range b.workers() {
+		if w.Dead || w.HB.Worker == except || c.Pools[w.HB.Pool] == nil || c.Pool(w.HB.Pool).Device != device {
 			continue
 		}
 		sum += admittedOf(&w.HB)
@@ -65,14 +102,20 @@ func admittedOf(hb *codec.Heartbeat) int64 {
 
 // remaining is the budget a new worker of pool on device may use (ok false: no
 // admission): the budget less what is admitted, leased, and reserved for classes above
-// the pool's.
-func (g *Gateway) remaining(device, pool, except string) (int64, bool) {
-	_, _, budget := g.deviceBudget(device)
+// the pool's, under c.
+func (b *budget) remaining(c *config.Config, device, pool, except string) (int64, bool) {
+	return b.left(c, device, except, c.PoolPriority(pool))
+}
+
+// left is device's budget less what is admitted (but the worker except), leased, foreign,
+// and reserved against work of priority prio, under c (ok false: no admission).
+func (b *budget) left(c *config.Config, device, except string, prio int) (int64, bool) {
+	_, _, budget := deviceBudget(c, device)
 	if budget <= 0 {
 		return 0, false
 	}
-	leased, _ := g.leases.leased(device)
-	return budget - g.admitted(device, except) - leased - g.foreignBytes(device, leased) - g.reservedAgainst(device, g.conf().PoolPriority(pool)), true
+	leased, _ := b.leases.leased(device)
+	return budget - b.admitted(c, device, except) - leased - b.foreignBytes(device, leased) - b.reservedAgainst(c, device, prio), true
 }
 
 // Reservations ([devices.NAME.reserve] CLASS = SIZE) keep part of a device's budget for a
@@ -82,37 +125,37 @@ func (g *Gateway) remaining(device, pool, except string) (int64, bool) {
 
 // reservedAgainst is the part of device's reservations that work of priority prio may
 // not use: for each class of a higher priority with a reservation, the reservation less
-// what the workers of pools that may use it have admitted.
-func (g *Gateway) reservedAgainst(device string, prio int) int64 {
-	d, ok := g.conf().Devices[device]
+// what the workers of pools that may use it have admitted, under c.
+func (b *budget) reservedAgainst(c *config.Config, device string, prio int) int64 {
+	d, ok := c.Devices[device]
 	if !ok || len(d.Reserve) == 0 {
 		return 0
 	}
 	var out int64
-	for class, b := range d.Reserve {
-		cl := g.conf().Classes[class]
+	for class, r := range d.Reserve {
+		cl := c.Classes[class]
 		if cl == nil || cl.Priority >= prio {
 			continue // prio's own class, or a lower one: usable
 		}
 		var filled int64
-		for _, w := range g.tracker.Workers() {
-			if w.Dead || g.conf().Pools[w.HB.Pool] == nil || g.conf().Pool(w.HB.Pool).Device != device || g.conf().PoolPriority(w.HB.Pool) > cl.Priority {
+		for _, w := range b.workers() {
+			if w.Dead || c.Pools[w.HB.Pool] == nil || c.Pool(w.HB.Pool).Device != device || c.PoolPriority(w.HB.Pool) > cl.Priority {
 				continue
 			}
 			filled += admittedOf(&w.HB)
 		}
-		out += max(0, int64(b)-filled)
+		out += max(0, int64(r)-filled)
 	}
 	return out
 }
 
 // admissionError is the refusal of a pool on a device whose budget cannot hold it: it
-// names the device, the sum that would be admitted, and the budget.
-func (g *Gateway) admissionError(device, pool string, need int64) *codec.Error {
-	capacity, fraction, budget := g.deviceBudget(device)
-	adm := g.admitted(device, "")
-	leased, _ := g.leases.leased(device)
-	foreign := g.foreignBytes(device, leased)
+// names the device, the sum that would be admitted, and the budget, under c.
+func (b *budget) admissionError(c *config.Config, device, pool string, need int64) *codec.Error {
+	capacity, fraction, budget := deviceBudget(c, device)
+	adm := b.admitted(c, device, "")
+	leased, _ := b.leases.leased(device)
+	foreign := b.foreignBytes(device, leased)
 	var outside []string
 	if leased > 0 {
 		outside = append(outside, "leases "+mb(leased))
@@ -120,7 +163,7 @@ func (g *Gateway) admissionError(device, pool string, need int64) *codec.Error {
 	if foreign > 0 {
 		outside = append(outside, "foreign processes "+mb(foreign))
 	}
-	if r := g.reservedAgainst(device, g.conf().PoolPriority(pool)); r > 0 {
+	if r := b.reservedAgainst(c, device, c.PoolPriority(pool)); r > 0 {
 		adm += r // reserved for higher classes: not this pool's to use
 		outside = append(outside, "reserved for higher classes "+mb(r))
 	}
@@ -140,26 +183,26 @@ func (g *Gateway) admissionError(device, pool string, need int64) *codec.Error {
 
 func mb(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }
 
-// deviceStatus reports every device that a pool or a [devices] table names.
-func (g *Gateway) deviceStatus() []codec.DeviceStatus {
+// deviceStatus reports every device that a pool or a [devices] table of c names.
+func (b *budget) deviceStatus(c *config.Config) []codec.DeviceStatus {
 	byDevice := map[string][]string{}
-	for d := range g.conf().Devices {
+	for d := range c.Devices {
 		byDevice[d] = nil
 	}
-	for _, name := range g.conf().PoolNames() {
-		d := g.conf().Pool(name).Device
+	for _, name := range c.PoolNames() {
+		d := c.Pool(name).Device
 		byDevice[d] = append(byDevice[d], name)
 	}
 	var out []codec.DeviceStatus
 	for d, pools := range byDevice {
-		capacity, fraction, budget := g.deviceBudget(d)
-		adm := g.admitted(d, "")
-		leased, ls := g.leases.leased(d)
+		capacity, fraction, budget := deviceBudget(c, d)
+		adm := b.admitted(c, d, "")
+		leased, ls := b.leases.leased(d)
 		var reserved int64
-		for _, b := range g.conf().Devices[d].Reserve {
-			reserved += int64(b)
+		for _, r := range c.Devices[d].Reserve {
+			reserved += int64(r)
 		}
-		foreign := g.foreignBytes(d, leased)
+		foreign := b.foreignBytes(d, leased)
 		out = append(out, codec.DeviceStatus{Device: d, CapacityBytes: capacity, SafeFraction: fraction, BudgetBytes: budget,
 			AdmittedBytes: adm, FreeBytes: max(0, budget-adm-leased-foreign), Pools: pools, LeasedBytes: leased, Leases: ls, ForeignBytes: foreign, ReservedBytes: reserved})
 	}

@@ -88,15 +88,15 @@ func TestDeviceBudget(t *testing.T) {
 		{"gpu.intel:1", 0, 0.85, 0},
 	}
 	for _, c := range cases {
-		capacity, fraction, budget := g.deviceBudget(c.device)
+		capacity, fraction, budget := deviceBudget(g.conf(), c.device)
 		if capacity != c.capacity || fraction != c.fraction || budget != c.budget {
 			t.Errorf("deviceBudget(%s) = %d %v %d, want %d %v %d", c.device, capacity, fraction, budget, c.capacity, c.fraction, c.budget)
 		}
 	}
-	if left, ok := g.remaining("gpu.intel:1", "", ""); ok || left != 0 {
+	if left, ok := g.budget.remaining(g.conf(), "gpu.intel:1", "", ""); ok || left != 0 {
 		t.Errorf("remaining on a device of unknown capacity = %d %v, want no admission", left, ok)
 	}
-	if left, ok := g.remaining("cuda:0", "", ""); !ok || left != cudaBudget {
+	if left, ok := g.budget.remaining(g.conf(), "cuda:0", "", ""); !ok || left != cudaBudget {
 		t.Errorf("remaining on an empty cuda:0 = %d %v, want the whole budget", left, ok)
 	}
 }
@@ -122,16 +122,16 @@ func TestAdmitted(t *testing.T) {
 		{"gpu.intel:0", "", 300 * mib},
 		{"gpu.intel:1", "", 0},
 	} {
-		if got := g.admitted(c.device, c.except); got != c.want {
+		if got := g.budget.admitted(g.conf(), c.device, c.except); got != c.want {
 			t.Errorf("admitted(%s, except %q) = %d MiB, want %d MiB", c.device, c.except, got/mib, c.want/mib)
 		}
 	}
 	budget := int64(cudaBudget)
-	if left, ok := g.remaining("cuda:0", "", "b-0"); !ok || left != budget-150*mib {
+	if left, ok := g.budget.remaining(g.conf(), "cuda:0", "", "b-0"); !ok || left != budget-150*mib {
 		t.Errorf("remaining for b-0 = %d %v, want the budget less a-0's 150 MiB", left, ok)
 	}
 	g.tracker.MarkDead("b-0", "b", "", "exit code 1")
-	if got := g.admitted("cuda:0", ""); got != 150*mib {
+	if got := g.budget.admitted(g.conf(), "cuda:0", ""); got != 150*mib {
 		t.Errorf("admitted after b-0 died = %d MiB, want 150", got/mib)
 	}
 }
@@ -146,13 +146,13 @@ func TestAdmittedDeviceBytes(t *testing.T) {
 	f.beat(codec.Heartbeat{Worker: "a-0", Pool: "a", Slots: 1, Models: peaks(100), DeviceBytes: 250 * mib, DeviceSource: "nvidia-smi"})
 	f.beat(codec.Heartbeat{Worker: "b-0", Pool: "b", Slots: 1, Models: peaks(200), DeviceBytes: 120 * mib, DeviceSource: "nvidia-smi"})
 	f.beat(codec.Heartbeat{Worker: "c-0", Pool: "c", Slots: 1, Models: peaks(300), DeviceBytes: 900 * mib})
-	if got := g.admitted("cuda:0", ""); got != 450*mib {
+	if got := g.budget.admitted(g.conf(), "cuda:0", ""); got != 450*mib {
 		t.Errorf("admitted on cuda:0 = %d MiB, want 250 (a-0 measured) + 200 (b-0's peaks)", got/mib)
 	}
-	if got := g.admitted("gpu.intel:0", ""); got != 300*mib {
+	if got := g.budget.admitted(g.conf(), "gpu.intel:0", ""); got != 300*mib {
 		t.Errorf("admitted on gpu.intel:0 = %d MiB, want 300 (device_bytes without a source is not a measurement)", got/mib)
 	}
-	if left, ok := g.remaining("cuda:0", "a", ""); !ok || left != cudaBudget-450*mib {
+	if left, ok := g.budget.remaining(g.conf(), "cuda:0", "a", ""); !ok || left != cudaBudget-450*mib {
 		t.Errorf("remaining on cuda:0 = %d %v, want the budget less 450 MiB", left, ok)
 	}
 }
@@ -163,7 +163,7 @@ func TestAdmissionError(t *testing.T) {
 	g := testGateway(t, admissionConfig)
 	newFleet(t, g).beat(codec.Heartbeat{Worker: "a-0", Pool: "a", Slots: 1, Models: peaks(350)})
 	budget := int64(cudaBudget)
-	e := g.admissionError("cuda:0", "b", 600*mib)
+	e := g.budget.admissionError(g.conf(), "cuda:0", "b", 600*mib)
 	if e.Code != codec.CodeOverloaded {
 		t.Fatalf("code %s, want overloaded", e.Code)
 	}
@@ -186,7 +186,7 @@ func TestDeviceStatus(t *testing.T) {
 	f := newFleet(t, g)
 	f.beat(codec.Heartbeat{Worker: "a-0", Pool: "a", Slots: 1, Models: peaks(100)})
 	f.beat(codec.Heartbeat{Worker: "c-0", Pool: "c", Slots: 1, Models: peaks(1500)}) // over its 1 GiB budget
-	st := g.deviceStatus()
+	st := g.budget.deviceStatus(g.conf())
 	var names []string
 	for _, d := range st {
 		names = append(names, d.Device)

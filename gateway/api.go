@@ -170,7 +170,7 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by, te
 			reply(nil, codec.AsError(err))
 			return
 		}
-		l, e := g.leaseAs(&req, tenant)
+		l, e := g.budget.lease(g.conf(), &req, tenant)
 		if e != nil {
 			reply(nil, e)
 			return
@@ -215,15 +215,16 @@ func (g *Gateway) health() *codec.HealthReply {
 // in the devices' figures (lease.go, rule 4; pause.go, rule 6). The local owner ("")
 // sees every lease and pause.
 func (g *Gateway) status(tenant string) *codec.StatusReply {
-	st := &codec.StatusReply{Gateway: g.id, AllowedRoots: g.conf().Security.AllowedRoots, SpoolDir: g.conf().Security.SpoolDir, Devices: g.deviceStatus()}
+	cfg := g.conf()
+	st := &codec.StatusReply{Gateway: g.id, AllowedRoots: cfg.Security.AllowedRoots, SpoolDir: cfg.Security.SpoolDir, Devices: g.budget.deviceStatus(cfg)}
 	if tenant != "" {
 		for i := range st.Devices {
-			st.Devices[i].Leases = g.leases.ownedBy(st.Devices[i].Device, tenant)
+			st.Devices[i].Leases = g.budget.leases.ownedBy(st.Devices[i].Device, tenant)
 		}
 	}
 	now := time.Now()
-	for _, name := range g.conf().PoolNames() {
-		pc := g.conf().Pools[name]
+	for _, name := range cfg.PoolNames() {
+		pc := cfg.Pools[name]
 		ps := codec.PoolStatus{Name: name, EP: pc.EP, Device: pc.Device, Local: pc.IsLocal(), Classes: pc.Classes, Workers: pc.Workers, Live: len(g.tracker.Live(name))}
 		ps.CrashLooping, ps.Error = g.supervisor.poolInfo(name)
 		ps.Loading, ps.Skipped = g.supervisor.modelsInfo(name)
@@ -254,8 +255,8 @@ func (g *Gateway) status(tenant string) *codec.StatusReply {
 	}
 	var running map[string]int
 	g.inspect(func(lc *lifecycle) { running = lc.running() })
-	for _, name := range g.conf().ClassNames() {
-		cl := g.conf().Classes[name]
+	for _, name := range cfg.ClassNames() {
+		cl := cfg.Classes[name]
 		st.Classes = append(st.Classes, codec.ClassStatus{Name: name, Priority: cl.Priority, Queued: g.queues.Len(name), Running: running[name], Bound: cl.QueueBound, Chain: cl.Chain})
 	}
 	return st

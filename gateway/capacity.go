@@ -81,7 +81,7 @@ func (g *Gateway) snapshot(now time.Time) *capacity {
 		c.sent = max(c.sent, wc.lastSent)
 	}
 	c.load, c.active = h.load, h.active
-	c.leased = g.leases.byDevice()
+	c.leased = g.budget.leases.byDevice()
 	c.paused = g.pauses.held(now)
 	c.est = g.est.all()
 	c.gated = g.gates.closed()

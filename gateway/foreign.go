@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/procfs"
 
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/devices"
 )
 
@@ -42,10 +43,10 @@ type foreignMem struct {
 	failing map[string]bool  // device -> its last reading failed
 }
 
-// newForeign gives every device a pool or a [devices] table names its reader, if any.
-func (g *Gateway) newForeign() *foreignMem {
+// newForeign gives every device a pool or a [devices] table of c names its reader, if any.
+func newForeign(c *config.Config) *foreignMem {
 	f := &foreignMem{readers: map[string]devices.ProcessReader{}, bytes: map[string]int64{}, failing: map[string]bool{}}
-	for _, d := range g.deviceNames() {
+	for _, d := range deviceNames(c) {
 		if r := devices.ProcessReaderFor(d); r != nil {
 			f.readers[d] = r
 		}
@@ -53,13 +54,13 @@ func (g *Gateway) newForeign() *foreignMem {
 	return f
 }
 
-// deviceNames are the devices the pools and the [devices] tables name, sorted.
-func (g *Gateway) deviceNames() []string {
+// deviceNames are the devices the pools and the [devices] tables of c name, sorted.
+func deviceNames(c *config.Config) []string {
 	var out []string
-	for d := range g.conf().Devices {
+	for d := range c.Devices {
 		out = append(out, d)
 	}
-	for _, p := range g.conf().Pools {
+	for _, p := range c.Pools {
 		out = append(out, p.Device)
 	}
 	slices.Sort(out)
@@ -79,19 +80,19 @@ func (f *foreignMem) measured(device string) int64 {
 
 // foreignBytes is what device's foreign usage takes from its budget beside leased bytes
 // of leases (rule 3 here, rule 5 of lease.go).
-func (g *Gateway) foreignBytes(device string, leased int64) int64 {
-	return max(0, g.foreign.measured(device)-leased)
+func (b *budget) foreignBytes(device string, leased int64) int64 {
+	return max(0, b.foreign.measured(device)-leased)
 }
 
-// pollForeign reads every device with a reader once.
-func (g *Gateway) pollForeign() {
-	f := g.foreign
+// pollForeign reads every device with a reader once; ortbus's own pids are c's (rule 2).
+func (b *budget) pollForeign(c *config.Config) {
+	f := b.foreign
 	if f == nil || len(f.readers) == 0 {
 		return
 	}
 	for _, d := range slices.Sorted(maps.Keys(f.readers)) {
 		usage, err := f.readers[d].ProcessMemory(d)
-		ours := g.ourPIDs() // after the reading: a worker spawned meanwhile is ours
+		ours := b.ourPIDs(c) // after the reading: a worker spawned meanwhile is ours
 		f.mu.Lock()
 		wasFailing := f.failing[d]
 		f.failing[d] = err != nil
@@ -108,56 +109,53 @@ func (g *Gateway) pollForeign() {
 		}
 		f.mu.Unlock()
 		if err == nil {
-			g.reclaimFrom(d, usage)
+			b.reclaimFrom(d, usage)
 		}
 		switch {
 		case err != nil && !wasFailing:
-			g.log.Warn("cannot read the memory of the processes on a device; their usage is unknown and not counted", "device", d, "err", err)
+			b.log.Warn("cannot read the memory of the processes on a device; their usage is unknown and not counted", "device", d, "err", err)
 		case err == nil && wasFailing:
-			g.log.Info("reading the memory of the processes on a device again", "device", d)
+			b.log.Info("reading the memory of the processes on a device again", "device", d)
 		}
 	}
 }
 
-// startForeign reads the devices once now, then every heartbeat interval until the
-// returned stop is called.
-func (g *Gateway) startForeign() (stop func()) {
-	g.foreign = g.newForeign()
-	if len(g.foreign.readers) == 0 {
+// startForeign reads the devices of c once now, then every heartbeat interval of c until
+// the returned stop is called, each reading under the configuration then in force (conf).
+func (b *budget) startForeign(c *config.Config, conf func() *config.Config) (stop func()) {
+	b.foreign = newForeign(c)
+	if len(b.foreign.readers) == 0 {
 		return func() {}
 	}
-	g.pollForeign()
+	b.pollForeign(c)
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
-		tick := time.NewTicker(g.conf().Health.HeartbeatInterval.D())
+		tick := time.NewTicker(c.Health.HeartbeatInterval.D())
 		defer tick.Stop()
 		for {
 			select {
 			case <-done:
 				return
 			case <-tick.C:
-				g.pollForeign()
+				b.pollForeign(conf())
 			}
 		}
 	}()
 	return func() { close(done); <-exited }
 }
 
-// ourPIDs are the pids of ortbus's own processes on this host (rule 2).
-func (g *Gateway) ourPIDs() map[int]bool {
+// ourPIDs are the pids of ortbus's own processes on this host (rule 2), the pools being
+// c's.
+func (b *budget) ourPIDs(c *config.Config) map[int]bool {
 	ours := map[int]bool{}
-	if g.supervisor != nil {
-		for _, pid := range g.supervisor.pids() {
-			ours[pid] = true
-		}
+	for _, pid := range b.pids() {
+		ours[pid] = true
 	}
-	if g.tracker != nil {
-		host, _ := os.Hostname()
-		for _, w := range g.tracker.Workers() {
-			if !w.Dead && host != "" && w.HB.Host == host && w.HB.PID > 0 && g.conf().Pools[w.HB.Pool] != nil {
-				ours[w.HB.PID] = true
-			}
+	host, _ := os.Hostname()
+	for _, w := range b.workers() {
+		if !w.Dead && host != "" && w.HB.Host == host && w.HB.PID > 0 && c.Pools[w.HB.Pool] != nil {
+			ours[w.HB.PID] = true
 		}
 	}
 	return ours
@@ -166,9 +164,9 @@ func (g *Gateway) ourPIDs() map[int]bool {
 // reclaimFrom applies a reading of device's processes to its pressed leases (lease.go,
 // rule 6): a holder's processes are the pid its wrapper gave and their descendants on
 // this host.
-func (g *Gateway) reclaimFrom(device string, usage map[int]int64) {
+func (b *budget) reclaimFrom(device string, usage map[int]int64) {
 	host, _ := os.Hostname()
-	if host == "" || !g.leases.pressedHere(device, host) {
+	if host == "" || !b.leases.pressedHere(device, host) {
 		return
 	}
 	kids := childrenOf()
@@ -179,12 +177,12 @@ func (g *Gateway) reclaimFrom(device string, usage map[int]int64) {
 		}
 		return out
 	}
-	shrunk := g.leases.shrinkPressed(device, host, usage, tree)
+	shrunk := b.leases.shrinkPressed(device, host, usage, tree)
 	for _, l := range shrunk {
-		g.log.Info("pressed lease shrunk to its holder's measured usage", "device", device, "holder", l.Holder, "class", l.Class, "bytes", l.Bytes)
+		b.log.Info("pressed lease shrunk to its holder's measured usage", "device", device, "holder", l.Holder, "class", l.Class, "bytes", l.Bytes)
 	}
 	if len(shrunk) > 0 {
-		g.kick() // a waiting pool or lease may fit now
+		b.kick() // a waiting pool or lease may fit now
 	}
 }
 

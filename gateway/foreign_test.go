@@ -47,19 +47,20 @@ func foreignGateway(t *testing.T) (*Gateway, *fleet, *fakeProcs, *bytes.Buffer) 
 	g := testGateway(t, admissionConfig)
 	var log bytes.Buffer
 	g.log = slog.New(slog.NewTextHandler(&log, nil))
+	g.budget.log = g.log
 	f := newFleet(t, g)
-	g.foreign = g.newForeign()
-	if _, ok := g.foreign.readers["cuda:0"]; !ok || len(g.foreign.readers) != 1 {
-		t.Fatalf("readers %v, want cuda:0's only", g.foreign.readers)
+	g.budget.foreign = newForeign(g.conf())
+	if _, ok := g.budget.foreign.readers["cuda:0"]; !ok || len(g.budget.foreign.readers) != 1 {
+		t.Fatalf("readers %v, want cuda:0's only", g.budget.foreign.readers)
 	}
 	fake := &fakeProcs{}
-	g.foreign.readers["cuda:0"] = fake
+	g.budget.foreign.readers["cuda:0"] = fake
 	return g, f, fake, &log
 }
 
 func cudaStatus(t *testing.T, g *Gateway) codec.DeviceStatus {
 	t.Helper()
-	for _, d := range g.deviceStatus() {
+	for _, d := range g.budget.deviceStatus(g.conf()) {
 		if d.Device == "cuda:0" {
 			return d
 		}
@@ -81,17 +82,17 @@ func TestForeignAdmission(t *testing.T) {
 	f.beat(codec.Heartbeat{Worker: "x-0", Pool: "ghost", Host: host, PID: 1005, Slots: 1, Models: peaks(10)})
 	// A supervised worker that has not heartbeaten yet.
 	g.supervisor.pools["s"] = &poolProcs{procs: []*proc{{cmd: &exec.Cmd{Process: &os.Process{Pid: 1004}}, exited: make(chan struct{})}}}
-	if ours := g.ourPIDs(); !reflect.DeepEqual(ours, map[int]bool{1001: true, 1004: true}) {
+	if ours := g.budget.ourPIDs(g.conf()); !reflect.DeepEqual(ours, map[int]bool{1001: true, 1004: true}) {
 		t.Errorf("our pids %v, want 1001 (this host's worker) and 1004 (supervised)", ours)
 	}
 
 	// Nothing read yet: nothing foreign.
-	if left, _ := g.remaining("cuda:0", "", ""); left != cudaBudget-400*mib {
+	if left, _ := g.budget.remaining(g.conf(), "cuda:0", "", ""); left != cudaBudget-400*mib {
 		t.Fatalf("remaining before any reading = %d MiB", left/mib)
 	}
 	fake.set(map[int]int64{1001: 380 * mib, 1002: 50 * mib, 1003: 150 * mib, 1004: 70 * mib}, nil)
-	g.pollForeign()
-	if left, _ := g.remaining("cuda:0", "", ""); left != cudaBudget-600*mib {
+	g.budget.pollForeign(g.conf())
+	if left, _ := g.budget.remaining(g.conf(), "cuda:0", "", ""); left != cudaBudget-600*mib {
 		t.Errorf("remaining with 200 MiB foreign (pid 1002 is another host's worker: here it is foreign) = budget - %d MiB, want budget - 600 MiB", (cudaBudget-left)/mib)
 	}
 	st := cudaStatus(t, g)
@@ -103,7 +104,7 @@ func TestForeignAdmission(t *testing.T) {
 	now := time.Now()
 	leaseNow = func() time.Time { return now }
 	t.Cleanup(func() { leaseNow = time.Now })
-	l, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 150 * mib, TTLMS: 60000})
+	l, e := leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 150 * mib, TTLMS: 60000})
 	if e != nil {
 		t.Fatalf("a lease that fits: %v", e)
 	}
@@ -111,18 +112,18 @@ func TestForeignAdmission(t *testing.T) {
 		t.Errorf("status with the lease %+v, want leased 150, foreign 50, free unchanged", st)
 	}
 	// One that would pass the budget is refused with the foreign bytes in its figures.
-	_, e = g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 300 * mib})
+	_, e = leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 300 * mib})
 	if e == nil || e.Code != codec.CodeOverloaded || e.Details["foreign_bytes"] != 50*mib || e.Details["sum_bytes"] != 900*mib ||
 		e.Details["leased_bytes"] != 150*mib || e.Details["admitted_bytes"] != 400*mib || !strings.Contains(e.Message, "foreign 50.0MiB") {
 		t.Errorf("lease past the budget: %v %v, want overloaded with foreign 50 MiB, sum 900 MiB", e, e.Details)
 	}
 	// A lease larger than its holder's usage leaves nothing foreign, never less than 0.
-	g.lease(&codec.LeaseRequest{Action: codec.LeaseRelease, Lease: l.Lease})
-	g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 250 * mib, TTLMS: 60000})
+	leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseRelease, Lease: l.Lease})
+	leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 250 * mib, TTLMS: 60000})
 	if st := cudaStatus(t, g); st.ForeignBytes != 0 || st.FreeBytes != cudaBudget-650*mib {
 		t.Errorf("status with a lease past the foreign usage %+v, want foreign 0, free budget - 650 MiB", st)
 	}
-	if e := g.admissionError("cuda:0", "a", 300*mib); e.Details["foreign_bytes"] != nil || !strings.Contains(e.Message, "leases 250.0MiB") {
+	if e := g.budget.admissionError(g.conf(), "cuda:0", "a", 300*mib); e.Details["foreign_bytes"] != nil || !strings.Contains(e.Message, "leases 250.0MiB") {
 		t.Errorf("refusal without foreign bytes: %v %v", e, e.Details)
 	}
 	now = now.Add(time.Hour) // the lease expires
@@ -131,12 +132,12 @@ func TestForeignAdmission(t *testing.T) {
 	// counts as foreign. A supervised worker that exited is not ours either.
 	g.tracker.MarkDead("a-0", "a", "", "test")
 	close(g.supervisor.pools["s"].procs[0].exited)
-	g.pollForeign()
+	g.budget.pollForeign(g.conf())
 	st = cudaStatus(t, g)
 	if st.ForeignBytes != 650*mib || st.AdmittedBytes != 100*mib || st.FreeBytes != cudaBudget-750*mib {
 		t.Errorf("status after a-0 died and s-0 exited %+v, want foreign 650 MiB", st)
 	}
-	e = g.admissionError("cuda:0", "a", 300*mib)
+	e = g.budget.admissionError(g.conf(), "cuda:0", "a", 300*mib)
 	if e.Details["foreign_bytes"] != 650*mib || e.Details["sum_bytes"] != 1050*mib || !strings.Contains(e.Message, "foreign processes 650.0MiB") {
 		t.Errorf("a pool's refusal %v %v, want foreign 650 MiB in its figures", e, e.Details)
 	}
@@ -147,13 +148,13 @@ func TestForeignAdmission(t *testing.T) {
 func TestForeignReadingFails(t *testing.T) {
 	g, _, fake, log := foreignGateway(t)
 	fake.set(map[int]int64{7: 100 * mib}, nil)
-	g.pollForeign()
+	g.budget.pollForeign(g.conf())
 	if st := cudaStatus(t, g); st.ForeignBytes != 100*mib {
 		t.Fatalf("status %+v, want foreign 100 MiB", st)
 	}
 	fake.set(nil, errors.New("nvidia-smi: executable file not found"))
 	for range 3 {
-		g.pollForeign()
+		g.budget.pollForeign(g.conf())
 	}
 	if st := cudaStatus(t, g); st.ForeignBytes != 0 || st.FreeBytes != cudaBudget {
 		t.Errorf("status after failed readings %+v, want nothing foreign", st)
@@ -162,8 +163,8 @@ func TestForeignReadingFails(t *testing.T) {
 		t.Errorf("failure logged %d times, want once:\n%s", n, log)
 	}
 	fake.set(map[int]int64{7: 10 * mib}, nil)
-	g.pollForeign()
-	g.pollForeign()
+	g.budget.pollForeign(g.conf())
+	g.budget.pollForeign(g.conf())
 	if st := cudaStatus(t, g); st.ForeignBytes != 10*mib {
 		t.Errorf("status after recovery %+v", st)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -95,9 +96,9 @@ func newGates() *gates {
 	return &gates{by: map[string]*gateState{}, seq: uint64(time.Now().UnixNano())}
 }
 
-// gateClass is device's gating class (rule 1).
-func (g *Gateway) gateClass(device string) string {
-	if d, ok := g.conf().Devices[device]; ok && d.GateClass != "" {
+// gateClass is device's gating class in c (rule 1).
+func gateClass(c *config.Config, device string) string {
+	if d, ok := c.Devices[device]; ok && d.GateClass != "" {
 		return d.GateClass
 	}
 	return subjects.ClassUrgent
@@ -194,9 +195,10 @@ func (g *Gateway) startGates() (stop func()) {
 	return func() { close(done); <-exited }
 }
 
-// decideGates is one round of rules 1 to 3.
+// decideGates is one round of rules 1 to 3, under one configuration.
 func (g *Gateway) decideGates(now time.Time) {
-	held := g.leases.gated(leaseNow())
+	cfg := g.conf()
+	held := g.budget.leases.gated(leaseNow())
 	gs := g.gates
 	gs.mu.Lock()
 	for d := range gs.by {
@@ -211,12 +213,11 @@ func (g *Gateway) decideGates(now time.Time) {
 	classes := map[string]string{}
 	for d, h := range held {
 		if h.gated > 0 {
-			classes[d] = g.gateClass(d)
+			classes[d] = gateClass(cfg, d)
 		}
 	}
 	var demand map[string]bool
 	if len(classes) > 0 {
-		cfg := g.conf()
 		prio := func(class string) (int, bool) {
 			if c := cfg.Classes[class]; c != nil {
 				return c.Priority, true
@@ -260,7 +261,7 @@ func (g *Gateway) decideGates(now time.Time) {
 				st.spans[n-1][1] = now.UnixMilli()
 			}
 		}
-		st.class, st.closed, st.tags, st.tenants = cmp.Or(classes[d], g.gateClass(d)), closed, h.tags, h.gated
+		st.class, st.closed, st.tags, st.tenants = cmp.Or(classes[d], gateClass(cfg, d)), closed, h.tags, h.gated
 		if !changed && now.Sub(st.pub) < gateRefresh {
 			continue
 		}

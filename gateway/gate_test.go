@@ -66,7 +66,7 @@ func TestGateDecision(t *testing.T) {
 			if st := g.gates.list(now); len(st) != 0 {
 				t.Fatalf("gates without a gated lease: %+v", st)
 			}
-			l, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: mib, Class: "batch", Gate: true})
+			l, e := leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: mib, Class: "batch", Gate: true})
 			if e != nil || l.Gateway != g.id || !l.Gate {
 				t.Fatalf("gated lease: %+v %v", l, e)
 			}
@@ -124,7 +124,7 @@ func TestGateDecision(t *testing.T) {
 				t.Errorf("open after the work: %+v", s)
 			}
 			// The lease gone, so is the gate.
-			g.lease(&codec.LeaseRequest{Action: codec.LeaseRelease, Lease: l.Lease})
+			leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseRelease, Lease: l.Lease})
 			g.decideGates(now.Add(time.Second))
 			if st := g.gates.list(now); len(st) != 0 {
 				t.Errorf("gates after the release: %+v", st)
@@ -144,7 +144,7 @@ func TestLeaseReclaim(t *testing.T) {
 	leaseNow = func() time.Time { return now }
 	t.Cleanup(func() { leaseNow = time.Now })
 	acquire := func(class string, bytes int64, reclaim bool) (*codec.LeaseReply, *codec.Error) {
-		return g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: bytes, Class: class, Reclaim: reclaim, TTLMS: 600000})
+		return leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: bytes, Class: class, Reclaim: reclaim, TTLMS: 600000})
 	}
 	batch, e := acquire("batch", 500*mib, true)
 	if e != nil {
@@ -154,45 +154,45 @@ func TestLeaseReclaim(t *testing.T) {
 	if e != nil {
 		t.Fatal(e)
 	}
-	if _, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseRenew, Lease: batch.Lease, TTLMS: 600000, PID: 1234, Host: "here"}); e != nil {
+	if _, e := leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseRenew, Lease: batch.Lease, TTLMS: 600000, PID: 1234, Host: "here"}); e != nil {
 		t.Fatal(e)
 	}
-	if got := g.leases.gated(now); len(got) != 0 {
+	if got := g.budget.leases.gated(now); len(got) != 0 {
 		t.Fatalf("gates before any press: %+v", got)
 	}
 	// A batch asker presses nothing (the lease's class is not below it).
-	if _, e := acquire("batch", 500*mib, false); e == nil || g.leases.pressedOn("cuda:0", now) {
-		t.Fatalf("a batch acquire over the budget: %v, pressed %v", e, g.leases.pressedOn("cuda:0", now))
+	if _, e := acquire("batch", 500*mib, false); e == nil || g.budget.leases.pressedOn("cuda:0", now) {
+		t.Fatalf("a batch acquire over the budget: %v, pressed %v", e, g.budget.leases.pressedOn("cuda:0", now))
 	}
 	// A tenant presses only its own leases: another app's interactive (or urgent) acquire
 	// over the budget does not run this lease's hook.
-	if _, e := g.leaseAs(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 500 * mib, Class: "interactive", TTLMS: 600000}, "app-b"); e == nil || g.leases.pressedOn("cuda:0", now) {
-		t.Fatalf("another tenant's acquire over the budget: %v, pressed %v", e, g.leases.pressedOn("cuda:0", now))
+	if _, e := leaseAs(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 500 * mib, Class: "interactive", TTLMS: 600000}, "app-b"); e == nil || g.budget.leases.pressedOn("cuda:0", now) {
+		t.Fatalf("another tenant's acquire over the budget: %v, pressed %v", e, g.budget.leases.pressedOn("cuda:0", now))
 	}
 	if _, e := acquire("interactive", 500*mib, false); e == nil || e.Code != codec.CodeOverloaded {
 		t.Fatalf("interactive acquire over the budget: %v", e)
 	}
-	h := g.leases.gated(now)["cuda:0"]
+	h := g.budget.leases.gated(now)["cuda:0"]
 	if len(h.tags) != 1 || h.tags[0] != codec.LeaseTag(batch.Lease) || h.gated != 0 {
 		t.Fatalf("the gate of cuda:0 after the press: %+v, want the reclaimable lease's tag", h)
 	}
-	if r, _ := g.lease(&codec.LeaseRequest{Action: codec.LeaseRenew, Lease: batch.Lease, TTLMS: 600000}); !r.Pressed {
+	if r, _ := leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseRenew, Lease: batch.Lease, TTLMS: 600000}); !r.Pressed {
 		t.Error("the renew reply does not say pressed")
 	}
-	if r, _ := g.lease(&codec.LeaseRequest{Action: codec.LeaseRenew, Lease: plain.Lease, TTLMS: 600000}); r.Pressed {
+	if r, _ := leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseRenew, Lease: plain.Lease, TTLMS: 600000}); r.Pressed {
 		t.Error("the lease without a hook is pressed")
 	}
 	tree := func(pid int) []int { return []int{pid, pid + 1} }
 	usage := map[int]int64{1234: 100 * mib, 1235: 20 * mib, 99: 400 * mib}
 	// Another host's reading: nothing shrinks.
-	if got := g.leases.shrinkPressed("cuda:0", "elsewhere", usage, tree); len(got) != 0 {
+	if got := g.budget.leases.shrinkPressed("cuda:0", "elsewhere", usage, tree); len(got) != 0 {
 		t.Fatalf("shrunk from another host's reading: %+v", got)
 	}
-	got := g.leases.shrinkPressed("cuda:0", "here", usage, tree)
+	got := g.budget.leases.shrinkPressed("cuda:0", "here", usage, tree)
 	if len(got) != 1 || got[0].Bytes != 120*mib || got[0].Pressed {
 		t.Fatalf("shrink: %+v, want the lease at the 120 MiB its processes use", got)
 	}
-	if g.leases.pressedOn("cuda:0", now) {
+	if g.budget.leases.pressedOn("cuda:0", now) {
 		t.Error("still pressed after the shrink")
 	}
 	if _, e := acquire("interactive", 500*mib, false); e != nil {
@@ -200,21 +200,21 @@ func TestLeaseReclaim(t *testing.T) {
 	}
 	// A pool's reclaim presses it again; worth a wait only where the holder's usage is
 	// measured: a reader for the device, and the holder on this host.
-	if g.reclaim("cuda:0", 0) || !g.leases.pressedOn("cuda:0", now) {
+	if g.budget.reclaim(g.conf(), "cuda:0", 0) || !g.budget.leases.pressedOn("cuda:0", now) {
 		t.Fatal("reclaim for an urgent pool: no press, or a wait without a reader")
 	}
-	g.foreign = &foreignMem{readers: map[string]devices.ProcessReader{"cuda:0": idleReader{}}}
-	if g.pressing("cuda:0") {
+	g.budget.foreign = &foreignMem{readers: map[string]devices.ProcessReader{"cuda:0": idleReader{}}}
+	if g.budget.pressing("cuda:0") {
 		t.Fatal("a wait for a holder on another host")
 	}
 	host, _ := os.Hostname()
-	g.lease(&codec.LeaseRequest{Action: codec.LeaseRenew, Lease: batch.Lease, TTLMS: 600000, PID: 1234, Host: host})
-	if !g.pressing("cuda:0") {
+	leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseRenew, Lease: batch.Lease, TTLMS: 600000, PID: 1234, Host: host})
+	if !g.budget.pressing("cuda:0") {
 		t.Fatal("no wait for a measurable holder")
 	}
 	// A press ends on its own.
 	now = now.Add(pressFor)
-	if g.pressing("cuda:0") || len(g.leases.gated(now)) != 0 {
+	if g.budget.pressing("cuda:0") || len(g.budget.leases.gated(now)) != 0 {
 		t.Error("a press outlives pressFor")
 	}
 }

@@ -71,12 +71,11 @@ type Gateway struct {
 	claimSubject string
 	cache        *cacheService // the result cache (cache.go); nil without [cache] enabled
 
-	jobs    *jobService
-	leases  *leases     // memory leases of processes outside ortbus (lease.go)
-	pauses  *pauses     // classes paused on demand (pause.go)
-	foreign *foreignMem // measured memory of processes outside ortbus (foreign.go)
-	gates   *gates      // the compute gates of the devices with gated leases (gate.go)
-	est     estimator   // measured service times
+	jobs   *jobService
+	budget *budget   // the devices' memory: admission, leases, foreign memory (admission.go)
+	pauses *pauses   // classes paused on demand (pause.go)
+	gates  *gates    // the compute gates of the devices with gated leases (gate.go)
+	est    estimator // measured service times
 
 	// The dispatch loop (loop.go) owns lc; everything else reaches it through events.
 	lc         *lifecycle
@@ -108,6 +107,7 @@ func Run(ctx context.Context, o Options) error {
 		host, _ := os.Hostname()
 		g.id = fmt.Sprintf("%s-%d", sanitize(host), os.Getpid())
 	}
+	g.budget.id = g.id
 	var err error
 	if g.claimSubject, err = subjects.Claim(g.id); err != nil {
 		return fmt.Errorf("gateway id: %w", err)
@@ -123,7 +123,7 @@ func Run(ctx context.Context, o Options) error {
 	g.metrics = newMetrics(g)
 	pools := poolSet(c)
 	g.tracker = &health.Tracker{MissCount: c.Health.MissCount, Listener: trackerListener{g}, Pools: pools, Log: g.log}
-	g.supervisor = newSupervisor(g.conf(), g.tracker, g, g.log, g.id, o.WorkerBin, url)
+	g.supervisor = newSupervisor(g.conf(), g.tracker, budgetNow{g.budget, g.conf, g.poolIdle}, g.log, g.id, o.WorkerBin, url)
 	// The shutdown begins for the supervisor the moment it is asked for (ctx: the signal),
 	// not when the drain below reaches it: a worker's exit meanwhile is not restarted.
 	defer context.AfterFunc(ctx, g.supervisor.closing)()
@@ -131,7 +131,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer g.tracker.Stop()
-	defer g.startForeign()() // read before the workers start, so their budget knows it
+	defer g.budget.startForeign(g.conf(), g.conf)() // read before the workers start, so their budget knows it
 	if _, err := g.nc.Subscribe(g.claimSubject+".>", guard.Msg(g.log, "claim", g.nc, nil, g.onClaim)); err != nil {
 		return err
 	}
@@ -259,8 +259,22 @@ func newGateway(c *config.Config, log *slog.Logger) *Gateway {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	g := &Gateway{log: log, kickCh: make(chan struct{}, 1), leases: newLeases(), pauses: newPauses(), gates: newGates(), connLost: make(chan struct{}),
+	g := &Gateway{log: log, kickCh: make(chan struct{}, 1), pauses: newPauses(), gates: newGates(), connLost: make(chan struct{}),
 		events: make(chan event, eventBacklog), loopDone: make(chan struct{})}
+	// The budget's view of the tracker and the supervisor, which Run makes after this.
+	g.budget = &budget{leases: newLeases(), log: log, kick: g.kick,
+		workers: func() []health.Worker {
+			if g.tracker == nil {
+				return nil
+			}
+			return g.tracker.Workers()
+		},
+		pids: func() []int {
+			if g.supervisor == nil {
+				return nil
+			}
+			return g.supervisor.pids()
+		}}
 	g.cfg.Store(c)
 	g.fileCfg.Store(c)
 	g.queues = newQueues(c)

@@ -67,9 +67,10 @@ func unitGatewayOf(t testing.TB, toml string) *Gateway {
 	nc := testenv.InProcessNATS(t)
 	g := newGateway(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	g.id, g.nc = "unit", nc
+	g.budget.id = g.id
 	g.metrics = newMetrics(g)
 	g.tracker = &health.Tracker{}
-	g.supervisor = newSupervisor(g.conf(), g.tracker, g, g.log, g.id, "", "")
+	g.supervisor = newSupervisor(g.conf(), g.tracker, budgetNow{g.budget, g.conf, g.poolIdle}, g.log, g.id, "", "")
 	t.Cleanup(g.startLoop(false)) // events only: the queues hold what they get
 	return g
 }

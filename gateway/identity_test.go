@@ -54,18 +54,18 @@ func TestLeaseOwners(t *testing.T) {
 	g := testGateway(t, admissionConfig)
 	a, b := "account:A", "account:B"
 	acquire := func(tenant string) (*codec.LeaseReply, *codec.Error) {
-		return g.leaseAs(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 1, TTLMS: 60000}, tenant)
+		return leaseAs(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 1, TTLMS: 60000}, tenant)
 	}
 	la, e := acquire(a)
 	if e != nil {
 		t.Fatal(e)
 	}
 	for _, action := range []string{codec.LeaseRenew, codec.LeaseRelease} {
-		if _, e := g.leaseAs(&codec.LeaseRequest{Action: action, Lease: la.Lease}, b); e == nil || e.Code != codec.CodeBadRequest {
+		if _, e := leaseAs(g, &codec.LeaseRequest{Action: action, Lease: la.Lease}, b); e == nil || e.Code != codec.CodeBadRequest {
 			t.Fatalf("%s of A's lease by B: %v, want no such lease", action, e)
 		}
 	}
-	if r, e := g.leaseAs(&codec.LeaseRequest{Action: codec.LeaseRenew, Lease: la.Lease}, a); e != nil || r.Lease != la.Lease {
+	if r, e := leaseAs(g, &codec.LeaseRequest{Action: codec.LeaseRenew, Lease: la.Lease}, a); e != nil || r.Lease != la.Lease {
 		t.Fatalf("renew by its owner: %v", e)
 	}
 	for i := 1; i < tenantBound(maxLeases); i++ {
@@ -80,7 +80,7 @@ func TestLeaseOwners(t *testing.T) {
 		t.Fatalf("B's first lease while A holds its bound: %v", e)
 	}
 	// The local owner (an operator) may release any lease.
-	if r, e := g.leaseAs(&codec.LeaseRequest{Action: codec.LeaseRelease, Lease: la.Lease}, ""); e != nil || !r.Released {
+	if r, e := leaseAs(g, &codec.LeaseRequest{Action: codec.LeaseRelease, Lease: la.Lease}, ""); e != nil || !r.Released {
 		t.Fatalf("release by the local owner: %v", e)
 	}
 	if _, e := acquire(a); e != nil {

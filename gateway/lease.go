@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -155,21 +156,17 @@ func (l *leases) byDevice() classCounts {
 	return out
 }
 
-// lease answers one ortbus.v1.lease request of the local owner.
-func (g *Gateway) lease(req *codec.LeaseRequest) (*codec.LeaseReply, *codec.Error) {
-	return g.leaseAs(req, "")
-}
-
-// leaseAs answers one ortbus.v1.lease request of tenant (rule 4).
-func (g *Gateway) leaseAs(req *codec.LeaseRequest, tenant string) (*codec.LeaseReply, *codec.Error) {
+// lease answers one ortbus.v1.lease request of tenant (rule 4; "": the local owner),
+// under c alone.
+func (b *budget) lease(c *config.Config, req *codec.LeaseRequest, tenant string) (*codec.LeaseReply, *codec.Error) {
 	if err := req.Validate(); err != nil {
 		return nil, codec.AsError(err)
 	}
-	ttl := g.conf().Gateway.LeaseDefaultTTL.D()
+	ttl := c.Gateway.LeaseDefaultTTL.D()
 	if req.TTLMS > 0 {
-		ttl = min(g.conf().Gateway.LeaseMaxTTL.D(), time.Duration(min(req.TTLMS, g.conf().Gateway.LeaseMaxTTL.D().Milliseconds()))*time.Millisecond)
+		ttl = min(c.Gateway.LeaseMaxTTL.D(), time.Duration(min(req.TTLMS, c.Gateway.LeaseMaxTTL.D().Milliseconds()))*time.Millisecond)
 	}
-	l := g.leases
+	l := b.leases
 	now := leaseNow()
 	switch req.Action {
 	case codec.LeaseRenew, codec.LeaseRelease:
@@ -182,30 +179,31 @@ func (g *Gateway) leaseAs(req *codec.LeaseRequest, tenant string) (*codec.LeaseR
 		}
 		if req.Action == codec.LeaseRelease {
 			delete(l.by, req.Lease)
-			c := x.LeaseReply
-			c.Released = true
-			return &c, nil
+			r := x.LeaseReply
+			r.Released = true
+			return &r, nil
 		}
 		x.ExpiresUnixMS = now.Add(ttl).UnixMilli()
 		if req.PID > 0 {
 			x.pid, x.host = req.PID, req.Host
 		}
 		x.Pressed = !x.pressedAt.IsZero()
-		c := x.LeaseReply
-		return &c, nil
+		r := x.LeaseReply
+		return &r, nil
 	}
 	// acquire
 	class := req.Class
 	if class == "" {
 		class = subjects.ClassInteractive
 	}
-	if _, ok := g.conf().Classes[class]; !ok {
-		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q (classes: %v)", class, g.conf().ClassNames()).With("field", "class")
+	cl, ok := c.Classes[class]
+	if !ok {
+		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q (classes: %v)", class, c.ClassNames()).With("field", "class")
 	}
-	if !g.knownDevice(req.Device) {
+	if !knownDevice(c, req.Device) {
 		return nil, codec.Errorf(codec.CodeBadRequest, "device %q is not one this gateway's pools or [devices] name", req.Device).With("field", "device")
 	}
-	capacity, fraction, budget := g.deviceBudget(req.Device)
+	capacity, fraction, budget := deviceBudget(c, req.Device)
 	if budget <= 0 {
 		return nil, codec.Errorf(codec.CodeBadRequest, "device %q has no known capacity: declare [devices.%q] capacity to lease its memory", req.Device, req.Device).With("device", req.Device)
 	}
@@ -227,31 +225,31 @@ func (g *Gateway) leaseAs(req *codec.LeaseRequest, tenant string) (*codec.LeaseR
 			leased += x.Bytes
 		}
 	}
-	adm := g.admitted(req.Device, "")
+	adm := b.admitted(c, req.Device, "")
 	// Reservations of classes above the lease's are not its to use (admission.go).
-	adm += g.reservedAgainst(req.Device, g.conf().Classes[class].Priority)
-	foreign := g.foreignBytes(req.Device, leased)
+	adm += b.reservedAgainst(c, req.Device, cl.Priority)
+	foreign := b.foreignBytes(req.Device, leased)
 	if sum := adm + leased + foreign + req.Bytes; sum > budget || sum < 0 {
-		l.press(req.Device, g.conf().Classes[class].Priority, tenant, g.classPriority, now)
+		l.press(req.Device, cl.Priority, tenant, func(class string) int { return classPriority(c, class) }, now)
 		return nil, codec.Errorf(codec.CodeOverloaded, "memory admission refused a lease of %s on device %s: admitted %s + leased %s + foreign %s + %s = %s, over the budget of %s (capacity %s x %.2f)",
 			mb(req.Bytes), req.Device, mb(adm), mb(leased), mb(foreign), mb(req.Bytes), mb(sum), mb(budget), mb(capacity), fraction).
 			With("device", req.Device).With("sum_bytes", sum).With("budget_bytes", budget).With("capacity_bytes", capacity).
 			With("admitted_bytes", adm).With("leased_bytes", leased).With("foreign_bytes", foreign)
 	}
 	x := &lease{LeaseReply: codec.LeaseReply{Lease: nuid.Next(), Device: req.Device, Bytes: req.Bytes, Class: class, Holder: req.Holder, ExpiresUnixMS: now.Add(ttl).UnixMilli(),
-		Gateway: g.id, Gate: req.Gate, Reclaim: req.Reclaim}, owner: tenant, pid: req.PID, host: req.Host}
+		Gateway: b.id, Gate: req.Gate, Reclaim: req.Reclaim}, owner: tenant, pid: req.PID, host: req.Host}
 	l.by[x.Lease] = x
-	g.log.Info("lease granted", "device", x.Device, "bytes", x.Bytes, "class", x.Class, "holder", x.Holder, "ttl", ttl)
-	c := x.LeaseReply
-	return &c, nil
+	b.log.Info("lease granted", "device", x.Device, "bytes", x.Bytes, "class", x.Class, "holder", x.Holder, "ttl", ttl)
+	r := x.LeaseReply
+	return &r, nil
 }
 
-// knownDevice reports whether device is named by a pool or a [devices] table.
-func (g *Gateway) knownDevice(device string) bool {
-	if _, ok := g.conf().Devices[device]; ok {
+// knownDevice reports whether device is named by a pool or a [devices] table of c.
+func knownDevice(c *config.Config, device string) bool {
+	if _, ok := c.Devices[device]; ok {
 		return true
 	}
-	for _, p := range g.conf().Pools {
+	for _, p := range c.Pools {
 		if p.Device == device {
 			return true
 		}
@@ -355,25 +353,25 @@ func (l *leases) shrinkPressed(device, host string, usage map[int]int64, tree fu
 
 // reclaim presses the reclaimable leases on device of a class below prio, for a pool
 // that needs their memory (supervise.go); false when none is pressed whose shrink this
-// gateway can see (pressing).
-func (g *Gateway) reclaim(device string, prio int) bool {
-	l := g.leases
+// gateway can see (pressing); the classes' priorities are c's.
+func (b *budget) reclaim(c *config.Config, device string, prio int) bool {
+	l := b.leases
 	l.mu.Lock()
 	l.expire(leaseNow())
-	l.press(device, prio, "", g.classPriority, leaseNow())
+	l.press(device, prio, "", func(class string) int { return classPriority(c, class) }, leaseNow())
 	l.mu.Unlock()
-	return g.pressing(device)
+	return b.pressing(device)
 }
 
 // pressing reports whether a lease on device is pressed and its holder measurable here:
 // the device has a reader, and the holder gave a pid of this host (rule 6). A pressed
 // lease that is not is worth no wait: nothing here would shrink it.
-func (g *Gateway) pressing(device string) bool {
+func (b *budget) pressing(device string) bool {
 	host, _ := os.Hostname()
-	if g.foreign == nil || g.foreign.readers[device] == nil || host == "" {
+	if b.foreign == nil || b.foreign.readers[device] == nil || host == "" {
 		return false
 	}
-	l := g.leases
+	l := b.leases
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.expire(leaseNow())
@@ -396,9 +394,9 @@ func (l *leases) pressedOn(device string, now time.Time) bool {
 	return false
 }
 
-// classPriority is class's priority (-1: unknown).
-func (g *Gateway) classPriority(class string) int {
-	if cl := g.conf().Classes[class]; cl != nil {
+// classPriority is class's priority in c (-1: unknown).
+func classPriority(c *config.Config, class string) int {
+	if cl := c.Classes[class]; cl != nil {
 		return cl.Priority
 	}
 	return -1

@@ -17,7 +17,7 @@ import (
 func TestLeaseStatusOwners(t *testing.T) {
 	g := testGateway(t, admissionConfig)
 	acquire := func(tenant, holder string) *codec.LeaseReply {
-		l, e := g.leaseAs(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 10 * mib, Class: "batch", Holder: holder, TTLMS: 60_000}, tenant)
+		l, e := leaseAs(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 10 * mib, Class: "batch", Holder: holder, TTLMS: 60_000}, tenant)
 		if e != nil {
 			t.Fatal(e)
 		}
@@ -64,24 +64,24 @@ func TestLeaseAdmission(t *testing.T) {
 	t.Cleanup(func() { leaseNow = time.Now })
 
 	// Rule 1: more than the budget left is refused with the figures.
-	_, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 600 * mib, Class: "interactive", TTLMS: 1000})
+	_, e := leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 600 * mib, Class: "interactive", TTLMS: 1000})
 	if e == nil || e.Code != codec.CodeOverloaded || e.Details["sum_bytes"] != int64(900*mib) || e.Details["budget_bytes"] != int64(cudaBudget) || e.Details["device"] != "cuda:0" {
 		t.Fatalf("lease over the budget: %v %v, want overloaded with device, sum 900 MiB and budget", e, e.Details)
 	}
-	l, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 500 * mib, Class: "interactive", TTLMS: 1000, Holder: "llama"})
+	l, e := leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 500 * mib, Class: "interactive", TTLMS: 1000, Holder: "llama"})
 	if e != nil || l.Lease == "" || l.ExpiresUnixMS != now.Add(time.Second).UnixMilli() {
 		t.Fatalf("lease within the budget: %+v %v", l, e)
 	}
 	// It counts in the admission of pools and of other leases, and shows in status
 	// without its id.
-	if left, _ := g.remaining("cuda:0", "", ""); left != cudaBudget-800*mib {
+	if left, _ := g.budget.remaining(g.conf(), "cuda:0", "", ""); left != cudaBudget-800*mib {
 		t.Errorf("remaining with the lease = %d MiB, want budget - 800 MiB", left/mib)
 	}
-	if _, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 100 * mib}); e == nil || e.Code != codec.CodeOverloaded {
+	if _, e := leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 100 * mib}); e == nil || e.Code != codec.CodeOverloaded {
 		t.Errorf("a second lease past the budget: %v, want overloaded", e)
 	}
 	var st codec.DeviceStatus
-	for _, d := range g.deviceStatus() {
+	for _, d := range g.budget.deviceStatus(g.conf()) {
 		if d.Device == "cuda:0" {
 			st = d
 		}
@@ -91,33 +91,33 @@ func TestLeaseAdmission(t *testing.T) {
 	}
 	// Rule 2: renewed, it lives on; not renewed, it is gone after its ttl.
 	now = now.Add(900 * time.Millisecond)
-	if r, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseRenew, Lease: l.Lease, TTLMS: 1000}); e != nil || r.ExpiresUnixMS != now.Add(time.Second).UnixMilli() {
+	if r, e := leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseRenew, Lease: l.Lease, TTLMS: 1000}); e != nil || r.ExpiresUnixMS != now.Add(time.Second).UnixMilli() {
 		t.Fatalf("renew: %+v %v", r, e)
 	}
 	now = now.Add(999 * time.Millisecond)
-	if left, _ := g.remaining("cuda:0", "", ""); left != cudaBudget-800*mib {
+	if left, _ := g.budget.remaining(g.conf(), "cuda:0", "", ""); left != cudaBudget-800*mib {
 		t.Errorf("before the renewed expiry: remaining %d MiB", left/mib)
 	}
 	now = now.Add(time.Millisecond)
-	if left, _ := g.remaining("cuda:0", "", ""); left != cudaBudget-300*mib {
+	if left, _ := g.budget.remaining(g.conf(), "cuda:0", "", ""); left != cudaBudget-300*mib {
 		t.Errorf("after expiry: remaining %d MiB, want the lease's bytes back", left/mib)
 	}
-	if _, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseRenew, Lease: l.Lease}); e == nil || e.Code != codec.CodeBadRequest {
+	if _, e := leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseRenew, Lease: l.Lease}); e == nil || e.Code != codec.CodeBadRequest {
 		t.Errorf("renew of an expired lease: %v, want bad_request", e)
 	}
 	// Release gives the bytes back at once.
-	l2, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 500 * mib, TTLMS: 60000})
+	l2, e := leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 500 * mib, TTLMS: 60000})
 	if e != nil {
 		t.Fatal(e)
 	}
-	if r, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseRelease, Lease: l2.Lease}); e != nil || !r.Released {
+	if r, e := leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseRelease, Lease: l2.Lease}); e != nil || !r.Released {
 		t.Fatalf("release: %+v %v", r, e)
 	}
-	if left, _ := g.remaining("cuda:0", "", ""); left != cudaBudget-300*mib {
+	if left, _ := g.budget.remaining(g.conf(), "cuda:0", "", ""); left != cudaBudget-300*mib {
 		t.Errorf("after release: remaining %d MiB", left/mib)
 	}
 	// A ttl past lease_max_ttl is cut to it; bad requests are refused.
-	l3, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: mib, TTLMS: 1 << 50})
+	l3, e := leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: mib, TTLMS: 1 << 50})
 	if e != nil || l3.ExpiresUnixMS != now.Add(g.conf().Gateway.LeaseMaxTTL.D()).UnixMilli() {
 		t.Errorf("huge ttl: %+v %v, want lease_max_ttl", l3, e)
 	}
@@ -130,7 +130,7 @@ func TestLeaseAdmission(t *testing.T) {
 		{Action: codec.LeaseRenew, Lease: "a.b"},
 		{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 1 << 62},
 	} {
-		if _, e := g.lease(&bad); e == nil {
+		if _, e := leaseOwn(g, &bad); e == nil {
 			t.Errorf("%+v: granted, want refused", bad)
 		}
 	}
@@ -163,25 +163,25 @@ func TestReservation(t *testing.T) {
 interactive = "400MiB"
 `)
 	f := newFleet(t, g)
-	if left, _ := g.remaining("cuda:0", "b", ""); left != cudaBudget-400*mib {
+	if left, _ := g.budget.remaining(g.conf(), "cuda:0", "b", ""); left != cudaBudget-400*mib {
 		t.Errorf("batch pool b's budget = %d MiB, want the budget less the reservation", left/mib)
 	}
-	if left, _ := g.remaining("cuda:0", "a", ""); left != cudaBudget {
+	if left, _ := g.budget.remaining(g.conf(), "cuda:0", "a", ""); left != cudaBudget {
 		t.Errorf("interactive pool a's budget = %d MiB, want the whole budget", left/mib)
 	}
 	f.beat(codec.Heartbeat{Worker: "a-0", Pool: "a", Slots: 1, Models: peaks(300)})
-	if left, _ := g.remaining("cuda:0", "b", ""); left != cudaBudget-400*mib {
+	if left, _ := g.budget.remaining(g.conf(), "cuda:0", "b", ""); left != cudaBudget-400*mib {
 		t.Errorf("with a-0's 300 MiB in the reservation, b's budget = %d MiB, want budget - 400 MiB", left/mib)
 	}
 	// 570.4 MiB left in all, 100 MiB of it still reserved: 500 MiB is too much for a batch
 	// lease, not for an interactive one.
-	if _, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 500 * mib, Class: "batch"}); e == nil || e.Code != codec.CodeOverloaded {
+	if _, e := leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 500 * mib, Class: "batch"}); e == nil || e.Code != codec.CodeOverloaded {
 		t.Errorf("a batch lease into interactive's reservation: %v, want overloaded", e)
 	}
-	if _, e := g.lease(&codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 500 * mib, Class: "interactive"}); e != nil {
+	if _, e := leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 500 * mib, Class: "interactive"}); e != nil {
 		t.Errorf("an interactive lease of what is left: %v", e)
 	}
-	if e := g.admissionError("cuda:0", "b", 10*mib); !strings.Contains(e.Message, "reserved for higher classes") {
+	if e := g.budget.admissionError(g.conf(), "cuda:0", "b", 10*mib); !strings.Contains(e.Message, "reserved for higher classes") {
 		t.Errorf("refusal of b: %q does not name the reservation", e.Message)
 	}
 }

@@ -199,7 +199,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, pool := range g.conf().PoolNames() {
 		ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(inflight[pool]), pool)
 	}
-	for _, d := range g.deviceStatus() {
+	for _, d := range g.budget.deviceStatus(g.conf()) {
 		ch <- prometheus.MustNewConstMetric(descBudget, prometheus.GaugeValue, float64(d.BudgetBytes), d.Device)
 		ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.GaugeValue, float64(d.AdmittedBytes), d.Device)
 		ch <- prometheus.MustNewConstMetric(descLeased, prometheus.GaugeValue, float64(d.LeasedBytes), d.Device)

@@ -60,8 +60,8 @@ func (g *Gateway) pause(req *codec.PauseRequest, owner string) (*codec.PauseRepl
 	if owner != "" && cfg.Classes[req.Class].Priority < backgroundPriority {
 		return nil, codec.Errorf(codec.CodeBadRequest, "class %s: an application pauses only background classes (priority %d and up)", req.Class, backgroundPriority).With("field", "class")
 	}
-	if req.Device != "" && !g.knownDevice(req.Device) {
-		return nil, codec.Errorf(codec.CodeBadRequest, "unknown device %q (devices: %v)", req.Device, g.deviceNames()).With("field", "device")
+	if req.Device != "" && !knownDevice(cfg, req.Device) {
+		return nil, codec.Errorf(codec.CodeBadRequest, "unknown device %q (devices: %v)", req.Device, deviceNames(cfg)).With("field", "device")
 	}
 	ps, now := g.pauses, pauseNow()
 	key := pauseKey{req.Class, req.Device, owner}

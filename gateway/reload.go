@@ -313,16 +313,16 @@ func (g *Gateway) admitChange(next *config.Config, ch *config.Changes) *codec.Er
 		}
 		count(name, n, f)
 	}
+	cur := g.conf() // the budgets are the configuration's in force, read once
 	for device, n := range need {
 		if n == 0 {
 			continue
 		}
-		_, _, budget := g.deviceBudget(device)
-		if budget <= 0 {
+		left, ok := g.budget.left(cur, device, "", prio[device])
+		if !ok {
 			continue
 		}
-		leased, _ := g.leases.leased(device)
-		left := budget - g.admitted(device, "") + freed[device] - leased - g.foreignBytes(device, leased) - g.reservedAgainst(device, prio[device])
+		left += freed[device]
 		if n > left {
 			return codec.Errorf(codec.CodeOverloaded, "memory admission refused on device %s: the change needs %d MiB, %d MiB of the budget is left (nothing was changed)", device, n>>20, left>>20).
 				With("device", device).With("need_bytes", n).With("left_bytes", left)
@@ -639,7 +639,7 @@ func (g *Gateway) modelVerb(ctx context.Context, next *config.Config, pool, id, 
 			return codec.Errorf(codec.CodeInternal, "%v", err)
 		}
 		load := &codec.WorkerLoad{Model: model, Table: string(table), Order: next.Pools[pool].Models}
-		if left, ok := g.remaining(next.Pools[pool].Device, pool, ""); ok {
+		if left, ok := g.budget.remaining(g.conf(), next.Pools[pool].Device, pool, ""); ok {
 			load.BudgetBytes = max(left, 1) // 0 would be no limit: none left fails the model
 		}
 		load.Sign(key, id, sent)
