@@ -44,7 +44,16 @@ type gates struct {
 	mu  sync.Mutex
 	by  map[string]*gateState // by device
 	seq uint64
+
+	// What the gates need of the rest of the gateway, wired at construction (newGateway).
+	id      string                                   // the gateway's id, in each gate published
+	held    func(now time.Time) map[string]gatedHere // the leases' (lease.go)
+	demand  gateDemandFunc                           // the dispatch loop's (gateDemand)
+	publish func(subject string, gate codec.Gate)    // on the bus
 }
+
+// gateDemandFunc asks the dispatch loop for gateDemand (ok false: the loop has stopped).
+type gateDemandFunc func(classes map[string]string, gating []string, prio func(string) (int, bool)) (demand map[string]bool, ok bool)
 
 // gateState is one device's gate as last published.
 type gateState struct {
@@ -90,10 +99,10 @@ const (
 	gateCover = gateTick
 )
 
-func newGates() *gates {
+func newGates(held func(time.Time) map[string]gatedHere, demand gateDemandFunc, publish func(string, codec.Gate)) *gates {
 	// The seq starts at the clock, so that a restarted gateway's states come after its
 	// predecessor's.
-	return &gates{by: map[string]*gateState{}, seq: uint64(time.Now().UnixNano())}
+	return &gates{by: map[string]*gateState{}, seq: uint64(time.Now().UnixNano()), held: held, demand: demand, publish: publish}
 }
 
 // gateClass is device's gating class in c (rule 1).
@@ -175,9 +184,9 @@ func (lc *lifecycle) gateDemand(classes map[string]string, gating []string, prio
 	return out
 }
 
-// startGates decides and publishes the gates every gateTick until the returned stop is
-// called.
-func (g *Gateway) startGates() (stop func()) {
+// start decides and publishes the gates every gateTick, each round under the
+// configuration then in force (conf), until the returned stop is called.
+func (gs *gates) start(conf func() *config.Config) (stop func()) {
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
@@ -188,18 +197,16 @@ func (g *Gateway) startGates() (stop func()) {
 			case <-done:
 				return
 			case now := <-tick.C:
-				g.decideGates(now)
+				gs.decide(now, conf())
 			}
 		}
 	}()
 	return func() { close(done); <-exited }
 }
 
-// decideGates is one round of rules 1 to 3, under one configuration.
-func (g *Gateway) decideGates(now time.Time) {
-	cfg := g.conf()
-	held := g.budget.leases.gated(leaseNow())
-	gs := g.gates
+// decide is one round of rules 1 to 3, under cfg alone.
+func (gs *gates) decide(now time.Time, cfg *config.Config) {
+	held := gs.held(leaseNow())
 	gs.mu.Lock()
 	for d := range gs.by {
 		if _, ok := held[d]; !ok {
@@ -233,8 +240,8 @@ func (g *Gateway) decideGates(now time.Time) {
 				}
 			}
 		}
-		work := func(pool string, p *pending) time.Duration { return g.est.get(estKey{pool, p.op, p.req.Model}) }
-		if !g.inspect(func(lc *lifecycle) { demand = lc.gateDemand(classes, gating, prio, work) }) {
+		var ok bool
+		if demand, ok = gs.demand(classes, gating, prio); !ok {
 			return // the loop has stopped: the gateway is going
 		}
 	}
@@ -265,24 +272,18 @@ func (g *Gateway) decideGates(now time.Time) {
 		if !changed && now.Sub(st.pub) < gateRefresh {
 			continue
 		}
-		subj, err := subjects.Gate(g.id, d)
+		subj, err := subjects.Gate(gs.id, d)
 		if err != nil {
 			continue // a device name that is no subject token: never gated
 		}
 		gs.seq++
 		st.pub = now
-		st.last = codec.Gate{Gateway: g.id, Device: d, Seq: gs.seq, Closed: closed, Class: st.class, TTLMS: gateTTL.Milliseconds(), Reclaim: h.tags}
+		st.last = codec.Gate{Gateway: gs.id, Device: d, Seq: gs.seq, Closed: closed, Class: st.class, TTLMS: gateTTL.Milliseconds(), Reclaim: h.tags}
 		pubs = append(pubs, out{subj, st.last})
 	}
 	gs.mu.Unlock()
 	for _, p := range pubs {
-		b, err := codec.Marshal(&p.gate)
-		if err == nil {
-			err = g.nc.Publish(p.subject, b)
-		}
-		if err != nil {
-			g.publishFailed("gate", err)
-		}
+		gs.publish(p.subject, p.gate)
 	}
 }
 

@@ -62,7 +62,7 @@ func TestGateDecision(t *testing.T) {
 			g := testGateway(t, toml)
 			next := gateSpy(t, g, "cuda:0")
 			now := time.Now()
-			g.decideGates(now)
+			g.gates.decide(now, g.conf())
 			if st := g.gates.list(now); len(st) != 0 {
 				t.Fatalf("gates without a gated lease: %+v", st)
 			}
@@ -70,7 +70,7 @@ func TestGateDecision(t *testing.T) {
 			if e != nil || l.Gateway != g.id || !l.Gate {
 				t.Fatalf("gated lease: %+v %v", l, e)
 			}
-			g.decideGates(now)
+			g.gates.decide(now, g.conf())
 			first := next()
 			if first.Closed || first.Gateway != g.id || first.Device != "cuda:0" || first.TTLMS != gateTTL.Milliseconds() {
 				t.Fatalf("first state %+v, want open with the gate's ttl", first)
@@ -91,7 +91,7 @@ func TestGateDecision(t *testing.T) {
 			// Interactive work closes it only with gate_class = interactive.
 			load("interactive", 1)
 			now = now.Add(gateTick)
-			g.decideGates(now)
+			g.gates.decide(now, g.conf())
 			if gating == "interactive" {
 				if s := next(); !s.Closed || s.Seq <= first.Seq || s.Class != "interactive" {
 					t.Fatalf("interactive work with gate_class interactive: %+v", s)
@@ -103,7 +103,7 @@ func TestGateDecision(t *testing.T) {
 			// Urgent work closes it in either case, published at once.
 			load("urgent", 1)
 			now = now.Add(gateRefresh)
-			g.decideGates(now)
+			g.gates.decide(now, g.conf())
 			closed := next()
 			if !closed.Closed || closed.Seq <= first.Seq {
 				t.Errorf("urgent work: %+v (first seq %d)", closed, first.Seq)
@@ -114,18 +114,18 @@ func TestGateDecision(t *testing.T) {
 				t.Errorf("status of the gate closed for 30 s: %+v", st)
 			}
 			// Unchanged, it is published again every gateRefresh; the work done, open at once.
-			g.decideGates(now.Add(gateRefresh))
+			g.gates.decide(now.Add(gateRefresh), g.conf())
 			if s := next(); !s.Closed || s.Seq <= closed.Seq {
 				t.Errorf("refresh: %+v", s)
 			}
 			load("urgent", -1)
-			g.decideGates(now.Add(gateRefresh + gateTick))
+			g.gates.decide(now.Add(gateRefresh + gateTick), g.conf())
 			if s := next(); s.Closed {
 				t.Errorf("open after the work: %+v", s)
 			}
 			// The lease gone, so is the gate.
 			leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseRelease, Lease: l.Lease})
-			g.decideGates(now.Add(time.Second))
+			g.gates.decide(now.Add(time.Second), g.conf())
 			if st := g.gates.list(now); len(st) != 0 {
 				t.Errorf("gates after the release: %+v", st)
 			}

@@ -107,7 +107,7 @@ func Run(ctx context.Context, o Options) error {
 		host, _ := os.Hostname()
 		g.id = fmt.Sprintf("%s-%d", sanitize(host), os.Getpid())
 	}
-	g.budget.id = g.id
+	g.budget.id, g.gates.id = g.id, g.id
 	var err error
 	if g.claimSubject, err = subjects.Claim(g.id); err != nil {
 		return fmt.Errorf("gateway id: %w", err)
@@ -147,7 +147,7 @@ func Run(ctx context.Context, o Options) error {
 	defer g.failover.close()
 	g.startJobs(jobsCtx)
 	stopDispatch := g.startLoop(true)
-	defer g.startGates()() // stopped before the loop's stop (deferred: after it returns)
+	defer g.gates.start(g.conf)() // stopped before the loop's stop (deferred: after it returns)
 
 	// A lost connection ends each wait, before ready (never announced then) and after.
 	select {
@@ -259,7 +259,7 @@ func newGateway(c *config.Config, log *slog.Logger) *Gateway {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	g := &Gateway{log: log, kickCh: make(chan struct{}, 1), pauses: newPauses(), gates: newGates(), connLost: make(chan struct{}),
+	g := &Gateway{log: log, kickCh: make(chan struct{}, 1), pauses: newPauses(), connLost: make(chan struct{}),
 		events: make(chan event, eventBacklog), loopDone: make(chan struct{})}
 	// The budget's view of the tracker and the supervisor, which Run makes after this.
 	g.budget = &budget{leases: newLeases(), log: log, kick: g.kick,
@@ -275,6 +275,22 @@ func newGateway(c *config.Config, log *slog.Logger) *Gateway {
 			}
 			return g.supervisor.pids()
 		}}
+	// The gates' view of the leases, the dispatch loop and the bus.
+	g.gates = newGates(g.budget.leases.gated,
+		func(classes map[string]string, gating []string, prio func(string) (int, bool)) (demand map[string]bool, ok bool) {
+			work := func(pool string, p *pending) time.Duration { return g.est.get(estKey{pool, p.op, p.req.Model}) }
+			ok = g.inspect(func(lc *lifecycle) { demand = lc.gateDemand(classes, gating, prio, work) })
+			return demand, ok
+		},
+		func(subject string, gate codec.Gate) {
+			b, err := codec.Marshal(&gate)
+			if err == nil {
+				err = g.nc.Publish(subject, b)
+			}
+			if err != nil {
+				g.publishFailed("gate", err)
+			}
+		})
 	g.cfg.Store(c)
 	g.fileCfg.Store(c)
 	g.queues = newQueues(c)

@@ -67,7 +67,7 @@ func unitGatewayOf(t testing.TB, toml string) *Gateway {
 	nc := testenv.InProcessNATS(t)
 	g := newGateway(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	g.id, g.nc = "unit", nc
-	g.budget.id = g.id
+	g.budget.id, g.gates.id = g.id, g.id
 	g.metrics = newMetrics(g)
 	g.tracker = &health.Tracker{}
 	g.supervisor = newSupervisor(g.conf(), g.tracker, budgetNow{g.budget, g.conf, g.poolIdle}, g.log, g.id, "", "")
