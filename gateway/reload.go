@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -798,35 +797,6 @@ func (s *supervisor) drain(procs []*proc, grace time.Duration) {
 	for _, p := range procs {
 		if p.id != "" {
 			s.tracker.Forget(p.id) // marked dead at its exit (its requests answered): gone now
-		}
-	}
-}
-
-// stopProcs asks the running ones of procs to drain and exit (SIGTERM: each answers what
-// it holds), kills those still running after grace, and waits for their exits. Their
-// exits are no deaths: nothing restarts them.
-func (s *supervisor) stopProcs(procs []*proc, grace time.Duration) {
-	var running []*proc
-	s.mu.Lock()
-	for _, p := range procs {
-		if p.cmd != nil && p.cmd.Process != nil && !isClosed(p.exited) {
-			p.stopping = true
-			running = append(running, p)
-		}
-	}
-	s.mu.Unlock()
-	for _, p := range running {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	deadline := time.After(grace)
-	for _, p := range running {
-		select {
-		case <-p.exited:
-		case <-deadline:
-			for _, q := range running {
-				q.cmd.Process.Kill()
-			}
-			<-p.exited
 		}
 	}
 }

@@ -801,19 +801,37 @@ func (s *supervisor) closing() {
 	}
 }
 
-// stop drains every worker: SIGTERM, then SIGKILL after grace.
+// stop drains every worker: SIGTERM, then SIGKILL after grace (stopProcs), and waits
+// for their watches to end. No worker starts or restarts from then on.
 func (s *supervisor) stop(grace time.Duration) {
 	s.mu.Lock()
 	s.closed = true
-	var running []*proc
+	var all []*proc
 	for _, pp := range s.pools {
-		running = append(running, pp.procs...)
+		all = append(all, pp.procs...)
+	}
+	s.mu.Unlock()
+	s.stopProcs(all, grace)
+	s.wg.Wait()
+}
+
+// stopProcs asks the running ones of procs (started, with a process, not exited) to
+// drain and exit (SIGTERM: each answers what it holds), kills those still running after
+// grace, and waits for their exits. Their exits are no deaths: nothing restarts them.
+// It is the one way the supervisor stops processes: at shutdown (stop), for a reload
+// (replace, drain).
+func (s *supervisor) stopProcs(procs []*proc, grace time.Duration) {
+	var running []*proc
+	s.mu.Lock()
+	for _, p := range procs {
+		if p.cmd != nil && p.cmd.Process != nil && !isClosed(p.exited) {
+			p.stopping = true
+			running = append(running, p)
+		}
 	}
 	s.mu.Unlock()
 	for _, p := range running {
-		if p.cmd != nil && p.cmd.Process != nil {
-			p.cmd.Process.Signal(syscall.SIGTERM)
-		}
+		p.cmd.Process.Signal(syscall.SIGTERM)
 	}
 	deadline := time.After(grace)
 	for _, p := range running {
@@ -821,13 +839,11 @@ func (s *supervisor) stop(grace time.Duration) {
 		case <-p.exited:
 		case <-deadline:
 			for _, q := range running {
-				if q.cmd != nil && q.cmd.Process != nil {
-					q.cmd.Process.Kill()
-				}
+				q.cmd.Process.Kill()
 			}
+			<-p.exited
 		}
 	}
-	s.wg.Wait()
 }
 
 // running reports whether a supervised worker's process exists and is not stopped
