@@ -119,7 +119,7 @@ func TestGateDecision(t *testing.T) {
 				t.Errorf("refresh: %+v", s)
 			}
 			load("urgent", -1)
-			g.gates.decide(now.Add(gateRefresh + gateTick), g.conf())
+			g.gates.decide(now.Add(gateRefresh+gateTick), g.conf())
 			if s := next(); s.Closed {
 				t.Errorf("open after the work: %+v", s)
 			}
