@@ -441,61 +441,16 @@ func (r *jobsRunner) job(ctx context.Context, id string, kills int) (*JobsRun, e
 	if err := watch.subscribe(r.sys.nc, id); err != nil {
 		return nil, err
 	}
-	req := &codec.JobSubmit{Job: id, Op: subjects.OpTag, Model: jobsModel, Class: subjects.ClassBatch, Items: r.paths}
-	if b, err := codec.Marshal(req); err == nil && int64(len(b)) > r.sys.nc.MaxPayload() {
-		return nil, fmt.Errorf("a submit of %d items is %d bytes, over the bus's max_payload (%d): use a smaller -n", r.n, len(b), r.sys.nc.MaxPayload())
-	}
-	t0 := time.Now()
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	sub, err := r.sys.cl.SubmitJob(sctx, req)
-	cancel()
+	t0, err := r.submit(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("submit: %w", err)
+		return nil, err
 	}
 	run.SubmitMS = ms(time.Since(t0))
-	if sub.Total != r.n {
-		return nil, fmt.Errorf("submit answered %d items, want %d", sub.Total, r.n)
-	}
-
 	for k := 1; k <= kills; k++ {
-		kill := JobsKill{Target: r.n * k / (kills + 1)}
-		until := time.Now().Add(jobBound)
-		for watch.count() < kill.Target {
-			if time.Now().After(until) {
-				return nil, fmt.Errorf("kill %d: %d results within %v, waiting for %d", k, watch.count(), jobBound, kill.Target)
-			}
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(2 * time.Millisecond):
-			}
-		}
-		kill.PID = r.sys.gw.PID()
-		r.sys.gw.Kill() // SIGKILL to the gateway's process group, and its exit awaited
-		kill.AtResults = watch.count()
-		r.sys.stop()
-		restart := time.Now()
-		watch.mark()
-		var connected time.Time
-		err := r.start(ctx, "jobs", func(nc *nats.Conn) error {
-			connected = time.Now()
-			return watch.subscribe(nc, id)
-		})
+		kill, err := r.killAt(ctx, id, watch, k, r.n*k/(kills+1))
 		if err != nil {
-			return nil, fmt.Errorf("restart %d: %w", k, err)
+			return nil, err
 		}
-		kill.ConnectedMS, kill.LiveMS = ms(connected.Sub(restart)), ms(time.Since(restart))
-		for watch.first().IsZero() {
-			if time.Since(restart) > jobBound {
-				return nil, fmt.Errorf("restart %d: no new result within %v", k, jobBound)
-			}
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(time.Millisecond):
-			}
-		}
-		kill.ResumeMS = ms(watch.first().Sub(restart))
 		run.Kills = append(run.Kills, kill)
 	}
 
@@ -511,27 +466,108 @@ func (r *jobsRunner) job(ctx context.Context, id string, kills int) (*JobsRun, e
 	run.ElapsedS = round(end.Sub(t0).Seconds(), 3)
 	run.ItemsPerS = perSecond(r.n, end.Sub(t0))
 
-	// Items run twice: their second run mark.
-	js, err := jetstream.New(r.sys.nc)
-	if err != nil {
-		return nil, err
-	}
 	ictx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	stream, err := js.Stream(ictx, jobs.ResultsStream)
-	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", jobs.ResultsStream, err)
+	if run.RunTwice, err = r.runTwice(ictx, id); err != nil {
+		return nil, err
 	}
-	info, err := stream.Info(ictx, jetstream.WithSubjectFilter(subjects.JobRunPrefix+"."+id+".*.2"))
-	if err != nil {
-		return nil, fmt.Errorf("run marks: %w", err)
+	if err := r.readResults(ictx, id, run, end.Sub(t0)); err != nil {
+		return nil, err
 	}
-	run.RunTwice = len(info.State.Subjects)
+	run.ExactlyOnce = run.Results == r.n && run.Distinct == r.n && run.Duplicates == 0 && run.WrongPath == 0 && len(run.ResultErrors) == 0
+	if len(run.ResultErrors) == 0 {
+		run.ResultErrors = nil
+	}
+	return run, nil
+}
 
-	// Every result, read back through the gateway.
+// submit submits the N items as job id (refused here when the submit is over the bus's
+// max_payload), and returns when it was sent: the job's start.
+func (r *jobsRunner) submit(ctx context.Context, id string) (time.Time, error) {
+	req := &codec.JobSubmit{Job: id, Op: subjects.OpTag, Model: jobsModel, Class: subjects.ClassBatch, Items: r.paths}
+	if b, err := codec.Marshal(req); err == nil && int64(len(b)) > r.sys.nc.MaxPayload() {
+		return time.Time{}, fmt.Errorf("a submit of %d items is %d bytes, over the bus's max_payload (%d): use a smaller -n", r.n, len(b), r.sys.nc.MaxPayload())
+	}
+	t0 := time.Now()
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	sub, err := r.sys.cl.SubmitJob(sctx, req)
+	cancel()
+	if err != nil {
+		return t0, fmt.Errorf("submit: %w", err)
+	}
+	if sub.Total != r.n {
+		return t0, fmt.Errorf("submit answered %d items, want %d", sub.Total, r.n)
+	}
+	return t0, nil
+}
+
+// killAt is kill k of job id: once target items have results, the stack is killed and
+// restarted, and the job's results followed again until a new one comes.
+func (r *jobsRunner) killAt(ctx context.Context, id string, watch *resultWatch, k, target int) (JobsKill, error) {
+	kill := JobsKill{Target: target}
+	until := time.Now().Add(jobBound)
+	for watch.count() < kill.Target {
+		if time.Now().After(until) {
+			return JobsKill{}, fmt.Errorf("kill %d: %d results within %v, waiting for %d", k, watch.count(), jobBound, kill.Target)
+		}
+		select {
+		case <-ctx.Done():
+			return JobsKill{}, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	kill.PID = r.sys.gw.PID()
+	r.sys.gw.Kill() // SIGKILL to the gateway's process group, and its exit awaited
+	kill.AtResults = watch.count()
+	r.sys.stop()
+	restart := time.Now()
+	watch.mark()
+	var connected time.Time
+	err := r.start(ctx, "jobs", func(nc *nats.Conn) error {
+		connected = time.Now()
+		return watch.subscribe(nc, id)
+	})
+	if err != nil {
+		return JobsKill{}, fmt.Errorf("restart %d: %w", k, err)
+	}
+	kill.ConnectedMS, kill.LiveMS = ms(connected.Sub(restart)), ms(time.Since(restart))
+	for watch.first().IsZero() {
+		if time.Since(restart) > jobBound {
+			return JobsKill{}, fmt.Errorf("restart %d: no new result within %v", k, jobBound)
+		}
+		select {
+		case <-ctx.Done():
+			return JobsKill{}, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	kill.ResumeMS = ms(watch.first().Sub(restart))
+	return kill, nil
+}
+
+// runTwice counts job id's items run twice: their second run mark.
+func (r *jobsRunner) runTwice(ctx context.Context, id string) (int, error) {
+	js, err := jetstream.New(r.sys.nc)
+	if err != nil {
+		return 0, err
+	}
+	stream, err := js.Stream(ctx, jobs.ResultsStream)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", jobs.ResultsStream, err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subjects.JobRunPrefix+"."+id+".*.2"))
+	if err != nil {
+		return 0, fmt.Errorf("run marks: %w", err)
+	}
+	return len(info.State.Subjects), nil
+}
+
+// readResults reads every result of job id back through the gateway into run: counts,
+// duplicates, wrong paths, errors, and the worker's service over the job's elapsed time.
+func (r *jobsRunner) readResults(ctx context.Context, id string, run *JobsRun, elapsed time.Duration) error {
 	per := make([]int, r.n)
 	var svc serviceSum
-	err = r.sys.cl.EachJobResult(ictx, id, func(jr *codec.JobResult) error {
+	err := r.sys.cl.EachJobResult(ctx, id, func(jr *codec.JobResult) error {
 		run.Results++
 		if jr.Index < 0 || jr.Index >= r.n {
 			run.WrongPath++
@@ -553,19 +589,15 @@ func (r *jobsRunner) job(ctx context.Context, id string, kills int) (*JobsRun, e
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read results: %w", err)
+		return fmt.Errorf("read results: %w", err)
 	}
-	run.Worker = svc.over(end.Sub(t0))
+	run.Worker = svc.over(elapsed)
 	for _, c := range per {
 		if c > 0 {
 			run.Distinct++
 		}
 	}
-	run.ExactlyOnce = run.Results == r.n && run.Distinct == r.n && run.Duplicates == 0 && run.WrongPath == 0 && len(run.ResultErrors) == 0
-	if len(run.ResultErrors) == 0 {
-		run.ResultErrors = nil
-	}
-	return run, nil
+	return nil
 }
 
 // await waits for the job to finish and returns its final status.

@@ -380,33 +380,15 @@ func (tr *throughputRun) measure(ctx context.Context, m tpModel, res *Throughput
 	tm := ThroughputModel{Kind: m.kind, Op: m.op, Input: m.input, Source: m.source, Items: map[string]int{}, PerRound: map[string][]int{},
 		Threads: max(m.threads, 1), Pools: map[string]string{"system": m.pool("plain"), "system_batched": m.pool("batched")}}
 	w := tr.h.w
-	// In-process, the model runs as a program embedding ONNX Runtime would run it: at the
-	// runtime's defaults, spinning on (as onnxruntime-node's default path does), so that
-	// in-process/node compares the same settings.
-	pc := &config.Pool{EP: tr.ep, Workers: 1, Slots: 1, Threads: max(m.threads, 1)}
-	env := models.Env{Runtime: tr.rt, Session: ort.PoolSessionConfig(pc, true),
-		Images: images.Policy{AllowedRoots: []string{w.images}, OutputRoots: []string{w.spool()}}, SpoolDir: w.spool()}
-	mod, err := models.Open(env, &config.Model{Name: m.name, Kind: m.kind, Dir: m.dir})
+	mod, err := tr.openInProcess(m)
 	if err != nil {
-		return fmt.Errorf("open %s in-process: %w", m.name, err)
+		return err
 	}
 	defer mod.Close()
 	tm.Batchable = mod.Batchable(m.op)
 	var firstIn *time.Duration
 	if tr.wg != nil {
-		// A GPU EP: every path checked to run on it; its shaders compiled before counting.
-		tr.wg.path("inprocess", "the bench process", "", "the in-process session's EP (its provider list holds webgpu alone)")
-		if err := tr.wg.observe("inprocess", m.name, mod.Sessions()[0].EP, tr.ep); err != nil {
-			return err
-		}
-		pools := map[string]string{"system": m.pool("plain"), "system_batched": m.pool("batched")}
-		if err := tr.wg.checkWorkers(ctx, tr.sys, m, pools, tr.ep); err != nil {
-			return err
-		}
-		if err := warmBatches(ctx, tr.sys, m, m.pool("plain"), 1); err != nil {
-			return err
-		}
-		if err := warmBatches(ctx, tr.sys, m, m.pool("batched"), ThroughputMaxBatch); err != nil {
+		if err := tr.warmGPU(ctx, m, mod); err != nil {
 			return err
 		}
 		firstIn = new(time.Duration)
@@ -418,9 +400,7 @@ func (tr *throughputRun) measure(ctx context.Context, m tpModel, res *Throughput
 			return err
 		}
 	}
-	var inEl time.Duration
-	var batchSum float64
-	nodeEl, nodeCPU := map[string]float64{}, map[string]float64{}
+	f := &tpFigures{nodeEl: map[string]float64{}, nodeCPU: map[string]float64{}}
 	for r := 0; r < tr.rounds; r++ {
 		n, el, err := inProcessLoop(ctx, mod, m, firstIn, tr.warm/3, tr.chunk)
 		if err != nil {
@@ -432,56 +412,124 @@ func (tr *throughputRun) measure(ctx context.Context, m tpModel, res *Throughput
 		}
 		tm.Items["inprocess"] += n
 		tm.PerRound["inprocess"] = append(tm.PerRound["inprocess"], n)
-		inEl += el
-		for _, ph := range []struct{ key, pool string }{{"system", m.pool("plain")}, {"system_batched", m.pool("batched")}} {
-			eps := map[string]int{}
-			n, meanBatch, err := systemLoop(ctx, tr.sys, m, ph.pool, tr.inflight, tr.warm/2, tr.chunk, eps)
-			if err != nil {
-				return fmt.Errorf("%s through pool %s: %w", m.name, ph.pool, err)
-			}
-			if tr.wg != nil {
-				for ep := range eps {
-					if err := tr.wg.observe(ph.key, m.name, ep, tr.ep); err != nil {
-						return err
-					}
-				}
-			}
-			clearDir(w.spool()) // outputs whose replies came after the phase
-			tm.Items[ph.key] += n
-			tm.PerRound[ph.key] = append(tm.PerRound[ph.key], n)
-			if ph.key == "system_batched" {
-				batchSum += meanBatch * float64(n)
-			}
+		f.inEl += el
+		if err := tr.systemRound(ctx, m, &tm, f); err != nil {
+			return err
 		}
 		if tr.node == nil {
 			continue
 		}
-		for _, ph := range tr.nodePaths() {
-			c, err := tr.node.run(ctx, filepath.Join(m.dir, "model.onnx"), nodeArgs, max(m.threads, 1), ph.spin, tr.ep, tr.warm/3, tr.chunk)
-			if err != nil {
-				return fmt.Errorf("%s on onnxruntime-node (%s): %w", m.name, ph.key, err)
-			}
-			if tr.wg != nil {
-				p := tr.wg.path(ph.key, fmt.Sprintf("a %s process per round", strings.Fields(c.Runtime + " node")[0]), "", fmt.Sprintf("the runner's session, created with executionProviders ['%s'] alone (creation fails rather than fall back)", tr.ep))
-				if err := tr.wg.observe(ph.key, m.name, c.EP, tr.ep); err != nil {
-					return err
-				}
-				if _, ok := p.FirstMS[m.name]; !ok {
-					p.FirstMS[m.name] = round(c.FirstMS, 2)
-				}
-			}
-			tm.Items[ph.key] += c.Items
-			tm.PerRound[ph.key] = append(tm.PerRound[ph.key], c.Items)
-			nodeEl[ph.key] += c.Seconds
-			nodeCPU[ph.key] += c.CPUS
-			res.Setup.Node.Runner, res.Setup.Node.OnnxruntimeNode = c.Runtime, c.Version
+		if err := tr.nodeRound(ctx, m, nodeArgs, &tm, f, res); err != nil {
+			return err
 		}
 	}
+	tr.record(m, &tm, f, res)
+	return nil
+}
+
+// tpFigures are a model's sums over the rounds: the in-process elapsed time, the
+// batched path's batch sizes (weighted by items), and each node path's elapsed and
+// CPU seconds.
+type tpFigures struct {
+	inEl            time.Duration
+	batchSum        float64
+	nodeEl, nodeCPU map[string]float64
+}
+
+// openInProcess opens m in the bench process.
+// In-process, the model runs as a program embedding ONNX Runtime would run it: at the
+// runtime's defaults, spinning on (as onnxruntime-node's default path does), so that
+// in-process/node compares the same settings.
+func (tr *throughputRun) openInProcess(m tpModel) (models.Model, error) {
+	w := tr.h.w
+	pc := &config.Pool{EP: tr.ep, Workers: 1, Slots: 1, Threads: max(m.threads, 1)}
+	env := models.Env{Runtime: tr.rt, Session: ort.PoolSessionConfig(pc, true),
+		Images: images.Policy{AllowedRoots: []string{w.images}, OutputRoots: []string{w.spool()}}, SpoolDir: w.spool()}
+	mod, err := models.Open(env, &config.Model{Name: m.name, Kind: m.kind, Dir: m.dir})
+	if err != nil {
+		return nil, fmt.Errorf("open %s in-process: %w", m.name, err)
+	}
+	return mod, nil
+}
+
+// warmGPU is the GPU EP's preparation of m's paths.
+func (tr *throughputRun) warmGPU(ctx context.Context, m tpModel, mod models.Model) error {
+	// A GPU EP: every path checked to run on it; its shaders compiled before counting.
+	tr.wg.path("inprocess", "the bench process", "", "the in-process session's EP (its provider list holds webgpu alone)")
+	if err := tr.wg.observe("inprocess", m.name, mod.Sessions()[0].EP, tr.ep); err != nil {
+		return err
+	}
+	pools := map[string]string{"system": m.pool("plain"), "system_batched": m.pool("batched")}
+	if err := tr.wg.checkWorkers(ctx, tr.sys, m, pools, tr.ep); err != nil {
+		return err
+	}
+	if err := warmBatches(ctx, tr.sys, m, m.pool("plain"), 1); err != nil {
+		return err
+	}
+	if err := warmBatches(ctx, tr.sys, m, m.pool("batched"), ThroughputMaxBatch); err != nil {
+		return err
+	}
+	return nil
+}
+
+// systemRound runs one round of m's two system paths (plain and batched pools) into tm.
+func (tr *throughputRun) systemRound(ctx context.Context, m tpModel, tm *ThroughputModel, f *tpFigures) error {
+	w := tr.h.w
+	for _, ph := range []struct{ key, pool string }{{"system", m.pool("plain")}, {"system_batched", m.pool("batched")}} {
+		eps := map[string]int{}
+		n, meanBatch, err := systemLoop(ctx, tr.sys, m, ph.pool, tr.inflight, tr.warm/2, tr.chunk, eps)
+		if err != nil {
+			return fmt.Errorf("%s through pool %s: %w", m.name, ph.pool, err)
+		}
+		if tr.wg != nil {
+			for ep := range eps {
+				if err := tr.wg.observe(ph.key, m.name, ep, tr.ep); err != nil {
+					return err
+				}
+			}
+		}
+		clearDir(w.spool()) // outputs whose replies came after the phase
+		tm.Items[ph.key] += n
+		tm.PerRound[ph.key] = append(tm.PerRound[ph.key], n)
+		if ph.key == "system_batched" {
+			f.batchSum += meanBatch * float64(n)
+		}
+	}
+	return nil
+}
+
+// nodeRound runs one round of m's onnxruntime-node paths into tm.
+func (tr *throughputRun) nodeRound(ctx context.Context, m tpModel, nodeArgs []string, tm *ThroughputModel, f *tpFigures, res *ThroughputResults) error {
+	for _, ph := range tr.nodePaths() {
+		c, err := tr.node.run(ctx, filepath.Join(m.dir, "model.onnx"), nodeArgs, max(m.threads, 1), ph.spin, tr.ep, tr.warm/3, tr.chunk)
+		if err != nil {
+			return fmt.Errorf("%s on onnxruntime-node (%s): %w", m.name, ph.key, err)
+		}
+		if tr.wg != nil {
+			p := tr.wg.path(ph.key, fmt.Sprintf("a %s process per round", strings.Fields(c.Runtime + " node")[0]), "", fmt.Sprintf("the runner's session, created with executionProviders ['%s'] alone (creation fails rather than fall back)", tr.ep))
+			if err := tr.wg.observe(ph.key, m.name, c.EP, tr.ep); err != nil {
+				return err
+			}
+			if _, ok := p.FirstMS[m.name]; !ok {
+				p.FirstMS[m.name] = round(c.FirstMS, 2)
+			}
+		}
+		tm.Items[ph.key] += c.Items
+		tm.PerRound[ph.key] = append(tm.PerRound[ph.key], c.Items)
+		f.nodeEl[ph.key] += c.Seconds
+		f.nodeCPU[ph.key] += c.CPUS
+		res.Setup.Node.Runner, res.Setup.Node.OnnxruntimeNode = c.Runtime, c.Version
+	}
+	return nil
+}
+
+// record records m's rates and ratios in res from its items and sums.
+func (tr *throughputRun) record(m tpModel, tm *ThroughputModel, f *tpFigures, res *ThroughputResults) {
 	if n := tm.Items["system_batched"]; n > 0 {
-		tm.MeanBatch = round(batchSum/float64(n), 2)
+		tm.MeanBatch = round(f.batchSum/float64(n), 2)
 	}
 	measured := tr.chunk * time.Duration(tr.rounds)
-	res.InProcess.ByModel[m.name] = perSecond(tm.Items["inprocess"], inEl)
+	res.InProcess.ByModel[m.name] = perSecond(tm.Items["inprocess"], f.inEl)
 	res.System.ByModel[m.name] = perSecond(tm.Items["system"], measured)
 	res.SystemBatched.ByModel[m.name] = perSecond(tm.Items["system_batched"], measured)
 	in, sy, ba := res.InProcess.ByModel[m.name], res.System.ByModel[m.name], res.SystemBatched.ByModel[m.name]
@@ -491,18 +539,17 @@ func (tr *throughputRun) measure(ctx context.Context, m tpModel, res *Throughput
 			if _, ran := tm.Items[key]; !ran {
 				continue
 			}
-			rate.ByModel[m.name] = perSecond(tm.Items[key], time.Duration(nodeEl[key]*float64(time.Second)))
+			rate.ByModel[m.name] = perSecond(tm.Items[key], time.Duration(f.nodeEl[key]*float64(time.Second)))
 			if n := tm.Items[key]; n > 0 {
-				tm.NodeCPUPerItemMS[key] = round(1000*nodeCPU[key]/float64(n), 2)
+				tm.NodeCPUPerItemMS[key] = round(1000*f.nodeCPU[key]/float64(n), 2)
 			}
 		}
 		nd, ns := res.Node.ByModel[m.name], res.NodeNoSpin.ByModel[m.name]
 		rs.InProcessOverNode, rs.SystemOverNode, rs.SystemBatchedOverNode = ratio(in, nd), ratio(sy, nd), ratio(ba, nd)
 		rs.InProcessOverNodeNoSpin, rs.SystemOverNodeNoSpin, rs.SystemBatchedOverNodeNoSpin = ratio(in, ns), ratio(sy, ns), ratio(ba, ns)
 	}
-	res.Models[m.name] = tm
+	res.Models[m.name] = *tm
 	res.Ratios[m.name] = rs
-	return nil
 }
 
 // print prints the table and the targets' verdicts, and notes the targets missed.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -106,19 +107,10 @@ func Tune(ctx context.Context, o TuneOptions) (*TuneResults, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc := cfg.Pools[o.Pool]
-	if pc == nil || !pc.IsLocal() {
-		return nil, fmt.Errorf("tune: %q is not a local pool of %s", o.Pool, o.Config)
+	pc, model, kind, err := tunedPool(cfg, o)
+	if err != nil {
+		return nil, err
 	}
-	model := o.Model
-	if model == "" && len(pc.Models) > 0 {
-		model = pc.Models[0]
-	}
-	mc := cfg.Models[model]
-	if mc == nil || !slices.Contains(pc.Models, model) {
-		return nil, fmt.Errorf("tune: pool %s does not load model %q", o.Pool, model)
-	}
-	kind, _ := config.KindOf(mc.Kind)
 	res := &TuneResults{Pool: o.Pool, Model: model, Op: kind.Ops[0], EP: pc.EP, Device: pc.Device,
 		Current: Layout{Workers: pc.Workers, Threads: pc.Threads, Spin: cfg.Spins(o.Pool, runtime.NumCPU()), MaxBatch: max(1, pc.MaxBatch)}}
 	dir, err := os.MkdirTemp("", "ortbus-tune-")
@@ -132,27 +124,12 @@ func Tune(ctx context.Context, o TuneOptions) (*TuneResults, error) {
 	}
 	base := *pc
 	if orDefault(o.EP, pc.EP) == "webgpu" {
-		gpu := detectGPU()
-		_, pick, err := probeAdapter(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("tune -ep webgpu: %w", err)
-		}
-		device := o.Device
-		if device == "" && pc.EP == "webgpu" {
-			device = pc.Device
-		}
-		res.EP, res.Device, res.Adapter, res.GPU = "webgpu", orDefault(device, orDefault(gpu.Device, "cpu")), pick.String(), gpu.What
-		restore, err := webgpuEnv(dir)
+		restore, err := tuneOnWebGPU(ctx, o, pc, &base, res, dir)
 		if err != nil {
 			return nil, err
 		}
 		defer restore()
 		sweep = webgpuLayouts(runtime.NumCPU(), slices.Contains(kind.Batch, res.Op))
-		// Every layout strict on webgpu, whatever the pool's own EP chain.
-		base.EP, base.Device, base.Fallback = res.EP, res.Device, nil
-		if pc.EP != "webgpu" {
-			base.EPOptions = nil
-		}
 	}
 	w := &workdir{dir: dir}
 	if err := os.Mkdir(filepath.Join(dir, "spool"), 0o755); err != nil {
@@ -185,6 +162,65 @@ func Tune(ctx context.Context, o TuneOptions) (*TuneResults, error) {
 			res.Winner = r
 		}
 	}
+	printTune(out, res)
+	if res.Winner == nil {
+		return res, fmt.Errorf("tune: no layout ran%s", latencyNote(o.Latency))
+	}
+	fmt.Fprintf(out, "winner: %s (%.2f items/s, p95 %.1f ms)\n", res.Winner.Layout, res.Winner.ItemsPerSec, res.Winner.P95MS)
+	if o.Write {
+		if err := writeWinner(out, o, cfg, res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// tunedPool is the pool -pool names (a local one) and the model tuned: -model, or the
+// pool's first, with its kind.
+func tunedPool(cfg *config.Config, o TuneOptions) (*config.Pool, string, config.Kind, error) {
+	pc := cfg.Pools[o.Pool]
+	if pc == nil || !pc.IsLocal() {
+		return nil, "", config.Kind{}, fmt.Errorf("tune: %q is not a local pool of %s", o.Pool, o.Config)
+	}
+	model := o.Model
+	if model == "" && len(pc.Models) > 0 {
+		model = pc.Models[0]
+	}
+	mc := cfg.Models[model]
+	if mc == nil || !slices.Contains(pc.Models, model) {
+		return nil, "", config.Kind{}, fmt.Errorf("tune: pool %s does not load model %q", o.Pool, model)
+	}
+	kind, _ := config.KindOf(mc.Kind)
+	return pc, model, kind, nil
+}
+
+// tuneOnWebGPU prepares a sweep on webgpu: the adapter and device (in res), the
+// environment Dawn needs (restore puts it back), and base made strict on webgpu.
+func tuneOnWebGPU(ctx context.Context, o TuneOptions, pc, base *config.Pool, res *TuneResults, dir string) (func(), error) {
+	gpu := detectGPU()
+	_, pick, err := probeAdapter(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tune -ep webgpu: %w", err)
+	}
+	device := o.Device
+	if device == "" && pc.EP == "webgpu" {
+		device = pc.Device
+	}
+	res.EP, res.Device, res.Adapter, res.GPU = "webgpu", orDefault(device, orDefault(gpu.Device, "cpu")), pick.String(), gpu.What
+	restore, err := webgpuEnv(dir)
+	if err != nil {
+		return nil, err
+	}
+	// Every layout strict on webgpu, whatever the pool's own EP chain.
+	base.EP, base.Device, base.Fallback = res.EP, res.Device, nil
+	if pc.EP != "webgpu" {
+		base.EPOptions = nil
+	}
+	return restore, nil
+}
+
+// printTune prints the sweep's table, the current layout and the winner marked.
+func printTune(out io.Writer, res *TuneResults) {
 	var rows []string
 	for _, r := range res.Rows {
 		mark := ""
@@ -201,23 +237,22 @@ func Tune(ctx context.Context, o TuneOptions) (*TuneResults, error) {
 		rows = append(rows, fmt.Sprintf("%d\t%d\t%v\t%d\t%.2f\t%.1f\t%.1f\t%.1f\t%s", r.Workers, r.Threads, r.Spin, r.MaxBatch, r.ItemsPerSec, r.P50MS, r.P95MS, r.CPUPerItem, strings.TrimSpace(mark)))
 	}
 	printTable(out, "workers\tthreads\tspin\tmax_batch\titems/s\tp50 ms\tp95 ms\tcpu ms/item\t", rows...)
-	if res.Winner == nil {
-		return res, fmt.Errorf("tune: no layout ran%s", latencyNote(o.Latency))
+}
+
+// writeWinner writes the winner's layout into the pool's table of the config file (and
+// its EP and device, when measured on another EP than the file's).
+func writeWinner(out io.Writer, o TuneOptions, cfg *config.Config, res *TuneResults) error {
+	keys := winnerKeys(res.Winner.Layout)
+	if res.EP != cfg.Pools[o.Pool].EP || res.Device != cfg.Pools[o.Pool].Device {
+		// Measured on another EP than the file's: the winner is that EP's layout.
+		keys["ep"], keys["device"] = strconv.Quote(res.EP), strconv.Quote(res.Device)
 	}
-	fmt.Fprintf(out, "winner: %s (%.2f items/s, p95 %.1f ms)\n", res.Winner.Layout, res.Winner.ItemsPerSec, res.Winner.P95MS)
-	if o.Write {
-		keys := winnerKeys(res.Winner.Layout)
-		if res.EP != cfg.Pools[o.Pool].EP || res.Device != cfg.Pools[o.Pool].Device {
-			// Measured on another EP than the file's: the winner is that EP's layout.
-			keys["ep"], keys["device"] = strconv.Quote(res.EP), strconv.Quote(res.Device)
-		}
-		if err := config.EditPool(o.Config, o.Pool, keys); err != nil {
-			return res, err
-		}
-		res.Written = true
-		fmt.Fprintf(out, "written to [pools.%s] of %s\n", o.Pool, o.Config)
+	if err := config.EditPool(o.Config, o.Pool, keys); err != nil {
+		return err
 	}
-	return res, nil
+	res.Written = true
+	fmt.Fprintf(out, "written to [pools.%s] of %s\n", o.Pool, o.Config)
+	return nil
 }
 
 func deref(r *TuneRow) TuneRow {
@@ -338,20 +373,7 @@ func tuneRequest(kind config.Kind, o TuneOptions, dir string) (*codec.Request, e
 // tuneOne starts a system of the pool (base, the config's pool with -ep applied) in layout
 // l alone and measures it into row.
 func tuneOne(ctx context.Context, o TuneOptions, user *config.Config, base *config.Pool, model, op string, l Layout, req *codec.Request, w *workdir, row *TuneRow) error {
-	pc := *base
-	pc.Workers, pc.Threads, pc.Spin, pc.MaxBatch, pc.Slots = l.Workers, l.Threads, l.Spin, l.MaxBatch, 1
-	pc.Classes, pc.Models, pc.LazyLoad, pc.KeepAlive = []string{subjects.ClassBatch}, []string{model}, false, ""
-	sec := user.Security
-	sec.AllowedRoots = append(slices.Clone(sec.AllowedRoots), w.dir)
-	sec.SpoolDir = filepath.Join(w.dir, "spool")
-	c := &config.Config{
-		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
-		Security: sec,
-		Devices:  user.Devices,
-		Classes:  map[string]*config.Class{subjects.ClassBatch: {Priority: 2, Chain: []string{o.Pool}, QueueBound: 4096, Timeout: config.Duration(2 * time.Minute), MaxTimeout: config.Duration(2 * time.Minute)}},
-		Pools:    map[string]*config.Pool{o.Pool: &pc},
-		Models:   map[string]*config.Model{model: user.Models[model]},
-	}
+	c, pc := tuneConfig(o, user, base, model, l, w)
 	name := fmt.Sprintf("tune-%d-%d-%v-%d", l.Workers, l.Threads, l.Spin, l.MaxBatch)
 	path := filepath.Join(w.dir, name+".toml")
 	if err := config.Write(path, c); err != nil {
@@ -366,82 +388,17 @@ func tuneOne(ctx context.Context, o TuneOptions, user *config.Config, base *conf
 	if err != nil {
 		return err
 	}
-	var pids []int
-	for _, wk := range st.Workers {
-		if wk.Pool == o.Pool && wk.PID > 0 {
-			pids = append(pids, wk.PID)
-		}
-		if wk.Pool == o.Pool && pc.EP == "webgpu" && (wk.EP != pc.EP || wk.Device != pc.Device) {
-			return fmt.Errorf("worker %s runs ep %q on device %q, not %s on %s", wk.Worker, wk.EP, wk.Device, pc.EP, pc.Device)
-		}
+	pids, err := tuneWorkers(st, o.Pool, pc)
+	if err != nil {
+		return err
 	}
-	inflight := 2 * l.Workers * l.MaxBatch
-	run := func(d time.Duration) (n int, lat []time.Duration, err error) {
-		var mu sync.Mutex
-		var out sync.WaitGroup // the requests still out: waited for before run returns
-		load := newAsyncLoad(inflight)
-		rctx, cancel := context.WithTimeout(ctx, d+time.Minute)
-		defer cancel()
-		until := time.Now().Add(d)
-		var firstErr error
-		load.run(rctx, func() error {
-			if time.Now().After(until) {
-				return errTuneDone
-			}
-			out.Add(1)
-			go func() {
-				defer out.Done()
-				defer load.release()
-				r := *req
-				if r.InputPaths != nil {
-					// Each answer's outputs in a directory of its own (an output is never
-					// written over), removed once it is read. MkdirTemp names it: unique
-					// across layouts, whatever a previous system left behind.
-					dir, err := os.MkdirTemp(filepath.Join(w.dir, "spool"), "out-")
-					r.OutputDir = dir
-					if err != nil {
-						mu.Lock()
-						firstErr = cmp.Or(firstErr, err)
-						mu.Unlock()
-						return
-					}
-					defer os.RemoveAll(r.OutputDir)
-				}
-				t0 := time.Now()
-				var rep map[string]any
-				e := sys.cl.Do(rctx, op, &r, &rep)
-				mu.Lock()
-				defer mu.Unlock()
-				if e != nil {
-					if firstErr == nil {
-						firstErr = e
-					}
-					return
-				}
-				if time.Now().Before(until) {
-					n++
-					lat = append(lat, time.Since(t0))
-				}
-			}()
-			return nil
-		})
-		time.Sleep(time.Until(until))
-		herr := load.halt()
-		out.Wait() // bounded by rctx: no request of this run outlives it
-		if herr != nil && herr != errTuneDone {
-			return 0, nil, herr
-		}
-		// The answers still out come after until: not counted.
-		mu.Lock()
-		defer mu.Unlock()
-		return n, slices.Clone(lat), firstErr
-	}
+	tl := &tuneLoad{sys: sys, op: op, req: req, w: w, inflight: 2 * l.Workers * l.MaxBatch}
 	d := positiveOr(o.Duration, 3*time.Second)
-	if _, _, err := run(min(d, time.Second)); err != nil { // warm-up
+	if _, _, err := tl.run(ctx, min(d, time.Second)); err != nil { // warm-up
 		return err
 	}
 	cpu0 := cpuTicks(pids)
-	n, lat, err := run(d)
+	n, lat, err := tl.run(ctx, d)
 	if err != nil {
 		return err
 	}
@@ -455,6 +412,114 @@ func tuneOne(ctx context.Context, o TuneOptions, user *config.Config, base *conf
 	row.P95MS = float64(lat[min(len(lat)-1, len(lat)*95/100)]) / 1e6
 	row.CPUPerItem = float64(cpu) * 10 / float64(n) // clock ticks of 10 ms (USER_HZ 100)
 	return nil
+}
+
+// tuneConfig is the configuration of layout l's system: the pool (base in layout l, one
+// slot, batch class only, the model alone) with the user's security, devices and model,
+// the work directory allowed and its spool.
+func tuneConfig(o TuneOptions, user *config.Config, base *config.Pool, model string, l Layout, w *workdir) (*config.Config, *config.Pool) {
+	pc := *base
+	pc.Workers, pc.Threads, pc.Spin, pc.MaxBatch, pc.Slots = l.Workers, l.Threads, l.Spin, l.MaxBatch, 1
+	pc.Classes, pc.Models, pc.LazyLoad, pc.KeepAlive = []string{subjects.ClassBatch}, []string{model}, false, ""
+	sec := user.Security
+	sec.AllowedRoots = append(slices.Clone(sec.AllowedRoots), w.dir)
+	sec.SpoolDir = filepath.Join(w.dir, "spool")
+	return &config.Config{
+		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
+		Security: sec,
+		Devices:  user.Devices,
+		Classes:  map[string]*config.Class{subjects.ClassBatch: {Priority: 2, Chain: []string{o.Pool}, QueueBound: 4096, Timeout: config.Duration(2 * time.Minute), MaxTimeout: config.Duration(2 * time.Minute)}},
+		Pools:    map[string]*config.Pool{o.Pool: &pc},
+		Models:   map[string]*config.Model{model: user.Models[model]},
+	}, &pc
+}
+
+// tuneWorkers are the pids of the pool's workers (for their CPU time); on webgpu, a
+// worker on another EP or device than the pool's is an error.
+func tuneWorkers(st *codec.StatusReply, pool string, pc *config.Pool) ([]int, error) {
+	var pids []int
+	for _, wk := range st.Workers {
+		if wk.Pool == pool && wk.PID > 0 {
+			pids = append(pids, wk.PID)
+		}
+		if wk.Pool == pool && pc.EP == "webgpu" && (wk.EP != pc.EP || wk.Device != pc.Device) {
+			return nil, fmt.Errorf("worker %s runs ep %q on device %q, not %s on %s", wk.Worker, wk.EP, wk.Device, pc.EP, pc.Device)
+		}
+	}
+	return pids, nil
+}
+
+// tuneLoad is the load on a layout's system: req sent as op, inflight requests at a time.
+type tuneLoad struct {
+	sys      *system
+	op       string
+	req      *codec.Request
+	w        *workdir
+	inflight int
+}
+
+// run sends the load for d and returns the answers within d and their latencies (and
+// the first error).
+func (tl *tuneLoad) run(ctx context.Context, d time.Duration) (n int, lat []time.Duration, err error) {
+	sys, op, req, w, inflight := tl.sys, tl.op, tl.req, tl.w, tl.inflight
+	var mu sync.Mutex
+	var out sync.WaitGroup // the requests still out: waited for before run returns
+	load := newAsyncLoad(inflight)
+	rctx, cancel := context.WithTimeout(ctx, d+time.Minute)
+	defer cancel()
+	until := time.Now().Add(d)
+	var firstErr error
+	load.run(rctx, func() error {
+		if time.Now().After(until) {
+			return errTuneDone
+		}
+		out.Add(1)
+		go func() {
+			defer out.Done()
+			defer load.release()
+			r := *req
+			if r.InputPaths != nil {
+				// Each answer's outputs in a directory of its own (an output is never
+				// written over), removed once it is read. MkdirTemp names it: unique
+				// across layouts, whatever a previous system left behind.
+				dir, err := os.MkdirTemp(filepath.Join(w.dir, "spool"), "out-")
+				r.OutputDir = dir
+				if err != nil {
+					mu.Lock()
+					firstErr = cmp.Or(firstErr, err)
+					mu.Unlock()
+					return
+				}
+				defer os.RemoveAll(r.OutputDir)
+			}
+			t0 := time.Now()
+			var rep map[string]any
+			e := sys.cl.Do(rctx, op, &r, &rep)
+			mu.Lock()
+			defer mu.Unlock()
+			if e != nil {
+				if firstErr == nil {
+					firstErr = e
+				}
+				return
+			}
+			if time.Now().Before(until) {
+				n++
+				lat = append(lat, time.Since(t0))
+			}
+		}()
+		return nil
+	})
+	time.Sleep(time.Until(until))
+	herr := load.halt()
+	out.Wait() // bounded by rctx: no request of this run outlives it
+	if herr != nil && herr != errTuneDone {
+		return 0, nil, herr
+	}
+	// The answers still out come after until: not counted.
+	mu.Lock()
+	defer mu.Unlock()
+	return n, slices.Clone(lat), firstErr
 }
 
 var errTuneDone = fmt.Errorf("tune: the measured time is over")
