@@ -124,6 +124,7 @@ func Run(ctx context.Context, o Options) error {
 	pools := poolSet(c)
 	g.tracker = &health.Tracker{MissCount: c.Health.MissCount, Listener: trackerListener{g}, Pools: pools, Log: g.log}
 	g.supervisor = newSupervisor(g.conf(), g.tracker, budgetNow{g.budget, g.conf, g.poolIdle}, g.log, g.id, o.WorkerBin, url)
+	g.supervisor.request = g.nc.RequestWithContext
 	// The shutdown begins for the supervisor the moment it is asked for (ctx: the signal),
 	// not when the drain below reaches it: a worker's exit meanwhile is not restarted.
 	defer context.AfterFunc(ctx, g.supervisor.closing)()
@@ -386,25 +387,6 @@ func (g *Gateway) kick() {
 	select {
 	case g.kickCh <- struct{}{}:
 	default:
-	}
-}
-
-// stopIdlePools puts to sleep the local pools with a keep_alive that have had nothing in
-// flight and nothing queued for them for that long (supervisor.sleep). It runs on the
-// dispatch loop.
-func (g *Gateway) stopIdlePools(now time.Time) {
-	cfg := g.conf()
-	for _, name := range cfg.PoolNames() {
-		pc := cfg.Pools[name]
-		keep, unload := pc.Idle()
-		if !unload || !pc.IsLocal() {
-			continue
-		}
-		since, idle := g.lc.idleSince(name)
-		if !idle || now.Sub(since) < keep || g.queuedFor(name) {
-			continue
-		}
-		g.supervisor.sleep(name)
 	}
 }
 

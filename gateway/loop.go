@@ -183,7 +183,11 @@ func (g *Gateway) dispatchLoop(ctx context.Context, passes bool) {
 		case <-tick.C:
 		case now := <-idle.C:
 			if passes {
-				g.stopIdlePools(now)
+				// Nothing in flight (the loop's) and nothing queued for the pool, since when.
+				g.supervisor.sleepIdle(g.conf(), now, func(pool string) (time.Time, bool) {
+					since, idle := g.lc.idleSince(pool)
+					return since, idle && !g.queuedFor(pool)
+				})
 			}
 			continue
 		}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/procfs"
 
 	"github.com/ortbus/ortbus/codec"
@@ -65,6 +67,10 @@ type supervisor struct {
 	// lastSent is the send time (unix ms) of the last control body signed: each is later
 	// than the one before (controlSent), as a worker takes only later ones.
 	lastSent atomic.Int64
+	// request sends a control body to a worker and waits for its answer (the gateway's
+	// NATS connection: RequestWithContext, wired in Run): the model verbs of a change in
+	// place (modelVerb).
+	request func(ctx context.Context, subj string, data []byte) (*nats.Msg, error)
 }
 
 type poolProcs struct {
@@ -319,6 +325,25 @@ func (s *supervisor) sleep(pool string) []*proc {
 		p.cmd.Process.Signal(syscall.SIGTERM)
 	}
 	return running
+}
+
+// sleepIdle puts to sleep the local pools of cfg (the gateway's configuration in force)
+// with a keep_alive that have had nothing in flight and nothing queued for them for that
+// long (sleep). idleSince says since when a pool has had neither (false: it has some); it
+// runs on the dispatch loop, which knows.
+func (s *supervisor) sleepIdle(cfg *config.Config, now time.Time, idleSince func(pool string) (time.Time, bool)) {
+	for _, name := range cfg.PoolNames() {
+		pc := cfg.Pools[name]
+		keep, unload := pc.Idle()
+		if !unload || !pc.IsLocal() {
+			continue
+		}
+		since, idle := idleSince(name)
+		if !idle || now.Sub(since) < keep {
+			continue
+		}
+		s.sleep(name)
+	}
 }
 
 // need is what a sleeping pool will admit when it starts: its workers' peaks when it was
