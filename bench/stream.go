@@ -256,14 +256,8 @@ func runStream(ctx context.Context, cl *client.Client, c ScenarioClass, stream i
 		frame := audio[k*vadFrame : (k+1)*vadFrame]
 		tail := prevTail
 		prevTail = frame[vadFrame-vadContext:]
-		if d := time.Until(due); d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return recs
-			case <-t.C:
-			}
+		if sleepUntil(ctx, due) != nil {
+			return recs
 		}
 		at, skip := frameSend(due, prevAnswer, f.Deadline)
 		if now := time.Now(); now.After(at) {
