@@ -162,12 +162,13 @@ func Run(ctx context.Context, o Options) error {
 			g.supervisor.stop(c.Gateway.ShutdownGrace.D())
 			return err
 		}
-		httpAddr, err := g.serveHTTP(o.HTTPListen)
+		srv, httpAddr, err := serveHTTP(g, o.HTTPListen)
 		if err != nil {
 			stopDispatch()
 			g.supervisor.stop(c.Gateway.ShutdownGrace.D())
 			return err
 		}
+		g.http = srv
 		// Ready means a client may send requests now: the server has the API's subscriptions.
 		if err := g.nc.Flush(); err != nil {
 			g.log.Warn("NATS flush before ready failed", "err", err)

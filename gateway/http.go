@@ -69,7 +69,11 @@ const (
 // httpMaxHeaderBytes). Every error is a JSON {code, message, details} body with a stable
 // code; a request whose client goes away is cancelled.
 type httpAPI struct {
-	g       *Gateway
+	// What it needs of the rest of the gateway, wired at construction (newHTTPAPI).
+	svc httpService
+	log *slog.Logger
+	cfg *config.Config // the configuration it was built under: its limits
+
 	mux     *http.ServeMux
 	port    string          // the bound port
 	anyIP   bool            // bound to the unspecified address
@@ -84,6 +88,22 @@ type httpAPI struct {
 	// bounds it (see budgetReader).
 	reading    atomic.Int64
 	bodyBudget int64
+}
+
+// httpService is what the HTTP API asks of the gateway: its service functions, wired
+// at construction (newHTTPAPI), as the budget's view of the gateway is.
+type httpService struct {
+	// serve serves one request of the client API (api.go), answering through reply.
+	serve func(op string, data []byte, asJSON bool, reply Reply)
+	// cancelAbandoned cancels request id, whose HTTP client went away, if it is still
+	// unanswered (an answered one is not remembered as cancelled: a retry with the same
+	// id must run).
+	cancelAbandoned func(id string)
+	// notReady says why the gateway should not be sent requests (GET /readyz), nil when
+	// it is ready.
+	notReady func() *codec.Error
+	// metrics serves GET /metrics.
+	metrics http.Handler
 }
 
 // errBodyBudget fails a body's read when the bodies being read would pass the budget.
@@ -119,41 +139,44 @@ func (b *budgetReader) release() { b.a.reading.Add(-b.held); b.held = 0 }
 // serveHTTP serves the same API as JSON over HTTP (on a loopback address by default):
 // POST /v1/<op>, POST /v1/job/<verb>, GET /v1/job/list, GET /v1/status, GET /v1/health,
 // GET /healthz, GET /readyz, GET /metrics.
-func (g *Gateway) serveHTTP(override string) (string, error) {
-	addr := g.conf().Gateway.HTTPListen
+// It returns the server (nil when HTTP is off) and its bound address.
+func serveHTTP(g *Gateway, override string) (*http.Server, string, error) {
+	c := g.conf()
+	addr := c.Gateway.HTTPListen
 	if override != "" {
 		addr = override
 	}
 	if addr == "" || addr == "-" {
-		return "", nil
+		return nil, "", nil
 	}
-	token, err := httpToken(g.conf().Gateway.HTTPTokenFile)
+	token, err := httpToken(c.Gateway.HTTPTokenFile)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
-	g.http = g.startHTTP(ln, newHTTPAPI(g, addr, ln.Addr(), token))
-	return ln.Addr().String(), nil
+	a := newHTTPAPI(g, addr, ln.Addr(), token)
+	return startHTTP(a.cfg, a.log, ln, a), ln.Addr().String(), nil
 }
 
 // startHTTP serves h on ln, with the server's limits, until the server is closed. At
 // most httpMaxConns connections are open at once (idle keep-alive ones included): the
 // next one is accepted when one closes, and waits in the listen backlog meanwhile. Each
-// request's headers are bounded in time and size; its body by op.
-func (g *Gateway) startHTTP(ln net.Listener, h http.Handler) *http.Server {
+// request's headers are bounded in time and size; its body by op. c gives the limits
+// that depend on the configuration.
+func startHTTP(c *config.Config, log *slog.Logger, ln net.Listener, h http.Handler) *http.Server {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: httpReadHeaderTimeout,
 		ReadTimeout:       httpReadTimeout,
-		WriteTimeout:      httpWriteTimeout(g.conf()),
+		WriteTimeout:      httpWriteTimeout(c),
 		IdleTimeout:       httpIdleTimeout,
 		MaxHeaderBytes:    httpMaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	go srv.Serve(netutil.LimitListener(ln, httpMaxConns(g.conf())))
+	go srv.Serve(netutil.LimitListener(ln, httpMaxConns(c)))
 	return srv
 }
 
@@ -196,19 +219,31 @@ func httpToken(file string) ([]byte, error) {
 	return sum[:], nil
 }
 
-// newHTTPAPI builds the handler for a listener bound at bound, from the listen address
-// as configured (addr, whose host may be a name).
+// newHTTPAPI builds the handler of gateway g for a listener bound at bound, from the
+// listen address as configured (addr, whose host may be a name), under g's configuration
+// in force: it takes from g only its service functions (httpService), its logger and that
+// configuration.
 func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI {
+	c := g.conf()
 	a := &httpAPI{
-		g:       g,
+		svc: httpService{
+			serve:           g.serve,
+			cancelAbandoned: func(id string) { g.cancelID(id, ownerHTTP, "", true) },
+			notReady: func() *codec.Error {
+				return notReady(g.nc, func() int { return g.health().Workers }, g.jobs)
+			},
+			metrics: promHandler(g.metrics.reg),
+		},
+		log:     g.log,
+		cfg:     c,
 		exact:   map[string]bool{},
 		names:   map[string]bool{},
 		token:   token,
-		maxBody: int64(g.conf().Gateway.HTTPMaxBody),
-		slots:   make(chan struct{}, max(1, g.conf().Gateway.HTTPMaxConcurrent)),
+		maxBody: int64(c.Gateway.HTTPMaxBody),
+		slots:   make(chan struct{}, max(1, c.Gateway.HTTPMaxConcurrent)),
 
 		bodyTimeout: httpBodyTimeout,
-		bodyBudget:  int64(max(1, g.conf().Gateway.HTTPMaxConcurrent)+1) * int64(g.conf().Gateway.HTTPMaxBody),
+		bodyBudget:  int64(max(1, c.Gateway.HTTPMaxConcurrent)+1) * int64(c.Gateway.HTTPMaxBody),
 	}
 	var ip net.IP
 	if tcp, ok := bound.(*net.TCPAddr); ok {
@@ -232,7 +267,7 @@ func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI 
 	if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
 		add(host)
 	}
-	for _, h := range g.conf().Gateway.HTTPHosts {
+	for _, h := range c.Gateway.HTTPHosts {
 		if host, port, err := net.SplitHostPort(h); err == nil {
 			a.exact[strings.ToLower(net.JoinHostPort(host, port))] = true
 		} else {
@@ -246,14 +281,14 @@ func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI 
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if e := g.notReady(); e != nil {
+		if e := a.svc.notReady(); e != nil {
 			httpError(w, http.StatusServiceUnavailable, e)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ready\n")
 	})
-	mux.Handle("GET /metrics", promHandler(g.metrics.reg))
+	mux.Handle("GET /metrics", a.svc.metrics)
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, subjects.OpStatus) })
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, subjects.OpHealth) })
 	mux.HandleFunc("POST /v1/{op}", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, r.PathValue("op")) })
@@ -267,7 +302,7 @@ func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI 
 
 // ServeHTTP applies the guards, then routes.
 func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	defer guard.Recover(a.g.log, "http "+r.Method+" "+r.URL.Path, func(e *codec.Error) {
+	defer guard.Recover(a.log, "http "+r.Method+" "+r.URL.Path, func(e *codec.Error) {
 		httpError(w, e.Code.Status(), e)
 	})
 	if !a.hostAllowed(r.Host) {
@@ -289,17 +324,19 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //     no request reaches a worker, no job item arrives;
 //   - no pool has a live worker;
 //   - the job store is expected and not open yet (jobService.opening).
-func (g *Gateway) notReady() *codec.Error {
-	if g.nc == nil {
+//
+// nc is the gateway's connection, live counts the live workers, js is the job service.
+func notReady(nc *nats.Conn, live func() int, js *jobService) *codec.Error {
+	if nc == nil {
 		return codec.Errorf(codec.CodeUnavailable, "not connected to NATS")
 	}
-	if st := g.nc.Status(); st != nats.CONNECTED {
+	if st := nc.Status(); st != nats.CONNECTED {
 		return codec.Errorf(codec.CodeUnavailable, "the NATS connection is %s", st).With("nats", st.String())
 	}
-	if h := g.health(); h.Workers == 0 {
+	if live() == 0 {
 		return codec.Errorf(codec.CodeNoWorker, "no live workers")
 	}
-	if e := g.jobs.opening(); e != nil {
+	if e := js.opening(); e != nil {
 		return e
 	}
 	return nil
@@ -405,7 +442,7 @@ func (a *httpAPI) op(w http.ResponseWriter, r *http.Request, op string) {
 	}
 	res := make(chan httpResult, 1)
 	// The reply never touches w: it may come after this handler has returned.
-	a.g.serve(op, body, true, func(b []byte, e *codec.Error) {
+	a.svc.serve(op, body, true, func(b []byte, e *codec.Error) {
 		select {
 		case res <- httpResult{b, e}:
 		default:
@@ -419,7 +456,7 @@ func (a *httpAPI) op(w http.ResponseWriter, r *http.Request, op string) {
 		case <-res: // answered meanwhile: nobody to tell
 		default:
 			if id != "" {
-				a.g.cancelAbandoned(id)
+				a.svc.cancelAbandoned(id)
 			}
 		}
 	}
@@ -490,13 +527,6 @@ func withID(body []byte) ([]byte, string) {
 		return body, ""
 	}
 	return b, id
-}
-
-// cancelAbandoned cancels request id, whose HTTP client went away, if it is still
-// unanswered (an answered one is not remembered as cancelled: a retry with the same id
-// must run).
-func (g *Gateway) cancelAbandoned(id string) {
-	g.cancelID(id, ownerHTTP, "", true)
 }
 
 // jsonContentType accepts application/json with parameters (a charset only if UTF-8).

@@ -240,7 +240,7 @@ const httpTestWait = time.Minute
 // the test ends.
 func serveTestHTTP(t *testing.T, a *httpAPI, ln net.Listener, h http.Handler) {
 	t.Helper()
-	srv := a.g.startHTTP(ln, h)
+	srv := startHTTP(a.cfg, a.log, ln, h)
 	t.Cleanup(func() { srv.Close() })
 }
 
@@ -437,7 +437,7 @@ func (c *countedConn) Close() error {
 func TestHTTPConnBound(t *testing.T) {
 	inner := listenLoopback(t)
 	a := testHTTPAPI(t, "http_max_concurrent = 2", "127.0.0.1:0", inner.Addr(), "")
-	limit := httpMaxConns(a.g.conf())
+	limit := httpMaxConns(a.cfg)
 	if limit != httpMinConns {
 		t.Fatalf("httpMaxConns with 2 slots: %d, want %d", limit, httpMinConns)
 	}
