@@ -28,12 +28,12 @@ func TestMain(m *testing.M) {
 }
 
 // runDoctor writes pools (TOML tables of [pools.NAME], runtime and the rest given) into a
-// config with one raw model, runs the doctor on it, each pool in a child process (this
+// config with one raw model (its model.onnx present: the doctor checks model files), runs the doctor on it, each pool in a child process (this
 // test binary), and returns the reports by pool and the printed listing.
 func runDoctor(t *testing.T, pools string) (map[string]*doctor.Report, string) {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "m.onnx"), []byte("x"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "model.onnx"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "ortbus.toml")

@@ -122,7 +122,9 @@ func TestLocalConfigIncremental(t *testing.T) {
 	}
 }
 
-// ortbusRunErr is ortbusRun that returns ortbus's stderr too.
+// ortbusRunErr runs ortbus with args in dir to its end and returns its stdout, exit
+// status and stderr, failing t if it could not run or ran past cliBound (ortbusRun logs
+// the stderr instead).
 func ortbusRunErr(t testing.TB, dir string, args ...string) (stdout string, code int, stderr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cliBound)
