@@ -412,27 +412,31 @@ func (g *Gateway) jobSpec(req *codec.JobSubmit) (*jobs.Record, []string, *codec.
 		probe.req = *rec.Options
 	}
 	probe.req.Model, probe.req.Class, probe.req.Pool = rec.Model, rec.Class, rec.Pool
-	if _, e := g.resolve(probe); e != nil {
+	pools, e := g.resolve(probe)
+	if e != nil {
 		return nil, nil, e
 	}
 	// The model the class gives the op by default is fixed now, so that every item of
 	// the job runs on the same model whatever the config says later.
 	rec.Model = probe.req.Model
-	policy := images.Policy{AllowedRoots: g.conf().Security.AllowedRoots}
+	c := g.conf()
+	policy := images.Policy{AllowedRoots: c.Security.AllowedRoots}
 	if req.Dir == nil {
 		// Each item is refused here as a request's path would be where it is read
 		// (bad_request: not absolute or not clean; forbidden_path: outside the allowed
 		// roots as written), so that a job of paths it can never read is refused whole at
 		// its submit rather than accepted to fail item by item. What needs the file (its
-		// symlinks, its type) is still checked where each item is read.
+		// symlinks, its type) is still checked where each item is read. A path outside
+		// this gateway's roots that a candidate pool's path_map covers is that pool's
+		// host's to check (as a request's path is: mapPaths), so it is not refused here.
 		for i, path := range req.Items {
-			if err := policy.Admit(path); err != nil {
+			if err := policy.Admit(path); err != nil && (codec.CodeOf(err) != codec.CodeForbiddenPath || !mappedByAny(c, pools, path)) {
 				return nil, nil, codec.AsError(err).With("item", i)
 			}
 		}
 		return rec, req.Items, nil
 	}
-	paths, e := jobs.ExpandAllowed(policy, *req.Dir, g.conf().Jobs.MaxItems)
+	paths, e := jobs.ExpandAllowed(policy, *req.Dir, c.Jobs.MaxItems)
 	if e != nil {
 		return nil, nil, e
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 )
 
 // A pool's path_map maps path prefixes as the clients (and this gateway) see them to
@@ -165,4 +166,17 @@ func (g *Gateway) unmapReply(op, pool string, data []byte) []byte {
 		return data
 	}
 	return b
+}
+
+// mappedByAny reports whether one of pools has a path_map prefix that path lies under:
+// such a pool reads path on its own host, under that host's roots.
+func mappedByAny(c *config.Config, pools []string, path string) bool {
+	for _, pool := range pools {
+		if m := c.Pool(pool).PathMap; len(m) > 0 {
+			if _, ok := mapPrefix(m, path); ok {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -208,3 +208,28 @@ func TestTensorPathsMapped(t *testing.T) {
 		t.Error("a reply of an op without paths was re-encoded")
 	}
 }
+
+// TestMappedByAny: a path is another host's to check when one of the candidate pools maps
+// a prefix it lies under (component-wise), and only then.
+func TestMappedByAny(t *testing.T) {
+	c := &config.Config{Pools: map[string]*config.Pool{
+		"local":  {},
+		"remote": {PathMap: map[string]string{"/clientview/images": "/srv/images"}},
+	}}
+	for _, x := range []struct {
+		pools []string
+		path  string
+		want  bool
+	}{
+		{[]string{"local", "remote"}, "/clientview/images/red.png", true},
+		{[]string{"remote"}, "/clientview/images", true},
+		{[]string{"local"}, "/clientview/images/red.png", false},
+		{[]string{"remote"}, "/clientview/images2/red.png", false},
+		{[]string{"remote"}, "/etc/passwd", false},
+		{nil, "/clientview/images/red.png", false},
+	} {
+		if got := mappedByAny(c, x.pools, x.path); got != x.want {
+			t.Errorf("mappedByAny(%v, %s) = %v, want %v", x.pools, x.path, got, x.want)
+		}
+	}
+}
