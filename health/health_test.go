@@ -1,6 +1,7 @@
 package health
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -195,6 +196,10 @@ func TestTrackerDropsForgedHeartbeats(t *testing.T) {
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.State = "bogus" }, "state"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.Slots = 1 << 30 }, "range"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.IntervalMS = -5 }, "range"},
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.DeviceBytes, h.DeviceSource = math.MaxInt64, "nvidia-smi" }, "range"},
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.RSSBytes = -1 }, "range"},
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.Models = []codec.ModelStatus{{Name: "m", PeakBytes: math.MaxInt64 / 2}} }, "range"},
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.DeviceSource = strings.Repeat("s", 2000) }, "size"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.Host = strings.Repeat("h", 100000) }, "size"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.Classes = make([]string, 1000) }, "size"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) {

@@ -151,11 +151,15 @@ const (
 	maxList      = codec.MaxHeartbeatList // classes, models, queued and running classes
 	maxHeld      = 65536                  // request ids held
 	maxErrorSize = 16384                  // the encoded error of a failed worker, or of a failed model; a model's warm-up error
+	// maxBytes bounds each memory figure (rss_bytes, device_bytes, a model's peak_bytes and
+	// per_item_bytes): admission sums them over a device's workers, and a forged figure
+	// must not overflow that sum into room that is not there.
+	maxBytes = int64(1) << 42 // 4 TiB
 )
 
 // sizesOK checks the heartbeat's strings, lists and error against the limits above.
 func sizesOK(hb *codec.Heartbeat) bool {
-	for _, s := range []string{hb.Host, hb.Runtime, hb.Library, hb.EP, hb.Device, hb.State} {
+	for _, s := range []string{hb.Host, hb.Runtime, hb.Library, hb.EP, hb.Device, hb.State, hb.DeviceSource} {
 		if len(s) > maxText {
 			return false
 		}
@@ -191,6 +195,20 @@ func sizesOK(hb *codec.Heartbeat) bool {
 	return true
 }
 
+// bytesOK checks the heartbeat's memory figures against 0..maxBytes.
+func bytesOK(hb *codec.Heartbeat) bool {
+	in := func(b int64) bool { return b >= 0 && b <= maxBytes }
+	if !in(hb.RSSBytes) || !in(hb.DeviceBytes) {
+		return false
+	}
+	for _, m := range hb.Models {
+		if !in(m.PeakBytes) || !in(m.PerItemBytes) {
+			return false
+		}
+	}
+	return true
+}
+
 // check returns why a heartbeat must be dropped, or "": its body must name the pool and
 // worker of its subject (ortbus.hb.<pool>.<worker>), a tracked pool, a known state, and
 // numbers within bounds.
@@ -211,7 +229,7 @@ func (t *Tracker) check(subject string, hb *codec.Heartbeat) string {
 	default:
 		return "state"
 	}
-	if hb.Slots < 0 || hb.Slots > maxSlots || hb.IntervalMS < 0 || hb.IntervalMS > maxInterval.Milliseconds() {
+	if hb.Slots < 0 || hb.Slots > maxSlots || hb.IntervalMS < 0 || hb.IntervalMS > maxInterval.Milliseconds() || !bytesOK(hb) {
 		return "range"
 	}
 	if !sizesOK(hb) {
