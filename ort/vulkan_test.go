@@ -14,21 +14,6 @@ import (
 	"github.com/ortbus/ortbus/ort"
 )
 
-// requireLoader skips t when this machine has no Vulkan loader at all (dlopen of
-// libvulkan.so.1 fails), saying what installs it; under CI (CI set), whose .ci/run
-// installs it, it fails instead. r is a probe made without overrides.
-func requireLoader(t *testing.T, r *ort.VulkanReport) {
-	t.Helper()
-	if r.LoaderErr == "" {
-		return
-	}
-	why := "no Vulkan loader here (" + r.LoaderErr + "): scripts/install-vulkan.sh (as root) installs it with lavapipe"
-	if os.Getenv("CI") != "" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
-}
-
 // TestVulkanProbeLavapipe: with lavapipe installed (scripts/install-vulkan.sh, as CI
 // does), the probe loads the loader, finds lavapipe's manifest by the loader's own search,
 // and lists llvmpipe, a Mesa CPU device with its driver named; Dawn's pick is an adapter
@@ -40,8 +25,7 @@ func TestVulkanProbeLavapipe(t *testing.T) {
 			t.Skipf("%s is set in this environment: the default search is not what runs", env)
 		}
 	}
-	r := ort.ProbeVulkan(context.Background())
-	requireLoader(t, r)
+	r := testenv.RequireLavapipe(t)
 	b, _ := json.MarshalIndent(r, "", "  ")
 	t.Logf("probe:\n%s", b)
 	if !filepath.IsAbs(r.Loader) || !strings.Contains(r.Loader, "libvulkan.so.1") {
@@ -52,16 +36,9 @@ func TestVulkanProbeLavapipe(t *testing.T) {
 	}
 	lvp := slices.ContainsFunc(r.ICDFiles, func(f string) bool { return strings.HasPrefix(filepath.Base(f), "lvp_icd") })
 	if !lvp {
-		why := "no lavapipe manifest (lvp_icd*.json) among " + strings.Join(r.ICDFiles, ", ") + ": scripts/install-vulkan.sh (as root) installs it"
-		if os.Getenv("CI") != "" {
-			t.Fatal(why)
-		}
-		t.Skip(why)
+		t.Errorf("llvmpipe is listed but its manifest (lvp_icd*.json) is not among %s", strings.Join(r.ICDFiles, ", "))
 	}
 	i := slices.IndexFunc(r.Adapters, func(a ort.VulkanAdapter) bool { return strings.Contains(a.Name, "llvmpipe") })
-	if i < 0 {
-		t.Fatalf("lavapipe's manifest is there but no llvmpipe adapter: %+v (problem: %s)", r.Adapters, r.Problem())
-	}
 	a := r.Adapters[i]
 	if a.Type != "cpu" || a.VendorID != 0x10005 || a.Vendor != "Mesa" || a.DriverName != "llvmpipe" || !strings.Contains(a.DriverInfo, "Mesa") || !strings.HasPrefix(a.API, "1.") {
 		t.Errorf("llvmpipe adapter: %+v", a)
@@ -100,7 +77,7 @@ const noDriverChild = "TestVulkanNoDriverChild"
 // adapter, and the report says where the drivers were taken from, that the file is
 // missing, and what to install.
 func TestVulkanNoDriver(t *testing.T) {
-	requireLoader(t, ort.ProbeVulkan(context.Background()))
+	testenv.RequireVulkanLoader(t)
 	missing := filepath.Join(t.TempDir(), "no-driver.json")
 	testenv.RunChild(t, noDriverChild, "VK_DRIVER_FILES="+missing, "VK_ICD_FILENAMES="+missing, "ORTBUS_TEST_MISSING_ICD="+missing)
 }

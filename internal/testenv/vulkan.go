@@ -25,6 +25,15 @@ func RequireVulkan(t testing.TB) *ort.VulkanReport {
 	return r
 }
 
+// RequireVulkanLoader is RequireVulkan for a test that needs only the Vulkan loader
+// (libvulkan.so.1), not an adapter: one that checks what is reported without a driver.
+func RequireVulkanLoader(t testing.TB) {
+	t.Helper()
+	if r := ort.ProbeVulkan(context.Background()); r.LoaderErr != "" {
+		skipOrFail(t, "no Vulkan loader ("+r.LoaderErr+")")
+	}
+}
+
 // RequireLavapipe is RequireVulkan for a test that names lavapipe's adapter (llvmpipe) in
 // what it checks: one among the adapters the loader lists.
 func RequireLavapipe(t testing.TB) *ort.VulkanReport {
