@@ -74,20 +74,13 @@ func drmDevice(node string) string {
 	return "drm:0"
 }
 
-// errNoVulkan: the Vulkan loader (libvulkan.so.1) cannot be loaded.
-var errNoVulkan = errors.New("no Vulkan loader")
-
 // probeAdapter probes Vulkan in this process (ort.ProbeVulkan: the same loader, drivers,
 // VK_DRIVER_FILES and LD_LIBRARY_PATH as Dawn's in this process and its children) and
-// returns the report and the adapter Dawn takes; an error says what is missing (wrapping
-// errNoVulkan when it is the loader).
+// returns the report and the adapter Dawn takes; an error says what is missing.
 func probeAdapter(ctx context.Context) (*ort.VulkanReport, ort.VulkanAdapter, error) {
 	r := ort.ProbeVulkan(ctx)
 	a, ok := r.Picked()
-	switch {
-	case r.LoaderErr != "":
-		return r, a, fmt.Errorf("%w: %s", errNoVulkan, r.Problem())
-	case !ok:
+	if r.LoaderErr != "" || !ok {
 		return r, a, errors.New(r.Problem())
 	}
 	return r, a, nil
