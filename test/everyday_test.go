@@ -14,7 +14,6 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/testenv"
-	"github.com/ortbus/ortbus/models/onnxgen"
 )
 
 // Everyday use of the CLI and the job API against a real gateway (issue 34).
@@ -58,13 +57,14 @@ func TestJobSubmitRefusals(t *testing.T) {
 		t.Errorf("job submit --incremental with the cache off: exit %d, stdout %q, stderr %q; want exit 1, bad_request naming [cache] enabled", code, out, stderr)
 	}
 
-	// One item answered, one failed (the file is gone before it runs): wait exits 3.
-	gone := writePNG(t, root, "gone.png", 64, 48, onnxgen.Solid(onnxgen.ColourNames["blue"]))
-	var sub codec.JobSubmitReply
-	ortbusJSON(t, root, &sub, "job", "submit", "-s", url, "--job", "half", red, gone)
-	if err := os.Remove(gone); err != nil {
+	// One item answered, one failed (a file that is no image: refused where it is read):
+	// wait exits 3. (Removing a file after the submit raced the item's run.)
+	broken := filepath.Join(root, "broken.png")
+	if err := os.WriteFile(broken, []byte("not an image"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	var sub codec.JobSubmitReply
+	ortbusJSON(t, root, &sub, "job", "submit", "-s", url, "--job", "half", red, broken)
 	out, code, _ = ortbusRunErr(t, root, "job", "wait", "-s", url, "-interval", "50ms", "half")
 	if code != 3 || !strings.Contains(out, `"failed":1`) {
 		t.Errorf("job wait of a job with a failed item: exit %d, stdout %q; want exit 3", code, out)
