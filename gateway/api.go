@@ -56,7 +56,7 @@ func (g *Gateway) serveAPI() error {
 		micro.WithEndpointSubject(subjects.OpsCancel), limits); err != nil {
 		return err
 	}
-	return g.serveOps(svc)
+	return g.reloader.serve(svc)
 }
 
 // apiPendingBytes bounds the bytes of requests waiting in each API subscription.
@@ -67,7 +67,8 @@ const apiPendingBytes = 256 << 20
 // is answered internal; a reply too large for the bus is answered reply_too_large; a
 // reply that cannot be sent is counted and logged.
 func (g *Gateway) handle(op string, r micro.Request, ops bool) {
-	if to := r.Reply(); to != "" && subjects.CheckReply(to, g.conf().NATS.Replies()) != nil {
+	cfg := g.conf()
+	if to := r.Reply(); to != "" && subjects.CheckReply(to, cfg.NATS.Replies()) != nil {
 		// The reply subject is input too (subjects.CheckReply): one that is not a
 		// requester's inbox is never answered nor forwarded to a worker, so that no
 		// request makes the gateway publish with its own rights to a subject the
@@ -78,35 +79,20 @@ func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 	}
 	asJSON := r.Headers().Get(codec.HeaderContentType) == codec.ContentTypeJSON
 	var once sync.Once
-	respond := func(body []byte, e *codec.Error) {
+	reply := func(body []byte, e *codec.Error) {
 		once.Do(func() {
-			var opts []micro.RespondOpt
-			if asJSON {
-				opts = append(opts, micro.WithHeaders(micro.Headers{codec.HeaderContentType: {codec.ContentTypeJSON}}))
-			}
-			if e == nil {
-				e = reply.TooLarge(len(body), g.nc.MaxPayload())
-			}
-			var err error
-			if e != nil {
-				e = boundMessage(e)
-				b, _ := codec.Encode(e, asJSON)
-				err = r.Error(strconv.Itoa(e.Code.Status()), e.Message, b, opts...)
-			} else {
-				err = r.Respond(body, opts...)
-			}
-			if err != nil {
-				g.publishFailed("reply", err)
+			if err := respond(r, asJSON, body, e, g.nc.MaxPayload()); err != nil {
+				g.metrics.publishFailed("reply", err)
 			}
 		})
 	}
-	defer guard.Recover(g.log, "api "+op, func(e *codec.Error) { respond(nil, e) })
+	defer guard.Recover(g.log, "api "+op, func(e *codec.Error) { reply(nil, e) })
 	if r.Reply() == "" && !ops {
 		// Published without a reply subject: nobody to answer, and no owner to check.
 		g.metrics.bad("request")
 		return
 	}
-	tenant := g.tenantOf(r.Headers())
+	tenant := tenantOf(cfg, r.Headers())
 	by := r.Reply()
 	switch {
 	case ops:
@@ -121,11 +107,11 @@ func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 		// A client's resend after a gateway died (failover.go, rule 3).
 		var req codec.Request
 		if codec.Decode(r.Data(), &req, asJSON) == nil && codec.CheckID("id", req.ID) == nil &&
-			g.failover.resent(r, tenantID(tenant, req.ID), ownerOf(by), respond) {
+			g.failover.resent(r, tenantID(tenant, req.ID), ownerOf(by), reply) {
 			return
 		}
 	}
-	g.serveFrom(op, r.Data(), asJSON, r.Reply(), by, tenant, respond)
+	g.serveFrom(op, r.Data(), asJSON, r.Reply(), by, tenant, reply)
 }
 
 // serve dispatches one request of op from HTTP.
@@ -161,7 +147,7 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by, te
 			reply(nil, codec.Errorf(codec.CodeBadRequest, "cancel needs {id}: %v", err).With("field", "id"))
 			return
 		}
-		encode(&codec.CancelReply{ID: c.ID, Found: g.cancelAs(c.ID, by, tenant)})
+		encode(&codec.CancelReply{ID: c.ID, Found: g.d.cancelAs(c.ID, by, tenant)})
 	case subjects.IsWork(op):
 		g.submitFrom(op, data, asJSON, replyTo, ownerOf(by), tenant, reply)
 	case op == subjects.OpLease:
@@ -182,16 +168,16 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by, te
 			reply(nil, codec.AsError(err))
 			return
 		}
-		pr, e := g.pause(&req, tenant)
+		pr, e := g.pauses.pause(g.conf(), &req, tenant)
 		if e != nil {
 			reply(nil, e)
 			return
 		}
 		encode(pr)
 	case slices.Contains(subjects.JobOps, op):
-		g.serveJob(op, data, asJSON, tenant, reply)
+		g.jobs.serve(op, data, asJSON, tenant, reply)
 	case slices.Contains(subjects.CacheOps, op):
-		g.serveCache(op, data, asJSON, tenant, reply)
+		g.cache.serve(op, data, asJSON, tenant, reply)
 	default:
 		reply(nil, codec.Errorf(codec.CodeUnknownOp, "unknown op %q", op))
 	}
@@ -199,8 +185,9 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by, te
 
 // health is ok when every configured pool has a live worker.
 func (g *Gateway) health() *codec.HealthReply {
-	h := &codec.HealthReply{Status: "ok", Pools: len(g.conf().Pools)}
-	for _, pool := range g.conf().PoolNames() {
+	cfg := g.conf()
+	h := &codec.HealthReply{Status: "ok", Pools: len(cfg.Pools)}
+	for _, pool := range cfg.PoolNames() {
 		n := len(g.tracker.Live(pool))
 		h.Workers += n
 		if n == 0 {
@@ -228,7 +215,7 @@ func (g *Gateway) status(tenant string) *codec.StatusReply {
 		ps := codec.PoolStatus{Name: name, EP: pc.EP, Device: pc.Device, Local: pc.IsLocal(), Classes: pc.Classes, Workers: pc.Workers, Live: len(g.tracker.Live(name))}
 		ps.CrashLooping, ps.Error = g.supervisor.poolInfo(name)
 		ps.Loading, ps.Skipped = g.supervisor.modelsInfo(name)
-		ps.Unloaded = g.unloaded(name)
+		ps.Unloaded = g.reloader.unloaded(cfg, name)
 		st.Pools = append(st.Pools, ps)
 	}
 	for _, w := range g.tracker.Workers() {
@@ -254,12 +241,32 @@ func (g *Gateway) status(tenant string) *codec.StatusReply {
 		st.Gates = g.gates.list(now)
 	}
 	var running map[string]int
-	g.inspect(func(lc *lifecycle) { running = lc.running() })
+	g.d.inspect(func(lc *lifecycle) { running = lc.running() })
 	for _, name := range cfg.ClassNames() {
 		cl := cfg.Classes[name]
-		st.Classes = append(st.Classes, codec.ClassStatus{Name: name, Priority: cl.Priority, Queued: g.queues.Len(name), Running: running[name], Bound: cl.QueueBound, Chain: cl.Chain})
+		st.Classes = append(st.Classes, codec.ClassStatus{Name: name, Priority: cl.Priority, Queued: g.d.queues.Len(name), Running: running[name], Bound: cl.QueueBound, Chain: cl.Chain})
 	}
 	return st
+}
+
+// respond is the one place that writes a reply on NATS, to the micro request r: the
+// result body (JSON if the client asked), or the error e with its status and message in
+// the headers. A result over maxPayload (the connection's) is answered reply_too_large
+// instead.
+func respond(r micro.Request, asJSON bool, body []byte, e *codec.Error, maxPayload int64) error {
+	var opts []micro.RespondOpt
+	if asJSON {
+		opts = append(opts, micro.WithHeaders(micro.Headers{codec.HeaderContentType: {codec.ContentTypeJSON}}))
+	}
+	if e == nil {
+		e = reply.TooLarge(len(body), maxPayload)
+	}
+	if e != nil {
+		e = boundMessage(e)
+		b, _ := codec.Encode(e, asJSON)
+		return r.Error(strconv.Itoa(e.Code.Status()), e.Message, b, opts...)
+	}
+	return r.Respond(body, opts...)
 }
 
 // maxErrorMessage bounds an error reply's message (it travels in a header too): a

@@ -64,7 +64,7 @@ func TestLeaseDecisionOneConfig(t *testing.T) {
 			var reloads atomic.Int32
 			leaseNow = func() time.Time {
 				if reloads.Add(1) == 1 {
-					g.cfg.Store(next) // a reload, in the middle of the decision
+					g.reloader.cfg.Store(next) // a reload, in the middle of the decision
 				}
 				return now
 			}

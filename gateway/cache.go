@@ -2,13 +2,17 @@ package gateway
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ortbus/ortbus/cache"
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/images"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/subjects"
@@ -44,8 +48,10 @@ const (
 	cacheOpsAtOnce = 4
 )
 
-// cacheService is the gateway's handle on the cache.
+// cacheService is the gateway's side of the cache: its state (the hashers, the flights,
+// the bounds, the store once open) is its own.
 type cacheService struct {
+	enabled bool          // [cache] enabled, at start
 	files   *cache.Hasher // images: stat keys and content hashes
 	models  *cache.Hasher // model files, apart, so that images never push them out
 	flights cache.Flights
@@ -56,6 +62,22 @@ type cacheService struct {
 	mu    sync.Mutex
 	store *cache.Store      // nil until opened
 	revs  map[string]string // model: the revision last seen, to purge the one before
+
+	// What it needs of the rest of the gateway, wired at construction.
+	conf    func() *config.Config
+	log     *slog.Logger
+	d       requests               // submits and answers requests (the dispatcher)
+	workers func() []health.Worker // the tracker's workers: which revision each loaded
+}
+
+// requests is what the cache and job services need of the dispatcher (loop.go): a
+// request submitted (resolved, then taken by the loop), a request answered that the loop
+// never took, an event posted, and the loop's stop.
+type requests interface {
+	submit(p *pending)
+	deliver(p *pending, pool string, body []byte, err *codec.Error)
+	post(ev event)
+	stopped() <-chan struct{}
 }
 
 // cacheTicket is a looked-up request's key, what its file hashed as, and its flight when
@@ -66,63 +88,64 @@ type cacheTicket struct {
 	flight *cache.Flight
 }
 
-// initCache makes the cache service when [cache] enables it; the store is opened with
-// the job store (openCache).
-func (g *Gateway) initCache() {
-	cfg := g.conf().Cache
-	if !cfg.Enabled {
-		return
+// newCacheService is the cache service; where cfg's [cache] does not enable it, its
+// store is never opened, and it takes no request (wanted). The store is opened with the
+// job store (open).
+func newCacheService(cfg *config.Config, conf func() *config.Config, log *slog.Logger, d requests, workers func() []health.Worker, reg prometheus.Registerer) *cacheService {
+	c := &cacheService{conf: conf, log: log, d: d, workers: workers}
+	cc := cfg.Cache
+	if !cc.Enabled {
+		return c
 	}
-	g.cache = &cacheService{files: cache.NewHasher(cfg.StatEntries), models: cache.NewHasher(1024),
-		lookups: make(chan struct{}, cacheLookupsAtOnce), puts: make(chan struct{}, cachePutsAtOnce),
-		ops: make(chan struct{}, cacheOpsAtOnce), revs: map[string]string{}}
+	c.enabled = true
+	c.files, c.models = cache.NewHasher(cc.StatEntries), cache.NewHasher(1024)
+	c.lookups, c.puts = make(chan struct{}, cacheLookupsAtOnce), make(chan struct{}, cachePutsAtOnce)
+	c.ops, c.revs = make(chan struct{}, cacheOpsAtOnce), map[string]string{}
 	// Model files are the operator's, replaced whole and then reloaded, and may be large:
 	// their stat key stands without the racy rule's wait, so that a lookup right after a
 	// model's update does not read its weights again.
-	g.cache.models.Racy = 0
-	g.metrics.reg.MustRegister(cacheCollector{g})
+	c.models.Racy = 0
+	reg.MustRegister(cacheCollector{c})
+	return c
 }
 
-// openCache opens the cache's stream (JetStream is up: the job store opened).
-func (g *Gateway) openCache(ctx context.Context) {
-	if g.cache == nil {
+// open opens the cache's stream (JetStream is up: the job store opened).
+func (c *cacheService) open(ctx context.Context, nc *nats.Conn) {
+	if !c.enabled {
 		return
 	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	s, err := cache.Open(octx, g.nc, g.conf().Cache, g.log)
+	s, err := cache.Open(octx, nc, c.conf().Cache, c.log)
 	if err != nil {
-		g.log.Warn("open the result cache; requests go without it", "err", err)
+		c.log.Warn("open the result cache; requests go without it", "err", err)
 		return
 	}
-	g.cache.mu.Lock()
-	g.cache.store = s
-	g.cache.mu.Unlock()
-	g.log.Info("result cache open", "max_bytes", s.MaxBytes())
+	c.mu.Lock()
+	c.store = s
+	c.mu.Unlock()
+	c.log.Info("result cache open", "max_bytes", s.MaxBytes())
 }
 
 // storeOf returns the open store, or nil.
 func (c *cacheService) storeOf() *cache.Store {
-	if c == nil {
-		return nil
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.store
 }
 
-// cacheWanted reports whether p may use the cache at all.
-func (g *Gateway) cacheWanted(p *pending) bool {
-	return g.cache.storeOf() != nil && cache.Cacheable(p.op) && p.req.Path != "" && (p.req.Cache == nil || *p.req.Cache)
+// wanted reports whether p may use the cache at all.
+func (c *cacheService) wanted(p *pending) bool {
+	return c.storeOf() != nil && cache.Cacheable(p.op) && p.req.Path != "" && (p.req.Cache == nil || *p.req.Cache)
 }
 
-// cacheModel is the model that will answer p on pools: its own, else the one every pool
+// model is the model that will answer p on pools: its own, else the one every pool
 // gives the op (the pool's first model serving it); "" when the pools differ.
-func (g *Gateway) cacheModel(p *pending, pools []string) string {
+func (c *cacheService) model(p *pending, pools []string) string {
 	if p.req.Model != "" {
 		return p.req.Model
 	}
-	cfg := g.conf()
+	cfg := c.conf()
 	model := ""
 	for _, pool := range pools {
 		first := ""
@@ -143,17 +166,16 @@ func (g *Gateway) cacheModel(p *pending, pools []string) string {
 // revision is model's revision (its files hashed, each version once); a revision that
 // differs from the one last seen purges the entries of the one before, which are never
 // served again (the revision is part of the key).
-func (g *Gateway) revision(model string) (string, bool) {
-	mc := g.conf().Models[model]
+func (c *cacheService) revision(model string) (string, bool) {
+	mc := c.conf().Models[model]
 	if mc == nil {
 		return "", false
 	}
-	rev, err := cache.Revision(g.cache.models, mc)
+	rev, err := cache.Revision(c.models, mc)
 	if err != nil {
-		g.log.Debug("model revision: the cache is not used for it", "model", model, "err", err)
+		c.log.Debug("model revision: the cache is not used for it", "model", model, "err", err)
 		return "", false
 	}
-	c := g.cache
 	c.mu.Lock()
 	old := c.revs[model]
 	c.revs[model] = rev
@@ -164,29 +186,29 @@ func (g *Gateway) revision(model string) (string, bool) {
 				ctx, cancel := context.WithTimeout(context.Background(), cacheIOBound)
 				defer cancel()
 				n, err := s.Purge(ctx, cache.RevisionFilter(model, old))
-				g.log.Info("model revision changed: its older entries purged", "model", model, "purged", n, "err", err)
+				c.log.Info("model revision changed: its older entries purged", "model", model, "purged", n, "err", err)
 			}()
 		}
 	}
 	return rev, true
 }
 
-// cacheLookup looks p up for owner (p resolved, pools its candidates): a hit's stored
+// lookup looks p up for owner (p resolved, pools its candidates): a hit's stored
 // reply (msgpack, id cleared), or a ticket to store its answer with (nil: p goes without
 // the cache). Entries written before since are not taken. A request whose key another
 // request is computing waits for that answer (ctx bounds the wait).
-func (g *Gateway) cacheLookup(ctx context.Context, p *pending, pools []string, owner string, since time.Time) (*cacheTicket, []byte) {
-	s := g.cache.storeOf()
-	model := g.cacheModel(p, pools)
+func (c *cacheService) lookup(ctx context.Context, p *pending, pools []string, owner string, since time.Time) (*cacheTicket, []byte) {
+	s := c.storeOf()
+	model := c.model(p, pools)
 	if s == nil || model == "" {
 		return nil, nil
 	}
-	rev, ok := g.revision(model)
+	rev, ok := c.revision(model)
 	if !ok {
 		s.Miss()
 		return nil, nil
 	}
-	t := g.cacheKey(p, model, rev, owner)
+	t := c.key(p, model, rev, owner)
 	if t == nil {
 		s.Miss()
 		return nil, nil
@@ -199,7 +221,7 @@ func (g *Gateway) cacheLookup(ctx context.Context, p *pending, pools []string, o
 	}
 	digest := t.key.Digest()
 	for {
-		fl, leader := g.cache.flights.Join(digest)
+		fl, leader := c.flights.Join(digest)
 		if leader {
 			t.flight = fl
 			return t, nil
@@ -215,16 +237,16 @@ func (g *Gateway) cacheLookup(ctx context.Context, p *pending, pools []string, o
 	}
 }
 
-// cacheKey hashes p's file (the stat key first) and returns p's key for owner on model's
+// key hashes p's file (the stat key first) and returns p's key for owner on model's
 // revision rev; nil when the file cannot be hashed (the worker answers its error).
-func (g *Gateway) cacheKey(p *pending, model, rev, owner string) *cacheTicket {
-	cfg := g.conf()
+func (c *cacheService) key(p *pending, model, rev, owner string) *cacheTicket {
+	cfg := c.conf()
 	policy := images.Policy{AllowedRoots: cfg.Security.AllowedRoots, MaxBytes: int64(cfg.Security.MaxImageBytes)}
 	f, resolved, err := policy.OpenFile(p.req.Path)
 	if err != nil {
 		return nil
 	}
-	fs, err := g.cache.files.SumFile(f, resolved, policy.MaxFileBytes())
+	fs, err := c.files.SumFile(f, resolved, policy.MaxFileBytes())
 	f.Close()
 	if err != nil {
 		return nil
@@ -232,10 +254,10 @@ func (g *Gateway) cacheKey(p *pending, model, rev, owner string) *cacheTicket {
 	return &cacheTicket{file: fs, key: cache.Key{Owner: owner, Op: p.op, Model: model, Revision: rev, Options: cache.OptionsOf(p.op, &p.req), Content: fs.Sum}}
 }
 
-// cacheDone ends t's flight with p's answer (msgpack; ok: a result) and stores a result,
+// done ends t's flight with p's answer (msgpack; ok: a result) and stores a result,
 // if its file and its model are still what t hashed and the worker that computed it
 // loaded that revision (its heartbeat says which). It blocks on JetStream (cacheIOBound).
-func (g *Gateway) cacheDone(t *cacheTicket, op string, body []byte, ok bool) {
+func (c *cacheService) done(t *cacheTicket, op string, body []byte, ok bool) {
 	var stored []byte
 	if ok {
 		var served codec.Served
@@ -244,12 +266,12 @@ func (g *Gateway) cacheDone(t *cacheTicket, op string, body []byte, ok bool) {
 		case stored == nil:
 		case served.Model != t.key.Model:
 			stored = nil // another model answered (the worker's first ready one): not the key's
-		case !g.computedOn(served, t.key.Revision):
+		case !c.computedOn(served, t.key.Revision):
 			stored = nil // another revision answered
-		case !g.cache.files.Unchanged(t.file):
+		case !c.files.Unchanged(t.file):
 			stored = nil // the file changed while it ran: the answer is not the hashed bytes'
 		default:
-			if rev, ok := g.revision(t.key.Model); !ok || rev != t.key.Revision {
+			if rev, ok := c.revision(t.key.Model); !ok || rev != t.key.Revision {
 				stored = nil // the model changed while it ran: which revision answered is unknown
 			}
 		}
@@ -258,16 +280,16 @@ func (g *Gateway) cacheDone(t *cacheTicket, op string, body []byte, ok bool) {
 	if t.flight != nil {
 		// Once stored: a request of the key that comes meanwhile waits for this answer
 		// rather than find neither the flight nor the entry.
-		defer g.cache.flights.Finish(t.key.Digest(), t.flight, stored)
+		defer c.flights.Finish(t.key.Digest(), t.flight, stored)
 	}
-	s := g.cache.storeOf()
+	s := c.storeOf()
 	if stored == nil || s == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cacheIOBound)
 	defer cancel()
 	if err := s.Put(ctx, t.key, stored); err != nil {
-		g.log.Debug("store an answer in the cache", "err", err)
+		c.log.Debug("store an answer in the cache", "err", err)
 	}
 }
 
@@ -276,8 +298,8 @@ func (g *Gateway) cacheDone(t *cacheTicket, op string, body []byte, ok bool) {
 // were replaced and it was not reloaded yet, or it loaded an older version); true when it
 // says none (it could not hash them, or it is gone: then the files, hashed again before
 // the store, decide).
-func (g *Gateway) computedOn(served codec.Served, rev string) bool {
-	for _, w := range g.tracker.Workers() {
+func (c *cacheService) computedOn(served codec.Served, rev string) bool {
+	for _, w := range c.workers() {
 		if w.HB.Worker != served.Worker {
 			continue
 		}
@@ -319,32 +341,32 @@ func cachedReply(op string, body []byte, id string, accepted time.Time) codec.Re
 	return rep
 }
 
-// cacheFront runs a client's request through the cache before it enters the lifecycle,
+// front runs a client's request through the cache before it enters the lifecycle,
 // in a goroutine of its own (a lookup reads the file and JetStream), and reports whether
 // it took the request; false: submit it as usual. p is decoded, validated, its id set.
-func (g *Gateway) cacheFront(p *pending) bool {
-	if !g.cacheWanted(p) {
+func (c *cacheService) front(p *pending) bool {
+	if !c.wanted(p) {
 		return false
 	}
 	select {
-	case g.cache.lookups <- struct{}{}:
+	case c.lookups <- struct{}{}:
 	default:
 		return false // lookups are at their bound: this one goes without
 	}
 	go func() {
-		defer func() { <-g.cache.lookups }()
-		defer guard.Recover(g.log, "cache lookup", func(e *codec.Error) {
+		defer func() { <-c.lookups }()
+		defer guard.Recover(c.log, "cache lookup", func(e *codec.Error) {
 			if !p.answered.Load() {
-				g.deliver(p, "", nil, e)
+				c.d.deliver(p, "", nil, e)
 			}
 		})
-		pools, e := g.resolve(p)
+		pools, e := resolve(c.conf(), p)
 		if e != nil {
-			g.submit(p) // answers the error
+			c.d.submit(p) // answers the error
 			return
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), p.deadline)
-		t, hit := g.cacheLookup(ctx, p, pools, p.tenant, time.Time{})
+		t, hit := c.lookup(ctx, p, pools, p.tenant, time.Time{})
 		cancel()
 		if hit != nil {
 			id := p.id
@@ -356,7 +378,7 @@ func (g *Gateway) cacheFront(p *pending) bool {
 					// Answered by the lifecycle (L1), which knows of the client's
 					// cancels: one sent before the request wins over the hit.
 					p.hit = b
-					g.post(evAccept{p: p})
+					c.d.post(evAccept{p: p})
 					return
 				}
 			}
@@ -366,17 +388,17 @@ func (g *Gateway) cacheFront(p *pending) bool {
 			reply := p.reply
 			p.reply = func(body []byte, e *codec.Error) {
 				reply(body, e)
-				g.cacheAfter(p, t, body, e == nil)
+				c.after(p, t, body, e == nil)
 			}
 		}
-		g.submit(p)
+		c.d.submit(p)
 	}()
 	return true
 }
 
-// cacheAfter stores an interactive request's answer (body as its client got it), off
+// after stores an interactive request's answer (body as its client got it), off
 // the sender's goroutine, within cachePutsAtOnce; past the bound only its flight ends.
-func (g *Gateway) cacheAfter(p *pending, t *cacheTicket, body []byte, ok bool) {
+func (c *cacheService) after(p *pending, t *cacheTicket, body []byte, ok bool) {
 	if ok && p.asJSON {
 		rep := codec.NewReply(p.op)
 		if codec.Decode(body, rep, true) != nil {
@@ -386,19 +408,19 @@ func (g *Gateway) cacheAfter(p *pending, t *cacheTicket, body []byte, ok bool) {
 		}
 	}
 	select {
-	case g.cache.puts <- struct{}{}:
+	case c.puts <- struct{}{}:
 		go func() {
-			defer func() { <-g.cache.puts }()
-			g.cacheDone(t, p.op, body, ok)
+			defer func() { <-c.puts }()
+			c.done(t, p.op, body, ok)
 		}()
 	default:
-		g.cacheDone(t, p.op, nil, false)
+		c.done(t, p.op, nil, false)
 	}
 }
 
-// serveCache answers cache.stats and cache.purge for tenant, who reaches only its own
+// serve answers cache.stats and cache.purge for tenant, who reaches only its own
 // entries (the local owner "" every owner's).
-func (g *Gateway) serveCache(op string, data []byte, asJSON bool, tenant string, reply Reply) {
+func (c *cacheService) serve(op string, data []byte, asJSON bool, tenant string, reply Reply) {
 	var req codec.CacheRequest
 	if len(data) > 0 {
 		if e := decodeChecked(data, &req, asJSON, req.Validate); e != nil {
@@ -407,26 +429,26 @@ func (g *Gateway) serveCache(op string, data []byte, asJSON bool, tenant string,
 		}
 	}
 	if req.Model != "" {
-		if _, ok := g.conf().Models[req.Model]; !ok {
+		if _, ok := c.conf().Models[req.Model]; !ok {
 			reply(nil, codec.Errorf(codec.CodeUnknownModel, "model %q is not configured", req.Model).With("model", req.Model))
 			return
 		}
 	}
-	s := g.cache.storeOf()
+	s := c.storeOf()
 	if s == nil {
 		b, _ := codec.Encode(&codec.CacheStats{}, asJSON)
 		reply(b, nil) // no cache here: enabled false
 		return
 	}
 	select {
-	case g.cache.ops <- struct{}{}:
+	case c.ops <- struct{}{}:
 	default:
 		reply(nil, codec.Errorf(codec.CodeOverloaded, "%d cache requests are being answered; try again", cacheOpsAtOnce))
 		return
 	}
 	go func() {
-		defer func() { <-g.cache.ops }()
-		defer guard.Recover(g.log, "cache "+op, func(e *codec.Error) { reply(nil, e) })
+		defer func() { <-c.ops }()
+		defer guard.Recover(c.log, "cache "+op, func(e *codec.Error) { reply(nil, e) })
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		st := &codec.CacheStats{}
@@ -438,7 +460,7 @@ func (g *Gateway) serveCache(op string, data []byte, asJSON bool, tenant string,
 			}
 			st.Purged = n
 		}
-		if e := g.cacheStats(ctx, s, st, req.Model, tenant); e != nil {
+		if e := c.stats(ctx, s, st, req.Model, tenant); e != nil {
 			reply(nil, e)
 			return
 		}
@@ -451,9 +473,9 @@ func (g *Gateway) serveCache(op string, data []byte, asJSON bool, tenant string,
 	}()
 }
 
-// cacheStats fills st: the bucket's figures (for tenant, and model when named: a count
+// stats fills st: the bucket's figures (for tenant, and model when named: a count
 // of their entries only) and this gateway's counters.
-func (g *Gateway) cacheStats(ctx context.Context, s *cache.Store, st *codec.CacheStats, model, tenant string) *codec.Error {
+func (c *cacheService) stats(ctx context.Context, s *cache.Store, st *codec.CacheStats, model, tenant string) *codec.Error {
 	st.Enabled, st.MaxBytes = true, s.MaxBytes()
 	var err error
 	if tenant == "" && model == "" {
@@ -464,15 +486,15 @@ func (g *Gateway) cacheStats(ctx context.Context, s *cache.Store, st *codec.Cach
 	if err != nil {
 		return codec.Errorf(codec.CodeUnavailable, "read the cache: %v", err)
 	}
-	c, h := s.Counters(), g.cache.files.Stats()
-	st.Hits, st.Misses, st.Corrupt, st.Writes, st.Evictions = c.Hits, c.Misses, c.Corrupt, c.Writes, c.Evictions
+	k, h := s.Counters(), c.files.Stats()
+	st.Hits, st.Misses, st.Corrupt, st.Writes, st.Evictions = k.Hits, k.Misses, k.Corrupt, k.Writes, k.Evictions
 	st.Stats, st.Hashed, st.HashBytes = h.Stats, h.Hashed, h.HashBytes
 	st.StatMS, st.HashMS = float64(h.StatNS)/1e6, float64(h.HashNS)/1e6
 	return nil
 }
 
 // cacheCollector reports the cache's figures on /metrics.
-type cacheCollector struct{ g *Gateway }
+type cacheCollector struct{ c *cacheService }
 
 var (
 	descCacheHits      = prometheus.NewDesc("ortbus_cache_hits_total", "Requests and job items answered from the result cache.", nil, nil)
@@ -494,14 +516,14 @@ func (c cacheCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c cacheCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.g.cache.storeOf()
+	s := c.c.storeOf()
 	if s == nil {
 		return
 	}
 	counter := func(d *prometheus.Desc, v float64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
 	}
-	k, h := s.Counters(), c.g.cache.files.Stats()
+	k, h := s.Counters(), c.c.files.Stats()
 	counter(descCacheHits, float64(k.Hits))
 	counter(descCacheMisses, float64(k.Misses))
 	counter(descCacheCorrupt, float64(k.Corrupt))

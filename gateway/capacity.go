@@ -11,7 +11,7 @@ import (
 )
 
 // capacity is what one dispatch pass knows of where work can go: taken once, when the
-// pass first has an item to route (Gateway.snapshot), from the tracker's live workers,
+// pass first has an item to route (dispatcher.snapshot), from the tracker's live workers,
 // the lifecycle's requests in flight and when each class was last active on each device,
 // the measured service times and the supervisor's view of each pool. Routing (route.go)
 // and the sharing policy (policy.go) read nothing else; route records in it each unit it
@@ -66,25 +66,25 @@ func newCapacity(cfg *config.Config, now time.Time) *capacity {
 }
 
 // snapshot takes the capacity of a dispatch pass at now.
-func (g *Gateway) snapshot(now time.Time) *capacity {
-	c := newCapacity(g.conf(), now)
-	for _, w := range g.tracker.Workers() {
+func (d *dispatcher) snapshot(now time.Time) *capacity {
+	c := newCapacity(d.conf(), now)
+	for _, w := range d.tracker.Workers() {
 		c.addLive(w)
 	}
-	h := g.lc.held()
+	h := d.lc.held()
 	for pool, pc := range c.pools {
 		pc.busy = h.busy[pool]
-		pc.poolStatus = g.supervisor.poolStatus(pool, now)
+		pc.poolStatus = d.supervisor.poolStatus(pool, now)
 	}
 	for id, wc := range c.workers {
 		wc.busy, wc.lastSent = h.workers[id], h.lastSent[id]
 		c.sent = max(c.sent, wc.lastSent)
 	}
 	c.load, c.active = h.load, h.active
-	c.leased = g.budget.leases.byDevice()
-	c.paused = g.pauses.held(now)
-	c.est = g.est.all()
-	c.gated = g.gates.closed()
+	c.leased = d.budget.leases.byDevice()
+	c.paused = d.pauses.held(now)
+	c.est = d.est.all()
+	c.gated = d.gates.closed()
 	return c
 }
 

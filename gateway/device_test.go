@@ -42,10 +42,10 @@ func TestRequestDevice(t *testing.T) {
 	g := unitGatewayOf(t, deviceConfig)
 	for device, want := range map[string][]string{"": {"igpu", "gpu", "cpu"}, "cuda:0": {"gpu"}, "cpu": {"cpu"}, "tpu:9": nil} {
 		p := &pending{op: "tag", class: "interactive", req: codec.Request{Device: device}}
-		if got := g.candidates(p); !slices.Equal(got, want) {
+		if got := candidates(g.conf(), p); !slices.Equal(got, want) {
 			t.Errorf("device %q: candidates %v, want %v", device, got, want)
 		}
-		if got := (loopEnv{g}).retryPools(p); !slices.Equal(got, want) {
+		if got := (loopEnv{g.d}).retryPools(p); !slices.Equal(got, want) {
 			t.Errorf("device %q: retry pools %v, want %v", device, got, want)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/subjects"
@@ -46,7 +48,20 @@ import (
 // What is not covered: a request whose gateway dies before the client's resend is not
 // recorded anywhere runs again when it is resent (inference is idempotent).
 type failover struct {
-	g    *Gateway
+	// What it needs of the rest of the gateway, wired at construction (newFailover).
+	id      string
+	nc      *nats.Conn
+	conf    func() *config.Config
+	log     *slog.Logger
+	metrics *metrics
+	// holds reports whether this gateway holds the unanswered request id of owner (the
+	// dispatcher's lifecycle, asked on its loop).
+	holds func(id, owner string) bool
+	// accepting reports whether the API still takes requests; handle runs a request
+	// through the API's handler (a resend run as new).
+	accepting func() bool
+	handle    func(op string, r micro.Request)
+
 	beat string
 	mu   sync.Mutex
 	// peers are the other gateways heard, by id (bounded by maxPeers).
@@ -97,32 +112,33 @@ type answerRecord struct {
 	Err      *codec.Error `msgpack:"e,omitempty"`
 }
 
-// startFailover starts the beats and the peer tracking (always: clients follow the
-// beats) and, with gateway.failover, opens the answers bucket in the background.
-func (g *Gateway) startFailover(ctx context.Context) error {
-	f := newFailover(g)
-	var err error
-	if f.beat, err = subjects.GatewayBeat(g.id); err != nil {
-		return err
-	}
-	if _, err := g.nc.Subscribe(subjects.GWAll, guard.Msg(g.log, "failover", g.nc, nil, f.hear)); err != nil {
-		return err
-	}
-	g.failover = f
-	go f.run()
-	if g.conf().Gateway.Failover && !(g.conf().NATS.Embedded && g.conf().NATS.StoreDir == "") {
-		go f.openAnswers(ctx)
-	}
-	return nil
-}
-
-// newFailover is g's failover with its resend readers running (until close).
-func newFailover(g *Gateway) *failover {
-	f := &failover{g: g, peers: map[string]*peer{}, stop: make(chan struct{}), reads: make(chan func(), resendBacklog)}
+// newFailover is the failover of gateway id (its resend readers running until close);
+// start starts its beats.
+func newFailover(id string, nc *nats.Conn, conf func() *config.Config, log *slog.Logger, m *metrics, holds func(id, owner string) bool) *failover {
+	f := &failover{id: id, nc: nc, conf: conf, log: log, metrics: m, holds: holds,
+		accepting: func() bool { return true }, handle: func(string, micro.Request) {},
+		peers: map[string]*peer{}, stop: make(chan struct{}), reads: make(chan func(), resendBacklog)}
 	for range resendReaders {
 		go f.reader()
 	}
 	return f
+}
+
+// start starts the beats and the peer tracking (always: clients follow the beats) and,
+// with gateway.failover, opens the answers bucket in the background.
+func (f *failover) start(ctx context.Context) error {
+	var err error
+	if f.beat, err = subjects.GatewayBeat(f.id); err != nil {
+		return err
+	}
+	if _, err := f.nc.Subscribe(subjects.GWAll, guard.Msg(f.log, "failover", f.nc, nil, f.hear)); err != nil {
+		return err
+	}
+	go f.run()
+	if cfg := f.conf(); cfg.Gateway.Failover && !(cfg.NATS.Embedded && cfg.NATS.StoreDir == "") {
+		go f.openAnswers(ctx)
+	}
+	return nil
 }
 
 // reader runs the answers-bucket reads of resends until close, then those still waiting
@@ -151,7 +167,7 @@ func (f *failover) openAnswers(ctx context.Context) {
 	for ctx.Err() == nil {
 		// Records are published without waiting; a backlog past this many unacknowledged
 		// stalls the publisher (up to 200 ms), so the bound is generous.
-		js, err := jetstream.New(f.g.nc, jetstream.WithPublishAsyncMaxPending(1<<16))
+		js, err := jetstream.New(f.nc, jetstream.WithPublishAsyncMaxPending(1<<16))
 		var kv jetstream.KeyValue
 		if err == nil {
 			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -160,7 +176,7 @@ func (f *failover) openAnswers(ctx context.Context) {
 				Description: "ortbus: requests accepted and answered, for clients' resends",
 				TTL:         failoverTTL,
 				History:     1,
-				Replicas:    f.g.conf().Jobs.Replicas,
+				Replicas:    f.conf().Jobs.Replicas,
 			})
 			cancel()
 		}
@@ -168,11 +184,11 @@ func (f *failover) openAnswers(ctx context.Context) {
 			f.mu.Lock()
 			f.js, f.kv = js, kv
 			f.mu.Unlock()
-			f.g.log.Info("answers bucket open")
+			f.log.Info("answers bucket open")
 			return
 		}
 		if msg := err.Error(); msg != lastErr { // logged once per kind of failure
-			f.g.log.Warn("open the answers bucket; trying again", "err", err, "every", jobOpenRetryMax)
+			f.log.Warn("open the answers bucket; trying again", "err", err, "every", jobOpenRetryMax)
 			lastErr = msg
 		}
 		select {
@@ -202,7 +218,7 @@ func (f *failover) record(p *pending, answered bool, body []byte, e *codec.Error
 	if js == nil || p.replyTo == "" || p.owner == ownerJob {
 		return
 	}
-	rec := answerRecord{Gateway: f.g.id, Answered: answered, Err: e}
+	rec := answerRecord{Gateway: f.id, Answered: answered, Err: e}
 	if answered && e == nil {
 		if len(body) > maxStoredAnswer {
 			return // too large to keep: a resend runs it again
@@ -214,7 +230,7 @@ func (f *failover) record(p *pending, answered bool, body []byte, e *codec.Error
 		return
 	}
 	if _, err := js.PublishAsync("$KV."+AnswersBucket+"."+answerKey(p.owner, p.id), b); err != nil {
-		f.g.publishFailed("answers record", err)
+		f.metrics.publishFailed("answers record", err)
 	}
 }
 
@@ -231,9 +247,8 @@ func (f *failover) resent(r micro.Request, id, owner string, respond Reply) bool
 	if f == nil {
 		return false
 	}
-	g := f.g
-	if g.holds(id, owner) {
-		f.notice(r, g.id)
+	if f.holds(id, owner) {
+		f.notice(r, f.id)
 		return true
 	}
 	f.mu.Lock()
@@ -247,16 +262,16 @@ func (f *failover) resent(r micro.Request, id, owner string, respond Reply) bool
 		return false // not an inference endpoint's subject: run here as it is
 	}
 	read := func() {
-		defer guard.Recover(g.log, "resend "+op, func(e *codec.Error) { respond(nil, e) })
+		defer guard.Recover(f.log, "resend "+op, func(e *codec.Error) { respond(nil, e) })
 		switch {
 		case f.answerKept(r, id, owner, kv, respond):
-		case g.svc != nil && g.svc.Stopped():
+		case !f.accepting():
 			// The gateway stopped taking requests while the bucket was read: its queues
 			// may be answered already, so this one is answered as they were.
 			respond(nil, codec.Errorf(codec.CodeNoWorker, "gateway shut down before the request was dispatched"))
 		default:
 			// Runs as a new request, through the handler as if it had not been resent.
-			g.handle(op, fresh{r}, false)
+			f.handle(op, fresh{r})
 		}
 	}
 	select {
@@ -272,10 +287,9 @@ func (f *failover) resent(r micro.Request, id, owner string, respond Reply) bool
 // to run as a new one (no record, a record of a dead gateway or of this one before a
 // restart, or a bucket that cannot be read now).
 func (f *failover) answerKept(r micro.Request, id, owner string, kv jetstream.KeyValue, respond Reply) bool {
-	g := f.g
-	if g.holds(id, owner) {
+	if f.holds(id, owner) {
 		// Taken meanwhile (another resend of it that ran as new): held here.
-		f.notice(r, g.id)
+		f.notice(r, f.id)
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), resendReadTimeout)
@@ -283,7 +297,7 @@ func (f *failover) answerKept(r micro.Request, id, owner string, kv jetstream.Ke
 	entry, err := kv.Get(ctx, answerKey(owner, id))
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyNotFound) {
-			g.log.Warn("read the answers bucket", "err", err)
+			f.log.Warn("read the answers bucket", "err", err)
 		}
 		return false
 	}
@@ -295,21 +309,11 @@ func (f *failover) answerKept(r micro.Request, id, owner string, kv jetstream.Ke
 	case rec.Answered:
 		respond(rec.Body, rec.Err)
 		return true
-	case rec.Gateway != g.id && f.alive(rec.Gateway):
+	case rec.Gateway != f.id && f.alive(rec.Gateway):
 		f.notice(r, rec.Gateway)
 		return true
 	}
 	return false // held by a dead gateway (or by this one before a restart): run it
-}
-
-// holds reports whether this gateway holds the unanswered request id of owner.
-func (g *Gateway) holds(id, owner string) bool {
-	held := false
-	g.inspect(func(lc *lifecycle) {
-		p, ok := lc.get(id)
-		held = ok && p.owner == owner
-	})
-	return held
 }
 
 // fresh is a resend as a new request: its headers without Ortbus-Resend, so the handler
@@ -329,7 +333,7 @@ func (r fresh) Headers() micro.Headers {
 // notice replies that the request is held by gateway.
 func (f *failover) notice(r micro.Request, gateway string) {
 	if err := r.Respond(nil, micro.WithHeaders(micro.Headers{codec.HeaderHeld: {gateway}})); err != nil {
-		f.g.publishFailed("reply", err)
+		f.metrics.publishFailed("reply", err)
 	}
 }
 
@@ -338,18 +342,18 @@ func (f *failover) alive(id string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	pr := f.peers[id]
-	return pr != nil && !health.Silent(time.Now(), pr.seen, pr.interval, f.g.conf().Health.MissCount)
+	return pr != nil && !health.Silent(time.Now(), pr.seen, pr.interval, f.conf().Health.MissCount)
 }
 
 // hear follows peers' beats.
 func (f *failover) hear(m *nats.Msg) {
 	ps, err := subjects.Parse(m.Subject)
-	if err != nil || ps.Kind != subjects.KindGateway || ps.Worker == f.g.id || ps.Verb != "hb" {
+	if err != nil || ps.Kind != subjects.KindGateway || ps.Worker == f.id || ps.Verb != "hb" {
 		return
 	}
 	var b codec.GatewayBeat
 	if codec.Unmarshal(m.Data, &b) != nil || b.Gateway != ps.Worker || b.IntervalMS <= 0 || b.IntervalMS > time.Hour.Milliseconds() {
-		f.g.metrics.bad("gateway beat")
+		f.metrics.bad("gateway beat")
 		return
 	}
 	f.mu.Lock()
@@ -358,12 +362,12 @@ func (f *failover) hear(m *nats.Msg) {
 	if pr == nil {
 		f.forgetSilent()
 		if len(f.peers) >= maxPeers {
-			f.g.metrics.bad("gateway beat")
+			f.metrics.bad("gateway beat")
 			return
 		}
 		pr = &peer{}
 		f.peers[ps.Worker] = pr
-		f.g.log.Info("peer gateway heard", "gateway", ps.Worker)
+		f.log.Info("peer gateway heard", "gateway", ps.Worker)
 	}
 	pr.seen, pr.interval = time.Now(), time.Duration(b.IntervalMS)*time.Millisecond
 }
@@ -371,7 +375,7 @@ func (f *failover) hear(m *nats.Msg) {
 // forgetSilent drops peers silent for long (their records have expired): f.mu held.
 func (f *failover) forgetSilent() {
 	for id, pr := range f.peers {
-		if time.Since(pr.seen) > failoverTTL+pr.interval*time.Duration(f.g.conf().Health.MissCount) {
+		if time.Since(pr.seen) > failoverTTL+pr.interval*time.Duration(f.conf().Health.MissCount) {
 			delete(f.peers, id)
 		}
 	}
@@ -379,15 +383,15 @@ func (f *failover) forgetSilent() {
 
 // run beats until the gateway stops.
 func (f *failover) run() {
-	iv := f.g.conf().Health.HeartbeatInterval.D()
+	iv := f.conf().Health.HeartbeatInterval.D()
 	beat := time.NewTicker(iv)
 	defer beat.Stop()
 	var seq uint64
 	for {
 		seq++
-		if b, err := codec.Marshal(&codec.GatewayBeat{Gateway: f.g.id, Seq: seq, IntervalMS: iv.Milliseconds()}); err == nil {
-			if err := f.g.nc.Publish(f.beat, b); err != nil {
-				f.g.publishFailed("gateway beat", err)
+		if b, err := codec.Marshal(&codec.GatewayBeat{Gateway: f.id, Seq: seq, IntervalMS: iv.Milliseconds()}); err == nil {
+			if err := f.nc.Publish(f.beat, b); err != nil {
+				f.metrics.publishFailed("gateway beat", err)
 			}
 		}
 		select {

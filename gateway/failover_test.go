@@ -128,9 +128,7 @@ func readersDone(t *testing.T, f *failover) {
 // answered exactly once: from the record, or run as a new request.
 func TestResendReadOffHandler(t *testing.T) {
 	g := unitGateway(t)
-	f := newFailover(g)
-	g.failover = f
-	t.Cleanup(f.close)
+	f := g.failover
 	kv := newFakeKV()
 	f.kv = kv
 	kept, _ := codec.Marshal(&codec.TagReply{General: map[string]float32{"blue": 0.99}})
@@ -173,9 +171,7 @@ func TestResendReadOffHandler(t *testing.T) {
 // still answered once the bucket answers.
 func TestResendBacklogBounded(t *testing.T) {
 	g := unitGateway(t)
-	f := newFailover(g)
-	g.failover = f
-	t.Cleanup(f.close)
+	f := g.failover
 	kv := newFakeKV()
 	f.kv = kv
 	kv.get = func(string) (jetstream.KeyValueEntry, error) {

@@ -78,7 +78,7 @@ func TestGateDecision(t *testing.T) {
 			// A request of class running on cuda:0 (n 1), or gone (n -1); not measured,
 			// so long enough for a pause (rule 1).
 			load := func(class string, n int) {
-				g.inspect(func(lc *lifecycle) {
+				g.d.inspect(func(lc *lifecycle) {
 					id := "running-" + class
 					if n > 0 {
 						lc.byID[id] = &flight{p: &pending{id: id, op: "tag", class: class}, state: stClaimed, pool: "a", device: "cuda:0"}

@@ -48,44 +48,27 @@ type Options struct {
 // Ready is what the gateway announces when it is ready.
 type Ready = codec.Event
 
-// Gateway is a running gateway.
+// Gateway is a running gateway: the concerns below, each a type that owns its state,
+// wired together (newGateway, connected), and the service that runs them (Run).
 type Gateway struct {
-	// cfg is the configuration in force: replaced whole by a reload (reload.go), never
-	// changed in place. Read it with conf, once per decision.
-	cfg atomic.Pointer[config.Config]
-	// fileCfg is the configuration as last read from the file (at start, at each reload):
-	// the models a run-time unload took from a pool are its pools' models not in force.
-	fileCfg atomic.Pointer[config.Config]
-	id      string
-	log     *slog.Logger
-	nc      *nats.Conn
-	srv     *natsd.Server
-	svc     micro.Service
-	queues  *sched.Queues
-	tracker *health.Tracker
-	metrics *metrics
-	http    *http.Server
+	id   string
+	log  *slog.Logger
+	nc   *nats.Conn
+	srv  *natsd.Server
+	svc  micro.Service
+	http *http.Server
 
-	supervisor   *supervisor
-	failover     *failover // gateway beats, peers, and the answers bucket for resends
-	claimSubject string
-	cache        *cacheService // the result cache (cache.go); nil without [cache] enabled
-
-	jobs   *jobService
-	budget *budget   // the devices' memory: admission, leases, foreign memory (admission.go)
-	pauses *pauses   // classes paused on demand (pause.go)
-	gates  *gates    // the compute gates of the devices with gated leases (gate.go)
-	est    estimator // measured service times
-
-	// The dispatch loop (loop.go) owns lc; everything else reaches it through events.
-	lc         *lifecycle
-	events     chan event
-	kickCh     chan struct{}
-	loopDone   chan struct{}   // closed when the loop has stopped
-	drained    []chan struct{} // the loop's: closed once nothing is unanswered (evDrained)
-	replyInbox string          // relayed replies come to <replyInbox>.<attempt token>
-	relaying   sync.WaitGroup  // relayed answers being converted (sender.go)
-	changing   sync.Mutex      // one configuration change at a time (reload.go)
+	reloader   *reloader       // the configuration in force, and its changes (reload.go)
+	d          *dispatcher     // the dispatch loop, the lifecycle and the sender (loop.go)
+	budget     *budget         // the devices' memory: admission, leases, foreign memory (admission.go)
+	pauses     *pauses         // classes paused on demand (pause.go)
+	gates      *gates          // the compute gates of the devices with gated leases (gate.go)
+	tracker    *health.Tracker // the workers' heartbeats
+	supervisor *supervisor     // the local pools' worker processes (supervise.go)
+	failover   *failover       // gateway beats, peers, and the answers bucket for resends
+	cache      *cacheService   // the result cache (cache.go)
+	jobs       *jobService     // the job API (jobs.go)
+	metrics    *metrics
 
 	// A NATS connection closed for good other than by closeNATS (onClosed).
 	closing      atomic.Bool   // closeNATS closes it: that close is no loss
@@ -107,24 +90,17 @@ func Run(ctx context.Context, o Options) error {
 		host, _ := os.Hostname()
 		g.id = fmt.Sprintf("%s-%d", sanitize(host), os.Getpid())
 	}
-	g.budget.id, g.gates.id = g.id, g.id
-	var err error
-	if g.claimSubject, err = subjects.Claim(g.id); err != nil {
-		return fmt.Errorf("gateway id: %w", err)
-	}
-
 	url, err := g.connect(o.NATSListen)
 	if err != nil {
 		return err
 	}
 	defer g.closeNATS()
-	defer g.startSpoolSweeper()() // spool files older than security.spool_max_age go
+	defer startSpoolSweeper(c.Security, g.log)() // spool files older than security.spool_max_age go
 
-	g.metrics = newMetrics(g)
-	pools := poolSet(c)
-	g.tracker = &health.Tracker{MissCount: c.Health.MissCount, Listener: trackerListener{g}, Pools: pools, Log: g.log}
-	g.supervisor = newSupervisor(g.conf(), g.tracker, budgetNow{g.budget, g.conf, g.poolIdle}, g.log, g.id, o.WorkerBin, url)
-	g.supervisor.request = g.nc.RequestWithContext
+	tracker := &health.Tracker{MissCount: c.Health.MissCount, Pools: poolSet(c), Log: g.log}
+	if err := g.connected(g.nc, tracker, o.WorkerBin, url); err != nil {
+		return err
+	}
 	// The shutdown begins for the supervisor the moment it is asked for (ctx: the signal),
 	// not when the drain below reaches it: a worker's exit meanwhile is not restarted.
 	defer context.AfterFunc(ctx, g.supervisor.closing)()
@@ -133,21 +109,17 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer g.tracker.Stop()
 	defer g.budget.startForeign(g.conf(), g.conf)() // read before the workers start, so their budget knows it
-	if _, err := g.nc.Subscribe(g.claimSubject+".>", guard.Msg(g.log, "claim", g.nc, nil, g.onClaim)); err != nil {
-		return err
-	}
-	g.replyInbox = g.nc.NewInbox()
-	if _, err := g.nc.Subscribe(g.replyInbox+".*", guard.Msg(g.log, "reply", g.nc, nil, g.onReply)); err != nil {
+	if err := g.subscribe(); err != nil {
 		return err
 	}
 	jobsCtx, stopJobs := context.WithCancel(context.Background())
 	defer stopJobs()
-	if err := g.startFailover(jobsCtx); err != nil {
+	if err := g.failover.start(jobsCtx); err != nil {
 		return err
 	}
 	defer g.failover.close()
-	g.startJobs(jobsCtx)
-	stopDispatch := g.startLoop(true)
+	g.jobs.start(jobsCtx)
+	stopDispatch := g.d.start(true)
 	defer g.gates.start(g.conf)() // stopped before the loop's stop (deferred: after it returns)
 
 	// A lost connection ends each wait, before ready (never announced then) and after.
@@ -157,28 +129,10 @@ func Run(ctx context.Context, o Options) error {
 	case <-g.connLost:
 	}
 	if !g.connIsLost() {
-		if err := g.serveAPI(); err != nil {
+		if err := g.open(ctx, o, url); err != nil {
 			stopDispatch()
 			g.supervisor.stop(c.Gateway.ShutdownGrace.D())
 			return err
-		}
-		srv, httpAddr, err := serveHTTP(g, o.HTTPListen)
-		if err != nil {
-			stopDispatch()
-			g.supervisor.stop(c.Gateway.ShutdownGrace.D())
-			return err
-		}
-		g.http = srv
-		// Ready means a client may send requests now: the server has the API's subscriptions.
-		if err := g.nc.Flush(); err != nil {
-			g.log.Warn("NATS flush before ready failed", "err", err)
-		}
-		g.log.Info("gateway ready", "id", g.id, "nats", url, "http", httpAddr)
-		if o.OnReady != nil {
-			o.OnReady(Ready{Event: codec.EventReady, NATSURL: url, HTTP: httpAddr})
-		}
-		if o.Reload != nil {
-			go g.reloadOn(ctx, o.Reload)
 		}
 		select {
 		case <-ctx.Done():
@@ -193,7 +147,7 @@ func Run(ctx context.Context, o Options) error {
 	// (it redelivers them after their ack wait).
 	stopJobs()
 	if !lost {
-		g.stopJobs(jobStopBound)
+		g.jobs.stop(jobStopBound)
 	}
 	g.shutdown(lost)
 	stopDispatch()
@@ -203,21 +157,40 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
-// reloadOn reloads the config file at each receive on reload (SIGHUP) until ctx ends,
-// logging what changed or why nothing did.
-func (g *Gateway) reloadOn(ctx context.Context, reload <-chan struct{}) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-reload:
-			if rep, e := g.reloadFile(); e != nil {
-				g.log.Error("reload refused; the configuration in force is kept", "code", e.Code, "err", e.Message)
-			} else {
-				g.log.Info("reloaded", "changes", rep.Changes)
-			}
-		}
+// open opens the API (NATS and HTTP) and announces the gateway ready (url: its NATS);
+// with o.Reload it reloads the config file at each signal.
+func (g *Gateway) open(ctx context.Context, o Options, url string) error {
+	if err := g.serveAPI(); err != nil {
+		return err
 	}
+	srv, httpAddr, err := serveHTTP(g, o.HTTPListen)
+	if err != nil {
+		return err
+	}
+	g.http = srv
+	// Ready means a client may send requests now: the server has the API's subscriptions.
+	if err := g.nc.Flush(); err != nil {
+		g.log.Warn("NATS flush before ready failed", "err", err)
+	}
+	g.log.Info("gateway ready", "id", g.id, "nats", url, "http", httpAddr)
+	if o.OnReady != nil {
+		o.OnReady(Ready{Event: codec.EventReady, NATSURL: url, HTTP: httpAddr})
+	}
+	if o.Reload != nil {
+		go g.reloader.reloadOn(ctx, o.Reload)
+	}
+	return nil
+}
+
+// subscribe takes the claims of this gateway's work and the relayed replies to the
+// dispatcher.
+func (g *Gateway) subscribe() error {
+	if _, err := g.nc.Subscribe(g.d.claimSubject+".>", guard.Msg(g.log, "claim", g.nc, nil, g.d.onClaim)); err != nil {
+		return err
+	}
+	g.d.replyInbox = g.nc.NewInbox()
+	_, err := g.nc.Subscribe(g.d.replyInbox+".*", guard.Msg(g.log, "reply", g.nc, nil, g.d.onReply))
+	return err
 }
 
 // onClosed is the NATS connection's ClosedHandler. nats.go closes a connection for good
@@ -252,19 +225,21 @@ func (g *Gateway) connIsLost() bool {
 	}
 }
 
-// conf is the configuration in force.
-func (g *Gateway) conf() *config.Config { return g.cfg.Load() }
+// conf is the configuration in force (the reloader's).
+func (g *Gateway) conf() *config.Config { return g.reloader.conf() }
 
-// newGateway is a gateway of config c before it connects: its queues and lifecycle,
-// ready for the dispatch loop (startLoop).
+// newGateway is a gateway of config c before it connects: the concerns that need no
+// connection made and wired to each other (the rest: connected).
 func newGateway(c *config.Config, log *slog.Logger) *Gateway {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	g := &Gateway{log: log, kickCh: make(chan struct{}, 1), pauses: newPauses(), connLost: make(chan struct{}),
-		events: make(chan event, eventBacklog), loopDone: make(chan struct{})}
-	// The budget's view of the tracker and the supervisor, which Run makes after this.
-	g.budget = &budget{leases: newLeases(), log: log, kick: g.kick,
+	g := &Gateway{log: log, connLost: make(chan struct{}), reloader: newReloader(c, log)}
+	conf := g.reloader.conf
+	g.d = newDispatcher(c, conf, log)
+	g.pauses = newPauses(g.d.kick)
+	// The budget's view of the tracker and the supervisor, which connected makes.
+	g.budget = &budget{leases: newLeases(), log: log, kick: g.d.kick,
 		workers: func() []health.Worker {
 			if g.tracker == nil {
 				return nil
@@ -280,8 +255,8 @@ func newGateway(c *config.Config, log *slog.Logger) *Gateway {
 	// The gates' view of the leases, the dispatch loop and the bus.
 	g.gates = newGates(g.budget.leases.gated,
 		func(classes map[string]string, gating []string, prio func(string) (int, bool)) (demand map[string]bool, ok bool) {
-			work := func(pool string, p *pending) time.Duration { return g.est.get(estKey{pool, p.op, p.req.Model}) }
-			ok = g.inspect(func(lc *lifecycle) { demand = lc.gateDemand(classes, gating, prio, work) })
+			work := func(pool string, p *pending) time.Duration { return g.d.est.get(estKey{pool, p.op, p.req.Model}) }
+			ok = g.d.inspect(func(lc *lifecycle) { demand = lc.gateDemand(classes, gating, prio, work) })
 			return demand, ok
 		},
 		func(subject string, gate codec.Gate) {
@@ -290,14 +265,42 @@ func newGateway(c *config.Config, log *slog.Logger) *Gateway {
 				err = g.nc.Publish(subject, b)
 			}
 			if err != nil {
-				g.publishFailed("gate", err)
+				g.metrics.publishFailed("gate", err)
 			}
 		})
-	g.cfg.Store(c)
-	g.fileCfg.Store(c)
-	g.queues = newQueues(c)
-	g.lc = newLifecycle(loopEnv{g}, g.queues, g.claimTimeout(), tenantBound(totalQueueBound(c)))
+	g.d.budget, g.d.pauses, g.d.gates = g.budget, g.pauses, g.gates
+	g.jobs = newJobService()
 	return g
+}
+
+// connected wires the concerns that need the NATS connection nc and the gateway's id:
+// the metrics, the tracker (its listener: this gateway), the supervisor of the local
+// pools (their workers run bin, connecting to url), the sender, failover, the cache and
+// the jobs.
+func (g *Gateway) connected(nc *nats.Conn, tracker *health.Tracker, bin, url string) error {
+	claim, err := subjects.Claim(g.id)
+	if err != nil {
+		return fmt.Errorf("gateway id: %w", err)
+	}
+	c, conf := g.conf(), g.reloader.conf
+	g.nc, g.tracker = nc, tracker
+	g.budget.id, g.gates.id = g.id, g.id
+	g.metrics = newMetrics(g)
+	tracker.Listener = trackerListener{g}
+	g.supervisor = newSupervisor(c, tracker, budgetNow{g.budget, conf, g.d.poolIdle}, g.log, g.id, bin, url)
+	g.supervisor.request = nc.RequestWithContext
+	g.failover = newFailover(g.id, nc, conf, g.log, g.metrics, g.d.holds)
+	g.failover.accepting = func() bool { return g.svc == nil || !g.svc.Stopped() }
+	g.failover.handle = func(op string, r micro.Request) { g.handle(op, r, false) }
+
+	d := g.d
+	d.nc, d.claimSubject, d.tracker, d.supervisor, d.metrics, d.failover = nc, claim, tracker, g.supervisor, g.metrics, g.failover
+	rl := g.reloader
+	rl.id, rl.metrics, rl.tracker, rl.supervisor, rl.budget, rl.kick, rl.maxPayload = g.id, g.metrics, tracker, g.supervisor, g.budget, d.kick, nc.MaxPayload
+	g.cache = newCacheService(c, conf, g.log, d, tracker.Workers, g.metrics.reg)
+	j := g.jobs
+	j.conf, j.log, j.nc, j.d, j.cache, j.pauses, j.live = conf, g.log, nc, d, g.cache, g.pauses, tracker.Live
+	return nil
 }
 
 // newQueues makes the class queues of the config: each class's priority, bounds (count
@@ -383,42 +386,16 @@ func (g *Gateway) closeNATS() {
 	}
 }
 
-// kick asks the dispatch loop for a pass.
-func (g *Gateway) kick() {
-	select {
-	case g.kickCh <- struct{}{}:
-	default:
-	}
-}
-
 // trackerListener is the gateway as its tracker's health.Listener: a death goes to the
 // dispatch loop (L7), a change asks for a pass, a dropped heartbeat is counted, and the
 // supervisor says whether a silent worker is a local process known to be running (likely
 // starved of CPU, not dead).
 type trackerListener struct{ g *Gateway }
 
-func (l trackerListener) Dead(w health.Worker)       { l.g.onDead(w.HB.Worker, w.HB.Pool, w.Why) }
-func (l trackerListener) Changed()                   { l.g.kick() }
+func (l trackerListener) Dead(w health.Worker)       { l.g.d.onDead(w.HB.Worker, w.HB.Pool, w.Why) }
+func (l trackerListener) Changed()                   { l.g.d.kick() }
 func (l trackerListener) Dropped(string)             { l.g.metrics.bad("heartbeat") }
 func (l trackerListener) Running(worker string) bool { return l.g.supervisor.running(worker) }
-
-// poolIdle reports whether pool has nothing in flight and nothing queued for it. Never
-// called from the loop (it asks the loop).
-func (g *Gateway) poolIdle(pool string) bool {
-	n := 0
-	g.inspect(func(lc *lifecycle) { n = lc.inFlight(pool) })
-	return n == 0 && !g.queuedFor(pool)
-}
-
-// queuedFor reports whether a request waits in a class queue that pool serves.
-func (g *Gateway) queuedFor(pool string) bool {
-	for _, class := range g.conf().Pool(pool).Classes {
-		if g.queues.Len(class) > 0 {
-			return true
-		}
-	}
-	return false
-}
 
 // shutdown stops taking requests, waits (up to the grace) for queued and in-flight work
 // to be answered, answers what is left, and drains the workers. With the NATS connection
@@ -437,36 +414,12 @@ func (g *Gateway) shutdown(lost bool) {
 	}
 	grace := g.conf().Gateway.ShutdownGrace.D()
 	if !lost && grace > 0 {
-		g.awaitDrained(grace)
+		g.d.awaitDrained(grace)
 	}
-	g.shutdownLoop(false) // the queued: no_worker (L10)
+	g.d.shutdown(false) // the queued: no_worker (L10)
 	g.supervisor.stop(grace)
-	g.shutdownLoop(true) // and what the workers did not answer: worker_lost
-	g.relaying.Wait()    // relayed answers go out before NATS closes
-}
-
-// awaitDrained waits, at most bound, until every request accepted is answered.
-func (g *Gateway) awaitDrained(bound time.Duration) {
-	drained := make(chan struct{})
-	g.post(evDrained{done: drained})
-	t := time.NewTimer(bound)
-	defer t.Stop()
-	select {
-	case <-drained:
-	case <-t.C:
-	case <-g.loopDone:
-	}
-}
-
-// shutdownLoop asks the loop to answer what is queued, and with inFlight what is at
-// workers (L10), and waits for it.
-func (g *Gateway) shutdownLoop(inFlight bool) {
-	done := make(chan struct{})
-	g.post(evShutdown{inFlight: inFlight, done: done})
-	select {
-	case <-done:
-	case <-g.loopDone:
-	}
+	g.d.shutdown(true)  // and what the workers did not answer: worker_lost
+	g.d.relaying.Wait() // relayed answers go out before NATS closes
 }
 
 func sanitize(s string) string {

@@ -66,12 +66,12 @@ func unitGatewayOf(t testing.TB, toml string) *Gateway {
 	}
 	nc := testenv.InProcessNATS(t)
 	g := newGateway(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	g.id, g.nc = "unit", nc
-	g.budget.id, g.gates.id = g.id, g.id
-	g.metrics = newMetrics(g)
-	g.tracker = &health.Tracker{}
-	g.supervisor = newSupervisor(g.conf(), g.tracker, budgetNow{g.budget, g.conf, g.poolIdle}, g.log, g.id, "", "")
-	t.Cleanup(g.startLoop(false)) // events only: the queues hold what they get
+	g.id = "unit"
+	if err := g.connected(nc, &health.Tracker{}, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.failover.close)
+	t.Cleanup(g.d.start(false)) // events only: the queues hold what they get
 	return g
 }
 
@@ -142,7 +142,7 @@ func FuzzHandle(f *testing.F) {
 		}
 		panics, bad := guard.Panics(), badCount(g, "reply_subject")
 		g.handle(op, r, false)
-		g.inspect(func(*lifecycle) {}) // the loop has taken what the handler posted
+		g.d.inspect(func(*lifecycle) {}) // the loop has taken what the handler posted
 		if guard.Panics() != panics {
 			t.Fatalf("op %s: a panic was recovered", op)
 		}
@@ -164,7 +164,7 @@ func FuzzHandle(f *testing.F) {
 			for _, k := range unanswered(g) {
 				id = k
 			}
-			if id == "" || !g.cancelAs(id, "", "") { // as an operator
+			if id == "" || !g.d.cancelAs(id, "", "") { // as an operator
 				t.Fatalf("op %s: no reply and nothing in flight", op)
 			}
 		}
@@ -188,7 +188,7 @@ func FuzzHandle(f *testing.F) {
 // unanswered are the ids of the requests g's loop holds unanswered.
 func unanswered(g *Gateway) []string {
 	var ids []string
-	g.inspect(func(lc *lifecycle) {
+	g.d.inspect(func(lc *lifecycle) {
 		for id := range lc.byID {
 			ids = append(ids, id)
 		}

@@ -228,7 +228,7 @@ func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI 
 	a := &httpAPI{
 		svc: httpService{
 			serve:           g.serve,
-			cancelAbandoned: func(id string) { g.cancelID(id, ownerHTTP, "", true) },
+			cancelAbandoned: func(id string) { g.d.cancel(id, ownerHTTP, "", true) },
 			notReady: func() *codec.Error {
 				return notReady(g.nc, func() int { return g.health().Workers }, g.jobs)
 			},

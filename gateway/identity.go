@@ -54,8 +54,8 @@ const requestInfoHeader = "Nats-Request-Info"
 const tenantShare = 4
 
 // tenantOf is the tenant of a request with headers h (rules 1 and 2).
-func (g *Gateway) tenantOf(h micro.Headers) string {
-	if g.conf().Gateway.Identity != config.IdentityAccount {
+func tenantOf(cfg *config.Config, h micro.Headers) string {
+	if cfg.Gateway.Identity != config.IdentityAccount {
 		return ""
 	}
 	v := h.Get(requestInfoHeader)

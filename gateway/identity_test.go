@@ -24,7 +24,7 @@ func TestTenantOf(t *testing.T) {
 	g := unitGateway(t)
 	hdr := func(v string) micro.Headers { return micro.Headers{requestInfoHeader: {v}} }
 	// Rule 1: in local mode the header means nothing (any connection could write it).
-	if got := g.tenantOf(hdr(`{"acc":"APP1"}`)); got != "" {
+	if got := tenantOf(g.conf(), hdr(`{"acc":"APP1"}`)); got != "" {
 		t.Fatalf("local mode: tenant %q, want the local owner", got)
 	}
 	g.conf().Gateway.Identity = config.IdentityAccount
@@ -42,7 +42,7 @@ func TestTenantOf(t *testing.T) {
 		{hdr(`{"acc":"` + strings.Repeat("a", 300) + `"}`), "account:"},
 		{hdr(strings.Repeat("[", 70<<10)), "account:"},
 	} {
-		if got := g.tenantOf(c.h); got != c.want {
+		if got := tenantOf(g.conf(), c.h); got != c.want {
 			t.Errorf("headers %.60v: tenant %q, want %q", c.h, got, c.want)
 		}
 	}
@@ -143,7 +143,7 @@ func TestTenantJobBound(t *testing.T) {
 	ctx := context.Background()
 	submit := func(id, tenant string) *codec.Error {
 		rec := &jobs.Record{Job: id, Op: "tag", Class: "batch", Owner: tenant}
-		if e := g.jobsRunningRoom(ctx, s, rec, tenant); e != nil {
+		if e := g.jobs.runningRoom(ctx, s, rec, tenant); e != nil {
 			return e
 		}
 		_, e := s.Submit(ctx, rec, []string{"/srv/" + id + ".png"})
@@ -214,7 +214,7 @@ func TestTenantRequestIDs(t *testing.T) {
 	submit("account:A", "_R_.x.1")
 	submit("account:B", "_R_.x.2")
 	held := map[string]string{} // id: client id
-	g.inspect(func(lc *lifecycle) {
+	g.d.inspect(func(lc *lifecycle) {
 		for id, f := range lc.byID {
 			held[id] = f.p.clientID
 		}
@@ -231,10 +231,10 @@ func TestTenantRequestIDs(t *testing.T) {
 			t.Fatalf("no request %s with client id 1", id)
 		}
 	}
-	if g.cancelAs("1", tenantOwner("account:C"), "account:C") {
+	if g.d.cancelAs("1", tenantOwner("account:C"), "account:C") {
 		t.Fatal("C's cancel of 1 found a request")
 	}
-	if !g.cancelAs("1", tenantOwner("account:B"), "account:B") {
+	if !g.d.cancelAs("1", tenantOwner("account:B"), "account:B") {
 		t.Fatal("B's cancel of its own 1 found nothing")
 	}
 	if e := answers["account:B"]; e == nil || e.Code != codec.CodeCancelled {

@@ -3,11 +3,16 @@ package gateway
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/ortbus/ortbus/cache"
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/images"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/jobs"
@@ -41,13 +46,23 @@ const (
 // stop) and operators may cancel them (canCancel).
 const ownerJob = "job"
 
-// jobService is the gateway's handle on the job store.
+// jobService is the gateway's side of the job API: the store once open, and the bound
+// on the job requests being answered, are its own.
 type jobService struct {
 	mu    sync.Mutex
 	store *jobs.Store // nil until opened (and for good when JetStream is off)
 	why   *codec.Error
 	slots chan struct{}
-	done  chan struct{} // closed when the consumer and the watch have stopped
+	done  chan struct{} // made by start; closed when the consumer and the watch have stopped
+
+	// What it needs of the rest of the gateway, wired at construction.
+	conf   func() *config.Config
+	log    *slog.Logger
+	nc     *nats.Conn
+	d      requests                          // runs the items as requests (the dispatcher)
+	cache  *cacheService                     // answers items from the result cache
+	pauses *pauses                           // batch paused: no new items
+	live   func(pool string) []health.Worker // the tracker's live workers of a pool
 }
 
 // get returns the store, or the error to answer while there is none.
@@ -60,27 +75,25 @@ func (j *jobService) get() (*jobs.Store, *codec.Error) {
 	return j.store, nil
 }
 
-// startJobs opens the job store in the background (retrying while JetStream is not
+// start opens the job store in the background (retrying while JetStream is not
 // ready), then runs this gateway's consumer of job items and its watch of the job
 // records until ctx ends. Without JetStream (the embedded server with no store_dir, or a
 // server without it) the job API answers unavailable.
-func (g *Gateway) startJobs(ctx context.Context) {
-	g.jobs = &jobService{slots: make(chan struct{}, jobOpsAtOnce), done: make(chan struct{}),
-		why: codec.Errorf(codec.CodeUnavailable, "the job store is not open yet")}
-	g.initCache()
-	if g.conf().NATS.Embedded && g.conf().NATS.StoreDir == "" {
-		g.jobs.why = jobs.Unavailable()
-		close(g.jobs.done)
+func (j *jobService) start(ctx context.Context) {
+	j.done = make(chan struct{})
+	if cfg := j.conf(); cfg.NATS.Embedded && cfg.NATS.StoreDir == "" {
+		j.why = jobs.Unavailable()
+		close(j.done)
 		return
 	}
 	go func() {
-		defer close(g.jobs.done)
+		defer close(j.done)
 		var s *jobs.Store
 		wait, lastErr := jobOpenRetry, ""
 		for {
 			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			var err error
-			s, err = jobs.Open(octx, g.nc, g.conf().Jobs, g.log)
+			s, err = jobs.Open(octx, j.nc, j.conf().Jobs, j.log)
 			cancel()
 			if err == nil {
 				break
@@ -92,12 +105,12 @@ func (g *Gateway) startJobs(ctx context.Context) {
 			// leader; a server without JetStream may get it later. The API answers
 			// unavailable meanwhile, and the gateway keeps trying, less and less often.
 			if errors.Is(err, jobs.ErrNoJetStream) {
-				g.jobs.mu.Lock()
-				g.jobs.why = jobs.Unavailable()
-				g.jobs.mu.Unlock()
+				j.mu.Lock()
+				j.why = jobs.Unavailable()
+				j.mu.Unlock()
 			}
 			if msg := err.Error(); msg != lastErr { // logged once per kind of failure
-				g.log.Warn("open the job store; trying again", "err", err, "every", jobOpenRetryMax)
+				j.log.Warn("open the job store; trying again", "err", err, "every", jobOpenRetryMax)
 				lastErr = msg
 			}
 			select {
@@ -107,59 +120,64 @@ func (g *Gateway) startJobs(ctx context.Context) {
 			}
 			wait = min(2*wait, jobOpenRetryMax)
 		}
-		g.jobs.mu.Lock()
-		g.jobs.store = s
-		g.jobs.mu.Unlock()
-		g.log.Info("job store open")
-		g.openCache(ctx) // the result cache lives on the same JetStream
+		j.mu.Lock()
+		j.store = s
+		j.mu.Unlock()
+		j.log.Info("job store open")
+		j.cache.open(ctx, j.nc) // the result cache lives on the same JetStream
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() { defer wg.Done(); s.Watch(ctx) }()
-		go func() { defer wg.Done(); s.Consume(ctx, jobHost{g, s}) }()
+		go func() { defer wg.Done(); s.Consume(ctx, jobHost{j, s}) }()
 		wg.Wait()
 	}()
 }
 
-// jobHost is the gateway as the jobs.Host of its consumer of s's items: jobRoom and
-// runJobItem.
+// newJobService is the job service, its store not open yet (start).
+func newJobService() *jobService {
+	return &jobService{slots: make(chan struct{}, jobOpsAtOnce), why: codec.Errorf(codec.CodeUnavailable, "the job store is not open yet")}
+}
+
+// jobHost is the job service as the jobs.Host of its consumer of s's items: room and
+// runItem.
 type jobHost struct {
-	g *Gateway
+	j *jobService
 	s *jobs.Store
 }
 
-func (h jobHost) Room() int { return h.g.jobRoom(h.s) }
+func (h jobHost) Room() int { return h.j.room(h.s) }
 func (h jobHost) Run(ctx context.Context, it jobs.Item) ([]byte, *codec.Error) {
-	return h.g.runJobItem(ctx, it)
+	return h.j.runItem(ctx, it)
 }
 
-// jobRoom is how many job items this gateway takes at once: twice what the live workers
+// room is how many job items this gateway takes at once: twice what the live workers
 // of the pools that serve the batch class run at once (slots × max_batch each), so that
 // the next items are queued here when a slot frees, and none while no worker lives, nor
 // on a device where batch is paused, nor outside the jobs' windows ([jobs] windows)
 // unless s knows of an anytime job (jobs rule 9: the others' items are parked). JetStream's
 // max_ack_pending bounds the total over all gateways.
-func (g *Gateway) jobRoom(s *jobs.Store) int {
+func (j *jobService) room(s *jobs.Store) int {
 	n := 0
-	cfg := g.conf()
+	cfg := j.conf()
 	now := pauseNow()
 	if !cfg.Jobs.InWindow(now) && !s.AnytimeKnown() {
 		return 0 // outside the quiet hours ([jobs] windows): the items wait in JetStream
 	}
-	paused := g.pauses.active(now)[subjects.ClassBatch]
+	paused := j.pauses.active(now)[subjects.ClassBatch]
 	for _, name := range cfg.PoolNames() {
 		pc := cfg.Pools[name]
 		if !contains(pc.Classes, subjects.ClassBatch) || paused[""] || paused[pc.Device] {
 			continue // batch paused there: no new items (pause.go, rule 2)
 		}
-		n += len(g.tracker.Live(name)) * max(1, pc.Slots) * max(1, pc.MaxBatch)
+		n += len(j.live(name)) * max(1, pc.Slots) * max(1, pc.MaxBatch)
 	}
 	return 2 * n
 }
 
-// runJobItem runs one job item (jobHost's Run): it answers it from the result cache
+// runItem runs one job item (jobHost's Run): it answers it from the result cache
 // when it may (jobCacheLookup), else runs it as a request of its job's class through
 // this gateway's queues (runJobRequest), and returns the op's reply (msgpack) or error.
-func (g *Gateway) runJobItem(ctx context.Context, it jobs.Item) ([]byte, *codec.Error) {
+func (j *jobService) runItem(ctx context.Context, it jobs.Item) ([]byte, *codec.Error) {
 	rec := it.Job
 	// jobOwner: the job's tenant, whose own pauses hold its items (pause.go).
 	p := &pending{op: rec.Op, accepted: time.Now(), owner: ownerJob, jobOwner: rec.Owner}
@@ -168,27 +186,27 @@ func (g *Gateway) runJobItem(ctx context.Context, it jobs.Item) ([]byte, *codec.
 	}
 	p.req.ID, p.req.Path, p.req.Model, p.req.Class, p.req.Pool = it.ID(), it.Path, rec.Model, rec.Class, rec.Pool
 	p.size = int64(len(it.Path) + len(p.req.ID) + 64)
-	ticket, hit := g.jobCacheLookup(ctx, p, rec)
+	ticket, hit := j.cacheLookup(ctx, p, rec)
 	if hit != nil {
 		it.FromCache()
 		return hit, nil
 	}
-	body, e := g.runJobRequest(ctx, p)
+	body, e := j.runRequest(ctx, p)
 	if ticket != nil {
-		g.cacheDone(ticket, p.op, body, e == nil)
+		j.cache.done(ticket, p.op, body, e == nil)
 	}
 	return body, e
 }
 
-// jobCacheLookup looks a job item up in the result cache (cache.go): an incremental job
+// cacheLookup looks a job item up in the result cache (cache.go): an incremental job
 // takes any entry of its key, another job only those written since it was created (a
 // duplicate of an earlier item of its own). A hit is the reply to answer (msgpack, the
 // item's id, timing.cached); else the ticket to store the answer with (nil: no cache).
-func (g *Gateway) jobCacheLookup(ctx context.Context, p *pending, rec *jobs.Record) (*cacheTicket, []byte) {
-	if !g.cacheWanted(p) {
+func (j *jobService) cacheLookup(ctx context.Context, p *pending, rec *jobs.Record) (*cacheTicket, []byte) {
+	if !j.cache.wanted(p) {
 		return nil, nil
 	}
-	pools, e := g.resolve(p)
+	pools, e := resolve(j.conf(), p)
 	if e != nil {
 		return nil, nil // submit answers the error
 	}
@@ -196,7 +214,7 @@ func (g *Gateway) jobCacheLookup(ctx context.Context, p *pending, rec *jobs.Reco
 	if rec.Incremental {
 		since = time.Time{}
 	}
-	t, hit := g.cacheLookup(ctx, p, pools, rec.Owner, since)
+	t, hit := j.cache.lookup(ctx, p, pools, rec.Owner, since)
 	if hit == nil {
 		return t, nil
 	}
@@ -208,39 +226,39 @@ func (g *Gateway) jobCacheLookup(ctx context.Context, p *pending, rec *jobs.Reco
 	return nil, nil
 }
 
-// jobPrecomputed answers an incremental job's items from the result cache at its submit
+// precomputed answers an incremental job's items from the result cache at its submit
 // (jobs.SubmitWith): an item whose answer the cache holds is recorded as its result at
 // once and never queued, so an unchanged library costs a stat and a cache read per
 // item; the rest run as usual (and their duplicates meet in runJobItem's flights). nil
 // where the job may not use the cache.
-func (g *Gateway) jobPrecomputed(rec *jobs.Record) jobs.Precomputed {
+func (j *jobService) precomputed(rec *jobs.Record) jobs.Precomputed {
 	probe := &pending{op: rec.Op, accepted: time.Now(), owner: ownerJob, jobOwner: rec.Owner}
 	if rec.Options != nil {
 		probe.req = jobOptions(rec.Options)
 	}
 	probe.req.Path, probe.req.Model, probe.req.Class, probe.req.Pool = "/", rec.Model, rec.Class, rec.Pool
-	if !rec.Incremental || !g.cacheWanted(probe) {
+	if !rec.Incremental || !j.cache.wanted(probe) {
 		return nil
 	}
-	pools, e := g.resolve(probe)
+	pools, e := resolve(j.conf(), probe)
 	if e != nil {
 		return nil
 	}
-	model := g.cacheModel(probe, pools)
+	model := j.cache.model(probe, pools)
 	if model == "" {
 		return nil
 	}
-	rev, ok := g.revision(model)
+	rev, ok := j.cache.revision(model)
 	if !ok {
 		return nil
 	}
-	s := g.cache.storeOf()
+	s := j.cache.storeOf()
 	return func(ctx context.Context, i int, path string) (answer []byte) {
-		defer guard.Recover(g.log, "job cache lookup", func(*codec.Error) { answer = nil })
+		defer guard.Recover(j.log, "job cache lookup", func(*codec.Error) { answer = nil })
 		start := time.Now()
 		p := &pending{op: probe.op, req: probe.req}
 		p.req.Path = path // checked by OpenFile (images.Policy), as where it runs
-		t := g.cacheKey(p, model, rev, rec.Owner)
+		t := j.cache.key(p, model, rev, rec.Owner)
 		if t == nil {
 			s.Miss()
 			return nil
@@ -263,28 +281,28 @@ func (g *Gateway) jobPrecomputed(rec *jobs.Record) jobs.Precomputed {
 	}
 }
 
-// runJobRequest runs a job item's request through this gateway's queues and returns the
+// runRequest runs a job item's request through this gateway's queues and returns the
 // op's reply (msgpack) or error: its one answer, whoever gives it. When ctx ends (the job
 // is cancelled, the gateway stops) the request is cancelled, bounded: the lifecycle
 // answers it cancelled should its worker not confirm within jobCancelWait (L9).
-func (g *Gateway) runJobRequest(ctx context.Context, p *pending) ([]byte, *codec.Error) {
+func (j *jobService) runRequest(ctx context.Context, p *pending) ([]byte, *codec.Error) {
 	type answer struct {
 		body []byte
 		err  *codec.Error
 	}
 	done := make(chan answer, 1)
 	p.reply = func(b []byte, e *codec.Error) { done <- answer{b, e} }
-	g.submit(p)
+	j.d.submit(p)
 	select {
 	case a := <-done:
 		return a.body, a.err
 	case <-ctx.Done():
 	}
-	g.post(evCancel{id: p.id, within: jobCancelWait})
+	j.d.post(evCancel{id: p.id, within: jobCancelWait})
 	select {
 	case a := <-done:
 		return a.body, a.err
-	case <-g.loopDone:
+	case <-j.d.stopped():
 		// Stopped: every request it held was answered (L10), this one's answer first
 		// unless it never reached the loop.
 		select {
@@ -296,27 +314,27 @@ func (g *Gateway) runJobRequest(ctx context.Context, p *pending) ([]byte, *codec
 	}
 }
 
-// serveJob answers one job op of tenant, who owns the jobs it submits and reaches only
+// serve answers one job op of tenant, who owns the jobs it submits and reaches only
 // those (identity.go). The work runs in its own goroutine (a submit publishes every item
 // and waits for JetStream), at most jobOpsAtOnce at a time.
-func (g *Gateway) serveJob(op string, data []byte, asJSON bool, tenant string, reply Reply) {
-	s, e := g.jobs.get()
+func (j *jobService) serve(op string, data []byte, asJSON bool, tenant string, reply Reply) {
+	s, e := j.get()
 	if e != nil {
 		reply(nil, e)
 		return
 	}
 	select {
-	case g.jobs.slots <- struct{}{}:
+	case j.slots <- struct{}{}:
 	default:
 		reply(nil, codec.Errorf(codec.CodeOverloaded, "%d job requests are being answered; try again", jobOpsAtOnce))
 		return
 	}
 	go func() {
-		defer func() { <-g.jobs.slots }()
-		defer guard.Recover(g.log, "job "+op, func(e *codec.Error) { reply(nil, e) })
+		defer func() { <-j.slots }()
+		defer guard.Recover(j.log, "job "+op, func(e *codec.Error) { reply(nil, e) })
 		ctx, cancel := context.WithTimeout(context.Background(), jobOpTimeout)
 		defer cancel()
-		v, e := g.jobOp(ctx, s, op, data, asJSON, tenant)
+		v, e := j.op(ctx, s, op, data, asJSON, tenant)
 		if e != nil {
 			reply(nil, e)
 			return
@@ -330,28 +348,28 @@ func (g *Gateway) serveJob(op string, data []byte, asJSON bool, tenant string, r
 	}()
 }
 
-// jobOp decodes, checks and runs one job op of tenant.
-func (g *Gateway) jobOp(ctx context.Context, s *jobs.Store, op string, data []byte, asJSON bool, tenant string) (any, *codec.Error) {
+// op decodes, checks and runs one job op of tenant.
+func (j *jobService) op(ctx context.Context, s *jobs.Store, op string, data []byte, asJSON bool, tenant string) (any, *codec.Error) {
 	switch op {
 	case subjects.OpJobSubmit:
 		var req codec.JobSubmit
 		if err := decodeChecked(data, &req, asJSON, req.Validate); err != nil {
 			return nil, err
 		}
-		rec, paths, e := g.jobSpec(&req)
+		rec, paths, e := j.spec(&req)
 		if e != nil {
 			return nil, e
 		}
-		if e := g.jobIncremental(rec); e != nil {
+		if e := j.incremental(rec); e != nil {
 			return nil, e
 		}
 		// The job is tenant's, under tenant's own id (jobs/owner.go: job ids are per
 		// owner, as request ids are).
 		rec.Owner = tenant
-		if e := g.jobsRunningRoom(ctx, s, rec, tenant); e != nil {
+		if e := j.runningRoom(ctx, s, rec, tenant); e != nil {
 			return nil, e
 		}
-		return s.SubmitWith(ctx, rec, paths, g.jobPrecomputed(rec))
+		return s.SubmitWith(ctx, rec, paths, j.precomputed(rec))
 	case subjects.OpJobStatus, subjects.OpJobCancel, subjects.OpJobPause, subjects.OpJobResume:
 		var ref codec.JobRef
 		if err := decodeChecked(data, &ref, asJSON, func() error { return codec.CheckJobID(ref.Job) }); err != nil {
@@ -372,7 +390,7 @@ func (g *Gateway) jobOp(ctx context.Context, s *jobs.Store, op string, data []by
 			return nil, err
 		}
 		// Results are kept as msgpack; as JSON they take more room (floats as text).
-		limit := int(g.nc.MaxPayload()) / 2
+		limit := int(j.nc.MaxPayload()) / 2
 		if asJSON {
 			limit /= 3
 		}
@@ -392,13 +410,13 @@ func decodeChecked(data []byte, v any, asJSON bool, check func() error) *codec.E
 	return nil
 }
 
-// jobSpec turns a checked submit into the job's record and its items: the class
+// spec turns a checked submit into the job's record and its items: the class
 // defaults to batch; the class, model, pool and op must resolve as a request of the job
 // would (checked once here, not per item); a directory must lie inside the allowed
 // roots (symlinks resolved), and is listed through an os.Root so that nothing outside
 // them is listed, however it is swapped meanwhile (jobs.ExpandAllowed). Each item's
 // path is checked where it is read, like any request's.
-func (g *Gateway) jobSpec(req *codec.JobSubmit) (*jobs.Record, []string, *codec.Error) {
+func (j *jobService) spec(req *codec.JobSubmit) (*jobs.Record, []string, *codec.Error) {
 	rec := &jobs.Record{Job: req.Job, Op: req.Op, Model: req.Model, Class: req.Class, Pool: req.Pool, Incremental: req.Incremental, Anytime: req.Anytime}
 	if rec.Class == "" {
 		rec.Class = subjects.ClassBatch
@@ -412,14 +430,14 @@ func (g *Gateway) jobSpec(req *codec.JobSubmit) (*jobs.Record, []string, *codec.
 		probe.req = *rec.Options
 	}
 	probe.req.Model, probe.req.Class, probe.req.Pool = rec.Model, rec.Class, rec.Pool
-	pools, e := g.resolve(probe)
+	c := j.conf() // one configuration for the whole check
+	pools, e := resolve(c, probe)
 	if e != nil {
 		return nil, nil, e
 	}
 	// The model the class gives the op by default is fixed now, so that every item of
 	// the job runs on the same model whatever the config says later.
 	rec.Model = probe.req.Model
-	c := g.conf()
 	policy := images.Policy{AllowedRoots: c.Security.AllowedRoots}
 	if req.Dir == nil {
 		// Each item is refused here as a request's path would be where it is read
@@ -446,39 +464,42 @@ func (g *Gateway) jobSpec(req *codec.JobSubmit) (*jobs.Record, []string, *codec.
 	return rec, paths, nil
 }
 
-// jobIncremental refuses an incremental job this gateway cannot answer from the result
+// incremental refuses an incremental job this gateway cannot answer from the result
 // cache, rather than accept it and compute every item: the cache off ([cache] enabled =
 // false: bad_request, naming the key), an op the cache does not keep (bad_request), or
 // the cache not open (unavailable: JetStream not ready yet).
-func (g *Gateway) jobIncremental(rec *jobs.Record) *codec.Error {
+func (j *jobService) incremental(rec *jobs.Record) *codec.Error {
 	if !rec.Incremental {
 		return nil
 	}
 	switch {
-	case !g.conf().Cache.Enabled:
+	case !j.conf().Cache.Enabled:
 		return codec.Errorf(codec.CodeBadRequest, "incremental: the result cache is off on this gateway; set [cache] enabled = true in its config").With("field", "incremental")
 	case !cache.Cacheable(rec.Op):
 		return codec.Errorf(codec.CodeBadRequest, "incremental: the result cache does not keep %s answers (only tag, embed and detect)", rec.Op).With("field", "incremental")
 	case rec.Options != nil && rec.Options.Cache != nil && !*rec.Options.Cache:
 		return codec.Errorf(codec.CodeBadRequest, "incremental: options say cache: false").With("field", "incremental")
-	case g.cache.storeOf() == nil:
+	case j.cache.storeOf() == nil:
 		return codec.Errorf(codec.CodeUnavailable, "incremental: the result cache is not open yet ([cache] enabled; JetStream)").With("field", "incremental")
 	}
 	return nil
 }
 
-// stopJobs waits, after ctx of startJobs ended, for the consumer and the watch to stop
+// stop waits, after ctx of startJobs ended, for the consumer and the watch to stop
 // and for the items this gateway held to be settled (their results recorded, or left for
 // redelivery), within bound.
-func (g *Gateway) stopJobs(bound time.Duration) {
+func (j *jobService) stop(bound time.Duration) {
+	if j.done == nil {
+		return // never started
+	}
 	t := time.NewTimer(bound)
 	defer t.Stop()
 	select {
-	case <-g.jobs.done:
+	case <-j.done:
 	case <-t.C:
 		return
 	}
-	s, _ := g.jobs.get()
+	s, _ := j.get()
 	for s != nil && s.Held() > 0 {
 		select {
 		case <-t.C:
@@ -494,15 +515,15 @@ func jobOptions(o *codec.Request) codec.Request {
 	return codec.Request{Device: o.Device, TimeoutMS: o.TimeoutMS, Thresholds: o.Thresholds, Conf: o.Conf, IoU: o.IoU, Cache: o.Cache}
 }
 
-// jobsRunningRoom refuses a new job (overloaded) while jobs.max_running jobs run, or while its
+// runningRoom refuses a new job (overloaded) while jobs.max_running jobs run, or while its
 // tenant other than the local owner runs tenantBound of them (identity.go, rule 5). A
 // re-submit of a job that exists is no new job. Concurrent submits may pass the check
 // together: the bound is exceeded by at most jobOpsAtOnce.
-func (g *Gateway) jobsRunningRoom(ctx context.Context, s *jobs.Store, rec *jobs.Record, tenant string) *codec.Error {
+func (j *jobService) runningRoom(ctx context.Context, s *jobs.Store, rec *jobs.Record, tenant string) *codec.Error {
 	if rec.Job != "" && s.Owns(ctx, rec.Job, tenant) {
 		return nil
 	}
-	limit := g.conf().Jobs.MaxRunning
+	limit := j.conf().Jobs.MaxRunning
 	all, own, e := s.Running(ctx, tenant, limit)
 	if e != nil {
 		return e
@@ -522,8 +543,8 @@ func (g *Gateway) jobsRunningRoom(ctx context.Context, s *jobs.Store, rec *jobs.
 // it has no JetStream (jobs.Unavailable): where JetStream is off the job API answers
 // unavailable by design, which is no reason to hold inference back.
 func (j *jobService) opening() *codec.Error {
-	if j == nil {
-		return nil
+	if j.done == nil {
+		return nil // never started
 	}
 	select {
 	case <-j.done:

@@ -210,13 +210,13 @@ func TestLifecycleAcceptHit(t *testing.T) {
 // shutdown) still gets its one answer: no_worker, as the queued ones at the shutdown.
 func TestAcceptAfterLoopStopped(t *testing.T) {
 	g := newGateway(parseConfig(t, routeConfig), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	g.metrics = newMetrics(g)
-	g.startLoop(false)() // started and stopped
+	g.d.metrics = newMetrics(g)
+	g.d.start(false)() // started and stopped
 	var got []*codec.Error
 	p := req("late", "interactive")
 	p.hit = []byte("cached")
 	p.reply = func(_ []byte, e *codec.Error) { got = append(got, e) }
-	g.post(evAccept{p: p})
+	g.d.post(evAccept{p: p})
 	if len(got) != 1 || got[0] == nil || got[0].Code != codec.CodeNoWorker {
 		t.Fatalf("answers after the loop stopped: %v, want one no_worker", got)
 	}

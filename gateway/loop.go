@@ -2,20 +2,69 @@ package gateway
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/internal/guard"
+	"github.com/ortbus/ortbus/sched"
 )
 
-// The dispatch loop: the one goroutine that owns the lifecycle (lifecycle.go). Everything
-// that happens to a request reaches it as an event on one channel; it applies the event
-// to the lifecycle and hands the effects to the sender (sender.go). It also runs a
-// dispatch pass whenever something changed (kick) and at least every 10 ms (deadlines of
-// waiting items, the attempts' timers), and every 100 ms stops the pools idle for their
+// The dispatcher: the dispatch loop, the one goroutine that owns the lifecycle
+// (lifecycle.go), and the sender that carries out its effects (sender.go). Everything
+// that happens to a request reaches the loop as an event on one channel; it applies the
+// event to the lifecycle and hands the effects to the sender. It also runs a dispatch
+// pass whenever something changed (kick) and at least every 10 ms (deadlines of waiting
+// items, the attempts' timers), and every 100 ms stops the pools idle for their
 // keep_alive.
+//
+// Its surface, all that the rest of the gateway calls: post (an event), inspect (a read
+// of the loop's state, on the loop), kick (a pass soon), and the few calls built on post
+// (submit, cancel, onClaim, onDead, awaitDrained, shutdown). The lifecycle and the
+// channels of evDrained are the loop's alone: only step, pass and notifyDrained touch
+// them (TestOnlyTheLoopTouchesTheLifecycle holds every other function to that).
+type dispatcher struct {
+	lc      *lifecycle      // the loop's alone
+	drained []chan struct{} // the loop's alone: closed once nothing is unanswered (evDrained)
+
+	events   chan event
+	kickCh   chan struct{}
+	loopDone chan struct{} // closed when the loop has stopped
+	// queues are the class queues: their contents are the lifecycle's; their lengths
+	// (sched's own lock) are read by status and the idle check.
+	queues *sched.Queues
+	est    estimator // measured service times (their own lock)
+
+	// The sender's: where work items go and answers come back.
+	nc           *nats.Conn
+	claimSubject string         // claims come to <claimSubject>.<pool>.<worker>
+	replyInbox   string         // relayed replies come to <replyInbox>.<attempt token>
+	relaying     sync.WaitGroup // relayed answers being converted
+
+	// What it reads, wired once before the loop starts (Run, newGateway).
+	conf       func() *config.Config
+	log        *slog.Logger
+	tracker    *health.Tracker
+	supervisor *supervisor
+	budget     *budget
+	pauses     *pauses
+	gates      *gates
+	metrics    *metrics
+	failover   *failover
+}
+
+// newDispatcher is the dispatcher of config c, its loop not started (start).
+func newDispatcher(c *config.Config, conf func() *config.Config, log *slog.Logger) *dispatcher {
+	d := &dispatcher{conf: conf, log: log, kickCh: make(chan struct{}, 1), events: make(chan event, eventBacklog), loopDone: make(chan struct{})}
+	d.queues = newQueues(c)
+	d.lc = newLifecycle(loopEnv{d}, d.queues, claimTimeout(c), tenantBound(totalQueueBound(c)))
+	return d
+}
 
 // Events: what the rest of the gateway tells the loop.
 type (
@@ -78,89 +127,115 @@ const eventBacklog = 4096
 // has stopped (every request it held was answered at its shutdown, L10) drops ev, except
 // a request being accepted: that one is answered no_worker here, as a queued one was, so
 // that it too gets its one answer (a cache hit or a lookup that ended after the stop).
-func (g *Gateway) post(ev event) {
+func (d *dispatcher) post(ev event) {
 	select {
-	case <-g.loopDone:
+	case <-d.loopDone:
 	default:
 		select {
-		case g.events <- ev:
+		case d.events <- ev:
 			return
-		case <-g.loopDone:
+		case <-d.loopDone:
 		}
 	}
 	if a, ok := ev.(evAccept); ok {
-		g.deliver(a.p, "", nil, codec.Errorf(codec.CodeNoWorker, "the gateway is shutting down"))
+		d.deliver(a.p, "", nil, codec.Errorf(codec.CodeNoWorker, "the gateway is shutting down"))
 	}
 }
 
 // inspect runs fn on the loop's state and waits for it; false when the loop has stopped
 // (fn did not run). Never called from the loop itself.
-func (g *Gateway) inspect(fn func(*lifecycle)) bool {
+func (d *dispatcher) inspect(fn func(*lifecycle)) bool {
 	done := make(chan struct{})
 	select {
-	case g.events <- evInspect{fn: fn, done: done}:
-	case <-g.loopDone:
+	case d.events <- evInspect{fn: fn, done: done}:
+	case <-d.loopDone:
 		return false
 	}
+	return d.await(done)
+}
+
+// await waits for done, or for the loop's stop; false on the stop.
+func (d *dispatcher) await(done <-chan struct{}) bool {
 	select {
 	case <-done:
 		return true
-	case <-g.loopDone:
+	case <-d.loopDone:
 		return false
 	}
 }
 
+// kick asks the dispatch loop for a pass.
+func (d *dispatcher) kick() {
+	select {
+	case d.kickCh <- struct{}{}:
+	default:
+	}
+}
+
 // step applies one event at now and carries out its effects.
-func (g *Gateway) step(ev event, now time.Time) {
-	defer guard.Recover(g.log, "dispatch loop", nil)
-	lc := g.lc
+func (d *dispatcher) step(ev event, now time.Time) {
+	defer guard.Recover(d.log, "dispatch loop", nil)
+	lc := d.lc
 	switch e := ev.(type) {
 	case evAccept:
-		g.apply(lc.accept(e.p, e.pools, now))
-		g.kick()
+		d.carryOut(lc.accept(e.p, e.pools, now), now)
+		d.kick()
 	case evClaim:
-		g.apply(lc.claim(e.c, now))
+		d.carryOut(lc.claim(e.c, now), now)
 	case evReply:
 		if e.noResponders {
-			g.apply(lc.noResponders(e.seq, e.msg.Subject, now))
+			d.carryOut(lc.noResponders(e.seq, e.msg.Subject, now), now)
 		} else {
-			g.apply(lc.reply(e.seq, e.msg, now))
+			d.carryOut(lc.reply(e.seq, e.msg, now), now)
 		}
 	case evDied:
-		g.apply(lc.died(e.pool, e.worker, e.why, e.others, now))
+		d.carryOut(lc.died(e.pool, e.worker, e.why, e.others, now), now)
 	case evCancel:
 		found, out := lc.cancelWithin(e.id, e.by, e.tenant, e.onlyKnown, e.within, now)
-		g.apply(out) // its answer goes out before the cancel's own reply
+		d.carryOut(out, now) // its answer goes out before the cancel's own reply
 		if e.found != nil {
 			e.found <- found
 		}
 	case evShutdown:
-		g.apply(lc.shutdown(e.inFlight, now))
+		d.carryOut(lc.shutdown(e.inFlight, now), now)
 		close(e.done)
 	case evInspect:
 		e.fn(lc)
 		close(e.done)
 	case evDrained:
-		g.drained = append(g.drained, e.done)
+		d.drained = append(d.drained, e.done)
+	}
+}
+
+// carryOut has the sender carry out effects; a send that failed comes back to the
+// lifecycle as its event (L5), and the effects of that are carried out in turn: the
+// sender never calls back into the lifecycle, and is never re-entered.
+func (d *dispatcher) carryOut(effects []effect, now time.Time) {
+	for len(effects) > 0 {
+		failed := d.apply(effects)
+		effects = nil
+		for _, f := range failed {
+			effects = append(effects, d.lc.sendFailed(f.id, f.attempt, f.err, now)...)
+		}
 	}
 }
 
 // notifyDrained closes the channels of evDrained once no request is unanswered.
-func (g *Gateway) notifyDrained() {
-	if len(g.drained) == 0 || g.lc.count() > 0 {
+func (d *dispatcher) notifyDrained() {
+	if len(d.drained) == 0 || d.lc.count() > 0 {
 		return
 	}
-	for _, done := range g.drained {
+	for _, done := range d.drained {
 		close(done)
 	}
-	g.drained = nil
+	d.drained = nil
 }
 
-// dispatchLoop serves events, and with passes runs the dispatch passes, the timers and
-// the idle pools' stops, until ctx ends. (Without passes the queues only hold what they
-// get: unit tests of the handlers.)
-func (g *Gateway) dispatchLoop(ctx context.Context, passes bool) {
-	defer close(g.loopDone)
+// loop serves events, and with passes runs the dispatch passes, the timers and the idle
+// pools' stops, until ctx ends. (Without passes the queues only hold what they get: unit
+// tests of the handlers.)
+func (d *dispatcher) loop(ctx context.Context, passes bool) {
+	defer close(d.loopDone)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	idle := time.NewTicker(100 * time.Millisecond)
@@ -169,78 +244,131 @@ func (g *Gateway) dispatchLoop(ctx context.Context, passes bool) {
 		select {
 		case <-ctx.Done():
 			return
-		case ev := <-g.events:
-			g.step(ev, time.Now())
-			g.notifyDrained()
-			if g.lc.freed {
+		case ev := <-d.events:
+			d.step(ev, time.Now())
+			d.notifyDrained()
+			if d.lc.freed {
 				// A unit came back or a request was queued again: a pass now, as for a
 				// kick, rather than at the next tick.
-				g.lc.freed = false
-				g.kick()
+				d.lc.freed = false
+				d.kick()
 			}
 			continue
-		case <-g.kickCh:
+		case <-d.kickCh:
 		case <-tick.C:
 		case now := <-idle.C:
 			if passes {
 				// Nothing in flight (the loop's) and nothing queued for the pool, since when.
-				g.supervisor.sleepIdle(g.conf(), now, func(pool string) (time.Time, bool) {
-					since, idle := g.lc.idleSince(pool)
-					return since, idle && !g.queuedFor(pool)
+				cfg := d.conf()
+				d.supervisor.sleepIdle(cfg, now, func(pool string) (time.Time, bool) {
+					since, idle := d.lc.idleSince(pool)
+					return since, idle && !d.queuedFor(cfg, pool)
 				})
 			}
 			continue
 		}
 		if passes {
-			g.dispatchPass(time.Now())
-			g.notifyDrained()
+			d.pass(time.Now())
+			d.notifyDrained()
 		}
 	}
 }
 
-// dispatchPass fires the timers due and runs one pass of the scheduler.
-func (g *Gateway) dispatchPass(now time.Time) {
-	defer guard.Recover(g.log, "dispatch pass", nil)
-	g.apply(g.lc.tick(now))
-	g.apply(g.lc.pass(now, g.router(now)))
+// pass fires the timers due and runs one pass of the scheduler.
+func (d *dispatcher) pass(now time.Time) {
+	defer guard.Recover(d.log, "dispatch pass", nil)
+	d.carryOut(d.lc.tick(now), now)
+	d.carryOut(d.lc.pass(now, d.router(now)), now)
 }
 
-// startLoop starts the dispatch loop (passes: see dispatchLoop); the returned function
-// stops it and waits.
-func (g *Gateway) startLoop(passes bool) (stop func()) {
+// start starts the dispatch loop (passes: see loop); the returned function stops it and
+// waits.
+func (d *dispatcher) start(passes bool) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	go g.dispatchLoop(ctx, passes)
+	go d.loop(ctx, passes)
 	return func() {
 		cancel()
-		<-g.loopDone
+		<-d.loopDone
 	}
+}
+
+// poolIdle reports whether pool has nothing in flight and nothing queued for it. Never
+// called from the loop (it asks the loop).
+func (d *dispatcher) poolIdle(pool string) bool {
+	n := 0
+	d.inspect(func(lc *lifecycle) { n = lc.inFlight(pool) })
+	return n == 0 && !d.queuedFor(d.conf(), pool)
+}
+
+// queuedFor reports whether a request waits in a class queue that pool serves.
+func (d *dispatcher) queuedFor(cfg *config.Config, pool string) bool {
+	for _, class := range cfg.Pool(pool).Classes {
+		if d.queues.Len(class) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitDrained waits, at most bound, until every request accepted is answered.
+func (d *dispatcher) awaitDrained(bound time.Duration) {
+	drained := make(chan struct{})
+	d.post(evDrained{done: drained})
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-drained:
+	case <-t.C:
+	case <-d.loopDone:
+	}
+}
+
+// shutdown asks the loop to answer what is queued, and with inFlight what is at workers
+// (L10), and waits for it.
+func (d *dispatcher) shutdown(inFlight bool) {
+	done := make(chan struct{})
+	d.post(evShutdown{inFlight: inFlight, done: done})
+	d.await(done)
 }
 
 // loopEnv answers the lifecycle's questions (lifecycleEnv) from the config, the tracker
 // and the supervisor.
-type loopEnv struct{ g *Gateway }
+type loopEnv struct{ d *dispatcher }
 
 func (e loopEnv) device(pool string) string {
-	if pc := e.g.conf().Pools[pool]; pc != nil {
+	if pc := e.d.conf().Pools[pool]; pc != nil {
 		return pc.Device
 	}
 	return ""
 }
 
-func (e loopEnv) replyDirect(p *pending, pool string) bool { return e.g.replyDirect(p, pool) }
+func (e loopEnv) replyDirect(p *pending, pool string) bool { return replyDirect(e.d.conf(), p, pool) }
 
 // retryPools are the request's candidates (route.go).
-func (e loopEnv) retryPools(p *pending) []string { return e.g.candidates(p) }
+func (e loopEnv) retryPools(p *pending) []string { return candidates(e.d.conf(), p) }
 
-func (e loopEnv) hasLive(pool string) bool { return e.g.tracker.HasLive(pool) }
+func (e loopEnv) hasLive(pool string) bool { return e.d.tracker.HasLive(pool) }
 
 // mayRun: some pool has a live worker, or local workers on their way.
 func (e loopEnv) mayRun(pools []string) bool {
 	now := time.Now()
 	for _, pool := range pools {
-		if e.g.tracker.HasLive(pool) || e.g.supervisor.poolStatus(pool, now).coming {
+		if e.d.tracker.HasLive(pool) || e.d.supervisor.poolStatus(pool, now).coming {
 			return true
 		}
 	}
 	return false
+}
+
+// stopped is closed once the loop has stopped (every request it held was answered, L10).
+func (d *dispatcher) stopped() <-chan struct{} { return d.loopDone }
+
+// holds reports whether the loop holds the unanswered request id of owner.
+func (d *dispatcher) holds(id, owner string) bool {
+	held := false
+	d.inspect(func(lc *lifecycle) {
+		p, ok := lc.get(id)
+		held = ok && p.owner == owner
+	})
+	return held
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +53,7 @@ type metrics struct {
 	// conf is the gateway's config in force (Gateway.conf): which models a pool loads,
 	// for the model label of a request that named none (servedModel).
 	conf func() *config.Config
+	log  *slog.Logger
 }
 
 // labelOther stands for any label value that is not a configured name.
@@ -84,6 +86,7 @@ func newMetrics(g *Gateway) *metrics {
 			Help: "Replies and messages that could not be sent, by what they were."}, []string{"what"}),
 		known: map[string]bool{"ok": true},
 		conf:  g.conf,
+		log:   g.log,
 	}
 	panics := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ortbus_panics_total",
 		Help: "Panics recovered in the gateway (each answered internal where a reply was due)."}, func() float64 { return float64(guard.Panics()) })
@@ -106,9 +109,9 @@ func newMetrics(g *Gateway) *metrics {
 func (m *metrics) bad(kind string) { m.badMsgs.WithLabelValues(kind).Inc() }
 
 // publishFailed counts and logs a message the gateway could not send.
-func (g *Gateway) publishFailed(what string, err error) {
-	g.metrics.pubErrs.WithLabelValues(what).Inc()
-	g.log.Warn("publish failed", "what", what, "err", err)
+func (m *metrics) publishFailed(what string, err error) {
+	m.pubErrs.WithLabelValues(what).Inc()
+	m.log.Warn("publish failed", "what", what, "err", err)
 }
 
 // observe counts a terminal reply.
@@ -187,19 +190,20 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	g := c.g
-	for _, class := range g.conf().ClassNames() {
-		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(g.queues.Len(class)), class)
+	cfg := g.conf()
+	for _, class := range cfg.ClassNames() {
+		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(g.d.queues.Len(class)), class)
 	}
 	inflight := map[string]int{}
-	g.inspect(func(lc *lifecycle) {
-		for _, pool := range g.conf().PoolNames() {
+	g.d.inspect(func(lc *lifecycle) {
+		for _, pool := range cfg.PoolNames() {
 			inflight[pool] = lc.inFlight(pool)
 		}
 	})
-	for _, pool := range g.conf().PoolNames() {
+	for _, pool := range cfg.PoolNames() {
 		ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(inflight[pool]), pool)
 	}
-	for _, d := range g.budget.deviceStatus(g.conf()) {
+	for _, d := range g.budget.deviceStatus(cfg) {
 		ch <- prometheus.MustNewConstMetric(descBudget, prometheus.GaugeValue, float64(d.BudgetBytes), d.Device)
 		ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.GaugeValue, float64(d.AdmittedBytes), d.Device)
 		ch <- prometheus.MustNewConstMetric(descLeased, prometheus.GaugeValue, float64(d.LeasedBytes), d.Device)

@@ -82,11 +82,6 @@ func unmapPrefix(m map[string]string, path string) string {
 	return joinPrefix(bestFrom, bestRest)
 }
 
-// mappedOut returns the request's out_path as seen on pool's host (see mapped).
-func (g *Gateway) mappedOut(p *pending, pool string) (string, bool) {
-	return mapPrefix(g.conf().Pool(pool).PathMap, p.req.OutPath)
-}
-
 // mapRequest rewrites every path of r by m (mapPrefix): path, out_path, output_dir and
 // the values of input_paths and output_paths. The maps are replaced by new ones, never
 // changed, so r may be a shallow copy of a request that other pools map their own way.
@@ -126,46 +121,25 @@ func mapRequest(m map[string]string, r *codec.Request) (field, path string, ok b
 	return "", "", true
 }
 
-// unmapReply rewrites the paths of a reply of op (msgpack, from pool) from the pool's
-// host's view back to the client's: a segment reply's out_path, an infer reply's
-// output_paths. data is returned as it is for other ops, when the pool maps no paths, no
-// path needs a change, or the reply does not decode (the caller's own decoding reports
-// that).
-func (g *Gateway) unmapReply(op, pool string, data []byte) []byte {
-	pc := g.conf().Pools[pool]
-	if pc == nil || len(pc.PathMap) == 0 {
-		return data
+// unmapPaths rewrites the output paths of a decoded reply (a segment reply's out_path,
+// an infer reply's output_paths) from a pool's host's view (its path_map m) back to the
+// client's, and reports whether any changed. Other replies are left as they are.
+func unmapPaths(m map[string]string, rep any) (changed bool) {
+	if len(m) == 0 {
+		return false
 	}
-	var rep any
-	changed := false
-	switch op {
-	case "segment":
-		var r codec.SegmentReply
-		if err := codec.Unmarshal(data, &r); err != nil {
-			return data
-		}
-		back := unmapPrefix(pc.PathMap, r.OutPath)
-		changed, r.OutPath, rep = back != r.OutPath, back, &r
-	case "infer":
-		var r codec.InferReply
-		if err := codec.Unmarshal(data, &r); err != nil {
-			return data
-		}
+	switch r := rep.(type) {
+	case *codec.SegmentReply:
+		back := unmapPrefix(m, r.OutPath)
+		changed, r.OutPath = back != r.OutPath, back
+	case *codec.InferReply:
 		for k, v := range r.OutputPaths {
-			if back := unmapPrefix(pc.PathMap, v); back != v {
+			if back := unmapPrefix(m, v); back != v {
 				r.OutputPaths[k], changed = back, true
 			}
 		}
-		rep = &r
 	}
-	if !changed {
-		return data
-	}
-	b, err := codec.Marshal(rep)
-	if err != nil {
-		return data
-	}
-	return b
+	return changed
 }
 
 // mappedByAny reports whether one of pools has a path_map prefix that path lies under:

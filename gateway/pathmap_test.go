@@ -80,7 +80,7 @@ models = ["seg"]
 		t.Fatal(err)
 	}
 	g := newGateway(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	g.metrics = newMetrics(g)
+	g.d.metrics = newMetrics(g)
 	return g
 }
 
@@ -90,21 +90,21 @@ models = ["seg"]
 func TestOutPathMapped(t *testing.T) {
 	g := pathMapGateway(t)
 	p := &pending{op: "segment", req: codec.Request{Path: "/srv/images/in.png", OutPath: "/srv/images/masks/out.png"}}
-	if err := g.mapPaths(p, []string{"gpu", "cpu"}); err != nil {
+	if err := mapPaths(g.conf(), p, []string{"gpu", "cpu"}); err != nil {
 		t.Fatalf("mapPaths: %v", err)
 	}
-	if out, ok := g.mappedOut(p, "gpu"); !ok || out != "/mnt/app-images/masks/out.png" {
+	if out, ok := mapPrefix(g.conf().Pool("gpu").PathMap, p.req.OutPath); !ok || out != "/mnt/app-images/masks/out.png" {
 		t.Errorf("out_path on gpu = %q, %v", out, ok)
 	}
-	if out, ok := g.mappedOut(p, "cpu"); !ok || out != p.req.OutPath {
+	if out, ok := mapPrefix(g.conf().Pool("cpu").PathMap, p.req.OutPath); !ok || out != p.req.OutPath {
 		t.Errorf("out_path on cpu (no map) = %q, %v", out, ok)
 	}
 	bad := &pending{op: "segment", req: codec.Request{Path: "/srv/images/in.png", OutPath: "/tmp/out.png"}}
-	err := g.mapPaths(bad, []string{"cpu", "gpu"})
+	err := mapPaths(g.conf(), bad, []string{"cpu", "gpu"})
 	if err == nil || err.Code != codec.CodeForbiddenPath || err.Details["pool"] != "gpu" {
 		t.Fatalf("unmappable out_path: %v, want forbidden_path for pool gpu", err)
 	}
-	if err := g.mapPaths(bad, []string{"cpu"}); err != nil {
+	if err := mapPaths(g.conf(), bad, []string{"cpu"}); err != nil {
 		t.Errorf("a pool without a map takes any out_path: %v", err)
 	}
 
@@ -118,7 +118,7 @@ func TestOutPathMapped(t *testing.T) {
 		var body []byte
 		var rerr *codec.Error
 		q := &pending{id: "r", op: "segment", asJSON: asJSON, reply: func(b []byte, e *codec.Error) { body, rerr = b, e }}
-		g.relay(q, "gpu", &nats.Msg{Data: append([]byte(nil), data...)})
+		g.d.relay(q, "gpu", &nats.Msg{Data: append([]byte(nil), data...)})
 		if rerr != nil {
 			t.Fatalf("relay (json %v): %v", asJSON, rerr)
 		}
@@ -131,7 +131,7 @@ func TestOutPathMapped(t *testing.T) {
 		}
 	}
 	// From a pool without a map, the reply's bytes pass untouched.
-	if got := g.unmapReply("segment", "cpu", data); &got[0] != &data[0] {
+	if got := relayed(g, "segment", "cpu", data); &got[0] != &data[0] {
 		t.Error("a reply from a pool without a path_map was re-encoded")
 	}
 }
@@ -147,7 +147,7 @@ func TestTensorPathsMapped(t *testing.T) {
 		OutputPaths: map[string]string{"y": "/srv/images/out/y.npy"},
 	}
 	p := &pending{op: "infer", req: req}
-	if err := g.mapPaths(p, []string{"gpu", "cpu"}); err != nil {
+	if err := mapPaths(g.conf(), p, []string{"gpu", "cpu"}); err != nil {
 		t.Fatalf("mapPaths: %v", err)
 	}
 	r := p.req
@@ -169,11 +169,11 @@ func TestTensorPathsMapped(t *testing.T) {
 		"output_dir":     {OutputDir: "/tmp"},
 		"output_paths.y": {OutputPaths: map[string]string{"y": "/tmp/y.npy"}},
 	} {
-		err := g.mapPaths(&pending{op: "infer", req: bad}, []string{"cpu", "gpu"})
+		err := mapPaths(g.conf(), &pending{op: "infer", req: bad}, []string{"cpu", "gpu"})
 		if err == nil || err.Code != codec.CodeForbiddenPath || err.Details["pool"] != "gpu" || !strings.HasPrefix(err.Message, field+" ") {
 			t.Errorf("unmappable %s: %v, want forbidden_path naming the field and pool gpu", field, err)
 		}
-		if err := g.mapPaths(&pending{op: "infer", req: bad}, []string{"cpu"}); err != nil {
+		if err := mapPaths(g.conf(), &pending{op: "infer", req: bad}, []string{"cpu"}); err != nil {
 			t.Errorf("a pool without a map takes any %s: %v", field, err)
 		}
 	}
@@ -189,7 +189,7 @@ func TestTensorPathsMapped(t *testing.T) {
 		var body []byte
 		var rerr *codec.Error
 		q := &pending{id: "r", op: "infer", asJSON: asJSON, reply: func(b []byte, e *codec.Error) { body, rerr = b, e }}
-		g.relay(q, "gpu", &nats.Msg{Data: append([]byte(nil), data...)})
+		g.d.relay(q, "gpu", &nats.Msg{Data: append([]byte(nil), data...)})
 		if rerr != nil {
 			t.Fatalf("relay (json %v): %v", asJSON, rerr)
 		}
@@ -201,12 +201,21 @@ func TestTensorPathsMapped(t *testing.T) {
 			t.Errorf("reply (json %v) = %+v, want output_paths in the client's view", asJSON, rep)
 		}
 	}
-	if got := g.unmapReply("infer", "cpu", data); &got[0] != &data[0] {
+	if got := relayed(g, "infer", "cpu", data); &got[0] != &data[0] {
 		t.Error("a reply from a pool without a path_map was re-encoded")
 	}
-	if got := g.unmapReply("tag", "gpu", data); &got[0] != &data[0] {
+	tag, _ := codec.Marshal(&codec.TagReply{General: map[string]float32{"x": 1}})
+	if got := relayed(g, "tag", "gpu", tag); &got[0] != &tag[0] {
 		t.Error("a reply of an op without paths was re-encoded")
 	}
+}
+
+// relayed is what the client of a msgpack request of op gets when pool's worker replies
+// data (relay).
+func relayed(g *Gateway, op, pool string, data []byte) []byte {
+	var got []byte
+	g.d.relay(&pending{id: "r", op: op, reply: func(b []byte, _ *codec.Error) { got = b }}, pool, &nats.Msg{Data: data})
+	return got
 }
 
 // TestMappedByAny: a path is another host's to check when one of the candidate pools maps

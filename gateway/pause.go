@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 )
 
 // Pauses on demand (op pause): an app pauses a class — batch, while a voice session or a
@@ -33,8 +34,9 @@ import (
 //     tenant sees its own and the operator's, the pauses that hold its work; the operator
 //     sees every one.
 type pauses struct {
-	mu sync.Mutex
-	by map[pauseKey]time.Time // until
+	mu   sync.Mutex
+	by   map[pauseKey]time.Time // until
+	kick func()                 // a pass of the dispatch loop, wired at construction
 }
 
 type pauseKey struct{ class, device, owner string }
@@ -46,14 +48,14 @@ const (
 	maxPauses   = 256
 )
 
-func newPauses() *pauses { return &pauses{by: map[pauseKey]time.Time{}} }
+// newPauses are the pauses; kick asks the dispatch loop for a pass (a pause taken).
+func newPauses(kick func()) *pauses { return &pauses{by: map[pauseKey]time.Time{}, kick: kick} }
 
 // pauseNow is the pauses' clock (a test's own).
 var pauseNow = time.Now
 
 // pause applies a pause request of owner (tenant, or "" for the local owner).
-func (g *Gateway) pause(req *codec.PauseRequest, owner string) (*codec.PauseReply, *codec.Error) {
-	cfg := g.conf()
+func (ps *pauses) pause(cfg *config.Config, req *codec.PauseRequest, owner string) (*codec.PauseReply, *codec.Error) {
 	if _, ok := cfg.Classes[req.Class]; !ok {
 		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q (classes: %v)", req.Class, cfg.ClassNames()).With("field", "class")
 	}
@@ -63,7 +65,7 @@ func (g *Gateway) pause(req *codec.PauseRequest, owner string) (*codec.PauseRepl
 	if req.Device != "" && !knownDevice(cfg, req.Device) {
 		return nil, codec.Errorf(codec.CodeBadRequest, "unknown device %q (devices: %v)", req.Device, deviceNames(cfg)).With("field", "device")
 	}
-	ps, now := g.pauses, pauseNow()
+	now := pauseNow()
 	key := pauseKey{req.Class, req.Device, owner}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -91,7 +93,7 @@ func (g *Gateway) pause(req *codec.PauseRequest, owner string) (*codec.PauseRepl
 	}
 	until := now.Add(d)
 	ps.by[key] = until
-	g.kick()
+	ps.kick()
 	return &codec.PauseReply{Class: req.Class, Device: req.Device, Owner: owner, UntilUnixMS: until.UnixMilli()}, nil
 }
 

@@ -26,29 +26,29 @@ func TestPauseRules(t *testing.T) {
 		{Class: "batch", Device: "tpu:9", ForMS: 60_000},
 		{Action: "freeze", Class: "batch", ForMS: 60_000},
 	} {
-		if _, e := g.pause(&bad, ""); e == nil || e.Code != codec.CodeBadRequest {
+		if _, e := g.pauses.pause(g.conf(), &bad, ""); e == nil || e.Code != codec.CodeBadRequest {
 			t.Errorf("%+v: %v, want bad_request", bad, e)
 		}
 	}
 	// Rule 5: an application pauses batch, not interactive; the local owner may.
-	if _, e := g.pause(&codec.PauseRequest{Class: "interactive", ForMS: 60_000}, "account:A"); e == nil || e.Code != codec.CodeBadRequest {
+	if _, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Class: "interactive", ForMS: 60_000}, "account:A"); e == nil || e.Code != codec.CodeBadRequest {
 		t.Errorf("a tenant's pause of interactive: %v, want bad_request", e)
 	}
-	if _, e := g.pause(&codec.PauseRequest{Class: "interactive", ForMS: 1000}, ""); e != nil {
+	if _, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Class: "interactive", ForMS: 1000}, ""); e != nil {
 		t.Errorf("the local owner's pause of interactive: %v", e)
 	}
-	g.pause(&codec.PauseRequest{Action: codec.PauseResume, Class: "interactive"}, "")
-	a, e := g.pause(&codec.PauseRequest{Class: "batch", ForMS: 60_000}, "account:A")
+	g.pauses.pause(g.conf(), &codec.PauseRequest{Action: codec.PauseResume, Class: "interactive"}, "")
+	a, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Class: "batch", ForMS: 60_000}, "account:A")
 	if e != nil || a.UntilUnixMS != now.Add(time.Minute).UnixMilli() {
 		t.Fatalf("A's pause: %+v %v", a, e)
 	}
-	if _, e := g.pause(&codec.PauseRequest{Class: "batch", ForMS: 10_000}, "account:B"); e != nil {
+	if _, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Class: "batch", ForMS: 10_000}, "account:B"); e != nil {
 		t.Fatal(e)
 	}
-	if r, _ := g.pause(&codec.PauseRequest{Action: codec.PauseResume, Class: "batch"}, "account:C"); r.Resumed {
+	if r, _ := g.pauses.pause(g.conf(), &codec.PauseRequest{Action: codec.PauseResume, Class: "batch"}, "account:C"); r.Resumed {
 		t.Error("C resumed another's pause")
 	}
-	if r, _ := g.pause(&codec.PauseRequest{Action: codec.PauseResume, Class: "batch"}, "account:B"); !r.Resumed {
+	if r, _ := g.pauses.pause(g.conf(), &codec.PauseRequest{Action: codec.PauseResume, Class: "batch"}, "account:B"); !r.Resumed {
 		t.Error("B's resume of its own pause found nothing")
 	}
 	if !g.pauses.held(now).holds("batch", "cuda:0", "account:A") {
@@ -71,7 +71,7 @@ func TestPauseScope(t *testing.T) {
 	g := testGateway(t, routeConfig)
 	f := newFleet(t, g)
 	f.ready("bulk", "bulk-1", 2, "interactive", "batch")
-	if _, e := g.pause(&codec.PauseRequest{Class: "batch", ForMS: 60_000}, "account:A"); e != nil {
+	if _, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Class: "batch", ForMS: 60_000}, "account:A"); e != nil {
 		t.Fatal(e)
 	}
 	itemOf := func(tenant, jobOwner string) *sched.Item {
@@ -83,7 +83,7 @@ func TestPauseScope(t *testing.T) {
 		}
 		return it
 	}
-	c := g.snapshot(time.Now())
+	c := g.d.snapshot(time.Now())
 	for _, x := range []struct {
 		what             string
 		tenant, jobOwner string
@@ -104,14 +104,14 @@ func TestPauseScope(t *testing.T) {
 	if d := c.route(itemOf("account:A", ""), nil); d.pool != "" || d.err != nil || !d.own["bulk"] {
 		t.Errorf("A's request under its own pause: %+v, want held, bulk its owner's", d)
 	}
-	if n := g.jobRoom(nil); n == 0 {
+	if n := g.jobs.room(nil); n == 0 {
 		t.Error("A's pause stopped every job's intake")
 	}
 	// The operator's pause holds everyone's.
-	if _, e := g.pause(&codec.PauseRequest{Class: "batch", ForMS: 60_000}, ""); e != nil {
+	if _, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Class: "batch", ForMS: 60_000}, ""); e != nil {
 		t.Fatal(e)
 	}
-	c = g.snapshot(time.Now())
+	c = g.d.snapshot(time.Now())
 	if d := c.route(itemOf("account:A", ""), nil); d.pool != "" || len(d.own) != 0 {
 		t.Errorf("A's request under the operator's pause too: %+v, want held as the operator's pause holds, its pools reserved", d)
 	}
@@ -120,10 +120,10 @@ func TestPauseScope(t *testing.T) {
 			t.Errorf("%q's request under the operator's pause routed to %q", tenant, pool)
 		}
 	}
-	if n := g.jobRoom(nil); n != 0 {
+	if n := g.jobs.room(nil); n != 0 {
 		t.Errorf("job room %d under the operator's pause of batch", n)
 	}
-	if _, e := g.pause(&codec.PauseRequest{Class: "batch", ForMS: 60_000}, "account:B"); e != nil {
+	if _, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Class: "batch", ForMS: 60_000}, "account:B"); e != nil {
 		t.Fatal(e)
 	}
 	owners := func(viewer string) []string {
@@ -151,27 +151,27 @@ func TestPauseRoutes(t *testing.T) {
 	g := testGateway(t, routeConfig)
 	f := newFleet(t, g)
 	f.ready("bulk", "bulk-1", 2, "interactive", "batch")
-	if _, e := g.pause(&codec.PauseRequest{Class: "batch", Device: "cuda:0", ForMS: 60_000}, ""); e != nil {
+	if _, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Class: "batch", Device: "cuda:0", ForMS: 60_000}, ""); e != nil {
 		t.Fatal(e)
 	}
-	c := g.snapshot(time.Now())
+	c := g.d.snapshot(time.Now())
 	if pool := routeOK(t, c, newItem("batch", "tag", soon(), "bulk"), nil); pool != "" {
 		t.Fatalf("batch routed to %q while paused on cuda:0", pool)
 	}
 	if pool := routeOK(t, c, newItem("interactive", "tag", soon(), "bulk"), nil); pool != "bulk" {
 		t.Fatalf("interactive routed to %q, want bulk", pool)
 	}
-	if n := g.jobRoom(nil); n != 0 {
+	if n := g.jobs.room(nil); n != 0 {
 		t.Errorf("job room %d with batch paused on the one batch pool's device", n)
 	}
-	if _, e := g.pause(&codec.PauseRequest{Action: codec.PauseResume, Class: "batch", Device: "cuda:0"}, ""); e != nil {
+	if _, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Action: codec.PauseResume, Class: "batch", Device: "cuda:0"}, ""); e != nil {
 		t.Fatal(e)
 	}
-	c = g.snapshot(time.Now())
+	c = g.d.snapshot(time.Now())
 	if pool := routeOK(t, c, newItem("batch", "tag", soon(), "bulk"), nil); pool != "bulk" {
 		t.Fatalf("batch after the resume routed to %q, want bulk", pool)
 	}
-	if n := g.jobRoom(nil); n == 0 {
+	if n := g.jobs.room(nil); n == 0 {
 		t.Error("no job room after the resume")
 	}
 }
@@ -184,11 +184,11 @@ func TestJobRoomWindows(t *testing.T) {
 	pauseNow = func() time.Time { return now }
 	t.Cleanup(func() { pauseNow = time.Now })
 	g.conf().Jobs.Windows = []string{"22:00-07:00"}
-	if n := g.jobRoom(nil); n != 0 {
+	if n := g.jobs.room(nil); n != 0 {
 		t.Errorf("job room %d at noon, outside 22:00-07:00", n)
 	}
 	now = time.Date(2026, 12, 3, 23, 0, 0, 0, time.Local)
-	if n := g.jobRoom(nil); n == 0 {
+	if n := g.jobs.room(nil); n == 0 {
 		t.Error("no job room at 23:00, inside 22:00-07:00")
 	}
 }
@@ -199,7 +199,7 @@ func TestJobRoomWindows(t *testing.T) {
 func TestPauseScopeOneDevice(t *testing.T) {
 	g := testGateway(t, routeConfig)
 	newFleet(t, g).ready("bulk", "bulk-1", 2, "interactive", "batch")
-	if _, e := g.pause(&codec.PauseRequest{Class: "batch", Device: "cuda:0", ForMS: 60_000}, "account:A"); e != nil {
+	if _, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Class: "batch", Device: "cuda:0", ForMS: 60_000}, "account:A"); e != nil {
 		t.Fatal(e)
 	}
 	route := passRouter(g, time.Now())

@@ -322,12 +322,12 @@ func TestFeasibleFromReplies(t *testing.T) {
 		t.Fatal(err)
 	}
 	served := &pending{id: "done", op: "tag", class: "interactive", req: codec.Request{ID: "done", Model: "tagger"}, reply: func([]byte, *codec.Error) {}}
-	g.relay(served, "gpurt", &nats.Msg{Data: body})
-	if got := g.est.get(estKey{"gpurt", "tag", "tagger"}); got != 200*time.Millisecond {
+	g.d.relay(served, "gpurt", &nats.Msg{Data: body})
+	if got := g.d.est.get(estKey{"gpurt", "tag", "tagger"}); got != 200*time.Millisecond {
 		t.Fatalf("service time from the reply %s, want 200ms", got)
 	}
 
-	c := g.snapshot(time.Now())
+	c := g.d.snapshot(time.Now())
 	feasible := func(pool string, left time.Duration) bool {
 		return c.feasible(estKey{pool, "tag", "tagger"}, "interactive", c.now.Add(left))
 	}

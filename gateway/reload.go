@@ -2,17 +2,19 @@ package gateway
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/models/modelrev"
 	"github.com/ortbus/ortbus/subjects"
@@ -61,9 +63,60 @@ import (
 // reloadTimeout bounds one change's wait for its workers (their model loads).
 const reloadTimeout = 10 * time.Minute
 
+// reloader owns the configuration: the one in force (cfg: replaced whole by a change,
+// never changed in place; every other part reads it through conf, once per decision)
+// and the one last read from the file. It turns a reload or a model operation into the
+// changes that each owner applies: the tracker its pools, the dispatch loop a pass under
+// the new configuration, the supervisor its workers.
+type reloader struct {
+	cfg atomic.Pointer[config.Config]
+	// fileCfg is the configuration as last read from the file (at start, at each reload):
+	// the models a run-time unload took from a pool are its pools' models not in force.
+	fileCfg  atomic.Pointer[config.Config]
+	changing sync.Mutex // one configuration change at a time
+
+	// The owners it hands the changes to, wired at construction (Run).
+	id         string
+	log        *slog.Logger
+	metrics    *metrics
+	tracker    *health.Tracker
+	supervisor *supervisor
+	budget     *budget
+	kick       func()       // a dispatch pass under the configuration now in force
+	maxPayload func() int64 // the NATS connection's, for the operators' replies
+}
+
+// newReloader holds c as the configuration in force and as the file's.
+func newReloader(c *config.Config, log *slog.Logger) *reloader {
+	rl := &reloader{log: log}
+	rl.cfg.Store(c)
+	rl.fileCfg.Store(c)
+	return rl
+}
+
+// conf is the configuration in force.
+func (rl *reloader) conf() *config.Config { return rl.cfg.Load() }
+
+// reloadOn reloads the config file at each receive on reload (SIGHUP) until ctx ends,
+// logging what changed or why nothing did.
+func (rl *reloader) reloadOn(ctx context.Context, reload <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reload:
+			if rep, e := rl.reloadFile(); e != nil {
+				rl.log.Error("reload refused; the configuration in force is kept", "code", e.Code, "err", e.Message)
+			} else {
+				rl.log.Info("reloaded", "changes", rep.Changes)
+			}
+		}
+	}
+}
+
 // reloadFile re-reads the config file and applies it (a reload).
-func (g *Gateway) reloadFile() (*codec.ReloadReply, *codec.Error) {
-	cur := g.conf()
+func (rl *reloader) reloadFile() (*codec.ReloadReply, *codec.Error) {
+	cur := rl.conf()
 	if cur.File == "" {
 		return nil, codec.Errorf(codec.CodeBadRequest, "the configuration in force was not read from a file: nothing to reload")
 	}
@@ -75,16 +128,17 @@ func (g *Gateway) reloadFile() (*codec.ReloadReply, *codec.Error) {
 	if err != nil {
 		return nil, codec.Errorf(codec.CodeBadRequest, "reload: %v", err)
 	}
-	rep, e := g.change(next, ch)
+	rep, e := rl.change(next, ch)
 	if e == nil {
-		g.fileCfg.Store(next) // the file is the truth again
+		rl.fileCfg.Store(next) // the file is the truth again
 	}
 	return rep, e
 }
 
-// unloaded are the models the file gives pool that a run-time unload took from it.
-func (g *Gateway) unloaded(pool string) []string {
-	file, cur := g.fileCfg.Load(), g.conf()
+// unloaded are the models the file gives pool that a run-time unload took from it (cur:
+// the configuration in force).
+func (rl *reloader) unloaded(cur *config.Config, pool string) []string {
+	file := rl.fileCfg.Load()
 	fp, cp := file.Pools[pool], cur.Pools[pool]
 	if fp == nil || cp == nil {
 		return nil
@@ -99,8 +153,8 @@ func (g *Gateway) unloaded(pool string) []string {
 }
 
 // modelControl applies one model operation (ModelControl).
-func (g *Gateway) modelControl(mc *codec.ModelControl) (*codec.ReloadReply, *codec.Error) {
-	cur := g.conf()
+func (rl *reloader) modelControl(mc *codec.ModelControl) (*codec.ReloadReply, *codec.Error) {
+	cur := rl.conf()
 	if cur.Models[mc.Model] == nil {
 		return nil, codec.Errorf(codec.CodeUnknownModel, "model %q is not configured ([models])", mc.Model).With("model", mc.Model)
 	}
@@ -130,12 +184,12 @@ func (g *Gateway) modelControl(mc *codec.ModelControl) (*codec.ReloadReply, *cod
 		}
 		pc := cur.Pools[pools[0]]
 		if slices.Contains(pc.Models, mc.Model) {
-			return &codec.ReloadReply{Gateway: g.id, Changes: "no change (pool " + pools[0] + " loads " + mc.Model + " already)"}, nil
+			return &codec.ReloadReply{Gateway: rl.id, Changes: "no change (pool " + pools[0] + " loads " + mc.Model + " already)"}, nil
 		}
-		return g.changePoolModels(cur, pools[0], append(slices.Clone(pc.Models), mc.Model))
+		return rl.changePoolModels(cur, pools[0], append(slices.Clone(pc.Models), mc.Model))
 	case codec.ModelUnload:
 		if len(pools) == 0 {
-			return &codec.ReloadReply{Gateway: g.id, Changes: "no change (no pool loads " + mc.Model + ")"}, nil
+			return &codec.ReloadReply{Gateway: rl.id, Changes: "no change (no pool loads " + mc.Model + ")"}, nil
 		}
 		next := cur
 		for _, name := range pools {
@@ -148,19 +202,19 @@ func (g *Gateway) modelControl(mc *codec.ModelControl) (*codec.ReloadReply, *cod
 		if err != nil {
 			return nil, codec.Errorf(codec.CodeBadRequest, "%v", err)
 		}
-		return g.change(next, ch)
+		return rl.change(next, ch)
 	case codec.ModelReload:
 		ch := &config.Changes{Models: map[string]config.ModelChanges{}}
 		for _, name := range pools {
 			ch.Models[name] = config.ModelChanges{Reload: []string{mc.Model}}
 		}
-		return g.change(cur, ch)
+		return rl.change(cur, ch)
 	}
 	return nil, codec.Errorf(codec.CodeBadRequest, "action %q: want load, unload or reload", mc.Action).With("field", "action")
 }
 
 // changePoolModels applies pool loading models.
-func (g *Gateway) changePoolModels(cur *config.Config, pool string, models []string) (*codec.ReloadReply, *codec.Error) {
+func (rl *reloader) changePoolModels(cur *config.Config, pool string, models []string) (*codec.ReloadReply, *codec.Error) {
 	next, err := cur.WithPoolModels(pool, models)
 	if err != nil {
 		return nil, codec.Errorf(codec.CodeBadRequest, "%v", err)
@@ -169,41 +223,41 @@ func (g *Gateway) changePoolModels(cur *config.Config, pool string, models []str
 	if err != nil {
 		return nil, codec.Errorf(codec.CodeBadRequest, "%v", err)
 	}
-	return g.change(next, ch)
+	return rl.change(next, ch)
 }
 
 // change admits and applies ch, putting next in force (steps 3 to 5).
-func (g *Gateway) change(next *config.Config, ch *config.Changes) (*codec.ReloadReply, *codec.Error) {
-	if !g.changing.TryLock() {
+func (rl *reloader) change(next *config.Config, ch *config.Changes) (*codec.ReloadReply, *codec.Error) {
+	if !rl.changing.TryLock() {
 		return nil, codec.Errorf(codec.CodeOverloaded, "another configuration change is being applied; try again when it is done")
 	}
-	defer g.changing.Unlock()
-	rep := &codec.ReloadReply{Gateway: g.id, Changes: ch.String(), Added: ch.Added, Removed: ch.Removed, Replaced: ch.Changed, Models: ch.InPlace(), Routing: ch.Routing}
+	defer rl.changing.Unlock()
+	rep := &codec.ReloadReply{Gateway: rl.id, Changes: ch.String(), Added: ch.Added, Removed: ch.Removed, Replaced: ch.Changed, Models: ch.InPlace(), Routing: ch.Routing}
 	if len(rep.Replaced) == 0 {
 		rep.Replaced = nil
 	}
 	if ch.Empty() {
 		return rep, nil
 	}
-	if e := g.admitChange(next, ch); e != nil {
+	if e := rl.admitChange(next, ch); e != nil {
 		return nil, e
 	}
-	g.log.Info("applying a configuration change", "changes", rep.Changes)
-	cur := g.conf()
+	rl.log.Info("applying a configuration change", "changes", rep.Changes)
+	cur := rl.conf()
 	// Heartbeats of both configurations' pools are taken while the change is applied (a
 	// removed pool's workers beat while they drain), then only the next one's.
-	g.tracker.SetPools(poolSet(cur, next))
-	g.cfg.Store(staged(next, ch))
-	g.kick()
+	rl.tracker.SetPools(poolSet(cur, next))
+	rl.cfg.Store(staged(next, ch))
+	rl.kick()
 	ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
 	defer cancel()
-	grace := g.conf().Gateway.ShutdownGrace.D()
-	targets := g.supervisor.apply(ctx, next, ch, grace)
-	rep.Failed = g.supervisor.applyInPlace(ctx, next, ch, targets, grace)
-	g.cfg.Store(next)
-	g.tracker.SetPools(poolSet(next))
-	g.kick()
-	g.log.Info("configuration change applied", "changes", rep.Changes, "failed", rep.Failed)
+	grace := next.Gateway.ShutdownGrace.D()
+	targets := rl.supervisor.apply(ctx, next, ch, grace)
+	rep.Failed = rl.supervisor.applyInPlace(ctx, next, ch, targets, grace)
+	rl.cfg.Store(next)
+	rl.tracker.SetPools(poolSet(next))
+	rl.kick()
+	rl.log.Info("configuration change applied", "changes", rep.Changes, "failed", rep.Failed)
 	return rep, nil
 }
 
@@ -254,7 +308,7 @@ func poolSet(cfgs ...*config.Config) map[string]bool {
 //
 // A worker still refuses a model whose measured peak passes the budget left for it
 // (overloaded, that model alone).
-func (g *Gateway) admitChange(next *config.Config, ch *config.Changes) *codec.Error {
+func (rl *reloader) admitChange(next *config.Config, ch *config.Changes) *codec.Error {
 	need := map[string]int64{} // per device
 	freed := map[string]int64{}
 	prio := map[string]int{}
@@ -273,9 +327,9 @@ func (g *Gateway) admitChange(next *config.Config, ch *config.Changes) *codec.Er
 		}
 		var n, f int64
 		for _, m := range pc.Models {
-			n += g.peakOf(next, pc.Device, m)
+			n += rl.peakOf(next, pc.Device, m)
 		}
-		for _, w := range g.tracker.Live(name) {
+		for _, w := range rl.tracker.Live(name) {
 			for _, m := range w.HB.Models {
 				f += m.PeakBytes
 			}
@@ -287,14 +341,14 @@ func (g *Gateway) admitChange(next *config.Config, ch *config.Changes) *codec.Er
 		if pc == nil || !pc.IsLocal() {
 			continue
 		}
-		live := g.tracker.Live(name) // none when asleep (rule 4)
+		live := rl.tracker.Live(name) // none when asleep (rule 4)
 		var n, f int64
 		for _, m := range mch.Load {
-			n += g.peakOf(next, pc.Device, m) * int64(len(live))
+			n += rl.peakOf(next, pc.Device, m) * int64(len(live))
 		}
 		if len(live) > 0 {
 			for _, m := range mch.Reload {
-				n += g.peakOf(next, pc.Device, m)
+				n += rl.peakOf(next, pc.Device, m)
 			}
 		}
 		for _, w := range live {
@@ -306,12 +360,12 @@ func (g *Gateway) admitChange(next *config.Config, ch *config.Changes) *codec.Er
 		}
 		count(name, n, f)
 	}
-	cur := g.conf() // the budgets are the configuration's in force, read once
+	cur := rl.conf() // the budgets are the configuration's in force, read once
 	for device, n := range need {
 		if n == 0 {
 			continue
 		}
-		left, ok := g.budget.left(cur, device, "", prio[device])
+		left, ok := rl.budget.left(cur, device, "", prio[device])
 		if !ok {
 			continue
 		}
@@ -325,13 +379,13 @@ func (g *Gateway) admitChange(next *config.Config, ch *config.Changes) *codec.Er
 }
 
 // peakOf is what model m is known to need on device (admitChange, rule 3).
-func (g *Gateway) peakOf(cfg *config.Config, device, m string) int64 {
+func (rl *reloader) peakOf(cfg *config.Config, device, m string) int64 {
 	mc := cfg.Models[m]
 	if mc != nil && mc.Memory > 0 {
 		return int64(mc.Memory)
 	}
 	var peak, onDevice int64
-	for _, w := range g.tracker.Workers() {
+	for _, w := range rl.tracker.Workers() {
 		if w.Dead {
 			continue
 		}
@@ -373,28 +427,28 @@ func filesSize(mc *config.Model) int64 {
 }
 
 // serveOps registers the operators' reload and model endpoints.
-func (g *Gateway) serveOps(svc micro.Service) error {
+func (rl *reloader) serve(svc micro.Service) error {
 	if err := svc.AddEndpoint("ops-reload", micro.HandlerFunc(func(r micro.Request) {
-		g.opsChange(r, "reload", func([]byte, bool) (*codec.ReloadReply, *codec.Error) { return g.reloadFile() })
+		rl.opsChange(r, "reload", func([]byte, bool) (*codec.ReloadReply, *codec.Error) { return rl.reloadFile() })
 	}), micro.WithEndpointSubject(subjects.OpsReload)); err != nil {
 		return err
 	}
 	return svc.AddEndpoint("ops-model", micro.HandlerFunc(func(r micro.Request) {
-		g.opsChange(r, "model", func(data []byte, asJSON bool) (*codec.ReloadReply, *codec.Error) {
+		rl.opsChange(r, "model", func(data []byte, asJSON bool) (*codec.ReloadReply, *codec.Error) {
 			var mc codec.ModelControl
 			if err := codec.Decode(data, &mc, asJSON); err != nil {
 				return nil, codec.AsError(err)
 			}
-			return g.modelControl(&mc)
+			return rl.modelControl(&mc)
 		})
 	}), micro.WithEndpointSubject(subjects.OpsModel))
 }
 
 // opsChange answers an operators' change request: checked like any request (reply
 // subject, size), applied off the handler (it waits for workers to load), answered once.
-func (g *Gateway) opsChange(r micro.Request, what string, apply func([]byte, bool) (*codec.ReloadReply, *codec.Error)) {
-	if to := r.Reply(); to == "" || subjects.CheckReply(to, g.conf().NATS.Replies()) != nil {
-		g.metrics.bad("reply_subject")
+func (rl *reloader) opsChange(r micro.Request, what string, apply func([]byte, bool) (*codec.ReloadReply, *codec.Error)) {
+	if to := r.Reply(); to == "" || subjects.CheckReply(to, rl.conf().NATS.Replies()) != nil {
+		rl.metrics.bad("reply_subject")
 		return
 	}
 	asJSON := r.Headers().Get(codec.HeaderContentType) == codec.ContentTypeJSON
@@ -402,30 +456,17 @@ func (g *Gateway) opsChange(r micro.Request, what string, apply func([]byte, boo
 	var once sync.Once
 	respond := func(rep *codec.ReloadReply, e *codec.Error) {
 		once.Do(func() {
-			var err error
-			if e != nil {
-				e = boundMessage(e)
-				b, _ := codec.Encode(e, asJSON)
-				err = r.Error(strconv.Itoa(e.Code.Status()), e.Message, b, jsonHeader(asJSON)...)
-			} else {
-				b, _ := codec.Encode(rep, asJSON)
-				err = r.Respond(b, jsonHeader(asJSON)...)
+			var body []byte
+			if e == nil {
+				body, _ = codec.Encode(rep, asJSON)
 			}
-			if err != nil {
-				g.publishFailed("reply", err)
+			if err := respond(r, asJSON, body, e, rl.maxPayload()); err != nil {
+				rl.metrics.publishFailed("reply", err)
 			}
 		})
 	}
 	go func() {
-		defer guard.Recover(g.log, "ops "+what, func(e *codec.Error) { respond(nil, e) })
+		defer guard.Recover(rl.log, "ops "+what, func(e *codec.Error) { respond(nil, e) })
 		respond(apply(data, asJSON))
 	}()
-}
-
-// jsonHeader is the reply option of a JSON reply.
-func jsonHeader(asJSON bool) []micro.RespondOpt {
-	if !asJSON {
-		return nil
-	}
-	return []micro.RespondOpt{micro.WithHeaders(micro.Headers{codec.HeaderContentType: {codec.ContentTypeJSON}})}
 }

@@ -68,10 +68,10 @@ memory = "100MiB"
 		}
 		return next
 	}
-	if p := g.peakOf(cur, "cuda:0", "unmeasured"); p != 600*mib {
+	if p := g.reloader.peakOf(cur, "cuda:0", "unmeasured"); p != 600*mib {
 		t.Errorf("peak of a model never measured, small files: %d MiB, want the device's largest measured (600)", p/mib)
 	}
-	if p := g.peakOf(cur, "cuda:0", "weighty"); p != 700*mib {
+	if p := g.reloader.peakOf(cur, "cuda:0", "weighty"); p != 700*mib {
 		t.Errorf("peak of a model never measured, 700 MiB of files: %d MiB, want its files' size", p/mib)
 	}
 	for _, c := range []struct {
@@ -85,7 +85,7 @@ memory = "100MiB"
 		{"load a model of declared memory (100 MiB)", with("tiny", "declared"), config.ModelChanges{Load: []string{"declared"}}, true},
 		{"reload tiny (a second copy of 600 MiB beside the first)", cur, config.ModelChanges{Reload: []string{"tiny"}}, false},
 	} {
-		e := g.admitChange(c.next, &config.Changes{Models: map[string]config.ModelChanges{"a": c.ch}})
+		e := g.reloader.admitChange(c.next, &config.Changes{Models: map[string]config.ModelChanges{"a": c.ch}})
 		switch {
 		case c.ok && e != nil:
 			t.Errorf("%s: refused: %v", c.what, e)

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/jobs"
 	"github.com/ortbus/ortbus/subjects"
 )
@@ -54,10 +55,10 @@ func (p *pending) workOwner() string {
 	return p.tenant
 }
 
-// claimTimeout is how long a dispatched request may go unclaimed: one heartbeat interval,
-// and at least 100 ms.
-func (g *Gateway) claimTimeout() time.Duration {
-	return max(g.conf().Health.HeartbeatInterval.D(), 100*time.Millisecond)
+// claimTimeout is how long a dispatched request may go unclaimed: one heartbeat interval
+// of cfg, and at least 100 ms.
+func claimTimeout(cfg *config.Config) time.Duration {
+	return max(cfg.Health.HeartbeatInterval.D(), 100*time.Millisecond)
 }
 
 // submitFrom accepts a client request for op: decode, validate, route check, queue.
@@ -65,16 +66,8 @@ func (g *Gateway) claimTimeout() time.Duration {
 // whose bound it counts in (identity.go).
 func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner, tenant string, reply Reply) {
 	p := &pending{op: op, asJSON: asJSON, accepted: time.Now(), reply: reply, replyTo: replyTo, owner: owner, tenant: tenant, size: int64(len(data))}
-	if err := codec.Decode(data, &p.req, asJSON); err != nil {
-		g.deliver(p, "", nil, codec.AsError(err))
-		return
-	}
-	if err := p.req.Validate(); err != nil {
-		g.deliver(p, "", nil, codec.AsError(err))
-		return
-	}
-	if strings.HasPrefix(p.req.ID, jobs.ItemIDPrefix) {
-		g.deliver(p, "", nil, codec.Errorf(codec.CodeBadRequest, "id: ids starting %q are the gateway's own (job items)", jobs.ItemIDPrefix).With("field", "id"))
+	if e := decodeRequest(data, asJSON, &p.req); e != nil {
+		g.d.deliver(p, "", nil, e)
 		return
 	}
 	if p.req.ID == "" {
@@ -84,38 +77,53 @@ func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner
 		// Ids are per tenant (identity.go, rule 3): it runs under the gateway's id for it.
 		p.clientID, p.req.ID = p.req.ID, tenantID(tenant, p.req.ID)
 	}
-	if g.cacheFront(p) {
+	if g.cache.front(p) {
 		return // looked up in the result cache first (cache.go), then submitted
 	}
-	g.submit(p)
+	g.d.submit(p)
+}
+
+// decodeRequest decodes and checks a client's request body into req.
+func decodeRequest(data []byte, asJSON bool, req *codec.Request) *codec.Error {
+	if err := codec.Decode(data, req, asJSON); err != nil {
+		return codec.AsError(err)
+	}
+	if err := req.Validate(); err != nil {
+		return codec.AsError(err)
+	}
+	if strings.HasPrefix(req.ID, jobs.ItemIDPrefix) {
+		return codec.Errorf(codec.CodeBadRequest, "id: ids starting %q are the gateway's own (job items)", jobs.ItemIDPrefix).With("field", "id")
+	}
+	return nil
 }
 
 // submit accepts a decoded and validated request (p.req, whose id is set) for p.op:
-// class, deadline, model and pool checks and the route check here, then the loop takes
-// it (L1).
-func (g *Gateway) submit(p *pending) {
-	pools, e := g.resolve(p)
+// class, deadline, model and pool checks and the route check here, under one
+// configuration, then the loop takes it (L1).
+func (d *dispatcher) submit(p *pending) {
+	cfg := d.conf()
+	pools, e := resolve(cfg, p)
 	if e == nil {
-		e = g.mapPaths(p, pools)
+		e = mapPaths(cfg, p, pools)
 	}
 	if e != nil {
-		g.deliver(p, "", nil, e)
+		d.deliver(p, "", nil, e)
 		return
 	}
-	g.post(evAccept{p: p, pools: pools})
+	d.post(evAccept{p: p, pools: pools})
 }
 
-// resolve fills in p's id, class, deadline and default model from the config, checks
-// that its class, model and pool exist and fit, and returns the pools that may run it.
-func (g *Gateway) resolve(p *pending) ([]string, *codec.Error) {
+// resolve fills in p's id, class, deadline and default model from cfg, checks that its
+// class, model and pool exist and fit, and returns the pools that may run it.
+func resolve(cfg *config.Config, p *pending) ([]string, *codec.Error) {
 	p.id = p.req.ID
 	p.class = p.req.Class
 	if p.class == "" {
 		p.class = subjects.ClassInteractive
 	}
-	cl, ok := g.conf().Classes[p.class]
+	cl, ok := cfg.Classes[p.class]
 	if !ok {
-		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q (classes: %v)", p.class, g.conf().ClassNames())
+		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q (classes: %v)", p.class, cfg.ClassNames())
 	}
 	timeout := cl.Timeout.D()
 	if p.req.TimeoutMS > 0 {
@@ -130,21 +138,21 @@ func (g *Gateway) resolve(p *pending) ([]string, *codec.Error) {
 		p.req.Model = cl.Models[p.op]
 	}
 	if p.req.Model != "" {
-		if _, ok := g.conf().Models[p.req.Model]; !ok {
+		if _, ok := cfg.Models[p.req.Model]; !ok {
 			return nil, codec.Errorf(codec.CodeUnknownModel, "model %q is not configured", p.req.Model).With("model", p.req.Model)
 		}
 	}
 	if p.req.Pool != "" {
-		pc, ok := g.conf().Pools[p.req.Pool]
+		pc, ok := cfg.Pools[p.req.Pool]
 		if !ok {
-			return nil, codec.Errorf(codec.CodeUnknownPool, "pool %q is not configured (pools: %v)", p.req.Pool, g.conf().PoolNames()).With("pool", p.req.Pool)
+			return nil, codec.Errorf(codec.CodeUnknownPool, "pool %q is not configured (pools: %v)", p.req.Pool, cfg.PoolNames()).With("pool", p.req.Pool)
 		}
 		if !contains(pc.Classes, p.class) {
 			return nil, codec.Errorf(codec.CodeBadRequest, "pool %s does not serve class %s", p.req.Pool, p.class).With("pool", p.req.Pool)
 		}
 	}
-	pools := g.candidates(p)
-	if len(pools) == 0 && p.req.Device != "" && len(g.poolsFor(g.chainOf(p), p.op, p.req.Model)) > 0 {
+	pools := candidates(cfg, p)
+	if len(pools) == 0 && p.req.Device != "" && len(poolsFor(cfg, chainOf(cfg, p), p.op, p.req.Model)) > 0 {
 		return nil, codec.Errorf(codec.CodeUnknownPool, "no pool of class %s on device %q serves op %s%s", p.class, p.req.Device, p.op, modelSuffix(p.req.Model)).With("device", p.req.Device)
 	}
 	if len(pools) == 0 {
@@ -168,46 +176,39 @@ func modelSuffix(m string) string {
 // (subjects.IsImportReply: nats-server refuses it as the reply subject of a work item). It saves the reply's leg through the
 // gateway; the gateway still owns the request: its deadline, retries after a worker's
 // death, cancels, metrics and measured service times.
-func (g *Gateway) replyDirect(p *pending, pool string) bool {
-	gw := g.conf().Gateway
-	return p.replyTo != "" && !subjects.IsImportReply(p.replyTo) && p.clientID == "" && !p.asJSON && p.owner != ownerJob && len(g.conf().Pool(pool).PathMap) == 0 && !gw.Failover && !gw.RelayReplies && p.cacheTicket == nil
+func replyDirect(cfg *config.Config, p *pending, pool string) bool {
+	gw := cfg.Gateway
+	return p.replyTo != "" && !subjects.IsImportReply(p.replyTo) && p.clientID == "" && !p.asJSON && p.owner != ownerJob && len(cfg.Pool(pool).PathMap) == 0 && !gw.Failover && !gw.RelayReplies && p.cacheTicket == nil
 }
 
 // onDead is called by the tracker when a worker is judged dead: the loop answers or
 // retries every request it held (L7).
-func (g *Gateway) onDead(id, pool, why string) {
+func (d *dispatcher) onDead(id, pool, why string) {
 	// A silent local worker is killed first, and its requests retried once it is gone:
 	// while it lives its subscription stays in its pool's queue group, and a retry could
 	// be delivered to it again.
-	g.supervisor.workerDead(id, why)
+	d.supervisor.workerDead(id, why)
 	others := 0
-	for _, w := range g.tracker.Live(pool) {
+	for _, w := range d.tracker.Live(pool) {
 		if w.HB.Worker != id {
 			others++
 		}
 	}
-	g.post(evDied{pool: pool, worker: id, why: why, others: others})
+	d.post(evDied{pool: pool, worker: id, why: why, others: others})
 }
 
 // onClaim records which worker holds a request. A claim is dropped unless its body
 // names the pool and worker of its subject (ortbus.claim.<gateway>.<pool>.<worker>),
 // which under the cluster permissions only that pool's workers may publish; and it only
 // counts for the request's current dispatch (its pool and attempt).
-func (g *Gateway) onClaim(m *nats.Msg) {
+func (d *dispatcher) onClaim(m *nats.Msg) {
 	var c codec.Claim
 	ps, err := subjects.Parse(m.Subject)
-	switch {
-	case err != nil || ps.Kind != subjects.KindClaim:
-		g.metrics.bad("claim")
-		return
-	case codec.Unmarshal(m.Data, &c) != nil:
-		g.metrics.bad("claim")
-		return
-	case c.Pool != ps.Pool || c.Worker != ps.Worker:
-		g.metrics.bad("claim")
+	if err != nil || ps.Kind != subjects.KindClaim || codec.Unmarshal(m.Data, &c) != nil || c.Pool != ps.Pool || c.Worker != ps.Worker {
+		d.metrics.bad("claim")
 		return
 	}
-	g.post(evClaim{c})
+	d.post(evClaim{c})
 }
 
 // ownerHTTP owns the requests that came over HTTP: only an HTTP cancel may cancel them.
@@ -248,19 +249,19 @@ func canCancel(owner, by string) bool {
 // cancelAs cancels a queued or in-flight request by id for the sender by (see
 // canCancel), and reports whether it found one (L9). A cancel that may not cancel the
 // request finds nothing, as if the id were unknown.
-func (g *Gateway) cancelAs(id, by, tenant string) bool {
-	return g.cancelID(tenantID(tenant, id), by, tenant, false) // a tenant names its own ids (identity.go, rule 3)
+func (d *dispatcher) cancelAs(id, by, tenant string) bool {
+	return d.cancel(tenantID(tenant, id), by, tenant, false) // a tenant names its own ids (identity.go, rule 3)
 }
 
-// cancelID posts a cancel of the gateway's id and waits for its finding; with onlyKnown
+// cancel posts a cancel of the gateway's id and waits for its finding; with onlyKnown
 // an unknown id is not remembered as cancelled.
-func (g *Gateway) cancelID(id, by, tenant string, onlyKnown bool) bool {
+func (d *dispatcher) cancel(id, by, tenant string, onlyKnown bool) bool {
 	found := make(chan bool, 1)
-	g.post(evCancel{id: id, by: by, tenant: tenant, onlyKnown: onlyKnown, found: found})
+	d.post(evCancel{id: id, by: by, tenant: tenant, onlyKnown: onlyKnown, found: found})
 	select {
 	case ok := <-found:
 		return ok
-	case <-g.loopDone:
+	case <-d.loopDone:
 		return false
 	}
 }

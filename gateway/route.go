@@ -22,9 +22,8 @@ var opsOfKind = func() map[string][]string {
 }()
 
 // poolsFor keeps the pools of a chain that load a model serving op (the named model, if
-// one is named), in chain order.
-func (g *Gateway) poolsFor(chain []string, op, model string) []string {
-	cfg := g.conf()
+// one is named), in chain order, as cfg has them.
+func poolsFor(cfg *config.Config, chain []string, op, model string) []string {
 	var out []string
 	for _, name := range chain {
 		if serves(cfg, name, op, model) {
@@ -48,20 +47,14 @@ func serves(cfg *config.Config, pool, op, model string) bool {
 // mapPaths checks that the request's paths (path, out_path, and infer's input_paths,
 // output_dir and output_paths) can be expressed on every candidate pool's host (pools may
 // map path prefixes between hosts).
-func (g *Gateway) mapPaths(p *pending, pools []string) *codec.Error {
+func mapPaths(cfg *config.Config, p *pending, pools []string) *codec.Error {
 	for _, pool := range pools {
 		r := p.req
-		if field, path, ok := mapRequest(g.conf().Pool(pool).PathMap, &r); !ok {
+		if field, path, ok := mapRequest(cfg.Pool(pool).PathMap, &r); !ok {
 			return codec.Errorf(codec.CodeForbiddenPath, "%s %s is not under any prefix that pool %s maps", field, path, pool).With("pool", pool)
 		}
 	}
 	return nil
-}
-
-// mapped returns the request's path as seen on pool's host: rewritten by the longest
-// matching prefix of the pool's path_map, or unchanged when the pool has no map.
-func (g *Gateway) mapped(p *pending, pool string) (string, bool) {
-	return mapPrefix(g.conf().Pool(pool).PathMap, p.req.Path)
 }
 
 // router decides the items of one dispatch pass at now (the lifecycle's pass, L2). It
@@ -69,11 +62,11 @@ func (g *Gateway) mapped(p *pending, pool string) (string, bool) {
 // item with route, which reads only the snapshot and the item; the lifecycle then holds
 // the unit taken, and wakes a lazy pool. An item of a latency class that waits marks its
 // pools' devices active (reserve: the policy's reservation).
-func (g *Gateway) router(now time.Time) decide {
+func (d *dispatcher) router(now time.Time) decide {
 	var snap *capacity
 	return func(it *sched.Item, reserved map[string]bool) decision {
 		if snap == nil {
-			snap = g.snapshot(now)
+			snap = d.snapshot(now)
 		}
 		d := snap.route(it, reserved)
 		d.reserve = d.pool == "" && d.err == nil && snap.reserves(it.Class)
@@ -235,25 +228,25 @@ func (c *capacity) maySpill(p *pending) bool {
 	return c.cfg.Gateway.RelayReplies || c.now.Sub(p.accepted) >= spillGrace
 }
 
-// chainOf is where a request may go: its explicit pool, or its class's chain.
-func (g *Gateway) chainOf(p *pending) []string {
+// chainOf is where a request may go: its explicit pool, or its class's chain in cfg.
+func chainOf(cfg *config.Config, p *pending) []string {
 	if p.req.Pool != "" {
 		return []string{p.req.Pool}
 	}
-	return g.conf().Classes[p.class].Chain
+	return cfg.Classes[p.class].Chain
 }
 
 // candidates are the pools that may serve p, in order: those of chainOf that load a model
 // for its op (the named model, if one is named) and, when the request names a device,
-// are on that device.
-func (g *Gateway) candidates(p *pending) []string {
-	pools := g.poolsFor(g.chainOf(p), p.op, p.req.Model)
+// are on that device; as cfg has them.
+func candidates(cfg *config.Config, p *pending) []string {
+	pools := poolsFor(cfg, chainOf(cfg, p), p.op, p.req.Model)
 	if p.req.Device == "" {
 		return pools
 	}
 	var out []string
 	for _, name := range pools {
-		if g.conf().Pool(name).Device == p.req.Device {
+		if cfg.Pool(name).Device == p.req.Device {
 			out = append(out, name)
 		}
 	}

@@ -84,7 +84,7 @@ func configGateway(t testing.TB, toml string) *Gateway {
 
 // gatewayWith is g with the configuration c in force.
 func gatewayWith(c *config.Config, g *Gateway) *Gateway {
-	g.cfg.Store(c)
+	g.reloader = newReloader(c, g.log)
 	return g
 }
 
@@ -157,7 +157,8 @@ type fleet struct {
 func newFleet(t *testing.T, g *Gateway) *fleet {
 	t.Helper()
 	f := &fleet{t: t, g: g, changed: make(chan struct{}, 1)}
-	g.tracker = &health.Tracker{MissCount: 3, Listener: fleetListener{f.changed}}
+	// The gateway's own tracker (the dispatcher's and the budget's), followed here.
+	g.tracker.MissCount, g.tracker.Listener = 3, fleetListener{f.changed}
 	if err := g.tracker.Start(g.nc); err != nil {
 		t.Fatal(err)
 	}
@@ -237,13 +238,13 @@ func newItem(class, op string, deadline time.Time, pools ...string) *sched.Item 
 // pass wakes is woken at once.
 func passRouter(g *Gateway, now time.Time) sched.Router {
 	var wake []effect
-	r := g.lc.router(now, g.router(now), &wake)
+	r := g.d.lc.router(now, g.d.router(now), &wake)
 	return func(it *sched.Item, reserved map[string]bool) (string, error) {
-		if g.lc.byID[it.ID] == nil {
-			g.lc.byID[it.ID] = &flight{p: it.Value.(*pending), state: stQueued}
+		if g.d.lc.byID[it.ID] == nil {
+			g.d.lc.byID[it.ID] = &flight{p: it.Value.(*pending), state: stQueued}
 		}
 		pool, err := r(it, reserved)
-		g.apply(wake)
+		g.d.apply(wake)
 		wake = wake[:0]
 		return pool, err
 	}
@@ -284,7 +285,7 @@ func TestPoolsFor(t *testing.T) {
 		{all, "bogus", "", nil},
 	}
 	for _, c := range cases {
-		if got := g.poolsFor(c.chain, c.op, c.model); !slices.Equal(got, c.want) {
+		if got := poolsFor(g.conf(), c.chain, c.op, c.model); !slices.Equal(got, c.want) {
 			t.Errorf("poolsFor(%v, %s, %q) = %v, want %v", c.chain, c.op, c.model, got, c.want)
 		}
 	}
@@ -296,7 +297,7 @@ func TestRetryPools(t *testing.T) {
 	g := testGateway(t, routeConfig)
 	f := newFleet(t, g)
 	p := &pending{op: "detect", class: "interactive"}
-	env := loopEnv{g}
+	env := loopEnv{g.d}
 	if got := env.retryPools(p); !slices.Equal(got, []string{"bulk"}) {
 		t.Fatalf("retry pools of detect = %v, want [bulk]", got)
 	}
@@ -330,33 +331,33 @@ func TestMappedPaths(t *testing.T) {
 	}
 	for _, c := range cases {
 		p := &pending{req: codec.Request{Path: c.path}}
-		if got, ok := g.mapped(p, "spare"); !ok || got != c.spare {
+		if got, ok := mapPrefix(g.conf().Pool("spare").PathMap, p.req.Path); !ok || got != c.spare {
 			t.Errorf("%s on spare = %q %v, want %q", c.path, got, ok, c.spare)
 		}
-		if got, ok := g.mapped(p, "fast"); !ok || got != c.path {
+		if got, ok := mapPrefix(g.conf().Pool("fast").PathMap, p.req.Path); !ok || got != c.path {
 			t.Errorf("%s on fast (no map) = %q %v, want it unchanged", c.path, got, ok)
 		}
-		if err := g.mapPaths(p, []string{"fast", "bulk", "spare"}); err != nil {
+		if err := mapPaths(g.conf(), p, []string{"fast", "bulk", "spare"}); err != nil {
 			t.Errorf("mapPaths(%s): %v", c.path, err)
 		}
 	}
 
 	outside := &pending{req: codec.Request{Path: "/opt/a.png"}}
-	if _, ok := g.mapped(outside, "spare"); ok {
+	if _, ok := mapPrefix(g.conf().Pool("spare").PathMap, outside.req.Path); ok {
 		t.Error("a path under no prefix is mapped")
 	}
-	err := g.mapPaths(outside, []string{"fast", "spare", "bulk"})
+	err := mapPaths(g.conf(), outside, []string{"fast", "spare", "bulk"})
 	if err == nil || err.Code != codec.CodeForbiddenPath || err.Details["pool"] != "spare" || !strings.Contains(err.Message, "/opt/a.png") {
 		t.Fatalf("unmappable path: %v, want forbidden_path naming pool spare", err)
 	}
-	if err := g.mapPaths(outside, []string{"fast", "bulk"}); err != nil {
+	if err := mapPaths(g.conf(), outside, []string{"fast", "bulk"}); err != nil {
 		t.Fatalf("pools without a map refused a path: %v", err)
 	}
 	out := &pending{req: codec.Request{Path: "/srv/a.png", OutPath: "/opt/mask.png"}}
-	if err := g.mapPaths(out, []string{"spare"}); err == nil || err.Code != codec.CodeForbiddenPath || !strings.Contains(err.Message, "out_path") {
+	if err := mapPaths(g.conf(), out, []string{"spare"}); err == nil || err.Code != codec.CodeForbiddenPath || !strings.Contains(err.Message, "out_path") {
 		t.Fatalf("unmappable out_path: %v, want forbidden_path about out_path", err)
 	}
-	if err := g.mapPaths(&pending{}, []string{"spare"}); err != nil {
+	if err := mapPaths(g.conf(), &pending{}, []string{"spare"}); err != nil {
 		t.Fatalf("a request without paths: %v", err)
 	}
 }
@@ -416,12 +417,12 @@ func TestSnapshot(t *testing.T) {
 	f.ready("fast", "fast-1", 1, "urgent", "interactive")
 	g.tracker.MarkDead("fast-1", "fast", "", "exit code 1")
 	held := time.Now().Add(-time.Second)
-	g.lc.hold(&flight{p: &pending{class: "batch"}}, "bulk", "bulk-1", "batch", held)
-	g.lc.hold(&flight{p: &pending{class: "interactive"}}, "bulk", "", "interactive", held)
-	g.est.observe(estKey{"bulk", "tag", "tagger"}, time.Second)
+	g.d.lc.hold(&flight{p: &pending{class: "batch"}}, "bulk", "bulk-1", "batch", held)
+	g.d.lc.hold(&flight{p: &pending{class: "interactive"}}, "bulk", "", "interactive", held)
+	g.d.est.observe(estKey{"bulk", "tag", "tagger"}, time.Second)
 	g.supervisor.pools["spare"] = &poolProcs{cfg: g.conf().Pools["spare"], procs: []*proc{{pool: "spare"}}, asleep: true}
 
-	c := g.snapshot(time.Now())
+	c := g.d.snapshot(time.Now())
 	if b := c.pools["bulk"]; !b.live || b.slots["interactive"] != 2 || b.slots["batch"] != 8 || b.busy != 2 || b.workerSlots != 2 {
 		t.Fatalf("bulk: live %v slots %v (%d in all) busy %d, want live, interactive 2 batch 8 (2), busy 2", b.live, b.slots, b.workerSlots, b.busy)
 	}
@@ -448,9 +449,9 @@ func TestSnapshot(t *testing.T) {
 	}
 
 	c.take("bulk", "batch")
-	g.lc.hold(&flight{p: &pending{class: "urgent"}}, "fast", "", "urgent", time.Now())
-	g.est.observe(estKey{"fast", "tag", "tagger"}, time.Second)
-	h := g.lc.held()
+	g.d.lc.hold(&flight{p: &pending{class: "urgent"}}, "fast", "", "urgent", time.Now())
+	g.d.est.observe(estKey{"fast", "tag", "tagger"}, time.Second)
+	h := g.d.lc.held()
 	if h.busy["bulk"] != 2 || h.load["cuda:0"]["batch"] != 1 {
 		t.Fatalf("the snapshot's take reached flights: busy %v load %v", h.busy, h.load)
 	}
@@ -689,10 +690,10 @@ func TestRouter(t *testing.T) {
 	if pool, err := route(it, nil); pool != "fast" || err != nil {
 		t.Fatalf("routed to %q %v, want fast", pool, err)
 	}
-	if target := g.lc.byID[it.ID].target; target != "fast-1" {
+	if target := g.d.lc.byID[it.ID].target; target != "fast-1" {
 		t.Fatalf("sent to worker %q, want fast-1 (the pool's one direct worker)", target)
 	}
-	if h := g.lc.held(); h.workers["fast-1"]["interactive"] != 1 || h.busy["fast"] != 1 || h.load["cuda:0"]["interactive"] != 1 {
+	if h := g.d.lc.held(); h.workers["fast-1"]["interactive"] != 1 || h.busy["fast"] != 1 || h.load["cuda:0"]["interactive"] != 1 {
 		t.Fatalf("flights hold %v, %v, %v; want fast 1, fast-1 1 and one interactive on cuda:0", h.busy, h.workers, h.load)
 	}
 	f.ready("bulk", "bulk-1", 1, "interactive")
@@ -748,7 +749,7 @@ func TestRouterRecordsActivity(t *testing.T) {
 			if pool, err := route(newItem("batch", "tag", soon(), "bulk"), map[string]bool{"bulk": true}); pool != "" || err != nil {
 				t.Fatalf("bulk reserved: %q %v, want a wait", pool, err)
 			}
-			active := g.lc.held().active
+			active := g.d.lc.held().active
 			if !active["cuda:0"]["interactive"].Equal(pass) {
 				t.Errorf("cuda:0: interactive last active %v, want the pass's time %v", active["cuda:0"]["interactive"], pass)
 			}
@@ -760,8 +761,8 @@ func TestRouterRecordsActivity(t *testing.T) {
 			}
 
 			before := time.Now()
-			g.lc.release(g.lc.byID[it.ID], time.Now())
-			if active := g.lc.held().active; active["cuda:0"]["interactive"].Before(before) {
+			g.d.lc.release(g.d.lc.byID[it.ID], time.Now())
+			if active := g.d.lc.held().active; active["cuda:0"]["interactive"].Before(before) {
 				t.Errorf("after the release: interactive last active %v, want its release (after %v)", active["cuda:0"]["interactive"], before)
 			}
 		})

@@ -8,6 +8,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/ortbus/ortbus/config"
 )
 
 // The spool directory (security.spool_dir) is where clients write images to send and where
@@ -17,8 +19,8 @@ import (
 // startSpoolSweeper starts the goroutine that sweeps the spool directory (at once, then
 // every sweepInterval) and returns the function that stops it and waits for it. With no
 // spool directory, or spool_max_age 0, it starts nothing.
-func (g *Gateway) startSpoolSweeper() (stop func()) {
-	dir, age := g.conf().Security.SpoolDir, g.conf().Security.SpoolMaxAge.D()
+func startSpoolSweeper(sec config.Security, log *slog.Logger) (stop func()) {
+	dir, age := sec.SpoolDir, sec.SpoolMaxAge.D()
 	if dir == "" || age <= 0 {
 		return func() {}
 	}
@@ -26,7 +28,7 @@ func (g *Gateway) startSpoolSweeper() (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runSweeper(ctx, dir, age, sweepInterval(age), g.log)
+		runSweeper(ctx, dir, age, sweepInterval(age), log)
 	}()
 	return func() {
 		cancel()

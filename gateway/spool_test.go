@@ -191,7 +191,7 @@ func TestSpoolSweeperStartStop(t *testing.T) {
 			if tt.spool {
 				g.conf().Security.SpoolDir = spool
 			}
-			stop := g.startSpoolSweeper()
+			stop := startSpoolSweeper(g.conf().Security, g.log)
 			done := make(chan struct{})
 			go func() { stop(); close(done) }()
 			select {
