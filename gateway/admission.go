@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
@@ -180,8 +179,6 @@ func (b *budget) admissionError(c *config.Config, device, pool string, need int6
 	}
 	return e
 }
-
-func mb(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }
 
 // deviceStatus reports every device that a pool or a [devices] table of c names.
 func (b *budget) deviceStatus(c *config.Config) []codec.DeviceStatus {

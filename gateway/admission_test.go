@@ -234,7 +234,7 @@ func TestAdmissionRefusesBeforeStart(t *testing.T) {
 	if failed == nil || failed.Code != codec.CodeOverloaded || failed.Details["device"] != "cuda:0" || failed.Details["pool"] != "b" {
 		t.Fatalf("pool b failed with %v, want the admission refusal", failed)
 	}
-	_, err := routeIn(g.d.snapshot(time.Now()), newItem("batch", "tag", soon(), "b"), nil)
+	_, err := routeIn(g.d.snapshot(time.Now(), g.d.lc.held()), newItem("batch", "tag", soon(), "b"), nil)
 	if e := asErr(err); e.Code != codec.CodeOverloaded || e.Details["device"] != "cuda:0" {
 		t.Fatalf("request to the refused pool: %v, want its overloaded refusal", err)
 	}

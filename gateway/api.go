@@ -2,16 +2,15 @@ package gateway
 
 import (
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/internal/guard"
-	"github.com/ortbus/ortbus/internal/reply"
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -249,36 +248,24 @@ func (g *Gateway) status(tenant string) *codec.StatusReply {
 	return st
 }
 
-// respond is the one place that writes a reply on NATS, to the micro request r: the
-// result body (JSON if the client asked), or the error e with its status and message in
-// the headers. A result over maxPayload (the connection's) is answered reply_too_large
-// instead.
-func respond(r micro.Request, asJSON bool, body []byte, e *codec.Error, maxPayload int64) error {
-	var opts []micro.RespondOpt
-	if asJSON {
-		opts = append(opts, micro.WithHeaders(micro.Headers{codec.HeaderContentType: {codec.ContentTypeJSON}}))
+// submitFrom accepts a client request for op: decode, validate, route check, queue.
+// replyTo is its NATS reply subject ("" over HTTP), owner who may cancel it, tenant
+// whose bound it counts in (identity.go).
+func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner, tenant string, reply Reply) {
+	p := &pending{op: op, asJSON: asJSON, accepted: time.Now(), reply: reply, replyTo: replyTo, owner: owner, tenant: tenant, size: int64(len(data))}
+	if e := decodeRequest(data, asJSON, &p.req); e != nil {
+		g.d.deliver(p, "", nil, e)
+		return
 	}
-	if e == nil {
-		e = reply.TooLarge(len(body), maxPayload)
+	if p.req.ID == "" {
+		p.req.ID = nuid.Next()
 	}
-	if e != nil {
-		e = boundMessage(e)
-		b, _ := codec.Encode(e, asJSON)
-		return r.Error(strconv.Itoa(e.Code.Status()), e.Message, b, opts...)
+	if tenant != "" {
+		// Ids are per tenant (identity.go, rule 3): it runs under the gateway's id for it.
+		p.clientID, p.req.ID = p.req.ID, tenantID(tenant, p.req.ID)
 	}
-	return r.Respond(body, opts...)
-}
-
-// maxErrorMessage bounds an error reply's message (it travels in a header too): a
-// message that echoes a huge input would make the reply unsendable.
-const maxErrorMessage = 4 << 10
-
-// boundMessage returns e with its message cut to maxErrorMessage bytes.
-func boundMessage(e *codec.Error) *codec.Error {
-	if len(e.Message) <= maxErrorMessage {
-		return e
+	if g.cache.front(p) {
+		return // looked up in the result cache first (cache.go), then submitted
 	}
-	c := *e
-	c.Message = strings.ToValidUTF8(e.Message[:maxErrorMessage], "") + "…"
-	return &c
+	g.d.submit(p)
 }

@@ -66,32 +66,24 @@ type cacheService struct {
 	// What it needs of the rest of the gateway, wired at construction.
 	conf    func() *config.Config
 	log     *slog.Logger
-	d       requests               // submits and answers requests (the dispatcher)
+	d       dispatchPort           // submits and answers requests (the dispatcher)
 	workers func() []health.Worker // the tracker's workers: which revision each loaded
 }
 
 // requests is what the cache and job services need of the dispatcher (loop.go): a
 // request submitted (resolved, then taken by the loop), a request answered that the loop
 // never took, an event posted, and the loop's stop.
-type requests interface {
+type dispatchPort interface {
 	submit(p *pending)
 	deliver(p *pending, pool string, body []byte, err *codec.Error)
 	post(ev event)
 	stopped() <-chan struct{}
 }
 
-// cacheTicket is a looked-up request's key, what its file hashed as, and its flight when
-// it leads one.
-type cacheTicket struct {
-	key    cache.Key
-	file   cache.FileSum
-	flight *cache.Flight
-}
-
 // newCacheService is the cache service; where cfg's [cache] does not enable it, its
 // store is never opened, and it takes no request (wanted). The store is opened with the
 // job store (open).
-func newCacheService(cfg *config.Config, conf func() *config.Config, log *slog.Logger, d requests, workers func() []health.Worker, reg prometheus.Registerer) *cacheService {
+func newCacheService(cfg *config.Config, conf func() *config.Config, log *slog.Logger, d dispatchPort, workers func() []health.Worker, reg prometheus.Registerer) *cacheService {
 	c := &cacheService{conf: conf, log: log, d: d, workers: workers}
 	cc := cfg.Cache
 	if !cc.Enabled {
@@ -223,7 +215,7 @@ func (c *cacheService) lookup(ctx context.Context, p *pending, pools []string, o
 	for {
 		fl, leader := c.flights.Join(digest)
 		if leader {
-			t.flight = fl
+			t.shared = fl
 			return t, nil
 		}
 		if body := fl.Wait(ctx); body != nil {
@@ -277,10 +269,10 @@ func (c *cacheService) done(t *cacheTicket, op string, body []byte, ok bool) {
 		}
 	}
 	// What is not stored is not shared either: the requests waiting on the key run.
-	if t.flight != nil {
+	if t.shared != nil {
 		// Once stored: a request of the key that comes meanwhile waits for this answer
 		// rather than find neither the flight nor the entry.
-		defer c.flights.Finish(t.key.Digest(), t.flight, stored)
+		defer c.flights.Finish(t.key.Digest(), t.shared, stored)
 	}
 	s := c.storeOf()
 	if stored == nil || s == nil {

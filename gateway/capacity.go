@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"fmt"
+	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
@@ -62,29 +65,6 @@ func newCapacity(cfg *config.Config, now time.Time) *capacity {
 	for name := range cfg.Pools {
 		c.pools[name] = &poolCap{slots: map[string]int{}, failedOn: map[string]int{}, failErr: map[string]*codec.Error{}}
 	}
-	return c
-}
-
-// snapshot takes the capacity of a dispatch pass at now.
-func (d *dispatcher) snapshot(now time.Time) *capacity {
-	c := newCapacity(d.conf(), now)
-	for _, w := range d.tracker.Workers() {
-		c.addLive(w)
-	}
-	h := d.lc.held()
-	for pool, pc := range c.pools {
-		pc.busy = h.busy[pool]
-		pc.poolStatus = d.supervisor.poolStatus(pool, now)
-	}
-	for id, wc := range c.workers {
-		wc.busy, wc.lastSent = h.workers[id], h.lastSent[id]
-		c.sent = max(c.sent, wc.lastSent)
-	}
-	c.load, c.active = h.load, h.active
-	c.leased = d.budget.leases.byDevice()
-	c.paused = d.pauses.held(now)
-	c.est = d.est.all()
-	c.gated = d.gates.closed()
 	return c
 }
 
@@ -154,3 +134,172 @@ func (c *capacity) take(pool, class string) {
 	c.pools[pool].busy++
 	c.load.add(c.cfg.Pool(pool).Device, class, 1)
 }
+
+// workerCap is one live worker in a capacity snapshot that takes items sent to it alone.
+type workerCap struct {
+	pool    string
+	slots   int            // max(1, its heartbeat's slots)
+	classes []string       // the classes it serves
+	busy    map[string]int // requests in flight sent to it, per class, this pass's included
+	// lastSent orders the workers by when they were last given a request (the lifecycle's
+	// sequence; 0: never), this pass's included.
+	lastSent uint64
+	failed   map[string]bool // models that failed to load there
+}
+
+// serves reports whether w is a worker of pool that serves class.
+func (w *workerCap) serves(pool, class string) bool {
+	return w.pool == pool && slices.Contains(w.classes, class)
+}
+
+// counts are w's requests in flight of the batch class and of the others.
+func (w *workerCap) counts() (batch, other int) {
+	for cl, n := range w.busy {
+		if cl == subjects.ClassBatch {
+			batch += n
+		} else {
+			other += n
+		}
+	}
+	return batch, other
+}
+
+// room is how many more items of class w can start now (rule 2), in a pool whose slot
+// takes size batch items.
+func (w *workerCap) room(class string, size int) int {
+	batch, other := w.counts()
+	if class == subjects.ClassBatch {
+		return (w.slots-other)*size - batch
+	}
+	return w.slots - other - (batch+size-1)/size
+}
+
+// bumpable reports whether a latency item may go to w although its slots are taken
+// (rule 4): w holds a batch unit beyond its slots, prefetched and not started, and no
+// latency item; its queue runs the latency item first, when the unit running ends.
+func (w *workerCap) bumpable(size int) bool {
+	batch, other := w.counts()
+	return other == 0 && (batch+size-1)/size > w.slots
+}
+
+func (w *workerCap) inFlight() int {
+	n := 0
+	for _, v := range w.busy {
+		n += v
+	}
+	return n
+}
+
+// lastActive is when each class was last active (had a request queued for, or running
+// on, a device) per device and class. Owned by the lifecycle (lifecycle.go).
+type lastActive map[string]map[string]time.Time
+
+func (a lastActive) clone() lastActive {
+	out := make(lastActive, len(a))
+	for device, byClass := range a {
+		out[device] = maps.Clone(byClass)
+	}
+	return out
+}
+
+func (a lastActive) see(device, class string, at time.Time) {
+	if a[device] == nil {
+		a[device] = map[string]time.Time{}
+	}
+	if at.After(a[device][class]) {
+		a[device][class] = at
+	}
+}
+
+// classCounts counts requests per key (a device, or a worker) and class: in flight, or
+// held by leases. Owned by the lifecycle (and leases); snapshots get clones.
+type classCounts map[string]map[string]int
+
+// add adds n to key's count of class; a count back at zero is dropped (and a key with
+// none left), so that keys that come and go (workers) leave nothing behind.
+func (d classCounts) add(key, class string, n int) {
+	if d[key] == nil {
+		d[key] = map[string]int{}
+	}
+	if d[key][class] += n; d[key][class] == 0 {
+		delete(d[key], class)
+		if len(d[key]) == 0 {
+			delete(d, key)
+		}
+	}
+}
+
+func (d classCounts) clone() classCounts {
+	out := make(classCounts, len(d))
+	for key, byClass := range d {
+		out[key] = maps.Clone(byClass)
+	}
+	return out
+}
+
+// estimator keeps a measured service time (moving average of the worker's time from
+// taking an item to answering it) per pool, op and model.
+type estimator struct {
+	mu sync.Mutex
+	m  map[estKey]time.Duration
+}
+
+type estKey struct{ pool, op, model string }
+
+func (e *estimator) observe(k estKey, d time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.m == nil {
+		e.m = map[estKey]time.Duration{}
+	}
+	if old, ok := e.m[k]; ok {
+		d = (old*7 + d) / 8
+	}
+	e.m[k] = d
+}
+
+func (e *estimator) get(k estKey) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.m[k]
+}
+
+// all is a copy of every measurement.
+func (e *estimator) all() map[estKey]time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.m)
+}
+
+type pauseKey struct{ class, device, owner string }
+
+// pauseSet is every pause in force at a moment, whatever its end.
+type pauseSet map[pauseKey]bool
+
+// holds reports whether class is paused on device for the work of owner (a tenant, ""
+// for the local owner's): by the operator's pause, which holds everyone's, or by owner's
+// own (rule 5).
+func (s pauseSet) holds(class, device, owner string) bool {
+	if len(s) == 0 {
+		return false
+	}
+	for _, o := range []string{"", owner} {
+		if s[pauseKey{class, "", o}] || s[pauseKey{class, device, o}] {
+			return true
+		}
+		if owner == "" {
+			break
+		}
+	}
+	return false
+}
+
+// poolStatus is the supervisor's view of a pool, for when it has no live worker.
+type poolStatus struct {
+	reason string       // why it has no live worker
+	coming bool         // workers are on their way: starting, or a remote pool not heard yet
+	asleep bool         // a lazy_load pool not started yet (so coming): wake starts it
+	failed *codec.Error // a start-up failure that a restart cannot fix
+}
+
+func mb(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }

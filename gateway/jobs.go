@@ -42,10 +42,6 @@ const (
 	jobStopBound = 10 * time.Second
 )
 
-// ownerJob owns the requests of job items: only the job (its cancel, or this gateway's
-// stop) and operators may cancel them (canCancel).
-const ownerJob = "job"
-
 // jobService is the gateway's side of the job API: the store once open, and the bound
 // on the job requests being answered, are its own.
 type jobService struct {
@@ -59,7 +55,7 @@ type jobService struct {
 	conf   func() *config.Config
 	log    *slog.Logger
 	nc     *nats.Conn
-	d      requests                          // runs the items as requests (the dispatcher)
+	d      dispatchPort                      // runs the items as requests (the dispatcher)
 	cache  *cacheService                     // answers items from the result cache
 	pauses *pauses                           // batch paused: no new items
 	live   func(pool string) []health.Worker // the tracker's live workers of a pool
@@ -146,7 +142,7 @@ type jobHost struct {
 }
 
 func (h jobHost) Room() int { return h.j.room(h.s) }
-func (h jobHost) Run(ctx context.Context, it jobs.Item) ([]byte, *codec.Error) {
+func (h jobHost) RunItem(ctx context.Context, it jobs.Item) ([]byte, *codec.Error) {
 	return h.j.runItem(ctx, it)
 }
 
@@ -397,17 +393,6 @@ func (j *jobService) op(ctx context.Context, s *jobs.Store, op string, data []by
 		return s.Results(ctx, &req, tenant, limit)
 	}
 	return nil, codec.Errorf(codec.CodeUnknownOp, "unknown op %q", op)
-}
-
-// decodeChecked decodes a request body into v and runs its check.
-func decodeChecked(data []byte, v any, asJSON bool, check func() error) *codec.Error {
-	if err := codec.Decode(data, v, asJSON); err != nil {
-		return codec.AsError(err)
-	}
-	if err := check(); err != nil {
-		return codec.AsError(err)
-	}
-	return nil
 }
 
 // spec turns a checked submit into the job's record and its items: the class

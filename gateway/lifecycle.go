@@ -766,3 +766,79 @@ func (lc *lifecycle) stopTimers(f *flight) {
 	}
 	f.timers = f.timers[:0]
 }
+
+// decision is where route sends an item: to pool (its unit taken in the snapshot), or
+// nowhere yet (pool ""): it waits, or fails with err. wake names a lazy_load pool to start
+// for it.
+type decision struct {
+	pool   string
+	worker string // the worker of pool it is sent to ("" for the pool's queue group)
+	err    error
+	wake   string
+	// reserve: the item waits, and its class reserves its pools' devices while it does.
+	reserve bool
+	// own: the item's pools its owner's own pause alone holds it from (pause.go, rule 5).
+	// While it waits it holds only its other pools (sched.Waits) and their devices: none
+	// of these from anyone else's work.
+	own map[string]bool
+}
+
+// Events: what the rest of the gateway tells the loop.
+type (
+	event interface{ isEvent() }
+	// evAccept: a request decoded, validated and resolved to pools (L1).
+	evAccept struct {
+		p     *pending
+		pools []string
+	}
+	// evClaim: a worker's claim, checked against its subject (L3, L4).
+	evClaim struct{ c codec.Claim }
+	// evReply: a relayed reply to attempt token seq (L4), or the server's "no
+	// responders" for it (L5).
+	evReply struct {
+		seq          uint64
+		msg          *nats.Msg
+		noResponders bool
+	}
+	// evDied: the tracker judged worker of pool dead; others live in the pool (L7).
+	evDied struct {
+		pool, worker, why string
+		others            int
+	}
+	// evCancel: a cancel of id by by (L9); found (if set) gets whether it found the
+	// request.
+	evCancel struct {
+		id, by, tenant string
+		onlyKnown      bool          // an unknown id is not remembered
+		within         time.Duration // the canceller waits this long for the answer (0: no bound)
+		found          chan<- bool
+	}
+	// evShutdown: answer what is queued, and with inFlight what is at workers (L10).
+	evShutdown struct {
+		inFlight bool
+		done     chan<- struct{}
+	}
+	// evInspect runs fn on the loop's state (a read for status, metrics, resends).
+	evInspect struct {
+		fn   func(*lifecycle)
+		done chan<- struct{}
+	}
+	// evDrained: done is closed once no request is unanswered (at once if none is).
+	evDrained struct{ done chan struct{} }
+)
+
+func (evAccept) isEvent() {}
+
+func (evClaim) isEvent() {}
+
+func (evReply) isEvent() {}
+
+func (evDied) isEvent() {}
+
+func (evCancel) isEvent() {}
+
+func (evShutdown) isEvent() {}
+
+func (evInspect) isEvent() {}
+
+func (evDrained) isEvent() {}

@@ -210,7 +210,7 @@ func TestLifecycleAcceptHit(t *testing.T) {
 // shutdown) still gets its one answer: no_worker, as the queued ones at the shutdown.
 func TestAcceptAfterLoopStopped(t *testing.T) {
 	g := newGateway(parseConfig(t, routeConfig), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	g.d.metrics = newMetrics(g)
+	g.d.metrics = newMetrics(g.conf(), g.conf, g.log)
 	g.d.start(false)() // started and stopped
 	var got []*codec.Error
 	p := req("late", "interactive")

@@ -3,10 +3,7 @@ package gateway
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
@@ -40,11 +37,8 @@ type dispatcher struct {
 	queues *sched.Queues
 	est    estimator // measured service times (their own lock)
 
-	// The sender's: where work items go and answers come back.
-	nc           *nats.Conn
-	claimSubject string         // claims come to <claimSubject>.<pool>.<worker>
-	replyInbox   string         // relayed replies come to <replyInbox>.<attempt token>
-	relaying     sync.WaitGroup // relayed answers being converted
+	// The sender (sender.go): where work items go and answers come back.
+	*sender
 
 	// What it reads, wired once before the loop starts (Run, newGateway).
 	conf       func() *config.Config
@@ -54,70 +48,16 @@ type dispatcher struct {
 	budget     *budget
 	pauses     *pauses
 	gates      *gates
-	metrics    *metrics
-	failover   *failover
 }
 
 // newDispatcher is the dispatcher of config c, its loop not started (start).
 func newDispatcher(c *config.Config, conf func() *config.Config, log *slog.Logger) *dispatcher {
 	d := &dispatcher{conf: conf, log: log, kickCh: make(chan struct{}, 1), events: make(chan event, eventBacklog), loopDone: make(chan struct{})}
+	d.sender = &sender{post: d.post, conf: conf, log: log, est: &d.est}
 	d.queues = newQueues(c)
 	d.lc = newLifecycle(loopEnv{d}, d.queues, claimTimeout(c), tenantBound(totalQueueBound(c)))
 	return d
 }
-
-// Events: what the rest of the gateway tells the loop.
-type (
-	event interface{ isEvent() }
-	// evAccept: a request decoded, validated and resolved to pools (L1).
-	evAccept struct {
-		p     *pending
-		pools []string
-	}
-	// evClaim: a worker's claim, checked against its subject (L3, L4).
-	evClaim struct{ c codec.Claim }
-	// evReply: a relayed reply to attempt token seq (L4), or the server's "no
-	// responders" for it (L5).
-	evReply struct {
-		seq          uint64
-		msg          *nats.Msg
-		noResponders bool
-	}
-	// evDied: the tracker judged worker of pool dead; others live in the pool (L7).
-	evDied struct {
-		pool, worker, why string
-		others            int
-	}
-	// evCancel: a cancel of id by by (L9); found (if set) gets whether it found the
-	// request.
-	evCancel struct {
-		id, by, tenant string
-		onlyKnown      bool          // an unknown id is not remembered
-		within         time.Duration // the canceller waits this long for the answer (0: no bound)
-		found          chan<- bool
-	}
-	// evShutdown: answer what is queued, and with inFlight what is at workers (L10).
-	evShutdown struct {
-		inFlight bool
-		done     chan<- struct{}
-	}
-	// evInspect runs fn on the loop's state (a read for status, metrics, resends).
-	evInspect struct {
-		fn   func(*lifecycle)
-		done chan<- struct{}
-	}
-	// evDrained: done is closed once no request is unanswered (at once if none is).
-	evDrained struct{ done chan struct{} }
-)
-
-func (evAccept) isEvent()   {}
-func (evClaim) isEvent()    {}
-func (evReply) isEvent()    {}
-func (evDied) isEvent()     {}
-func (evCancel) isEvent()   {}
-func (evShutdown) isEvent() {}
-func (evInspect) isEvent()  {}
-func (evDrained) isEvent()  {}
 
 // eventBacklog bounds the events waiting for the loop; a sender past it waits (the NATS
 // callbacks' own pending limits then take the backlog).
@@ -278,7 +218,7 @@ func (d *dispatcher) loop(ctx context.Context, passes bool) {
 func (d *dispatcher) pass(now time.Time) {
 	defer guard.Recover(d.log, "dispatch pass", nil)
 	d.carryOut(d.lc.tick(now), now)
-	d.carryOut(d.lc.pass(now, d.router(now)), now)
+	d.carryOut(d.lc.pass(now, d.router(now, d.lc)), now)
 }
 
 // start starts the dispatch loop (passes: see loop); the returned function stops it and
@@ -353,7 +293,7 @@ func (e loopEnv) hasLive(pool string) bool { return e.d.tracker.HasLive(pool) }
 func (e loopEnv) mayRun(pools []string) bool {
 	now := time.Now()
 	for _, pool := range pools {
-		if e.d.tracker.HasLive(pool) || e.d.supervisor.poolStatus(pool, now).coming {
+		if e.d.tracker.HasLive(pool) || e.d.supervisor.poolState(pool, now).coming {
 			return true
 		}
 	}
@@ -371,4 +311,108 @@ func (d *dispatcher) holds(id, owner string) bool {
 		held = ok && p.owner == owner
 	})
 	return held
+}
+
+// submit accepts a decoded and validated request (p.req, whose id is set) for p.op:
+// class, deadline, model and pool checks and the route check here, under one
+// configuration, then the loop takes it (L1).
+func (d *dispatcher) submit(p *pending) {
+	cfg := d.conf()
+	pools, e := resolve(cfg, p)
+	if e == nil {
+		e = mapPaths(cfg, p, pools)
+	}
+	if e != nil {
+		d.deliver(p, "", nil, e)
+		return
+	}
+	d.post(evAccept{p: p, pools: pools})
+}
+
+// onDead is called by the tracker when a worker is judged dead: the loop answers or
+// retries every request it held (L7).
+func (d *dispatcher) onDead(id, pool, why string) {
+	// A silent local worker is killed first, and its requests retried once it is gone:
+	// while it lives its subscription stays in its pool's queue group, and a retry could
+	// be delivered to it again.
+	d.supervisor.workerDead(id, why)
+	others := 0
+	for _, w := range d.tracker.Live(pool) {
+		if w.HB.Worker != id {
+			others++
+		}
+	}
+	d.post(evDied{pool: pool, worker: id, why: why, others: others})
+}
+
+// cancelAs cancels a queued or in-flight request by id for the sender by (see
+// canCancel), and reports whether it found one (L9). A cancel that may not cancel the
+// request finds nothing, as if the id were unknown.
+func (d *dispatcher) cancelAs(id, by, tenant string) bool {
+	return d.cancel(tenantID(tenant, id), by, tenant, false) // a tenant names its own ids (identity.go, rule 3)
+}
+
+// cancel posts a cancel of the gateway's id and waits for its finding; with onlyKnown
+// an unknown id is not remembered as cancelled.
+func (d *dispatcher) cancel(id, by, tenant string, onlyKnown bool) bool {
+	found := make(chan bool, 1)
+	d.post(evCancel{id: id, by: by, tenant: tenant, onlyKnown: onlyKnown, found: found})
+	select {
+	case ok := <-found:
+		return ok
+	case <-d.loopDone:
+		return false
+	}
+}
+
+// router decides the items of one dispatch pass at now (the lifecycle's pass, L2). It
+// takes the pass's capacity snapshot when it first has an item to route, and decides each
+// item with place, which reads only the snapshot and the item; the lifecycle then holds
+// the unit taken, and wakes a lazy pool. An item of a latency class that waits marks its
+// pools' devices active (reserve: the policy's reservation).
+func (d *dispatcher) router(now time.Time, lc *lifecycle) decide {
+	var snap *capacity
+	return func(it *sched.Item, reserved map[string]bool) decision {
+		if snap == nil {
+			snap = d.snapshot(now, lc.held())
+		}
+		d := snap.place(it, reserved)
+		d.reserve = d.pool == "" && d.err == nil && snap.reserves(it.Class)
+		return d
+	}
+}
+
+// snapshot takes the capacity of a dispatch pass at now.
+func (d *dispatcher) snapshot(now time.Time, h heldNow) *capacity {
+	c := newCapacity(d.conf(), now)
+	for _, w := range d.tracker.Workers() {
+		c.addLive(w)
+	}
+	for pool, pc := range c.pools {
+		pc.busy = h.busy[pool]
+		pc.poolStatus = d.supervisor.poolState(pool, now)
+	}
+	for id, wc := range c.workers {
+		wc.busy, wc.lastSent = h.workers[id], h.lastSent[id]
+		c.sent = max(c.sent, wc.lastSent)
+	}
+	c.load, c.active = h.load, h.active
+	c.leased = d.budget.leases.byDevice()
+	c.paused = d.pauses.held(now)
+	c.est = d.est.all()
+	c.gated = d.gates.closed()
+	return c
+}
+
+// newQueues makes the class queues of the config: each class's priority, bounds (count
+// and bytes) and shed policy, and strict priority unless the policy is fifo.
+func newQueues(c *config.Config) *sched.Queues {
+	var classes []sched.Class
+	for _, name := range c.ClassNames() {
+		cl := c.Classes[name]
+		classes = append(classes, sched.Class{Name: name, Priority: cl.Priority, Bound: cl.QueueBound, MaxBytes: int64(cl.QueueBytes), Shed: cl.Shed})
+	}
+	q := sched.New(classes)
+	q.FIFO = c.Gateway.Policy == config.PolicyFIFO
+	return q
 }

@@ -80,7 +80,7 @@ models = ["seg"]
 		t.Fatal(err)
 	}
 	g := newGateway(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	g.d.metrics = newMetrics(g)
+	g.d.metrics = newMetrics(g.conf(), g.conf, g.log)
 	return g
 }
 

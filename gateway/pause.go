@@ -39,8 +39,6 @@ type pauses struct {
 	kick func()                 // a pass of the dispatch loop, wired at construction
 }
 
-type pauseKey struct{ class, device, owner string }
-
 // The bounds of pauses.
 const (
 	maxPauseFor = time.Hour
@@ -136,9 +134,6 @@ func (ps *pauses) active(now time.Time) map[string]map[string]bool {
 	return out
 }
 
-// pauseSet is every pause in force at a moment, whatever its end.
-type pauseSet map[pauseKey]bool
-
 // held is every pause in force at now, for a dispatch pass (rule 1).
 func (ps *pauses) held(now time.Time) pauseSet {
 	ps.mu.Lock()
@@ -149,24 +144,6 @@ func (ps *pauses) held(now time.Time) pauseSet {
 		out[k] = true
 	}
 	return out
-}
-
-// holds reports whether class is paused on device for the work of owner (a tenant, ""
-// for the local owner's): by the operator's pause, which holds everyone's, or by owner's
-// own (rule 5).
-func (s pauseSet) holds(class, device, owner string) bool {
-	if len(s) == 0 {
-		return false
-	}
-	for _, o := range []string{"", owner} {
-		if s[pauseKey{class, "", o}] || s[pauseKey{class, device, o}] {
-			return true
-		}
-		if owner == "" {
-			break
-		}
-	}
-	return false
 }
 
 // list is the pauses status shows viewer (a tenant, "" for the operator): per class,

@@ -83,7 +83,7 @@ func TestPauseScope(t *testing.T) {
 		}
 		return it
 	}
-	c := g.d.snapshot(time.Now())
+	c := g.d.snapshot(time.Now(), g.d.lc.held())
 	for _, x := range []struct {
 		what             string
 		tenant, jobOwner string
@@ -101,7 +101,7 @@ func TestPauseScope(t *testing.T) {
 		}
 	}
 	// A's held request holds neither its pool nor its device from the work behind it.
-	if d := c.route(itemOf("account:A", ""), nil); d.pool != "" || d.err != nil || !d.own["bulk"] {
+	if d := c.place(itemOf("account:A", ""), nil); d.pool != "" || d.err != nil || !d.own["bulk"] {
 		t.Errorf("A's request under its own pause: %+v, want held, bulk its owner's", d)
 	}
 	if n := g.jobs.room(nil); n == 0 {
@@ -111,8 +111,8 @@ func TestPauseScope(t *testing.T) {
 	if _, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Class: "batch", ForMS: 60_000}, ""); e != nil {
 		t.Fatal(e)
 	}
-	c = g.d.snapshot(time.Now())
-	if d := c.route(itemOf("account:A", ""), nil); d.pool != "" || len(d.own) != 0 {
+	c = g.d.snapshot(time.Now(), g.d.lc.held())
+	if d := c.place(itemOf("account:A", ""), nil); d.pool != "" || len(d.own) != 0 {
 		t.Errorf("A's request under the operator's pause too: %+v, want held as the operator's pause holds, its pools reserved", d)
 	}
 	for _, tenant := range []string{"account:B", ""} {
@@ -154,7 +154,7 @@ func TestPauseRoutes(t *testing.T) {
 	if _, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Class: "batch", Device: "cuda:0", ForMS: 60_000}, ""); e != nil {
 		t.Fatal(e)
 	}
-	c := g.d.snapshot(time.Now())
+	c := g.d.snapshot(time.Now(), g.d.lc.held())
 	if pool := routeOK(t, c, newItem("batch", "tag", soon(), "bulk"), nil); pool != "" {
 		t.Fatalf("batch routed to %q while paused on cuda:0", pool)
 	}
@@ -167,7 +167,7 @@ func TestPauseRoutes(t *testing.T) {
 	if _, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Action: codec.PauseResume, Class: "batch", Device: "cuda:0"}, ""); e != nil {
 		t.Fatal(e)
 	}
-	c = g.d.snapshot(time.Now())
+	c = g.d.snapshot(time.Now(), g.d.lc.held())
 	if pool := routeOK(t, c, newItem("batch", "tag", soon(), "bulk"), nil); pool != "bulk" {
 		t.Fatalf("batch after the resume routed to %q, want bulk", pool)
 	}

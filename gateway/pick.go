@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"slices"
-
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -34,61 +32,6 @@ import (
 //  5. When no worker has room (the pool-level count let the item through, but the room is
 //     split between workers, or the workers do not take direct items), the item goes to
 //     the pool's queue group, as before: it waits in some worker's local queue.
-
-// workerCap is one live worker in a capacity snapshot that takes items sent to it alone.
-type workerCap struct {
-	pool    string
-	slots   int            // max(1, its heartbeat's slots)
-	classes []string       // the classes it serves
-	busy    map[string]int // requests in flight sent to it, per class, this pass's included
-	// lastSent orders the workers by when they were last given a request (the lifecycle's
-	// sequence; 0: never), this pass's included.
-	lastSent uint64
-	failed   map[string]bool // models that failed to load there
-}
-
-// serves reports whether w is a worker of pool that serves class.
-func (w *workerCap) serves(pool, class string) bool {
-	return w.pool == pool && slices.Contains(w.classes, class)
-}
-
-// counts are w's requests in flight of the batch class and of the others.
-func (w *workerCap) counts() (batch, other int) {
-	for cl, n := range w.busy {
-		if cl == subjects.ClassBatch {
-			batch += n
-		} else {
-			other += n
-		}
-	}
-	return batch, other
-}
-
-// room is how many more items of class w can start now (rule 2), in a pool whose slot
-// takes size batch items.
-func (w *workerCap) room(class string, size int) int {
-	batch, other := w.counts()
-	if class == subjects.ClassBatch {
-		return (w.slots-other)*size - batch
-	}
-	return w.slots - other - (batch+size-1)/size
-}
-
-// bumpable reports whether a latency item may go to w although its slots are taken
-// (rule 4): w holds a batch unit beyond its slots, prefetched and not started, and no
-// latency item; its queue runs the latency item first, when the unit running ends.
-func (w *workerCap) bumpable(size int) bool {
-	batch, other := w.counts()
-	return other == 0 && (batch+size-1)/size > w.slots
-}
-
-func (w *workerCap) inFlight() int {
-	n := 0
-	for _, v := range w.busy {
-		n += v
-	}
-	return n
-}
 
 // hasRoom reports whether pool can take one more item of class now, without a bump
 // (rule 4): a free slot of its live workers by the pool's count, a worker's own free slot

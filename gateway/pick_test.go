@@ -128,14 +128,14 @@ func TestPrefetch(t *testing.T) {
 	if n := c.prefetch("gpu", "interactive", nil); n != 0 {
 		t.Fatalf("interactive prefetch room %d, want 0", n)
 	}
-	d1, d2 := c.route(batch(), nil), c.route(batch(), nil)
+	d1, d2 := c.place(batch(), nil), c.place(batch(), nil)
 	if d1.pool != "gpu" || d2.pool != "gpu" || d1.worker == d2.worker || d1.worker == "" || d2.worker == "" {
 		t.Fatalf("two prefetched items went to %+v and %+v, want one to each worker", d1, d2)
 	}
-	if d := c.route(batch(), nil); d.pool != "" {
+	if d := c.place(batch(), nil); d.pool != "" {
 		t.Fatalf("a third item went to %+v, want a wait", d)
 	}
-	if d := nextPass(busyPair("priority")).route(newItem("interactive", "tag", soon(), "gpu"), nil); d.pool != "" {
+	if d := nextPass(busyPair("priority")).place(newItem("interactive", "tag", soon(), "gpu"), nil); d.pool != "" {
 		t.Fatalf("interactive prefetched to %+v", d)
 	}
 
@@ -168,19 +168,19 @@ func TestBumpPrefetched(t *testing.T) {
 	c.pools["gpu"].busy = 2
 	c.load.add("cuda:0", "batch", 2)
 	c.workers["w1"].busy = map[string]int{"batch": 2}
-	if d := c.route(newItem("interactive", "tag", soon(), "gpu"), nil); d.pool != "gpu" || d.worker != "w1" {
+	if d := c.place(newItem("interactive", "tag", soon(), "gpu"), nil); d.pool != "gpu" || d.worker != "w1" {
 		t.Fatalf("interactive behind a running and a prefetched batch item: %+v, want sent to w1", d)
 	}
-	if d := c.route(newItem("urgent", "tag", soon(), "gpu"), nil); d.pool != "" {
+	if d := c.place(newItem("urgent", "tag", soon(), "gpu"), nil); d.pool != "" {
 		t.Fatalf("a second latency item went to %+v, want a wait", d)
 	}
 	c = nextPass(c)
 	readyWorker(c, "gpu", "w2", 1, true, all...)
 	c.workers["w1"].busy = map[string]int{"batch": 2}
-	if d := c.route(newItem("urgent", "tag", soon(), "gpu"), nil); d.worker != "w2" {
+	if d := c.place(newItem("urgent", "tag", soon(), "gpu"), nil); d.worker != "w2" {
 		t.Fatalf("w2 free: urgent sent to %+v, want w2", d)
 	}
-	if d := c.route(newItem("batch", "tag", soon(), "gpu"), nil); d.pool != "" {
+	if d := c.place(newItem("batch", "tag", soon(), "gpu"), nil); d.pool != "" {
 		t.Fatalf("batch went to %+v, want a wait (its prefetch is taken, and latency work is in flight)", d)
 	}
 }
@@ -203,10 +203,10 @@ func TestBumpOnlyInFirstLivePool(t *testing.T) {
 		c.workers["s1"].busy = map[string]int{"batch": 2}
 		return c
 	}
-	if d := snap(true).route(newItem("interactive", "tag", soon(), "fast", "bulk", "spare"), nil); d.pool != "" || d.err != nil {
+	if d := snap(true).place(newItem("interactive", "tag", soon(), "fast", "bulk", "spare"), nil); d.pool != "" || d.err != nil {
 		t.Fatalf("fast live and busy: %+v, want a wait (no bump past it)", d)
 	}
-	if d := snap(false).route(newItem("interactive", "tag", soon(), "fast", "bulk", "spare"), nil); d.pool != "spare" || d.worker != "s1" {
+	if d := snap(false).place(newItem("interactive", "tag", soon(), "fast", "bulk", "spare"), nil); d.pool != "spare" || d.worker != "s1" {
 		t.Fatalf("spare the first live pool: %+v, want a bump to s1", d)
 	}
 }

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"maps"
-	"sync"
 	"time"
 
 	"github.com/ortbus/ortbus/config"
@@ -62,53 +60,6 @@ import (
 
 // backgroundPriority is the priority from which a class yields a shared device.
 const backgroundPriority = 2
-
-// lastActive is when each class was last active (had a request queued for, or running
-// on, a device) per device and class. Owned by the lifecycle (lifecycle.go).
-type lastActive map[string]map[string]time.Time
-
-func (a lastActive) clone() lastActive {
-	out := make(lastActive, len(a))
-	for device, byClass := range a {
-		out[device] = maps.Clone(byClass)
-	}
-	return out
-}
-
-func (a lastActive) see(device, class string, at time.Time) {
-	if a[device] == nil {
-		a[device] = map[string]time.Time{}
-	}
-	if at.After(a[device][class]) {
-		a[device][class] = at
-	}
-}
-
-// classCounts counts requests per key (a device, or a worker) and class: in flight, or
-// held by leases. Owned by the lifecycle (and leases); snapshots get clones.
-type classCounts map[string]map[string]int
-
-// add adds n to key's count of class; a count back at zero is dropped (and a key with
-// none left), so that keys that come and go (workers) leave nothing behind.
-func (d classCounts) add(key, class string, n int) {
-	if d[key] == nil {
-		d[key] = map[string]int{}
-	}
-	if d[key][class] += n; d[key][class] == 0 {
-		delete(d[key], class)
-		if len(d[key]) == 0 {
-			delete(d, key)
-		}
-	}
-}
-
-func (d classCounts) clone() classCounts {
-	out := make(classCounts, len(d))
-	for key, byClass := range d {
-		out[key] = maps.Clone(byClass)
-	}
-	return out
-}
 
 // policyOn reports whether the sharing policy applies.
 func (c *capacity) policyOn() bool { return c.cfg.Gateway.Policy != config.PolicyFIFO }
@@ -231,40 +182,6 @@ func (c *capacity) freeSlots(device string) int {
 		}
 	}
 	return free
-}
-
-// estimator keeps a measured service time (moving average of the worker's time from
-// taking an item to answering it) per pool, op and model.
-type estimator struct {
-	mu sync.Mutex
-	m  map[estKey]time.Duration
-}
-
-type estKey struct{ pool, op, model string }
-
-func (e *estimator) observe(k estKey, d time.Duration) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.m == nil {
-		e.m = map[estKey]time.Duration{}
-	}
-	if old, ok := e.m[k]; ok {
-		d = (old*7 + d) / 8
-	}
-	e.m[k] = d
-}
-
-func (e *estimator) get(k estKey) time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.m[k]
-}
-
-// all is a copy of every measurement.
-func (e *estimator) all() map[estKey]time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return maps.Clone(e.m)
 }
 
 // feasible reports whether a request of class, measured under k (its pool, op and

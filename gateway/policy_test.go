@@ -327,7 +327,7 @@ func TestFeasibleFromReplies(t *testing.T) {
 		t.Fatalf("service time from the reply %s, want 200ms", got)
 	}
 
-	c := g.d.snapshot(time.Now())
+	c := g.d.snapshot(time.Now(), g.d.lc.held())
 	feasible := func(pool string, left time.Duration) bool {
 		return c.feasible(estKey{pool, "tag", "tagger"}, "interactive", c.now.Add(left))
 	}

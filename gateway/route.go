@@ -9,6 +9,7 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/sched"
+	"github.com/ortbus/ortbus/subjects"
 )
 
 // opsOfKind are the ops each model kind serves (config.Kinds, the table the worker's
@@ -26,7 +27,7 @@ var opsOfKind = func() map[string][]string {
 func poolsFor(cfg *config.Config, chain []string, op, model string) []string {
 	var out []string
 	for _, name := range chain {
-		if serves(cfg, name, op, model) {
+		if poolServes(cfg, name, op, model) {
 			out = append(out, name)
 		}
 	}
@@ -35,7 +36,7 @@ func poolsFor(cfg *config.Config, chain []string, op, model string) []string {
 
 // serves reports whether pool, as cfg has it, loads a model serving op (model, if named).
 // A pool cfg does not have serves nothing.
-func serves(cfg *config.Config, pool, op, model string) bool {
+func poolServes(cfg *config.Config, pool, op, model string) bool {
 	for _, m := range cfg.Pool(pool).Models {
 		if mc := cfg.Models[m]; mc != nil && (model == "" || m == model) && slices.Contains(opsOfKind[mc.Kind], op) {
 			return true
@@ -57,62 +58,45 @@ func mapPaths(cfg *config.Config, p *pending, pools []string) *codec.Error {
 	return nil
 }
 
-// router decides the items of one dispatch pass at now (the lifecycle's pass, L2). It
-// takes the pass's capacity snapshot when it first has an item to route, and decides each
-// item with route, which reads only the snapshot and the item; the lifecycle then holds
-// the unit taken, and wakes a lazy pool. An item of a latency class that waits marks its
-// pools' devices active (reserve: the policy's reservation).
-func (d *dispatcher) router(now time.Time) decide {
-	var snap *capacity
-	return func(it *sched.Item, reserved map[string]bool) decision {
-		if snap == nil {
-			snap = d.snapshot(now)
-		}
-		d := snap.route(it, reserved)
-		d.reserve = d.pool == "" && d.err == nil && snap.reserves(it.Class)
-		return d
-	}
-}
-
-// decision is where route sends an item: to pool (its unit taken in the snapshot), or
-// nowhere yet (pool ""): it waits, or fails with err. wake names a lazy_load pool to start
-// for it.
-type decision struct {
-	pool   string
-	worker string // the worker of pool it is sent to ("" for the pool's queue group)
-	err    error
-	wake   string
-	// reserve: the item waits, and its class reserves its pools' devices while it does.
-	reserve bool
-	// own: the item's pools its owner's own pause alone holds it from (pause.go, rule 5).
-	// While it waits it holds only its other pools (sched.Waits) and their devices: none
-	// of these from anyone else's work.
-	own map[string]bool
-}
-
 // route decides an item of a dispatch pass: the first candidate pool, in order, that is
 // not reserved by higher-priority waiting work and has room. An item waits while some
 // candidate pool can still come (live but full, or its workers starting); it fails with
 // no_worker, naming every pool and why it was skipped, when none can.
-func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
+func (c *capacity) place(it *sched.Item, reserved map[string]bool) decision {
 	p := it.Value.(*pending)
-	// The item's pools as the configuration in force has them: a reload (reload.go) may
-	// have removed a pool, or the model from a pool, since the item was accepted.
+	pools := c.inForce(it, p)
+	if len(pools) == 0 {
+		return decision{err: codec.Errorf(codec.CodeUnknownModel, "no pool of %v serves op %s%s any more (the configuration was reloaded)", it.Pools, p.op, modelSuffix(p.req.Model))}
+	}
+	if d, ok := c.first(it, p, pools, reserved); ok {
+		return d
+	}
+	return c.waiting(it, p, pools)
+}
+
+// inForce is the item's pools as the configuration in force has them: a reload
+// (reload.go) may have removed a pool, or the model from a pool, since the item was
+// accepted.
+func (c *capacity) inForce(it *sched.Item, p *pending) []string {
 	pools := it.Pools // the common case: all of them, no copy
 	for i, pool := range it.Pools {
-		if c.pools[pool] == nil || !serves(c.cfg, pool, p.op, p.req.Model) {
+		if c.pools[pool] == nil || !poolServes(c.cfg, pool, p.op, p.req.Model) {
 			pools = slices.Clone(it.Pools[:i])
 			for _, q := range it.Pools[i+1:] {
-				if c.pools[q] != nil && serves(c.cfg, q, p.op, p.req.Model) {
+				if c.pools[q] != nil && poolServes(c.cfg, q, p.op, p.req.Model) {
 					pools = append(pools, q)
 				}
 			}
 			break
 		}
 	}
-	if len(pools) == 0 {
-		return decision{err: codec.Errorf(codec.CodeUnknownModel, "no pool of %v serves op %s%s any more (the configuration was reloaded)", it.Pools, p.op, modelSuffix(p.req.Model))}
-	}
+	return pools
+}
+
+// first sends the item to the first pool of its chain with room for it now (ok), or
+// decides that it cannot finish in time anywhere, or that it waits for the chain's first
+// live pool a moment; not ok: no pool takes it in this pass (waiting says why).
+func (c *capacity) first(it *sched.Item, p *pending, pools []string, reserved map[string]bool) (decision, bool) {
 	infeasible := 0
 	earlierLive := false // a pool before this one in the chain has live workers
 	busyEarlier := false // a live pool before this one was busy (not infeasible)
@@ -125,7 +109,7 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 			continue // paused on its device (pause.go, rule 1): it waits below
 		}
 		if busyEarlier && !spill {
-			return decision{} // wait for the chain's first live pool a moment (maySpill)
+			return decision{}, true // wait for the chain's first live pool a moment (maySpill)
 		}
 		key := pool + "\x00" + it.Class
 		// A bump (pick.go, rule 4) commits the item to a busy worker: only in the first
@@ -152,11 +136,18 @@ func (c *capacity) route(it *sched.Item, reserved map[string]bool) decision {
 			continue
 		}
 		c.take(pool, it.Class)
-		return decision{pool: pool, worker: c.pickWorker(pool, it.Class, p.req.Model, c.prefetch(pool, it.Class, reserved) > 0)}
+		return decision{pool: pool, worker: c.pickWorker(pool, it.Class, p.req.Model, c.prefetch(pool, it.Class, reserved) > 0)}, true
 	}
 	if infeasible > 0 && infeasible == len(pools) {
-		return decision{err: codec.Errorf(codec.CodeDeadlineExceeded, "cannot finish before its deadline on any of %v even if run now (measured service time)", pools)}
+		return decision{err: codec.Errorf(codec.CodeDeadlineExceeded, "cannot finish before its deadline on any of %v even if run now (measured service time)", pools)}, true
 	}
+	return decision{}, false
+}
+
+// waiting decides for an item that no pool of its chain takes now: it waits (for a busy,
+// paused or coming pool, or its owner's resume), wakes a lazy pool, or fails with why no
+// pool can run it.
+func (c *capacity) waiting(it *sched.Item, p *pending, pools []string) decision {
 	// The pools its owner's own pause holds it from are out of its chain while it waits,
 	// and it waits for them rather than fail (pause.go, rule 5).
 	own := c.ownPaused(it.Class, pools, p)
@@ -251,4 +242,59 @@ func candidates(cfg *config.Config, p *pending) []string {
 		}
 	}
 	return out
+}
+
+// resolve fills in p's id, class, deadline and default model from cfg, checks that its
+// class, model and pool exist and fit, and returns the pools that may run it.
+func resolve(cfg *config.Config, p *pending) ([]string, *codec.Error) {
+	p.id = p.req.ID
+	p.class = p.req.Class
+	if p.class == "" {
+		p.class = subjects.ClassInteractive
+	}
+	cl, ok := cfg.Classes[p.class]
+	if !ok {
+		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q (classes: %v)", p.class, cfg.ClassNames())
+	}
+	timeout := cl.Timeout.D()
+	if p.req.TimeoutMS > 0 {
+		// Compared in ms first: a huge timeout_ms would overflow a Duration.
+		timeout = cl.MaxTimeout.D()
+		if p.req.TimeoutMS < timeout.Milliseconds() {
+			timeout = time.Duration(p.req.TimeoutMS) * time.Millisecond
+		}
+	}
+	p.deadline = p.accepted.Add(timeout)
+	if p.req.Model == "" {
+		p.req.Model = cl.Models[p.op]
+	}
+	if p.req.Model != "" {
+		if _, ok := cfg.Models[p.req.Model]; !ok {
+			return nil, codec.Errorf(codec.CodeUnknownModel, "model %q is not configured", p.req.Model).With("model", p.req.Model)
+		}
+	}
+	if p.req.Pool != "" {
+		pc, ok := cfg.Pools[p.req.Pool]
+		if !ok {
+			return nil, codec.Errorf(codec.CodeUnknownPool, "pool %q is not configured (pools: %v)", p.req.Pool, cfg.PoolNames()).With("pool", p.req.Pool)
+		}
+		if !contains(pc.Classes, p.class) {
+			return nil, codec.Errorf(codec.CodeBadRequest, "pool %s does not serve class %s", p.req.Pool, p.class).With("pool", p.req.Pool)
+		}
+	}
+	pools := candidates(cfg, p)
+	if len(pools) == 0 && p.req.Device != "" && len(poolsFor(cfg, chainOf(cfg, p), p.op, p.req.Model)) > 0 {
+		return nil, codec.Errorf(codec.CodeUnknownPool, "no pool of class %s on device %q serves op %s%s", p.class, p.req.Device, p.op, modelSuffix(p.req.Model)).With("device", p.req.Device)
+	}
+	if len(pools) == 0 {
+		return nil, codec.Errorf(codec.CodeUnknownModel, "no pool of class %s loads a model for op %s%s", p.class, p.op, modelSuffix(p.req.Model))
+	}
+	return pools, nil
+}
+
+func modelSuffix(m string) string {
+	if m == "" {
+		return ""
+	}
+	return " (model " + m + ")"
 }

@@ -112,7 +112,7 @@ func snapOf(t testing.TB, toml string) *capacity {
 	s.started = now.Add(-time.Hour)
 	c := newCapacity(cfg, now)
 	for name, pc := range c.pools {
-		pc.poolStatus = s.poolStatus(name, now)
+		pc.poolStatus = s.poolState(name, now)
 	}
 	return c
 }
@@ -131,7 +131,7 @@ func nextPass(c *capacity) *capacity {
 
 // routeIn routes it on the snapshot c: the pool it goes to, or its error.
 func routeIn(c *capacity, it *sched.Item, reserved map[string]bool) (string, error) {
-	d := c.route(it, reserved)
+	d := c.place(it, reserved)
 	return d.pool, d.err
 }
 
@@ -238,7 +238,7 @@ func newItem(class, op string, deadline time.Time, pools ...string) *sched.Item 
 // pass wakes is woken at once.
 func passRouter(g *Gateway, now time.Time) sched.Router {
 	var wake []effect
-	r := g.d.lc.router(now, g.d.router(now), &wake)
+	r := g.d.lc.router(now, g.d.router(now, g.d.lc), &wake)
 	return func(it *sched.Item, reserved map[string]bool) (string, error) {
 		if g.d.lc.byID[it.ID] == nil {
 			g.d.lc.byID[it.ID] = &flight{p: it.Value.(*pending), state: stQueued}
@@ -422,7 +422,7 @@ func TestSnapshot(t *testing.T) {
 	g.d.est.observe(estKey{"bulk", "tag", "tagger"}, time.Second)
 	g.supervisor.pools["spare"] = &poolProcs{cfg: g.conf().Pools["spare"], procs: []*proc{{pool: "spare"}}, asleep: true}
 
-	c := g.d.snapshot(time.Now())
+	c := g.d.snapshot(time.Now(), g.d.lc.held())
 	if b := c.pools["bulk"]; !b.live || b.slots["interactive"] != 2 || b.slots["batch"] != 8 || b.busy != 2 || b.workerSlots != 2 {
 		t.Fatalf("bulk: live %v slots %v (%d in all) busy %d, want live, interactive 2 batch 8 (2), busy 2", b.live, b.slots, b.workerSlots, b.busy)
 	}
@@ -470,10 +470,10 @@ func TestPoolStatus(t *testing.T) {
 	cfg := parseConfig(t, routeConfig)
 	s := newSupervisor(cfg, nil, nil, nil, "", "", "")
 	grace := time.Duration(cfg.Health.MissCount) * cfg.Health.HeartbeatInterval.D()
-	if st := s.poolStatus("fast", s.started.Add(grace-time.Millisecond)); !st.coming || st.reason != "remote workers not heard yet" {
+	if st := s.poolState("fast", s.started.Add(grace-time.Millisecond)); !st.coming || st.reason != "remote workers not heard yet" {
 		t.Errorf("remote pool within its grace: %+v", st)
 	}
-	if st := s.poolStatus("fast", s.started.Add(grace)); st.coming || st.reason != "no live workers (remote pool: none heartbeating)" {
+	if st := s.poolState("fast", s.started.Add(grace)); st.coming || st.reason != "no live workers (remote pool: none heartbeating)" {
 		t.Errorf("remote pool after its grace: %+v", st)
 	}
 
@@ -494,7 +494,7 @@ func TestPoolStatus(t *testing.T) {
 		pp := &poolProcs{cfg: cfg.Pools["spare"], procs: []*proc{{pool: "spare"}}}
 		s.pools["spare"], s.closed = pp, false
 		c.set(pp)
-		st := s.poolStatus("spare", time.Now())
+		st := s.poolState("spare", time.Now())
 		if st.reason != c.reason || st.coming != c.coming || st.asleep != c.asleep || st.failed != pp.failed {
 			t.Errorf("%s: %+v, want reason %q coming %v asleep %v failed %v", c.name, st, c.reason, c.coming, c.asleep, pp.failed)
 		}
@@ -622,10 +622,10 @@ func TestRouteLazyWake(t *testing.T) {
 	c := snapOf(t, routeConfig)
 	asleep := poolStatus{reason: "not started yet (lazy_load): starting for this request", coming: true, asleep: true}
 	c.pools["spare"].poolStatus = asleep
-	if d := c.route(newItem("interactive", "tag", soon(), "fast", "spare"), nil); !reflect.DeepEqual(d, decision{wake: "spare"}) {
+	if d := c.place(newItem("interactive", "tag", soon(), "fast", "spare"), nil); !reflect.DeepEqual(d, decision{wake: "spare"}) {
 		t.Fatalf("first item for an asleep pool: %+v, want a wait that wakes spare", d)
 	}
-	if d := c.route(newItem("interactive", "tag", soon(), "spare"), nil); !reflect.DeepEqual(d, decision{}) {
+	if d := c.place(newItem("interactive", "tag", soon(), "spare"), nil); !reflect.DeepEqual(d, decision{}) {
 		t.Fatalf("second item of the pass: %+v, want a wait, no second wake", d)
 	}
 
@@ -633,7 +633,7 @@ func TestRouteLazyWake(t *testing.T) {
 	c.pools["spare"].poolStatus = asleep
 	ready(c, "bulk", 1, "interactive")
 	c.pools["bulk"].busy = 1
-	if d := c.route(newItem("interactive", "tag", soon(), "bulk", "spare"), nil); !reflect.DeepEqual(d, decision{}) {
+	if d := c.place(newItem("interactive", "tag", soon(), "bulk", "spare"), nil); !reflect.DeepEqual(d, decision{}) {
 		t.Fatalf("a live full pool first in the chain: %+v, want a wait that wakes nothing", d)
 	}
 }
@@ -714,7 +714,7 @@ func TestRouter(t *testing.T) {
 	}
 	// The failed start is no event anyone hears (no process, no heartbeat): polled.
 	checkFor(t, "the lazy pool woken", 10*time.Second, 5*time.Millisecond, func() error {
-		if s.poolStatus("spare", time.Now()).failed == nil {
+		if s.poolState("spare", time.Now()).failed == nil {
 			return fmt.Errorf("spare has not failed to start")
 		}
 		return nil
@@ -788,21 +788,21 @@ func TestSpillGrace(t *testing.T) {
 		it.Value.(*pending).accepted = time.Now().Add(-age)
 		return it
 	}
-	if d := snap(routeConfig).route(item(0), nil); d.pool != "" || d.err != nil {
+	if d := snap(routeConfig).place(item(0), nil); d.pool != "" || d.err != nil {
 		t.Fatalf("new request, fast busy: %+v, want a wait", d)
 	}
-	if d := snap(routeConfig).route(item(2*spillGrace), nil); d.pool != "bulk" {
+	if d := snap(routeConfig).place(item(2*spillGrace), nil); d.pool != "bulk" {
 		t.Fatalf("request waiting %v: %+v, want bulk", 2*spillGrace, d)
 	}
 	relay := strings.Replace(routeConfig, "[security]", "[gateway]\nrelay_replies = true\n[security]", 1)
-	if d := snap(relay).route(item(0), nil); d.pool != "bulk" {
+	if d := snap(relay).place(item(0), nil); d.pool != "bulk" {
 		t.Fatalf("relay_replies, new request: %+v, want bulk at once", d)
 	}
 	c := snap(routeConfig)
 	c.workers["f1"].busy = nil
 	c.pools["fast"].busy = 0
 	c.est[estKey{"fast", "tag", "tagger"}] = time.Hour // fast cannot finish in time
-	if d := c.route(item(0), nil); d.pool != "bulk" {
+	if d := c.place(item(0), nil); d.pool != "bulk" {
 		t.Fatalf("fast infeasible: %+v, want bulk at once", d)
 	}
 }
@@ -827,7 +827,7 @@ func TestRouteModelDown(t *testing.T) {
 	c = snapOf(t, routeConfig)
 	c.addLive(health.Worker{HB: codec.Heartbeat{Worker: "fast-a", Pool: "fast", Slots: 2, Classes: []string{"interactive"}, State: codec.StateReady, Direct: true, Models: failedTagger}})
 	c.addLive(health.Worker{HB: codec.Heartbeat{Worker: "fast-b", Pool: "fast", Slots: 1, Classes: []string{"interactive"}, State: codec.StateReady, Direct: true}})
-	d := c.route(newItem("interactive", "tag", soon(), "fast"), nil)
+	d := c.place(newItem("interactive", "tag", soon(), "fast"), nil)
 	if d.pool != "fast" || d.worker != "fast-b" {
 		t.Fatalf("tagger ready on fast-b only: %+v, want fast / fast-b", d)
 	}

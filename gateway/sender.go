@@ -1,13 +1,16 @@
 package gateway
 
 import (
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/internal/reply"
 	"github.com/ortbus/ortbus/subjects"
@@ -20,6 +23,24 @@ import (
 // decoded once and converted for its client (JSON, its own id, paths mapped back) off
 // the loop.
 
+// sender is the dispatcher's connection to the workers: it publishes work items and
+// takes their claims and relayed replies back to the loop (post). The loop (loop.go)
+// owns it and calls apply; nothing here reads the loop's state.
+type sender struct {
+	nc           *nats.Conn
+	claimSubject string         // claims come to <claimSubject>.<pool>.<worker>
+	replyInbox   string         // relayed replies come to <replyInbox>.<attempt token>
+	relaying     sync.WaitGroup // relayed answers being converted
+
+	post       func(event)           // to the loop
+	conf       func() *config.Config // the config in force
+	log        *slog.Logger
+	est        *estimator // measured service times (their own lock)
+	metrics    *metrics
+	failover   *failover
+	supervisor *supervisor
+}
+
 // sendFailure is a work item that did not go out (L5).
 type sendFailure struct {
 	id      string
@@ -28,36 +49,36 @@ type sendFailure struct {
 }
 
 // apply carries out effects, in order, and returns the sends that failed.
-func (d *dispatcher) apply(effects []effect) (failed []sendFailure) {
+func (s *sender) apply(effects []effect) (failed []sendFailure) {
 	for _, e := range effects {
 		switch e := e.(type) {
 		case effRecord:
-			d.failover.record(e.p, false, nil, nil)
+			s.failover.record(e.p, false, nil, nil)
 		case effSend:
-			if err := d.sendItem(e); err != nil {
+			if err := s.sendItem(e); err != nil {
 				failed = append(failed, sendFailure{e.p.id, e.attempt, err})
 			}
 		case effAnswer:
-			d.deliver(e.p, e.pool, e.body, e.err)
+			s.deliver(e.p, e.pool, e.body, e.err)
 		case effRelay:
-			d.relaying.Add(1)
+			s.relaying.Add(1)
 			go func() {
-				defer d.relaying.Done()
-				d.relay(e.p, e.pool, e.msg)
+				defer s.relaying.Done()
+				s.relay(e.p, e.pool, e.msg)
 			}()
 		case effSettled:
-			d.settled(e.p, e.pool, e.claim)
+			s.settled(e.p, e.pool, e.claim)
 		case effCancel:
 			b, _ := codec.Marshal(&codec.Cancel{ID: e.id})
-			if err := d.nc.Publish(subjects.Cancel, b); err != nil {
-				d.metrics.publishFailed("cancel", err)
+			if err := s.nc.Publish(subjects.Cancel, b); err != nil {
+				s.metrics.publishFailed("cancel", err)
 			}
 		case effRetried:
-			d.metrics.retries.Inc()
+			s.metrics.retries.Inc()
 		case effUnclaimed:
-			d.log.Warn("request not claimed by any worker; dispatching it again", "id", e.p.id, "pool", e.pool, "after", claimTimeout(d.conf()))
+			s.log.Warn("request not claimed by any worker; dispatching it again", "id", e.p.id, "pool", e.pool, "after", claimTimeout(s.conf()))
 		case effWake:
-			d.supervisor.wake(e.pool) // a lazy_load pool starts on its first request
+			s.supervisor.wake(e.pool) // a lazy_load pool starts on its first request
 		}
 	}
 	return failed
@@ -66,11 +87,11 @@ func (d *dispatcher) apply(effects []effect) (failed []sendFailure) {
 // sendItem publishes a work item: to the worker the pass chose, or else to the pool's
 // queue group; its reply to the gateway's reply inbox under the attempt's token, or
 // straight to the client (direct). The error is the send's failure (L5).
-func (d *dispatcher) sendItem(e effSend) *codec.Error {
+func (s *sender) sendItem(e effSend) *codec.Error {
 	p := e.p
-	item := codec.WorkItem{Request: p.req, Op: p.op, DeadlineUnixMS: p.deadline.UnixMilli(), ClaimTo: d.claimSubject, EnqueuedUnixUS: p.accepted.UnixMicro()}
+	item := codec.WorkItem{Request: p.req, Op: p.op, DeadlineUnixMS: p.deadline.UnixMilli(), ClaimTo: s.claimSubject, EnqueuedUnixUS: p.accepted.UnixMicro()}
 	item.Class, item.Pool, item.Attempt, item.ReplyDirect = p.class, e.pool, e.attempt, e.direct
-	mapRequest(d.conf().Pool(e.pool).PathMap, &item.Request) // checked at submit (mapPaths)
+	mapRequest(s.conf().Pool(e.pool).PathMap, &item.Request) // checked at submit (mapPaths)
 	subj, _ := subjects.Infer(e.pool, p.class)
 	if e.target != "" {
 		subj, _ = subjects.InferWorker(e.pool, p.class, e.target)
@@ -81,9 +102,9 @@ func (d *dispatcher) sendItem(e effSend) *codec.Error {
 	}
 	to := p.replyTo
 	if !e.direct {
-		to = d.replyInbox + "." + strconv.FormatUint(e.seq, 10)
+		to = s.replyInbox + "." + strconv.FormatUint(e.seq, 10)
 	}
-	if err := d.nc.PublishMsg(&nats.Msg{Subject: subj, Reply: to, Data: data}); err != nil {
+	if err := s.nc.PublishMsg(&nats.Msg{Subject: subj, Reply: to, Data: data}); err != nil {
 		return codec.Errorf(codec.CodeInternal, "request to %s: %v", subj, err)
 	}
 	return nil
@@ -91,61 +112,61 @@ func (d *dispatcher) sendItem(e effSend) *codec.Error {
 
 // onReply takes a relayed reply (or the server's "no responders" status) on the reply
 // inbox to the loop. The last token of its subject is the attempt's token.
-func (d *dispatcher) onReply(m *nats.Msg) {
+func (s *sender) onReply(m *nats.Msg) {
 	tok := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	seq, err := strconv.ParseUint(tok, 10, 64)
 	if err != nil || seq == 0 {
-		d.metrics.bad("reply")
+		s.metrics.bad("reply")
 		return
 	}
 	noResp := len(m.Data) == 0 && m.Header.Get("Status") == "503"
-	d.post(evReply{seq: seq, msg: m, noResponders: noResp})
+	s.post(evReply{seq: seq, msg: m, noResponders: noResp})
 }
 
 // deliver sends p's terminal answer (the lifecycle emits exactly one; a request refused
 // before the loop took it gets it here): counted in the metrics under pool, sent, and
 // kept for resends (failover.go, rule 4).
-func (d *dispatcher) deliver(p *pending, pool string, body []byte, err *codec.Error) {
+func (s *sender) deliver(p *pending, pool string, body []byte, err *codec.Error) {
 	code := codec.Code("")
 	if err != nil {
 		code = err.Code
 	}
-	if !d.end(p, pool, code) {
+	if !s.end(p, pool, code) {
 		return
 	}
 	p.reply(body, err)
-	d.failover.record(p, true, body, err)
+	s.failover.record(p, true, body, err)
 }
 
 // settled ends p, whose worker answered its client itself (claim c, state done): what
 // deliver does, without sending.
-func (d *dispatcher) settled(p *pending, pool string, c codec.Claim) {
-	if d.end(p, pool, c.Code) && c.Code == "" && c.Timing != nil {
-		d.observe(p, pool, *c.Timing, p.req.Model)
+func (s *sender) settled(p *pending, pool string, c codec.Claim) {
+	if s.end(p, pool, c.Code) && c.Code == "" && c.Timing != nil {
+		s.observe(p, pool, *c.Timing, p.req.Model)
 	}
 }
 
 // end marks p answered with code ("" for a result) and counts it in the metrics under
 // pool; false for a second end, which would be a bug of the lifecycle: logged, and
 // nothing is sent.
-func (d *dispatcher) end(p *pending, pool string, code codec.Code) bool {
+func (s *sender) end(p *pending, pool string, code codec.Code) bool {
 	if !p.answered.CompareAndSwap(false, true) {
-		d.log.Error("a second answer to a request dropped", "id", p.id)
+		s.log.Error("a second answer to a request dropped", "id", p.id)
 		return false
 	}
 	label := "ok"
 	if code != "" {
 		label = string(code)
 	}
-	d.metrics.observe(p, pool, label)
+	s.metrics.observe(p, pool, label)
 	return true
 }
 
 // observe records the worker's timing of a result: in the metrics, and as the measured
 // service time of its pool, op and model (what the next one of its kind will cost).
-func (d *dispatcher) observe(p *pending, pool string, t codec.Timing, model string) {
-	d.metrics.timing(p, pool, t, model)
-	d.est.observe(estKey{pool, p.op, p.req.Model}, time.Duration(t.TotalUS-t.QueueUS)*time.Microsecond)
+func (s *sender) observe(p *pending, pool string, t codec.Timing, model string) {
+	s.metrics.timing(p, pool, t, model)
+	s.est.observe(estKey{pool, p.op, p.req.Model}, time.Duration(t.TotalUS-t.QueueUS)*time.Microsecond)
 }
 
 // relay answers p with its worker's reply from pool. The reply is decoded once: its
@@ -153,10 +174,10 @@ func (d *dispatcher) observe(p *pending, pool string, t codec.Timing, model stri
 // back (identity.go, rule 3), and re-encoded (as JSON if the client asked) only when
 // something changed; a reply the client can take as it is goes out as it came. A panic
 // in it answers internal.
-func (d *dispatcher) relay(p *pending, pool string, msg *nats.Msg) {
-	defer guard.Recover(d.log, "relay", func(e *codec.Error) { d.deliver(p, pool, nil, e) })
+func (s *sender) relay(p *pending, pool string, msg *nats.Msg) {
+	defer guard.Recover(s.log, "relay", func(e *codec.Error) { s.deliver(p, pool, nil, e) })
 	if e := reply.ErrorOf(msg); e != nil {
-		d.deliver(p, pool, nil, e)
+		s.deliver(p, pool, nil, e)
 		return
 	}
 	rep, ok := codec.NewReply(p.op).(codec.Replier)
@@ -165,26 +186,40 @@ func (d *dispatcher) relay(p *pending, pool string, msg *nats.Msg) {
 	}
 	if !ok {
 		if !p.asJSON && p.clientID == "" {
-			d.deliver(p, pool, msg.Data, nil) // nothing to convert: the client reads it
+			s.deliver(p, pool, msg.Data, nil) // nothing to convert: the client reads it
 		} else {
-			d.deliver(p, pool, nil, codec.Errorf(codec.CodeInternal, "worker reply to %s does not decode", p.op))
+			s.deliver(p, pool, nil, codec.Errorf(codec.CodeInternal, "worker reply to %s does not decode", p.op))
 		}
 		return
 	}
 	meta := rep.Meta()
-	d.observe(p, pool, meta.Timing, meta.Model)
-	changed := unmapPaths(d.conf().Pool(pool).PathMap, rep) // output paths back to the client's view
+	s.observe(p, pool, meta.Timing, meta.Model)
+	changed := unmapPaths(s.conf().Pool(pool).PathMap, rep) // output paths back to the client's view
 	if p.clientID != "" {
 		meta.ID, changed = p.clientID, true // its own id back (identity.go, rule 3)
 	}
 	if !changed && !p.asJSON {
-		d.deliver(p, pool, msg.Data, nil)
+		s.deliver(p, pool, msg.Data, nil)
 		return
 	}
 	b, err := codec.Encode(rep, p.asJSON)
 	if err != nil {
-		d.deliver(p, pool, nil, codec.Errorf(codec.CodeInternal, "encode reply: %v", err))
+		s.deliver(p, pool, nil, codec.Errorf(codec.CodeInternal, "encode reply: %v", err))
 		return
 	}
-	d.deliver(p, pool, b, nil)
+	s.deliver(p, pool, b, nil)
+}
+
+// onClaim records which worker holds a request. A claim is dropped unless its body
+// names the pool and worker of its subject (ortbus.claim.<gateway>.<pool>.<worker>),
+// which under the cluster permissions only that pool's workers may publish; and it only
+// counts for the request's current dispatch (its pool and attempt).
+func (s *sender) onClaim(m *nats.Msg) {
+	var c codec.Claim
+	ps, err := subjects.Parse(m.Subject)
+	if err != nil || ps.Kind != subjects.KindClaim || codec.Unmarshal(m.Data, &c) != nil || c.Pool != ps.Pool || c.Worker != ps.Worker {
+		s.metrics.bad("claim")
+		return
+	}
+	s.post(evClaim{c})
 }

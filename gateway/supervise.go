@@ -567,7 +567,43 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 	settled, exited := p.settled, p.exited
 	var once sync.Once
 	settle := func() { once.Do(func() { close(settled) }) }
-	var failure *codec.Error
+	failure := s.readEvents(p, out, settle)
+	err := cmd.Wait()
+	why := exitReason(cmd, err)
+	s.log.Warn("worker exited", "worker", p.id, "pool", p.pool, "reason", why)
+	// The process is gone: every request it held is answered now, not after heartbeats.
+	// Marked dead before its exit is announced: whoever waits for the exit (an eviction)
+	// then finds its memory gone from the admission. (workerDead does not wait for
+	// exited on an exit's reason.)
+	s.tracker.MarkDead(p.id, p.pool, s.host, why)
+	close(exited)
+	s.mu.Lock()
+	pp, restart, backoff := s.afterExit(p, cmd, failure, why)
+	gen := p.gen
+	s.mu.Unlock()
+	settle()
+	if !restart {
+		return
+	}
+	time.AfterFunc(backoff, func() {
+		s.mu.Lock()
+		if p.gen != gen || s.pools[p.pool] != pp {
+			// Replaced meanwhile by a reload (replace), or its pool removed: not twice.
+			s.mu.Unlock()
+			return
+		}
+		old := p.id
+		p.gen++
+		p.restarts++
+		s.mu.Unlock()
+		s.tracker.Forget(old)
+		s.spawn(p)
+	})
+}
+
+// readEvents reads the worker's event lines until its output closes: the model it is
+// loading, its readiness (settle), and the failure it reported, if any.
+func (s *supervisor) readEvents(p *proc, out io.Reader, settle func()) (failure *codec.Error) {
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		ev, ok := codec.ReadEvent(sc.Bytes())
@@ -590,31 +626,24 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 			failure = ev.Error
 		}
 	}
-	err := cmd.Wait()
-	why := exitReason(cmd, err)
-	s.log.Warn("worker exited", "worker", p.id, "pool", p.pool, "reason", why)
-	// The process is gone: every request it held is answered now, not after heartbeats.
-	// Marked dead before its exit is announced: whoever waits for the exit (an eviction)
-	// then finds its memory gone from the admission. (workerDead does not wait for
-	// exited on an exit's reason.)
-	s.tracker.MarkDead(p.id, p.pool, s.host, why)
-	close(exited)
-	s.mu.Lock()
-	pp := s.pools[p.pool]
+	return failure
+}
+
+// afterExit records the exit of p (failure: what it reported; why: how it ended) in its
+// pool, under s.mu, and decides whether it is restarted, after how long. Not restarted:
+// a worker whose pool a reload removed, one of a stopping gateway, one stopped by sleep,
+// one whose pool failed for good or is crash-looping.
+func (s *supervisor) afterExit(p *proc, cmd *exec.Cmd, failure *codec.Error, why string) (pp *poolProcs, restart bool, backoff time.Duration) {
+	pp = s.pools[p.pool]
 	p.lastExit, p.ready = why, false
 	if pp == nil || !slices.Contains(pp.procs, p) {
-		// Its pool was removed by a reload (reload.go): nothing to restart.
-		s.mu.Unlock()
-		settle()
-		return
+		return pp, false, 0 // its pool was removed by a reload (reload.go): nothing to restart
 	}
 	if s.closed {
 		// The gateway is stopping (closing): its workers drain and exit, some on a signal
 		// of their own (Ctrl-C reaches the whole process group) before stop asks them.
 		// Not a death: nothing is restarted, counted or skipped.
-		s.mu.Unlock()
-		settle()
-		return
+		return pp, false, 0
 	}
 	if failure != nil {
 		if failure.Code == codec.CodeOverloaded && failure.Details["device"] != nil {
@@ -639,57 +668,34 @@ func (s *supervisor) watch(p *proc, cmd *exec.Cmd, out io.Reader) {
 	if p.stopping {
 		// Stopped by sleep: not a death, and not restarted here (wake starts it again).
 		p.stopping = false
-		s.mu.Unlock()
-		settle()
-		return
+		return pp, false, 0
 	}
+	gw := s.conf().Gateway // one configuration for the crash-loop decision
 	now := time.Now()
 	pp.deaths = append(pp.deaths, now)
-	window := s.conf().Gateway.CrashLoopWindow.D()
 	recent := pp.deaths[:0]
 	for _, t := range pp.deaths {
-		if now.Sub(t) <= window {
+		if now.Sub(t) <= gw.CrashLoopWindow.D() {
 			recent = append(recent, t)
 		}
 	}
 	pp.deaths = recent
-	if len(recent) >= s.conf().Gateway.CrashLoopCount {
+	if len(recent) >= gw.CrashLoopCount {
 		pp.crashLooping = true
 	}
-	restart := !s.closed && pp.failed == nil && !pp.crashLooping
-	backoff := s.backoff(len(recent))
-	gen := p.gen
-	s.mu.Unlock()
-	settle()
-	if !restart {
-		if pp.crashLooping {
-			s.log.Error("pool is crash-looping; not restarting", "pool", p.pool, "deaths", len(recent), "window", window)
-		}
-		return
+	if pp.crashLooping {
+		s.log.Error("pool is crash-looping; not restarting", "pool", p.pool, "deaths", len(recent), "window", gw.CrashLoopWindow.D())
 	}
-	time.AfterFunc(backoff, func() {
-		s.mu.Lock()
-		if p.gen != gen || s.pools[p.pool] != pp {
-			// Replaced meanwhile by a reload (replace), or its pool removed: not twice.
-			s.mu.Unlock()
-			return
-		}
-		old := p.id
-		p.gen++
-		p.restarts++
-		s.mu.Unlock()
-		s.tracker.Forget(old)
-		s.spawn(p)
-	})
+	return pp, pp.failed == nil && !pp.crashLooping, restartBackoff(gw, len(recent))
 }
 
-// backoff doubles from restart_backoff_min with each recent death, up to the max.
-func (s *supervisor) backoff(recent int) time.Duration {
-	d := s.conf().Gateway.RestartBackoffMin.D()
-	for i := 1; i < recent && d < s.conf().Gateway.RestartBackoffMax.D(); i++ {
+// restartBackoff doubles from restart_backoff_min with each recent death, up to the max.
+func restartBackoff(gw config.Gateway, recent int) time.Duration {
+	d := gw.RestartBackoffMin.D()
+	for i := 1; i < recent && d < gw.RestartBackoffMax.D(); i++ {
 		d *= 2
 	}
-	return min(d, s.conf().Gateway.RestartBackoffMax.D())
+	return min(d, gw.RestartBackoffMax.D())
 }
 
 func exitReason(cmd *exec.Cmd, err error) string {
@@ -729,16 +735,8 @@ func (s *supervisor) workerDead(id, why string) {
 	}
 }
 
-// poolStatus is the supervisor's view of a pool, for when it has no live worker.
-type poolStatus struct {
-	reason string       // why it has no live worker
-	coming bool         // workers are on their way: starting, or a remote pool not heard yet
-	asleep bool         // a lazy_load pool not started yet (so coming): wake starts it
-	failed *codec.Error // a start-up failure that a restart cannot fix
-}
-
 // poolStatus says why a pool has no live worker at now, and whether one is still coming.
-func (s *supervisor) poolStatus(pool string, now time.Time) poolStatus {
+func (s *supervisor) poolState(pool string, now time.Time) poolStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pp, ok := s.pools[pool]

@@ -36,8 +36,8 @@ type storedResult struct {
 type Host interface {
 	// Room is how many items the gateway takes at once now (those held included).
 	Room() int
-	// Run runs one item (see Runner).
-	Run(ctx context.Context, it Item) ([]byte, *codec.Error)
+	// RunItem runs one item (see Runner).
+	RunItem(ctx context.Context, it Item) ([]byte, *codec.Error)
 }
 
 // Consume runs items until ctx ends: it fetches as many as h's Room says this gateway can
@@ -72,7 +72,7 @@ func (s *Store) Consume(ctx context.Context, h Host) {
 				continue
 			}
 			s.hold(1)
-			go s.handle(ctx, m, h.Run)
+			go s.handle(ctx, m, h.RunItem)
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.Canceled) {
 			s.log.Warn("fetch job items", "err", err)

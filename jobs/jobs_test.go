@@ -75,7 +75,7 @@ type host struct {
 }
 
 func (h host) Room() int { return h.room }
-func (h host) Run(ctx context.Context, it Item) ([]byte, *codec.Error) {
+func (h host) RunItem(ctx context.Context, it Item) ([]byte, *codec.Error) {
 	return h.run(ctx, it)
 }
 
