@@ -29,6 +29,7 @@ const (
 	CodeBusy        = "busy"
 	CodeUnloaded    = "unloaded"
 	CodeTooLong     = "too_long"
+	CodeStopping    = "stopping" // sent after a stop
 	CodeLoadFailed  = "load_failed"
 	CodeInternal    = "internal"
 )

@@ -24,12 +24,14 @@
 //   {"op":"generate","id":"r1","prompt":"text","max_tokens":32,"ignore_eos":true}
 //   {"op":"free"}      unload the model and its context   (also SIGUSR1)
 //   {"op":"resume"}    load them again                    (also SIGUSR2)
-//   {"op":"stop"}      unload and exit 0                  (also SIGTERM, SIGINT, end of stdin)
+//   {"op":"stop"}      unload and exit 0 once the operations before it are done (also
+//                      end of stdin); SIGTERM and SIGINT likewise, but they stop the
+//                      requests before them at their next token (stop "stopped")
 // Operations run one at a time, in arrival order (signals included); at most -max-queue
 // wait, beyond that a request is refused ("busy"). A free stops the requests before it
 // (the one running and those waiting) at their next token, their events saying stop
-// "freed", so memory is given back soon; a stop likewise (stop "stopped"), and operations
-// after a stop are dropped.
+// "freed", so memory is given back soon. Operations after a stop are dropped (a request
+// with an error "stopping").
 //
 // Output, one JSON object a line, "event" naming it:
 //   ready    {load_ms, rss_bytes, model_bytes, context_size, threads, gpu, build, vram_used_bytes,
@@ -39,7 +41,7 @@
 //   freed    {free_ms, rss_before_bytes, rss_bytes, vram_used_bytes}
 //   resumed  {load_ms, rss_bytes, vram_used_bytes}
 //   error    {id?, code, message}   code: line_too_long bad_json bad_request unknown_op busy
-//                                   unloaded too_long load_failed internal
+//                                   unloaded too_long stopping load_failed internal
 //   exit     {reason, status}    the last line: reason stop, stdin closed, SIGTERM, SIGINT, usage, load_failed; status the exit status
 //
 // Figures of a request: first_token_ms from the request's turn (it left the queue) to its
@@ -195,12 +197,18 @@ function checkGenerate(m) {
 class Tenant {
   constructor(engine, args) {
     this.engine = engine; this.args = args;
-    this.chain = Promise.resolve(); this.waiting = 0; this.stopping = false; this.frees = 0;
+    this.chain = Promise.resolve(); this.waiting = 0; this.frees = 0;
+    this.stopping = false; // a stop is queued: later operations are dropped
+    this.interrupting = false; // a stop by signal: requests stop at their next token
   }
 
   // enqueue queues op; a generate beyond -max-queue waiting operations is refused.
   enqueue(op, m) {
-    if (this.stopping) return;
+    if (op === "stop" && m.interrupt) this.interrupting = true;
+    if (this.stopping) {
+      if (op === "generate") emit("error", { id: requestID(m), code: "stopping", message: "the tenant is stopping" });
+      return;
+    }
     if (op === "generate" && this.waiting >= this.args.maxQueue) {
       emit("error", { id: requestID(m), code: "busy", message: `${this.waiting} operations are waiting (-max-queue ${this.args.maxQueue})` });
       return;
@@ -224,7 +232,7 @@ class Tenant {
       case "generate": {
         const req = checkGenerate(m);
         if (!e.loaded) throw new RequestError("unloaded", "the model is freed: resume first");
-        emit("request", await e.generate(req, () => (this.frees > 0 ? "freed" : this.stopping ? "stopped" : "")));
+        emit("request", await e.generate(req, () => (this.frees > 0 ? "freed" : this.interrupting ? "stopped" : "")));
         return;
       }
       case "free":
@@ -303,7 +311,7 @@ async function main() {
   // (SIGUSR1's).
   process.on("SIGUSR1", () => tenant.enqueue("free", {}));
   process.on("SIGUSR2", () => tenant.enqueue("resume", {}));
-  for (const sig of ["SIGTERM", "SIGINT"]) process.on(sig, () => tenant.enqueue("stop", { reason: sig }));
+  for (const sig of ["SIGTERM", "SIGINT"]) process.on(sig, () => tenant.enqueue("stop", { reason: sig, interrupt: true }));
   // stdin is read once the model is loaded: the first line out is ready (or the load's
   // error), and lines sent before wait in the pipe.
   tenant.chain = start(args, t0).then((engine) => {
