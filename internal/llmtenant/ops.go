@@ -134,15 +134,15 @@ func (t *Tenant) toggle(ctx context.Context, by Trigger, sig syscall.Signal, op 
 	return t.wait(ctx, ch, op, unwait)
 }
 
-// signal sends sig to the tenant while it has not been reaped (its pid is then no
-// longer its).
+// signal sends sig to the tenant's process while the started process has not been
+// reaped (with no wrapper the tenant's pid is then no longer its).
 func (t *Tenant) signal(sig syscall.Signal) error {
 	select {
 	case <-t.done:
 		return ErrExited
 	default:
 	}
-	return t.cmd.Process.Signal(sig)
+	return syscall.Kill(t.PID(), sig)
 }
 
 // Stop asks the tenant to stop ({"op":"stop"}, then its stdin closed): it unloads and
@@ -174,16 +174,27 @@ func (t *Tenant) Stop(ctx context.Context) (Event, error) {
 // closeGrace is how long Close waits for the killed group's leader to be reaped.
 const closeGrace = 10 * time.Second
 
-// Close kills the tenant's process group if it still runs and waits for it to be reaped.
-// It is safe to call at any time, more than once (a test's cleanup).
+// Close kills the tenant and the process group of what was started (the tenant, or its
+// wrapper) if it still runs, and waits for it to be reaped. It is safe to call at any
+// time, more than once (a test's cleanup), and before the ready event (no tenant pid
+// known yet).
 func (t *Tenant) Close() {
 	select {
 	case <-t.done:
 		return
 	default:
 	}
-	// The group id is the tenant's pid, not reused while it is unreaped (done not closed).
-	syscall.Kill(-t.PID(), syscall.SIGKILL)
+	started := t.cmd.Process.Pid
+	// A wrapper may run the tenant in a group of its own (ortbus lease --gate does): the
+	// tenant first, while the wrapper, its parent, still holds its pid.
+	if pid := t.PID(); pid > 0 && pid != started {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	// The group id is the started process's pid (Setpgid), not reused while it is
+	// unreaped (done not closed); never 0, which would be this process's own group.
+	if started > 0 {
+		syscall.Kill(-started, syscall.SIGKILL)
+	}
 	select {
 	case <-t.done:
 	case <-time.After(closeGrace):

@@ -43,8 +43,8 @@ func startTiny(t *testing.T, ctxTokens int, onEvent func(llmtenant.Event)) *llmt
 func TestTenantFreeResumeStop(t *testing.T) {
 	tn := startTiny(t, 512, nil)
 	ready := tn.Ready()
-	if ready.Build != "prebuilt" || ready.GPU != "cpu" || ready.NodeLlamaCpp != "3.21.1" || ready.PID != tn.PID() {
-		t.Fatalf("ready %+v: want node-llama-cpp 3.21.1's prebuilt CPU binary, pid %d", ready, tn.PID())
+	if ready.Build != "prebuilt" || ready.GPU != "cpu" || ready.NodeLlamaCpp != "3.21.1" {
+		t.Fatalf("ready %+v: want node-llama-cpp 3.21.1's prebuilt CPU binary", ready)
 	}
 	if ready.ModelBytes < 13<<20 || ready.LoadMS <= 0 || ready.ContextSize != 512 {
 		t.Fatalf("ready %+v: want the tiny model's 13+ MiB, a load time, a 512-token context", ready)

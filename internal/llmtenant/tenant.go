@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -75,6 +76,13 @@ type Options struct {
 	// OnEvent, when set, is called with every event, in order, from the goroutine that
 	// reads them: it must return quickly.
 	OnEvent func(Event)
+	// Wrap, when set, is a command that runs the tenant: the tenant's command line
+	// (node, its arguments) is appended to it, e.g. {"bin/ortbus", "lease", "--device",
+	// "cpu", "--bytes", "64MiB", "--on-pressure", "kill -USR1 $ORTBUS_LEASE_PID", "--"}.
+	// The wrapper must pass stdin and stdout through (ortbus lease does). Signals (Free,
+	// Resume BySignal) and RSS go to the tenant's own process (the pid of its ready
+	// event), not to the wrapper.
+	Wrap []string
 }
 
 // StderrTail is how much of the tenant's stderr is kept for error messages.
@@ -127,7 +135,8 @@ func Start(ctx context.Context, o Options) (*Tenant, error) {
 	if node == "" {
 		node = "node"
 	}
-	cmd := exec.Command(node, o.args()...)
+	argv := append(append(slices.Clone(o.Wrap), node), o.args()...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), "NODE_LLAMA_CPP_SKIP_DOWNLOAD=true"), o.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	t := &Tenant{cmd: cmd, stderr: &tail{max: StderrTail, tee: o.Stderr}, onEvent: o.OnEvent,
@@ -143,14 +152,18 @@ func Start(ctx context.Context, o Options) (*Tenant, error) {
 	}
 	t.stdin = stdin
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("llmtenant: start %s: %w", node, err)
+		return nil, fmt.Errorf("llmtenant: start %s: %w", argv[0], err)
 	}
 	go t.read(stdout)
 	select {
 	case ev := <-t.first:
-		if ev.Event == EventReady {
+		if ev.Event == EventReady && ev.PID > 0 {
 			t.ready = ev
 			return t, nil
+		}
+		if ev.Event == EventReady { // no pid to signal: kill(0) would reach this process's group
+			t.Close()
+			return nil, fmt.Errorf("llmtenant: the tenant's ready event has no pid: %+v", ev)
 		}
 		t.Close()
 		return nil, fmt.Errorf("llmtenant: the tenant did not load: %s: %s", ev.Code, ev.Message)
@@ -235,8 +248,9 @@ func (t *Tenant) dispatch(ev Event) {
 // Ready is the tenant's ready event.
 func (t *Tenant) Ready() Event { return t.ready }
 
-// PID is the tenant's process id (its process group's too).
-func (t *Tenant) PID() int { return t.cmd.Process.Pid }
+// PID is the tenant's process id, from its ready event: the process that signals and RSS
+// reach (the started process's child when Options.Wrap is set).
+func (t *Tenant) PID() int { return t.ready.PID }
 
 // Done is closed once the tenant has exited and its output is read.
 func (t *Tenant) Done() <-chan struct{} { return t.done }
