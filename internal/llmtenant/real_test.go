@@ -39,7 +39,7 @@ func startTiny(t *testing.T, ctxTokens int, onEvent func(llmtenant.Event)) *llmt
 // decode rate; SIGUSR1 frees the model, and the tenant's resident set, read here from
 // /proc, drops by at least half the model's bytes; a generation is then refused; a resume
 // loads it again (the set grows back) and the same prompt gives the same greedy output;
-// a stop ends the process.
+// a second free gives the memory back again; a stop ends the process.
 func TestTenantFreeResumeStop(t *testing.T) {
 	tn := startTiny(t, 512, nil)
 	ready := tn.Ready()
@@ -92,6 +92,14 @@ func TestTenantFreeResumeStop(t *testing.T) {
 	}
 	if !slices.Equal(again.Output, first.Output) || again.TokensPerS <= 0 {
 		t.Fatalf("after the reload: %+v, want the same greedy output %v", again, first.Output)
+	}
+	// Every free gives the memory back, not only the first (glibc's threshold: baseEnv).
+	reloaded := rss(t, tn)
+	if _, err := tn.Free(ctx, llmtenant.BySignal); err != nil {
+		t.Fatal(err)
+	}
+	if again := rss(t, tn); again > reloaded-ready.ModelBytes/2 {
+		t.Fatalf("the second free gave back too little: %d -> %d (model %d bytes)", reloaded, again, ready.ModelBytes)
 	}
 
 	pid := tn.PID()

@@ -85,6 +85,17 @@ type Options struct {
 	Wrap []string
 }
 
+// baseEnv is the tenant's environment beside this process's (Options.Env wins):
+//   - no download of llama.cpp, ever (the install turned scripts off; this is for any
+//     code path of node-llama-cpp's that would look);
+//   - a fixed glibc mmap threshold. glibc raises its threshold to the size of each
+//     mmapped block it frees (up to 32 MiB), so after the first unload the weights and
+//     the KV cache of a model reloaded come from its heap, and a second unload gives
+//     nothing back to the system (measured: the tiny model's second free left the
+//     resident set as it was). A fixed threshold keeps every large block mmapped, so
+//     every free really frees.
+var baseEnv = []string{"NODE_LLAMA_CPP_SKIP_DOWNLOAD=true", "MALLOC_MMAP_THRESHOLD_=131072"}
+
 // StderrTail is how much of the tenant's stderr is kept for error messages.
 const StderrTail = 8 << 10
 
@@ -137,7 +148,7 @@ func Start(ctx context.Context, o Options) (*Tenant, error) {
 	}
 	argv := append(append(slices.Clone(o.Wrap), node), o.args()...)
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(append(os.Environ(), "NODE_LLAMA_CPP_SKIP_DOWNLOAD=true"), o.Env...)
+	cmd.Env = append(append(os.Environ(), baseEnv...), o.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	t := &Tenant{cmd: cmd, stderr: &tail{max: StderrTail, tee: o.Stderr}, onEvent: o.OnEvent,
 		pending: map[string]chan Event{}, first: make(chan Event, 1), done: make(chan struct{})}

@@ -17,7 +17,10 @@
 // script's test that the prebuilt binary is what runs.
 // Without -mmap the weights are read into the process's own memory (as a GPU engine holds
 // them in device memory), so unloading really gives them back; with -mmap they are
-// mapped from the file.
+// mapped from the file. Run it with MALLOC_MMAP_THRESHOLD_=131072 in its environment
+// (internal/llmtenant does; the tenant warns on stderr without it): glibc otherwise
+// raises its mmap threshold to each large block freed, a reloaded model then lives on
+// its heap, and the next unload gives nothing back to the system.
 //
 // Input, one JSON object a line (a line over -max-line bytes, a line that is no JSON
 // object, an unknown op: an "error" event, and the tenant goes on):
@@ -303,6 +306,9 @@ async function main() {
     process.exit(2);
   }
   process.stdout.on("error", () => process.exit(1)); // the reader is gone: nobody to report to
+  if (!process.env.MALLOC_MMAP_THRESHOLD_) {
+    process.stderr.write("tenant: MALLOC_MMAP_THRESHOLD_ is not set: a free after a resume may give no memory back (see the header of tenant.mjs)\n");
+  }
   if (args.check) return check(args);
   const t0 = performance.now();
   const tenant = new Tenant(null, args);
