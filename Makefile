@@ -14,10 +14,11 @@ MODELS    := $(DEPS)/models/tagger/model.onnx
 OCR_MODEL := $(DEPS)/ocr/ppocrv4-det/model.onnx
 VAD_MODEL := $(DEPS)/vad/silero-v5/model.onnx
 NODE_BENCH := $(DEPS)/node-bench/INSTALLED
+LLM_TENANT := $(DEPS)/llm-tenant/INSTALLED
 BINARIES  := bin/ortbus bin/ortworker bin/natsembed bin/gateway
 GOFLAGS_TEST ?= -race -count=1 -p 1 -timeout 40m
 
-.PHONY: all build prepare runtimes models ocr-model vad-model node-bench demo test vet fmt-check fuzz fuzz-handlers bench clean
+.PHONY: all build prepare runtimes models ocr-model vad-model node-bench llm-tenant demo test vet fmt-check fuzz fuzz-handlers bench clean
 all: build
 
 build: $(BINARIES)
@@ -49,7 +50,8 @@ fmt-check:
 
 # The bench package's TestCollisionReal runs the fetched Silero VAD and PP-OCRv4 models.
 # TestNodeBenchRun runs the onnxruntime-node runner of bench throughput.
-test: prepare $(OCR_MODEL) $(VAD_MODEL) $(NODE_BENCH) vet fmt-check
+# internal/llmtenant's tests run the LLM tenant (llama.cpp through node-llama-cpp).
+test: prepare $(OCR_MODEL) $(VAD_MODEL) $(NODE_BENCH) $(LLM_TENANT) vet fmt-check
 	$(GO) test $(GOFLAGS_TEST) ./...
 	$(MAKE) fuzz-handlers FUZZTIME=20000x
 
@@ -85,6 +87,13 @@ $(VAD_MODEL): scripts/fetch-vad-model.sh
 node-bench: $(NODE_BENCH)
 $(NODE_BENCH): scripts/fetch-node-bench.sh bench/node/package.json bench/node/package-lock.json
 	scripts/fetch-node-bench.sh $(DEPS)
+
+# The LLM tenant's engine (tenants/llm): node-llama-cpp 3.21.1 with its prebuilt llama.cpp
+# CPU and Vulkan binaries (npm, scripts off, nothing built or downloaded) into
+# .deps/llm-tenant; the model is generated (`ortbus models gen-llm`).
+llm-tenant: $(LLM_TENANT)
+$(LLM_TENANT): scripts/fetch-llm-tenant.sh tenants/llm/package.json tenants/llm/package-lock.json
+	scripts/fetch-llm-tenant.sh $(DEPS)
 
 # Every bench once (about 11 minutes on 2 cores before the real-model collision and capacity,
 # which add a few; jobs alone about 6); figures and commands in

@@ -4,6 +4,7 @@
 //	ortbus status [-s URL] [-inbox-prefix P] [-json]               pools, workers, devices, class queues
 //	ortbus doctor -config FILE [-json] [-timeout 20s]              runtime discovery and EP checks, per pool
 //	ortbus models gen DIR [-heavy N]                               write the generated test/demo models
+//	ortbus models gen-llm DIR [-size tiny|bench]                   write the generated GGUF LLM (genllm.go)
 //	ortbus demo [-config deploy/local.toml] [-gateway PATH]        run the system end to end, print a report
 //	ortbus bench NAME [-out FILE.json] [flags]                     overhead, throughput, collision, failure (bench.go)
 //	ortbus job submit|status|watch|wait|results|cancel|list ...    durable batch jobs, JSON lines (job.go)
@@ -42,6 +43,8 @@ func main() { os.Exit(run(os.Args[1:])) }
 const usage = `usage:
   ortbus doctor -config FILE [-json]    check each pool's runtime library and execution providers
   ortbus models gen DIR [-heavy N]      write the generated models (N compute layers in tagger-heavy)
+  ortbus models gen-llm DIR [-size tiny|bench]
+                                        write the generated llama-architecture GGUF model (LLM tenant's; prints its path)
   ortbus demo [-config FILE]            run the system end to end and print a report (default deploy/local.toml)
   ortbus bench NAME [-out FILE.json]    overhead|throughput|collision|capacity|failure|jobs|incremental (docs/BENCHMARKS.md)
   ortbus status [-s URL] [-json]        pools, workers, devices and class queues, as tables
@@ -99,11 +102,14 @@ func run(args []string) int {
 	case "job":
 		return jobCmd(args[1:])
 	case "models":
-		if len(args) < 2 || args[1] != "gen" {
-			fmt.Fprint(os.Stderr, usage)
-			return 2
+		switch {
+		case len(args) >= 2 && args[1] == "gen":
+			return genCmd(args[2:])
+		case len(args) >= 2 && args[1] == "gen-llm":
+			return genLLMCmd(args[2:])
 		}
-		return genCmd(args[2:])
+		fmt.Fprint(os.Stderr, usage)
+		return 2
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return 0
