@@ -201,7 +201,7 @@ func Capacity(ctx context.Context, o Options) (*Report, error) {
 	rep := h.rep
 	res := newCapacityResults(sc)
 	rep.Results = res
-	setup, err := h.scenarioSetup(sc, &res.PolicyKey, "the policy runs used its built-in policy, and there are no FIFO runs")
+	setup, err := h.scenarioSetup(ctx, sc, &res.PolicyKey, "the policy runs used its built-in policy, and there are no FIFO runs")
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,13 @@ type CollisionResults struct {
 	// has no --gate (a note says so); Policy and FIFO then run the tenant without the gate.
 	SoloTenant *TenantStats  `json:"solo_tenant,omitempty"`
 	Gate       *CollisionRun `json:"policy_gate,omitempty"`
+	// GPU is how a scenario on the GPU ran (gpucollision.go; nil: no pool or lease names
+	// the device gpu); SoloGPUMemory the GPU's peak memory in each solo run, by class
+	// (and soloTenantKey: the tenant alone).
+	GPU           *GPUCollision          `json:"gpu,omitempty"`
+	SoloGPUMemory map[string]*MemoryPeak `json:"solo_gpu_memory,omitempty"`
+	// Degrade is the degrade run (degrade.go; nil: the scenario has none).
+	Degrade *DegradeRun `json:"degrade_run,omitempty"`
 	// PolicyKey says whether the gateway took `[gateway] policy` ("ok"), or why not.
 	PolicyKey string `json:"policy_key"`
 }
@@ -54,6 +61,9 @@ type CollisionRun struct {
 	DrainMS float64
 	// Tenant is the LLM tenants' figures (nil: the run had none).
 	Tenant *TenantStats
+	// GPUMemory is the GPU's peak memory in the run, as its driver reports it (nil: the
+	// scenario has no GPU).
+	GPUMemory *MemoryPeak
 }
 
 // MarshalJSON writes the classes and drain_ms side by side, as the report schema has it
@@ -62,6 +72,9 @@ func (r *CollisionRun) MarshalJSON() ([]byte, error) {
 	m := map[string]any{"drain_ms": r.DrainMS}
 	if r.Tenant != nil {
 		m["llm_tenant"] = r.Tenant
+	}
+	if r.GPUMemory != nil {
+		m["gpu_memory"] = r.GPUMemory
 	}
 	for k, v := range r.Classes {
 		m[k] = v
@@ -153,25 +166,78 @@ type CollisionRatios struct {
 	UrgentStream *StreamRatios `json:"urgent_stream,omitempty"`
 	// LLM is set when the scenario has the LLM tenant.
 	LLM *LLMRatios `json:"llm,omitempty"`
+	// VsSolo is each run's class latencies over the class's solo run, by run (gate,
+	// policy, fifo) and class (nil without solo runs).
+	VsSolo map[string]map[string]*VsSolo `json:"vs_solo,omitempty"`
+}
+
+// VsSolo is one class's latency percentiles in a run over its solo run's.
+type VsSolo struct {
+	P50 float64 `json:"p50_over_solo"`
+	P95 float64 `json:"p95_over_solo"`
+	P99 float64 `json:"p99_over_solo"`
+}
+
+// vsSolo is every run's VsSolo (nil without solo runs).
+func (r *CollisionResults) vsSolo() map[string]map[string]*VsSolo {
+	if r.Solo == nil {
+		return nil
+	}
+	out := map[string]map[string]*VsSolo{}
+	for _, run := range r.runs() {
+		if run.name == "solo" {
+			continue
+		}
+		out[run.name] = map[string]*VsSolo{}
+		for class, st := range run.classes {
+			if solo := r.Solo[class]; solo != nil {
+				out[run.name][class] = &VsSolo{P50: ratio(st.P50MS, solo.P50MS), P95: ratio(st.P95MS, solo.P95MS), P99: ratio(st.P99MS, solo.P99MS)}
+			}
+		}
+	}
+	return out
+}
+
+// printVsSolo prints the runs' class latencies over solo, runs in order, classes in the
+// scenario's.
+func printVsSolo(out io.Writer, sc *Scenario, vs map[string]map[string]*VsSolo) {
+	var rows []string
+	for _, run := range []string{"gate", "policy", "fifo"} {
+		for _, c := range sc.Classes {
+			if v := vs[run][c.Name]; v != nil {
+				rows = append(rows, fmt.Sprintf("%s\t%s\t%.2fx\t%.2fx\t%.2fx\t", run, c.Name, v.P50, v.P95, v.P99))
+			}
+		}
+	}
+	if len(rows) > 0 {
+		printTable(out, "run\tclass\tp50 / solo\tp95 / solo\tp99 / solo\t", rows...)
+	}
 }
 
 // LLMRatios compare the LLM tenant's figures and the classes' under the gate with their
 // solo runs and with the runs without the gate.
 type LLMRatios struct {
-	TokensPerSSolo       float64 `json:"tokens_per_s_solo"`
-	TokensPerSGate       float64 `json:"tokens_per_s_gate"`
-	TokensPerSPolicy     float64 `json:"tokens_per_s_policy"`
-	TokensPerSFIFO       float64 `json:"tokens_per_s_fifo"`
-	TokensGateOverSolo   float64 `json:"tokens_per_s_gate_over_solo"`
-	TokensPolicyOverSolo float64 `json:"tokens_per_s_policy_over_solo"`
-	TokensFIFOOverSolo   float64 `json:"tokens_per_s_fifo_over_solo"`
-	FirstTokenP95Solo    float64 `json:"first_token_p95_ms_solo"`
-	FirstTokenP95Gate    float64 `json:"first_token_p95_ms_gate"`
-	FirstTokenP95Policy  float64 `json:"first_token_p95_ms_policy"`
-	FirstTokenP95FIFO    float64 `json:"first_token_p95_ms_fifo"`
+	TokensPerSSolo           float64 `json:"tokens_per_s_solo"`
+	TokensPerSGate           float64 `json:"tokens_per_s_gate"`
+	TokensPerSPolicy         float64 `json:"tokens_per_s_policy"`
+	TokensPerSFIFO           float64 `json:"tokens_per_s_fifo"`
+	TokensGateOverSolo       float64 `json:"tokens_per_s_gate_over_solo"`
+	TokensPolicyOverSolo     float64 `json:"tokens_per_s_policy_over_solo"`
+	TokensFIFOOverSolo       float64 `json:"tokens_per_s_fifo_over_solo"`
+	FirstTokenP95Solo        float64 `json:"first_token_p95_ms_solo"`
+	FirstTokenP95Gate        float64 `json:"first_token_p95_ms_gate"`
+	FirstTokenP95Policy      float64 `json:"first_token_p95_ms_policy"`
+	FirstTokenP95FIFO        float64 `json:"first_token_p95_ms_fifo"`
+	FirstTokenGateOverSolo   float64 `json:"first_token_p95_gate_over_solo"`
+	FirstTokenPolicyOverSolo float64 `json:"first_token_p95_policy_over_solo"`
 	// InteractiveP95GateOverSolo and UrgentDroppedGate are the gate run's figures of the
-	// acceptance (interactive p95 over solo; audio frames dropped).
+	// acceptance (interactive p95 over solo; audio frames dropped); GateTarget is the
+	// class the gate's p95 target is about (the tenant's gate_target) and
+	// GateTargetP95OverSolo its p95 with the gate over solo.
 	InteractiveP95GateOverSolo float64 `json:"interactive_p95_gate_over_solo"`
+	GateTarget                 string  `json:"gate_target"`
+	GateTargetP95OverSolo      float64 `json:"gate_target_p95_gate_over_solo"`
+	UrgentDroppedSolo          int     `json:"urgent_dropped_solo"`
 	UrgentDroppedGate          int     `json:"urgent_dropped_gate"`
 	UrgentDroppedPolicy        int     `json:"urgent_dropped_policy"`
 	UrgentDroppedFIFO          int     `json:"urgent_dropped_fifo"`
@@ -205,12 +271,18 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 	sched := sc.Schedule()
 	res := &CollisionResults{Scenario: sc, Counts: scheduleCounts(sc, sched), PolicyKey: "ok"}
 	rep.Results = res
-	setup, err := h.scenarioSetup(sc, &res.PolicyKey, "the policy run used its built-in policy, and there is no FIFO run")
+	setup, err := h.scenarioSetup(ctx, sc, &res.PolicyKey, "the policy run used its built-in policy, and there is no FIFO run")
 	if err != nil {
 		return nil, err
 	}
 	out := o.out()
 	fmt.Fprintf(out, "collision: scenario %s, seed %d, window %v; requests: %s\n", sc.Name, sc.Seed, sc.Window.D(), countsLine(sc, res.Counts))
+	if res.GPU = setup.gpu; res.GPU != nil {
+		if t := setup.tenant; t != nil && t.llama != nil {
+			res.GPU.TenantBackend, res.GPU.TenantBackendWhy = t.llama.opts.GPU, t.llama.why
+		}
+		res.GPU.print(out)
+	}
 	plain, gated := tenantRuns(out, rep, sc, setup)
 	checkOCR := func(run string, r *CollisionRun) { checkOCRSpool(rep, sc, setup, run, r) }
 
@@ -219,30 +291,13 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	sys.runtimes(ctx, &rep.Machine.Runtimes)
-	if !o.SkipSolo {
-		if err := soloRuns(ctx, out, sys, sc, sched, setup, plain, res, checkOCR); err != nil {
-			sys.stop()
-			return nil, err
-		}
-	}
-	if gated != nil {
-		fmt.Fprintf(out, "  policy, the tenant gated ...\n")
-		res.Gate, err = runSchedule(ctx, sys, sc, sched, setup.reqs, nil, gated)
-		if err != nil {
-			sys.stop()
-			return nil, fmt.Errorf("policy run with the gate: %w", err)
-		}
-		checkOCR("policy with the gate", res.Gate)
-	}
-	fmt.Fprintf(out, "  policy ...\n")
-	res.Policy, err = runSchedule(ctx, sys, sc, sched, setup.reqs, nil, plain)
+	err = policyRuns(ctx, out, &o, sys, sc, sched, setup, plain, gated, res, checkOCR)
 	sys.stop()
 	if err != nil {
-		return nil, fmt.Errorf("policy run: %w", err)
+		return nil, err
 	}
-	checkOCR("policy", res.Policy)
 
-	if res.PolicyKey == "ok" {
+	if res.PolicyKey == "ok" && !sc.NoFIFO {
 		fmt.Fprintf(out, "  fifo ...\n")
 		fsys, err := h.startScenario(ctx, "fifo", setup.fifoCfg, sc, setup)
 		if err != nil {
@@ -263,6 +318,39 @@ func Collision(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// policyRuns are the runs on the policy's system: the solo runs (unless o skips them),
+// the run with the gated tenant (when there is one), the run without the gate, and the
+// degrade run (when the scenario has one: last, since it kills a pool's workers).
+func policyRuns(ctx context.Context, out io.Writer, o *Options, sys *system, sc *Scenario, sched []arrival, setup *scenarioSetup, plain, gated *tenantRun,
+	res *CollisionResults, checkOCR func(string, *CollisionRun)) error {
+	var err error
+	if !o.SkipSolo {
+		if err := soloRuns(ctx, out, sys, sc, sched, setup, plain, res, checkOCR); err != nil {
+			return err
+		}
+	}
+	if gated != nil {
+		fmt.Fprintf(out, "  policy, the tenant gated ...\n")
+		if res.Gate, err = runSchedule(ctx, sys, sc, sched, setup.reqs, nil, gated); err != nil {
+			return fmt.Errorf("policy run with the gate: %w", err)
+		}
+		checkOCR("policy with the gate", res.Gate)
+	}
+	fmt.Fprintf(out, "  policy ...\n")
+	if res.Policy, err = runSchedule(ctx, sys, sc, sched, setup.reqs, nil, plain); err != nil {
+		return fmt.Errorf("policy run: %w", err)
+	}
+	checkOCR("policy", res.Policy)
+	if sc.Degrade != nil {
+		fmt.Fprintf(out, "  degrade (pool %s's workers killed mid-run) ...\n", sc.degradeChain()[0])
+		if res.Degrade, err = runDegrade(ctx, sys, sc, setup, plain, gated); err != nil {
+			return fmt.Errorf("degrade run: %w", err)
+		}
+		checkOCR("degrade", res.Degrade.Run)
+	}
+	return nil
 }
 
 // scheduleCounts is each class's request count: its arrivals in the schedule, or a
@@ -288,9 +376,14 @@ func tenantRuns(out io.Writer, rep *Report, sc *Scenario, setup *scenarioSetup) 
 		return nil, nil
 	}
 	p := sc.Tenant
-	spec := p.spec()
-	fmt.Fprintf(out, "llm tenant: %d x `ortbus bench llm-tenant` under `ortbus lease --device %s --bytes %d --class %s`: decoder of %d layers, width %d (MLP %d, vocab %d, %.1f M parameters), prompts of %d tokens then %d generated, %d thread(s)\n",
-		p.Count, p.Device, p.Bytes, p.Class, spec.Layers, spec.Width, spec.FF, spec.Vocab, float64(spec.Params())/1e6, p.Prompt, p.Tokens, p.Threads)
+	if t.llama != nil {
+		fmt.Fprintf(out, "llm tenant: %d x llama.cpp (tenants/llm/tenant.mjs, -gpu %s) on the generated GGUF %s (%s) under `ortbus lease --device %s --bytes %d --class %s --on-pressure '%s'`: prompts of %d tokens then %d generated, context %d, %d thread(s)\n",
+			p.Count, t.llama.opts.GPU, p.Model, filepath.Base(t.llama.opts.Model), p.Device, p.Bytes, p.Class, onPressure, p.Prompt, p.Tokens, p.Context, p.Threads)
+	} else {
+		spec := p.spec()
+		fmt.Fprintf(out, "llm tenant: %d x `ortbus bench llm-tenant` under `ortbus lease --device %s --bytes %d --class %s`: decoder of %d layers, width %d (MLP %d, vocab %d, %.1f M parameters), prompts of %d tokens then %d generated, %d thread(s)\n",
+			p.Count, p.Device, p.Bytes, p.Class, spec.Layers, spec.Width, spec.FF, spec.Vocab, float64(spec.Params())/1e6, p.Prompt, p.Tokens, p.Threads)
+	}
 	plain = t.with(p.Count, false)
 	if p.Gate && setup.gate {
 		gated = t.with(p.Count, true)
@@ -337,6 +430,7 @@ func soloRuns(ctx context.Context, out io.Writer, sys *system, sc *Scenario, sch
 		}
 		checkOCR("solo "+c.Name, run)
 		res.Solo[c.Name] = run.Classes[c.Name]
+		res.soloMemory(c.Name, run)
 	}
 	if plain != nil {
 		fmt.Fprintf(out, "  solo llm tenant ...\n")
@@ -345,8 +439,23 @@ func soloRuns(ctx context.Context, out io.Writer, sys *system, sc *Scenario, sch
 			return fmt.Errorf("solo llm tenant: %w", err)
 		}
 		res.SoloTenant = run.Tenant
+		res.soloMemory(soloTenantKey, run)
 	}
 	return nil
+}
+
+// soloTenantKey is the tenant's solo run in CollisionResults.SoloGPUMemory.
+const soloTenantKey = "llm_tenant"
+
+// soloMemory records a solo run's GPU memory (when it was watched).
+func (r *CollisionResults) soloMemory(key string, run *CollisionRun) {
+	if run.GPUMemory == nil {
+		return
+	}
+	if r.SoloGPUMemory == nil {
+		r.SoloGPUMemory = map[string]*MemoryPeak{}
+	}
+	r.SoloGPUMemory[key] = run.GPUMemory
 }
 
 // scenarioRequests fetches the real models the scenario loads (into w.fetched) and
@@ -370,7 +479,7 @@ func scenarioRequests(o *Options, sc *Scenario, w *workdir) ([]func() codec.Requ
 			return nil, nil, err
 		}
 		var err error
-		if ocr, err = newOCRPath(w, OCRPathSide); err != nil {
+		if ocr, err = newOCRPath(w, sc.ocrSide()); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -431,7 +540,7 @@ func collisionConfig(sc *Scenario, w *workdir, lib string) sysConfig {
 	c := sysConfig{Images: w.images}
 	for _, p := range sc.Pools {
 		c.Pools = append(c.Pools, poolSpec{Name: p.Name, Runtime: lib, Workers: p.Workers, Slots: p.Slots, Threads: p.Threads,
-			Device: p.Device, Classes: p.Classes, Models: p.Models, MaxBatch: p.MaxBatch, MaxDelay: p.MaxDelay.D(), Nice: p.Nice})
+			EP: p.EP, Device: p.Device, Classes: p.Classes, Models: p.Models, MaxBatch: p.MaxBatch, MaxDelay: p.MaxDelay.D(), Nice: p.Nice})
 	}
 	for _, cl := range sc.Classes {
 		var chain []string
@@ -484,19 +593,41 @@ func collisionConfig(sc *Scenario, w *workdir, lib string) sysConfig {
 	return c
 }
 
+// Warm-ups per class (through its chain), and per pool of a chain of several pools.
+const (
+	classWarmups = 3
+	// chainWarmups is what each pool of a chain of several gets, sent to it by name: the
+	// gateway's service-time estimate of a pool (an average that keeps 7/8 of the last
+	// one at each answer, gateway/capacity.go) is what sends a class to one pool of its
+	// chain or the next, and a first run that pays a GPU EP's shader compilation (a
+	// second or more on lavapipe, where the worker's load warm-up could not run the
+	// model: Silero VAD refuses its synthetic inputs) would otherwise stay in it for the
+	// whole bench: the class never tries that pool again. After 40 answers the first
+	// one weighs (7/8)^40, under 0.5 %.
+	chainWarmups = 40
+)
+
 // warmUp sends a few requests of each class, one at a time, so that no measured run pays
-// for first runs.
+// for first runs: classWarmups through its chain, and chainWarmups to each pool of a
+// chain of several pools.
 func warmUp(ctx context.Context, sys *system, sc *Scenario, reqs []func() codec.Request) error {
 	for i, c := range sc.Classes {
-		for j := 0; j < 3; j++ {
-			req := reqs[i]()
-			req.ID = nuid.Next()
-			req.TimeoutMS = max(req.TimeoutMS, 30_000)
-			cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-			err := sys.cl.Do(cctx, c.Op, &req, new(served))
-			cancel()
-			if err != nil {
-				return fmt.Errorf("warm-up of %s: %w", c.Name, err)
+		pools := []string{""}
+		n := classWarmups
+		if chain := sc.chain(c.Name, c.Model); len(chain) > 1 {
+			pools, n = chain, chainWarmups
+		}
+		for _, pool := range pools {
+			for range n {
+				req := reqs[i]()
+				req.ID, req.Pool = nuid.Next(), pool
+				req.TimeoutMS = max(req.TimeoutMS, 30_000)
+				cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+				err := sys.cl.Do(cctx, c.Op, &req, new(served))
+				cancel()
+				if err != nil {
+					return fmt.Errorf("warm-up of %s%s: %w", c.Name, orDefault(" on pool "+pool, ""), err)
+				}
 			}
 		}
 	}
@@ -511,13 +642,31 @@ func warmUp(ctx context.Context, sys *system, sc *Scenario, reqs []func() codec.
 // It waits for every answer (up to the scenario's drain timeout after the window) and
 // computes each class's statistics.
 func runSchedule(ctx context.Context, sys *system, sc *Scenario, sched []arrival, reqs []func() codec.Request, active []bool, tenants *tenantRun) (*CollisionRun, error) {
+	return runScheduleWith(ctx, sys, sc, sched, reqs, active, tenants, runHooks{})
+}
+
+// runHooks are what a run may do beside its load (the degrade run, degrade.go).
+type runHooks struct {
+	// during, when set, runs in a goroutine of its own from the run's start; the run
+	// waits for it to return before its statistics (ctx ends at the run's end).
+	during func(ctx context.Context, start time.Time)
+	// done, when set, gets every call and stream frame of the run once it is over.
+	done func(calls []call, frames [][]frameRec, start time.Time)
+}
+
+// runScheduleWith is runSchedule with hooks; with the system's GPU memory watch set
+// (sys.gpuMem) it also samples the device's memory from before the tenants start until
+// every answer is in (CollisionRun.GPUMemory).
+func runScheduleWith(ctx context.Context, sys *system, sc *Scenario, sched []arrival, reqs []func() codec.Request, active []bool, tenants *tenantRun, hooks runHooks) (*CollisionRun, error) {
 	on := func(ci int) bool { return active == nil || active[ci] }
 	cl, err := newCaller(sys.nc)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.close()
-	var tp *tenantProcs
+	stopMem := sys.gpuMem.start()
+	defer stopMem() // a run that fails: the watch stops all the same (a second stop is a no-op)
+	var tp runningTenants
 	if tenants != nil && tenants.n > 0 {
 		if tp, err = tenants.start(ctx, sys.ready.NATSURL, sc.Window.D()); err != nil {
 			return nil, fmt.Errorf("llm tenant: %w", err)
@@ -534,7 +683,12 @@ func runSchedule(ctx context.Context, sys *system, sc *Scenario, sched []arrival
 	defer cancel()
 
 	floods := floodTokens(sc, on, cl)
-	var wg sync.WaitGroup
+	var wg, hook sync.WaitGroup
+	hctx, endHook := context.WithCancel(rctx)
+	defer endHook()
+	if hooks.during != nil {
+		hook.Go(func() { hooks.during(hctx, start) })
+	}
 	frames := make([][]frameRec, len(sc.Classes))
 	for ci, c := range sc.Classes {
 		if !on(ci) {
@@ -552,6 +706,7 @@ func runSchedule(ctx context.Context, sys *system, sc *Scenario, sched []arrival
 	fail := func(err error) (*CollisionRun, error) {
 		cancel()
 		wg.Wait()
+		hook.Wait()
 		return nil, err
 	}
 	if err := sendSchedule(ctx, cl, sc, sched, reqs, start, windowEnd); err != nil {
@@ -563,13 +718,19 @@ func runSchedule(ctx context.Context, sys *system, sc *Scenario, sched []arrival
 			return fail(fmt.Errorf("llm tenant: %w", err))
 		}
 	}
+	endHook() // the window is over: a hook's work ends
+	hook.Wait()
 	wg.Wait() // the streams' last answers; no flood sends after the window
 	cl.wait(ctx, sc.DrainTimeout.D())
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	run := collisionRun(sc, cl.snapshot(), frames, start, windowEnd)
-	run.Tenant = tenantStats
+	calls := cl.snapshot()
+	if hooks.done != nil {
+		hooks.done(calls, frames, start)
+	}
+	run := collisionRun(sc, calls, frames, start, windowEnd)
+	run.Tenant, run.GPUMemory = tenantStats, stopMem()
 	time.Sleep(300 * time.Millisecond) // let the system settle before the next run
 	return run, nil
 }
@@ -773,6 +934,7 @@ func (r *CollisionResults) ratios() {
 	r.Ratios.InteractiveP95PolicyOverSolo = ratio(get(pol, i).P95MS, get(r.Solo, i).P95MS)
 	r.Ratios.InteractiveP95FIFOOverSolo = ratio(get(fifo, i).P95MS, get(r.Solo, i).P95MS)
 	r.Ratios.InteractiveP95FIFOOverPolicy = ratio(get(fifo, i).P95MS, get(pol, i).P95MS)
+	r.Ratios.VsSolo = r.vsSolo()
 	r.Ratios.UrgentCountPolicy = get(pol, u).Count
 	r.Ratios.UrgentMissesPolicy = get(pol, u).DeadlineMisses
 	r.Ratios.UrgentMissesFIFO = get(fifo, u).DeadlineMisses
@@ -817,8 +979,11 @@ func (r *CollisionResults) ratios() {
 			TokensGateOverSolo: ratio(g.TokensPerS, solo.TokensPerS), TokensPolicyOverSolo: ratio(p.TokensPerS, solo.TokensPerS),
 			TokensFIFOOverSolo: ratio(f.TokensPerS, solo.TokensPerS),
 			FirstTokenP95Solo:  solo.FirstTokenP95MS, FirstTokenP95Gate: g.FirstTokenP95MS, FirstTokenP95Policy: p.FirstTokenP95MS, FirstTokenP95FIFO: f.FirstTokenP95MS,
+			FirstTokenGateOverSolo: ratio(g.FirstTokenP95MS, solo.FirstTokenP95MS), FirstTokenPolicyOverSolo: ratio(p.FirstTokenP95MS, solo.FirstTokenP95MS),
 			InteractiveP95GateOverSolo: ratio(get(gate, i).P95MS, get(r.Solo, i).P95MS),
-			UrgentDroppedGate:          dropped(gate), UrgentDroppedPolicy: dropped(pol), UrgentDroppedFIFO: dropped(fifo),
+			GateTarget:                 r.Scenario.Tenant.GateTarget,
+			GateTargetP95OverSolo:      ratio(get(gate, r.Scenario.Tenant.GateTarget).P95MS, get(r.Solo, r.Scenario.Tenant.GateTarget).P95MS),
+			UrgentDroppedSolo:          dropped(r.Solo), UrgentDroppedGate: dropped(gate), UrgentDroppedPolicy: dropped(pol), UrgentDroppedFIFO: dropped(fifo),
 		}
 	}
 }
@@ -879,6 +1044,24 @@ func (r *CollisionResults) print(out io.Writer, rep *Report) {
 		}
 		fmt.Fprintln(out)
 	}
+	printVsSolo(out, r.Scenario, q.VsSolo)
+	if r.GPU != nil {
+		r.printGPUMemory(out, rep)
+		if r.Degrade != nil {
+			r.Degrade.print(out, rep)
+		}
+	} else {
+		r.printPolicyTargets(out, rep)
+	}
+	if l := q.LLM; l != nil {
+		r.printGateTargets(out, rep, l)
+	}
+}
+
+// printPolicyTargets prints issue 12's targets of the policy against solo and FIFO
+// (the CPU scenarios'), noting those missed.
+func (r *CollisionResults) printPolicyTargets(out io.Writer, rep *Report) {
+	q := r.Ratios
 	if r.Solo != nil && r.Policy != nil {
 		ok := q.InteractiveP95PolicyOverSolo <= 1.5
 		fmt.Fprintf(out, "interactive p95 policy/solo: %.2fx (target <= 1.5x: %s)\n", q.InteractiveP95PolicyOverSolo, verdict(ok))
@@ -916,48 +1099,62 @@ func (r *CollisionResults) print(out io.Writer, rep *Report) {
 			rep.note("target missed: %d urgent deadline misses of %d urgent requests under the policy (target 0 of >= 500)", q.UrgentMissesPolicy, q.UrgentCountPolicy)
 		}
 	}
-	if l := q.LLM; l != nil {
-		r.printGateTargets(out, rep, l)
-	}
 }
 
-// printGateTargets prints the LLM scenario's acceptance: with the gate, no audio frame
-// dropped, interactive p95 at most 1.5x solo, the tenant at least 0.5x its solo tokens/s;
-// and what the runs without the gate show beside it.
+// printGateTargets prints the LLM scenarios' acceptance: with the gate, no audio frame
+// dropped and the gate target class's p95 (the tenant's gate_target) at most 1.5x solo;
+// on the CPU's LLM scenario (issue 23) also the tenant at least 0.5x its solo tokens/s
+// (on the GPU's, issue 32, its figures are reported beside solo). A smoke (no GPU: the
+// GPU scenario on lavapipe) prints the figures and judges nothing. What the runs without
+// the gate show is printed beside it.
 func (r *CollisionResults) printGateTargets(out io.Writer, rep *Report, l *LLMRatios) {
 	// Each run's figure, with its ratio to solo when there was a solo run.
-	figure := func(name string, tps, over float64) string {
+	figure := func(name string, v, over float64, format string) string {
 		if r.SoloTenant == nil {
-			return fmt.Sprintf("%s %.2f", name, tps)
+			return fmt.Sprintf("%s "+format, name, v)
 		}
-		return fmt.Sprintf("%s %.2f (%.2fx)", name, tps, over)
+		return fmt.Sprintf("%s "+format+" (%.2fx)", name, v, over)
 	}
-	parts := []string{}
-	firsts := []string{}
+	var tps, firsts, dropped []string
 	if r.SoloTenant != nil {
-		parts, firsts = append(parts, fmt.Sprintf("solo %.2f", l.TokensPerSSolo)), append(firsts, fmt.Sprintf("solo %.1f", l.FirstTokenP95Solo))
+		tps, firsts = append(tps, fmt.Sprintf("solo %.2f", l.TokensPerSSolo)), append(firsts, fmt.Sprintf("solo %.1f", l.FirstTokenP95Solo))
+	}
+	if r.Solo != nil {
+		dropped = append(dropped, fmt.Sprintf("solo %d", l.UrgentDroppedSolo))
 	}
 	if r.Gate != nil {
-		parts, firsts = append(parts, figure("gate", l.TokensPerSGate, l.TokensGateOverSolo)), append(firsts, fmt.Sprintf("gate %.1f", l.FirstTokenP95Gate))
+		tps = append(tps, figure("gate", l.TokensPerSGate, l.TokensGateOverSolo, "%.2f"))
+		firsts = append(firsts, figure("gate", l.FirstTokenP95Gate, l.FirstTokenGateOverSolo, "%.1f"))
+		dropped = append(dropped, fmt.Sprintf("gate %d", l.UrgentDroppedGate))
 	}
-	parts = append(parts, figure("policy", l.TokensPerSPolicy, l.TokensPolicyOverSolo), figure("fifo", l.TokensPerSFIFO, l.TokensFIFOOverSolo))
-	firsts = append(firsts, fmt.Sprintf("policy %.1f", l.FirstTokenP95Policy), fmt.Sprintf("fifo %.1f", l.FirstTokenP95FIFO))
-	fmt.Fprintf(out, "llm tokens/s: %s; first token p95 ms: %s\n", strings.Join(parts, ", "), strings.Join(firsts, ", "))
-	fmt.Fprintf(out, "audio frames dropped: ")
-	if r.Gate != nil {
-		fmt.Fprintf(out, "gate %d, ", l.UrgentDroppedGate)
+	tps = append(tps, figure("policy", l.TokensPerSPolicy, l.TokensPolicyOverSolo, "%.2f"))
+	firsts = append(firsts, figure("policy", l.FirstTokenP95Policy, l.FirstTokenPolicyOverSolo, "%.1f"))
+	dropped = append(dropped, fmt.Sprintf("policy %d", l.UrgentDroppedPolicy))
+	if r.FIFO != nil {
+		tps = append(tps, figure("fifo", l.TokensPerSFIFO, l.TokensFIFOOverSolo, "%.2f"))
+		firsts = append(firsts, fmt.Sprintf("fifo %.1f", l.FirstTokenP95FIFO))
+		dropped = append(dropped, fmt.Sprintf("fifo %d", l.UrgentDroppedFIFO))
 	}
-	fmt.Fprintf(out, "policy %d, fifo %d\n", l.UrgentDroppedPolicy, l.UrgentDroppedFIFO)
+	fmt.Fprintf(out, "llm tokens/s: %s; first token p95 ms: %s\n", strings.Join(tps, ", "), strings.Join(firsts, ", "))
+	fmt.Fprintf(out, "audio frames dropped: %s\n", strings.Join(dropped, ", "))
+	target := l.GateTarget
 	if r.Gate == nil {
-		rep.note("the gate's targets (0 dropped frames, interactive p95 <= 1.5x solo, tokens/s >= 0.5x solo, with the gate) were not measured: no gated run")
+		rep.note("the gate's targets (0 dropped frames, %s p95 <= 1.5x solo, with the gate) were not measured: no gated run", target)
 		fmt.Fprintf(out, "gate targets: NOT MEASURED (no gated run)\n")
+		return
+	}
+	if r.GPU != nil && r.GPU.Smoke != "" {
+		fmt.Fprintf(out, "with the gate: audio frames dropped %d, %s p95 gate/solo %.2fx, llm tokens/s gate/solo %.2fx — %s: targets not judged\n",
+			l.UrgentDroppedGate, target, l.GateTargetP95OverSolo, l.TokensGateOverSolo, r.GPU.Smoke)
 		return
 	}
 	ok := rep.target(l.UrgentDroppedGate == 0, "with the gate, %d audio frames dropped (target 0)", l.UrgentDroppedGate)
 	fmt.Fprintf(out, "with the gate: audio frames dropped %d (target 0: %s)\n", l.UrgentDroppedGate, verdict(ok))
 	if r.Solo != nil {
-		ok = rep.target(l.InteractiveP95GateOverSolo <= 1.5, "with the gate, interactive p95 is %.2fx solo (target <= 1.5x)", l.InteractiveP95GateOverSolo)
-		fmt.Fprintf(out, "with the gate: interactive p95 gate/solo %.2fx (target <= 1.5x: %s)\n", l.InteractiveP95GateOverSolo, verdict(ok))
+		ok = rep.target(l.GateTargetP95OverSolo <= 1.5, "with the gate, %s p95 is %.2fx solo (target <= 1.5x)", target, l.GateTargetP95OverSolo)
+		fmt.Fprintf(out, "with the gate: %s p95 gate/solo %.2fx (target <= 1.5x: %s)\n", target, l.GateTargetP95OverSolo, verdict(ok))
+	}
+	if r.SoloTenant != nil && r.GPU == nil {
 		ok = rep.target(l.TokensGateOverSolo >= 0.5, "with the gate, the llm tenant's tokens/s is %.2fx solo (target >= 0.5x)", l.TokensGateOverSolo)
 		fmt.Fprintf(out, "with the gate: llm tokens/s gate/solo %.2fx (target >= 0.5x: %s)\n", l.TokensGateOverSolo, verdict(ok))
 	}
@@ -1029,7 +1226,7 @@ func (r *CollisionResults) printTenant(out io.Writer) {
 		if r.SoloTenant != nil && r.SoloTenant.TokensPerS > 0 {
 			over = fmt.Sprintf("%.2f", t.TokensPerS/r.SoloTenant.TokensPerS)
 		}
-		rows = append(rows, fmt.Sprintf("%s\t%d\t%s\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%s\t", name, t.Tenants, gated, t.Pauses, t.Prompts, t.Tokens,
+		rows = append(rows, fmt.Sprintf("%s\t%d\t%s\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%s\t", name, t.Tenants, gated, t.Pauses, t.Frees, t.Prompts, t.Tokens,
 			t.FirstTokenP50MS, t.FirstTokenP95MS, t.FirstTokenMaxMS, t.TokensPerS, over))
 	}
 	add("solo", r.SoloTenant)
@@ -1041,7 +1238,10 @@ func (r *CollisionResults) printTenant(out io.Writer) {
 			add(run.name, run.r.Tenant)
 		}
 	}
-	printTable(out, "run\tllm tenants\tgated\tpauses\tprompts\ttokens\tfirst token p50 ms\tp95 ms\tmax ms\ttokens/s\t/ solo\t", rows...)
+	if r.Degrade != nil && r.Degrade.Run != nil {
+		add("degrade", r.Degrade.Run.Tenant)
+	}
+	printTable(out, "run\tllm tenants\tgated\tpauses\tfrees\tprompts\ttokens\tfirst token p50 ms\tp95 ms\tmax ms\ttokens/s\t/ solo\t", rows...)
 }
 
 // printStreams prints the audio streams' figures of the runs (nothing when the scenario

@@ -30,6 +30,8 @@ type harness struct {
 	lib string
 	w   *workdir
 	rep *Report
+	// undo are what close undoes (the environment a webgpu run set).
+	undo []func()
 }
 
 // newHarness finds the runtime library, makes the temporary directory with the generated
@@ -74,9 +76,13 @@ func scenarioHarness(o *Options, name, def string, adjust func(*Scenario) error)
 	return h, sc, nil
 }
 
-// close records the end of the bench and removes the temporary directory.
+// close records the end of the bench, undoes what the bench set in the environment
+// (webgpuEnv) and removes the temporary directory.
 func (h *harness) close() {
 	h.rep.finish()
+	for _, f := range h.undo {
+		f()
+	}
 	h.w.close()
 }
 
@@ -108,12 +114,19 @@ type scenarioSetup struct {
 	// ortbus binary's lease has --gate.
 	tenant *tenantRun
 	gate   bool
+	// gpu is the scenario's GPU (nil: no pool or tenant names the device "gpu";
+	// gpucollision.go).
+	gpu *GPUCollision
 }
 
 // scenarioSetup fetches the models a scenario loads and writes the configs of its runs.
 // When the gateway takes no policy key, *policyKey says why and the report notes it,
 // ending with without (what the bench does without the key).
-func (h *harness) scenarioSetup(sc *Scenario, policyKey *string, without string) (*scenarioSetup, error) {
+func (h *harness) scenarioSetup(ctx context.Context, sc *Scenario, policyKey *string, without string) (*scenarioSetup, error) {
+	gpu, err := h.prepareGPU(ctx, sc)
+	if err != nil {
+		return nil, err
+	}
 	reqs, ocr, err := scenarioRequests(h.o, sc, h.w)
 	if err != nil {
 		return nil, err
@@ -126,17 +139,21 @@ func (h *harness) scenarioSetup(sc *Scenario, policyKey *string, without string)
 		*policyKey = "refused: " + refused
 		h.rep.note("the gateway's config has no [gateway] policy key yet (%s): %s", refused, without)
 	}
-	tenant, gate, err := tenantSetup(h.o, h.w, h.lib, sc)
+	tenant, gate, err := tenantSetup(h.o, h.w, h.lib, sc, gpu)
 	if err != nil {
 		return nil, err
 	}
-	return &scenarioSetup{reqs: reqs, ocr: ocr, policyCfg: policy, fifoCfg: fifo, tenant: tenant, gate: gate}, nil
+	return &scenarioSetup{reqs: reqs, ocr: ocr, policyCfg: policy, fifoCfg: fifo, tenant: tenant, gate: gate, gpu: gpu}, nil
 }
 
 // startScenario starts a system on cfg (one of s's configs) and warms it up with the
 // scenario's requests.
 func (h *harness) startScenario(ctx context.Context, name, cfg string, sc *Scenario, s *scenarioSetup) (*system, error) {
-	return startScenario(ctx, h.o, h.w, name, cfg, sc, s.reqs)
+	sys, err := startScenario(ctx, h.o, h.w, name, cfg, sc, s.reqs)
+	if err == nil && s.gpu != nil {
+		sys.gpuMem = s.gpu.watch()
+	}
+	return sys, err
 }
 
 // positiveOr is v, or def when v is not positive (an option's default).

@@ -37,8 +37,14 @@ type Scenario struct {
 	// under `ortbus lease`, answering long-context prompts beside the classes (nil: none).
 	Tenant *TenantPlan `toml:"tenant" json:"tenant,omitempty"`
 	// Devices declares devices' memory capacities ([devices.NAME] capacity), e.g. for a
-	// device a tenant leases memory on.
+	// device a tenant leases memory on. The name "gpu" is the GPU placeholder's (see
+	// GPUDevice): its capacity is used only where no GPU is found.
 	Devices map[string]config.Bytes `toml:"devices" json:"devices,omitempty"`
+	// NoFIFO leaves out the run under FIFO: the GPU scenarios compare the runs with and
+	// without the gate with the solo runs, not the policy with FIFO.
+	NoFIFO bool `toml:"no_fifo" json:"no_fifo,omitempty"`
+	// Degrade is the degrade run (degrade.go): a pool's worker killed mid-run (nil: none).
+	Degrade *DegradePlan `toml:"degrade" json:"degrade,omitempty"`
 }
 
 // CapacityPlan is the [capacity] table: the load steps of `bench capacity`. Step i runs
@@ -58,11 +64,14 @@ type CapacityPlan struct {
 
 // ScenarioPool is one pool of a scenario.
 type ScenarioPool struct {
-	Name     string          `toml:"name" json:"name"`
-	Workers  int             `toml:"workers" json:"workers"`
-	Slots    int             `toml:"slots" json:"slots,omitempty"`
-	Threads  int             `toml:"threads" json:"threads"`
-	Device   string          `toml:"device" json:"device"`
+	Name    string `toml:"name" json:"name"`
+	Workers int    `toml:"workers" json:"workers"`
+	Slots   int    `toml:"slots" json:"slots,omitempty"`
+	Threads int    `toml:"threads" json:"threads"`
+	Device  string `toml:"device" json:"device"`
+	// EP is the pool's execution provider: "cpu" ("" too) or "webgpu" (strict: no
+	// fallback EP).
+	EP       string          `toml:"ep" json:"ep,omitempty"`
 	Classes  []string        `toml:"classes" json:"classes"`
 	Models   []string        `toml:"models" json:"models"`
 	MaxBatch int             `toml:"max_batch" json:"max_batch,omitempty"`
@@ -73,9 +82,11 @@ type ScenarioPool struct {
 
 // ScenarioClass is one class of a scenario: what its requests are and when they arrive.
 type ScenarioClass struct {
-	Name       string          `toml:"name" json:"name"`
-	Op         string          `toml:"op" json:"op"`
-	Model      string          `toml:"model" json:"model"`
+	Name  string `toml:"name" json:"name"`
+	Op    string `toml:"op" json:"op"`
+	Model string `toml:"model" json:"model"`
+	// Image is a tag class's image side (default 256), or an ocr class's detector input
+	// side, a multiple of 32 (default OCRPathSide, 640).
 	Image      int             `toml:"image" json:"image,omitempty"`
 	Timeout    config.Duration `toml:"timeout" json:"timeout"`
 	QueueBound int             `toml:"queue_bound" json:"queue_bound,omitempty"`
@@ -126,7 +137,9 @@ func (s *Scenario) uses(model string) bool {
 // tests), "llm" (collision-llm.toml: the real-model classes on one shared device with
 // camera-frame bursts and the LLM tenant), "llm-short" (the same, short, for tests),
 // "capacity" (capacity.toml, for `bench capacity`), "capacity-llm" (capacity-llm.toml:
-// the LLM tenant as a step dimension).
+// the LLM tenant as a step dimension), "gpu" (collision-gpu.toml: the real-model classes on
+// webgpu pools of one GPU, the real LLM engine generating on it, the degrade run),
+// "gpu-short" (the same, short, for tests and the lavapipe smoke).
 func LoadScenario(name string) (*Scenario, error) {
 	var data []byte
 	var err error
@@ -134,7 +147,7 @@ func LoadScenario(name string) (*Scenario, error) {
 	case "", "default":
 		name = "scenarios/collision.toml"
 		data, err = builtinScenarios.ReadFile(name)
-	case "onepool", "short", "real", "real-short", "llm", "llm-short":
+	case "onepool", "short", "real", "real-short", "llm", "llm-short", "gpu", "gpu-short":
 		name = "scenarios/collision-" + name + ".toml"
 		data, err = builtinScenarios.ReadFile(name)
 	case "capacity", "capacity-llm":
@@ -186,6 +199,9 @@ func (s *Scenario) check() error {
 		if err := s.checkClass(&s.Classes[i], seen); err != nil {
 			return err
 		}
+		if c := s.Classes[i]; c.Model == "ocr" && c.Image != s.ocrSide() {
+			return fmt.Errorf("class %s: every ocr class sends the same detector input (image %d, not %d)", c.Name, s.ocrSide(), c.Image)
+		}
 	}
 	if p := s.Capacity; p != nil {
 		if err := s.checkCapacity(p); err != nil {
@@ -198,8 +214,13 @@ func (s *Scenario) check() error {
 		}
 	}
 	for name, b := range s.Devices {
-		if (name != "cpu" && !strings.Contains(name, ":")) || b <= 0 {
-			return fmt.Errorf("[devices]: %q = %d: want cpu or KIND:INDEX and a capacity > 0", name, b)
+		if (name != "cpu" && name != GPUDevice && !strings.Contains(name, ":")) || b <= 0 {
+			return fmt.Errorf("[devices]: %q = %d: want cpu, gpu or KIND:INDEX and a capacity > 0", name, b)
+		}
+	}
+	if s.Degrade != nil {
+		if err := s.checkDegrade(s.Degrade); err != nil {
+			return fmt.Errorf("[degrade]: %w", err)
 		}
 	}
 	return nil
@@ -253,6 +274,14 @@ func (s *Scenario) checkClass(c *ScenarioClass, seen map[string]bool) error {
 	}
 	if c.Op == subjects.OpTag && c.Image == 0 {
 		c.Image = 256
+	}
+	if c.Model == "ocr" {
+		if c.Image == 0 {
+			c.Image = OCRPathSide
+		}
+		if c.Image < 32 || c.Image%32 != 0 {
+			return fmt.Errorf("class %s: the detector's image side must be a multiple of 32, got %d", c.Name, c.Image)
+		}
 	}
 	if len(s.chain(c.Name, c.Model)) == 0 {
 		return fmt.Errorf("class %s: no pool serves it with model %s", c.Name, c.Model)
@@ -322,6 +351,15 @@ func (s *Scenario) checkCapacity(p *CapacityPlan) error {
 		}
 	}
 	return nil
+}
+
+// ocrSide is the detector's input side: its classes' image (OCRPathSide when no class
+// sends to it).
+func (s *Scenario) ocrSide() int {
+	if i := slices.IndexFunc(s.Classes, func(c ScenarioClass) bool { return c.Model == "ocr" }); i >= 0 {
+		return s.Classes[i].Image
+	}
+	return OCRPathSide
 }
 
 // classBy is the index of the first class with that arrival, or -1.

@@ -247,6 +247,9 @@ type system struct {
 	ready codec.Event // the gateway's ready line
 	nc    *nats.Conn
 	cl    *client.Client
+	// gpuMem, when set, is the watch of the GPU's memory that each collision run samples
+	// (gpumem.go); nil: none.
+	gpuMem *memWatch
 }
 
 // startSystem runs `gateway -config cfg` on a free port with HTTP off and the bench's

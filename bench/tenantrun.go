@@ -25,6 +25,11 @@ import (
 //	ortbus lease -s URL --device D --bytes SIZE --class C --holder llm-I
 //	             [--gate --max-pause P --min-share S] -- ortbus bench llm-tenant ...
 //
+// (engine "onnx", the default: the generated decoder through ONNX Runtime), or, with
+// engine "llama", the real engine: llama.cpp serving a generated GGUF file
+// (tenants/llm/tenant.mjs through internal/llmtenant; llamatenant.go), whose wrapper also
+// has --on-pressure 'kill -USR1 $ORTBUS_LEASE_PID' (the tenant then frees its model).
+//
 // started (and waited ready: the model loaded) before the run, told to begin at the run's
 // start + the plan's start (a line on its stdin), and stopped at the window's end (its
 // stdin closed: it stops at the next call, and a prompt cut off is not counted). Its
@@ -32,8 +37,23 @@ import (
 
 // TenantPlan is a scenario's [tenant] table.
 type TenantPlan struct {
-	// Layers and Width are the decoder's (onnxgen.DefaultDecoder's when 0; the MLP is
-	// 4 x Width).
+	// Engine is "onnx" (the default: `ortbus bench llm-tenant`, the generated decoder) or
+	// "llama" (llama.cpp: tenants/llm/tenant.mjs; llamatenant.go).
+	Engine string `toml:"engine" json:"engine,omitempty"`
+	// Model is the llama engine's generated GGUF model: a size of models/gguf (tiny,
+	// bench); default tiny.
+	Model string `toml:"model" json:"model,omitempty"`
+	// GPU is the llama engine's backend (the tenant's -gpu): auto (the default: vulkan
+	// where a GPU is found, else cpu), cpu, vulkan or cuda.
+	GPU string `toml:"gpu" json:"gpu,omitempty"`
+	// Context is the llama engine's context in tokens (default: prompt + tokens + 1,
+	// at least 512).
+	Context int `toml:"context" json:"context,omitempty"`
+	// GateTarget is the class whose p95 with the gate the report holds to <= 1.5x its
+	// solo p95 (default interactive).
+	GateTarget string `toml:"gate_target" json:"gate_target,omitempty"`
+	// Layers and Width are the onnx engine's decoder's (onnxgen.DefaultDecoder's when 0;
+	// the MLP is 4 x Width).
 	Layers int `toml:"layers" json:"layers"`
 	Width  int `toml:"width" json:"width"`
 	// Prompt is each prompt's tokens (the prefill), Tokens the tokens generated for it.
@@ -64,12 +84,36 @@ type TenantPlan struct {
 }
 
 func (p *TenantPlan) check() error {
-	d := onnxgen.DefaultDecoder
-	if p.Layers == 0 {
-		p.Layers = d.Layers
+	if p.Engine == "" {
+		p.Engine = engineONNX
 	}
-	if p.Width == 0 {
-		p.Width = d.Width
+	if p.GateTarget == "" {
+		p.GateTarget = subjects.ClassInteractive
+	}
+	if !slices.Contains(stdClasses, p.GateTarget) {
+		return fmt.Errorf("gate_target %q: want urgent, interactive or batch", p.GateTarget)
+	}
+	switch p.Engine {
+	case engineONNX:
+		if p.Model != "" || p.GPU != "" || p.Context != 0 {
+			return fmt.Errorf("model, gpu and context are the llama engine's")
+		}
+		d := onnxgen.DefaultDecoder
+		if p.Layers == 0 {
+			p.Layers = d.Layers
+		}
+		if p.Width == 0 {
+			p.Width = d.Width
+		}
+		if p.Prompt+p.Tokens > d.MaxPos {
+			return fmt.Errorf("prompt + tokens must be <= %d", d.MaxPos)
+		}
+	case engineLlama:
+		if err := p.checkLlama(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("engine %q: want onnx or llama", p.Engine)
 	}
 	if p.Threads == 0 {
 		p.Threads = 1
@@ -93,10 +137,10 @@ func (p *TenantPlan) check() error {
 		p.MinShare = 0.5
 	}
 	switch {
-	case p.Layers < 0 || p.Width <= 0 || p.Threads < 0 || p.Count < 0 || p.Bytes < 0 || p.Start < 0:
+	case p.Layers < 0 || (p.Engine == engineONNX && p.Width <= 0) || p.Threads < 0 || p.Count < 0 || p.Bytes < 0 || p.Start < 0:
 		return fmt.Errorf("layers, width, threads, count, bytes and start must not be negative")
-	case p.Prompt <= 0 || p.Tokens <= 0 || p.Prompt+p.Tokens > d.MaxPos:
-		return fmt.Errorf("prompt and tokens must be > 0, prompt + tokens <= %d", d.MaxPos)
+	case p.Prompt <= 0 || p.Tokens <= 0:
+		return fmt.Errorf("prompt and tokens must be > 0")
 	case p.MaxPause < 0 || p.MinShare < 0 || p.MinShare > 1:
 		return fmt.Errorf("max_pause must be >= 0 and min_share in [0, 1]")
 	case p.PauseBy != "" && !slices.Contains([]string{"auto", "freezer", "signal"}, p.PauseBy):
@@ -130,6 +174,12 @@ type TenantStats struct {
 	// Pauses counts the gate's pauses of the tenants, from their wrappers' logs ("ortbus
 	// lease: gate: paused #N"); 0 without the gate.
 	Pauses int `json:"pauses"`
+	// Engine is the llama engine's (llama.cpp and node-llama-cpp's version), Backend its
+	// -gpu, Frees the frees its wrappers' on-pressure hooks asked for ("" and 0 for the
+	// onnx engine).
+	Engine  string `json:"engine,omitempty"`
+	Backend string `json:"backend,omitempty"`
+	Frees   int    `json:"frees"`
 }
 
 // tenantRun is how a run has its tenants: the plan, how many, gated or not, and what it
@@ -142,17 +192,26 @@ type tenantRun struct {
 	// the decoder's folder.
 	ortbus, lib, model string
 	logs               io.Writer // also receives the tenants' logs (Options.Logs)
+	// llama is the llama engine's setup (nil: the onnx engine).
+	llama *llamaEngine
 }
 
-// tenantSetup generates the plan's decoder into w and returns the run template (nil when
-// the scenario has no tenant), and whether the ortbus binary's lease has --gate.
-func tenantSetup(o *Options, w *workdir, lib string, sc *Scenario) (*tenantRun, bool, error) {
+// runningTenants are a run's started tenants, of either engine: begin tells them to
+// start answering, finish stops them at the window's end and returns their figures, kill
+// stops them at once (a failed start, a cancelled run; nothing after finish).
+type runningTenants interface {
+	begin()
+	finish() (*TenantStats, error)
+	kill()
+}
+
+// tenantSetup makes the plan's model in w (the onnx engine's decoder, the llama engine's
+// GGUF file) and returns the run template (nil when the scenario has no tenant), and
+// whether the ortbus binary's lease has --gate. gpu is the scenario's GPU (nil: it has
+// none), for the llama engine's backend.
+func tenantSetup(o *Options, w *workdir, lib string, sc *Scenario, gpu *GPUCollision) (*tenantRun, bool, error) {
 	if sc.Tenant == nil {
 		return nil, false, nil
-	}
-	dir := filepath.Join(w.models, onnxgen.DecoderDir)
-	if err := onnxgen.GenerateDecoder(dir, sc.Tenant.spec()); err != nil {
-		return nil, false, err
 	}
 	bin := filepath.Join(o.BinDir, "ortbus")
 	if !isFile(bin) {
@@ -160,7 +219,17 @@ func tenantSetup(o *Options, w *workdir, lib string, sc *Scenario) (*tenantRun, 
 	}
 	out, _ := exec.Command(bin, "lease", "-h").CombinedOutput()
 	gate := strings.Contains(string(out), "-gate")
-	return &tenantRun{plan: sc.Tenant, n: sc.Tenant.Count, ortbus: bin, lib: lib, model: dir, logs: o.Logs}, gate, nil
+	t := &tenantRun{plan: sc.Tenant, n: sc.Tenant.Count, ortbus: bin, lib: lib, logs: o.Logs}
+	if sc.Tenant.Engine == engineLlama {
+		var err error
+		t.llama, err = llamaSetup(o, w, sc.Tenant, gpu)
+		return t, gate, err
+	}
+	t.model = filepath.Join(w.models, onnxgen.DecoderDir)
+	if err := onnxgen.GenerateDecoder(t.model, sc.Tenant.spec()); err != nil {
+		return nil, false, err
+	}
+	return t, gate, nil
 }
 
 // with is a copy of the template with n tenants, gated or not.
@@ -185,19 +254,14 @@ type tenantProcs struct {
 
 // start starts the tenants on the system whose bus is natsURL and waits for each one's
 // ready line (the lease granted, the model loaded). window bounds their run.
-func (t *tenantRun) start(ctx context.Context, natsURL string, window time.Duration) (*tenantProcs, error) {
+func (t *tenantRun) start(ctx context.Context, natsURL string, window time.Duration) (runningTenants, error) {
+	if t.llama != nil {
+		return t.startLlama(ctx, natsURL)
+	}
 	tp := &tenantProcs{run: t}
 	p := t.plan
 	for i := range t.n {
-		args := []string{"lease", "-s", natsURL, "--device", p.Device, "--bytes", strconv.FormatInt(int64(p.Bytes), 10), "--class", p.Class,
-			"--holder", fmt.Sprint("llm-", i)}
-		if t.gated {
-			args = append(args, "--gate", "--max-pause", p.MaxPause.D().String(), "--min-share", strconv.FormatFloat(p.MinShare, 'g', -1, 64))
-			if p.PauseBy != "" {
-				args = append(args, "--pause-by", p.PauseBy)
-			}
-		}
-		args = append(args, "--", t.ortbus, "bench", "llm-tenant", "-lib", t.lib, "-model", t.model, "-prompt", strconv.Itoa(p.Prompt),
+		args := append(t.leaseArgs(natsURL, i), "--", t.ortbus, "bench", "llm-tenant", "-lib", t.lib, "-model", t.model, "-prompt", strconv.Itoa(p.Prompt),
 			"-tokens", strconv.Itoa(p.Tokens), "-threads", strconv.Itoa(p.Threads), "-duration", (window + time.Second).String(), "-seed", strconv.Itoa(i+1))
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -221,6 +285,21 @@ func (t *tenantRun) start(ctx context.Context, natsURL string, window time.Durat
 		}
 	}
 	return tp, nil
+}
+
+// leaseArgs are tenant i's `ortbus lease` arguments (without the "--" and CMD): the
+// plan's device, bytes and class, and the gate's flags when the run is gated.
+func (t *tenantRun) leaseArgs(natsURL string, i int) []string {
+	p := t.plan
+	args := []string{"lease", "-s", natsURL, "--device", p.Device, "--bytes", strconv.FormatInt(int64(p.Bytes), 10), "--class", p.Class,
+		"--holder", fmt.Sprint("llm-", i)}
+	if t.gated {
+		args = append(args, "--gate", "--max-pause", p.MaxPause.D().String(), "--min-share", strconv.FormatFloat(p.MinShare, 'g', -1, 64))
+		if p.PauseBy != "" {
+			args = append(args, "--pause-by", p.PauseBy)
+		}
+	}
+	return args
 }
 
 // begin tells every tenant to start answering prompts.
