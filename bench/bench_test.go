@@ -96,7 +96,7 @@ func buildSystem(t *testing.T, root string) string {
 }
 
 func TestScenariosParse(t *testing.T) {
-	for _, name := range []string{"default", "onepool", "short", "real", "real-short", "capacity", "llm", "llm-short", "capacity-llm"} {
+	for _, name := range []string{"default", "onepool", "short", "real", "real-short", "capacity", "llm", "llm-short", "capacity-llm", "gpu", "gpu-short"} {
 		sc, err := LoadScenario(name)
 		if err != nil {
 			t.Fatal(err)
@@ -132,7 +132,7 @@ func TestSystemConfig(t *testing.T) {
 	dir := t.TempDir()
 	w := &workdir{dir: dir, models: filepath.Join(dir, "models"), images: filepath.Join(dir, "images"),
 		fetched: map[string]string{"vad": filepath.Join(dir, "vad"), "ocr": filepath.Join(dir, "ocr")}}
-	for _, name := range []string{"default", "onepool", "short", "real", "real-short", "capacity", "llm", "llm-short", "capacity-llm"} {
+	for _, name := range []string{"default", "onepool", "short", "real", "real-short", "capacity", "llm", "llm-short", "capacity-llm", "gpu", "gpu-short"} {
 		sc, err := LoadScenario(name)
 		if err != nil {
 			t.Fatal(err)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # gpu-check.sh [OUT_DIR]      (or OUT=DIR scripts/gpu-check.sh)
 #
-# Issue 31's figures for ONNX Runtime's WebGPU EP on an NVIDIA GPU: what a person with one
-# runs after `make prepare` and `make build` (and `make ocr-model`, `make node-bench` for
-# the detector and the onnxruntime-node column). Steps:
+# Issue 31's figures for ONNX Runtime's WebGPU EP on an NVIDIA GPU, and issue 32's
+# collision on it: what a person with one runs after `make prepare` and `make build` (and
+# `make ocr-model`, `make node-bench` for the detector and the onnxruntime-node column;
+# `make vad-model llm-tenant` for the collision). Steps:
 #
 #   (a) bin/ortbus doctor on a generated config whose pool `gpu` runs the PP-OCRv4 detector
 #       (.deps/ocr/ppocrv4-det; without it, the generated tagger-heavy as a raw model) on
@@ -14,7 +15,13 @@
 #   (c) a gateway on the config (the winner's workers): each worker's device memory as
 #       `ortbus status` reports it (device_bytes; each model's peak_bytes, peak_source)
 #       beside nvidia-smi's figure for the worker's process;
-#   (d) exit 1 where a figure falls short of the issue's targets: the system >= 1.0x the
+#   (d) issue 32's collision on the GPU (COLLISION=0 skips it; it needs `make vad-model
+#       llm-tenant` too): bin/ortbus bench collision -scenario gpu — Silero VAD, PP-OCRv4 det
+#       and the tagger flood on webgpu pools of the GPU, llama.cpp generating on it (Vulkan)
+#       under ortbus lease, with and without --gate, and the degrade run; its "target
+#       missed" notes (urgent p95 <= 1.5x solo and 0 frames dropped with the gate, the GPU's
+#       peak within its budget, 0 requests lost) are failures;
+#   (e) exit 1 where a figure falls short of the issues' targets: the system >= 1.0x the
 #       in-process WebGPU loop and >= 1.0x onnxruntime-node's webgpu (the bench's "target
 #       missed" notes), each worker's device_bytes within 10% of nvidia-smi's per-process
 #       figure, each model's peak measured on the device; exit 2 when it cannot run at all
@@ -23,13 +30,13 @@
 # Everything it prints and every report goes to OUT_DIR (default
 # bench-out/gpu-check-<UTC time>): gpu-check.log, env.txt, doctor.{txt,json},
 # tune.{txt,json}, throughput-webgpu.{txt,json}, status.{txt,json}, nvidia-smi-*.txt,
-# memory.txt, gateway.log, the generated config.
+# memory.txt, gateway.log, the generated config, collision-gpu.{txt,json,png}.
 #
 # Environment, respected as given: VK_DRIVER_FILES / VK_ICD_FILENAMES (the Vulkan drivers)
 # and LD_LIBRARY_PATH (e.g. a Vulkan loader unpacked by hand); XDG_RUNTIME_DIR (Dawn reads
 # it; a private temporary directory when unset). DEVICE (default cuda:0), TUNE_DURATION
 # (default 2s per layout), BENCH_DURATION (default 3s per path and model, in 3 rounds).
-# About 3 minutes on a 16-core machine.
+# About 3 minutes on a 16-core machine, and as much again for (d).
 set -uo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -282,10 +289,21 @@ else
 fi
 stop_gateway
 
-# --- (d) the verdict ------------------------------------------------------------------------
-step "(d) verdict"
+# --- (d) issue 32's collision on the GPU ------------------------------------------------------
+if [ "${COLLISION:-1}" != 0 ]; then
+	step "(d) bin/ortbus bench collision -scenario gpu -out $OUT/collision-gpu.json -chart $OUT/collision-gpu.png"
+	if ! "$repo/bin/ortbus" bench collision -scenario gpu -out "$OUT/collision-gpu.json" -chart "$OUT/collision-gpu.png" >"$OUT/collision-gpu.txt" 2>&1; then
+		fail "bench collision -scenario gpu failed (collision-gpu.txt)"
+	fi
+	cat "$OUT/collision-gpu.txt"
+	grep -q 'LAVAPIPE SMOKE' "$OUT/collision-gpu.txt" && fail "bench collision -scenario gpu ran its lavapipe smoke, not on the GPU"
+	while IFS= read -r n; do fail "collision: ${n#note: target missed: }"; done < <(grep '^note: target missed' "$OUT/collision-gpu.txt")
+fi
+
+# --- (e) the verdict ------------------------------------------------------------------------
+step "(e) verdict"
 if [ "${#failures[@]}" -gt 0 ]; then
-	echo "gpu-check: ${#failures[@]} figure(s) short of issue 31's targets or missing:"
+	echo "gpu-check: ${#failures[@]} figure(s) short of issues 31's and 32's targets or missing:"
 	printf '  - %s\n' "${failures[@]}"
 	echo "gpu-check: outputs in $OUT"
 	exit 1
