@@ -137,6 +137,9 @@ func TestSystemConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if sc.usesGPU() {
+			sc.resolveGPU(LogicalGPU, true) // as on a machine without a GPU (prepareGPU)
+		}
 		for _, policy := range []string{"", config.PolicyPriority, config.PolicyFIFO} {
 			c := collisionConfig(sc, w, "/ort/libonnxruntime.so.1")
 			c.Policy = policy
@@ -156,7 +159,7 @@ func TestSystemConfig(t *testing.T) {
 			for _, p := range sc.Pools {
 				pools = append(pools, p.Name)
 				gp := got.Pools[p.Name]
-				if gp.Workers != max(p.Workers, 1) || gp.Threads != max(p.Threads, 1) || (gp.Nice != 0) != (p.Nice > 0 && policy != config.PolicyFIFO) {
+				if gp.Workers != max(p.Workers, 1) || gp.Threads != max(p.Threads, 1) || (gp.Nice != 0) != (p.Nice > 0 && policy != config.PolicyFIFO) || gp.EP != orDefault(p.EP, "cpu") || gp.Device != p.Device {
 					t.Errorf("%s, policy %q: pool %s is %+v", name, policy, p.Name, gp)
 				}
 			}
