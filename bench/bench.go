@@ -9,7 +9,9 @@
 //	throughput  batch class through the system vs an in-process loop, plain and dynamically batched,
 //	            and onnxruntime-node (-ep webgpu: all on ONNX Runtime's WebGPU EP; webgpu.go)
 //	collision   urgent + interactive + batch flood on pools sharing the CPU: solo, policy, FIFO
-//	            (-scenario real: Silero VAD audio streams, the PP-OCRv4 detector, the tagger flood)
+//	            (-scenario real: Silero VAD audio streams, the PP-OCRv4 detector, the tagger flood;
+//	            -scenario gpu: the same on webgpu pools of one GPU with llama.cpp generating on it,
+//	            gated and not, and the degrade run: gpucollision.go, llamatenant.go, degrade.go)
 //	capacity    the load of the higher classes raised step by step under a constant batch flood,
 //	            policy and FIFO, until a class misses its target (the knee)
 //	failure     kill -9 of a loaded worker: time to answer what it held, lost requests, time to serve again
@@ -81,8 +83,8 @@ type Options struct {
 	// without one it always does.
 	Smoke bool
 	// Scenario is the collision or capacity scenario: a TOML file, or a built-in one
-	// (collision: "" = "default", "onepool", "short", "real", "real-short"; capacity: "" =
-	// "capacity"; see LoadScenario).
+	// (collision: "" = "default", "onepool", "short", "real", "real-short", "llm",
+	// "llm-short", "gpu", "gpu-short"; capacity: "" = "capacity"; see LoadScenario).
 	Scenario string
 	// Seed, when not 0, replaces the scenario's seed (collision, capacity).
 	Seed uint64

@@ -64,7 +64,9 @@ func TestCollisionPrintGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := func(p95 float64) *ClassStats { return &ClassStats{Count: 10, OK: 10, P50MS: p95 / 2, P95MS: p95, P99MS: p95 * 1.2} }
+	st := func(p95 float64) *ClassStats {
+		return &ClassStats{Count: 10, OK: 10, P50MS: p95 / 2, P95MS: p95, P99MS: p95 * 1.2}
+	}
 	classes := func(f float64) map[string]*ClassStats {
 		return map[string]*ClassStats{"urgent": st(10 * f), "interactive": st(100 * f), "batch": st(1000 * f)}
 	}

@@ -36,7 +36,11 @@ const benchUsage = `usage: ortbus bench NAME [flags]
                    sharing the CPU: bench/scenarios/collision.toml), onepool, short, real
                    (Silero VAD audio + PP-OCRv4 det 640 + the tagger flood), real-short, llm
                    (the same on one shared device, camera-frame bursts, and an LLM tenant
-                   under ortbus lease, with and without --gate), llm-short;
+                   under ortbus lease, with and without --gate), llm-short, gpu (the real-model
+                   classes on webgpu pools of one GPU, llama.cpp generating on it under ortbus
+                   lease --on-pressure with and without --gate, the GPU's peak memory against
+                   its budget, and the degrade run: the GPU pool's worker killed mid-run;
+                   without a GPU a lavapipe smoke), gpu-short;
                    capacity: a TOML file with a [capacity] table, default capacity, or
                    capacity-llm (LLM tenants as a step dimension)
   -seed N          collision, capacity: replaces the scenario's seed (printed either way)
