@@ -241,9 +241,7 @@ func (lp *llamaProcs) finish() (*TenantStats, error) {
 			st.TokensPerS += float64(decodeTokens) / decode
 		}
 	}
-	st.TokensPerS = round(st.TokensPerS, 2)
-	s := summarize(firsts)
-	st.FirstTokenP50MS, st.FirstTokenP95MS, st.FirstTokenMaxMS = ms(s.P50), ms(s.P95), ms(s.Max)
+	st.settle(firsts)
 	if len(lp.errs) > 0 {
 		return st, errors.New(strings.Join(lp.errs, "; "))
 	}

@@ -350,13 +350,19 @@ func (tp *tenantProcs) finish() (*TenantStats, error) {
 			st.TokensPerS += float64(decodeTokens) / decode.Seconds()
 		}
 	}
-	st.TokensPerS = round(st.TokensPerS, 2)
-	s := summarize(firsts)
-	st.FirstTokenP50MS, st.FirstTokenP95MS, st.FirstTokenMaxMS = ms(s.P50), ms(s.P95), ms(s.Max)
+	st.settle(firsts)
 	if len(problems) > 0 {
 		return st, fmt.Errorf("%s", strings.Join(problems, "; "))
 	}
 	return st, nil
+}
+
+// settle rounds the summed decode rate and sets the first-token percentiles of firsts,
+// every engine's last step.
+func (st *TenantStats) settle(firsts []time.Duration) {
+	st.TokensPerS = round(st.TokensPerS, 2)
+	s := summarize(firsts)
+	st.FirstTokenP50MS, st.FirstTokenP95MS, st.FirstTokenMaxMS = ms(s.P50), ms(s.P95), ms(s.Max)
 }
 
 // kill stops every tenant at once (a failed start, a cancelled run).
