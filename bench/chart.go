@@ -102,18 +102,22 @@ func writeChart(path string, r *CollisionResults) error {
 }
 
 // collisionRuns are the collision chart's runs, in their order (solo, policy + gate when
-// made, policy, fifo; a run not made has no statistics), and their initials ("s/g/p/f").
+// made, policy, fifo unless the scenario has none; a run not made has no statistics), and
+// their initials ("s/g/p/f").
 func collisionRuns(r *CollisionResults) ([]chartRun, string) {
 	runs := []chartRun{{"solo", runColours[0], r.Solo, r.SoloTenant}}
 	if r.Gate != nil {
 		runs = append(runs, chartRun{"policy + gate", gateColour, r.Gate.Classes, r.Gate.Tenant})
 	}
-	runs = append(runs, chartRun{name: "policy", colour: runColours[1]}, chartRun{name: "fifo", colour: runColours[2]})
+	runs = append(runs, chartRun{name: "policy", colour: runColours[1]})
 	if r.Policy != nil {
-		runs[len(runs)-2].classes, runs[len(runs)-2].tenant = r.Policy.Classes, r.Policy.Tenant
+		runs[len(runs)-1].classes, runs[len(runs)-1].tenant = r.Policy.Classes, r.Policy.Tenant
 	}
-	if r.FIFO != nil {
-		runs[len(runs)-1].classes, runs[len(runs)-1].tenant = r.FIFO.Classes, r.FIFO.Tenant
+	if !r.Scenario.NoFIFO {
+		runs = append(runs, chartRun{name: "fifo", colour: runColours[2]})
+		if r.FIFO != nil {
+			runs[len(runs)-1].classes, runs[len(runs)-1].tenant = r.FIFO.Classes, r.FIFO.Tenant
+		}
 	}
 	var initials []string
 	for _, run := range runs {

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func TestGPUScenario(t *testing.T) {
 // TestCollisionPrintGPU: the GPU scenario's report prints each class's latencies over
 // solo, each run's GPU memory against the budget, and the gate's targets; on a smoke (no
 // GPU) the memory is n/a and nothing is judged, on a GPU a peak over the budget and a
-// target class over 1.5x solo are noted.
+// target class over 1.5x solo are noted. Its chart has no FIFO run.
 func TestCollisionPrintGPU(t *testing.T) {
 	sc, err := LoadScenario("gpu-short")
 	if err != nil {
@@ -97,6 +98,14 @@ func TestCollisionPrintGPU(t *testing.T) {
 	if l := r.Ratios.LLM; l.GateTarget != "urgent" || l.GateTargetP95OverSolo != 2 || l.TokensGateOverSolo != 0.5 || l.FirstTokenGateOverSolo != 1 {
 		t.Fatalf("llm ratios %+v", l)
 	}
+	if _, initials := collisionRuns(r); initials != "s/g/p" {
+		t.Errorf("chart runs %s, want no fifo (no_fifo)", initials)
+	}
+	chart := filepath.Join(t.TempDir(), "gpu.png")
+	if err := writeChart(chart, r); err != nil {
+		t.Fatal(err)
+	}
+	readPNG(t, chart, chartW, collisionH)
 	for _, want := range []string{"p95 / solo", "2.00x", "gpu memory reading", NoMemoryReading, "targets not judged", "first token p95 ms: solo 50.0"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("smoke: no %q in\n%s", want, out.String())
