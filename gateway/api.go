@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/internal/reply"
 	"github.com/ortbus/ortbus/subjects"
+	"github.com/ortbus/ortbus/telemetry"
 )
 
 // Version is the gateway's service version, shown by `nats micro info ortbus`.
@@ -111,19 +113,20 @@ func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 			return
 		}
 	}
-	g.serveFrom(op, r.Data(), asJSON, r.Reply(), by, tenant, reply)
+	g.serveFrom(telemetry.Extract(context.Background(), r.Headers()), op, r.Data(), asJSON, r.Reply(), by, tenant, reply)
 }
 
-// serve dispatches one request of op from HTTP.
-func (g *Gateway) serve(op string, data []byte, asJSON bool, reply Reply) {
-	g.serveFrom(op, data, asJSON, "", ownerHTTP, "", reply)
+// serve dispatches one request of op from HTTP; ctx carries the trace context of its
+// headers (telemetry.ExtractHTTP).
+func (g *Gateway) serve(ctx context.Context, op string, data []byte, asJSON bool, reply Reply) {
+	g.serveFrom(ctx, op, data, asJSON, "", ownerHTTP, "", reply)
 }
 
 // serveFrom dispatches one request of op. replyTo is its NATS reply subject ("" over
 // HTTP); by is who sent it, for cancel's ownership check (see canCancel): its reply
 // subject, ownerHTTP, or "" for an operator; tenant owns its jobs and leases and is
 // bounded on its own (identity.go).
-func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by, tenant string, reply Reply) {
+func (g *Gateway) serveFrom(ctx context.Context, op string, data []byte, asJSON bool, replyTo, by, tenant string, reply Reply) {
 	encode := func(v any) {
 		b, err := codec.Encode(v, asJSON)
 		if err != nil {
@@ -149,7 +152,7 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by, te
 		}
 		encode(&codec.CancelReply{ID: c.ID, Found: g.d.cancelAs(c.ID, by, tenant)})
 	case subjects.IsWork(op):
-		g.submitFrom(op, data, asJSON, replyTo, ownerOf(by), tenant, reply)
+		g.submitFrom(ctx, op, data, asJSON, replyTo, ownerOf(by), tenant, reply)
 	case op == subjects.OpLease:
 		var req codec.LeaseRequest
 		if err := codec.Decode(data, &req, asJSON); err != nil {

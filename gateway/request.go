@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,8 @@ type pending struct {
 	hit []byte
 	// answered is set by its one terminal answer (deliver, settled).
 	answered atomic.Bool
+	// trace: its spans (trace.go), nil while tracing is off; set before it is accepted.
+	trace *reqTrace
 }
 
 // workOwner is whose work p is, for the pauses that hold it (pause.go, rule 5): its
@@ -62,10 +65,12 @@ func claimTimeout(cfg *config.Config) time.Duration {
 }
 
 // submitFrom accepts a client request for op: decode, validate, route check, queue.
-// replyTo is its NATS reply subject ("" over HTTP), owner who may cancel it, tenant
-// whose bound it counts in (identity.go).
-func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner, tenant string, reply Reply) {
+// ctx carries the trace context its headers gave (telemetry.Extract); replyTo is its NATS
+// reply subject ("" over HTTP), owner who may cancel it, tenant whose bound it counts in
+// (identity.go).
+func (g *Gateway) submitFrom(ctx context.Context, op string, data []byte, asJSON bool, replyTo, owner, tenant string, reply Reply) {
 	p := &pending{op: op, asJSON: asJSON, accepted: time.Now(), reply: reply, replyTo: replyTo, owner: owner, tenant: tenant, size: int64(len(data))}
+	traceStart(ctx, p)
 	if e := decodeRequest(data, asJSON, &p.req); e != nil {
 		g.d.deliver(p, "", nil, e)
 		return

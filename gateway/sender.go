@@ -48,13 +48,16 @@ func (d *dispatcher) apply(effects []effect) (failed []sendFailure) {
 		case effSettled:
 			d.settled(e.p, e.pool, e.claim)
 		case effCancel:
+			traceCancel(e.p)
 			b, _ := codec.Marshal(&codec.Cancel{ID: e.id})
 			if err := d.nc.Publish(subjects.Cancel, b); err != nil {
 				d.metrics.publishFailed("cancel", err)
 			}
 		case effRetried:
 			d.metrics.retries.Inc()
+			traceRequeued(e.p, "worker lost")
 		case effUnclaimed:
+			traceRequeued(e.p, "unclaimed")
 			d.log.Warn("request not claimed by any worker; dispatching it again", "id", e.p.id, "pool", e.pool, "after", claimTimeout(d.conf()))
 		case effWake:
 			d.supervisor.wake(e.pool) // a lazy_load pool starts on its first request
@@ -83,7 +86,9 @@ func (d *dispatcher) sendItem(e effSend) *codec.Error {
 	if !e.direct {
 		to = d.replyInbox + "." + strconv.FormatUint(e.seq, 10)
 	}
-	if err := d.nc.PublishMsg(&nats.Msg{Subject: subj, Reply: to, Data: data}); err != nil {
+	msg := &nats.Msg{Subject: subj, Reply: to, Data: data}
+	traceSend(p, e, d.conf().Pool(e.pool).Device, msg)
+	if err := d.nc.PublishMsg(msg); err != nil {
 		return codec.Errorf(codec.CodeInternal, "request to %s: %v", subj, err)
 	}
 	return nil
@@ -120,6 +125,7 @@ func (d *dispatcher) deliver(p *pending, pool string, body []byte, err *codec.Er
 // settled ends p, whose worker answered its client itself (claim c, state done): what
 // deliver does, without sending.
 func (d *dispatcher) settled(p *pending, pool string, c codec.Claim) {
+	traceServed(p, codec.Served{Worker: c.Worker})
 	if d.end(p, pool, c.Code) && c.Code == "" && c.Timing != nil {
 		d.observe(p, pool, *c.Timing, p.req.Model)
 	}
@@ -133,6 +139,7 @@ func (d *dispatcher) end(p *pending, pool string, code codec.Code) bool {
 		d.log.Error("a second answer to a request dropped", "id", p.id)
 		return false
 	}
+	traceEnd(p, pool, code)
 	label := "ok"
 	if code != "" {
 		label = string(code)
@@ -172,6 +179,7 @@ func (d *dispatcher) relay(p *pending, pool string, msg *nats.Msg) {
 		return
 	}
 	meta := rep.Meta()
+	traceServed(p, *meta)
 	d.observe(p, pool, meta.Timing, meta.Model)
 	changed := unmapPaths(d.conf().Pool(pool).PathMap, rep) // output paths back to the client's view
 	if p.clientID != "" {

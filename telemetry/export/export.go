@@ -10,8 +10,10 @@ package export
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel/attribute"
@@ -61,4 +63,28 @@ func Setup(ctx context.Context, service string) (shutdown func(context.Context) 
 		telemetry.Use(nil)
 		return tp.Shutdown(ctx)
 	}, nil
+}
+
+// flushBound bounds the export of the spans left at a process's exit.
+const flushBound = 5 * time.Second
+
+// Start is Setup for a command's main: a failure is logged and the command runs
+// untraced (tracing is never a reason not to serve). The returned function, deferred
+// in main, flushes what is left within flushBound.
+func Start(service string, log *slog.Logger) (stop func()) {
+	shutdown, err := Setup(context.Background(), service)
+	if err != nil {
+		log.Warn("tracing not set up; running without it", "err", err)
+		return func() {}
+	}
+	if telemetry.Enabled() {
+		log.Info("tracing on: spans exported as the OTEL_* variables say")
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), flushBound)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			log.Warn("flush the last spans", "err", err)
+		}
+	}
 }
