@@ -205,9 +205,8 @@ func (c *Client) do(ctx context.Context, op string, req any, out any) error {
 	if c.Failover && subjects.IsWork(op) {
 		msg, err = c.requestFailover(ctx, subj, data)
 	} else {
-		m := nats.NewMsg(subj)
-		m.Data = data
-		setTrace(ctx, m.Header) // trace.go
+		m := &nats.Msg{Subject: subj, Data: data}
+		setTrace(ctx, m) // trace.go
 		msg, err = c.nc.RequestMsgWithContext(ctx, m)
 	}
 	if err != nil {

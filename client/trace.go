@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ortbus/ortbus/telemetry"
 )
@@ -27,14 +28,22 @@ func WithTraceparent(ctx context.Context, traceparent, tracestate string) contex
 	return context.WithValue(ctx, traceparentKey{}, explicitTrace{traceparent, tracestate})
 }
 
-// setTrace writes the trace context of ctx into h.
-func setTrace(ctx context.Context, h nats.Header) {
-	if t, ok := ctx.Value(traceparentKey{}).(explicitTrace); ok {
-		h.Set(telemetry.HeaderTraceparent, t.parent)
-		if t.state != "" {
-			h.Set(telemetry.HeaderTracestate, t.state)
-		}
+// setTrace writes the trace context of ctx into m's headers (made when it has none and
+// ctx has a trace context: a call without one sends no header).
+func setTrace(ctx context.Context, m *nats.Msg) {
+	t, explicit := ctx.Value(traceparentKey{}).(explicitTrace)
+	if !explicit && !trace.SpanContextFromContext(ctx).IsValid() {
 		return
 	}
-	telemetry.Inject(ctx, h)
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	if !explicit {
+		telemetry.Inject(ctx, m.Header)
+		return
+	}
+	m.Header.Set(telemetry.HeaderTraceparent, t.parent)
+	if t.state != "" {
+		m.Header.Set(telemetry.HeaderTracestate, t.state)
+	}
 }

@@ -87,7 +87,7 @@ func (d *dispatcher) sendItem(e effSend) *codec.Error {
 		to = d.replyInbox + "." + strconv.FormatUint(e.seq, 10)
 	}
 	msg := &nats.Msg{Subject: subj, Reply: to, Data: data}
-	traceSend(p, e, d.conf().Pool(e.pool).Device, msg)
+	traceSend(p, e, d.conf, msg)
 	if err := d.nc.PublishMsg(msg); err != nil {
 		return codec.Errorf(codec.CodeInternal, "request to %s: %v", subj, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/telemetry"
 )
 
@@ -69,13 +70,15 @@ func traceLookup(p *pending, start time.Time, hit bool) {
 }
 
 // traceSend records p's wait in its queue and starts the span of attempt e, whose
-// trace context goes into msg's headers for the worker.
-func traceSend(p *pending, e effSend, device string, msg *nats.Msg) {
+// trace context goes into msg's headers for the worker; conf is the configuration in
+// force (the pool's device).
+func traceSend(p *pending, e effSend, conf func() *config.Config, msg *nats.Msg) {
 	t := p.trace
 	if t == nil {
 		return
 	}
 	now := time.Now()
+	device := conf().Pool(e.pool).Device
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.send != nil {
@@ -156,7 +159,10 @@ func traceEnd(p *pending, pool string, code codec.Code) {
 	}
 	device := t.device
 	t.mu.Unlock()
-	attrs := []attribute.KeyValue{telemetry.AttrClass.String(p.class), telemetry.AttrID.String(cmp.Or(p.clientID, p.id, p.req.ID))}
+	attrs := []attribute.KeyValue{telemetry.AttrID.String(cmp.Or(p.clientID, p.id, p.req.ID))}
+	if p.class != "" {
+		attrs = append(attrs, telemetry.AttrClass.String(p.class))
+	}
 	if p.req.Model != "" {
 		attrs = append(attrs, telemetry.AttrModel.String(p.req.Model))
 	}

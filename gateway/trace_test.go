@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/telemetry"
 )
 
@@ -30,6 +31,11 @@ func attrsOf(s tracetest.SpanStub) map[string]string {
 		out[string(a.Key)] = a.Value.Emit()
 	}
 	return out
+}
+
+// cpuConf is a configuration of one pool, cpu, on the device cuda:0.
+func cpuConf() *config.Config {
+	return &config.Config{Pools: map[string]*config.Pool{"cpu": {Name: "cpu", Device: "cuda:0"}}}
 }
 
 const (
@@ -52,10 +58,10 @@ func TestTraceRequestLife(t *testing.T) {
 		t.Fatal("no spans started with tracing on")
 	}
 	m1 := &nats.Msg{Subject: "infer.cpu.interactive"}
-	traceSend(p, effSend{p: p, pool: "cpu", attempt: 1}, "cpu", m1)
+	traceSend(p, effSend{p: p, pool: "cpu", attempt: 1}, cpuConf, m1)
 	traceRequeued(p, "worker lost")
 	m2 := &nats.Msg{Subject: "infer.cpu.interactive"}
-	traceSend(p, effSend{p: p, pool: "cpu", target: "cpu-w2", attempt: 2}, "cpu", m2)
+	traceSend(p, effSend{p: p, pool: "cpu", target: "cpu-w2", attempt: 2}, cpuConf, m2)
 	traceServed(p, codec.Served{Worker: "cpu-w2", EP: "cpu", Model: "tagger"})
 	traceEnd(p, "cpu", codec.CodeDeadlineExceeded)
 
@@ -75,7 +81,7 @@ func TestTraceRequestLife(t *testing.T) {
 		t.Fatalf("request span in trace %s under %s", req.SpanContext.TraceID(), req.Parent.SpanID())
 	}
 	a := attrsOf(req)
-	for k, v := range map[string]string{"ortbus.op": "tag", "ortbus.class": "interactive", "ortbus.model": "tagger", "ortbus.pool": "cpu", "ortbus.worker": "cpu-w2", "ortbus.ep": "cpu", "ortbus.request.id": "r1", "ortbus.error.code": "deadline_exceeded"} {
+	for k, v := range map[string]string{"ortbus.op": "tag", "ortbus.class": "interactive", "ortbus.model": "tagger", "ortbus.pool": "cpu", "ortbus.device": "cuda:0", "ortbus.worker": "cpu-w2", "ortbus.ep": "cpu", "ortbus.request.id": "r1", "ortbus.error.code": "deadline_exceeded"} {
 		if a[k] != v {
 			t.Errorf("request span %s = %q, want %q", k, a[k], v)
 		}
@@ -126,7 +132,7 @@ func TestTraceOff(t *testing.T) {
 	p := &pending{id: "r3", op: "tag", accepted: time.Now()}
 	traceStart(parent, p)
 	m := &nats.Msg{Subject: "infer.cpu.interactive"}
-	traceSend(p, effSend{p: p, pool: "cpu", attempt: 1}, "cpu", m)
+	traceSend(p, effSend{p: p, pool: "cpu", attempt: 1}, cpuConf, m)
 	traceRequeued(p, "worker lost")
 	traceCancel(p)
 	traceEnd(p, "cpu", "")
