@@ -96,6 +96,10 @@ type Options struct {
 	// RelayReplies runs overhead's gateway with [gateway] relay_replies: every reply
 	// through the gateway, as before replies went straight to the client.
 	RelayReplies bool
+	// Trace adds to overhead the gateway path of a second system that traces every
+	// request (spans exported over OTLP/HTTP to a sink in the bench process), timed in the
+	// same interleaved blocks as the untraced one (overhead_trace.go).
+	Trace bool
 	// Out receives the printed tables (nil = discarded).
 	Out io.Writer
 	// Logs receives the gateway's and workers' stderr (nil = kept in a file in the

@@ -45,6 +45,8 @@ type pending struct {
 	hit []byte
 	// answered is set by its one terminal answer (deliver, settled).
 	answered atomic.Bool
+	// trace: its spans (trace.go), nil while tracing is off; set before it is accepted.
+	trace *reqTrace
 }
 
 // workOwner is whose work p is, for the pauses that hold it (pause.go, rule 5): its

@@ -117,7 +117,8 @@ func tsInstall(t *testing.T, dir string) string {
 	t.Helper()
 	bun := filepath.Join(dir, "node_modules", "bun", "bin", "bun.exe")
 	if tsBunRuns(bun) && tsExists(filepath.Join(dir, "node_modules", "@nats-io", "transport-node")) &&
-		tsExists(filepath.Join(dir, "node_modules", "@msgpack", "msgpack")) && tsExists(filepath.Join(dir, "node_modules", ".bin", "tsc")) {
+		tsExists(filepath.Join(dir, "node_modules", "@msgpack", "msgpack")) && tsExists(filepath.Join(dir, "node_modules", ".bin", "tsc")) &&
+		tsExists(filepath.Join(dir, "node_modules", "@opentelemetry", "api")) {
 		return bun
 	}
 	if _, err := exec.LookPath("npm"); err != nil {

@@ -45,6 +45,7 @@ const benchUsage = `usage: ortbus bench NAME [flags]
   -chart FILE.png  collision, capacity: chart (default: next to -out, NAME.png; "-" = none)
   -no-solo         collision: skip the solo runs
   -relay           overhead: the gateway relays every reply ([gateway] relay_replies)
+  -trace           overhead: also time a second system that traces every request (OTLP to a sink here)
   -repo DIR        repository root (default: found from this binary or the working directory)
   -bin DIR         gateway and ortworker binaries (default: next to this binary, else <repo>/bin)
   -v               show the gateway's and workers' logs
@@ -81,6 +82,7 @@ func benchCmd(args []string) int {
 	chart := fs.String("chart", "", "")
 	noSolo := fs.Bool("no-solo", false, "")
 	relay := fs.Bool("relay", false, "")
+	traced := fs.Bool("trace", false, "")
 	repo := fs.String("repo", "", "")
 	bin := fs.String("bin", "", "")
 	verbose := fs.Bool("v", false, "")
@@ -94,7 +96,7 @@ func benchCmd(args []string) int {
 		return 2
 	}
 	o := bench.Options{Repo: *repo, BinDir: *bin, N: *n, Duration: *dur, InFlight: *inflight, Workers: *workers, Threads: *threads, EP: *ep, Device: *device, Smoke: *smoke, Kills: *kills,
-		Scenario: *scenario, Seed: *seed, Steps: *steps, SkipSolo: *noSolo, RelayReplies: *relay, Out: os.Stdout, KeepTemp: *keep}
+		Scenario: *scenario, Seed: *seed, Steps: *steps, SkipSolo: *noSolo, RelayReplies: *relay, Trace: *traced, Out: os.Stdout, KeepTemp: *keep}
 	if *verbose {
 		o.Logs = os.Stderr
 	}
