@@ -43,10 +43,11 @@ import (
 //     --on-pressure hook) and whose class is below the asker's is pressed when an
 //     acquire on its device is refused for memory. A pressed lease's tag is in the
 //     device's gate (gate.go, rule 3), so its holder runs its hook; each reading of the
-//     device's processes (foreign.go) that measures the holder's processes (the pid it
-//     gave and their descendants, on this gateway's host only) below the lease's bytes
-//     shrinks the lease to that measure and ends the press, and the waiting acquire fits
-//     on its next try. A press ends on its own after pressFor. A pid from another host
+//     device's processes (foreign.go; and every pressEvery while pressed, a fresh one:
+//     press.go) that measures the holder's processes (the pid it gave and their
+//     descendants, on this gateway's host only) below the lease's bytes shrinks the
+//     lease to that measure and ends the press, and the waiting acquires are woken
+//     (leasewait.go). A press ends on its own after pressFor. A pid from another host
 //     is never measured here (that number here is another process), and a shrink only
 //     lowers a lease: a holder that lies about its pid only loses its own reservation
 //     (what it really uses is then foreign, rule 5, and still counted). A tenant (an
@@ -157,15 +158,13 @@ func (l *leases) byDevice() classCounts {
 }
 
 // lease answers one ortbus.v1.lease request of tenant (rule 4; "": the local owner),
-// under c alone.
+// under c alone. An acquire held back by the waiting acquires (leasewait.go, rule 2) is
+// refused overloaded.
 func (b *budget) lease(c *config.Config, req *codec.LeaseRequest, tenant string) (*codec.LeaseReply, *codec.Error) {
 	if err := req.Validate(); err != nil {
 		return nil, codec.AsError(err)
 	}
-	ttl := c.Gateway.LeaseDefaultTTL.D()
-	if req.TTLMS > 0 {
-		ttl = min(c.Gateway.LeaseMaxTTL.D(), time.Duration(min(req.TTLMS, c.Gateway.LeaseMaxTTL.D().Milliseconds()))*time.Millisecond)
-	}
+	ttl := leaseTTL(c, req)
 	l := b.leases
 	now := leaseNow()
 	switch req.Action {
@@ -181,6 +180,7 @@ func (b *budget) lease(c *config.Config, req *codec.LeaseRequest, tenant string)
 			delete(l.by, req.Lease)
 			r := x.LeaseReply
 			r.Released = true
+			b.waits.wake() // its room may be a waiting acquire's
 			return &r, nil
 		}
 		x.ExpiresUnixMS = now.Add(ttl).UnixMilli()
@@ -191,7 +191,26 @@ func (b *budget) lease(c *config.Config, req *codec.LeaseRequest, tenant string)
 		r := x.LeaseReply
 		return &r, nil
 	}
-	// acquire
+	if e := b.waits.heldBack(c, req); e != nil {
+		return nil, e
+	}
+	return b.acquire(c, req, tenant, ttl, now)
+}
+
+// leaseTTL is the ttl req asks for, within c's bounds (rule 2).
+func leaseTTL(c *config.Config, req *codec.LeaseRequest) time.Duration {
+	ttl := c.Gateway.LeaseDefaultTTL.D()
+	if req.TTLMS > 0 {
+		ttl = min(c.Gateway.LeaseMaxTTL.D(), time.Duration(min(req.TTLMS, c.Gateway.LeaseMaxTTL.D().Milliseconds()))*time.Millisecond)
+	}
+	return ttl
+}
+
+// acquire grants the acquire req of tenant for ttl from now if the device's budget holds
+// it (rule 1), under c alone; refused for memory, it presses the reclaimable leases of
+// lower classes there (rule 6).
+func (b *budget) acquire(c *config.Config, req *codec.LeaseRequest, tenant string, ttl time.Duration, now time.Time) (*codec.LeaseReply, *codec.Error) {
+	l := b.leases
 	class := req.Class
 	if class == "" {
 		class = subjects.ClassInteractive
@@ -231,6 +250,7 @@ func (b *budget) lease(c *config.Config, req *codec.LeaseRequest, tenant string)
 	foreign := b.foreignBytes(req.Device, leased)
 	if sum := adm + leased + foreign + req.Bytes; sum > budget || sum < 0 {
 		l.press(req.Device, cl.Priority, tenant, func(class string) int { return classPriority(c, class) }, now)
+		b.pokePresser()
 		return nil, codec.Errorf(codec.CodeOverloaded, "memory admission refused a lease of %s on device %s: admitted %s + leased %s + foreign %s + %s = %s, over the budget of %s (capacity %s x %.2f)",
 			mb(req.Bytes), req.Device, mb(adm), mb(leased), mb(foreign), mb(req.Bytes), mb(sum), mb(budget), mb(capacity), fraction).
 			With("device", req.Device).With("sum_bytes", sum).With("budget_bytes", budget).With("capacity_bytes", capacity).
@@ -360,15 +380,16 @@ func (b *budget) reclaim(c *config.Config, device string, prio int) bool {
 	l.expire(leaseNow())
 	l.press(device, prio, "", func(class string) int { return classPriority(c, class) }, leaseNow())
 	l.mu.Unlock()
+	b.pokePresser()
 	return b.pressing(device)
 }
 
 // pressing reports whether a lease on device is pressed and its holder measurable here:
-// the device has a reader, and the holder gave a pid of this host (rule 6). A pressed
-// lease that is not is worth no wait: nothing here would shrink it.
+// the device is measurable (press.go), and the holder gave a pid of this host (rule 6).
+// A pressed lease that is not is worth no wait: nothing here would shrink it.
 func (b *budget) pressing(device string) bool {
 	host, _ := os.Hostname()
-	if b.foreign == nil || b.foreign.readers[device] == nil || host == "" {
+	if !b.measurable(device) || host == "" {
 		return false
 	}
 	l := b.leases
