@@ -27,7 +27,8 @@ import (
 //	    --on-pressure 'kill -USR1 $ORTBUS_LEASE_PID' -- ortbus bench mem-holder -bytes 400MiB
 //
 // holds most of the cpu's declared budget (1 GiB × 0.5); once its holder says ready, the
-// bench sends one urgent acquire of 200 MiB with wait_ms (client.WaitLease): the gateway
+// bench sends one urgent acquire of 200 MiB with wait_ms (client.WaitLease; the baseline:
+// an acquire every 10 s, as `ortbus lease --wait` did before): the gateway
 // presses the batch lease, the wrapper runs the hook, the holder unmaps its memory and
 // prints when ("freed"), the gateway's fresh measure of the holder (gateway/press.go)
 // shrinks the lease, and the waiting acquire is granted. The holder's memory is free
@@ -37,12 +38,21 @@ import (
 // wait for the memory being free; from the end, which is negative when the grant came
 // while the unmapping went on (the room was there before its end).
 
-// LeaseResults are the results of `bench lease`.
+// LeaseResults are the results of `bench lease`: the urgent lease waiting in the gateway
+// (wait_ms), and the baseline of the same run, the way `ortbus lease --wait` waited
+// before: an acquire every ttl/3 (10 s with the default ttl) until one is granted.
 type LeaseResults struct {
-	Device      string `json:"device"`
-	BudgetBytes int64  `json:"budget_bytes"`
-	HolderBytes int64  `json:"holder_bytes"`
-	UrgentBytes int64  `json:"urgent_bytes"`
+	Device      string     `json:"device"`
+	BudgetBytes int64      `json:"budget_bytes"`
+	HolderBytes int64      `json:"holder_bytes"`
+	UrgentBytes int64      `json:"urgent_bytes"`
+	PollEveryMS int64      `json:"poll_every_ms"`
+	Wait        LeasePhase `json:"wait"`
+	Polling     LeasePhase `json:"polling"`
+}
+
+// LeasePhase is one way of waiting's figures over its rounds.
+type LeasePhase struct {
 	// FreeStartToGrantMS and FreeEndToGrantMS: from the start and from the end of the
 	// holder's unmapping to the grant's arrival at the waiting client (p50, max over the
 	// rounds); UnmapMS: the unmapping itself.
@@ -51,14 +61,13 @@ type LeaseResults struct {
 	FreeEndToGrantP50MS   float64 `json:"free_end_to_grant_p50_ms"`
 	FreeEndToGrantMaxMS   float64 `json:"free_end_to_grant_max_ms"`
 	UnmapP50MS            float64 `json:"unmap_p50_ms"`
-	// AcquireToFreedMS: from the acquire's send to the end of the unmapping (the press,
-	// the gate's publish, the wrapper's hook, the holder's signal and munmap).
+	// AcquireToFreedMS: from the first acquire's send to the end of the unmapping (the
+	// press, the gate's publish, the wrapper's hook, the holder's signal and munmap).
 	AcquireToFreedP50MS float64 `json:"acquire_to_freed_p50_ms"`
-	// AcquireToGrantMS: from the acquire's send to its grant.
+	// AcquireToGrantMS: from the first acquire's send to the grant.
 	AcquireToGrantP50MS float64 `json:"acquire_to_grant_p50_ms"`
 	AcquireToGrantMaxMS float64 `json:"acquire_to_grant_max_ms"`
-	// AcquireRequests are the urgent acquires seen on ortbus.v1.lease: one per round
-	// (the waiting client never asked again).
+	// AcquireRequests are the urgent acquires seen on ortbus.v1.lease.
 	AcquireRequests int64        `json:"acquire_requests"`
 	Rounds          []LeaseRound `json:"rounds"`
 }
@@ -75,15 +84,44 @@ type LeaseRound struct {
 	ShrunkTo int64 `json:"shrunk_to_bytes"`
 }
 
-// The bench's sizes: the cpu's declared budget, the holder's lease and the urgent one.
+// The bench's sizes: the cpu's declared budget, the holder's lease and the urgent one;
+// the baseline's poll (ttl/3 of the wrapper's default ttl) and its rounds (at most).
 const (
 	leaseBenchCapacity = 1 << 30
 	leaseBenchHolder   = 400 << 20
 	leaseBenchUrgent   = 200 << 20
+	leaseBenchPoll     = 10 * time.Second
+	leaseBenchPolls    = 3
 )
 
+// urgentAcquire gets the round's urgent lease of req, one way or the other.
+type urgentAcquire func(ctx context.Context, sys *system, req *codec.LeaseRequest) (*codec.LeaseReply, error)
+
+// waitInGateway is the way under test: one acquire with wait_ms.
+func waitInGateway(ctx context.Context, sys *system, req *codec.LeaseRequest) (*codec.LeaseReply, error) {
+	return sys.cl.WaitLease(ctx, req, 50*time.Second)
+}
+
+// pollEvery is the baseline: an acquire every leaseBenchPoll until one is granted.
+func pollEvery(ctx context.Context, sys *system, req *codec.LeaseRequest) (*codec.LeaseReply, error) {
+	for {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		l, err := sys.cl.Lease(c, req)
+		cancel()
+		if err == nil || codec.CodeOf(err) != codec.CodeOverloaded {
+			return l, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(leaseBenchPoll):
+		}
+	}
+}
+
 // Lease runs o.N rounds (default 10) of a reclaimable lease giving way to an urgent
-// waiting one, and reports free → granted.
+// waiting one, and min(o.N, leaseBenchPolls) of the polling baseline, and reports free →
+// granted.
 func Lease(ctx context.Context, o Options) (*Report, error) {
 	if err := o.resolve(); err != nil {
 		return nil, err
@@ -110,45 +148,68 @@ func Lease(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer sys.stop()
-	res := &LeaseResults{Device: "cpu", BudgetBytes: leaseBenchCapacity / 2, HolderBytes: leaseBenchHolder, UrgentBytes: leaseBenchUrgent}
+	res := &LeaseResults{Device: "cpu", BudgetBytes: leaseBenchCapacity / 2, HolderBytes: leaseBenchHolder, UrgentBytes: leaseBenchUrgent,
+		PollEveryMS: leaseBenchPoll.Milliseconds()}
 	rep.Results = res
-	var fromStart, fromEnd, unmap, freed, grant []time.Duration
-	for i := range positiveOr(o.N, 10) {
-		r, err := leaseRound(ctx, &o, w, sys, ortbus, i)
-		if err != nil {
-			return nil, fmt.Errorf("round %d: %w", i+1, err)
-		}
-		res.Rounds = append(res.Rounds, r.figures())
-		fromStart, fromEnd = append(fromStart, r.grant.Sub(r.freeing)), append(fromEnd, r.grant.Sub(r.freed))
-		unmap, freed, grant = append(unmap, r.freed.Sub(r.freeing)), append(freed, r.freed.Sub(r.sent)), append(grant, r.grant.Sub(r.sent))
-		if r.grant.Before(r.freeing) {
-			rep.note("round %d: granted before the holder began to free its memory", i+1)
-		}
+	n := positiveOr(o.N, 10)
+	if res.Wait, err = leasePhase(ctx, &o, w, sys, ortbus, "wait", n, waitInGateway, &acquires, rep); err != nil {
+		return nil, err
 	}
-	res.AcquireRequests = acquires.Load()
-	s, e, g := summarize(fromStart), summarize(fromEnd), summarize(grant)
-	res.FreeStartToGrantP50MS, res.FreeStartToGrantMaxMS = ms(s.P50), ms(s.Max)
-	res.FreeEndToGrantP50MS, res.FreeEndToGrantMaxMS = ms(e.P50), ms(e.Max)
-	res.UnmapP50MS, res.AcquireToFreedP50MS = ms(summarize(unmap).P50), ms(summarize(freed).P50)
-	res.AcquireToGrantP50MS, res.AcquireToGrantMaxMS = ms(g.P50), ms(g.Max)
-	res.print(o.out(), rep, len(grant))
+	if res.Polling, err = leasePhase(ctx, &o, w, sys, ortbus, "poll", min(n, leaseBenchPolls), pollEvery, &acquires, rep); err != nil {
+		return nil, err
+	}
+	res.print(o.out(), rep, n)
 	return rep, nil
 }
 
-// print writes the results' table, and the target's verdict: granted within 1 s of the
-// memory being free.
+// leasePhase runs rounds rounds of the way acquire, and sums them up; acquires counts the
+// urgent acquires on the bus.
+func leasePhase(ctx context.Context, o *Options, w *workdir, sys *system, ortbus, name string, rounds int, acquire urgentAcquire,
+	acquires *atomic.Int64, rep *Report) (LeasePhase, error) {
+	var ph LeasePhase
+	var fromStart, fromEnd, unmap, freed, grant []time.Duration
+	before := acquires.Load()
+	for i := range rounds {
+		r, err := leaseRound(ctx, o, w, sys, ortbus, fmt.Sprint(name, "-", i), acquire)
+		if err != nil {
+			return ph, fmt.Errorf("%s round %d: %w", name, i+1, err)
+		}
+		ph.Rounds = append(ph.Rounds, r.figures())
+		fromStart, fromEnd = append(fromStart, r.grant.Sub(r.freeing)), append(fromEnd, r.grant.Sub(r.freed))
+		unmap, freed, grant = append(unmap, r.freed.Sub(r.freeing)), append(freed, r.freed.Sub(r.sent)), append(grant, r.grant.Sub(r.sent))
+		if r.grant.Before(r.freeing) {
+			rep.note("%s round %d: granted before the holder began to free its memory", name, i+1)
+		}
+	}
+	ph.AcquireRequests = acquires.Load() - before
+	s, e, g := summarize(fromStart), summarize(fromEnd), summarize(grant)
+	ph.FreeStartToGrantP50MS, ph.FreeStartToGrantMaxMS = ms(s.P50), ms(s.Max)
+	ph.FreeEndToGrantP50MS, ph.FreeEndToGrantMaxMS = ms(e.P50), ms(e.Max)
+	ph.UnmapP50MS, ph.AcquireToFreedP50MS = ms(summarize(unmap).P50), ms(summarize(freed).P50)
+	ph.AcquireToGrantP50MS, ph.AcquireToGrantMaxMS = ms(g.P50), ms(g.Max)
+	return ph, nil
+}
+
+// print writes the results' table, and the targets' verdicts: granted within 1 s of the
+// memory being free, from one acquire a round.
 func (res *LeaseResults) print(out io.Writer, rep *Report, rounds int) {
-	fmt.Fprintf(out, "lease: an urgent %d MiB lease waiting (wait_ms) behind a reclaimable %d MiB one on %s (budget %d MiB), %d rounds\n",
-		res.UrgentBytes>>20, res.HolderBytes>>20, res.Device, res.BudgetBytes>>20, rounds)
-	printTable(out, "\tp50 ms\tmax ms",
-		fmt.Sprintf("free (unmap start) -> granted\t%.1f\t%.1f", res.FreeStartToGrantP50MS, res.FreeStartToGrantMaxMS),
-		fmt.Sprintf("free (unmap end) -> granted\t%.1f\t%.1f", res.FreeEndToGrantP50MS, res.FreeEndToGrantMaxMS),
-		fmt.Sprintf("unmap start -> end\t%.1f\t", res.UnmapP50MS),
-		fmt.Sprintf("acquire -> unmap end\t%.1f\t", res.AcquireToFreedP50MS),
-		fmt.Sprintf("acquire -> granted\t%.1f\t%.1f", res.AcquireToGrantP50MS, res.AcquireToGrantMaxMS))
-	fmt.Fprintf(out, "urgent acquires sent: %d (one per round: the waiter never asked again)\n", res.AcquireRequests)
-	rep.target(res.FreeStartToGrantMaxMS <= 1000, "an urgent lease granted %.1f ms after its holder began to free the memory (target: within 1 s)", res.FreeStartToGrantMaxMS)
-	rep.target(res.AcquireRequests == int64(rounds), "%d urgent acquires for %d rounds", res.AcquireRequests, rounds)
+	fmt.Fprintf(out, "lease: an urgent %d MiB lease waiting behind a reclaimable %d MiB one on %s (budget %d MiB)\n",
+		res.UrgentBytes>>20, res.HolderBytes>>20, res.Device, res.BudgetBytes>>20)
+	row := func(what string, w, p float64) string { return fmt.Sprintf("%s\t%.1f\t%.1f", what, w, p) }
+	wt, pl := &res.Wait, &res.Polling
+	printTable(out, fmt.Sprintf("ms\twait_ms (%d rounds)\tpolling every %v (%d rounds)", len(wt.Rounds), leaseBenchPoll, len(pl.Rounds)),
+		row("free (unmap start) -> granted, p50", wt.FreeStartToGrantP50MS, pl.FreeStartToGrantP50MS),
+		row("free (unmap start) -> granted, max", wt.FreeStartToGrantMaxMS, pl.FreeStartToGrantMaxMS),
+		row("free (unmap end) -> granted, p50", wt.FreeEndToGrantP50MS, pl.FreeEndToGrantP50MS),
+		row("free (unmap end) -> granted, max", wt.FreeEndToGrantMaxMS, pl.FreeEndToGrantMaxMS),
+		row("unmap start -> end, p50", wt.UnmapP50MS, pl.UnmapP50MS),
+		row("acquire -> unmap end, p50", wt.AcquireToFreedP50MS, pl.AcquireToFreedP50MS),
+		row("acquire -> granted, p50", wt.AcquireToGrantP50MS, pl.AcquireToGrantP50MS),
+		row("acquire -> granted, max", wt.AcquireToGrantMaxMS, pl.AcquireToGrantMaxMS))
+	fmt.Fprintf(out, "urgent acquires sent: %d waiting in the gateway (%d rounds), %d polling (%d rounds)\n",
+		wt.AcquireRequests, len(wt.Rounds), pl.AcquireRequests, len(pl.Rounds))
+	rep.target(wt.FreeStartToGrantMaxMS <= 1000, "an urgent lease granted %.1f ms after its holder began to free the memory (target: within 1 s)", wt.FreeStartToGrantMaxMS)
+	rep.target(wt.AcquireRequests == int64(rounds), "%d urgent acquires for %d rounds waiting in the gateway", wt.AcquireRequests, rounds)
 }
 
 // countAcquires counts the urgent acquires on ortbus.v1.lease (a plain subscription: it
@@ -198,8 +259,8 @@ func (r *leaseRoundTimes) figures() LeaseRound {
 // leaseRound runs one round: the holder started and ready, the urgent acquire waiting
 // until granted, the holder's freed line, the urgent lease released and the holder
 // stopped (its wrapper releases its lease).
-func leaseRound(ctx context.Context, o *Options, w *workdir, sys *system, ortbus string, i int) (*leaseRoundTimes, error) {
-	h, err := startMemHolder(ortbus, sys.ready.NATSURL, filepath.Join(w.dir, fmt.Sprintf("holder-%d.log", i)), o.Logs)
+func leaseRound(ctx context.Context, o *Options, w *workdir, sys *system, ortbus, name string, acquire urgentAcquire) (*leaseRoundTimes, error) {
+	h, err := startMemHolder(ortbus, sys.ready.NATSURL, filepath.Join(w.dir, "holder-"+name+".log"), o.Logs)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +271,7 @@ func leaseRound(ctx context.Context, o *Options, w *workdir, sys *system, ortbus
 	r := &leaseRoundTimes{sent: time.Now()}
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	l, err := sys.cl.WaitLease(wctx, &codec.LeaseRequest{Device: "cpu", Bytes: leaseBenchUrgent, Class: subjects.ClassUrgent, Holder: "urgent", TTLMS: 60_000}, 50*time.Second)
+	l, err := acquire(wctx, sys, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cpu", Bytes: leaseBenchUrgent, Class: subjects.ClassUrgent, Holder: "urgent", TTLMS: 60_000})
 	r.grant = time.Now()
 	if err != nil {
 		return nil, fmt.Errorf("the urgent lease: %w; the holder's log:\n%s", err, h.logTail())
