@@ -39,7 +39,8 @@ func startHeld(t *testing.T, g *gatewayProc, size string, args ...string) *heldP
 	h := &heldProc{stderr: filepath.Join(t.TempDir(), "stderr"), events: make(chan bench.MemHolderEvent, 8), exited: make(chan struct{})}
 	all := append(append([]string{"lease", "-s", g.Ready.NATSURL}, args...), "--", ortbus, "bench", "mem-holder", "-bytes", size)
 	h.cmd = exec.Command(ortbus, all...)
-	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A group of its own: the holder goes with its wrapper were the wrapper killed.
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	f, err := os.Create(h.stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +70,7 @@ func startHeld(t *testing.T, g *gatewayProc, size string, args ...string) *heldP
 		select {
 		case <-h.exited:
 		case <-time.After(gwStopBound):
-			h.cmd.Process.Kill()
+			syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
 			<-h.exited
 		}
 		if t.Failed() {
