@@ -47,7 +47,10 @@ import (
 //     press.go) that measures the holder's processes (the pid it gave and their
 //     descendants, on this gateway's host only) below the lease's bytes shrinks the
 //     lease to that measure and ends the press, and the waiting acquires are woken
-//     (leasewait.go). A press ends on its own after pressFor. A pid from another host
+//     (leasewait.go). A holder gives its memory back over time (munmap, a server
+//     unloading layer by layer): a shrunk lease is measured on for pressSettle
+//     (press.go), shrunk again as the measure keeps falling, and not pressed again
+//     meanwhile (its hook ran once). A press ends on its own after pressFor. A pid from another host
 //     is never measured here (that number here is another process), and a shrink only
 //     lowers a lease: a holder that lies about its pid only loses its own reservation
 //     (what it really uses is then foreign, rule 5, and still counted). A tenant (an
@@ -69,6 +72,7 @@ type lease struct {
 	pid       int       // its holder's process (rule 6), 0: unknown
 	host      string    // ... on this host
 	pressedAt time.Time // rule 6: pressed since (zero: not pressed)
+	shrunkAt  time.Time // rule 6: last shrunk by a measure (press.go: measured on a while)
 }
 
 // pressFor bounds a press (rule 6).
@@ -282,7 +286,7 @@ func knownDevice(c *config.Config, device string) bool {
 // held.
 func (l *leases) press(device string, asker int, owner string, prio func(string) int, now time.Time) {
 	for _, x := range l.by {
-		if x.Device == device && x.Reclaim && prio(x.Class) > asker && x.pressedAt.IsZero() && (owner == "" || x.owner == owner) {
+		if x.Device == device && x.Reclaim && prio(x.Class) > asker && x.pressedAt.IsZero() && !x.settling(now) && (owner == "" || x.owner == owner) {
 			x.pressedAt = now
 			x.Pressed = true
 		}
@@ -337,7 +341,7 @@ func (l *leases) pressedHere(device, host string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, x := range l.by {
-		if x.Device == device && !x.pressedAt.IsZero() && x.pid > 0 && x.host == host {
+		if x.Device == device && x.measured(leaseNow()) && x.pid > 0 && x.host == host {
 			return true
 		}
 	}
@@ -349,11 +353,12 @@ func (l *leases) pressedHere(device, host string) bool {
 // descendants) measure below its bytes is shrunk to that, and pressed no more. It
 // returns the leases shrunk, as holder names, for the log.
 func (l *leases) shrinkPressed(device, host string, usage map[int]int64, tree func(pid int) []int) []codec.LeaseReply {
+	now := leaseNow()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []codec.LeaseReply
 	for _, x := range l.by {
-		if x.Device != device || x.pressedAt.IsZero() || x.pid <= 0 || x.host != host {
+		if x.Device != device || !x.measured(now) || x.pid <= 0 || x.host != host {
 			continue
 		}
 		var used int64
@@ -362,7 +367,7 @@ func (l *leases) shrinkPressed(device, host string, usage map[int]int64, tree fu
 		}
 		if used < x.Bytes {
 			x.Bytes = used
-			x.pressedAt, x.Pressed = time.Time{}, false
+			x.pressedAt, x.Pressed, x.shrunkAt = time.Time{}, false, now
 			c := x.LeaseReply
 			c.Lease = ""
 			out = append(out, c)

@@ -25,11 +25,27 @@ import (
 //     at the same moment. Other devices are not measurable: their pressed leases are
 //     never shrunk here (pressing is false).
 //  2. When: from the press (pokePresser) every pressEvery while a lease is pressed (a
-//     holder's pid may come with its next renew); nothing is measured when none is.
+//     holder's pid may come with its next renew), and for pressSettle after each shrink
+//     (the holder may still be freeing); nothing is measured when no lease is either.
 //  3. A measure below the lease's bytes shrinks it to that measure and ends the press
 //     (shrinkPressed); the dispatch loop (a woken pool waits for that room: supervise.go)
 //     and the waiting acquires are then woken.
-const pressEvery = 100 * time.Millisecond
+const (
+	pressEvery  = 100 * time.Millisecond
+	pressSettle = time.Second
+)
+
+// measured reports whether x's holder is measured at now (rules 2, 3): x is pressed, or
+// settling.
+func (x *lease) measured(now time.Time) bool {
+	return (!x.pressedAt.IsZero() && now.Sub(x.pressedAt) < pressFor) || x.settling(now)
+}
+
+// settling reports whether x was shrunk within pressSettle of now: measured on, not
+// pressed again (lease.go, rule 6).
+func (x *lease) settling(now time.Time) bool {
+	return !x.shrunkAt.IsZero() && now.Sub(x.shrunkAt) < pressSettle
+}
 
 // measurable reports whether a pressed lease on device can be measured here (rule 1).
 func (b *budget) measurable(device string) bool {
@@ -71,8 +87,8 @@ func (b *budget) startPresser(conf func() *config.Config) (stop func()) {
 	return func() { close(done); <-exited }
 }
 
-// measurePressed measures the holders of the pressed leases on this host once, each on
-// its device (rule 1), under c; it reports whether a lease is still pressed.
+// measurePressed measures the holders of the pressed (or settling) leases on this host
+// once, each on its device (rule 1), under c; it reports whether one is still measured.
 func (b *budget) measurePressed(c *config.Config) bool {
 	host, _ := os.Hostname()
 	if host == "" {
@@ -90,26 +106,26 @@ func (b *budget) measurePressed(c *config.Config) bool {
 	return b.leases.anyPressed(leaseNow())
 }
 
-// pressedHolders maps each device with a pressed lease whose holder is on host to those
-// holders' pids, at now.
+// pressedHolders maps each device with a measured lease (pressed or settling) whose
+// holder is on host to those holders' pids, at now.
 func (l *leases) pressedHolders(host string, now time.Time) map[string][]int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := map[string][]int{}
 	for _, x := range l.by {
-		if !x.pressedAt.IsZero() && now.Sub(x.pressedAt) < pressFor && x.pid > 0 && x.host == host {
+		if x.measured(now) && x.pid > 0 && x.host == host {
 			out[x.Device] = append(out[x.Device], x.pid)
 		}
 	}
 	return out
 }
 
-// anyPressed reports whether a lease is pressed at now.
+// anyPressed reports whether a lease is measured (pressed or settling) at now.
 func (l *leases) anyPressed(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, x := range l.by {
-		if !x.pressedAt.IsZero() && now.Sub(x.pressedAt) < pressFor {
+		if x.measured(now) {
 			return true
 		}
 	}

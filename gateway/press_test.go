@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ortbus/ortbus/codec"
 )
@@ -72,8 +74,8 @@ func TestPressShrinksOnCPU(t *testing.T) {
 	if l.Pressed || l.Bytes >= 10*mib || rss <= 0 {
 		t.Errorf("the reclaimable lease: %+v (holder's resident memory %d), want shrunk to its holder's few KiB, pressed no more", l, rss)
 	}
-	if g.budget.measurePressed(g.conf()) {
-		t.Error("a lease still pressed after its shrink")
+	if h := g.budget.leases.gated(time.Now())["cpu"]; len(h.tags) != 0 {
+		t.Errorf("the lease still in the gate's pressed tags after its shrink: %v", h.tags)
 	}
 }
 
@@ -147,5 +149,43 @@ func TestTreeAndRSS(t *testing.T) {
 	self := os.Getpid()
 	if rss := rssOf([]int{self}, func(p int) []int { return []int{p, 1 << 30} }); rss[self] <= 0 || rss[1<<30] != 0 {
 		t.Errorf("rss %v, want this process's > 0 and none for a pid that is no process", rss)
+	}
+}
+
+// Rule 3 and lease.go's rule 6 on a holder that frees in steps: the first measure below
+// the lease shrinks it (to 600 MiB: the urgent 300 MiB still does not fit) and ends the
+// press; the waiting acquire's next try does not press it again (its hook ran once), and
+// the measures go on: the next drop shrinks it to 100 MiB and the waiter is granted.
+func TestPressSettles(t *testing.T) {
+	g, _, _, _ := foreignGateway(t)
+	pid := holderProc(t)
+	reclaimable(t, g, "cuda:0", 800*mib, pid)
+	fake := g.budget.foreign.readers["cuda:0"].(*fakeProcs)
+	fake.set(map[int]int64{pid: 800 * mib}, nil)
+	g.budget.pollForeign(g.conf())
+	t.Cleanup(g.budget.startWaits(g.conf))
+	t.Cleanup(g.budget.startPresser(g.conf))
+	r := newWaitRecorder(g)
+	r.send("urgent", "", &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 300 * mib, Class: "urgent", TTLMS: 600000, WaitMS: 60000})
+	fake.set(map[int]int64{pid: 600 * mib}, nil)
+	// A pass of the waiters after the shrink: its refusal counts the lease at 600 MiB.
+	checkFor(t, "a try of the waiter after the shrink", 30*time.Second, 5*time.Millisecond, func() error {
+		w := g.budget.waits
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if len(w.q) != 1 || w.q[0].last.Details["leased_bytes"] != 600*mib {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	if h := g.budget.leases.gated(time.Now())["cuda:0"]; len(h.tags) != 0 {
+		t.Fatalf("pressed again after its first shrink: %v", h.tags)
+	}
+	fake.set(map[int]int64{pid: 100 * mib}, nil)
+	if a := r.next(t); a.e != nil {
+		t.Fatalf("the urgent waiter: %v, want granted", a.e)
+	}
+	if l := leaseOn(t, g, "cuda:0", "holder"); l.Bytes != 100*mib {
+		t.Errorf("the reclaimable lease: %+v, want shrunk again to 100 MiB", l)
 	}
 }
