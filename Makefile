@@ -107,6 +107,7 @@ bench: build prepare $(OCR_MODEL) $(VAD_MODEL) $(NODE_BENCH)
 	bin/ortbus bench capacity   -out bench-out/capacity.json
 	bin/ortbus bench failure    -out bench-out/failure.json
 	bin/ortbus bench jobs       -out bench-out/jobs.json
+	bin/ortbus bench lease      -out bench-out/lease.json
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./images/ ./codec/
 
 clean:

@@ -14,6 +14,7 @@
 //	            policy and FIFO, until a class misses its target (the knee)
 //	failure     kill -9 of a loaded worker: time to answer what it held, lost requests, time to serve again
 //	jobs        N items as plain batch requests vs as one durable job, undisturbed and with kill -9 of the whole stack
+//	lease       an urgent lease waiting behind a reclaimable one: the holder's memory free -> the grant (lease.go)
 //
 // A report's top level is {"bench": NAME, "machine": {...}, "results": {...}}; the
 // results of each bench are documented on its result type and in docs/BENCHMARKS.md.
@@ -41,7 +42,7 @@ import (
 )
 
 // Names are the benchmarks Run knows, in the order `ortbus bench` lists them.
-var Names = []string{"overhead", "throughput", "collision", "capacity", "failure", "jobs", "incremental"}
+var Names = []string{"overhead", "throughput", "collision", "capacity", "failure", "jobs", "incremental", "lease"}
 
 // RuntimeVersion is the ONNX Runtime version the benches' workers and in-process baselines
 // use (fetched by `make prepare` into <repo>/.deps/ort-VERSION/lib).
@@ -188,6 +189,8 @@ func Run(ctx context.Context, name string, o Options) (*Report, error) {
 		return Jobs(ctx, o)
 	case "incremental":
 		return Incremental(ctx, o)
+	case "lease":
+		return Lease(ctx, o)
 	}
 	return nil, fmt.Errorf("unknown bench %q (want one of %s)", name, strings.Join(Names, ", "))
 }

@@ -158,12 +158,14 @@ func (g *Gateway) serveFrom(ctx context.Context, op string, data []byte, asJSON 
 			reply(nil, codec.AsError(err))
 			return
 		}
-		l, e := g.budget.lease(g.conf(), &req, tenant)
-		if e != nil {
-			reply(nil, e)
-			return
-		}
-		encode(l)
+		// Answered now, or later by the waiting leases (leasewait.go).
+		g.budget.serveLease(g.conf(), &req, tenant, func(l *codec.LeaseReply, e *codec.Error) {
+			if e != nil {
+				reply(nil, e)
+				return
+			}
+			encode(l)
+		})
 	case op == subjects.OpPause:
 		var req codec.PauseRequest
 		if err := codec.Decode(data, &req, asJSON); err != nil {

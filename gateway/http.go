@@ -190,9 +190,10 @@ func httpMaxConns(c *config.Config) int {
 }
 
 // httpWriteTimeout is longer than any request may take: the longest class timeout or
-// max_timeout, plus the time to read the request, plus a margin.
+// max_timeout, or a lease acquire's longest wait, plus the time to read the request, plus
+// a margin.
 func httpWriteTimeout(c *config.Config) time.Duration {
-	var longest time.Duration
+	longest := codec.MaxLeaseWaitMS * time.Millisecond
 	for _, cl := range c.Classes {
 		longest = max(longest, cl.Timeout.D(), cl.MaxTimeout.D())
 	}

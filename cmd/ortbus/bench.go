@@ -15,9 +15,10 @@ import (
 )
 
 const benchUsage = `usage: ortbus bench NAME [flags]
-  NAME: overhead | throughput | collision | capacity | failure | jobs
+  NAME: overhead | throughput | collision | capacity | failure | jobs | incremental | lease
   -out FILE.json   write the JSON report here (default <repo>/bench-out/NAME.json)
-  -n N             overhead: timed calls per path (default 3000); jobs: items (default 10000)
+  -n N             overhead: timed calls per path (default 3000); jobs: items (default 10000);
+                   lease: rounds (default 10)
   -duration D      throughput: measured time per path (default 8s); failure: load before the kill
                    (default 2s); collision: overrides the scenario's arrival window; capacity:
                    overrides each step's window
@@ -63,6 +64,10 @@ func benchCmd(args []string) int {
 		// Hidden: the LLM-shaped tenant the collision and capacity benches run under
 		// `ortbus lease` (bench/tenant.go).
 		return bench.TenantMain(args, os.Stdin, os.Stdout, os.Stderr)
+	}
+	if name == "mem-holder" {
+		// Hidden: the memory holder the lease bench runs under `ortbus lease` (bench/memholder.go).
+		return bench.MemHolderMain(args, os.Stdout, os.Stderr)
 	}
 	fs := flag.NewFlagSet("bench "+name, flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage) }

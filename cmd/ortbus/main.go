@@ -48,7 +48,7 @@ const usage = `usage:
   ortbus models gen-llm DIR [-size tiny|bench]
                                         write the generated llama-architecture GGUF model (LLM tenant's; prints its path)
   ortbus demo [-config FILE]            run the system end to end and print a report (default deploy/local.toml)
-  ortbus bench NAME [-out FILE.json]    overhead|throughput|collision|capacity|failure|jobs|incremental (docs/BENCHMARKS.md)
+  ortbus bench NAME [-out FILE.json]    overhead|throughput|collision|capacity|failure|jobs|incremental|lease (docs/BENCHMARKS.md)
   ortbus status [-s URL] [-json]        pools, workers, devices and class queues, as tables
   ortbus pause [-s URL] -class batch [-device D] -for 10m   pause a class on demand (it ends on its own); resume -class C ends it
   ortbus tune -config FILE [-input NAME=FILE.npy | -image FILE] [-latency D] [-write] POOL
@@ -58,7 +58,7 @@ const usage = `usage:
                                         change one model at run time (load into pool P; unload, reload: every pool or P)
   ortbus req [-s URL] OP JSON           one request to ortbus.v1.OP (e.g. req tag '{"path":"/srv/a.png"}')
                                         -trace: in a new trace (its id on stderr); -traceparent TP: in the trace of TP
-  ortbus lease [-s URL] --device D --bytes N [--class C] [--gate] [--on-pressure CMD2] -- CMD...
+  ortbus lease [-s URL] --device D --bytes N [--class C] [--wait D] [--gate] [--on-pressure CMD2] -- CMD...
                                         hold device memory for CMD (e.g. an LLM server); --gate: pause it while urgent work runs
   ortbus job submit [-s URL] [--op tag] [--class batch] [--model M] [--pool P] [--job ID] [--recursive] [--incremental] PATH|DIR...
                                         submit a job: each file, each image of each directory is an item; prints {"job","total"}
