@@ -3,7 +3,6 @@ package gateway
 import (
 	"cmp"
 	"context"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,18 +31,6 @@ import (
 // pool, worker, ep, device, cached, the request's id, and the error code of an error
 // answer. The hooks below are the only tracing calls in the gateway; each returns at
 // once for a request without spans (p.trace nil).
-
-// reqTrace is a request's spans: the request span, set once, and the attempt's, which
-// the loop, the relays and the cache's goroutine reach under mu.
-type reqTrace struct {
-	ctx  context.Context // carries the request span
-	span trace.Span
-
-	mu     sync.Mutex
-	send   trace.Span // the current attempt's span (nil between attempts)
-	queued time.Time  // since when it waits in its class queue
-	device string     // the device of its last attempt's pool
-}
 
 // traceStart starts p's request span at its acceptance, under the trace context of
 // parent (what its headers carried: telemetry.Extract).
