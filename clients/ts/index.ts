@@ -35,10 +35,13 @@ export type {
   DetectReply,
   DeviceStatus,
   EmbedReply,
+  GateStatus,
   HealthReply,
   InferReply,
+  Lease,
   ModelStatus,
   OrtbusClass,
+  Pause,
   PoolStatus,
   SegmentReply,
   Served,
@@ -62,7 +65,7 @@ export { float32Bytes, float32FromBytes, npyBytes, tensorBytes, tensorFromNpy, t
 export type { FloatVector, TensorInput } from "./src/tensors.ts";
 
 export { MAX_LEASE_WAIT_MS } from "./src/leases.ts";
-export type { GateStatus, Lease, LeaseOptions, Pause } from "./src/leases.ts";
+export type { LeaseOptions } from "./src/leases.ts";
 
 export { JOB_OPS, jobFinished } from "./src/jobs.ts";
 export type {

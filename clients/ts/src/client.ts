@@ -18,7 +18,7 @@ import type {
   WatchJobOptions,
 } from "./jobs.ts";
 import * as leases from "./leases.ts";
-import type { Lease, LeaseOptions, Pause } from "./leases.ts";
+import type { LeaseOptions } from "./leases.ts";
 import type {
   CancelReply,
   CompareReply,
@@ -26,7 +26,9 @@ import type {
   EmbedReply,
   HealthReply,
   InferReply,
+  Lease,
   OrtbusClass,
+  Pause,
   SegmentReply,
   StatusReply,
   TagReply,

@@ -3,29 +3,9 @@
 // expired. OrtbusClient's acquireLease, renewLease and releaseLease call these; and
 // pauses of a class on demand (gateway/pause.go): pauseClass, resumeClass.
 
-import type { OrtbusClass } from "./messages.ts";
+import type { Lease, OrtbusClass, Pause } from "./messages.ts";
 import type { CallOptions } from "./options.ts";
 import type { Sender } from "./requests.ts";
-
-/** A memory lease as granted, renewed or released (status lists them without `lease`). */
-export interface Lease {
-  /** The lease's id: the holder's capability to renew or release it. */
-  lease?: string;
-  device: string;
-  bytes: number;
-  class: string;
-  holder?: string;
-  expires_unix_ms: number;
-  released?: boolean;
-  /** The granting gateway's id: a gated holder follows the gate `ortbus.gate.<gateway>.<device>`. */
-  gateway?: string;
-  /** As acquired: the holder follows the device's compute gate (`ortbus lease --gate`). */
-  gate?: boolean;
-  /** As acquired: the holder gives memory back on demand (`ortbus lease --on-pressure`). */
-  reclaim?: boolean;
-  /** A higher class wants this reclaimable lease's memory back. */
-  pressed?: boolean;
-}
 
 /** How a lease is acquired (codec.LeaseRequest): its class, ttl and holder's name; `gate`
  * and `reclaim` as `ortbus lease --gate` and `--on-pressure` ask for them, and the holder's
@@ -84,27 +64,6 @@ export function renewLease(c: Sender, lease: string, o: { ttlMs?: number } & Pic
 
 export function releaseLease(c: Sender, lease: string, opts: Pick<CallOptions, "timeoutMs" | "signal">): Promise<Lease> {
   return c.send<Lease>("lease", { action: "release", lease }, undefined, opts);
-}
-
-/** One device's compute gate in status: its gating class, whether gated tenants are
- * paused now, and the share of the last minute they were. */
-export interface GateStatus {
-  device: string;
-  class: string;
-  paused: boolean;
-  paused_share_1m: number;
-  seq: number;
-  tenants: number;
-}
-
-/** A class paused on demand, as paused or resumed (status lists them as `pauses`). */
-export interface Pause {
-  class: string;
-  device?: string;
-  /** Whose pause it is and whose work it holds: `account:NAME` (its own work only), or absent for the operator's (everyone's). */
-  owner?: string;
-  until_unix_ms?: number;
-  resumed?: boolean;
 }
 
 export function pauseClass(
