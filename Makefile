@@ -3,7 +3,7 @@
 #   make prepare   ONNX Runtime 1.30.0 and 1.24.3 (from npm, into .deps/) and the generated models
 #   make build     every binary into bin/
 #   make demo      the system end to end on deploy/local.toml, with a report
-#   make test      vet, gofmt, and every test (race detector on)
+#   make test      vet, gofmt, a short fuzzing pass of the handlers, and every test (race detector on)
 #   make bench     benchmarks (see docs/BENCHMARKS.md)
 
 GO        ?= go
