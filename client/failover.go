@@ -200,6 +200,7 @@ func (c *Client) requestFailover(ctx context.Context, subj string, data []byte) 
 	send := func(resend bool) {
 		msg := nats.NewMsg(subj)
 		msg.Data = data
+		setTrace(ctx, msg)
 		if resend {
 			msg.Header.Set(codec.HeaderResend, "1")
 		}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"time"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/subjects"
@@ -34,4 +35,32 @@ func (c *Client) lease(ctx context.Context, req *codec.LeaseRequest) (*codec.Lea
 // pid): ortbus.v1.lease.
 func (c *Client) Lease(ctx context.Context, req *codec.LeaseRequest) (*codec.LeaseReply, error) {
 	return c.lease(ctx, req)
+}
+
+// leaseWaitMargin is the time WaitLease leaves the gateway's answer to arrive after the
+// wait it asks for ends.
+const leaseWaitMargin = 5 * time.Second
+
+// WaitLease sends the acquire req, which the gateway keeps waiting up to wait (at most
+// codec.MaxLeaseWaitMS) when the device's budget cannot hold it now, and grants on the
+// event that makes room (gateway/leasewait.go): one request, no asking again. When the
+// wait ends first, the answer is overloaded with the figures and waited_ms. A ctx
+// deadline shortens the wait so that the answer still arrives within it (a grant that
+// came after the client stopped listening would hold the memory until its ttl); without
+// one, the request is bounded by the wait and a margin.
+func (c *Client) WaitLease(ctx context.Context, req *codec.LeaseRequest, wait time.Duration) (*codec.LeaseReply, error) {
+	r := *req
+	r.Action = codec.LeaseAcquire
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d)-leaseWaitMargin)
+	} else {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, max(wait, 0)+leaseWaitMargin)
+		defer cancel()
+	}
+	r.WaitMS = 0
+	if wait >= time.Millisecond {
+		r.WaitMS = min(wait.Milliseconds(), codec.MaxLeaseWaitMS)
+	}
+	return c.lease(ctx, &r)
 }

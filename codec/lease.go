@@ -20,7 +20,7 @@ const (
 )
 
 // LeaseRequest is the body of ortbus.v1.lease: acquire {device, bytes, class, ttl_ms,
-// holder}; renew {lease, ttl_ms}; release {lease}.
+// holder, wait_ms}; renew {lease, ttl_ms}; release {lease}.
 type LeaseRequest struct {
 	Action string `msgpack:"action" json:"action"`
 	Lease  string `msgpack:"lease,omitempty" json:"lease,omitempty"`
@@ -39,7 +39,14 @@ type LeaseRequest struct {
 	// usage (and its descendants') a pressed lease is shrunk to.
 	PID  int    `msgpack:"pid,omitempty" json:"pid,omitempty"`
 	Host string `msgpack:"host,omitempty" json:"host,omitempty"`
+	// WaitMS (acquire): an acquire the device's budget cannot hold now waits in the
+	// gateway up to this long (1 to MaxLeaseWaitMS; 0: answered at once), and is granted
+	// on the event that makes room (gateway/leasewait.go).
+	WaitMS int64 `msgpack:"wait_ms,omitempty" json:"wait_ms,omitempty"`
 }
+
+// MaxLeaseWaitMS bounds an acquire's wait_ms: five minutes.
+const MaxLeaseWaitMS = 300_000
 
 // LeaseReply is a lease as granted, renewed or released (and as status lists it).
 type LeaseReply struct {
@@ -84,6 +91,12 @@ func (r *LeaseRequest) Validate() error {
 	}
 	if r.TTLMS < 0 {
 		return bad("ttl_ms", "%d is negative", r.TTLMS)
+	}
+	if r.WaitMS < 0 || r.WaitMS > MaxLeaseWaitMS {
+		return bad("wait_ms", "%d is not within 0 to %d", r.WaitMS, MaxLeaseWaitMS)
+	}
+	if r.WaitMS != 0 && r.Action != LeaseAcquire {
+		return bad("wait_ms", "only an acquire waits")
 	}
 	if r.PID < 0 || r.PID > 1<<22 {
 		return bad("pid", "%d is not a process id", r.PID)

@@ -23,13 +23,16 @@ import (
 // Leases of processes outside ortbus (lease.go) and the measured memory of the other
 // processes outside ortbus (foreign.go) take their share of the budget too.
 //
-// The budget (type budget) owns this concern: the leases (lease.go) and the readings of
-// foreign memory (foreign.go), each under its own lock. Each of its decisions takes one
+// The budget (type budget) owns this concern: the leases (lease.go), the readings of
+// foreign memory (foreign.go), the acquires waiting for room (leasewait.go) and the
+// measures of pressed leases (press.go), each under its own lock or goroutine. Each of its decisions takes one
 // configuration, read once by its caller (the gateway: conf), and reads no other: a
 // reload meanwhile changes the next decision, never half of this one.
 type budget struct {
 	leases  *leases
-	foreign *foreignMem // the devices' readers and their latest readings (startForeign)
+	foreign *foreignMem   // the devices' readers and their latest readings (startForeign)
+	waits   *leaseWaits   // the acquires waiting for room (leasewait.go)
+	presses chan struct{} // the pressed leases to measure (press.go)
 
 	// What it needs of the rest of the gateway, wired at construction (newGateway).
 	id      string // the gateway's id, in each lease it grants

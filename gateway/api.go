@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/subjects"
+	"github.com/ortbus/ortbus/telemetry"
 )
 
 // Version is the gateway's service version, shown by `nats micro info ortbus`.
@@ -110,19 +112,20 @@ func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 			return
 		}
 	}
-	g.serveFrom(op, r.Data(), asJSON, r.Reply(), by, tenant, reply)
+	g.serveFrom(telemetry.Extract(context.Background(), r.Headers()), op, r.Data(), asJSON, r.Reply(), by, tenant, reply)
 }
 
-// serve dispatches one request of op from HTTP.
-func (g *Gateway) serve(op string, data []byte, asJSON bool, reply Reply) {
-	g.serveFrom(op, data, asJSON, "", ownerHTTP, "", reply)
+// serve dispatches one request of op from HTTP; ctx carries the trace context of its
+// headers (telemetry.ExtractHTTP).
+func (g *Gateway) serve(ctx context.Context, op string, data []byte, asJSON bool, reply Reply) {
+	g.serveFrom(ctx, op, data, asJSON, "", ownerHTTP, "", reply)
 }
 
 // serveFrom dispatches one request of op. replyTo is its NATS reply subject ("" over
 // HTTP); by is who sent it, for cancel's ownership check (see canCancel): its reply
 // subject, ownerHTTP, or "" for an operator; tenant owns its jobs and leases and is
 // bounded on its own (identity.go).
-func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by, tenant string, reply Reply) {
+func (g *Gateway) serveFrom(ctx context.Context, op string, data []byte, asJSON bool, replyTo, by, tenant string, reply Reply) {
 	encode := func(v any) {
 		b, err := codec.Encode(v, asJSON)
 		if err != nil {
@@ -148,19 +151,21 @@ func (g *Gateway) serveFrom(op string, data []byte, asJSON bool, replyTo, by, te
 		}
 		encode(&codec.CancelReply{ID: c.ID, Found: g.d.cancelAs(c.ID, by, tenant)})
 	case subjects.IsWork(op):
-		g.submitFrom(op, data, asJSON, replyTo, ownerOf(by), tenant, reply)
+		g.submitFrom(ctx, op, data, asJSON, replyTo, ownerOf(by), tenant, reply)
 	case op == subjects.OpLease:
 		var req codec.LeaseRequest
 		if err := codec.Decode(data, &req, asJSON); err != nil {
 			reply(nil, codec.AsError(err))
 			return
 		}
-		l, e := g.budget.lease(g.conf(), &req, tenant)
-		if e != nil {
-			reply(nil, e)
-			return
-		}
-		encode(l)
+		// Answered now, or later by the waiting leases (leasewait.go).
+		g.budget.serveLease(g.conf(), &req, tenant, func(l *codec.LeaseReply, e *codec.Error) {
+			if e != nil {
+				reply(nil, e)
+				return
+			}
+			encode(l)
+		})
 	case op == subjects.OpPause:
 		var req codec.PauseRequest
 		if err := codec.Decode(data, &req, asJSON); err != nil {
@@ -249,10 +254,12 @@ func (g *Gateway) status(tenant string) *codec.StatusReply {
 }
 
 // submitFrom accepts a client request for op: decode, validate, route check, queue.
-// replyTo is its NATS reply subject ("" over HTTP), owner who may cancel it, tenant
-// whose bound it counts in (identity.go).
-func (g *Gateway) submitFrom(op string, data []byte, asJSON bool, replyTo, owner, tenant string, reply Reply) {
+// ctx carries the trace context its headers gave (telemetry.Extract); replyTo is its NATS
+// reply subject ("" over HTTP), owner who may cancel it, tenant whose bound it counts in
+// (identity.go).
+func (g *Gateway) submitFrom(ctx context.Context, op string, data []byte, asJSON bool, replyTo, owner, tenant string, reply Reply) {
 	p := &pending{op: op, asJSON: asJSON, accepted: time.Now(), reply: reply, replyTo: replyTo, owner: owner, tenant: tenant, size: int64(len(data))}
+	traceStart(ctx, p)
 	if e := decodeRequest(data, asJSON, &p.req); e != nil {
 		g.d.deliver(p, "", nil, e)
 		return

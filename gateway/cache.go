@@ -358,8 +358,10 @@ func (c *cacheService) front(p *pending) bool {
 			return
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), p.deadline)
+		start := time.Now()
 		t, hit := c.lookup(ctx, p, pools, p.tenant, time.Time{})
 		cancel()
+		traceLookup(p, start, hit != nil)
 		if hit != nil {
 			id := p.id
 			if p.clientID != "" {

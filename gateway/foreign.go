@@ -38,6 +38,7 @@ import (
 type foreignMem struct {
 	readers map[string]devices.ProcessReader // by device, only those with a reader
 
+	reading sync.Mutex // one reading at a time (readForeign)
 	mu      sync.Mutex
 	bytes   map[string]int64 // device -> measured usage of non-ortbus pids, latest reading
 	failing map[string]bool  // device -> its last reading failed
@@ -91,32 +92,47 @@ func (b *budget) pollForeign(c *config.Config) {
 		return
 	}
 	for _, d := range slices.Sorted(maps.Keys(f.readers)) {
-		usage, err := f.readers[d].ProcessMemory(d)
-		ours := b.ourPIDs(c) // after the reading: a worker spawned meanwhile is ours
-		f.mu.Lock()
-		wasFailing := f.failing[d]
-		f.failing[d] = err != nil
-		if err != nil {
-			delete(f.bytes, d)
-		} else {
-			var sum int64
-			for pid, b := range usage {
-				if !ours[pid] {
-					sum += b
-				}
+		b.readForeign(c, d)
+	}
+}
+
+// readForeign reads device d's processes (d has a reader) and applies the reading: the
+// foreign usage, the pressed leases' shrink (lease.go, rule 6), and the waiting acquires
+// woken when the usage drops (leasewait.go, rule 3). Readings run one at a time, so that
+// an older one (the poll's) never lands after a fresher one (press.go's).
+func (b *budget) readForeign(c *config.Config, d string) {
+	f := b.foreign
+	f.reading.Lock()
+	defer f.reading.Unlock()
+	usage, err := f.readers[d].ProcessMemory(d)
+	ours := b.ourPIDs(c) // after the reading: a worker spawned meanwhile is ours
+	f.mu.Lock()
+	wasFailing, was := f.failing[d], f.bytes[d]
+	f.failing[d] = err != nil
+	if err != nil {
+		delete(f.bytes, d)
+	} else {
+		var sum int64
+		for pid, b := range usage {
+			if !ours[pid] {
+				sum += b
 			}
-			f.bytes[d] = sum
 		}
-		f.mu.Unlock()
-		if err == nil {
-			b.reclaimFrom(d, usage)
-		}
-		switch {
-		case err != nil && !wasFailing:
-			b.log.Warn("cannot read the memory of the processes on a device; their usage is unknown and not counted", "device", d, "err", err)
-		case err == nil && wasFailing:
-			b.log.Info("reading the memory of the processes on a device again", "device", d)
-		}
+		f.bytes[d] = sum
+	}
+	dropped := f.bytes[d] < was
+	f.mu.Unlock()
+	if err == nil {
+		b.reclaimFrom(d, usage)
+	}
+	if dropped {
+		b.waits.wake()
+	}
+	switch {
+	case err != nil && !wasFailing:
+		b.log.Warn("cannot read the memory of the processes on a device; their usage is unknown and not counted", "device", d, "err", err)
+	case err == nil && wasFailing:
+		b.log.Info("reading the memory of the processes on a device again", "device", d)
 	}
 }
 
@@ -169,21 +185,7 @@ func (b *budget) reclaimFrom(device string, usage map[int]int64) {
 	if host == "" || !b.leases.pressedHere(device, host) {
 		return
 	}
-	kids := childrenOf()
-	tree := func(pid int) []int {
-		out := []int{pid}
-		for i := 0; i < len(out) && len(out) < 4096; i++ {
-			out = append(out, kids[out[i]]...)
-		}
-		return out
-	}
-	shrunk := b.leases.shrinkPressed(device, host, usage, tree)
-	for _, l := range shrunk {
-		b.log.Info("pressed lease shrunk to its holder's measured usage", "device", device, "holder", l.Holder, "class", l.Class, "bytes", l.Bytes)
-	}
-	if len(shrunk) > 0 {
-		b.kick() // a waiting pool or lease may fit now
-	}
+	b.shrunk(device, b.leases.shrinkPressed(device, host, usage, treeOf(childrenOf())))
 }
 
 // childrenOf maps each pid of this host to its children, from /proc.

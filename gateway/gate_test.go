@@ -198,8 +198,13 @@ func TestLeaseReclaim(t *testing.T) {
 	if _, e := acquire("interactive", 500*mib, false); e != nil {
 		t.Errorf("the interactive acquire after the shrink: %v", e)
 	}
-	// A pool's reclaim presses it again; worth a wait only where the holder's usage is
-	// measured: a reader for the device, and the holder on this host.
+	// Shrunk, it is measured on for pressSettle and not pressed again meanwhile (its hook
+	// ran once); then a pool's reclaim presses it again; worth a wait only where the
+	// holder's usage is measured: a reader for the device, and the holder on this host.
+	if g.budget.reclaim(g.conf(), "cuda:0", 0); g.budget.leases.pressedOn("cuda:0", now) {
+		t.Fatal("pressed again while it settles")
+	}
+	now = now.Add(pressSettle)
 	if g.budget.reclaim(g.conf(), "cuda:0", 0) || !g.budget.leases.pressedOn("cuda:0", now) {
 		t.Fatal("reclaim for an urgent pool: no press, or a wait without a reader")
 	}

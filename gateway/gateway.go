@@ -84,7 +84,7 @@ func newGateway(c *config.Config, log *slog.Logger) *Gateway {
 	g.d = newDispatcher(c, conf, log)
 	g.pauses = newPauses(g.d.kick)
 	// The budget's view of the tracker and the supervisor, which connected makes.
-	g.budget = &budget{leases: newLeases(), log: log, kick: g.d.kick,
+	g.budget = &budget{leases: newLeases(), waits: newLeaseWaits(), presses: make(chan struct{}, 1), log: log, kick: g.d.kick,
 		workers: func() []health.Worker {
 			if g.tracker == nil {
 				return nil
@@ -119,13 +119,14 @@ func newGateway(c *config.Config, log *slog.Logger) *Gateway {
 }
 
 // trackerListener is the gateway as its tracker's health.Listener: a death goes to the
-// dispatch loop (L7), a change asks for a pass, a dropped heartbeat is counted, and the
+// dispatch loop (L7), a change asks for a pass (and one over the waiting leases: a
+// worker's memory may be lower, or gone), a dropped heartbeat is counted, and the
 // supervisor says whether a silent worker is a local process known to be running (likely
 // starved of CPU, not dead).
 type trackerListener struct{ g *Gateway }
 
 func (l trackerListener) Dead(w health.Worker)       { l.g.d.onDead(w.HB.Worker, w.HB.Pool, w.Why) }
-func (l trackerListener) Changed()                   { l.g.d.kick() }
+func (l trackerListener) Changed()                   { l.g.d.kick(); l.g.budget.waits.wake() }
 func (l trackerListener) Dropped(string)             { l.g.metrics.bad("heartbeat") }
 func (l trackerListener) Running(worker string) bool { return l.g.supervisor.running(worker) }
 

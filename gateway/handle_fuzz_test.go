@@ -130,6 +130,8 @@ func FuzzHandle(f *testing.F) {
 		b, _ = codec.Encode(&byPath, asJSON)
 		f.Add(b, uint8(slices.Index(subjects.Ops, subjects.OpInfer)), asJSON, "_INBOX.fuzz.1", false)
 	}
+	// A lease acquire the cpu's budget cannot hold, waiting for room (leasewait.go).
+	f.Add([]byte(`{"action":"acquire","device":"cpu","bytes":1152921504606846976,"wait_ms":60000}`), uint8(slices.Index(subjects.Ops, subjects.OpLease)), true, "_INBOX.fuzz.1", false)
 	g := unitGateway(f)
 	f.Fuzz(func(t *testing.T, data []byte, opIndex uint8, asJSON bool, replyTo string, resend bool) {
 		op := subjects.Ops[int(opIndex)%len(subjects.Ops)]
@@ -158,7 +160,10 @@ func FuzzHandle(f *testing.F) {
 			}
 			return
 		}
-		if n == 0 {
+		if n == 0 && g.budget.waits.waiting() > 0 {
+			// A lease acquire waiting for room (leasewait.go): the waits' end answers it.
+			endWaits(g)
+		} else if n == 0 {
 			// Accepted: it waits in a queue. Cancel it as its sender: answered cancelled.
 			var id string
 			for _, k := range unanswered(g) {
@@ -183,6 +188,16 @@ func FuzzHandle(f *testing.F) {
 			t.Fatalf("op %s: %d requests left in flight", op, left)
 		}
 	})
+}
+
+// endWaits answers g's waiting lease acquires as its stop does (unavailable), and lets
+// acquires wait again.
+func endWaits(g *Gateway) {
+	w := g.budget.waits
+	w.stop()
+	w.mu.Lock()
+	w.stopped = false
+	w.mu.Unlock()
 }
 
 // unanswered are the ids of the requests g's loop holds unanswered.

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -26,6 +27,7 @@ import (
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/subjects"
+	"github.com/ortbus/ortbus/telemetry"
 )
 
 // Limits of the HTTP server that do not depend on the configuration. The write timeout
@@ -94,7 +96,7 @@ type httpAPI struct {
 // at construction (newHTTPAPI), as the budget's view of the gateway is.
 type httpService struct {
 	// serve serves one request of the client API (api.go), answering through reply.
-	serve func(op string, data []byte, asJSON bool, reply Reply)
+	serve func(ctx context.Context, op string, data []byte, asJSON bool, reply Reply)
 	// cancelAbandoned cancels request id, whose HTTP client went away, if it is still
 	// unanswered (an answered one is not remembered as cancelled: a retry with the same
 	// id must run).
@@ -188,9 +190,10 @@ func httpMaxConns(c *config.Config) int {
 }
 
 // httpWriteTimeout is longer than any request may take: the longest class timeout or
-// max_timeout, plus the time to read the request, plus a margin.
+// max_timeout, or a lease acquire's longest wait, plus the time to read the request, plus
+// a margin.
 func httpWriteTimeout(c *config.Config) time.Duration {
-	var longest time.Duration
+	longest := codec.MaxLeaseWaitMS * time.Millisecond
 	for _, cl := range c.Classes {
 		longest = max(longest, cl.Timeout.D(), cl.MaxTimeout.D())
 	}
@@ -442,7 +445,7 @@ func (a *httpAPI) op(w http.ResponseWriter, r *http.Request, op string) {
 	}
 	res := make(chan httpResult, 1)
 	// The reply never touches w: it may come after this handler has returned.
-	a.svc.serve(op, body, true, func(b []byte, e *codec.Error) {
+	a.svc.serve(telemetry.ExtractHTTP(context.Background(), r.Header), op, body, true, func(b []byte, e *codec.Error) {
 		select {
 		case res <- httpResult{b, e}:
 		default:

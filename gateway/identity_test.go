@@ -209,7 +209,7 @@ func TestTenantRequestIDs(t *testing.T) {
 	}
 	answers := map[string]*codec.Error{}
 	submit := func(tenant, replyTo string) {
-		g.submitFrom(subjects.OpTag, body, false, replyTo, ownerOf(tenantOwner(tenant)), tenant, func(_ []byte, e *codec.Error) { answers[tenant] = e })
+		g.submitFrom(context.Background(), subjects.OpTag, body, false, replyTo, ownerOf(tenantOwner(tenant)), tenant, func(_ []byte, e *codec.Error) { answers[tenant] = e })
 	}
 	submit("account:A", "_R_.x.1")
 	submit("account:B", "_R_.x.2")

@@ -17,6 +17,7 @@ import (
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/jobs"
 	"github.com/ortbus/ortbus/subjects"
+	"github.com/ortbus/ortbus/telemetry"
 )
 
 // The gateway's side of the job API (ortbus.v1.job.*; the store and its rules are in
@@ -182,9 +183,11 @@ func (j *jobService) runItem(ctx context.Context, it jobs.Item) ([]byte, *codec.
 	}
 	p.req.ID, p.req.Path, p.req.Model, p.req.Class, p.req.Pool = it.ID(), it.Path, rec.Model, rec.Class, rec.Pool
 	p.size = int64(len(it.Path) + len(p.req.ID) + 64)
+	traceStart(ctx, p, telemetry.AttrJob.String(rec.Job))
 	ticket, hit := j.cacheLookup(ctx, p, rec)
 	if hit != nil {
 		it.FromCache()
+		traceEnd(p, "", "")
 		return hit, nil
 	}
 	body, e := j.runRequest(ctx, p)
@@ -210,7 +213,9 @@ func (j *jobService) cacheLookup(ctx context.Context, p *pending, rec *jobs.Reco
 	if rec.Incremental {
 		since = time.Time{}
 	}
+	start := time.Now()
 	t, hit := j.cache.lookup(ctx, p, pools, rec.Owner, since)
+	traceLookup(p, start, hit != nil)
 	if hit == nil {
 		return t, nil
 	}

@@ -43,10 +43,14 @@ import (
 //     --on-pressure hook) and whose class is below the asker's is pressed when an
 //     acquire on its device is refused for memory. A pressed lease's tag is in the
 //     device's gate (gate.go, rule 3), so its holder runs its hook; each reading of the
-//     device's processes (foreign.go) that measures the holder's processes (the pid it
-//     gave and their descendants, on this gateway's host only) below the lease's bytes
-//     shrinks the lease to that measure and ends the press, and the waiting acquire fits
-//     on its next try. A press ends on its own after pressFor. A pid from another host
+//     device's processes (foreign.go; and every pressEvery while pressed, a fresh one:
+//     press.go) that measures the holder's processes (the pid it gave and their
+//     descendants, on this gateway's host only) below the lease's bytes shrinks the
+//     lease to that measure and ends the press, and the waiting acquires are woken
+//     (leasewait.go). A holder gives its memory back over time (munmap, a server
+//     unloading layer by layer): a shrunk lease is measured on for pressSettle
+//     (press.go), shrunk again as the measure keeps falling, and not pressed again
+//     meanwhile (its hook ran once). A press ends on its own after pressFor. A pid from another host
 //     is never measured here (that number here is another process), and a shrink only
 //     lowers a lease: a holder that lies about its pid only loses its own reservation
 //     (what it really uses is then foreign, rule 5, and still counted). A tenant (an
@@ -68,6 +72,7 @@ type lease struct {
 	pid       int       // its holder's process (rule 6), 0: unknown
 	host      string    // ... on this host
 	pressedAt time.Time // rule 6: pressed since (zero: not pressed)
+	shrunkAt  time.Time // rule 6: last shrunk by a measure (press.go: measured on a while)
 }
 
 // pressFor bounds a press (rule 6).
@@ -157,15 +162,13 @@ func (l *leases) byDevice() classCounts {
 }
 
 // lease answers one ortbus.v1.lease request of tenant (rule 4; "": the local owner),
-// under c alone.
+// under c alone. An acquire held back by the waiting acquires (leasewait.go, rule 2) is
+// refused overloaded.
 func (b *budget) lease(c *config.Config, req *codec.LeaseRequest, tenant string) (*codec.LeaseReply, *codec.Error) {
 	if err := req.Validate(); err != nil {
 		return nil, codec.AsError(err)
 	}
-	ttl := c.Gateway.LeaseDefaultTTL.D()
-	if req.TTLMS > 0 {
-		ttl = min(c.Gateway.LeaseMaxTTL.D(), time.Duration(min(req.TTLMS, c.Gateway.LeaseMaxTTL.D().Milliseconds()))*time.Millisecond)
-	}
+	ttl := leaseTTL(c, req)
 	l := b.leases
 	now := leaseNow()
 	switch req.Action {
@@ -181,6 +184,7 @@ func (b *budget) lease(c *config.Config, req *codec.LeaseRequest, tenant string)
 			delete(l.by, req.Lease)
 			r := x.LeaseReply
 			r.Released = true
+			b.waits.wake() // its room may be a waiting acquire's
 			return &r, nil
 		}
 		x.ExpiresUnixMS = now.Add(ttl).UnixMilli()
@@ -191,7 +195,26 @@ func (b *budget) lease(c *config.Config, req *codec.LeaseRequest, tenant string)
 		r := x.LeaseReply
 		return &r, nil
 	}
-	// acquire
+	if e := b.waits.heldBack(c, req); e != nil {
+		return nil, e
+	}
+	return b.acquire(c, req, tenant, ttl, now)
+}
+
+// leaseTTL is the ttl req asks for, within c's bounds (rule 2).
+func leaseTTL(c *config.Config, req *codec.LeaseRequest) time.Duration {
+	ttl := c.Gateway.LeaseDefaultTTL.D()
+	if req.TTLMS > 0 {
+		ttl = min(c.Gateway.LeaseMaxTTL.D(), time.Duration(min(req.TTLMS, c.Gateway.LeaseMaxTTL.D().Milliseconds()))*time.Millisecond)
+	}
+	return ttl
+}
+
+// acquire grants the acquire req of tenant for ttl from now if the device's budget holds
+// it (rule 1), under c alone; refused for memory, it presses the reclaimable leases of
+// lower classes there (rule 6).
+func (b *budget) acquire(c *config.Config, req *codec.LeaseRequest, tenant string, ttl time.Duration, now time.Time) (*codec.LeaseReply, *codec.Error) {
+	l := b.leases
 	class := req.Class
 	if class == "" {
 		class = subjects.ClassInteractive
@@ -231,6 +254,7 @@ func (b *budget) lease(c *config.Config, req *codec.LeaseRequest, tenant string)
 	foreign := b.foreignBytes(req.Device, leased)
 	if sum := adm + leased + foreign + req.Bytes; sum > budget || sum < 0 {
 		l.press(req.Device, cl.Priority, tenant, func(class string) int { return classPriority(c, class) }, now)
+		b.pokePresser()
 		return nil, codec.Errorf(codec.CodeOverloaded, "memory admission refused a lease of %s on device %s: admitted %s + leased %s + foreign %s + %s = %s, over the budget of %s (capacity %s x %.2f)",
 			mb(req.Bytes), req.Device, mb(adm), mb(leased), mb(foreign), mb(req.Bytes), mb(sum), mb(budget), mb(capacity), fraction).
 			With("device", req.Device).With("sum_bytes", sum).With("budget_bytes", budget).With("capacity_bytes", capacity).
@@ -262,7 +286,7 @@ func knownDevice(c *config.Config, device string) bool {
 // held.
 func (l *leases) press(device string, asker int, owner string, prio func(string) int, now time.Time) {
 	for _, x := range l.by {
-		if x.Device == device && x.Reclaim && prio(x.Class) > asker && x.pressedAt.IsZero() && (owner == "" || x.owner == owner) {
+		if x.Device == device && x.Reclaim && prio(x.Class) > asker && x.pressedAt.IsZero() && !x.settling(now) && (owner == "" || x.owner == owner) {
 			x.pressedAt = now
 			x.Pressed = true
 		}
@@ -317,7 +341,7 @@ func (l *leases) pressedHere(device, host string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, x := range l.by {
-		if x.Device == device && !x.pressedAt.IsZero() && x.pid > 0 && x.host == host {
+		if x.Device == device && x.measured(leaseNow()) && x.pid > 0 && x.host == host {
 			return true
 		}
 	}
@@ -329,11 +353,12 @@ func (l *leases) pressedHere(device, host string) bool {
 // descendants) measure below its bytes is shrunk to that, and pressed no more. It
 // returns the leases shrunk, as holder names, for the log.
 func (l *leases) shrinkPressed(device, host string, usage map[int]int64, tree func(pid int) []int) []codec.LeaseReply {
+	now := leaseNow()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []codec.LeaseReply
 	for _, x := range l.by {
-		if x.Device != device || x.pressedAt.IsZero() || x.pid <= 0 || x.host != host {
+		if x.Device != device || !x.measured(now) || x.pid <= 0 || x.host != host {
 			continue
 		}
 		var used int64
@@ -342,7 +367,7 @@ func (l *leases) shrinkPressed(device, host string, usage map[int]int64, tree fu
 		}
 		if used < x.Bytes {
 			x.Bytes = used
-			x.pressedAt, x.Pressed = time.Time{}, false
+			x.pressedAt, x.Pressed, x.shrunkAt = time.Time{}, false, now
 			c := x.LeaseReply
 			c.Lease = ""
 			out = append(out, c)
@@ -360,15 +385,16 @@ func (b *budget) reclaim(c *config.Config, device string, prio int) bool {
 	l.expire(leaseNow())
 	l.press(device, prio, "", func(class string) int { return classPriority(c, class) }, leaseNow())
 	l.mu.Unlock()
+	b.pokePresser()
 	return b.pressing(device)
 }
 
 // pressing reports whether a lease on device is pressed and its holder measurable here:
-// the device has a reader, and the holder gave a pid of this host (rule 6). A pressed
-// lease that is not is worth no wait: nothing here would shrink it.
+// the device is measurable (press.go), and the holder gave a pid of this host (rule 6).
+// A pressed lease that is not is worth no wait: nothing here would shrink it.
 func (b *budget) pressing(device string) bool {
 	host, _ := os.Hostname()
-	if b.foreign == nil || b.foreign.readers[device] == nil || host == "" {
+	if !b.measurable(device) || host == "" {
 		return false
 	}
 	l := b.leases

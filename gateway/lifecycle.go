@@ -205,10 +205,14 @@ type (
 		pool  string
 		claim codec.Claim
 	}
-	// effCancel asks the workers to cancel the request id.
-	effCancel struct{ id string }
-	// effRetried counts a retry after a worker's death; effUnclaimed logs a redispatch.
-	effRetried   struct{}
+	// effCancel asks the workers to cancel the request id (of p).
+	effCancel struct {
+		id string
+		p  *pending
+	}
+	// effRetried counts a retry of p after a worker's death; effUnclaimed logs a
+	// redispatch.
+	effRetried   struct{ p *pending }
 	effUnclaimed struct {
 		p    *pending
 		pool string
@@ -517,7 +521,7 @@ func (lc *lifecycle) lost(f *flight, worker, why string, now time.Time) []effect
 		lc.forget(f)
 		return []effect{answerErr(f.p, f.pool, codec.Errorf(codec.CodeWorkerLost, "worker %s died holding this request (%s)", worker, why).With("worker", worker))}
 	}
-	return append([]effect{effRetried{}}, lc.requeue(f)...)
+	return append([]effect{effRetried{f.p}}, lc.requeue(f)...)
 }
 
 // cancel is L9: a cancel of id sent by by (see canCancel). found reports whether an
@@ -557,7 +561,7 @@ func (lc *lifecycle) cancelWithin(id, by, tenant string, onlyKnown bool, within 
 		lc.addTimer(f, now.Add(within), timerCancel)
 	}
 	f.cancelAsked = true
-	return true, []effect{effCancel{id: id}}
+	return true, []effect{effCancel{id: id, p: f.p}}
 }
 
 // rememberCancel keeps a cancel of an unknown id (L9, L1).

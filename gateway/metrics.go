@@ -15,6 +15,7 @@ import (
 // metrics are the gateway's Prometheus series (served at GET /metrics). Names and labels:
 //
 //	ortbus_requests_total{op,class,pool,model,code}   terminal replies by outcome ("ok" or the error code); model: servedModel
+//	ortbus_request_seconds{op,class}                  time from acceptance to the answer, of results (code ok)
 //	ortbus_queue_wait_seconds{class,pool}             time from acceptance to the start of inference
 //	ortbus_inference_seconds{class,pool,model}        inference time reported by the worker
 //	ortbus_retries_total                              requests retried after their worker died
@@ -36,6 +37,9 @@ import (
 //	ortbus_job_items_held                             items this gateway holds
 //	ortbus_job_items_acked_total                      items this gateway settled
 //
+// and the devices' free memory and compute gates (devicemetrics.go), the result cache's
+// figures (cache.go).
+//
 // Names from the wire are data, never structure: every label value is a configured name
 // (pool, class, model), an op, a stable code, or a fixed word; anything else is counted
 // as "other" (labelOf). Worker ids come only from the tracker, which keeps only
@@ -43,6 +47,7 @@ import (
 type metrics struct {
 	reg       *prometheus.Registry
 	requests  *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
 	queueWait *prometheus.HistogramVec
 	inference *prometheus.HistogramVec
 	retries   prometheus.Counter
@@ -75,6 +80,8 @@ func newMetrics(c *config.Config, conf func() *config.Config, log *slog.Logger) 
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ortbus_requests_total",
 			Help: "Terminal replies by op, class, pool, model and outcome code (ok for a result)."}, []string{"op", "class", "pool", "model", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ortbus_request_seconds",
+			Help: "Time from acceptance by the gateway to the answer, of results.", Buckets: latencyBuckets}, []string{"op", "class"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ortbus_queue_wait_seconds",
 			Help: "Time from acceptance by the gateway to the start of inference.", Buckets: latencyBuckets}, []string{"class", "pool"}),
 		inference: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ortbus_inference_seconds",
@@ -102,7 +109,7 @@ func newMetrics(c *config.Config, conf func() *config.Config, log *slog.Logger) 
 	for _, c := range codec.Codes {
 		m.known[string(c)] = true
 	}
-	m.reg.MustRegister(m.requests, m.queueWait, m.inference, m.retries, m.badMsgs, m.pubErrs, panics)
+	m.reg.MustRegister(m.requests, m.latency, m.queueWait, m.inference, m.retries, m.badMsgs, m.pubErrs, panics)
 	return m
 }
 
@@ -119,6 +126,9 @@ func (m *metrics) publishFailed(what string, err error) {
 func (m *metrics) observe(p *pending, pool, outcome string) {
 	model := m.servedModel(p, pool, p.req.Model)
 	m.requests.WithLabelValues(m.labelOf(p.op), m.labelOf(p.class), m.labelOf(pool), m.labelOf(model), m.labelOf(outcome)).Inc()
+	if outcome == "ok" {
+		m.latency.WithLabelValues(m.labelOf(p.op), m.labelOf(p.class)).Observe(time.Since(p.accepted).Seconds())
+	}
 }
 
 // timing records the worker's timing of a result of model.

@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/ortbus/ortbus/internal/reply"
 	"github.com/ortbus/ortbus/jobs"
 	"github.com/ortbus/ortbus/subjects"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Reply delivers the one terminal answer of a request over its transport: a result body
@@ -45,6 +48,8 @@ type pending struct {
 	hit []byte
 	// answered is set by its one terminal answer (deliver, settled).
 	answered atomic.Bool
+	// trace: its spans (trace.go), nil while tracing is off; set before it is accepted.
+	trace *reqTrace
 }
 
 // workOwner is whose work p is, for the pauses that hold it (pause.go, rule 5): its
@@ -188,4 +193,16 @@ func claimTimeout(cfg *config.Config) time.Duration {
 func replyDirect(cfg *config.Config, p *pending, pool string) bool {
 	gw := cfg.Gateway
 	return p.replyTo != "" && !subjects.IsImportReply(p.replyTo) && p.clientID == "" && !p.asJSON && p.owner != ownerJob && len(cfg.Pool(pool).PathMap) == 0 && !gw.Failover && !gw.RelayReplies && p.cacheTicket == nil
+}
+
+// reqTrace is a request's spans: the request span, set once, and the attempt's, which
+// the loop, the relays and the cache's goroutine reach under mu.
+type reqTrace struct {
+	ctx  context.Context // carries the request span
+	span trace.Span
+
+	mu     sync.Mutex
+	send   trace.Span // the current attempt's span (nil between attempts)
+	queued time.Time  // since when it waits in its class queue
+	device string     // the device of its last attempt's pool
 }

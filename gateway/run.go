@@ -49,6 +49,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer g.tracker.Stop()
 	defer g.budget.startForeign(g.conf(), g.conf)() // read before the workers start, so their budget knows it
+	defer g.budget.startWaits(g.conf)()             // stopped: the waiting acquires answered unavailable
+	defer g.budget.startPresser(g.conf)()
 	if err := g.subscribe(); err != nil {
 		return err
 	}
@@ -190,11 +192,12 @@ func (g *Gateway) connected(nc *nats.Conn, tracker *health.Tracker, bin, url str
 	s := d.sender
 	s.nc, s.claimSubject, s.supervisor, s.metrics, s.failover = nc, claim, g.supervisor, g.metrics, g.failover
 	rl := g.reloader
-	rl.id, rl.metrics, rl.tracker, rl.supervisor, rl.budget, rl.kick, rl.maxPayload = g.id, g.metrics, tracker, g.supervisor, g.budget, d.kick, nc.MaxPayload
+	rl.id, rl.metrics, rl.tracker, rl.supervisor, rl.budget, rl.maxPayload = g.id, g.metrics, tracker, g.supervisor, g.budget, nc.MaxPayload
+	rl.kick = func() { d.kick(); g.budget.waits.wake() } // a change may raise a capacity
 	g.cache = newCacheService(c, conf, g.log, d, tracker.Workers, g.metrics.reg)
 	j := g.jobs
 	j.conf, j.log, j.nc, j.d, j.cache, j.pauses, j.live = conf, g.log, nc, d, g.cache, g.pauses, tracker.Live
-	g.metrics.reg.MustRegister(&stateCollector{conf: conf, d: d, budget: g.budget, tracker: tracker, supervisor: g.supervisor, jobs: j})
+	g.metrics.reg.MustRegister(&stateCollector{conf: conf, d: d, budget: g.budget, tracker: tracker, supervisor: g.supervisor, jobs: j}, deviceCollector{conf: conf, budget: g.budget, gates: g.gates})
 	return nil
 }
 
@@ -278,6 +281,7 @@ func (g *Gateway) shutdown(lost bool) {
 	if g.svc != nil {
 		g.svc.Stop()
 	}
+	g.budget.waits.stop() // the waiting lease acquires: unavailable, now (leasewait.go, rule 5)
 	if g.http != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		g.http.Shutdown(sctx)

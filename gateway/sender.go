@@ -69,13 +69,16 @@ func (s *sender) apply(effects []effect) (failed []sendFailure) {
 		case effSettled:
 			s.settled(e.p, e.pool, e.claim)
 		case effCancel:
+			traceCancel(e.p)
 			b, _ := codec.Marshal(&codec.Cancel{ID: e.id})
 			if err := s.nc.Publish(subjects.Cancel, b); err != nil {
 				s.metrics.publishFailed("cancel", err)
 			}
 		case effRetried:
 			s.metrics.retries.Inc()
+			traceRequeued(e.p, "worker lost")
 		case effUnclaimed:
+			traceRequeued(e.p, "unclaimed")
 			s.log.Warn("request not claimed by any worker; dispatching it again", "id", e.p.id, "pool", e.pool, "after", claimTimeout(s.conf()))
 		case effWake:
 			s.supervisor.wake(e.pool) // a lazy_load pool starts on its first request
@@ -104,7 +107,9 @@ func (s *sender) sendItem(e effSend) *codec.Error {
 	if !e.direct {
 		to = s.replyInbox + "." + strconv.FormatUint(e.seq, 10)
 	}
-	if err := s.nc.PublishMsg(&nats.Msg{Subject: subj, Reply: to, Data: data}); err != nil {
+	msg := &nats.Msg{Subject: subj, Reply: to, Data: data}
+	traceSend(p, e, s.conf, msg)
+	if err := s.nc.PublishMsg(msg); err != nil {
 		return codec.Errorf(codec.CodeInternal, "request to %s: %v", subj, err)
 	}
 	return nil
@@ -141,6 +146,7 @@ func (s *sender) deliver(p *pending, pool string, body []byte, err *codec.Error)
 // settled ends p, whose worker answered its client itself (claim c, state done): what
 // deliver does, without sending.
 func (s *sender) settled(p *pending, pool string, c codec.Claim) {
+	traceServed(p, codec.Served{Worker: c.Worker})
 	if s.end(p, pool, c.Code) && c.Code == "" && c.Timing != nil {
 		s.observe(p, pool, *c.Timing, p.req.Model)
 	}
@@ -154,6 +160,7 @@ func (s *sender) end(p *pending, pool string, code codec.Code) bool {
 		s.log.Error("a second answer to a request dropped", "id", p.id)
 		return false
 	}
+	traceEnd(p, pool, code)
 	label := "ok"
 	if code != "" {
 		label = string(code)
@@ -193,6 +200,7 @@ func (s *sender) relay(p *pending, pool string, msg *nats.Msg) {
 		return
 	}
 	meta := rep.Meta()
+	traceServed(p, *meta)
 	s.observe(p, pool, meta.Timing, meta.Model)
 	changed := unmapPaths(s.conf().Pool(pool).PathMap, rep) // output paths back to the client's view
 	if p.clientID != "" {

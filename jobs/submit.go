@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
@@ -297,7 +298,8 @@ func storeError(what string, err error) *codec.Error {
 		return codec.Errorf(codec.CodeInternal, "%s: not found", what)
 	case refusalOf(err) == storeFull:
 		return codec.Errorf(codec.CodeOverloaded, "%s: the job store is full (jobs.items_max_bytes, jobs.results_max_bytes, or JetStream's storage): %v", what, err)
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
+		errors.Is(err, nats.ErrNoResponders): // a stream between leaders (a cluster's node lost, or just formed)
 		return codec.Errorf(codec.CodeUnavailable, "%s: JetStream did not answer: %v", what, err)
 	}
 	return codec.Errorf(codec.CodeInternal, "%s: %v", what, err)

@@ -68,7 +68,10 @@ func TestClusterMultiHost(t *testing.T) {
 	red := colourPNG(t, root, "red")
 	clientRed := clusterClientRoot + "/red.png"
 
-	hb := config.Duration(100 * time.Millisecond)
+	// 250 ms beats, dead after 3 missed: killing node 2 sets JetStream's three-node streams
+	// electing on a loaded 2-core machine, and a 300 ms silence of the remote worker was seen
+	// there (its requests then answered worker_lost, though it never died).
+	hb := config.Duration(250 * time.Millisecond)
 
 	// The worker host: pool cuda (a CPU runtime here) on node 3, as worker-cuda.
 	workerCfg := writeConfigFile(t, filepath.Join(t.TempDir(), "worker-cuda.toml"), &config.Config{

@@ -578,9 +578,20 @@ type builtBin struct {
 }
 
 // testBinary builds ./cmd/<name> once per test process (without -race) into the
-// package's temporary directory and returns its path.
+// package's temporary directory and returns its path. They all go into one directory
+// (the Bun suite runs them from there).
 func testBinary(t testing.TB, name string) string {
 	t.Helper()
+	p, err := buildBinary(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// buildBinary is testBinary for TestMain, which has no test (it builds ortworker): the
+// tests run in the package's directory, so the repository root is "..".
+func buildBinary(name string) (string, error) {
 	built.mu.Lock()
 	if built.bins == nil {
 		built.bins = map[string]*builtBin{}
@@ -598,15 +609,12 @@ func testBinary(t testing.TB, name string) string {
 		}
 		p := filepath.Join(dir, name)
 		build := exec.Command("go", "build", "-o", p, "./cmd/"+name)
-		build.Dir = testenv.RepoRoot(t)
+		build.Dir = ".."
 		if out, err := build.CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("go build ./cmd/%s: %v\n%s", name, err, out)
 			return
 		}
 		b.path = p
 	})
-	if b.err != nil {
-		t.Fatal(b.err)
-	}
-	return b.path
+	return b.path, b.err
 }

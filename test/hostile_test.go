@@ -581,28 +581,26 @@ type hJob struct {
 	resend bool
 }
 
-// hThin keeps every nth mutation of seq, and the first of each category.
-func hThin(seq iter.Seq[hostile.Mutation], n int) iter.Seq[hostile.Mutation] {
-	return func(yield func(hostile.Mutation) bool) {
-		i := 0
-		seen := map[hostile.Category]bool{}
-		for m := range seq {
-			keep := n <= 1 || i%n == 0 || !seen[m.Category]
-			seen[m.Category] = true
-			i++
-			if keep && !yield(m) {
-				return
-			}
-		}
-	}
-}
-
-func hGen(t *testing.T, sample any, o hostile.Options) iter.Seq[hostile.Mutation] {
+// hThin yields every nth mutation of sample's stream, and the first of each category;
+// the bodies of the others are never built (hostile's Select).
+func hThin(t *testing.T, sample any, o hostile.Options, n int) iter.Seq[hostile.Mutation] {
 	g, err := hostile.New(sample, o)
 	if err != nil {
 		t.Fatalf("hostile sample %T: %v", sample, err)
 	}
-	return g.All()
+	return func(yield func(hostile.Mutation) bool) {
+		seen := map[hostile.Category]bool{}
+		keep := func(i int, _ string, cat hostile.Category) bool {
+			k := n <= 1 || i%n == 0 || !seen[cat]
+			seen[cat] = true
+			return k
+		}
+		for m := range g.Select(keep) {
+			if !yield(m) {
+				return
+			}
+		}
+	}
 }
 
 func hF64(v float64) *float64 { return &v }
@@ -656,7 +654,7 @@ func (h *hostileRun) surfaces(t *testing.T, s *hstack) []*hSurface {
 	for _, op := range subjects.Ops {
 		subj := "ortbus.v1." + op
 		out = append(out, &hSurface{name: "nats " + subj, kind: hNATSRequest, subject: func(*hstack) string { return subj }, op: op,
-			muts: hThin(hGen(t, samples[op], o), apiThin[op])})
+			muts: hThin(t, samples[op], o, apiThin[op])})
 	}
 	item := func(op string, class string) *codec.WorkItem {
 		return &codec.WorkItem{Request: codec.Request{ID: "h-item", Path: red, Model: "tagger", Class: class, TimeoutMS: 5000}, Op: op,
@@ -669,7 +667,7 @@ func (h *hostileRun) surfaces(t *testing.T, s *hstack) []*hSurface {
 	}{{"fast", "interactive", 1}, {"fast", "urgent", 4}, {"bulk", "interactive", 3}, {"bulk", "batch", 3}} {
 		subj := "infer." + pc.pool + "." + pc.class
 		out = append(out, &hSurface{name: "nats " + subj, kind: hNATSRequest, subject: func(*hstack) string { return subj },
-			muts: hThin(hGen(t, item("tag", pc.class), o), pc.n)})
+			muts: hThin(t, item("tag", pc.class), o, pc.n)})
 	}
 	hb := &codec.Heartbeat{V: 1, Worker: hostileFakeWorker, Pool: "fast", Host: "hostile", PID: 1, Seq: 1, SentMS: time.Now().UnixMilli(),
 		State: codec.StateReady, Runtime: "1.30.0", EP: "cpu", Device: "cpu", IntervalMS: gwHeartbeat.Milliseconds(),
@@ -679,28 +677,28 @@ func (h *hostileRun) surfaces(t *testing.T, s *hstack) []*hSurface {
 		return func(*hstack) string { return "ortbus.hb." + pool + "." + worker }
 	}
 	out = append(out,
-		&hSurface{name: "nats ortbus.hb.fast.x", kind: hNATSPublish, subject: hbSubj("fast", hostileFakeWorker), muts: hThin(hGen(t, hb, oShallow), 2)},
-		&hSurface{name: "nats ortbus.hb.bulk.x (forged pool)", kind: hNATSPublish, subject: hbSubj("bulk", hostileFakeWorker), muts: hThin(hGen(t, hb, oShallow), 12)},
-		&hSurface{name: "nats ortbus.hb.fast.<worker> (forged body)", kind: hNATSPublish, subject: hbSubj("fast", fastW), muts: hThin(hGen(t, hb, oShallow), 12)},
+		&hSurface{name: "nats ortbus.hb.fast.x", kind: hNATSPublish, subject: hbSubj("fast", hostileFakeWorker), muts: hThin(t, hb, oShallow, 2)},
+		&hSurface{name: "nats ortbus.hb.bulk.x (forged pool)", kind: hNATSPublish, subject: hbSubj("bulk", hostileFakeWorker), muts: hThin(t, hb, oShallow, 12)},
+		&hSurface{name: "nats ortbus.hb.fast.<worker> (forged body)", kind: hNATSPublish, subject: hbSubj("fast", fastW), muts: hThin(t, hb, oShallow, 12)},
 	)
 	claim := &codec.Claim{ID: "h-claim", Worker: fastW, Pool: "fast", Attempt: 1, State: codec.ClaimTaken}
 	out = append(out, &hSurface{name: "nats ortbus.claim.<gateway>", kind: hNATSPublish, subject: func(s *hstack) string { return "ortbus.claim." + s.gwID },
-		muts: hThin(hGen(t, claim, o), 2)})
+		muts: hThin(t, claim, o, 2)})
 	out = append(out, &hSurface{name: "nats ortbus.cancel", kind: hNATSPublish, subject: func(*hstack) string { return subjects.Cancel },
-		muts: hThin(hGen(t, &codec.Cancel{ID: "h-cancel"}, o), 1)})
+		muts: hThin(t, &codec.Cancel{ID: "h-cancel"}, o, 1)})
 	for _, w := range []string{fastW, bulkW} {
 		subj := "ortbus.worker." + w + ".stats"
 		out = append(out, &hSurface{name: "nats " + subj, kind: hNATSRequest, subject: func(*hstack) string { return subj }, stats: true,
-			muts: hThin(hGen(t, &codec.Request{ID: "h-stats"}, o), 6)})
+			muts: hThin(t, &codec.Request{ID: "h-stats"}, o, 6)})
 	}
 	out = append(out, &hSurface{name: "nats ortbus.worker.hostile-none.drain", kind: hNATSRequest, noResp: true,
-		subject: func(*hstack) string { return "ortbus.worker.hostile-none.drain" }, muts: hThin(hGen(t, &codec.Request{ID: "h-drain"}, o), 12)})
+		subject: func(*hstack) string { return "ortbus.worker.hostile-none.drain" }, muts: hThin(t, &codec.Request{ID: "h-drain"}, o, 12)})
 	beat := &codec.GatewayBeat{Gateway: hostileFakeGateway, Seq: 1, IntervalMS: gwHeartbeat.Milliseconds()}
 	out = append(out,
 		&hSurface{name: "nats ortbus.gw.<fake>.hb", kind: hNATSPublish, subject: func(*hstack) string { return "ortbus.gw." + hostileFakeGateway + ".hb" },
-			muts: hThin(hGen(t, beat, o), 2)},
+			muts: hThin(t, beat, o, 2)},
 		&hSurface{name: "nats ortbus.gw.<gateway>.hb (forged)", kind: hNATSPublish, subject: func(s *hstack) string { return "ortbus.gw." + s.gwID + ".hb" },
-			muts: hThin(hGen(t, beat, o), 6)},
+			muts: hThin(t, beat, o, 6)},
 	)
 	// The envelope: valid and mutated bodies on the gateway's and a worker's subjects,
 	// each with a reply subject that is no requester's inbox.
@@ -717,7 +715,7 @@ func (h *hostileRun) surfaces(t *testing.T, s *hstack) []*hSurface {
 	} {
 		subj := b.subj
 		out = append(out, &hSurface{name: "nats " + subj + " (bad reply subject)", kind: hNATSBadReply, subject: func(*hstack) string { return subj },
-			muts: hThin(hGen(t, b.sample, o), 40)})
+			muts: hThin(t, b.sample, o, 40)})
 	}
 	// The job API (JetStream in the stack's store): every verb's body mutated.
 	for _, j := range []struct {
@@ -734,7 +732,7 @@ func (h *hostileRun) surfaces(t *testing.T, s *hstack) []*hSurface {
 	} {
 		subj := "ortbus.v1." + j.op
 		out = append(out, &hSurface{name: "nats " + subj, kind: hNATSRequest, subject: func(*hstack) string { return subj },
-			muts: hThin(hGen(t, j.sample, o), j.thin)})
+			muts: hThin(t, j.sample, o, j.thin)})
 	}
 	// HTTP: every op's POST route, the GET routes, and unknown ops.
 	for _, op := range subjects.Ops {
@@ -743,7 +741,7 @@ func (h *hostileRun) surfaces(t *testing.T, s *hstack) []*hSurface {
 			n = 2
 		}
 		out = append(out, &hSurface{name: "http POST /v1/" + op, kind: hHTTPRoute, method: http.MethodPost, path: "/v1/" + op, op: op,
-			muts: hThin(hGen(t, samples[op], oHTTP), n)})
+			muts: hThin(t, samples[op], oHTTP, n)})
 	}
 	for _, j := range []struct {
 		verb   string
@@ -756,15 +754,15 @@ func (h *hostileRun) surfaces(t *testing.T, s *hstack) []*hSurface {
 	} {
 		// op "job.<verb>": a result decodes as JSON, an error must carry a known code.
 		out = append(out, &hSurface{name: "http POST /v1/job/" + j.verb, kind: hHTTPRoute, method: http.MethodPost, path: "/v1/job/" + j.verb,
-			op: "job." + j.verb, muts: hThin(hGen(t, j.sample, oHTTP), 12)})
+			op: "job." + j.verb, muts: hThin(t, j.sample, oHTTP, 12)})
 	}
 	for _, p := range []string{"/v1/status", "/v1/health", "/healthz", "/readyz", "/metrics"} {
 		out = append(out, &hSurface{name: "http GET " + p, kind: hHTTPRoute, method: http.MethodGet, path: p,
-			muts: hThin(hGen(t, &codec.Request{ID: "h-get"}, oHTTP), 40)})
+			muts: hThin(t, &codec.Request{ID: "h-get"}, oHTTP, 40)})
 	}
 	for _, p := range []string{"/v1/%FF", "/v1/nope", "/v1/" + strings.Repeat("o", 10<<10), "/v1/tag%00", "/v1/..%2Fstatus"} {
 		out = append(out, &hSurface{name: "http POST /v1/<unknown op>", kind: hHTTPRoute, method: http.MethodPost, path: p, op: "?",
-			muts: hThin(hGen(t, samples[subjects.OpTag], oHTTP), 80)})
+			muts: hThin(t, samples[subjects.OpTag], oHTTP, 80)})
 	}
 	return out
 }

@@ -18,7 +18,6 @@ package test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -52,11 +51,8 @@ func runMain(m *testing.M) int {
 	defer testenv.CleanupModels()
 
 	// The binary under test, built once (without -race: only the test process needs it).
-	pkgEnv.bin = filepath.Join(tmp, "ortworker")
-	build := exec.Command("go", "build", "-o", pkgEnv.bin, "./cmd/ortworker")
-	build.Dir = ".." // the repository root: tests run in their package's directory
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "test: go build ./cmd/ortworker: %v\n%s", err, out)
+	if pkgEnv.bin, err = buildBinary("ortworker"); err != nil {
+		fmt.Fprintln(os.Stderr, "test:", err)
 		return 1
 	}
 

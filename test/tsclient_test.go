@@ -42,15 +42,10 @@ func TestTSClient(t *testing.T) {
 	bun := tsInstall(t, dir)
 
 	// The binaries the Bun harness runs, built from this tree (without -race: the suite
-	// measures latencies).
-	binDir := filepath.Join(pkgEnv.tmp, "ts-bin")
-	if err := os.MkdirAll(binDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	build := exec.Command("go", "build", "-o", binDir+string(filepath.Separator), "./cmd/gateway", "./cmd/ortworker", "./cmd/natsembed", "./cmd/ortbus")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build of the binaries for the Bun suite: %v\n%s", err, out)
+	// measures latencies), the package's own (testBinary puts them in one directory).
+	var binDir string
+	for _, name := range []string{"gateway", "ortworker", "natsembed", "ortbus"} {
+		binDir = filepath.Dir(testBinary(t, name))
 	}
 
 	if err := tsRun(t, dir, 2*time.Minute, nil, filepath.Join(dir, "node_modules", ".bin", "tsc"), "--noEmit", "-p", "."); err != nil {
@@ -117,7 +112,8 @@ func tsInstall(t *testing.T, dir string) string {
 	t.Helper()
 	bun := filepath.Join(dir, "node_modules", "bun", "bin", "bun.exe")
 	if tsBunRuns(bun) && tsExists(filepath.Join(dir, "node_modules", "@nats-io", "transport-node")) &&
-		tsExists(filepath.Join(dir, "node_modules", "@msgpack", "msgpack")) && tsExists(filepath.Join(dir, "node_modules", ".bin", "tsc")) {
+		tsExists(filepath.Join(dir, "node_modules", "@msgpack", "msgpack")) && tsExists(filepath.Join(dir, "node_modules", ".bin", "tsc")) &&
+		tsExists(filepath.Join(dir, "node_modules", "@opentelemetry", "api")) {
 		return bun
 	}
 	if _, err := exec.LookPath("npm"); err != nil {

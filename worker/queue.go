@@ -36,12 +36,16 @@ type job struct {
 	prepErr  error
 	// answered is set by the job's one terminal answer; later answers are ignored.
 	answered atomic.Bool
+	// trace: its spans (trace.go), nil while tracing is off; set at its arrival.
+	trace *jobTrace
 }
 
 // prepare returns the job's prepared input, preparing it on the first call (a panic in
 // the model's Prepare is the job's internal error, counted by guard).
 func (j *job) prepare(log *slog.Logger) (models.Item, error) {
 	j.prep.Do(func() {
+		start := time.Now()
+		defer func() { j.traceStep("ortbus.worker.decode", start, time.Now(), j.prepErr) }()
 		defer guard.Recover(log, "prepare", func(e *codec.Error) { j.prepErr = e })
 		j.prepared, j.prepErr = j.model.Prepare(j.op, j.item)
 	})

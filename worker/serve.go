@@ -73,6 +73,7 @@ func (w *Worker) workHandler(class string) nats.MsgHandler {
 func (w *Worker) accept(class string, m *nats.Msg) {
 	asJSON := m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON
 	j := &job{msg: m, class: class, asJSON: asJSON, received: time.Now(), item: &codec.WorkItem{}}
+	w.traceAccept(j)
 	defer guard.Recover(w.log, "work item", func(e *codec.Error) { w.answer(j, nil, e) })
 	if err := codec.Decode(m.Data, j.item, asJSON); err != nil {
 		w.answer(j, nil, err)
@@ -99,6 +100,7 @@ func (w *Worker) accept(class string, m *nats.Msg) {
 		return
 	}
 	j.model, j.op = model, op
+	w.traceItem(j)
 	j.deadline = j.received.Add(w.cfg.Classes[class].Timeout.D())
 	if j.item.DeadlineUnixMS > 0 {
 		j.deadline = time.UnixMilli(j.item.DeadlineUnixMS)
@@ -187,6 +189,7 @@ func (w *Worker) runUnit(unit []*job) {
 	taken := time.Now()
 	ready := unit[:0:0]
 	for _, j := range unit {
+		j.traceStep("ortbus.worker.queue", j.received, taken, nil)
 		if err := j.ctx.Err(); err != nil {
 			w.answer(j, nil, ctxError(j.ctx, "before running"))
 			continue
@@ -211,7 +214,9 @@ func (w *Worker) runUnit(unit []*job) {
 	defer stop()
 	t0 := time.Now()
 	replies, errs := ready[0].model.Run(ctx, ready[0].op, items)
-	inferUS := time.Since(t0).Microseconds()
+	t1 := time.Now()
+	inferUS := t1.Sub(t0).Microseconds()
+	traceInfer(ready, t0, t1, errs)
 	for i, j := range ready {
 		err := errs[i]
 		if j.ctx.Err() != nil {
@@ -293,6 +298,7 @@ func (w *Worker) answer(j *job, rep codec.Replier, err error) {
 	// The job's hold on its model's copy ends with its answer (modelSet, rule 2).
 	defer w.models.release(j.model)
 	if j.msg.Reply == "" {
+		j.traceAnswer(string(codec.CodeOf(err)))
 		return
 	}
 	if err == nil && rep == nil {
@@ -312,7 +318,9 @@ func (w *Worker) answer(j *job, rep codec.Replier, err error) {
 	} else {
 		s := rep.Meta()
 		s.ID, s.Model, s.Pool, s.Worker, s.Runtime, s.EP = j.item.ID, j.model.Name(), w.pool.Name, w.id, w.rt.Version, w.EP()
+		t0 := time.Now()
 		b, encErr := codec.Encode(rep, j.asJSON)
+		j.traceStep("ortbus.worker.encode", t0, time.Now(), encErr)
 		if encErr != nil {
 			out = reply.Error(j.msg.Reply, codec.Errorf(codec.CodeInternal, "encode reply: %v", encErr), j.asJSON)
 			code = codec.CodeInternal
@@ -329,6 +337,7 @@ func (w *Worker) answer(j *job, rep codec.Replier, err error) {
 	if err := w.nc.PublishMsg(out); err != nil {
 		w.publishFailed("reply", j.item.ID, err)
 	}
+	j.traceAnswer(string(code))
 	if j.item.ReplyDirect {
 		// After the reply, never before: a worker that dies between the two leaves the
 		// gateway to retry a request whose client already has its answer (a duplicate

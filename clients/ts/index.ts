@@ -35,10 +35,13 @@ export type {
   DetectReply,
   DeviceStatus,
   EmbedReply,
+  GateStatus,
   HealthReply,
   InferReply,
+  Lease,
   ModelStatus,
   OrtbusClass,
+  Pause,
   PoolStatus,
   SegmentReply,
   Served,
@@ -61,7 +64,8 @@ export type { Op } from "./src/wire.ts";
 export { float32Bytes, float32FromBytes, npyBytes, tensorBytes, tensorFromNpy, tensorValues } from "./src/tensors.ts";
 export type { FloatVector, TensorInput } from "./src/tensors.ts";
 
-export type { GateStatus, Lease, LeaseOptions, Pause } from "./src/leases.ts";
+export { MAX_LEASE_WAIT_MS } from "./src/leases.ts";
+export type { LeaseOptions } from "./src/leases.ts";
 
 export { JOB_OPS, jobFinished } from "./src/jobs.ts";
 export type {

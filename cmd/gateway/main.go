@@ -28,6 +28,7 @@ import (
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/gateway"
 	"github.com/ortbus/ortbus/internal/profile"
+	"github.com/ortbus/ortbus/telemetry/export"
 )
 
 func main() { os.Exit(run()) }
@@ -71,9 +72,11 @@ func run() int {
 			}
 		}
 	}()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	defer export.Start("ortbus-gateway", log)() // spans, when the OTEL_* variables ask for them
 	err = gateway.Run(ctx, gateway.Options{
 		Config: cfg, NATSListen: *natsListen, HTTPListen: *httpListen, WorkerBin: *workerBin, Reload: reload,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Logger: log,
 		OnReady: func(r gateway.Ready) {
 			os.Stdout.Write(codec.Event{Event: codec.EventReady, NATSURL: r.NATSURL, HTTP: r.HTTP}.Line())
 		},

@@ -47,3 +47,22 @@ func TestReqUnknownOp(t *testing.T) {
 		t.Errorf("req tga: exit %d, stderr %q; want 2 naming the ops", code, out)
 	}
 }
+
+// TestReqTrace: -traceparent is sent as given and its trace id printed; -trace makes a
+// new one; neither sends none.
+func TestReqTrace(t *testing.T) {
+	given := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	if tp, line := reqTrace(false, given); tp != given || line != "trace 4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("-traceparent: %q, %q", tp, line)
+	}
+	if tp, line := reqTrace(true, "junk"); tp != "junk" || !strings.Contains(line, "malformed") {
+		t.Errorf("malformed -traceparent: %q, %q", tp, line)
+	}
+	tp, line := reqTrace(true, "")
+	if id := strings.TrimPrefix(line, "trace "); len(id) != 32 || !strings.Contains(tp, id) {
+		t.Errorf("-trace: %q, %q", tp, line)
+	}
+	if tp, line := reqTrace(false, ""); tp != "" || line != "" {
+		t.Errorf("neither: %q, %q", tp, line)
+	}
+}

@@ -15,9 +15,10 @@ import (
 )
 
 const benchUsage = `usage: ortbus bench NAME [flags]
-  NAME: overhead | throughput | collision | capacity | failure | jobs
+  NAME: overhead | throughput | collision | capacity | failure | jobs | incremental | lease
   -out FILE.json   write the JSON report here (default <repo>/bench-out/NAME.json)
-  -n N             overhead: timed calls per path (default 3000); jobs: items (default 10000)
+  -n N             overhead: timed calls per path (default 3000); jobs: items (default 10000);
+                   lease: rounds (default 10)
   -duration D      throughput: measured time per path (default 8s); failure: load before the kill
                    (default 2s); collision: overrides the scenario's arrival window; capacity:
                    overrides each step's window
@@ -49,6 +50,7 @@ const benchUsage = `usage: ortbus bench NAME [flags]
   -chart FILE.png  collision, capacity: chart (default: next to -out, NAME.png; "-" = none)
   -no-solo         collision: skip the solo runs
   -relay           overhead: the gateway relays every reply ([gateway] relay_replies)
+  -trace           overhead: also time a second system that traces every request (OTLP to a sink here)
   -repo DIR        repository root (default: found from this binary or the working directory)
   -bin DIR         gateway and ortworker binaries (default: next to this binary, else <repo>/bin)
   -v               show the gateway's and workers' logs
@@ -66,6 +68,10 @@ func benchCmd(args []string) int {
 		// Hidden: the LLM-shaped tenant the collision and capacity benches run under
 		// `ortbus lease` (bench/tenant.go).
 		return bench.TenantMain(args, os.Stdin, os.Stdout, os.Stderr)
+	}
+	if name == "mem-holder" {
+		// Hidden: the memory holder the lease bench runs under `ortbus lease` (bench/memholder.go).
+		return bench.MemHolderMain(args, os.Stdout, os.Stderr)
 	}
 	fs := flag.NewFlagSet("bench "+name, flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage) }
@@ -85,6 +91,7 @@ func benchCmd(args []string) int {
 	chart := fs.String("chart", "", "")
 	noSolo := fs.Bool("no-solo", false, "")
 	relay := fs.Bool("relay", false, "")
+	traced := fs.Bool("trace", false, "")
 	repo := fs.String("repo", "", "")
 	bin := fs.String("bin", "", "")
 	verbose := fs.Bool("v", false, "")
@@ -98,7 +105,7 @@ func benchCmd(args []string) int {
 		return 2
 	}
 	o := bench.Options{Repo: *repo, BinDir: *bin, N: *n, Duration: *dur, InFlight: *inflight, Workers: *workers, Threads: *threads, EP: *ep, Device: *device, Smoke: *smoke, Kills: *kills,
-		Scenario: *scenario, Seed: *seed, Steps: *steps, SkipSolo: *noSolo, RelayReplies: *relay, Out: os.Stdout, KeepTemp: *keep}
+		Scenario: *scenario, Seed: *seed, Steps: *steps, SkipSolo: *noSolo, RelayReplies: *relay, Trace: *traced, Out: os.Stdout, KeepTemp: *keep}
 	if *verbose {
 		o.Logs = os.Stderr
 	}

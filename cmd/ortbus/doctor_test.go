@@ -3,23 +3,50 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-// buildOrtbus builds this command into a temporary folder.
+// buildOrtbus builds this command into a temporary folder, once for the package's tests
+// (TestMain removes it).
 func buildOrtbus(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "ortbus")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "ortbus-cmd-test-"); built.err != nil {
+			return
+		}
+		bin := filepath.Join(built.dir, "ortbus")
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		built.bin = bin
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.bin
+}
+
+// built is what buildOrtbus built.
+var built struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
 }
 
 // TestDoctorMissingLibrary: a pool whose runtime library is missing is reported with the

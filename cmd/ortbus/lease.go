@@ -23,14 +23,15 @@ import (
 )
 
 const leaseUsage = `usage: ortbus lease [-s URL] --device D --bytes SIZE [--class interactive] [--ttl 30s]
-                    [--holder NAME] [--wait] [--gate [--max-pause 250ms] [--min-share 0.5]]
+                    [--holder NAME] [--wait DURATION] [--gate [--max-pause 250ms] [--min-share 0.5]]
                     [--on-pressure CMD2] [-inbox-prefix P] -- CMD ARGS...
   Holds SIZE (e.g. 6GiB) of device D's memory budget for CMD, a process ortbus does not
   run (an LLM server, a game): acquires a lease, runs CMD, renews the lease while CMD
   lives, releases it when CMD exits, and exits with CMD's status. Refused (the budget
-  cannot hold it), it exits 1 without starting CMD, or with --wait tries again until it
-  is granted. While an urgent or interactive lease is held, batch work on the device is
-  held to one unit.
+  cannot hold it), it exits 1 without starting CMD; with --wait DURATION the gateway
+  keeps the acquire waiting up to DURATION and grants it the moment room is made (a
+  release, a reclaimable lease shrunk, ...), in class order. While an urgent or
+  interactive lease is held, batch work on the device is held to one unit.
   --gate: CMD is paused while work of the device's gating class (default urgent) is
   queued for or running on the device, and resumed when it is done; a pause lasts at
   most --max-pause, CMD keeps at least --min-share of every second, and it is resumed
@@ -101,7 +102,8 @@ type leaseOpts struct {
 	bytes                                      config.Bytes
 	ttl, maxPause                              time.Duration
 	minShare                                   float64
-	wait, gated                                bool
+	wait                                       time.Duration // 0: no wait
+	gated                                      bool
 	args                                       []string // CMD ARGS...
 }
 
@@ -117,7 +119,7 @@ func parseLeaseFlags(args []string) (*leaseOpts, bool) {
 	class := fs.String("class", "interactive", "the lease's class: urgent and interactive leases hold batch work to one unit")
 	ttl := fs.Duration("ttl", 30*time.Second, "the lease's ttl; it is renewed every third of it while CMD runs")
 	holder := fs.String("holder", "", "a name for status (default: CMD's name)")
-	wait := fs.Bool("wait", false, "when refused, try again every ttl/3 until granted")
+	wait := fs.Duration("wait", 0, "when the budget cannot hold the lease now, wait up to this long in the gateway for room (e.g. 2m)")
 	gated := fs.Bool("gate", false, "pause CMD while work of the device's gating class runs there")
 	maxPause := fs.Duration("max-pause", 250*time.Millisecond, "with --gate: the longest one pause may last")
 	minShare := fs.Float64("min-share", 0.5, "with --gate: the share of every second CMD keeps running (0 to 1)")
@@ -130,6 +132,10 @@ func parseLeaseFlags(args []string) (*leaseOpts, bool) {
 	bytes, err := config.ParseBytes(*size)
 	if err != nil || bytes <= 0 {
 		fmt.Fprintf(os.Stderr, "ortbus lease: --bytes %q: want a size such as 512MiB\n", *size)
+		return nil, false
+	}
+	if *wait < 0 {
+		fmt.Fprintf(os.Stderr, "ortbus lease: --wait %v: want a duration >= 0\n", *wait)
 		return nil, false
 	}
 	if *maxPause < 0 || *minShare < 0 || *minShare > 1 {
@@ -177,28 +183,60 @@ func (l *leaseRun) catchSignals() chan os.Signal {
 	return sigs
 }
 
-// acquire acquires the lease, trying again every ttl/3 while it is refused as
-// overloaded and --wait is given; false (said on stderr, or a signal) is exit status 1.
+// acquire acquires the lease; with --wait, the gateway keeps it waiting for room (one
+// request per codec.MaxLeaseWaitMS of the wait: no asking again in between). False (said
+// on stderr, or a signal while it waits) is exit status 1.
 func (l *leaseRun) acquire(sigs chan os.Signal) bool {
 	o := l.o
 	req := &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: o.device, Bytes: int64(o.bytes), Class: o.class, Holder: o.holder, TTLMS: o.ttl.Milliseconds(),
 		Gate: o.gated, Reclaim: l.reclaim()}
-	for {
+	if o.wait <= 0 {
 		lease, err := l.call(func(ctx context.Context) (*codec.LeaseReply, error) { return l.c.Lease(ctx, req) })
-		if err == nil {
-			l.lease = lease
-			return true
-		}
-		if !o.wait || codec.CodeOf(err) != codec.CodeOverloaded {
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "ortbus lease: refused: %v\n", err)
 			return false
 		}
+		l.lease = lease
+		return true
+	}
+	// A signal while it waits ends the wait (the request's context).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	waiting := make(chan struct{})
+	defer close(waiting)
+	go func() {
 		select {
 		case <-sigs:
-			return false
-		case <-time.After(max(o.ttl/3, 100*time.Millisecond)):
+			cancel()
+		case <-waiting:
 		}
+	}()
+	for until := time.Now().Add(o.wait); ; {
+		lease, err := l.c.WaitLease(ctx, req, time.Until(until))
+		switch {
+		case ctx.Err() != nil:
+			if err == nil {
+				l.lease = lease
+				l.release() // granted as the signal came: given back
+			}
+			return false
+		case err == nil:
+			l.lease = lease
+			return true
+		case !waitedOut(err) || time.Until(until) < time.Millisecond:
+			fmt.Fprintf(os.Stderr, "ortbus lease: refused: %v\n", err)
+			return false
+		}
+		// The gateway's longest wait passed, and --wait's has not: wait again.
 	}
+}
+
+// waitedOut reports whether err is the gateway's answer to a wait that ran out (overloaded
+// with waited_ms), not a refusal at once (the waiters' bound, a bad request).
+func waitedOut(err error) bool {
+	e := codec.AsError(err)
+	_, waited := e.Details["waited_ms"]
+	return e.Code == codec.CodeOverloaded && waited
 }
 
 // release gives the lease back (said on stderr when it cannot: it expires then).

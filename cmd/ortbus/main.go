@@ -1,6 +1,7 @@
 // Command ortbus is the user CLI of ortbus:
 //
-//	ortbus req [-s URL] [-inbox-prefix P] [-timeout 30s] OP JSON   one request to ortbus.v1.OP, as JSON
+//	ortbus req [-s URL] [-inbox-prefix P] [-timeout 30s] [-trace | -traceparent TP] OP JSON
+//	                                                               one request to ortbus.v1.OP, as JSON
 //	ortbus status [-s URL] [-inbox-prefix P] [-json]               pools, workers, devices, class queues
 //	ortbus doctor -config FILE [-json] [-timeout 20s]              runtime discovery and EP checks, per pool
 //	ortbus models gen DIR [-heavy N]                               write the generated test/demo models
@@ -36,6 +37,7 @@ import (
 	"github.com/ortbus/ortbus/doctor"
 	"github.com/ortbus/ortbus/models/onnxgen"
 	"github.com/ortbus/ortbus/subjects"
+	"github.com/ortbus/ortbus/telemetry"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -46,7 +48,7 @@ const usage = `usage:
   ortbus models gen-llm DIR [-size tiny|bench]
                                         write the generated llama-architecture GGUF model (LLM tenant's; prints its path)
   ortbus demo [-config FILE]            run the system end to end and print a report (default deploy/local.toml)
-  ortbus bench NAME [-out FILE.json]    overhead|throughput|collision|capacity|failure|jobs|incremental (docs/BENCHMARKS.md)
+  ortbus bench NAME [-out FILE.json]    overhead|throughput|collision|capacity|failure|jobs|incremental|lease (docs/BENCHMARKS.md)
   ortbus status [-s URL] [-json]        pools, workers, devices and class queues, as tables
   ortbus pause [-s URL] -class batch [-device D] -for 10m   pause a class on demand (it ends on its own); resume -class C ends it
   ortbus tune -config FILE [-input NAME=FILE.npy | -image FILE] [-latency D] [-write] POOL
@@ -55,7 +57,8 @@ const usage = `usage:
   ortbus model load|unload|reload [-s URL] [-pool P] MODEL
                                         change one model at run time (load into pool P; unload, reload: every pool or P)
   ortbus req [-s URL] OP JSON           one request to ortbus.v1.OP (e.g. req tag '{"path":"/srv/a.png"}')
-  ortbus lease [-s URL] --device D --bytes N [--class C] [--gate] [--on-pressure CMD2] -- CMD...
+                                        -trace: in a new trace (its id on stderr); -traceparent TP: in the trace of TP
+  ortbus lease [-s URL] --device D --bytes N [--class C] [--wait D] [--gate] [--on-pressure CMD2] -- CMD...
                                         hold device memory for CMD (e.g. an LLM server); --gate: pause it while urgent work runs
   ortbus job submit [-s URL] [--op tag] [--class batch] [--model M] [--pool P] [--job ID] [--recursive] [--incremental] PATH|DIR...
                                         submit a job: each file, each image of each directory is an item; prints {"job","total"}
@@ -349,8 +352,10 @@ func reqCmd(args []string) int {
 	url := natsURL(fs)
 	prefix := inboxPrefix(fs)
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the reply")
+	traced := fs.Bool("trace", false, "start a trace: send a new traceparent, print its trace id on stderr")
+	traceparent := fs.String("traceparent", "", "send this W3C traceparent (00-TRACE-SPAN-FLAGS); its trace id is printed on stderr")
 	if parseInterspersed(fs, args) != nil || fs.NArg() != 2 {
-		fmt.Fprintln(os.Stderr, "usage: ortbus req [-s URL] [-inbox-prefix P] OP JSON")
+		fmt.Fprintln(os.Stderr, "usage: ortbus req [-s URL] [-inbox-prefix P] [-trace | -traceparent TP] OP JSON")
 		return 2
 	}
 	// A typo'd op would reach no service (nats: no responders): name the ops instead.
@@ -372,6 +377,10 @@ func reqCmd(args []string) int {
 	msg := nats.NewMsg(subj)
 	msg.Header.Set(codec.HeaderContentType, codec.ContentTypeJSON)
 	msg.Data = []byte(fs.Arg(1))
+	if tp, line := reqTrace(*traced, *traceparent); tp != "" {
+		msg.Header.Set(telemetry.HeaderTraceparent, tp)
+		fmt.Fprintln(os.Stderr, line)
+	}
 	reply, err := nc.RequestMsg(msg, *timeout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ortbus req:", err)
@@ -382,4 +391,21 @@ func reqCmd(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// reqTrace is the traceparent `ortbus req` sends and the line it prints on stderr: the
+// one given (-traceparent), else a new one (-trace), else none. A malformed one is sent
+// as given (the gateway ignores it and starts a new trace), and the line says so.
+func reqTrace(traced bool, given string) (traceparent, line string) {
+	switch {
+	case given != "":
+		if id := telemetry.TraceID(given); id != "" {
+			return given, "trace " + id
+		}
+		return given, "trace: the traceparent is malformed; the gateway starts a new trace"
+	case traced:
+		tp, id := telemetry.NewTraceparent()
+		return tp, "trace " + id
+	}
+	return "", ""
 }

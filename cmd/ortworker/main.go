@@ -44,6 +44,7 @@ import (
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/profile"
 	"github.com/ortbus/ortbus/natsconn"
+	"github.com/ortbus/ortbus/telemetry/export"
 	"github.com/ortbus/ortbus/worker"
 )
 
@@ -103,6 +104,7 @@ func run() int {
 		return 3
 	}
 	defer w.Close()
+	defer export.Start("ortbus-worker", log)() // spans, when the OTEL_* variables ask for them
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := w.Serve(ctx, url); err != nil {

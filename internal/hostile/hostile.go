@@ -188,9 +188,16 @@ func Generate(sample any, o Options) ([]Mutation, error) {
 func (g *Generator) Valid() (msgpackBody, jsonBody []byte) { return g.mp, g.js }
 
 // All yields every mutation, in a fixed order for a given sample and options.
-func (g *Generator) All() iter.Seq[Mutation] {
+func (g *Generator) All() iter.Seq[Mutation] { return g.Select(nil) }
+
+// Select yields the mutations of All for which keep returns true (all of them when keep
+// is nil), in All's order and with the same names and bodies. keep is asked before a
+// mutation's body is built, with the mutation's index in All's stream, its name and its
+// category: a consumer that sends only a sample of the stream does not pay for the bodies
+// it drops (the huge and deep ones are up to MaxBody bytes each).
+func (g *Generator) Select(keep func(i int, name string, cat Category) bool) iter.Seq[Mutation] {
 	return func(yield func(Mutation) bool) {
-		e := &emitter{yield: yield, seen: map[string]int{}, o: g.o}
+		e := &emitter{yield: yield, keep: keep, seen: map[string]int{}, o: g.o}
 		for _, section := range []func(*emitter){
 			g.empty, g.contentType, g.truncate, g.trailing, g.topLength, g.nesting,
 			g.fields, g.huge, g.unknown, g.random,
@@ -206,12 +213,20 @@ func (g *Generator) All() iter.Seq[Mutation] {
 // emitter hands mutations to the consumer, making names unique.
 type emitter struct {
 	yield   func(Mutation) bool
+	keep    func(i int, name string, cat Category) bool // nil: every mutation
+	n       int                                         // mutations of All's stream so far
 	seen    map[string]int
 	stopped bool
 	o       Options
 }
 
 func (e *emitter) emit(cat Category, name, field string, body []byte, asJSON bool) bool {
+	return e.emitLazy(cat, name, field, func() []byte { return body }, asJSON)
+}
+
+// emitLazy is emit with the body built by build, only when the consumer keeps the
+// mutation (Select).
+func (e *emitter) emitLazy(cat Category, name, field string, build func() []byte, asJSON bool) bool {
 	if e.stopped {
 		return false
 	}
@@ -231,7 +246,12 @@ func (e *emitter) emit(cat Category, name, field string, body []byte, asJSON boo
 	} else {
 		e.seen[full] = 1
 	}
-	if !e.yield(Mutation{Name: full, Category: cat, Field: field, Body: body, JSON: asJSON}) {
+	i := e.n
+	e.n++
+	if e.keep != nil && !e.keep(i, full, cat) {
+		return true
+	}
+	if !e.yield(Mutation{Name: full, Category: cat, Field: field, Body: build(), JSON: asJSON}) {
 		e.stopped = true
 	}
 	return !e.stopped
@@ -346,14 +366,15 @@ func (g *Generator) topLength(e *emitter) {
 // nesting writes Options.Depth levels of arrays and maps, msgpack and JSON.
 func (g *Generator) nesting(e *emitter) {
 	d := g.o.Depth
-	e.emit(CatNesting, fmt.Sprintf("fixarray-%d", d), "", deepArray(d), false)
-	e.emit(CatNesting, fmt.Sprintf("fixmap-%d", d), "", deepMap(d), false)
-	e.emit(CatNesting, fmt.Sprintf("array32-%d", d), "", deepArray32(d), false)
-	e.emit(CatNesting, fmt.Sprintf("map-of-arrays-%d", d), "", deepMixed(d), false)
-	e.emit(CatNesting, fmt.Sprintf("unclosed-array-%d", d), "", bytes.Repeat([]byte{0x91}, d), false)
-	e.emit(CatNesting, fmt.Sprintf("array-%d", d), "", deepJSONArray(d), true)
-	e.emit(CatNesting, fmt.Sprintf("object-%d", d), "", deepJSONObject(d), true)
-	e.emit(CatNesting, fmt.Sprintf("unclosed-array-%d", d), "", bytes.Repeat([]byte("["), d), true)
+	deep := func(f func(int) []byte) func() []byte { return func() []byte { return f(d) } }
+	e.emitLazy(CatNesting, fmt.Sprintf("fixarray-%d", d), "", deep(deepArray), false)
+	e.emitLazy(CatNesting, fmt.Sprintf("fixmap-%d", d), "", deep(deepMap), false)
+	e.emitLazy(CatNesting, fmt.Sprintf("array32-%d", d), "", deep(deepArray32), false)
+	e.emitLazy(CatNesting, fmt.Sprintf("map-of-arrays-%d", d), "", deep(deepMixed), false)
+	e.emitLazy(CatNesting, fmt.Sprintf("unclosed-array-%d", d), "", func() []byte { return bytes.Repeat([]byte{0x91}, d) }, false)
+	e.emitLazy(CatNesting, fmt.Sprintf("array-%d", d), "", deep(deepJSONArray), true)
+	e.emitLazy(CatNesting, fmt.Sprintf("object-%d", d), "", deep(deepJSONObject), true)
+	e.emitLazy(CatNesting, fmt.Sprintf("unclosed-array-%d", d), "", func() []byte { return bytes.Repeat([]byte("["), d) }, true)
 }
 
 func deepArray(d int) []byte {
@@ -553,13 +574,7 @@ func mpFieldSlots(msg []byte, maxDepth int) []fieldSlot {
 			return
 		}
 		if entries, ok, err := splitMap(b); ok && err == nil {
-			enc := func(es []entry) []byte {
-				parts := [][]byte{mapHeader(len(es))}
-				for _, x := range es {
-					parts = append(parts, x.key, x.val)
-				}
-				return wrap(join(parts...))
-			}
+			enc := func(es []entry) []byte { return wrap(encodeEntries(es)) }
 			for i, en := range entries {
 				path := en.name
 				if prefix != "" {
@@ -706,7 +721,7 @@ func (g *Generator) fields(e *emitter) {
 				e.emit(CatPath, fmt.Sprintf("%d-%s", i, tokenName(p)), s.path, s.set(mpStr(p)), false)
 			}
 		}
-		e.emit(CatNesting, fmt.Sprintf("array-%d", g.o.Depth), s.path, s.set(deep), false)
+		e.emitLazy(CatNesting, fmt.Sprintf("array-%d", g.o.Depth), s.path, func() []byte { return s.set(deep) }, false)
 		if s.dup != nil {
 			orig := originalOf(g.mp, s.path)
 			e.emit(CatDupKey, "valid-then-ff", s.path, s.dup(orig, mpStr("\xff")), false)
@@ -753,7 +768,7 @@ func (g *Generator) fields(e *emitter) {
 				e.emit(CatPath, fmt.Sprintf("%d-%s", i, tokenName(p)), s.path, s.set(jsonStr(p)), true)
 			}
 		}
-		e.emit(CatNesting, fmt.Sprintf("array-%d", g.o.Depth), s.path, s.set(jdeep), true)
+		e.emitLazy(CatNesting, fmt.Sprintf("array-%d", g.o.Depth), s.path, func() []byte { return s.set(jdeep) }, true)
 		if s.dup != nil {
 			orig := jsonFieldValue(s, g.js)
 			e.emit(CatDupKey, "valid-then-udfff", s.path, s.dup(orig, []byte(`"\udfff"`)), true)
@@ -864,6 +879,9 @@ func tokenName(s string) string {
 
 // ---- huge bodies ----
 
+// huge emits valid-looking bodies of up to MaxBody bytes. Each is built only when kept
+// (emitLazy), in one allocation (longVal): under the race detector the tests run with,
+// every copy of a megabyte costs.
 func (g *Generator) huge(e *emitter) {
 	entries, _, _ := splitMap(g.mp)
 	jentries, _, _ := splitObject(g.js)
@@ -873,43 +891,32 @@ func (g *Generator) huge(e *emitter) {
 			sizes = append(sizes, s)
 		}
 	}
+	padded := append(slices.Clone(entries), entry{name: "pad", key: mpStr("pad")})
+	jpadded := append(slices.Clone(jentries), jentry{name: "pad"})
+	pad, jpad := len(padded)-1, len(jpadded)-1
 	for _, size := range sizes {
 		room := size - len(g.mp) - 32
 		if room <= 0 {
 			continue
 		}
 		// An unknown field holding a long valid string.
-		pad := mpStr(strings.Repeat("p", room))
-		es := append(slices.Clone(entries), entry{name: "pad", key: mpStr("pad"), val: pad})
-		if !e.emit(CatHuge, fmt.Sprintf("pad-string-%d", size), "", encodeEntries(es), false) {
+		if !e.emitLazy(CatHuge, fmt.Sprintf("pad-string-%d", size), "", func() []byte {
+			return encodeEntriesLong(padded, pad, mpStrLong('p', room))
+		}, false) {
 			return
 		}
 		// An unknown field holding an array of small ints.
-		arr := join(arrayHeader(room), bytes.Repeat([]byte{0x01}, room))
-		es = append(slices.Clone(entries), entry{name: "pad", key: mpStr("pad"), val: arr})
-		e.emit(CatHuge, fmt.Sprintf("int-array-%d", size), "", encodeEntries(es), false)
+		e.emitLazy(CatHuge, fmt.Sprintf("int-array-%d", size), "", func() []byte {
+			return encodeEntriesLong(padded, pad, longVal{head: arrayHeader(room), fill: []byte{0x01}, n: room})
+		}, false)
 		// Many unknown keys: fixstr "k" + 7 digits, and a fixint value (10 bytes each).
-		n := room / 10
-		many := make([]byte, 0, 5+len(g.mp)+10*n)
-		many = append(many, be32(mpMap32, uint32(len(entries)+n))...)
-		for _, en := range entries {
-			many = append(many, en.key...)
-			many = append(many, en.val...)
-		}
-		for i := 0; i < n; i++ {
-			var digits [8]byte
-			strconv.AppendInt(digits[:0], int64(10000000+i), 10) // "1" and 7 digits of i
-			many = append(many, 0xa8, 'k')
-			many = append(many, digits[1:]...)
-			many = append(many, 0x01)
-		}
-		e.emit(CatHuge, fmt.Sprintf("many-keys-%d", size), "", many, false)
+		e.emitLazy(CatHuge, fmt.Sprintf("many-keys-%d", size), "", func() []byte { return manyKeys(entries, len(g.mp), room/10) }, false)
 		// Every string field of the message made long (at the largest size).
 		for i, en := range entries {
 			if kindOf(en.val) == kStr && size == g.o.MaxBody {
-				es := slices.Clone(entries)
-				es[i].val = mpStr(strings.Repeat("s", room))
-				e.emit(CatHuge, fmt.Sprintf("long-%s-%d", en.name, size), "", encodeEntries(es), false)
+				e.emitLazy(CatHuge, fmt.Sprintf("long-%s-%d", en.name, size), "", func() []byte {
+					return encodeEntriesLong(entries, i, mpStrLong('s', room))
+				}, false)
 			}
 		}
 		// JSON.
@@ -917,27 +924,95 @@ func (g *Generator) huge(e *emitter) {
 		if jroom <= 0 {
 			continue
 		}
-		js := append(slices.Clone(jentries), jentry{name: "pad", val: jsonStr(strings.Repeat("p", jroom))})
-		e.emit(CatHuge, fmt.Sprintf("pad-string-%d", size), "", joinObject(js, nil), true)
-		nums := join([]byte("["), bytes.Repeat([]byte("1,"), max(0, jroom/2-2)), []byte("1]"))
-		js = append(slices.Clone(jentries), jentry{name: "pad", val: nums})
-		e.emit(CatHuge, fmt.Sprintf("int-array-%d", size), "", joinObject(js, nil), true)
+		e.emitLazy(CatHuge, fmt.Sprintf("pad-string-%d", size), "", func() []byte {
+			return joinObjectLong(jpadded, nil, jpad, jsonStrLong('p', jroom))
+		}, true)
+		e.emitLazy(CatHuge, fmt.Sprintf("int-array-%d", size), "", func() []byte {
+			nums := longVal{head: []byte("["), fill: []byte("1,"), n: max(0, jroom/2-2), tail: []byte("1]")}
+			return joinObjectLong(jpadded, nil, jpad, nums)
+		}, true)
 		for i, en := range jentries {
 			if jsonKind(en.val) == "string" && size == g.o.MaxBody {
-				js := slices.Clone(jentries)
-				js[i].val = jsonStr(strings.Repeat("s", jroom))
-				e.emit(CatHuge, fmt.Sprintf("long-%s-%d", en.name, size), "", joinObject(js, nil), true)
+				e.emitLazy(CatHuge, fmt.Sprintf("long-%s-%d", en.name, size), "", func() []byte {
+					return joinObjectLong(jentries, nil, i, jsonStrLong('s', jroom))
+				}, true)
 			}
 		}
 	}
 }
 
-func encodeEntries(es []entry) []byte {
-	parts := [][]byte{mapHeader(len(es))}
-	for _, x := range es {
-		parts = append(parts, x.key, x.val)
+// manyKeys writes the map of entries followed by n more: fixstr "k" + 7 digits, and a
+// fixint value (10 bytes each). size is the bytes of the entries.
+func manyKeys(entries []entry, size, n int) []byte {
+	many := make([]byte, 0, 5+size+10*n)
+	many = append(many, be32(mpMap32, uint32(len(entries)+n))...)
+	for _, en := range entries {
+		many = append(many, en.key...)
+		many = append(many, en.val...)
 	}
-	return join(parts...)
+	for i := 0; i < n; i++ {
+		var digits [8]byte
+		strconv.AppendInt(digits[:0], int64(10000000+i), 10) // "1" and 7 digits of i
+		many = append(many, 0xa8, 'k')
+		many = append(many, digits[1:]...)
+		many = append(many, 0x01)
+	}
+	return many
+}
+
+// longVal is a value written straight into a huge body: head, n copies of fill, tail.
+type longVal struct {
+	head, fill, tail []byte
+	n                int
+}
+
+// mpStrLong is mpStr of n copies of c.
+func mpStrLong(c byte, n int) longVal { return longVal{head: strHeader(n), fill: []byte{c}, n: n} }
+
+// jsonStrLong is jsonStr of n copies of c, a character JSON does not escape.
+func jsonStrLong(c byte, n int) longVal {
+	return longVal{head: []byte(`"`), fill: []byte{c}, n: n, tail: []byte(`"`)}
+}
+
+func (v longVal) size() int { return len(v.head) + v.n*len(v.fill) + len(v.tail) }
+
+// appendTo appends v to b, which has room for it: the fill is doubled in place.
+func (v longVal) appendTo(b []byte) []byte {
+	b = append(b, v.head...)
+	if v.n > 0 {
+		start, total := len(b), v.n*len(v.fill)
+		b = append(b, v.fill...)
+		for done := len(b) - start; done < total; done = len(b) - start {
+			b = append(b, b[start:start+min(done, total-done)]...)
+		}
+	}
+	return append(b, v.tail...)
+}
+
+// encodeEntries writes entries as a msgpack map with the smallest header.
+func encodeEntries(es []entry) []byte { return encodeEntriesLong(es, -1, longVal{}) }
+
+// encodeEntriesLong is encodeEntries with the value of entry i (when 0 <= i) replaced
+// by v, in one allocation.
+func encodeEntriesLong(es []entry, i int, v longVal) []byte {
+	h := mapHeader(len(es))
+	size := len(h)
+	for k, x := range es {
+		size += len(x.key) + len(x.val)
+		if k == i {
+			size += v.size() - len(x.val)
+		}
+	}
+	b := append(make([]byte, 0, size), h...)
+	for k, x := range es {
+		b = append(b, x.key...)
+		if k == i {
+			b = v.appendTo(b)
+		} else {
+			b = append(b, x.val...)
+		}
+	}
+	return b
 }
 
 // ---- unknown fields ----

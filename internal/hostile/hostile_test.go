@@ -272,3 +272,51 @@ func TestManyKeysDistinct(t *testing.T) {
 	}
 	t.Error("no huge/many-keys-65536")
 }
+
+// TestSelectIsAllFiltered checks Select against All: keep is asked about every mutation
+// of All's stream, in order, with its index, name and category, and the mutations it
+// keeps come out with All's names, fields and bodies (the huge and deep ones included,
+// whose bodies Select builds only when kept).
+func TestSelectIsAllFiltered(t *testing.T) {
+	g, err := New(samples()["request-tag"], smallOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := slices.Collect(g.All())
+	kept := func(i int, cat Category) bool { return i%7 == 0 || cat == CatHuge || cat == CatNesting }
+	var want []Mutation
+	for i, m := range all {
+		if kept(i, m.Category) {
+			want = append(want, m)
+		}
+	}
+	asked := 0
+	got := slices.Collect(g.Select(func(i int, name string, cat Category) bool {
+		if i != asked || i >= len(all) || all[i].Name != name || all[i].Category != cat {
+			t.Fatalf("keep asked about #%d %s (%s) after %d questions", i, name, cat, asked)
+		}
+		asked++
+		return kept(i, cat)
+	}))
+	if asked != len(all) {
+		t.Errorf("keep was asked %d times, All yields %d", asked, len(all))
+	}
+	if len(got) != len(want) || digest(got) != digest(want) {
+		t.Errorf("Select kept %d mutations, All filtered %d; or their bodies differ", len(got), len(want))
+	}
+	for i := range min(len(got), len(want)) {
+		if got[i].Field != want[i].Field || got[i].JSON != want[i].JSON {
+			t.Errorf("#%d %s: field %q json %v, All has %q %v", i, got[i].Name, got[i].Field, got[i].JSON, want[i].Field, want[i].JSON)
+		}
+	}
+	// Stopping early stops the stream.
+	n := 0
+	for range g.Select(func(int, string, Category) bool { return true }) {
+		if n++; n == 3 {
+			break
+		}
+	}
+	if n != 3 {
+		t.Errorf("stopped after %d", n)
+	}
+}

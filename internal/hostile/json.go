@@ -63,23 +63,41 @@ func splitJSONArray(b []byte) (elems []json.RawMessage, ok bool, err error) {
 // joinObject writes members as a JSON object, keys escaped by encoding/json unless raw
 // keys are given (rawKeys[i] != "" is written as is, quotes included).
 func joinObject(entries []jentry, rawKeys []string) []byte {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, e := range entries {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		if rawKeys != nil && rawKeys[i] != "" {
-			b.WriteString(rawKeys[i])
+	return joinObjectLong(entries, rawKeys, -1, longVal{})
+}
+
+// joinObjectLong is joinObject with the value of member i (when 0 <= i) replaced by v,
+// in one allocation.
+func joinObjectLong(entries []jentry, rawKeys []string, i int, v longVal) []byte {
+	keys := make([][]byte, len(entries))
+	size := 2
+	for k, e := range entries {
+		if rawKeys != nil && rawKeys[k] != "" {
+			keys[k] = []byte(rawKeys[k])
 		} else {
-			k, _ := json.Marshal(e.name)
-			b.Write(k)
+			keys[k], _ = json.Marshal(e.name)
 		}
-		b.WriteByte(':')
-		b.Write(e.val)
+		size += len(keys[k]) + 2 // ':' and ','
+		if k == i {
+			size += v.size()
+		} else {
+			size += len(e.val)
+		}
 	}
-	b.WriteByte('}')
-	return b.Bytes()
+	b := append(make([]byte, 0, size), '{')
+	for k, e := range entries {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, keys[k]...)
+		b = append(b, ':')
+		if k == i {
+			b = v.appendTo(b)
+		} else {
+			b = append(b, e.val...)
+		}
+	}
+	return append(b, '}')
 }
 
 func joinArray(elems []json.RawMessage) []byte {

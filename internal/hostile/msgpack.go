@@ -276,19 +276,21 @@ func arrayHeader(n int) []byte {
 
 // mpStr writes s as a msgpack str with the smallest header, whatever its bytes.
 func mpStr(s string) []byte {
-	n := len(s)
-	var h []byte
+	return append(strHeader(len(s)), s...)
+}
+
+// strHeader writes the smallest msgpack str header for n bytes.
+func strHeader(n int) []byte {
 	switch {
 	case n < 32:
-		h = []byte{0xa0 | byte(n)}
+		return []byte{0xa0 | byte(n)}
 	case n < 1<<8:
-		h = []byte{mpStr8, byte(n)}
+		return []byte{mpStr8, byte(n)}
 	case n < 1<<16:
-		h = []byte{mpStr16, byte(n >> 8), byte(n)}
+		return []byte{mpStr16, byte(n >> 8), byte(n)}
 	default:
-		h = be32(mpStr32, uint32(n))
+		return be32(mpStr32, uint32(n))
 	}
-	return append(h, s...)
 }
 
 // mpBin writes b as msgpack bin with the smallest header.

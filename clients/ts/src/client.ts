@@ -18,7 +18,7 @@ import type {
   WatchJobOptions,
 } from "./jobs.ts";
 import * as leases from "./leases.ts";
-import type { Lease, LeaseOptions, Pause } from "./leases.ts";
+import type { LeaseOptions } from "./leases.ts";
 import type {
   CancelReply,
   CompareReply,
@@ -26,7 +26,9 @@ import type {
   EmbedReply,
   HealthReply,
   InferReply,
+  Lease,
   OrtbusClass,
+  Pause,
   SegmentReply,
   StatusReply,
   TagReply,
@@ -159,8 +161,10 @@ export class OrtbusClient {
 
   /**
    * Acquires `bytes` of `device`'s memory budget. Rejects with code "overloaded" (details:
-   * device, sum_bytes, budget_bytes) when the budget cannot hold it. An urgent or
-   * interactive lease holds batch work on the device to one unit while it lives.
+   * device, sum_bytes, budget_bytes) when the budget cannot hold it; with `waitMs`, the
+   * gateway keeps the acquire waiting up to that long and grants it as soon as room is
+   * made. An urgent or interactive lease holds batch work on the device to one unit while
+   * it lives.
    */
   acquireLease(
     device: string,

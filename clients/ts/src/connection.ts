@@ -13,6 +13,7 @@ import type { Link } from "./failover.ts";
 import type { OrtbusClass } from "./messages.ts";
 import type { CallOptions, ConnectOptions } from "./options.ts";
 import { GRACE_MS, isNoResponders, RETRY_MS, SETTLE_MS, TimeoutLocal, transportError } from "./transport.ts";
+import { traceOf, withTrace } from "./trace.ts";
 import { API_PREFIX, decodeReply, encodeMsg } from "./wire.ts";
 import type { Op, WireRequest } from "./wire.ts";
 
@@ -157,8 +158,10 @@ export class Connection implements Link {
    * One request/reply on ortbus.v1.<op>. The wait is bounded by timeoutMs + grace; on an
    * abort or a local timeout the request is cancelled on the gateway (fire and forget).
    */
-  send<T>(op: Op, body: object, id: string | undefined, opts: Pick<CallOptions, "timeoutMs" | "signal">): Promise<T> {
+  send<T>(op: Op, body: object, id: string | undefined, opts: Pick<CallOptions, "timeoutMs" | "signal" | "traceparent" | "tracestate">): Promise<T> {
     const subject = `${API_PREFIX}.${op}`;
+    // Taken now, in the caller's context (trace.ts).
+    const trace = traceOf(opts);
     const timeoutMs = Math.max(1, opts.timeoutMs ?? this.defaults.timeoutMs);
     const signal = opts.signal;
     const withId = (o: { details?: Record<string, unknown>; status?: number; cause?: unknown }) =>
@@ -203,7 +206,7 @@ export class Connection implements Link {
           try {
             if (failover) {
               // Sent again, within the exchange, when a gateway dies or the connection drops.
-              msg = await exchange(this, subject, data, deadline, (stop) => (stopExchange = stop));
+              msg = await exchange(this, subject, data, deadline, (stop) => (stopExchange = stop), trace);
             } else if (!resendable) {
               msg = await this.nc.request(subject, data, { timeout: left });
             } else {
@@ -213,7 +216,8 @@ export class Connection implements Link {
               let onLost: () => void = () => {};
               const lost = new Promise<null>((res) => (onLost = () => res(null)));
               this.disconnects.add(onLost);
-              const req = this.nc.request(subject, data, { timeout: left });
+              const headers = withTrace(undefined, trace);
+              const req = this.nc.request(subject, data, headers ? { timeout: left, headers } : { timeout: left });
               let got: Msg | null;
               try {
                 got = await Promise.race([req, lost]);

@@ -10,8 +10,10 @@
 // crash-loops does not spend its resends); before, any gateway's death does.
 
 import { headers as natsHeaders } from "@nats-io/transport-node";
-import type { Msg, NatsConnection, RequestOptions, Subscription } from "@nats-io/transport-node";
+import type { Msg, MsgHdrs, NatsConnection, RequestOptions, Subscription } from "@nats-io/transport-node";
 
+import { withTrace } from "./trace.ts";
+import type { TraceHeaders } from "./trace.ts";
 import { isNoResponders, RETRY_MS, TimeoutLocal } from "./transport.ts";
 import { decodeMsg } from "./wire.ts";
 import type { Op } from "./wire.ts";
@@ -155,7 +157,14 @@ export interface Link {
  * last send's error when nothing is out or due any more, or with TimeoutLocal at
  * deadline (or when onStop's function is called).
  */
-export function exchange(link: Link, subject: string, data: Uint8Array, deadline: number, onStop: (stop: () => void) => void): Promise<Msg> {
+export function exchange(
+  link: Link,
+  subject: string,
+  data: Uint8Array,
+  deadline: number,
+  onStop: (stop: () => void) => void,
+  trace?: TraceHeaders,
+): Promise<Msg> {
   const beats = link.followBeats();
   return new Promise<Msg>((resolve, reject) => {
     let done = false;
@@ -213,11 +222,13 @@ export function exchange(link: Link, subject: string, data: Uint8Array, deadline
         return;
       }
       const o: RequestOptions = { timeout: left };
+      let h: MsgHdrs | undefined;
       if (resend) {
-        const h = natsHeaders();
+        h = natsHeaders();
         h.set(HEADER_RESEND, "1");
-        o.headers = h;
       }
+      h = withTrace(h, trace); // every send carries the call's trace context (trace.ts)
+      if (h) o.headers = h;
       let p: Promise<Msg>;
       try {
         p = link.nc.request(subject, data, o);

@@ -3,33 +3,17 @@
 // expired. OrtbusClient's acquireLease, renewLease and releaseLease call these; and
 // pauses of a class on demand (gateway/pause.go): pauseClass, resumeClass.
 
-import type { OrtbusClass } from "./messages.ts";
+import type { Lease, OrtbusClass, Pause } from "./messages.ts";
 import type { CallOptions } from "./options.ts";
 import type { Sender } from "./requests.ts";
 
-/** A memory lease as granted, renewed or released (status lists them without `lease`). */
-export interface Lease {
-  /** The lease's id: the holder's capability to renew or release it. */
-  lease?: string;
-  device: string;
-  bytes: number;
-  class: string;
-  holder?: string;
-  expires_unix_ms: number;
-  released?: boolean;
-  /** The granting gateway's id: a gated holder follows the gate `ortbus.gate.<gateway>.<device>`. */
-  gateway?: string;
-  /** As acquired: the holder follows the device's compute gate (`ortbus lease --gate`). */
-  gate?: boolean;
-  /** As acquired: the holder gives memory back on demand (`ortbus lease --on-pressure`). */
-  reclaim?: boolean;
-  /** A higher class wants this reclaimable lease's memory back. */
-  pressed?: boolean;
-}
-
 /** How a lease is acquired (codec.LeaseRequest): its class, ttl and holder's name; `gate`
  * and `reclaim` as `ortbus lease --gate` and `--on-pressure` ask for them, and the holder's
- * `pid` and `host`, whose measured use a pressed lease is shrunk to. */
+ * `pid` and `host`, whose measured use a pressed lease is shrunk to. `waitMs` (1 to
+ * MAX_LEASE_WAIT_MS): when the budget cannot hold the lease now, the gateway keeps the
+ * acquire waiting that long and grants it on the event that makes room (a release, a
+ * reclaimable lease shrunk, ...; gateway/leasewait.go); one request, never asked again.
+ * A wait that runs out rejects "overloaded" with `details.waited_ms`. */
 export type LeaseOptions = {
   class?: OrtbusClass;
   ttlMs?: number;
@@ -38,7 +22,14 @@ export type LeaseOptions = {
   reclaim?: boolean;
   pid?: number;
   host?: string;
+  waitMs?: number;
 };
+
+/** The longest wait of an acquire (codec.MaxLeaseWaitMS): five minutes. */
+export const MAX_LEASE_WAIT_MS = 300_000;
+
+/** The time a waiting acquire leaves its answer to arrive after the wait it asks for. */
+const LEASE_WAIT_MARGIN_MS = 5_000;
 
 export function acquireLease(
   c: Sender,
@@ -54,7 +45,15 @@ export function acquireLease(
   if (o.reclaim) req.reclaim = true;
   if (o.pid !== undefined) req.pid = o.pid;
   if (o.host !== undefined) req.host = o.host;
-  return c.send<Lease>("lease", req, undefined, o);
+  let opts = o;
+  if (o.waitMs !== undefined && o.waitMs > 0) {
+    req.wait_ms = Math.min(Math.ceil(o.waitMs), MAX_LEASE_WAIT_MS);
+    // The call outlives the wait (unless the caller bounds it: then the wait is cut to fit).
+    if (o.timeoutMs === undefined) opts = { ...o, timeoutMs: (req.wait_ms as number) + LEASE_WAIT_MARGIN_MS };
+    else req.wait_ms = Math.max(0, Math.min(req.wait_ms as number, o.timeoutMs - LEASE_WAIT_MARGIN_MS));
+    if (req.wait_ms === 0) delete req.wait_ms;
+  }
+  return c.send<Lease>("lease", req, undefined, opts);
 }
 
 export function renewLease(c: Sender, lease: string, o: { ttlMs?: number } & Pick<CallOptions, "timeoutMs" | "signal">): Promise<Lease> {
@@ -65,27 +64,6 @@ export function renewLease(c: Sender, lease: string, o: { ttlMs?: number } & Pic
 
 export function releaseLease(c: Sender, lease: string, opts: Pick<CallOptions, "timeoutMs" | "signal">): Promise<Lease> {
   return c.send<Lease>("lease", { action: "release", lease }, undefined, opts);
-}
-
-/** One device's compute gate in status: its gating class, whether gated tenants are
- * paused now, and the share of the last minute they were. */
-export interface GateStatus {
-  device: string;
-  class: string;
-  paused: boolean;
-  paused_share_1m: number;
-  seq: number;
-  tenants: number;
-}
-
-/** A class paused on demand, as paused or resumed (status lists them as `pauses`). */
-export interface Pause {
-  class: string;
-  device?: string;
-  /** Whose pause it is and whose work it holds: `account:NAME` (its own work only), or absent for the operator's (everyone's). */
-  owner?: string;
-  until_unix_ms?: number;
-  resumed?: boolean;
 }
 
 export function pauseClass(

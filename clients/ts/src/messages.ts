@@ -1,6 +1,5 @@
 // Messages (codec/messages.go): the replies of the client API, as the client returns them.
 
-import type { GateStatus, Lease, Pause } from "./leases.ts";
 
 /** A latency class: "urgent", "interactive", "batch", or one the gateway's config adds. */
 export type OrtbusClass = "urgent" | "interactive" | "batch" | (string & {});
@@ -201,4 +200,45 @@ export interface DeviceStatus {
   leased_bytes?: number;
   leases?: Lease[];
   reserved_bytes?: number;
+}
+
+/** A memory lease as granted, renewed or released (status lists them without `lease`). */
+export interface Lease {
+  /** The lease's id: the holder's capability to renew or release it. */
+  lease?: string;
+  device: string;
+  bytes: number;
+  class: string;
+  holder?: string;
+  expires_unix_ms: number;
+  released?: boolean;
+  /** The granting gateway's id: a gated holder follows the gate `ortbus.gate.<gateway>.<device>`. */
+  gateway?: string;
+  /** As acquired: the holder follows the device's compute gate (`ortbus lease --gate`). */
+  gate?: boolean;
+  /** As acquired: the holder gives memory back on demand (`ortbus lease --on-pressure`). */
+  reclaim?: boolean;
+  /** A higher class wants this reclaimable lease's memory back. */
+  pressed?: boolean;
+}
+
+/** One device's compute gate in status: its gating class, whether gated tenants are
+ * paused now, and the share of the last minute they were. */
+export interface GateStatus {
+  device: string;
+  class: string;
+  paused: boolean;
+  paused_share_1m: number;
+  seq: number;
+  tenants: number;
+}
+
+/** A class paused on demand, as paused or resumed (status lists them as `pauses`). */
+export interface Pause {
+  class: string;
+  device?: string;
+  /** Whose pause it is and whose work it holds: `account:NAME` (its own work only), or absent for the operator's (everyone's). */
+  owner?: string;
+  until_unix_ms?: number;
+  resumed?: boolean;
 }

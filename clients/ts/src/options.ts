@@ -62,6 +62,13 @@ export interface CallOptions {
    * keeps its answer. Default: the cache serves tag, embed and detect when it is on.
    */
   cache?: boolean;
+  /**
+   * The W3C trace context the call carries (headers `traceparent`, `tracestate`), in
+   * place of the active span of @opentelemetry/api, which it carries by default when the
+   * app uses that package. A malformed one is ignored by the gateway (a new trace starts).
+   */
+  traceparent?: string;
+  tracestate?: string;
 }
 
 export interface TagOptions extends CallOptions {

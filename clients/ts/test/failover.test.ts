@@ -203,15 +203,17 @@ test("a flapping peer does not spend a held call's resends: the holder's death s
   const own = await startNats(port, join(tmp, "natsembed-flap.log"));
   const url = `nats://127.0.0.1:${port}`;
   const fake = await connect({ servers: url });
-  const c = await OrtbusClient.connect({ servers: url, failover: true, missCount: 2 });
+  // Beats every 50 ms, judged dead after 4 missed (200 ms): a loaded machine delays a
+  // timer by tens of ms, which with 10 ms beats could judge fx dead too (a resend more).
+  const c = await OrtbusClient.connect({ servers: url, failover: true, missCount: 4 });
   // fx holds the call; fy flaps (beats, falls silent until judged dead, beats again).
   const alive = { fx: true, fy: true };
   let seq = 0;
   const beats = setInterval(() => {
     for (const id of ["fx", "fy"] as const) {
-      if (alive[id]) fake.publish(`ortbus.gw.${id}.hb`, encode({ gateway: id, seq: ++seq, interval_ms: 10 }));
+      if (alive[id]) fake.publish(`ortbus.gw.${id}.hb`, encode({ gateway: id, seq: ++seq, interval_ms: 50 }));
     }
-  }, 10);
+  }, 50);
   let resends = 0;
   try {
     // The fake gateways' API: the first send is held by fx and never answered here; a

@@ -1,10 +1,11 @@
 // Memory leases through the TypeScript client against a real gateway whose cpu device has
 // a declared capacity (1 GiB × 0.5): a lease over the budget is refused with the figures,
-// a smaller one is granted, shows in status without its id, is renewed, and released.
+// a smaller one is granted, shows in status without its id, is renewed, and released; one
+// with waitMs waits in the gateway and is granted when room is made.
 
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
 
-import { OrtbusClient, OrtbusError } from "../index.ts";
+import { MAX_LEASE_WAIT_MS, OrtbusClient, OrtbusError } from "../index.ts";
 import { settle, setup, teardown, until } from "./harness.ts";
 import type { Env } from "./harness.ts";
 
@@ -72,5 +73,48 @@ test("a gated, reclaimable lease says so and names its gateway, whose gate of th
     expect(g.tenants).toBe(1);
   } finally {
     await client.releaseLease(l.lease!);
+  }
+});
+
+// A batch lease of all the cpu's free budget but 100 MiB (its workers hold the rest).
+async function hogAllBut100MiB() {
+  const free = (await client.status()).devices.find((d) => d.device === "cpu")!.free_bytes;
+  expect(free).toBeGreaterThan(200 * MiB);
+  return client.acquireLease("cpu", free - 100 * MiB, { class: "batch", ttlMs: 30_000, holder: "hog" });
+}
+
+test("an acquire with waitMs waits in the gateway and is granted when room is made", async () => {
+  const hog = await hogAllBut100MiB();
+  let settled = false;
+  const waiting = client.acquireLease("cpu", 200 * MiB, { class: "urgent", ttlMs: 30_000, holder: "waiter", waitMs: 60_000 });
+  waiting.then(
+    () => (settled = true),
+    () => (settled = true),
+  );
+  try {
+    // Not granted while the hog holds the room (its status lists the hog alone).
+    const cpu = (await client.status()).devices.find((d) => d.device === "cpu")!;
+    expect(cpu.leases?.map((l) => l.holder)).toEqual(["hog"]);
+    expect(settled).toBe(false);
+  } finally {
+    await client.releaseLease(hog.lease!);
+  }
+  const l = await waiting;
+  expect(l.holder).toBe("waiter");
+  expect(l.bytes).toBe(200 * MiB);
+  await client.releaseLease(l.lease!);
+});
+
+test("a wait that runs out rejects overloaded with waited_ms", async () => {
+  const hog = await hogAllBut100MiB();
+  try {
+    const r = await settle(client.acquireLease("cpu", 200 * MiB, { class: "urgent", waitMs: 50 }));
+    expect(r.ok).toBe(false);
+    const e = (r as { error: unknown }).error as OrtbusError;
+    expect(e.code).toBe("overloaded");
+    expect(Number(e.details?.waited_ms)).toBeGreaterThanOrEqual(50);
+    expect(MAX_LEASE_WAIT_MS).toBe(300_000);
+  } finally {
+    await client.releaseLease(hog.lease!);
   }
 });
