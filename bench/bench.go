@@ -113,6 +113,11 @@ type Options struct {
 	Kills int
 	// KeepTemp keeps the temporary directory (configs, models, images, logs).
 	KeepTemp bool
+
+	// startBound, when set, is how long a system may take to start (its gateway's ready
+	// line, then its pools live) in place of startBound: the GPU scenarios' webgpu pools
+	// set it (webgpuStartBound).
+	startBound time.Duration
 }
 
 // Report is what a bench returns and what `ortbus bench NAME -out FILE` writes.

@@ -109,6 +109,7 @@ func (h *harness) prepareGPU(ctx context.Context, sc *Scenario) (*GPUCollision, 
 			return nil, err
 		}
 		h.undo = append(h.undo, restore)
+		h.o.startBound = webgpuStartBound
 	}
 	g.Device = g.GPU.Device
 	if g.Device == "" {

@@ -28,6 +28,11 @@ import (
 // Bounds of starting and stopping a system; a healthy run never waits them out.
 const (
 	startBound = 90 * time.Second
+	// webgpuStartBound is startBound for a system with webgpu pools (Options.startBound):
+	// their workers compile the models' shaders at load, one after another on a device,
+	// which takes minutes on lavapipe without Mesa's shader cache (measured: PP-OCRv4
+	// det's first load 36 s on a quiet 2-core machine, 83 s on a loaded one; then seconds).
+	webgpuStartBound = 5 * time.Minute
 	stopBound  = 20 * time.Second
 )
 
@@ -280,7 +285,8 @@ func startSystemEnv(ctx context.Context, o *Options, w *workdir, name, cfg strin
 		return nil, err
 	}
 	s := &system{name: name, gw: gw}
-	if s.ready, err = gw.Ready(ctx, startBound); err != nil {
+	bound := positiveOr(o.startBound, startBound)
+	if s.ready, err = gw.Ready(ctx, bound); err != nil {
 		gw.Kill()
 		return nil, fmt.Errorf("%w; log tail:\n%s", err, gw.LogTail(30))
 	}
@@ -296,7 +302,7 @@ func startSystemEnv(ctx context.Context, o *Options, w *workdir, name, cfg strin
 			return nil, err
 		}
 	}
-	if err := s.awaitWorkers(ctx, 30*time.Second); err != nil {
+	if err := s.awaitWorkers(ctx, max(30*time.Second, o.startBound)); err != nil {
 		s.stop()
 		return nil, err
 	}
