@@ -33,7 +33,7 @@ const (
 	// which takes minutes on lavapipe without Mesa's shader cache (measured: PP-OCRv4
 	// det's first load 36 s on a quiet 2-core machine, 83 s on a loaded one; then seconds).
 	webgpuStartBound = 5 * time.Minute
-	stopBound  = 20 * time.Second
+	stopBound        = 20 * time.Second
 )
 
 // workdir is a bench's temporary directory: configs, generated models, images, logs.
