@@ -31,7 +31,7 @@ const (
 	// webgpuStartBound is startBound for a system with webgpu pools (Options.startBound):
 	// their workers compile the models' shaders at load, one after another on a device,
 	// which takes minutes on lavapipe without Mesa's shader cache (measured: PP-OCRv4
-	// det's first load 36 s on a quiet 2-core machine, 83 s on a loaded one; then seconds).
+	// det's first load 36 s at a load average of 6 on 2 cores, 83 s at 11-14; then seconds).
 	webgpuStartBound = 5 * time.Minute
 	stopBound        = 20 * time.Second
 )
