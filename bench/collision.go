@@ -625,8 +625,10 @@ func warmUp(ctx context.Context, sys *system, sc *Scenario, reqs []func() codec.
 				cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 				err := sys.cl.Do(cctx, c.Op, &req, new(served))
 				cancel()
-				if err != nil {
-					return fmt.Errorf("warm-up of %s%s: %w", c.Name, orDefault(" on pool "+pool, ""), err)
+				if err != nil && pool != "" {
+					return fmt.Errorf("warm-up of %s on pool %s: %w", c.Name, pool, err)
+				} else if err != nil {
+					return fmt.Errorf("warm-up of %s: %w", c.Name, err)
 				}
 			}
 		}
