@@ -72,8 +72,9 @@ func (s *Scenario) usesWebGPU() bool {
 }
 
 // resolveGPU names device wherever the scenario says GPUDevice (pools, the tenant), and
-// keeps the capacity [devices] gpu declares only for the logical GPU.
-func (s *Scenario) resolveGPU(device string, logical bool) {
+// keeps the capacity [devices] gpu declares for it only when told (the logical GPU, or a
+// GPU whose driver gives none): a GPU's capacity is its driver's.
+func (s *Scenario) resolveGPU(device string, keepDeclared bool) {
 	for i := range s.Pools {
 		if s.Pools[i].Device == GPUDevice {
 			s.Pools[i].Device = device
@@ -84,7 +85,7 @@ func (s *Scenario) resolveGPU(device string, logical bool) {
 	}
 	if b, ok := s.Devices[GPUDevice]; ok {
 		delete(s.Devices, GPUDevice)
-		if logical {
+		if keepDeclared {
 			s.Devices[device] = b
 		}
 	}
@@ -112,27 +113,29 @@ func (h *harness) prepareGPU(ctx context.Context, sc *Scenario) (*GPUCollision, 
 		h.o.startBound = webgpuStartBound
 	}
 	g.Device = g.GPU.Device
+	declared, hasDeclared := sc.Devices[GPUDevice]
+	keepDeclared := false
 	if g.Device == "" {
-		declared, ok := sc.Devices[GPUDevice]
-		if !ok {
+		if !hasDeclared {
 			return nil, fmt.Errorf("bench: no GPU here (%s), and the scenario declares no capacity for its logical one ([devices] gpu = SIZE)", g.GPU.What)
 		}
-		g.Device, g.Smoke = LogicalGPU, SmokeLabel
+		g.Device, g.Smoke, keepDeclared = LogicalGPU, SmokeLabel, true
 		g.CapacityBytes, g.CapacitySource = int64(declared), "declared ([devices] gpu): no GPU here"
 		h.rep.note("%s: no GPU here (%s); the webgpu pools run on %s, the device %s a logical one", SmokeLabel, g.GPU.What, orDefault(g.Adapter, "no Vulkan device"), LogicalGPU)
-	} else {
-		capacity, source, err := devices.Capacity(g.Device)
-		if err != nil {
-			return nil, fmt.Errorf("bench: the capacity of %s: %w", g.Device, err)
-		}
+	} else if capacity, source, err := devices.Capacity(g.Device); err == nil {
 		g.CapacityBytes, g.CapacitySource = capacity, source
+	} else if hasDeclared {
+		// A GPU whose driver publishes no memory size (devices.Capacity): the declared one.
+		g.CapacityBytes, g.CapacitySource, keepDeclared = int64(declared), "declared ([devices] gpu): "+oneLine(err.Error()), true
+	} else {
+		return nil, fmt.Errorf("bench: the capacity of %s: %w (declare it: [devices] gpu = SIZE)", g.Device, err)
 	}
 	g.BudgetBytes = int64(float64(g.CapacityBytes) * g.SafeFraction)
 	g.MemoryReading = NoMemoryReading
 	if _, ok := devices.Used(g.Device); ok {
 		g.MemoryReading = usedSource(g.Device)
 	}
-	sc.resolveGPU(g.Device, g.Smoke != "")
+	sc.resolveGPU(g.Device, keepDeclared)
 	return g, nil
 }
 
