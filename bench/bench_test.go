@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/ortbus/ortbus/config"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // TestCollisionPolicyEffect runs the short collision scenario (one CPU pool serving

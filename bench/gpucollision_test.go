@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ortbus/ortbus/config"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // TestGPUScenario: the GPU scenarios' pools run webgpu on the device "gpu" (speech with a

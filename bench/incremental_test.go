@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // TestIncrementalSmall runs the incremental bench at a tiny size (200 images) and checks

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // TestLeaseSmall runs `bench lease` for one round of each way and checks what holds

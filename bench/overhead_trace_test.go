@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // TestOverheadTraceSmall runs overhead -trace with a few calls: the traced system's

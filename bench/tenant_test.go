@@ -7,7 +7,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/internal/guard"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 	"github.com/ortbus/ortbus/subjects"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/ortbus/ortbus/codec"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // TestSubmitWithPrecomputed: items a Precomputed answers at the submit are recorded as

@@ -16,7 +16,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // These tests run the store on an in-process JetStream server with a fake runner (the

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 	"github.com/ortbus/ortbus/ort"
 )

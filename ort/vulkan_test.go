@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 	"github.com/ortbus/ortbus/ort"
 )
 

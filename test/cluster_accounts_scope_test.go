@@ -11,7 +11,7 @@ import (
 	ortclient "github.com/ortbus/ortbus/client"
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // accountsEnv is the account deployment of deploy/accounts as TestAccountScopes runs it:

@@ -25,7 +25,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	launchpkg "github.com/ortbus/ortbus/internal/launch"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // Helpers of the cluster tests (cluster_perm_test.go, cluster_multihost_test.go): NATS

@@ -18,7 +18,7 @@ import (
 	ortclient "github.com/ortbus/ortbus/client"
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // clusterClientRoot is the image folder as the clients see it; the gateway's path_map for

@@ -16,7 +16,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // TestClusterPermissions runs one NATS node (natsembed) on a config of the shape of

@@ -13,7 +13,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // Everyday use of the CLI and the job API against a real gateway (issue 34).

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
 

@@ -21,7 +21,7 @@ import (
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	launchpkg "github.com/ortbus/ortbus/internal/launch"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
 

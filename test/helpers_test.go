@@ -23,7 +23,7 @@ import (
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
 	launchpkg "github.com/ortbus/ortbus/internal/launch"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
 

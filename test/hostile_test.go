@@ -25,15 +25,15 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
-	"github.com/ortbus/ortbus/internal/hostile"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/hostile"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 	"github.com/ortbus/ortbus/subjects"
 )
 
 // TestHostile is the test of issue 10 item 9: a real stack — one gateway with its embedded
 // NATS and HTTP API, supervising a pool on ONNX Runtime 1.30.0 (fast) and one on 1.24.3
-// (bulk) — takes well over 10,000 generated hostile messages (internal/hostile) on every
+// (bulk) — takes well over 10,000 generated hostile messages (internal/testkit/hostile) on every
 // subject an ortbus process subscribes to and on every HTTP route, with good requests
 // interleaved, and must come out of it unchanged: the same gateway and worker processes,
 // every good request answered correctly, every hostile request answered exactly once with

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
 
@@ -42,7 +42,7 @@ type parityCase struct {
 // Each runs through a real gateway and ortworker inline (msgpack) and by path (.npy in,
 // .npy out; bfloat16 as ml_dtypes' '<V2'), and every output is compared,
 // name, type, shape and bytes, with what the runtime gives for the same input files in a
-// child process of its own (internal/ortrun: package ort alone, without the bus).
+// child process of its own (internal/testkit/ortrun: package ort alone, without the bus).
 func TestInferMatchesDirectRuntime(t *testing.T) {
 	t.Parallel()
 	pool := newInferPool(t)
@@ -219,7 +219,7 @@ func TestInferMatchesDirectRuntime(t *testing.T) {
 	t.Logf("%d cases on %d models, each compared with a direct run", len(cases), len(pool.order))
 }
 
-// parityRun, parityInput and parityOutput are internal/ortrun's spec and outputs.json.
+// parityRun, parityInput and parityOutput are internal/testkit/ortrun's spec and outputs.json.
 type parityRun struct {
 	Model  string                 `json:"model"`
 	Inputs map[string]parityInput `json:"inputs"`
@@ -237,14 +237,14 @@ type parityOutput struct {
 	File  string  `json:"file"`
 }
 
-// buildOracle builds internal/ortrun (without -race) into a temporary directory.
+// buildOracle builds internal/testkit/ortrun (without -race) into a temporary directory.
 func buildOracle(t *testing.T) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "ortrun")
-	build := exec.Command("go", "build", "-o", p, "./internal/ortrun")
+	build := exec.Command("go", "build", "-o", p, "./internal/testkit/ortrun")
 	build.Dir = testenv.RepoRoot(t)
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./internal/ortrun: %v\n%s", err, out)
+		t.Fatalf("go build ./internal/testkit/ortrun: %v\n%s", err, out)
 	}
 	return p
 }

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // tsSuiteBound bounds the whole Bun suite (it takes about a minute on two cores); past it

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // checkFor is testenv.CheckFor, the one polling wait of the tests.

@@ -14,7 +14,7 @@ import (
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/internal/reply"
-	"github.com/ortbus/ortbus/internal/testenv"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 	"github.com/ortbus/ortbus/models"
 	"github.com/ortbus/ortbus/ort"
 	"github.com/ortbus/ortbus/subjects"

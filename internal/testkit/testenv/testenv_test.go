@@ -26,7 +26,7 @@ func TestRepoRoot(t *testing.T) {
 	if !strings.HasPrefix(string(mod), "module github.com/ortbus/ortbus\n") {
 		t.Errorf("%s/go.mod is not the ortbus module", root)
 	}
-	if _, err := os.Stat(filepath.Join(root, "internal", "testenv", "testenv.go")); err != nil {
+	if _, err := os.Stat(filepath.Join(root, "internal", "testkit", "testenv", "testenv.go")); err != nil {
 		t.Errorf("RepoRoot = %s, which does not hold this package: %v", root, err)
 	}
 }
