@@ -178,29 +178,27 @@ func (b *memoryBudget) acquire(c *config.Config, req *codec.LeaseRequest, tenant
 	x.Device, x.Bytes, x.Class, x.Holder, x.Gate, x.Reclaim = req.Device, req.Bytes, class, req.Holder, req.Gate, req.Reclaim
 	x.ExpiresUnixMS = now.Add(ttl).UnixMilli()
 	refused := false
-	e := b.leases.grant(x, now, func(leased int64) *codec.Error {
+	r, e := b.leases.grant(x, now, func(leased int64) *codec.Error {
 		p.leased = leased
 		e := p.leaseRefusal(req.Bytes)
 		refused = e != nil
 		return e
 	})
 	if refused {
-		b.leases.press(req.Device, cl.Priority, tenant, func(class string) int { return classPriority(c, class) }, now)
+		b.leases.press(c, req.Device, cl.Priority, tenant, now)
 		b.presser.poke()
 	}
-	if e != nil {
-		return nil, e
+	if e == nil {
+		b.log.Info("lease granted", "device", r.Device, "bytes", r.Bytes, "class", r.Class, "holder", r.Holder, "ttl", ttl)
 	}
-	b.log.Info("lease granted", "device", x.Device, "bytes", x.Bytes, "class", x.Class, "holder", x.Holder, "ttl", ttl)
-	r := x.LeaseReply
-	return &r, nil
+	return r, e
 }
 
 // reclaim presses the reclaimable leases on device of a class below prio, for a pool
 // that needs their memory (supervise.go); false when none is pressed whose shrink this
 // gateway can see (pressing); the classes' priorities are c's.
 func (b *memoryBudget) reclaim(c *config.Config, device string, prio int) bool {
-	b.leases.press(device, prio, "", func(class string) int { return classPriority(c, class) }, leaseNow())
+	b.leases.press(c, device, prio, "", leaseNow())
 	b.presser.poke()
 	return b.presser.pressing(device)
 }

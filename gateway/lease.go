@@ -157,18 +157,19 @@ func classPriority(c *config.Config, class string) int {
 
 // grant adds x, with a new id, at now, if the table's bounds hold it (maxLeases, and
 // tenantBound(maxLeases) for an owner other than the local one: rule 4) and fits, given
-// the bytes leased on x's device now, finds room for it (nil: rule 1). Checked and
-// granted under the lock: two acquires cannot both take the last bytes.
-func (l *leases) grant(x *lease, now time.Time, fits func(leased int64) *codec.Error) *codec.Error {
+// the bytes leased on x's device now, finds room for it (nil: rule 1); it returns the
+// lease as granted. Checked and granted under the lock: two acquires cannot both take
+// the last bytes.
+func (l *leases) grant(x *lease, now time.Time, fits func(leased int64) *codec.Error) (*codec.LeaseReply, *codec.Error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.expire(now)
 	if len(l.by) >= maxLeases {
-		return codec.Errorf(codec.CodeOverloaded, "%d leases are held; release some first", len(l.by))
+		return nil, codec.Errorf(codec.CodeOverloaded, "%d leases are held; release some first", len(l.by))
 	}
 	if x.owner != "" {
 		if n := l.heldBy(x.owner); n >= tenantBound(maxLeases) {
-			return codec.Errorf(codec.CodeOverloaded, "you hold %d leases, this gateway's bound for one owner; release some first", n).With("limit", tenantBound(maxLeases))
+			return nil, codec.Errorf(codec.CodeOverloaded, "you hold %d leases, this gateway's bound for one owner; release some first", n).With("limit", tenantBound(maxLeases))
 		}
 	}
 	var leased int64
@@ -178,11 +179,12 @@ func (l *leases) grant(x *lease, now time.Time, fits func(leased int64) *codec.E
 		}
 	}
 	if e := fits(leased); e != nil {
-		return e
+		return nil, e
 	}
 	x.Lease = nuid.Next()
 	l.by[x.Lease] = x
-	return nil
+	r := x.LeaseReply
+	return &r, nil
 }
 
 // renewOrRelease answers a renew or a release of tenant ("": the local owner) at now:
@@ -224,7 +226,7 @@ func (l *leases) leased(device string) (int64, []codec.LeaseReply) {
 			out = append(out, x.listed())
 		}
 	}
-	slices.SortFunc(out, func(a, b codec.LeaseReply) int { return int(a.ExpiresUnixMS - b.ExpiresUnixMS) })
+	slices.SortFunc(out, byExpiry)
 	return sum, out
 }
 
@@ -239,9 +241,12 @@ func (l *leases) ownedBy(device, tenant string) []codec.LeaseReply {
 			out = append(out, x.LeaseReply)
 		}
 	}
-	slices.SortFunc(out, func(a, b codec.LeaseReply) int { return cmp.Compare(a.ExpiresUnixMS, b.ExpiresUnixMS) })
+	slices.SortFunc(out, byExpiry)
 	return out
 }
+
+// byExpiry orders leases by their expiry, the newest last.
+func byExpiry(a, b codec.LeaseReply) int { return cmp.Compare(a.ExpiresUnixMS, b.ExpiresUnixMS) }
 
 // byDevice counts the live leases per device and class (rule 3), for a snapshot.
 func (l *leases) byDevice() classCounts {
@@ -272,15 +277,15 @@ func (l *leases) untilExpiry(now time.Time) time.Duration {
 	return max(time.Millisecond, time.UnixMilli(next).Sub(now))
 }
 
-// press marks the reclaimable leases on device of a class below asker's priority
-// (prio(class) above it) as pressed, from now, for owner (a tenant: only its own; "":
-// any) (rule 6); a lease settling from a shrink is not pressed again.
-func (l *leases) press(device string, asker int, owner string, prio func(string) int, now time.Time) {
+// press marks the reclaimable leases on device of a class below asker's priority (a
+// class of a greater priority number in c) as pressed, from now, for owner (a tenant:
+// only its own; "": any) (rule 6); a lease settling from a shrink is not pressed again.
+func (l *leases) press(c *config.Config, device string, asker int, owner string, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.expire(now)
 	for _, x := range l.by {
-		if x.Device == device && x.Reclaim && prio(x.Class) > asker && x.pressedAt.IsZero() && !x.settling(now) && (owner == "" || x.owner == owner) {
+		if x.Device == device && x.Reclaim && classPriority(c, x.Class) > asker && x.pressedAt.IsZero() && !x.settling(now) && (owner == "" || x.owner == owner) {
 			x.pressedAt = now
 			x.Pressed = true
 		}
