@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"log/slog"
-	"sort"
 	"strings"
 
 	"github.com/ortbus/ortbus/codec"
@@ -23,46 +21,18 @@ import (
 // Leases of processes outside ortbus (lease.go) and the measured memory of the other
 // processes outside ortbus (foreign.go) take their share of the budget too.
 //
-// The budget (type budget) owns this concern: the leases (lease.go), the readings of
-// foreign memory (foreign.go), the acquires waiting for room (leasewait.go) and the
-// measures of pressed leases (press.go), each under its own lock or goroutine. Each of its decisions takes one
-// configuration, read once by its caller (the gateway: conf), and reads no other: a
-// reload meanwhile changes the next decision, never half of this one.
-type budget struct {
-	leases  *leases
-	foreign *foreignMem   // the devices' readers and their latest readings (startForeign)
-	waits   *leaseWaits   // the acquires waiting for room (leasewait.go)
-	presses chan struct{} // the pressed leases to measure (press.go)
-
-	// What it needs of the rest of the gateway, wired at construction (newGateway).
-	id      string // the gateway's id, in each lease it grants
-	log     *slog.Logger
-	workers func() []health.Worker // the tracker's workers, live and dead
-	pids    func() []int           // the supervised worker processes' pids
-	kick    func()                 // asks the dispatch loop for a pass
+// admission sums what the workers admit (it owns no state: the tracker owns the
+// workers), and a devicePlan is what one decision knows of a device: one configuration's
+// figures and one reading of what takes its budget, which its caller (memoryBudget:
+// budget.go) gathers once. The decisions over a plan read nothing else: a reload
+// meanwhile changes the next decision, never half of this one.
+type admission struct {
+	workers func() []health.Worker // the tracker's workers, live and dead (wired by newBudget)
 }
-
-// budgetNow is the budget as the supervisor uses it (memoryAdmission, reclaimer): each
-// call takes the configuration in force once.
-type budgetNow struct {
-	b    *budget
-	conf func() *config.Config
-	idle func(pool string) bool
-}
-
-func (n budgetNow) remaining(device, pool, except string) (int64, bool) {
-	return n.b.remaining(n.conf(), device, pool, except)
-}
-func (n budgetNow) admissionError(device, pool string, need int64) *codec.Error {
-	return n.b.admissionError(n.conf(), device, pool, need)
-}
-func (n budgetNow) reclaim(device string, prio int) bool { return n.b.reclaim(n.conf(), device, prio) }
-func (n budgetNow) pressing(device string) bool          { return n.b.pressing(device) }
-func (n budgetNow) poolIdle(pool string) bool            { return n.idle(pool) }
 
 // deviceBudget returns a device's capacity, safe fraction and budget in bytes under c (0
 // when the capacity is unknown: no admission on that device).
-func deviceBudget(c *config.Config, device string) (capacity int64, fraction float64, budget int64) {
+func deviceBudget(c *config.Config, device string) (capacity int64, fraction float64, budgetBytes int64) {
 	fraction = 0.85
 	if d, ok := c.Devices[device]; ok {
 		capacity, fraction = int64(d.Capacity), d.SafeFraction
@@ -75,9 +45,9 @@ func deviceBudget(c *config.Config, device string) (capacity int64, fraction flo
 
 // admitted sums the model peaks of the live (or starting) workers on a device, except
 // the worker named except, under c.
-func (b *budget) admitted(c *config.Config, device, except string) int64 {
+func (a admission) admitted(c *config.Config, device, except string) int64 {
 	var sum int64
-	for _, w := range b.workers() {
+	for _, w := range a.workers() {
 		if w.Dead || w.HB.Worker == except || c.Pools[w.HB.Pool] == nil || c.Pool(w.HB.Pool).Device != device {
 			continue
 		}
@@ -102,24 +72,6 @@ func admittedOf(hb *codec.Heartbeat) int64 {
 	return sum
 }
 
-// remaining is the budget a new worker of pool on device may use (ok false: no
-// admission): the budget less what is admitted, leased, and reserved for classes above
-// the pool's, under c.
-func (b *budget) remaining(c *config.Config, device, pool, except string) (int64, bool) {
-	return b.left(c, device, except, c.PoolPriority(pool))
-}
-
-// left is device's budget less what is admitted (but the worker except), leased, foreign,
-// and reserved against work of priority prio, under c (ok false: no admission).
-func (b *budget) left(c *config.Config, device, except string, prio int) (int64, bool) {
-	_, _, budget := deviceBudget(c, device)
-	if budget <= 0 {
-		return 0, false
-	}
-	leased, _ := b.leases.leased(device)
-	return budget - b.admitted(c, device, except) - leased - b.foreignBytes(device, leased) - b.reservedAgainst(c, device, prio), true
-}
-
 // Reservations ([devices.NAME.reserve] CLASS = SIZE) keep part of a device's budget for a
 // class: a pool or a lease may use the reservation of class C only if it serves C or a
 // class of higher priority (a lower number), so batch pools and batch leases never can.
@@ -128,7 +80,7 @@ func (b *budget) left(c *config.Config, device, except string, prio int) (int64,
 // reservedAgainst is the part of device's reservations that work of priority prio may
 // not use: for each class of a higher priority with a reservation, the reservation less
 // what the workers of pools that may use it have admitted, under c.
-func (b *budget) reservedAgainst(c *config.Config, device string, prio int) int64 {
+func (a admission) reservedAgainst(c *config.Config, device string, prio int) int64 {
 	d, ok := c.Devices[device]
 	if !ok || len(d.Reserve) == 0 {
 		return 0
@@ -140,7 +92,7 @@ func (b *budget) reservedAgainst(c *config.Config, device string, prio int) int6
 			continue // prio's own class, or a lower one: usable
 		}
 		var filled int64
-		for _, w := range b.workers() {
+		for _, w := range a.workers() {
 			if w.Dead || c.Pools[w.HB.Pool] == nil || c.Pool(w.HB.Pool).Device != device || c.PoolPriority(w.HB.Pool) > cl.Priority {
 				continue
 			}
@@ -151,61 +103,89 @@ func (b *budget) reservedAgainst(c *config.Config, device string, prio int) int6
 	return out
 }
 
-// admissionError is the refusal of a pool on a device whose budget cannot hold it: it
-// names the device, the sum that would be admitted, and the budget, under c.
-func (b *budget) admissionError(c *config.Config, device, pool string, need int64) *codec.Error {
-	capacity, fraction, budget := deviceBudget(c, device)
-	adm := b.admitted(c, device, "")
-	leased, _ := b.leases.leased(device)
-	foreign := b.foreignBytes(device, leased)
+// devicePlan is one device's memory as one decision sees it: the figures of one
+// configuration, and one reading of what takes the budget.
+type devicePlan struct {
+	device      string
+	capacity    int64
+	fraction    float64
+	budgetBytes int64 // capacity x fraction; 0: unknown capacity, no admission
+	admitted    int64 // the workers' peaks (but the worker the plan leaves out)
+	reserved    int64 // the reservations the asker may not use (reservedAgainst)
+	leased      int64 // the live leases' bytes
+	measured    int64 // the latest reading of processes outside ortbus (foreign.go)
+}
+
+// plan is device's plan under c without the worker except, for work of priority prio,
+// its leases' bytes and foreign reading left to its caller.
+func (a admission) plan(c *config.Config, device, except string, prio int) devicePlan {
+	capacity, fraction, budgetBytes := deviceBudget(c, device)
+	return devicePlan{device: device, capacity: capacity, fraction: fraction, budgetBytes: budgetBytes,
+		admitted: a.admitted(c, device, except), reserved: a.reservedAgainst(c, device, prio)}
+}
+
+// foreign is what the device's foreign usage takes beside its leases (foreign.go, rule 3).
+func (p devicePlan) foreign() int64 { return foreignPast(p.measured, p.leased) }
+
+// free is the budget less what is admitted, leased and foreign (reservations aside).
+func (p devicePlan) free() int64 { return p.budgetBytes - p.admitted - p.leased - p.foreign() }
+
+// left is the budget a new worker of the plan's priority may use (ok false: no
+// admission): free less the reservations it may not use.
+func (p devicePlan) left() (int64, bool) {
+	if p.budgetBytes <= 0 {
+		return 0, false
+	}
+	return p.free() - p.reserved, true
+}
+
+// poolRefusal is the refusal of pool on the device, whose budget cannot hold need more:
+// it names the device, the sum that would be admitted, and the budget.
+func (p devicePlan) poolRefusal(pool string, need int64) *codec.Error {
+	adm, foreign := p.admitted, p.foreign()
 	var outside []string
-	if leased > 0 {
-		outside = append(outside, "leases "+mb(leased))
+	if p.leased > 0 {
+		outside = append(outside, "leases "+mb(p.leased))
 	}
 	if foreign > 0 {
 		outside = append(outside, "foreign processes "+mb(foreign))
 	}
-	if r := b.reservedAgainst(c, device, c.PoolPriority(pool)); r > 0 {
-		adm += r // reserved for higher classes: not this pool's to use
-		outside = append(outside, "reserved for higher classes "+mb(r))
+	if p.reserved > 0 {
+		adm += p.reserved // reserved for higher classes: not this pool's to use
+		outside = append(outside, "reserved for higher classes "+mb(p.reserved))
 	}
 	of := ""
 	if len(outside) > 0 {
-		adm += leased + foreign // the memory of processes outside ortbus counts as admitted
+		adm += p.leased + foreign // the memory of processes outside ortbus counts as admitted
 		of = " (" + strings.Join(outside, ", ") + ")"
 	}
 	e := codec.Errorf(codec.CodeOverloaded, "memory admission refused pool %s on device %s: admitted %s%s + %s needed = %s, over the budget of %s (capacity %s x %.2f)",
-		pool, device, mb(adm), of, mb(need), mb(adm+need), mb(budget), mb(capacity), fraction).
-		With("device", device).With("pool", pool).With("sum_bytes", adm+need).With("budget_bytes", budget).With("capacity_bytes", capacity)
+		pool, p.device, mb(adm), of, mb(need), mb(adm+need), mb(p.budgetBytes), mb(p.capacity), p.fraction).
+		With("device", p.device).With("pool", pool).With("sum_bytes", adm+need).With("budget_bytes", p.budgetBytes).With("capacity_bytes", p.capacity)
 	if foreign > 0 {
 		e = e.With("foreign_bytes", foreign)
 	}
 	return e
 }
 
-// deviceStatus reports every device that a pool or a [devices] table of c names.
-func (b *budget) deviceStatus(c *config.Config) []codec.DeviceStatus {
-	byDevice := map[string][]string{}
-	for d := range c.Devices {
-		byDevice[d] = nil
+// leaseRefusal is nil when the device's budget holds a lease of bytes beside what is
+// admitted, leased and foreign, and the reservations the lease may not use (lease.go,
+// rule 1); else the refusal, naming the device, the sum and the budget.
+func (p devicePlan) leaseRefusal(bytes int64) *codec.Error {
+	adm, foreign := p.admitted+p.reserved, p.foreign()
+	sum := adm + p.leased + foreign + bytes
+	if sum <= p.budgetBytes && sum >= 0 {
+		return nil
 	}
-	for _, name := range c.PoolNames() {
-		d := c.Pool(name).Device
-		byDevice[d] = append(byDevice[d], name)
-	}
-	var out []codec.DeviceStatus
-	for d, pools := range byDevice {
-		capacity, fraction, budget := deviceBudget(c, d)
-		adm := b.admitted(c, d, "")
-		leased, ls := b.leases.leased(d)
-		var reserved int64
-		for _, r := range c.Devices[d].Reserve {
-			reserved += int64(r)
-		}
-		foreign := b.foreignBytes(d, leased)
-		out = append(out, codec.DeviceStatus{Device: d, CapacityBytes: capacity, SafeFraction: fraction, BudgetBytes: budget,
-			AdmittedBytes: adm, FreeBytes: max(0, budget-adm-leased-foreign), Pools: pools, LeasedBytes: leased, Leases: ls, ForeignBytes: foreign, ReservedBytes: reserved})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
-	return out
+	return codec.Errorf(codec.CodeOverloaded, "memory admission refused a lease of %s on device %s: admitted %s + leased %s + foreign %s + %s = %s, over the budget of %s (capacity %s x %.2f)",
+		mb(bytes), p.device, mb(adm), mb(p.leased), mb(foreign), mb(bytes), mb(sum), mb(p.budgetBytes), mb(p.capacity), p.fraction).
+		With("device", p.device).With("sum_bytes", sum).With("budget_bytes", p.budgetBytes).With("capacity_bytes", p.capacity).
+		With("admitted_bytes", adm).With("leased_bytes", p.leased).With("foreign_bytes", foreign)
+}
+
+// status is the device's figures as status reports them, with the pools that name it,
+// its leases, and the sum of its reservations.
+func (p devicePlan) status(pools []string, leases []codec.LeaseReply, reserved int64) codec.DeviceStatus {
+	return codec.DeviceStatus{Device: p.device, CapacityBytes: p.capacity, SafeFraction: p.fraction, BudgetBytes: p.budgetBytes,
+		AdmittedBytes: p.admitted, FreeBytes: max(0, p.free()), Pools: pools, LeasedBytes: p.leased, Leases: leases, ForeignBytes: p.foreign(), ReservedBytes: reserved}
 }

@@ -122,7 +122,7 @@ func TestAdmitted(t *testing.T) {
 		{"gpu.intel:0", "", 300 * mib},
 		{"gpu.intel:1", "", 0},
 	} {
-		if got := g.budget.admitted(g.conf(), c.device, c.except); got != c.want {
+		if got := g.budget.admission.admitted(g.conf(), c.device, c.except); got != c.want {
 			t.Errorf("admitted(%s, except %q) = %d MiB, want %d MiB", c.device, c.except, got/mib, c.want/mib)
 		}
 	}
@@ -131,7 +131,7 @@ func TestAdmitted(t *testing.T) {
 		t.Errorf("remaining for b-0 = %d %v, want the budget less a-0's 150 MiB", left, ok)
 	}
 	g.tracker.MarkDead("b-0", "b", "", "exit code 1")
-	if got := g.budget.admitted(g.conf(), "cuda:0", ""); got != 150*mib {
+	if got := g.budget.admission.admitted(g.conf(), "cuda:0", ""); got != 150*mib {
 		t.Errorf("admitted after b-0 died = %d MiB, want 150", got/mib)
 	}
 }
@@ -146,10 +146,10 @@ func TestAdmittedDeviceBytes(t *testing.T) {
 	f.beat(codec.Heartbeat{Worker: "a-0", Pool: "a", Slots: 1, Models: peaks(100), DeviceBytes: 250 * mib, DeviceSource: "nvidia-smi"})
 	f.beat(codec.Heartbeat{Worker: "b-0", Pool: "b", Slots: 1, Models: peaks(200), DeviceBytes: 120 * mib, DeviceSource: "nvidia-smi"})
 	f.beat(codec.Heartbeat{Worker: "c-0", Pool: "c", Slots: 1, Models: peaks(300), DeviceBytes: 900 * mib})
-	if got := g.budget.admitted(g.conf(), "cuda:0", ""); got != 450*mib {
+	if got := g.budget.admission.admitted(g.conf(), "cuda:0", ""); got != 450*mib {
 		t.Errorf("admitted on cuda:0 = %d MiB, want 250 (a-0 measured) + 200 (b-0's peaks)", got/mib)
 	}
-	if got := g.budget.admitted(g.conf(), "gpu.intel:0", ""); got != 300*mib {
+	if got := g.budget.admission.admitted(g.conf(), "gpu.intel:0", ""); got != 300*mib {
 		t.Errorf("admitted on gpu.intel:0 = %d MiB, want 300 (device_bytes without a source is not a measurement)", got/mib)
 	}
 	if left, ok := g.budget.remaining(g.conf(), "cuda:0", "a", ""); !ok || left != cudaBudget-450*mib {

@@ -36,7 +36,7 @@ safe_fraction = 0.5
 
 // TestLeaseDecisionOneConfig: a reload that lands while a lease is being decided (here:
 // when the decision reads the leases' clock, after its caller read the configuration)
-// changes the next decision, never half of this one (admission.go: one configuration
+// changes the next decision, never half of this one (budget.go: one configuration
 // per decision). Each decision's figures — ttl, capacity, safe fraction, reservations —
 // are all the old configuration's, and the next decision's all the new one's.
 func TestLeaseDecisionOneConfig(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 // class is the device's gating class (the urgent work that pauses the tenants).
 type deviceCollector struct {
 	conf   func() *config.Config
-	budget *budget
+	budget *memoryBudget
 	gates  *gates
 }
 

@@ -1,16 +1,16 @@
 package gateway
 
 import (
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/prometheus/procfs"
-
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/devices"
+	"github.com/ortbus/ortbus/health"
 )
 
 // Foreign memory: what processes outside ortbus use on a device, measured per process
@@ -35,24 +35,42 @@ import (
 //  4. A reading that fails (nvidia-smi missing, timing out or printing what it should
 //     not) is logged once (and once more when readings work again) and leaves the
 //     device's foreign usage unknown: 0, as if no process outside ortbus used it.
+//
+// foreignMem owns the devices' readers and their latest readings; what a reading means
+// to the leases and the waiting acquires (press.go, leasewait.go) it hands on through
+// the funcs its composer (budget.go) wires.
 type foreignMem struct {
+	// Wired once by the budget (newBudget).
+	log     *slog.Logger
+	workers func() []health.Worker                   // the tracker's workers, live and dead
+	pids    func() []int                             // the supervised worker processes' pids
+	onRead  func(device string, usage map[int]int64) // a reading that worked, pid -> bytes, applied under the reading's turn
+	onDrop  func()                                   // a device's foreign usage dropped
+
+	// readers are set by start, before any reading, and read-only after.
 	readers map[string]devices.ProcessReader // by device, only those with a reader
 
-	reading sync.Mutex // one reading at a time (readForeign)
+	reading sync.Mutex // one reading at a time (read)
 	mu      sync.Mutex
 	bytes   map[string]int64 // device -> measured usage of non-ortbus pids, latest reading
 	failing map[string]bool  // device -> its last reading failed
 }
 
-// newForeign gives every device a pool or a [devices] table of c names its reader, if any.
-func newForeign(c *config.Config) *foreignMem {
-	f := &foreignMem{readers: map[string]devices.ProcessReader{}, bytes: map[string]int64{}, failing: map[string]bool{}}
+func newForeign(log *slog.Logger, workers func() []health.Worker, pids func() []int) *foreignMem {
+	return &foreignMem{log: log, workers: workers, pids: pids, bytes: map[string]int64{}, failing: map[string]bool{},
+		onRead: func(string, map[int]int64) {}, onDrop: func() {}}
+}
+
+// processReaders are the readers of the devices that a pool or a [devices] table of c
+// names, for those that have one.
+func processReaders(c *config.Config) map[string]devices.ProcessReader {
+	out := map[string]devices.ProcessReader{}
 	for _, d := range deviceNames(c) {
 		if r := devices.ProcessReaderFor(d); r != nil {
-			f.readers[d] = r
+			out[d] = r
 		}
 	}
-	return f
+	return out
 }
 
 // deviceNames are the devices the pools and the [devices] tables of c name, sorted.
@@ -68,44 +86,42 @@ func deviceNames(c *config.Config) []string {
 	return slices.Compact(out)
 }
 
-// measured is the latest measured usage of processes outside ortbus on device (0 when
+// knownDevice reports whether device is named by a pool or a [devices] table of c.
+func knownDevice(c *config.Config, device string) bool {
+	return slices.Contains(deviceNames(c), device)
+}
+
+// readable reports whether device has a reader of its processes.
+func (f *foreignMem) readable(device string) bool { return f.readers[device] != nil }
+
+// latest is the latest measured usage of processes outside ortbus on device (0 when
 // unknown or unread).
-func (f *foreignMem) measured(device string) int64 {
-	if f == nil {
-		return 0
-	}
+func (f *foreignMem) latest(device string) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.bytes[device]
 }
 
-// foreignBytes is what device's foreign usage takes from its budget beside leased bytes
-// of leases (rule 3 here, rule 5 of lease.go).
-func (b *budget) foreignBytes(device string, leased int64) int64 {
-	return max(0, b.foreign.measured(device)-leased)
-}
+// foreignPast is what a device's measured foreign usage takes from its budget beside
+// leased bytes of leases (rule 3 here, rule 5 of lease.go).
+func foreignPast(measured, leased int64) int64 { return max(0, measured-leased) }
 
-// pollForeign reads every device with a reader once; ortbus's own pids are c's (rule 2).
-func (b *budget) pollForeign(c *config.Config) {
-	f := b.foreign
-	if f == nil || len(f.readers) == 0 {
-		return
-	}
+// poll reads every device with a reader once; ortbus's own pids are c's (rule 2).
+func (f *foreignMem) poll(c *config.Config) {
 	for _, d := range slices.Sorted(maps.Keys(f.readers)) {
-		b.readForeign(c, d)
+		f.read(c, d)
 	}
 }
 
-// readForeign reads device d's processes (d has a reader) and applies the reading: the
-// foreign usage, the pressed leases' shrink (lease.go, rule 6), and the waiting acquires
-// woken when the usage drops (leasewait.go, rule 3). Readings run one at a time, so that
-// an older one (the poll's) never lands after a fresher one (press.go's).
-func (b *budget) readForeign(c *config.Config, d string) {
-	f := b.foreign
+// read reads device d's processes (d has a reader) and applies the reading: the foreign
+// usage, onRead (the pressed leases' shrink: lease.go, rule 6), and onDrop when the
+// usage drops (the waiting acquires woken: leasewait.go, rule 3). Readings run one at a
+// time, so that an older one (the poll's) never lands after a fresher one (press.go's).
+func (f *foreignMem) read(c *config.Config, d string) {
 	f.reading.Lock()
 	defer f.reading.Unlock()
 	usage, err := f.readers[d].ProcessMemory(d)
-	ours := b.ourPIDs(c) // after the reading: a worker spawned meanwhile is ours
+	ours := f.ourPIDs(c) // after the reading: a worker spawned meanwhile is ours
 	f.mu.Lock()
 	wasFailing, was := f.failing[d], f.bytes[d]
 	f.failing[d] = err != nil
@@ -123,27 +139,28 @@ func (b *budget) readForeign(c *config.Config, d string) {
 	dropped := f.bytes[d] < was
 	f.mu.Unlock()
 	if err == nil {
-		b.reclaimFrom(d, usage)
+		f.onRead(d, usage)
 	}
 	if dropped {
-		b.waits.wake()
+		f.onDrop()
 	}
 	switch {
 	case err != nil && !wasFailing:
-		b.log.Warn("cannot read the memory of the processes on a device; their usage is unknown and not counted", "device", d, "err", err)
+		f.log.Warn("cannot read the memory of the processes on a device; their usage is unknown and not counted", "device", d, "err", err)
 	case err == nil && wasFailing:
-		b.log.Info("reading the memory of the processes on a device again", "device", d)
+		f.log.Info("reading the memory of the processes on a device again", "device", d)
 	}
 }
 
-// startForeign reads the devices of c once now, then every heartbeat interval of c until
-// the returned stop is called, each reading under the configuration then in force (conf).
-func (b *budget) startForeign(c *config.Config, conf func() *config.Config) (stop func()) {
-	b.foreign = newForeign(c)
-	if len(b.foreign.readers) == 0 {
+// start gives every device of c with a reader its reader, reads them once now, then
+// every heartbeat interval of c until the returned stop is called, each reading under
+// the configuration then in force (conf).
+func (f *foreignMem) start(c *config.Config, conf func() *config.Config) (stop func()) {
+	f.readers = processReaders(c)
+	if len(f.readers) == 0 {
 		return func() {}
 	}
-	b.pollForeign(c)
+	f.poll(c)
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
@@ -154,7 +171,7 @@ func (b *budget) startForeign(c *config.Config, conf func() *config.Config) (sto
 			case <-done:
 				return
 			case <-tick.C:
-				b.pollForeign(conf())
+				f.poll(conf())
 			}
 		}
 	}()
@@ -163,43 +180,16 @@ func (b *budget) startForeign(c *config.Config, conf func() *config.Config) (sto
 
 // ourPIDs are the pids of ortbus's own processes on this host (rule 2), the pools being
 // c's.
-func (b *budget) ourPIDs(c *config.Config) map[int]bool {
+func (f *foreignMem) ourPIDs(c *config.Config) map[int]bool {
 	ours := map[int]bool{}
-	for _, pid := range b.pids() {
+	for _, pid := range f.pids() {
 		ours[pid] = true
 	}
 	host, _ := os.Hostname()
-	for _, w := range b.workers() {
+	for _, w := range f.workers() {
 		if !w.Dead && host != "" && w.HB.Host == host && w.HB.PID > 0 && c.Pools[w.HB.Pool] != nil {
 			ours[w.HB.PID] = true
 		}
 	}
 	return ours
-}
-
-// reclaimFrom applies a reading of device's processes to its pressed leases (lease.go,
-// rule 6): a holder's processes are the pid its wrapper gave and their descendants on
-// this host.
-func (b *budget) reclaimFrom(device string, usage map[int]int64) {
-	host, _ := os.Hostname()
-	if host == "" || !b.leases.pressedHere(device, host) {
-		return
-	}
-	b.shrunk(device, b.leases.shrinkPressed(device, host, usage, treeOf(childrenOf())))
-}
-
-// childrenOf maps each pid of this host to its children, from /proc.
-func childrenOf() map[int][]int {
-	out := map[int][]int{}
-	procs, err := procfs.AllProcs()
-	if err != nil {
-		return out
-	}
-	for _, p := range procs {
-		st, err := p.Stat()
-		if err == nil && st.PPID != p.PID {
-			out[st.PPID] = append(out[st.PPID], p.PID)
-		}
-	}
-	return out
 }

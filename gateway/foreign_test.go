@@ -47,14 +47,15 @@ func foreignGateway(t *testing.T) (*Gateway, *fleet, *fakeProcs, *bytes.Buffer) 
 	g := testGateway(t, admissionConfig)
 	var log bytes.Buffer
 	g.log = slog.New(slog.NewTextHandler(&log, nil))
-	g.budget.log = g.log
+	g.budget.foreign.log = g.log
 	f := newFleet(t, g)
-	g.budget.foreign = newForeign(g.conf())
-	if _, ok := g.budget.foreign.readers["cuda:0"]; !ok || len(g.budget.foreign.readers) != 1 {
-		t.Fatalf("readers %v, want cuda:0's only", g.budget.foreign.readers)
+	readers := processReaders(g.conf())
+	if _, ok := readers["cuda:0"]; !ok || len(readers) != 1 {
+		t.Fatalf("readers %v, want cuda:0's only", readers)
 	}
 	fake := &fakeProcs{}
-	g.budget.foreign.readers["cuda:0"] = fake
+	readers["cuda:0"] = fake
+	g.budget.foreign.readers = readers
 	return g, f, fake, &log
 }
 
@@ -82,7 +83,7 @@ func TestForeignAdmission(t *testing.T) {
 	f.beat(codec.Heartbeat{Worker: "x-0", Pool: "ghost", Host: host, PID: 1005, Slots: 1, Models: peaks(10)})
 	// A supervised worker that has not heartbeaten yet.
 	g.supervisor.pools["s"] = &poolProcs{procs: []*proc{{cmd: &exec.Cmd{Process: &os.Process{Pid: 1004}}, exited: make(chan struct{})}}}
-	if ours := g.budget.ourPIDs(g.conf()); !reflect.DeepEqual(ours, map[int]bool{1001: true, 1004: true}) {
+	if ours := g.budget.foreign.ourPIDs(g.conf()); !reflect.DeepEqual(ours, map[int]bool{1001: true, 1004: true}) {
 		t.Errorf("our pids %v, want 1001 (this host's worker) and 1004 (supervised)", ours)
 	}
 
@@ -91,7 +92,7 @@ func TestForeignAdmission(t *testing.T) {
 		t.Fatalf("remaining before any reading = %d MiB", left/mib)
 	}
 	fake.set(map[int]int64{1001: 380 * mib, 1002: 50 * mib, 1003: 150 * mib, 1004: 70 * mib}, nil)
-	g.budget.pollForeign(g.conf())
+	g.budget.foreign.poll(g.conf())
 	if left, _ := g.budget.remaining(g.conf(), "cuda:0", "", ""); left != cudaBudget-600*mib {
 		t.Errorf("remaining with 200 MiB foreign (pid 1002 is another host's worker: here it is foreign) = budget - %d MiB, want budget - 600 MiB", (cudaBudget-left)/mib)
 	}
@@ -132,7 +133,7 @@ func TestForeignAdmission(t *testing.T) {
 	// counts as foreign. A supervised worker that exited is not ours either.
 	g.tracker.MarkDead("a-0", "a", "", "test")
 	close(g.supervisor.pools["s"].procs[0].exited)
-	g.budget.pollForeign(g.conf())
+	g.budget.foreign.poll(g.conf())
 	st = cudaStatus(t, g)
 	if st.ForeignBytes != 650*mib || st.AdmittedBytes != 100*mib || st.FreeBytes != cudaBudget-750*mib {
 		t.Errorf("status after a-0 died and s-0 exited %+v, want foreign 650 MiB", st)
@@ -148,13 +149,13 @@ func TestForeignAdmission(t *testing.T) {
 func TestForeignReadingFails(t *testing.T) {
 	g, _, fake, log := foreignGateway(t)
 	fake.set(map[int]int64{7: 100 * mib}, nil)
-	g.budget.pollForeign(g.conf())
+	g.budget.foreign.poll(g.conf())
 	if st := cudaStatus(t, g); st.ForeignBytes != 100*mib {
 		t.Fatalf("status %+v, want foreign 100 MiB", st)
 	}
 	fake.set(nil, errors.New("nvidia-smi: executable file not found"))
 	for range 3 {
-		g.budget.pollForeign(g.conf())
+		g.budget.foreign.poll(g.conf())
 	}
 	if st := cudaStatus(t, g); st.ForeignBytes != 0 || st.FreeBytes != cudaBudget {
 		t.Errorf("status after failed readings %+v, want nothing foreign", st)
@@ -163,8 +164,8 @@ func TestForeignReadingFails(t *testing.T) {
 		t.Errorf("failure logged %d times, want once:\n%s", n, log)
 	}
 	fake.set(map[int]int64{7: 10 * mib}, nil)
-	g.budget.pollForeign(g.conf())
-	g.budget.pollForeign(g.conf())
+	g.budget.foreign.poll(g.conf())
+	g.budget.foreign.poll(g.conf())
 	if st := cudaStatus(t, g); st.ForeignBytes != 10*mib {
 		t.Errorf("status after recovery %+v", st)
 	}

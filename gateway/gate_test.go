@@ -208,18 +208,18 @@ func TestLeaseReclaim(t *testing.T) {
 	if g.budget.reclaim(g.conf(), "cuda:0", 0) || !g.budget.leases.pressedOn("cuda:0", now) {
 		t.Fatal("reclaim for an urgent pool: no press, or a wait without a reader")
 	}
-	g.budget.foreign = &foreignMem{readers: map[string]devices.ProcessReader{"cuda:0": idleReader{}}}
-	if g.budget.pressing("cuda:0") {
+	g.budget.foreign.readers = map[string]devices.ProcessReader{"cuda:0": idleReader{}}
+	if g.budget.presser.pressing("cuda:0") {
 		t.Fatal("a wait for a holder on another host")
 	}
 	host, _ := os.Hostname()
 	leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseRenew, Lease: batch.Lease, TTLMS: 600000, PID: 1234, Host: host})
-	if !g.budget.pressing("cuda:0") {
+	if !g.budget.presser.pressing("cuda:0") {
 		t.Fatal("no wait for a measurable holder")
 	}
 	// A press ends on its own.
 	now = now.Add(pressFor)
-	if g.budget.pressing("cuda:0") || len(g.budget.leases.gated(now)) != 0 {
+	if g.budget.presser.pressing("cuda:0") || len(g.budget.leases.gated(now)) != 0 {
 		t.Error("a press outlives pressFor")
 	}
 }

@@ -53,7 +53,7 @@ type Gateway struct {
 
 	reloader   *reloader       // the configuration in force, and its changes (reload.go)
 	d          *dispatcher     // the dispatch loop, the lifecycle and the sender (loop.go)
-	budget     *budget         // the devices' memory: admission, leases, foreign memory (admission.go)
+	budget     *memoryBudget   // the devices' memory: admission, leases, foreign memory (budget.go)
 	pauses     *pauses         // classes paused on demand (pause.go)
 	gates      *gates          // the compute gates of the devices with gated leases (gate.go)
 	tracker    *health.Tracker // the workers' heartbeats
@@ -84,19 +84,19 @@ func newGateway(c *config.Config, log *slog.Logger) *Gateway {
 	g.d = newDispatcher(c, conf, log)
 	g.pauses = newPauses(g.d.kick)
 	// The budget's view of the tracker and the supervisor, which connected makes.
-	g.budget = &budget{leases: newLeases(), waits: newLeaseWaits(), presses: make(chan struct{}, 1), log: log, kick: g.d.kick,
-		workers: func() []health.Worker {
+	g.budget = newBudget(log, g.d.kick,
+		func() []health.Worker {
 			if g.tracker == nil {
 				return nil
 			}
 			return g.tracker.Workers()
 		},
-		pids: func() []int {
+		func() []int {
 			if g.supervisor == nil {
 				return nil
 			}
 			return g.supervisor.pids()
-		}}
+		})
 	// The gates' view of the leases, the dispatch loop and the bus.
 	g.gates = newGates(g.budget.leases.gated,
 		func(classes map[string]string, gating []string, prio func(string) (int, bool)) (demand map[string]bool, ok bool) {

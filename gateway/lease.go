@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"cmp"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
-	"github.com/ortbus/ortbus/subjects"
 )
 
 // Leases: memory on a device held by a process ortbus does not run (an LLM server, a
@@ -48,9 +46,9 @@ import (
 //     descendants, on this gateway's host only) below the lease's bytes shrinks the
 //     lease to that measure and ends the press, and the waiting acquires are woken
 //     (leasewait.go). A holder gives its memory back over time (munmap, a server
-//     unloading layer by layer): a shrunk lease is measured on for pressSettle
-//     (press.go), shrunk again as the measure keeps falling, and not pressed again
-//     meanwhile (its hook ran once). A press ends on its own after pressFor. A pid from another host
+//     unloading layer by layer): a shrunk lease is measured on for pressSettle,
+//     shrunk again as the measure keeps falling, and not pressed again meanwhile (its
+//     hook ran once). A press ends on its own after pressFor. A pid from another host
 //     is never measured here (that number here is another process), and a shrink only
 //     lowers a lease: a holder that lies about its pid only loses its own reservation
 //     (what it really uses is then foreign, rule 5, and still counted). A tenant (an
@@ -60,6 +58,11 @@ import (
 //
 // Leases live in the gateway that granted them (one gateway per GPU host is the home
 // setup); a renew or release that reaches another gateway finds no such lease.
+//
+// leases is the lease table: it owns the leases, under its lock. Whether a lease fits
+// its device's budget is admission's decision (admission.go), which the budget
+// (budget.go) hands to grant; the table grants it under its lock, so that two acquires
+// cannot both take the last bytes.
 type leases struct {
 	mu sync.Mutex
 	by map[string]*lease // by id
@@ -72,16 +75,45 @@ type lease struct {
 	pid       int       // its holder's process (rule 6), 0: unknown
 	host      string    // ... on this host
 	pressedAt time.Time // rule 6: pressed since (zero: not pressed)
-	shrunkAt  time.Time // rule 6: last shrunk by a measure (press.go: measured on a while)
+	shrunkAt  time.Time // rule 6: last shrunk by a measure (measured on a while)
 }
 
-// pressFor bounds a press (rule 6).
-const pressFor = 30 * time.Second
+// pressFor bounds a press; pressSettle is how long a shrunk lease is measured on (rule 6).
+const (
+	pressFor    = 30 * time.Second
+	pressSettle = time.Second
+)
+
+// pressed reports whether x is pressed at now (rule 6).
+func (x *lease) pressed(now time.Time) bool {
+	return !x.pressedAt.IsZero() && now.Sub(x.pressedAt) < pressFor
+}
+
+// settling reports whether x was shrunk within pressSettle of now: measured on, not
+// pressed again (rule 6).
+func (x *lease) settling(now time.Time) bool {
+	return !x.shrunkAt.IsZero() && now.Sub(x.shrunkAt) < pressSettle
+}
+
+// measured reports whether x's holder is measured at now (rule 6): x is pressed, or
+// settling.
+func (x *lease) measured(now time.Time) bool { return x.pressed(now) || x.settling(now) }
+
+// heldOn reports whether x's holder gave its pid, on host (rule 6: only such a holder is
+// measured there).
+func (x *lease) heldOn(host string) bool { return x.pid > 0 && x.host == host }
+
+// listed is x as status lists it: without its id (rule 4).
+func (x *lease) listed() codec.LeaseReply {
+	c := x.LeaseReply
+	c.Lease = ""
+	return c
+}
 
 func newLeases() *leases { return &leases{by: map[string]*lease{}} }
 
-// held is how many leases tenant holds: l.mu held.
-func (l *leases) held(tenant string) int {
+// heldBy is how many leases tenant holds: l.mu held.
+func (l *leases) heldBy(tenant string) int {
 	n := 0
 	for _, x := range l.by {
 		if x.owner == tenant {
@@ -106,101 +138,6 @@ func (l *leases) expire(now time.Time) {
 	}
 }
 
-// leased sums the live leases on device, and returns them (ids removed), newest last.
-func (l *leases) leased(device string) (int64, []codec.LeaseReply) {
-	if l == nil {
-		return 0, nil
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.expire(leaseNow())
-	var sum int64
-	var out []codec.LeaseReply
-	for _, x := range l.by {
-		if x.Device == device {
-			sum += x.Bytes
-			c := x.LeaseReply
-			c.Lease = ""
-			out = append(out, c)
-		}
-	}
-	slices.SortFunc(out, func(a, b codec.LeaseReply) int { return int(a.ExpiresUnixMS - b.ExpiresUnixMS) })
-	return sum, out
-}
-
-// ownedBy returns tenant's own live leases on device, ids included (rule 4), newest last.
-func (l *leases) ownedBy(device, tenant string) []codec.LeaseReply {
-	if l == nil {
-		return nil
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.expire(leaseNow())
-	var out []codec.LeaseReply
-	for _, x := range l.by {
-		if x.Device == device && x.owner == tenant {
-			out = append(out, x.LeaseReply)
-		}
-	}
-	slices.SortFunc(out, func(a, b codec.LeaseReply) int { return cmp.Compare(a.ExpiresUnixMS, b.ExpiresUnixMS) })
-	return out
-}
-
-// byDevice counts the live leases per device and class (rule 3), for a snapshot.
-func (l *leases) byDevice() classCounts {
-	out := classCounts{}
-	if l == nil {
-		return out
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.expire(leaseNow())
-	for _, x := range l.by {
-		out.add(x.Device, x.Class, 1)
-	}
-	return out
-}
-
-// lease answers one ortbus.v1.lease request of tenant (rule 4; "": the local owner),
-// under c alone. An acquire held back by the waiting acquires (leasewait.go, rule 2) is
-// refused overloaded.
-func (b *budget) lease(c *config.Config, req *codec.LeaseRequest, tenant string) (*codec.LeaseReply, *codec.Error) {
-	if err := req.Validate(); err != nil {
-		return nil, codec.AsError(err)
-	}
-	ttl := leaseTTL(c, req)
-	l := b.leases
-	now := leaseNow()
-	switch req.Action {
-	case codec.LeaseRenew, codec.LeaseRelease:
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.expire(now)
-		x, ok := l.by[req.Lease]
-		if !ok || (tenant != "" && x.owner != tenant) {
-			return nil, codec.Errorf(codec.CodeBadRequest, "no lease %q here (expired, released, or granted by another gateway)", req.Lease).With("field", "lease")
-		}
-		if req.Action == codec.LeaseRelease {
-			delete(l.by, req.Lease)
-			r := x.LeaseReply
-			r.Released = true
-			b.waits.wake() // its room may be a waiting acquire's
-			return &r, nil
-		}
-		x.ExpiresUnixMS = now.Add(ttl).UnixMilli()
-		if req.PID > 0 {
-			x.pid, x.host = req.PID, req.Host
-		}
-		x.Pressed = !x.pressedAt.IsZero()
-		r := x.LeaseReply
-		return &r, nil
-	}
-	if e := b.waits.heldBack(c, req); e != nil {
-		return nil, e
-	}
-	return b.acquire(c, req, tenant, ttl, now)
-}
-
 // leaseTTL is the ttl req asks for, within c's bounds (rule 2).
 func leaseTTL(c *config.Config, req *codec.LeaseRequest) time.Duration {
 	ttl := c.Gateway.LeaseDefaultTTL.D()
@@ -210,83 +147,145 @@ func leaseTTL(c *config.Config, req *codec.LeaseRequest) time.Duration {
 	return ttl
 }
 
-// acquire grants the acquire req of tenant for ttl from now if the device's budget holds
-// it (rule 1), under c alone; refused for memory, it presses the reclaimable leases of
-// lower classes there (rule 6).
-func (b *budget) acquire(c *config.Config, req *codec.LeaseRequest, tenant string, ttl time.Duration, now time.Time) (*codec.LeaseReply, *codec.Error) {
-	l := b.leases
-	class := req.Class
-	if class == "" {
-		class = subjects.ClassInteractive
+// classPriority is class's priority in c (-1: unknown).
+func classPriority(c *config.Config, class string) int {
+	if cl := c.Classes[class]; cl != nil {
+		return cl.Priority
 	}
-	cl, ok := c.Classes[class]
-	if !ok {
-		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q (classes: %v)", class, c.ClassNames()).With("field", "class")
-	}
-	if !knownDevice(c, req.Device) {
-		return nil, codec.Errorf(codec.CodeBadRequest, "device %q is not one this gateway's pools or [devices] name", req.Device).With("field", "device")
-	}
-	capacity, fraction, budget := deviceBudget(c, req.Device)
-	if budget <= 0 {
-		return nil, codec.Errorf(codec.CodeBadRequest, "device %q has no known capacity: declare [devices.%q] capacity to lease its memory", req.Device, req.Device).With("device", req.Device)
-	}
-	// Checked and granted under the lock: two acquires cannot both take the last bytes.
+	return -1
+}
+
+// grant adds x, with a new id, at now, if the table's bounds hold it (maxLeases, and
+// tenantBound(maxLeases) for an owner other than the local one: rule 4) and fits, given
+// the bytes leased on x's device now, finds room for it (nil: rule 1); it returns the
+// lease as granted. Checked and granted under the lock: two acquires cannot both take
+// the last bytes.
+func (l *leases) grant(x *lease, now time.Time, fits func(leased int64) *codec.Error) (*codec.LeaseReply, *codec.Error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.expire(now)
 	if len(l.by) >= maxLeases {
 		return nil, codec.Errorf(codec.CodeOverloaded, "%d leases are held; release some first", len(l.by))
 	}
-	if tenant != "" {
-		if n := l.held(tenant); n >= tenantBound(maxLeases) {
+	if x.owner != "" {
+		if n := l.heldBy(x.owner); n >= tenantBound(maxLeases) {
 			return nil, codec.Errorf(codec.CodeOverloaded, "you hold %d leases, this gateway's bound for one owner; release some first", n).With("limit", tenantBound(maxLeases))
 		}
 	}
 	var leased int64
-	for _, x := range l.by {
-		if x.Device == req.Device {
-			leased += x.Bytes
+	for _, y := range l.by {
+		if y.Device == x.Device {
+			leased += y.Bytes
 		}
 	}
-	adm := b.admitted(c, req.Device, "")
-	// Reservations of classes above the lease's are not its to use (admission.go).
-	adm += b.reservedAgainst(c, req.Device, cl.Priority)
-	foreign := b.foreignBytes(req.Device, leased)
-	if sum := adm + leased + foreign + req.Bytes; sum > budget || sum < 0 {
-		l.press(req.Device, cl.Priority, tenant, func(class string) int { return classPriority(c, class) }, now)
-		b.pokePresser()
-		return nil, codec.Errorf(codec.CodeOverloaded, "memory admission refused a lease of %s on device %s: admitted %s + leased %s + foreign %s + %s = %s, over the budget of %s (capacity %s x %.2f)",
-			mb(req.Bytes), req.Device, mb(adm), mb(leased), mb(foreign), mb(req.Bytes), mb(sum), mb(budget), mb(capacity), fraction).
-			With("device", req.Device).With("sum_bytes", sum).With("budget_bytes", budget).With("capacity_bytes", capacity).
-			With("admitted_bytes", adm).With("leased_bytes", leased).With("foreign_bytes", foreign)
+	if e := fits(leased); e != nil {
+		return nil, e
 	}
-	x := &lease{LeaseReply: codec.LeaseReply{Lease: nuid.Next(), Device: req.Device, Bytes: req.Bytes, Class: class, Holder: req.Holder, ExpiresUnixMS: now.Add(ttl).UnixMilli(),
-		Gateway: b.id, Gate: req.Gate, Reclaim: req.Reclaim}, owner: tenant, pid: req.PID, host: req.Host}
+	x.Lease = nuid.Next()
 	l.by[x.Lease] = x
-	b.log.Info("lease granted", "device", x.Device, "bytes", x.Bytes, "class", x.Class, "holder", x.Holder, "ttl", ttl)
 	r := x.LeaseReply
 	return &r, nil
 }
 
-// knownDevice reports whether device is named by a pool or a [devices] table of c.
-func knownDevice(c *config.Config, device string) bool {
-	if _, ok := c.Devices[device]; ok {
-		return true
+// renewOrRelease answers a renew or a release of tenant ("": the local owner) at now:
+// a renew extends the lease by ttl (rule 2) and notes its holder's pid and host when
+// given (rule 6); a release drops it. A lease of another tenant is not found (rule 4).
+func (l *leases) renewOrRelease(req *codec.LeaseRequest, tenant string, ttl time.Duration, now time.Time) (*codec.LeaseReply, *codec.Error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expire(now)
+	x, ok := l.by[req.Lease]
+	if !ok || (tenant != "" && x.owner != tenant) {
+		return nil, codec.Errorf(codec.CodeBadRequest, "no lease %q here (expired, released, or granted by another gateway)", req.Lease).With("field", "lease")
 	}
-	for _, p := range c.Pools {
-		if p.Device == device {
-			return true
-		}
+	if req.Action == codec.LeaseRelease {
+		delete(l.by, req.Lease)
+		r := x.LeaseReply
+		r.Released = true
+		return &r, nil
 	}
-	return false
+	x.ExpiresUnixMS = now.Add(ttl).UnixMilli()
+	if req.PID > 0 {
+		x.pid, x.host = req.PID, req.Host
+	}
+	x.Pressed = !x.pressedAt.IsZero()
+	r := x.LeaseReply
+	return &r, nil
 }
 
-// press marks the reclaimable leases on device of a class below prio (prio(class) above
-// it) as pressed, from now, for owner (a tenant: only its own; "": any) (rule 6): l.mu
-// held.
-func (l *leases) press(device string, asker int, owner string, prio func(string) int, now time.Time) {
+// leased sums the live leases on device, and returns them (ids removed), newest last.
+func (l *leases) leased(device string) (int64, []codec.LeaseReply) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expire(leaseNow())
+	var sum int64
+	var out []codec.LeaseReply
 	for _, x := range l.by {
-		if x.Device == device && x.Reclaim && prio(x.Class) > asker && x.pressedAt.IsZero() && !x.settling(now) && (owner == "" || x.owner == owner) {
+		if x.Device == device {
+			sum += x.Bytes
+			out = append(out, x.listed())
+		}
+	}
+	slices.SortFunc(out, byExpiry)
+	return sum, out
+}
+
+// ownedBy returns tenant's own live leases on device, ids included (rule 4), newest last.
+func (l *leases) ownedBy(device, tenant string) []codec.LeaseReply {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expire(leaseNow())
+	var out []codec.LeaseReply
+	for _, x := range l.by {
+		if x.Device == device && x.owner == tenant {
+			out = append(out, x.LeaseReply)
+		}
+	}
+	slices.SortFunc(out, byExpiry)
+	return out
+}
+
+// byExpiry orders leases by their expiry, the newest last.
+func byExpiry(a, b codec.LeaseReply) int { return cmp.Compare(a.ExpiresUnixMS, b.ExpiresUnixMS) }
+
+// byDevice counts the live leases per device and class (rule 3), for a snapshot.
+func (l *leases) byDevice() classCounts {
+	out := classCounts{}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expire(leaseNow())
+	for _, x := range l.by {
+		out.add(x.Device, x.Class, 1)
+	}
+	return out
+}
+
+// untilExpiry is how long from now until the next lease expires (an hour when none is
+// held).
+func (l *leases) untilExpiry(now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next := int64(0)
+	for _, x := range l.by {
+		if next == 0 || x.ExpiresUnixMS < next {
+			next = x.ExpiresUnixMS
+		}
+	}
+	if next == 0 {
+		return time.Hour
+	}
+	return max(time.Millisecond, time.UnixMilli(next).Sub(now))
+}
+
+// press marks the reclaimable leases on device of a class below asker's priority (a
+// class of a greater priority number in c) as pressed, from now, for owner (a tenant:
+// only its own; "": any) (rule 6); a lease settling from a shrink is not pressed again.
+func (l *leases) press(c *config.Config, device string, asker int, owner string, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expire(now)
+	for _, x := range l.by {
+		if x.Device == device && x.Reclaim && classPriority(c, x.Class) > asker && x.pressedAt.IsZero() && !x.settling(now) && (owner == "" || x.owner == owner) {
 			x.pressedAt = now
 			x.Pressed = true
 		}
@@ -304,14 +303,11 @@ type gatedHere struct {
 // past pressFor end here (rule 6).
 func (l *leases) gated(now time.Time) map[string]gatedHere {
 	out := map[string]gatedHere{}
-	if l == nil {
-		return out
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.expire(now)
 	for _, x := range l.by {
-		if !x.pressedAt.IsZero() && now.Sub(x.pressedAt) >= pressFor {
+		if !x.pressedAt.IsZero() && !x.pressed(now) {
 			x.pressedAt, x.Pressed = time.Time{}, false
 		}
 		if !x.Gate && x.pressedAt.IsZero() {
@@ -333,32 +329,67 @@ func (l *leases) gated(now time.Time) map[string]gatedHere {
 	return out
 }
 
-// pressedHere reports whether device has a pressed lease whose holder is on host.
-func (l *leases) pressedHere(device, host string) bool {
-	if l == nil {
-		return false
-	}
+// anyLease reports whether a live lease matches match at now (which reads it under the
+// table's lock).
+func (l *leases) anyLease(now time.Time, match func(x *lease) bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.expire(now)
 	for _, x := range l.by {
-		if x.Device == device && x.measured(leaseNow()) && x.pid > 0 && x.host == host {
+		if match(x) {
 			return true
 		}
 	}
 	return false
 }
 
-// shrinkPressed applies a reading of device's processes (pid -> bytes) to its pressed
+// pressedOn reports whether a lease on device is pressed at now.
+func (l *leases) pressedOn(device string, now time.Time) bool {
+	return l.anyLease(now, func(x *lease) bool { return x.Device == device && x.pressed(now) })
+}
+
+// pressedHere reports whether a lease on device is pressed at now and its holder
+// measurable on host (rule 6).
+func (l *leases) pressedHere(device, host string, now time.Time) bool {
+	return l.anyLease(now, func(x *lease) bool { return x.Device == device && x.pressed(now) && x.heldOn(host) })
+}
+
+// measuredHere reports whether a lease on device is measured at now (pressed or
+// settling) and its holder measurable on host (rule 6).
+func (l *leases) measuredHere(device, host string, now time.Time) bool {
+	return l.anyLease(now, func(x *lease) bool { return x.Device == device && x.measured(now) && x.heldOn(host) })
+}
+
+// anyMeasured reports whether a lease is measured (pressed or settling) at now.
+func (l *leases) anyMeasured(now time.Time) bool {
+	return l.anyLease(now, func(x *lease) bool { return x.measured(now) })
+}
+
+// measuredHolders maps each device with a measured lease (pressed or settling) whose
+// holder is on host to those holders' pids, at now.
+func (l *leases) measuredHolders(host string, now time.Time) map[string][]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string][]int{}
+	for _, x := range l.by {
+		if x.measured(now) && x.heldOn(host) {
+			out[x.Device] = append(out[x.Device], x.pid)
+		}
+	}
+	return out
+}
+
+// shrinkPressed applies a reading of device's processes (pid -> bytes) to its measured
 // leases whose holders are on host (rule 6): one whose processes (tree: each pid's
 // descendants) measure below its bytes is shrunk to that, and pressed no more. It
-// returns the leases shrunk, as holder names, for the log.
+// returns the leases shrunk, ids removed, for the log.
 func (l *leases) shrinkPressed(device, host string, usage map[int]int64, tree func(pid int) []int) []codec.LeaseReply {
 	now := leaseNow()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []codec.LeaseReply
 	for _, x := range l.by {
-		if x.Device != device || !x.measured(now) || x.pid <= 0 || x.host != host {
+		if x.Device != device || !x.measured(now) || !x.heldOn(host) {
 			continue
 		}
 		var used int64
@@ -368,62 +399,8 @@ func (l *leases) shrinkPressed(device, host string, usage map[int]int64, tree fu
 		if used < x.Bytes {
 			x.Bytes = used
 			x.pressedAt, x.Pressed, x.shrunkAt = time.Time{}, false, now
-			c := x.LeaseReply
-			c.Lease = ""
-			out = append(out, c)
+			out = append(out, x.listed())
 		}
 	}
 	return out
-}
-
-// reclaim presses the reclaimable leases on device of a class below prio, for a pool
-// that needs their memory (supervise.go); false when none is pressed whose shrink this
-// gateway can see (pressing); the classes' priorities are c's.
-func (b *budget) reclaim(c *config.Config, device string, prio int) bool {
-	l := b.leases
-	l.mu.Lock()
-	l.expire(leaseNow())
-	l.press(device, prio, "", func(class string) int { return classPriority(c, class) }, leaseNow())
-	l.mu.Unlock()
-	b.pokePresser()
-	return b.pressing(device)
-}
-
-// pressing reports whether a lease on device is pressed and its holder measurable here:
-// the device is measurable (press.go), and the holder gave a pid of this host (rule 6).
-// A pressed lease that is not is worth no wait: nothing here would shrink it.
-func (b *budget) pressing(device string) bool {
-	host, _ := os.Hostname()
-	if !b.measurable(device) || host == "" {
-		return false
-	}
-	l := b.leases
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.expire(leaseNow())
-	now := leaseNow()
-	for _, x := range l.by {
-		if x.Device == device && !x.pressedAt.IsZero() && now.Sub(x.pressedAt) < pressFor && x.pid > 0 && x.host == host {
-			return true
-		}
-	}
-	return false
-}
-
-// pressedOn reports whether a lease on device is pressed at now: l.mu held.
-func (l *leases) pressedOn(device string, now time.Time) bool {
-	for _, x := range l.by {
-		if x.Device == device && !x.pressedAt.IsZero() && now.Sub(x.pressedAt) < pressFor {
-			return true
-		}
-	}
-	return false
-}
-
-// classPriority is class's priority in c (-1: unknown).
-func classPriority(c *config.Config, class string) int {
-	if cl := c.Classes[class]; cl != nil {
-		return cl.Priority
-	}
-	return -1
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"cmp"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -37,7 +38,12 @@ import (
 //     device or class gone with a reload: that error); or the gateway stopping
 //     (unavailable). A waiter whose client went away meanwhile may still be granted: that
 //     lease lapses after its ttl, as any lease not renewed.
+//
+// leaseWaits owns the queue of waiting acquires, under its lock. What a waiter's try is
+// (an acquire under the configuration of the pass) its composer (budget.go) hands to
+// each pass.
 type leaseWaits struct {
+	log     *slog.Logger
 	mu      sync.Mutex
 	q       []*leaseWaiter // in arrival order; a pass sorts its own copy (rule 1)
 	seq     uint64
@@ -62,26 +68,15 @@ type leaseAnswer func(*codec.LeaseReply, *codec.Error)
 // maxLeaseWaiters bounds the acquires waiting at once (rule 4).
 const maxLeaseWaiters = 256
 
-func newLeaseWaits() *leaseWaits { return &leaseWaits{wakeCh: make(chan struct{}, 1)} }
+func newLeaseWaits(log *slog.Logger) *leaseWaits {
+	return &leaseWaits{log: log, wakeCh: make(chan struct{}, 1)}
+}
 
 // wake asks for a pass over the waiters (rule 3); it never blocks.
 func (w *leaseWaits) wake() {
 	select {
 	case w.wakeCh <- struct{}{}:
 	default:
-	}
-}
-
-// serveLease answers one ortbus.v1.lease request of tenant under c: at once, or, for an
-// acquire with wait_ms refused for room, when it is granted or its wait ends.
-func (b *budget) serveLease(c *config.Config, req *codec.LeaseRequest, tenant string, answer leaseAnswer) {
-	l, e := b.lease(c, req, tenant)
-	if e == nil || e.Code != codec.CodeOverloaded || req.Action != codec.LeaseAcquire || req.WaitMS <= 0 {
-		answer(l, e)
-		return
-	}
-	if e := b.waits.add(req, tenant, e, answer); e != nil {
-		answer(nil, e)
 	}
 }
 
@@ -188,11 +183,11 @@ func (w *leaseWaits) heldBack(c *config.Config, req *codec.LeaseRequest) *codec.
 	return nil
 }
 
-// grantWaiting is one pass over the waiters under c (rules 1 to 3): each is tried in
-// order, granted if its device's budget holds it, held back behind a waiter of its
-// device that does not fit. The answers go out after the queue's lock is released.
-func (b *budget) grantWaiting(c *config.Config) {
-	w := b.waits
+// pass is one pass over the waiters under c (rules 1 to 3): each is tried in order
+// (try: an acquire under c), granted if its device's budget holds it, held back behind a
+// waiter of its device that does not fit. The answers go out after the queue's lock is
+// released.
+func (w *leaseWaits) pass(c *config.Config, try func(req *codec.LeaseRequest, tenant string) (*codec.LeaseReply, *codec.Error)) {
 	type answered struct {
 		x *leaseWaiter
 		l *codec.LeaseReply
@@ -211,7 +206,7 @@ func (b *budget) grantWaiting(c *config.Config) {
 		}
 		// Tried and granted under the queue's lock: a waiter that times out meanwhile
 		// is answered once, its lease never granted behind its back.
-		l, e := b.acquire(c, &x.req, x.tenant, leaseTTL(c, &x.req), leaseNow())
+		l, e := try(&x.req, x.tenant)
 		if e != nil && e.Code == codec.CodeOverloaded {
 			x.last = e
 			blocked[x.req.Device] = true
@@ -223,7 +218,7 @@ func (b *budget) grantWaiting(c *config.Config) {
 	w.mu.Unlock()
 	for _, a := range out {
 		if a.e == nil {
-			b.log.Info("waiting lease granted", "device", a.l.Device, "bytes", a.l.Bytes, "class", a.l.Class, "holder", a.l.Holder, "waited", time.Since(a.x.since))
+			w.log.Info("waiting lease granted", "device", a.l.Device, "bytes", a.l.Bytes, "class", a.l.Class, "holder", a.l.Holder, "waited", time.Since(a.x.since))
 		}
 		a.x.answer(a.l, a.e)
 	}
@@ -245,46 +240,29 @@ func (w *leaseWaits) waiting() int {
 	return len(w.q)
 }
 
-// startWaits runs the passes over the waiting acquires (rule 3), each under the
-// configuration then in force (conf), until the returned stop is called; stop answers
-// the waiters left (rule 5).
-func (b *budget) startWaits(conf func() *config.Config) (stop func()) {
+// run runs pass (one over the waiting acquires) at every wake (rule 3), and at the next
+// lease expiry (expiry: how long until it) while an acquire waits, until the returned
+// stop is called; stop answers the waiters left (rule 5).
+func (w *leaseWaits) run(pass func(), expiry func() time.Duration) (stop func()) {
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
-		expiry := time.NewTimer(time.Hour)
-		defer expiry.Stop()
+		timer := time.NewTimer(time.Hour)
+		defer timer.Stop()
 		for {
 			select {
 			case <-done:
 				return
-			case <-b.waits.wakeCh:
-			case <-expiry.C:
+			case <-w.wakeCh:
+			case <-timer.C:
 			}
-			b.grantWaiting(conf())
-			expiry.Reset(b.nextExpiry())
+			pass()
+			if w.waiting() == 0 {
+				timer.Reset(time.Hour)
+			} else {
+				timer.Reset(expiry())
+			}
 		}
 	}()
-	return func() { close(done); <-exited; b.waits.stop() }
-}
-
-// nextExpiry is how long until the next lease expires while an acquire waits (an hour
-// when none waits, or no lease is held).
-func (b *budget) nextExpiry() time.Duration {
-	if b.waits.waiting() == 0 {
-		return time.Hour
-	}
-	l := b.leases
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	next := int64(0)
-	for _, x := range l.by {
-		if next == 0 || x.ExpiresUnixMS < next {
-			next = x.ExpiresUnixMS
-		}
-	}
-	if next == 0 {
-		return time.Hour
-	}
-	return max(time.Millisecond, time.UnixMilli(next).Sub(leaseNow()))
+	return func() { close(done); <-exited; w.stop() }
 }

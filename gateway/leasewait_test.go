@@ -270,10 +270,10 @@ func TestLeaseWaitWoken(t *testing.T) {
 		g, _, fake, _ := foreignGateway(t)
 		r := start(t, g)
 		fake.set(map[int]int64{777: 800 * mib}, nil)
-		g.budget.pollForeign(g.conf())
+		g.budget.foreign.poll(g.conf())
 		r.wait("w", "urgent", 100*mib)
 		fake.set(map[int]int64{777: 10 * mib}, nil)
-		g.budget.pollForeign(g.conf())
+		g.budget.foreign.poll(g.conf())
 		granted(t, r)
 	})
 	t.Run("reload", func(t *testing.T) {

@@ -45,7 +45,7 @@ type dispatcher struct {
 	log        *slog.Logger
 	tracker    *health.Tracker
 	supervisor *supervisor
-	budget     *budget
+	budget     *memoryBudget
 	pauses     *pauses
 	gates      *gates
 }

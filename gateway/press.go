@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"log/slog"
 	"os"
 	"slices"
 	"time"
@@ -20,49 +21,61 @@ import (
 //     descendants, on this gateway's host only), on the lease's device: on cpu their
 //     resident memory (RSS, /proc/PID/stat); on a device with a reader of its processes'
 //     memory (devices.ProcessReader: nvidia-smi for cuda:N, the DRM fdinfo for drm:N), a
-//     reading of that device, which is also its foreign reading (foreign.go,
-//     readForeign), so that the memory the holder gave back stops counting as foreign
-//     at the same moment. Other devices are not measurable: their pressed leases are
-//     never shrunk here (pressing is false).
-//  2. When: from the press (pokePresser) every pressEvery while a lease is pressed (a
-//     holder's pid may come with its next renew), and for pressSettle after each shrink
-//     (the holder may still be freeing); nothing is measured when no lease is either.
+//     reading of that device, which is also its foreign reading (foreign.go, read), so
+//     that the memory the holder gave back stops counting as foreign at the same moment.
+//     Other devices are not measurable: their pressed leases are never shrunk here
+//     (pressing is false).
+//  2. When: from the press (poke) every pressEvery while a lease is pressed (a holder's
+//     pid may come with its next renew), and for pressSettle (lease.go) after each
+//     shrink (the holder may still be freeing); nothing is measured when no lease is
+//     either.
 //  3. A measure below the lease's bytes shrinks it to that measure and ends the press
-//     (shrinkPressed); the dispatch loop (a woken pool waits for that room: supervise.go)
-//     and the waiting acquires are then woken.
-const (
-	pressEvery  = 100 * time.Millisecond
-	pressSettle = time.Second
-)
-
-// measured reports whether x's holder is measured at now (rules 2, 3): x is pressed, or
-// settling.
-func (x *lease) measured(now time.Time) bool {
-	return (!x.pressedAt.IsZero() && now.Sub(x.pressedAt) < pressFor) || x.settling(now)
+//     (shrinkPressed), whether the presser read it or the foreign readings' poll did;
+//     the dispatch loop (a woken pool waits for that room: supervise.go) and the waiting
+//     acquires are then woken (roomMade).
+//
+// presser owns the measures: its goroutine, and the pokes that start them. The leases it
+// shrinks are the lease table's (lease.go), the readings of a device's processes the
+// foreign memory's (foreign.go).
+type presser struct {
+	pokes    chan struct{} // the pressed leases to measure (cap 1: pokes coalesce)
+	leases   *leases
+	foreign  *foreignMem
+	log      *slog.Logger
+	roomMade func() // a lease shrunk: wakes the dispatch loop and the waiting acquires (wired by newBudget)
 }
 
-// settling reports whether x was shrunk within pressSettle of now: measured on, not
-// pressed again (lease.go, rule 6).
-func (x *lease) settling(now time.Time) bool {
-	return !x.shrunkAt.IsZero() && now.Sub(x.shrunkAt) < pressSettle
+// pressEvery is how often a pressed lease's holder is measured (rule 2).
+const pressEvery = 100 * time.Millisecond
+
+func newPresser(l *leases, f *foreignMem, log *slog.Logger, roomMade func()) *presser {
+	return &presser{pokes: make(chan struct{}, 1), leases: l, foreign: f, log: log, roomMade: roomMade}
 }
 
 // measurable reports whether a pressed lease on device can be measured here (rule 1).
-func (b *budget) measurable(device string) bool {
-	return device == "cpu" || (b.foreign != nil && b.foreign.readers[device] != nil)
+func (p *presser) measurable(device string) bool {
+	return device == "cpu" || p.foreign.readable(device)
 }
 
-// pokePresser starts the measures of the pressed leases (rule 2); it never blocks.
-func (b *budget) pokePresser() {
+// pressing reports whether a lease on device is pressed and its holder measurable here:
+// the device is measurable (rule 1), and the holder gave a pid of this host (lease.go,
+// rule 6). A pressed lease that is not is worth no wait: nothing here would shrink it.
+func (p *presser) pressing(device string) bool {
+	host, _ := os.Hostname()
+	return p.measurable(device) && host != "" && p.leases.pressedHere(device, host, leaseNow())
+}
+
+// poke starts the measures of the pressed leases (rule 2); it never blocks.
+func (p *presser) poke() {
 	select {
-	case b.presses <- struct{}{}:
+	case p.pokes <- struct{}{}:
 	default:
 	}
 }
 
-// startPresser runs the measures of the pressed leases, each under the configuration then
-// in force (conf), until the returned stop is called.
-func (b *budget) startPresser(conf func() *config.Config) (stop func()) {
+// start runs the measures of the pressed leases, each under the configuration then in
+// force (conf), until the returned stop is called.
+func (p *presser) start(conf func() *config.Config) (stop func()) {
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
@@ -70,10 +83,10 @@ func (b *budget) startPresser(conf func() *config.Config) (stop func()) {
 			select {
 			case <-done:
 				return
-			case <-b.presses:
+			case <-p.pokes:
 			}
 			tick := time.NewTicker(pressEvery)
-			for b.measurePressed(conf()) {
+			for p.measure(conf()) {
 				select {
 				case <-done:
 					tick.Stop()
@@ -87,49 +100,45 @@ func (b *budget) startPresser(conf func() *config.Config) (stop func()) {
 	return func() { close(done); <-exited }
 }
 
-// measurePressed measures the holders of the pressed (or settling) leases on this host
-// once, each on its device (rule 1), under c; it reports whether one is still measured.
-func (b *budget) measurePressed(c *config.Config) bool {
+// measure measures the holders of the pressed (or settling) leases on this host once,
+// each on its device (rule 1), under c; it reports whether one is still measured.
+func (p *presser) measure(c *config.Config) bool {
 	host, _ := os.Hostname()
 	if host == "" {
 		return false
 	}
-	for device, pids := range b.leases.pressedHolders(host, leaseNow()) {
+	for device, pids := range p.leases.measuredHolders(host, leaseNow()) {
 		switch {
-		case b.foreign != nil && b.foreign.readers[device] != nil:
-			b.readForeign(c, device)
+		case p.foreign.readable(device):
+			p.foreign.read(c, device) // applied through fromReading
 		case device == "cpu":
 			tree := treeOf(childrenOf())
-			b.shrunk(device, b.leases.shrinkPressed(device, host, rssOf(pids, tree), tree))
+			p.shrunk(device, p.leases.shrinkPressed(device, host, rssOf(pids, tree), tree))
 		}
 	}
-	return b.leases.anyPressed(leaseNow())
+	return p.leases.anyMeasured(leaseNow())
 }
 
-// pressedHolders maps each device with a measured lease (pressed or settling) whose
-// holder is on host to those holders' pids, at now.
-func (l *leases) pressedHolders(host string, now time.Time) map[string][]int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := map[string][]int{}
-	for _, x := range l.by {
-		if x.measured(now) && x.pid > 0 && x.host == host {
-			out[x.Device] = append(out[x.Device], x.pid)
-		}
+// fromReading applies a reading of device's processes (foreign.go: its poll's or this
+// presser's) to its measured leases (rule 3): a holder's processes are the pid its
+// wrapper gave and their descendants on this host.
+func (p *presser) fromReading(device string, usage map[int]int64) {
+	host, _ := os.Hostname()
+	if host == "" || !p.leases.measuredHere(device, host, leaseNow()) {
+		return
 	}
-	return out
+	p.shrunk(device, p.leases.shrinkPressed(device, host, usage, treeOf(childrenOf())))
 }
 
-// anyPressed reports whether a lease is measured (pressed or settling) at now.
-func (l *leases) anyPressed(now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, x := range l.by {
-		if x.measured(now) {
-			return true
-		}
+// shrunk logs the leases of device a measure shrank, and wakes the dispatch loop and the
+// waiting acquires when there are any (rule 3).
+func (p *presser) shrunk(device string, leases []codec.LeaseReply) {
+	for _, l := range leases {
+		p.log.Info("pressed lease shrunk to its holder's measured usage", "device", device, "holder", l.Holder, "class", l.Class, "bytes", l.Bytes)
 	}
-	return false
+	if len(leases) > 0 {
+		p.roomMade()
+	}
 }
 
 // rssOf is the resident memory of each process of the trees of pids (0 for one that is
@@ -167,14 +176,18 @@ func treeOf(kids map[int][]int) func(pid int) []int {
 	}
 }
 
-// shrunk logs the leases of device a measure shrank (shrinkPressed), and wakes the
-// dispatch loop and the waiting acquires when there are any (rule 3).
-func (b *budget) shrunk(device string, leases []codec.LeaseReply) {
-	for _, l := range leases {
-		b.log.Info("pressed lease shrunk to its holder's measured usage", "device", device, "holder", l.Holder, "class", l.Class, "bytes", l.Bytes)
+// childrenOf maps each pid of this host to its children, from /proc.
+func childrenOf() map[int][]int {
+	out := map[int][]int{}
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		return out
 	}
-	if len(leases) > 0 {
-		b.kick() // a waiting pool may fit now
-		b.waits.wake()
+	for _, p := range procs {
+		st, err := p.Stat()
+		if err == nil && st.PPID != p.PID {
+			out[st.PPID] = append(out[st.PPID], p.PID)
+		}
 	}
+	return out
 }

@@ -60,7 +60,7 @@ func leaseOn(t *testing.T, g *Gateway, device, holder string) codec.LeaseReply {
 func TestPressShrinksOnCPU(t *testing.T) {
 	g := testGateway(t, admissionConfig)
 	t.Cleanup(g.budget.startWaits(g.conf))
-	t.Cleanup(g.budget.startPresser(g.conf))
+	t.Cleanup(g.budget.presser.start(g.conf))
 	_, _, budget := deviceBudget(g.conf(), "cpu")
 	pid := holderProc(t)
 	reclaimable(t, g, "cpu", budget-10*mib, pid)
@@ -101,12 +101,12 @@ func TestPressReadsDevice(t *testing.T) {
 	pid := holderProc(t)
 	reclaimable(t, g, "cuda:0", 800*mib, pid) // acquired before its holder allocates (lease.go, rule 5)
 	fake.set(map[int]int64{pid: 800 * mib, 4_000_001: 20 * mib}, nil)
-	g.budget.pollForeign(g.conf())
+	g.budget.foreign.poll(g.conf())
 	if st := cudaStatus(t, g); st.ForeignBytes != 20*mib {
 		t.Fatalf("cuda:0 before the press: %+v, want 20 MiB foreign", st)
 	}
 	t.Cleanup(g.budget.startWaits(g.conf))
-	t.Cleanup(g.budget.startPresser(g.conf))
+	t.Cleanup(g.budget.presser.start(g.conf))
 	r := newWaitRecorder(g)
 	r.send("urgent", "", &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 100 * mib, Class: "urgent", TTLMS: 600000, WaitMS: 60000})
 	if n := len(r.answers()); n != 0 {
@@ -162,9 +162,9 @@ func TestPressSettles(t *testing.T) {
 	reclaimable(t, g, "cuda:0", 800*mib, pid)
 	fake := g.budget.foreign.readers["cuda:0"].(*fakeProcs)
 	fake.set(map[int]int64{pid: 800 * mib}, nil)
-	g.budget.pollForeign(g.conf())
+	g.budget.foreign.poll(g.conf())
 	t.Cleanup(g.budget.startWaits(g.conf))
-	t.Cleanup(g.budget.startPresser(g.conf))
+	t.Cleanup(g.budget.presser.start(g.conf))
 	r := newWaitRecorder(g)
 	r.send("urgent", "", &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 300 * mib, Class: "urgent", TTLMS: 600000, WaitMS: 60000})
 	fake.set(map[int]int64{pid: 600 * mib}, nil)

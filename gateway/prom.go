@@ -19,7 +19,7 @@ func promHandler(reg *prometheus.Registry) http.Handler {
 type stateCollector struct {
 	conf       func() *config.Config
 	d          *dispatcher
-	budget     *budget
+	budget     *memoryBudget
 	tracker    *health.Tracker
 	supervisor *supervisor
 	jobs       *jobService

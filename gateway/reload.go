@@ -81,7 +81,7 @@ type reloader struct {
 	metrics    *metrics
 	tracker    *health.Tracker
 	supervisor *supervisor
-	budget     *budget
+	budget     *memoryBudget
 	kick       func()       // a dispatch pass under the configuration now in force
 	maxPayload func() int64 // the NATS connection's, for the operators' replies
 }

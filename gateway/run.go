@@ -48,9 +48,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer g.tracker.Stop()
-	defer g.budget.startForeign(g.conf(), g.conf)() // read before the workers start, so their budget knows it
-	defer g.budget.startWaits(g.conf)()             // stopped: the waiting acquires answered unavailable
-	defer g.budget.startPresser(g.conf)()
+	defer g.budget.start(g.conf(), g.conf)() // the devices read before the workers start, so their budget knows it
 	if err := g.subscribe(); err != nil {
 		return err
 	}
@@ -178,7 +176,7 @@ func (g *Gateway) connected(nc *nats.Conn, tracker *health.Tracker, bin, url str
 	}
 	c, conf := g.conf(), g.reloader.conf
 	g.nc, g.tracker = nc, tracker
-	g.budget.id, g.gates.id = g.id, g.id
+	g.budget.granted, g.gates.id = codec.LeaseReply{Gateway: g.id}, g.id
 	g.metrics = newMetrics(c, conf, g.log)
 	tracker.Listener = trackerListener{g}
 	g.supervisor = newSupervisor(c, tracker, budgetNow{g.budget, conf, g.d.poolIdle}, g.log, g.id, bin, url)
