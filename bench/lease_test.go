@@ -36,7 +36,10 @@ func TestLeaseSmall(t *testing.T) {
 		t.Errorf("polling: %d acquires over %d rounds, want 2 or more (refused, then granted) and 1", res.Polling.AcquireRequests, len(res.Polling.Rounds))
 	}
 	for _, r := range append(res.Wait.Rounds, res.Polling.Rounds...) {
-		if r.FreeStartToGrantMS <= 0 || r.ShrunkTo <= 0 || r.ShrunkTo >= res.HolderBytes-res.UrgentBytes {
+		// Shrunk below what it held: how far depends on when the grant came in its
+		// unmapping (a grant can come as soon as the measure makes room, before the last
+		// pages are gone), so the figure is not compared with the urgent lease's room.
+		if r.FreeStartToGrantMS <= 0 || r.ShrunkTo <= 0 || r.ShrunkTo >= res.HolderBytes {
 			t.Errorf("round %+v: want the grant after the free began, the holder's lease shrunk to what it measures", r)
 		}
 	}
