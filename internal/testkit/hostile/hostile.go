@@ -708,19 +708,7 @@ func (g *Generator) fields(e *emitter) {
 		for _, n := range extremeNumbers() {
 			e.emit(CatNumber, n.name, s.path, s.set(n.b), false)
 		}
-		if g.isID(s.leaf) {
-			for _, t := range badTokens() {
-				e.emit(CatIdentity, t.name, s.path, s.set(mpStr(string(t.b))), false)
-			}
-			for i, f := range g.o.Forge[strings.ToLower(s.leaf)] {
-				e.emit(CatForged, fmt.Sprintf("%d-%s", i, tokenName(f)), s.path, s.set(mpStr(f)), false)
-			}
-		}
-		if isPath(s.leaf) {
-			for i, p := range append(slices.Clone(builtinPaths), g.o.Paths...) {
-				e.emit(CatPath, fmt.Sprintf("%d-%s", i, tokenName(p)), s.path, s.set(mpStr(p)), false)
-			}
-		}
+		g.emitTokens(e, s.path, s.leaf, func(v string) []byte { return s.set(mpStr(v)) }, false)
 		e.emitLazy(CatNesting, fmt.Sprintf("array-%d", g.o.Depth), s.path, func() []byte { return s.set(deep) }, false)
 		if s.dup != nil {
 			orig := originalOf(g.mp, s.path)
@@ -755,19 +743,7 @@ func (g *Generator) fields(e *emitter) {
 		for _, n := range jsonExtremeNumbers {
 			e.emit(CatNumber, n.name, s.path, s.set(n.b), true)
 		}
-		if g.isID(s.leaf) {
-			for _, t := range badTokens() {
-				e.emit(CatIdentity, t.name, s.path, s.set(jsonStr(string(t.b))), true)
-			}
-			for i, f := range g.o.Forge[strings.ToLower(s.leaf)] {
-				e.emit(CatForged, fmt.Sprintf("%d-%s", i, tokenName(f)), s.path, s.set(jsonStr(f)), true)
-			}
-		}
-		if isPath(s.leaf) {
-			for i, p := range append(slices.Clone(builtinPaths), g.o.Paths...) {
-				e.emit(CatPath, fmt.Sprintf("%d-%s", i, tokenName(p)), s.path, s.set(jsonStr(p)), true)
-			}
-		}
+		g.emitTokens(e, s.path, s.leaf, func(v string) []byte { return s.set(jsonStr(v)) }, true)
 		e.emitLazy(CatNesting, fmt.Sprintf("array-%d", g.o.Depth), s.path, func() []byte { return s.set(jdeep) }, true)
 		if s.dup != nil {
 			orig := jsonFieldValue(s, g.js)
@@ -1209,3 +1185,22 @@ func numbers(v any) any {
 }
 
 func validUTF8(s string) bool { return utf8.ValidString(s) }
+
+// emitTokens emits, for a field whose name says it holds an identity or a path, the
+// field set to each bad token and each forged identity, or to each hostile path; set
+// encodes a string value into the whole body (msgpack, or JSON with asJSON).
+func (g *Generator) emitTokens(e *emitter, field, leaf string, set func(string) []byte, asJSON bool) {
+	if g.isID(leaf) {
+		for _, t := range badTokens() {
+			e.emit(CatIdentity, t.name, field, set(string(t.b)), asJSON)
+		}
+		for i, f := range g.o.Forge[strings.ToLower(leaf)] {
+			e.emit(CatForged, fmt.Sprintf("%d-%s", i, tokenName(f)), field, set(f), asJSON)
+		}
+	}
+	if isPath(leaf) {
+		for i, p := range append(slices.Clone(builtinPaths), g.o.Paths...) {
+			e.emit(CatPath, fmt.Sprintf("%d-%s", i, tokenName(p)), field, set(p), asJSON)
+		}
+	}
+}
