@@ -6,24 +6,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/telemetry"
+	"github.com/ortbus/ortbus/telemetry/telemetrytest"
 )
-
-// traced turns tracing on for one test, its spans kept in memory as they end.
-func traced(t *testing.T) *tracetest.InMemoryExporter {
-	t.Helper()
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	telemetry.Use(tp)
-	t.Cleanup(func() { telemetry.Use(nil); tp.Shutdown(context.Background()) })
-	return exp
-}
 
 func attrsOf(s tracetest.SpanStub) map[string]string {
 	out := map[string]string{}
@@ -49,7 +39,7 @@ const (
 // context in its work item's headers; the first send ended at the retry, the second
 // with the answer's code.
 func TestTraceRequestLife(t *testing.T) {
-	exp := traced(t)
+	exp := telemetrytest.Record(t)
 	parent := telemetry.Extract(context.Background(), nats.Header{telemetry.HeaderTraceparent: {parentTP}})
 	p := &pending{id: "r1", op: "tag", class: "interactive", accepted: time.Now()}
 	p.req.Model = "tagger"
@@ -114,7 +104,7 @@ func TestTraceRequestLife(t *testing.T) {
 
 // A cache hit's request span says cached, with a lookup span under it.
 func TestTraceCacheHit(t *testing.T) {
-	exp := traced(t)
+	exp := telemetrytest.Record(t)
 	p := &pending{id: "r2", op: "tag", accepted: time.Now()}
 	traceStart(context.Background(), p)
 	traceLookup(p, time.Now(), true)

@@ -1,29 +1,18 @@
 package worker
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/internal/reply"
 	"github.com/ortbus/ortbus/telemetry"
+	"github.com/ortbus/ortbus/telemetry/telemetrytest"
 )
-
-// traced turns tracing on for one test, its spans kept in memory as they end.
-func traced(t *testing.T) *tracetest.InMemoryExporter {
-	t.Helper()
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	telemetry.Use(tp)
-	t.Cleanup(func() { telemetry.Use(nil); tp.Shutdown(context.Background()) })
-	return exp
-}
 
 // runTraced sends one tag item with the header traceparent (none when "") through the
 // unit worker's accept and one slot's run, and returns its reply.
@@ -57,7 +46,7 @@ func runTraced(t *testing.T, w *Worker, nc *nats.Conn, traceparent string) *nats
 // the sender's span, and queue, decode, infer and encode are its children, with the
 // attributes users filter on.
 func TestItemSpans(t *testing.T) {
-	exp := traced(t)
+	exp := telemetrytest.Record(t)
 	w, nc := unitWorker(t)
 	runTraced(t, w, nc, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	spans := exp.GetSpans()
@@ -95,7 +84,7 @@ func TestItemSpans(t *testing.T) {
 // A malformed or oversized traceparent starts a new trace: the item is answered as any
 // other.
 func TestItemSpansHostileTraceparent(t *testing.T) {
-	exp := traced(t)
+	exp := telemetrytest.Record(t)
 	w, nc := unitWorker(t)
 	for _, tp := range []string{"00-zz-00f067aa0ba902b7-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-" + strings.Repeat("a", 4096)} {
 		exp.Reset()
