@@ -21,10 +21,13 @@ GOFLAGS_TEST ?= -race -count=1 -timeout 40m
 # fetched OCR and VAD models, the onnxruntime-node baseline and Bun): `make test` makes
 # them all at once (test-first). A new one is one more name here.
 TEST_PREREQS := runtimes models ocr-model vad-model node-bench llm-tenant
-# The integration packages start real NATS servers, gateways and workers, and some
-# compare timings (the collision benches, the Bun suite's resends): they run one at a
-# time, after the unit packages, which run two at a time.
+# The integration packages start real NATS servers, gateways and workers. test/ (the
+# longest) starts first and runs
+# beside the unit packages (two packages at a time: its checks order events rather than
+# time them); bench/ compares timings (the collision benches' ratios to solo) and runs
+# alone, last.
 INTEGRATION_PKGS := ./test ./bench
+TIMED_PKGS := ./bench
 # The fuzzers of the gateway's and the worker's handlers: independent processes, at once
 # under -j.
 FUZZ_HANDLERS := fuzz-handle fuzz-accept
@@ -64,8 +67,8 @@ fmt-check:
 # TestNodeBenchRun runs the onnxruntime-node runner of bench throughput.
 # internal/llmtenant's tests run the LLM tenant (llama.cpp through node-llama-cpp).
 test: test-first
-	$(GO) test $(GOFLAGS_TEST) -p 2 $(UNIT_PKGS)
-	$(GO) test $(GOFLAGS_TEST) -p 1 $(INTEGRATION_PKGS)
+	$(GO) test $(GOFLAGS_TEST) -p 2 $(filter-out $(TIMED_PKGS),$(INTEGRATION_PKGS)) $(UNIT_PKGS)
+	$(GO) test $(GOFLAGS_TEST) -p 1 $(TIMED_PKGS)
 
 # What comes before the tests, all at once: the prerequisites (downloads and generations
 # independent of each other), vet and fmt-check (which only read the tree), and the short
