@@ -22,10 +22,9 @@ GOFLAGS_TEST ?= -race -count=1 -timeout 40m
 # them all at once (test-first). A new one is one more name here.
 TEST_PREREQS := runtimes models ocr-model vad-model node-bench llm-tenant
 # The integration packages start real NATS servers, gateways and workers. test/ (the
-# longest) starts first and runs
-# beside the unit packages (two packages at a time: its checks order events rather than
-# time them); bench/ compares timings (the collision benches' ratios to solo) and runs
-# alone, last.
+# longest) starts first and runs beside the unit packages, two packages at a time (its
+# checks order events rather than time them); bench/ compares timings (the collision
+# benches' ratios to solo) and runs alone, last.
 INTEGRATION_PKGS := ./test ./bench
 TIMED_PKGS := ./bench
 # The fuzzers of the gateway's and the worker's handlers: independent processes, at once
