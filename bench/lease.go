@@ -231,20 +231,6 @@ func countAcquires(nc *nats.Conn, n *atomic.Int64) error {
 	return err
 }
 
-// newBareWorkdir is a bench's temporary directory without generated models.
-func newBareWorkdir(o *Options) (*workdir, error) {
-	dir, err := os.MkdirTemp("", "ortbus-bench-")
-	if err != nil {
-		return nil, err
-	}
-	w := &workdir{dir: dir, models: filepath.Join(dir, "models"), images: filepath.Join(dir, "images"), keep: o.KeepTemp}
-	if err := os.MkdirAll(w.images, 0o755); err != nil {
-		w.close()
-		return nil, err
-	}
-	return w, nil
-}
-
 // leaseRoundTimes are one round's instants.
 type leaseRoundTimes struct {
 	sent, freeing, freed, grant time.Time

@@ -49,13 +49,8 @@ type workdir struct {
 // newWorkdir makes the temporary directory and generates the models into it, the heavy
 // tagger with heavyLayers compute layers (0 = none).
 func newWorkdir(o *Options, heavyLayers int) (*workdir, error) {
-	dir, err := os.MkdirTemp("", "ortbus-bench-")
+	w, err := newBareWorkdir(o)
 	if err != nil {
-		return nil, err
-	}
-	w := &workdir{dir: dir, models: filepath.Join(dir, "models"), images: filepath.Join(dir, "images"), keep: o.KeepTemp}
-	if err := os.MkdirAll(w.images, 0o755); err != nil {
-		w.close()
 		return nil, err
 	}
 	if err := onnxgen.Generate(w.models, onnxgen.Options{TaggerComputeLayers: heavyLayers}); err != nil {
@@ -533,4 +528,18 @@ func errCode(err error) string {
 		return "client_timeout"
 	}
 	return "error"
+}
+
+// newBareWorkdir is a bench's temporary directory without generated models.
+func newBareWorkdir(o *Options) (*workdir, error) {
+	dir, err := os.MkdirTemp("", "ortbus-bench-")
+	if err != nil {
+		return nil, err
+	}
+	w := &workdir{dir: dir, models: filepath.Join(dir, "models"), images: filepath.Join(dir, "images"), keep: o.KeepTemp}
+	if err := os.MkdirAll(w.images, 0o755); err != nil {
+		w.close()
+		return nil, err
+	}
+	return w, nil
 }
