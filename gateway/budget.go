@@ -28,10 +28,8 @@ type memoryBudget struct {
 	waits     *leaseWaits
 	presser   *presser
 
-	// granted is what each lease this gateway grants carries of it: its id (wired by
-	// connected).
-	granted codec.LeaseReply
-	log     *slog.Logger
+	id  string // the gateway's, carried by each lease it grants (wired by connected)
+	log *slog.Logger
 }
 
 // newBudget is the budget of a gateway whose workers are the tracker's (workers), whose
@@ -174,7 +172,7 @@ func (b *memoryBudget) acquire(c *config.Config, req *codec.LeaseRequest, tenant
 		return nil, codec.Errorf(codec.CodeBadRequest, "device %q has no known capacity: declare [devices.%q] capacity to lease its memory", req.Device, req.Device).With("device", req.Device)
 	}
 	p.measured = b.foreign.latest(req.Device)
-	x := &lease{LeaseReply: b.granted, owner: tenant, pid: req.PID, host: req.Host}
+	x := &lease{LeaseReply: codec.LeaseReply{Gateway: b.id}, owner: tenant, pid: req.PID, host: req.Host}
 	x.Device, x.Bytes, x.Class, x.Holder, x.Gate, x.Reclaim = req.Device, req.Bytes, class, req.Holder, req.Gate, req.Reclaim
 	x.ExpiresUnixMS = now.Add(ttl).UnixMilli()
 	refused := false

@@ -176,7 +176,7 @@ func (g *Gateway) connected(nc *nats.Conn, tracker *health.Tracker, bin, url str
 	}
 	c, conf := g.conf(), g.reloader.conf
 	g.nc, g.tracker = nc, tracker
-	g.budget.granted, g.gates.id = codec.LeaseReply{Gateway: g.id}, g.id
+	g.budget.id, g.gates.id = g.id, g.id
 	g.metrics = newMetrics(c, conf, g.log)
 	tracker.Listener = trackerListener{g}
 	g.supervisor = newSupervisor(c, tracker, budgetNow{g.budget, conf, g.d.poolIdle}, g.log, g.id, bin, url)
