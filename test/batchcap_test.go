@@ -86,6 +86,9 @@ func TestDetectorFixedBatchOnBatchingPool(t *testing.T) {
 	if r := g.call(t, "segment", &codec.Request{Path: rect}, gwReplyBound); r.Err != nil {
 		t.Errorf("segment: %s: %s", r.Err.Code, r.Err.Message)
 	}
+	// A worker answers a client straight and tells the gateway a hop later: counted once
+	// the gateway has heard of every answer (nothing in flight).
+	gwSettle(t, g)
 	after := gwRequestCounts(t, g.Ready.HTTP)
 	for k, want := range map[string]float64{
 		gwMetricKey("detect", "batch", "bt", "detector", "ok"):         burst,
