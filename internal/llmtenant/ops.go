@@ -171,32 +171,34 @@ func (t *Tenant) Stop(ctx context.Context) (Event, error) {
 	return *t.exit, nil
 }
 
-// closeGrace is how long Close waits for the killed group's leader to be reaped.
+// closeGrace is how long Close waits for the killed processes to exit.
 const closeGrace = 10 * time.Second
 
 // Close kills the tenant and the process group of what was started (the tenant, or its
-// wrapper) if it still runs, and waits for it to be reaped. It is safe to call at any
-// time, more than once (a test's cleanup), and before the ready event (no tenant pid
-// known yet).
+// wrapper) if they still run, and waits for both to exit: the tenant's memory is free
+// when it returns. It is safe to call at any time, more than once (a test's cleanup),
+// and before the ready event (no tenant pid known yet).
+//
+// A wrapped tenant (ortbus lease --gate runs it in a group of its own) is not this
+// process's child: it is killed and awaited through its pidfd (own), which names that
+// process alone, so a wrapper that exited first does not leave it running, and Close
+// does not return while it is still exiting (issue 42: "tenant gone false, wrapper gone
+// true" right after Close).
 func (t *Tenant) Close() {
+	deadline := time.Now().Add(closeGrace)
+	t.closeOwn(deadline)
 	select {
 	case <-t.done:
 		return
 	default:
 	}
-	started := t.cmd.Process.Pid
-	// A wrapper may run the tenant in a group of its own (ortbus lease --gate does): the
-	// tenant first, while the wrapper, its parent, still holds its pid.
-	if pid := t.PID(); pid > 0 && pid != started {
-		syscall.Kill(pid, syscall.SIGKILL)
-	}
 	// The group id is the started process's pid (Setpgid), not reused while it is
 	// unreaped (done not closed); never 0, which would be this process's own group.
-	if started > 0 {
+	if started := t.cmd.Process.Pid; started > 0 {
 		syscall.Kill(-started, syscall.SIGKILL)
 	}
 	select {
 	case <-t.done:
-	case <-time.After(closeGrace):
+	case <-time.After(time.Until(deadline)):
 	}
 }

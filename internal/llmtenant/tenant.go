@@ -132,6 +132,11 @@ type Tenant struct {
 	protoErr []string // lines that were no event (the first few)
 	nextID   uint64
 
+	// own is a pidfd of the tenant's own process when a wrapper started it (its pid is
+	// not the started one): Close kills and waits for that very process, never a later
+	// one with the same pid, even after the wrapper is gone. -1 when none.
+	own int
+
 	first chan Event    // the first event (ready, or the load's error)
 	done  chan struct{} // closed once stdout is read to its end and the process reaped
 	state *os.ProcessState
@@ -151,7 +156,7 @@ func Start(ctx context.Context, o Options) (*Tenant, error) {
 	cmd.Env = append(append(os.Environ(), baseEnv...), o.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	t := &Tenant{cmd: cmd, stderr: &tail{max: StderrTail, tee: o.Stderr}, onEvent: o.OnEvent,
-		pending: map[string]chan Event{}, first: make(chan Event, 1), done: make(chan struct{})}
+		pending: map[string]chan Event{}, first: make(chan Event, 1), done: make(chan struct{}), own: -1}
 	cmd.Stderr = t.stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -170,6 +175,7 @@ func Start(ctx context.Context, o Options) (*Tenant, error) {
 	case ev := <-t.first:
 		if ev.Event == EventReady && ev.PID > 0 {
 			t.ready = ev
+			t.own = openOwn(ev.PID, cmd.Process.Pid)
 			return t, nil
 		}
 		if ev.Event == EventReady { // no pid to signal: kill(0) would reach this process's group
