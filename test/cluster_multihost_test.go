@@ -178,14 +178,21 @@ func TestClusterMultiHost(t *testing.T) {
 		// A job from the client user, under the cluster's permissions: the gateway creates
 		// the replicated streams, runs the items on the remote pool and records results.
 		c := ortclient.New(client.Conn)
+		// The store opens once the cluster's JetStream has elected its leaders and placed
+		// the replicated streams: on a loaded 2-core machine that took 30 s and more (one
+		// open attempt's bound), so the test waits for the gateway to say so, not for a
+		// budget; jobStoreOpenBound only ends a test whose gateway never does.
+		open, stop := context.WithTimeout(context.Background(), jobStoreOpenBound)
+		defer stop()
+		if err := g.lp.WaitLog(open, "job store open"); err != nil {
+			t.Fatalf("%v; gateway log:\n%s", err, g.log())
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 4*gwReplyBound)
 		defer cancel()
-		var sub *codec.JobSubmitReply
-		checkFor(t, "the job store open", 2*gwReplyBound, pollEvery, func() error {
-			var err error
-			sub, err = c.SubmitJob(ctx, &codec.JobSubmit{Job: "cluster", Op: "tag", Model: gwTagger, Items: []string{clientRed, clientRed, clientRed}})
-			return err
-		})
+		sub, err := c.SubmitJob(ctx, &codec.JobSubmit{Job: "cluster", Op: "tag", Model: gwTagger, Items: []string{clientRed, clientRed, clientRed}})
+		if err != nil {
+			t.Fatalf("submit once the store is open: %v", err)
+		}
 		st, err := c.WatchJob(ctx, sub.Job, 20*time.Millisecond, nil)
 		if err != nil || st.State != codec.JobDone || st.Done != 3 {
 			t.Fatalf("job: %+v, %v; want 3 done", st, err)

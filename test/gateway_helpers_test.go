@@ -28,8 +28,11 @@ import (
 // Failure bounds of the gateway tests; a passing run never waits them out.
 const (
 	gwStartBound = 60 * time.Second // the gateway's ready line
-	gwReplyBound = 30 * time.Second // one reply, claim or status change
-	gwStopBound  = 20 * time.Second // the gateway's exit after SIGTERM
+	// jobStoreOpenBound ends a wait for the gateway's "job store open" that never comes
+	// (the gateway retries its open for as long as it runs): a failure, not a timing.
+	jobStoreOpenBound = 10 * time.Minute
+	gwReplyBound      = 30 * time.Second // one reply, claim or status change
+	gwStopBound       = 20 * time.Second // the gateway's exit after SIGTERM
 )
 
 // gwHeavyLayers is the slow tagger's layer count in the gateway tests: ~4.4 ms a layer

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -211,6 +212,25 @@ func (p *Proc) Kill() {
 	<-p.exited
 }
 
+// WaitLog waits for the process to log text (logged already, or later): an event the
+// process itself announces, such as the gateway's "job store open". It fails if the
+// process exits first, or when ctx ends.
+func (p *Proc) WaitLog(ctx context.Context, text string) error {
+	seen := p.log.watch(text)
+	if seen == nil {
+		return nil
+	}
+	select {
+	case <-seen:
+	case <-ctx.Done():
+		return fmt.Errorf("%s has not logged %q: %w", p.name, text, ctx.Err())
+	}
+	if !strings.Contains(p.log.String(), text) {
+		return fmt.Errorf("%s exited (%v) before it logged %q", p.name, p.State(), text)
+	}
+	return nil
+}
+
 // Log is the process's log so far (its stderr and stdout lines); with Options.LogFile,
 // what that file holds.
 func (p *Proc) Log() string { return p.log.String() }
@@ -232,6 +252,14 @@ type logSink struct {
 	path   string
 	tee    io.Writer
 	closed bool
+	// watches wait for a text in a write to come (WaitLog); each is closed and dropped
+	// once a write holds its text, or at close.
+	watches []logWatch
+}
+
+type logWatch struct {
+	text string
+	seen chan struct{}
 }
 
 func (l *logSink) Write(b []byte) (int, error) {
@@ -240,6 +268,13 @@ func (l *logSink) Write(b []byte) (int, error) {
 	if l.closed {
 		return 0, errors.New("log closed")
 	}
+	l.watches = slices.DeleteFunc(l.watches, func(w logWatch) bool {
+		if bytes.Contains(b, []byte(w.text)) {
+			close(w.seen)
+			return true
+		}
+		return false
+	})
 	if l.tee != nil {
 		l.tee.Write(b)
 	}
@@ -256,6 +291,32 @@ func (l *logSink) close() {
 	if l.file != nil {
 		l.file.Close()
 	}
+	for _, w := range l.watches {
+		close(w.seen)
+	}
+	l.watches = nil
+}
+
+// watch returns a channel closed once a write (one log record: the binaries write each
+// with one call) holds text, or the log is closed; nil if the log already holds it.
+func (l *logSink) watch(text string) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	have := l.buf.String()
+	if l.path != "" {
+		b, _ := os.ReadFile(l.path)
+		have = string(b)
+	}
+	if strings.Contains(have, text) {
+		return nil
+	}
+	w := logWatch{text: text, seen: make(chan struct{})}
+	if l.closed {
+		close(w.seen)
+	} else {
+		l.watches = append(l.watches, w)
+	}
+	return w.seen
 }
 
 func (l *logSink) String() string {

@@ -144,3 +144,41 @@ func TestLogFile(t *testing.T) {
 		t.Fatalf("file %q (%v), Log %q, tee %q", b, err, p.Log(), teed)
 	}
 }
+
+// WaitLog returns once the process logs the text (at once when it did already), not
+// before, and fails when the process exits without logging it.
+func TestWaitLog(t *testing.T) {
+	for _, file := range []bool{false, true} {
+		o := Options{}
+		if file {
+			o.LogFile = filepath.Join(t.TempDir(), "p.log")
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Stdin = r
+		p := sh(t, `echo first >&2; read x; echo "job store open" >&2; read y`, o)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := p.WaitLog(ctx, "first"); err != nil {
+			t.Fatal(err)
+		}
+		over, stop := context.WithCancel(ctx)
+		stop()
+		if err := p.WaitLog(over, "job store open"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("file %v: WaitLog before the process logged the text: %v, want its context's end", file, err)
+		}
+		got := make(chan error, 1)
+		go func() { got <- p.WaitLog(ctx, "job store open") }()
+		w.Write([]byte("go\n"))
+		if err := <-got; err != nil {
+			t.Fatalf("file %v: %v", file, err)
+		}
+		w.Close()
+		r.Close()
+		if err := p.WaitLog(ctx, "never written"); err == nil || !strings.Contains(err.Error(), "exited") {
+			t.Fatalf("file %v: WaitLog after the exit: %v, want exited", file, err)
+		}
+	}
+}
