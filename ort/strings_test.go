@@ -55,6 +55,21 @@ func (c *child) testStrings(t *testing.T) {
 		wantTensor(t, got["y"], []int64{}, []string{"only one"})
 	}
 
+	// StringNormalizer (as ONNX's node tests test_strnormalizer_*): the output has fewer
+	// strings than the input (a stopword dropped), its shape fixed in the model or open.
+	for _, out := range [][]any{{3}, {"M"}} {
+		g = onnxgen.NewGraph("string_normalizer")
+		g.AddInput("x", onnxgen.String, 4)
+		g.AddOutput("y", onnxgen.String, out...)
+		g.AddNode("StringNormalizer", []string{"x"}, []string{"y"}, onnxgen.AttrString("case_change_action", "NONE"),
+			onnxgen.AttrInt("is_case_sensitive", 1), onnxgen.AttrStrings("stopwords", "monday"), onnxgen.AttrString("locale", "C.UTF-8"))
+		s = c.session(t, write("string_normalizer", g), ort.SessionConfig{})
+		for range 2 {
+			got = outputsByName(t, s, []ort.Tensor{{Name: "x", Shape: []int64{4}, Data: []string{"monday", "tuesday", "wednesday", "thursday"}}})
+			wantTensor(t, got["y"], []int64{3}, []string{"tuesday", "wednesday", "thursday"})
+		}
+	}
+
 	s = c.session(t, write("id_string_dyn", onnxgen.IdentityGraph(onnxgen.String, "N")), ort.SessionConfig{})
 	_, err := s.Run(context.Background(), []ort.Tensor{{Name: "x", Shape: []int64{2}, Data: []string{"ok", "a\x00b"}}})
 	if codec.CodeOf(err) != codec.CodeBadRequest || !strings.Contains(err.Error(), "NUL") {

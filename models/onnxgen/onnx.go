@@ -81,14 +81,15 @@ const (
 	nodeOpType    = 4
 	nodeAttribute = 5
 	// AttributeProto
-	attrName   = 1
-	attrF      = 2
-	attrI      = 3
-	attrS      = 4
-	attrT      = 5
-	attrFloats = 7
-	attrInts   = 8
-	attrType   = 20
+	attrName    = 1
+	attrF       = 2
+	attrI       = 3
+	attrS       = 4
+	attrT       = 5
+	attrFloats  = 7
+	attrInts    = 8
+	attrStrings = 9
+	attrType    = 20
 	// TensorProto
 	tensorDims     = 1
 	tensorDataType = 2
@@ -111,12 +112,13 @@ const (
 
 // AttributeProto.AttributeType values.
 const (
-	attrTypeFloat  = 1
-	attrTypeInt    = 2
-	attrTypeString = 3
-	attrTypeTensor = 4
-	attrTypeFloats = 6
-	attrTypeInts   = 7
+	attrTypeFloat   = 1
+	attrTypeInt     = 2
+	attrTypeString  = 3
+	attrTypeTensor  = 4
+	attrTypeFloats  = 6
+	attrTypeInts    = 7
+	attrTypeStrings = 8
 )
 
 // Tensor is a constant tensor: a graph initializer or a TENSOR attribute.
@@ -170,6 +172,7 @@ type Attr struct {
 	t      *Tensor
 	floats []float32
 	ints   []int64
+	strs   []string
 }
 
 // AttrFloat is a FLOAT attribute.
@@ -189,6 +192,11 @@ func AttrFloats(name string, v ...float32) Attr {
 // AttrInts is an INTS attribute (e.g. kernel_shape, axes, perm).
 func AttrInts(name string, v ...int64) Attr {
 	return Attr{name: name, typ: attrTypeInts, ints: append([]int64(nil), v...)}
+}
+
+// AttrStrings is a STRINGS attribute (e.g. StringNormalizer's stopwords).
+func AttrStrings(name string, v ...string) Attr {
+	return Attr{name: name, typ: attrTypeStrings, strs: append([]string(nil), v...)}
 }
 
 // AttrTensor is a TENSOR attribute (e.g. Constant's value).
@@ -452,6 +460,10 @@ func encodeAttr(a Attr) []byte {
 	case attrTypeInts:
 		for _, i := range a.ints {
 			b = appendVarint(b, attrInts, uint64(i))
+		}
+	case attrTypeStrings:
+		for _, s := range a.strs {
+			b = appendString(b, attrStrings, s)
 		}
 	}
 	b = appendVarint(b, attrType, uint64(a.typ))
