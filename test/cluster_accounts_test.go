@@ -108,7 +108,7 @@ func TestAccountOwners(t *testing.T) {
 	gw.SetOrder("classes", "interactive", "batch")
 	gw.SetOrder("pools", "cpu")
 	gw.SetOrder("models", gwTagger, gwSlow)
-	launchGateway(t, writeConfigFile(t, filepath.Join(gwDir, "gateway.toml"), gw), false, "ORTBUS_NATS_PASSWORD="+sec["gateway"])
+	g := launchGateway(t, writeConfigFile(t, filepath.Join(gwDir, "gateway.toml"), gw), false, "ORTBUS_NATS_PASSWORD="+sec["gateway"])
 
 	app1 := clusterConnect(t, node.URL, sec, "app1", tc.CA)
 	app2 := clusterConnect(t, node.URL, sec, "app2", tc.CA)
@@ -160,10 +160,10 @@ func TestAccountOwners(t *testing.T) {
 		// app1 does, and both are their own jobs; neither learns of the other's.
 		const job = "app1-job"
 		app1Key, app2Key := jobs.Key("account:APP1", job), jobs.Key("account:APP2", job)
-		checkFor(t, "the job store open", 2*gwReplyBound, pollEvery, func() error {
-			_, err := c2.SubmitJob(ctx, &codec.JobSubmit{Job: job, Op: "tag", Model: gwTagger, Items: []string{red}})
-			return err
-		})
+		g.awaitJobStore(t)
+		if _, err := c2.SubmitJob(ctx, &codec.JobSubmit{Job: job, Op: "tag", Model: gwTagger, Items: []string{red}}); err != nil {
+			t.Fatalf("app2: submit once the store is open: %v", err)
+		}
 		if st, err := c2.WatchJob(ctx, job, 20*time.Millisecond, nil); err != nil || st.State != codec.JobDone || st.Total != 1 || st.Job != job {
 			t.Fatalf("app2's job %s: %+v, %v; want its 1 item done", job, st, err)
 		}

@@ -182,11 +182,7 @@ func TestClusterMultiHost(t *testing.T) {
 		// the replicated streams: on a loaded 2-core machine that took 30 s and more (one
 		// open attempt's bound), so the test waits for the gateway to say so, not for a
 		// budget; jobStoreOpenBound only ends a test whose gateway never does.
-		open, stop := context.WithTimeout(context.Background(), jobStoreOpenBound)
-		defer stop()
-		if err := g.lp.WaitLog(open, "job store open"); err != nil {
-			t.Fatalf("%v; gateway log:\n%s", err, g.log())
-		}
+		g.awaitJobStore(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 4*gwReplyBound)
 		defer cancel()
 		sub, err := c.SubmitJob(ctx, &codec.JobSubmit{Job: "cluster", Op: "tag", Model: gwTagger, Items: []string{clientRed, clientRed, clientRed}})

@@ -199,16 +199,13 @@ func TestDashboardMatchesMetrics(t *testing.T) {
 	if err := g.NC.Publish("ortbus.v1.tag", b); err != nil {
 		t.Fatal(err)
 	}
-	// The job store opens in the background: submit once it answers.
-	var job string
-	checkFor(t, "the job store open", gwReplyBound, pollEvery, func() error {
-		sub, err := c.SubmitJob(ctx, &codec.JobSubmit{Op: "tag", Model: gwTagger, Items: []string{img}})
-		if err != nil {
-			return err
-		}
-		job = sub.Job
-		return nil
-	})
+	// The job store opens in the background: submit once the gateway says it is open.
+	g.awaitJobStore(t)
+	sub, err := c.SubmitJob(ctx, &codec.JobSubmit{Op: "tag", Model: gwTagger, Items: []string{img}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := sub.Job
 	if st, err := c.WatchJob(ctx, job, 50*time.Millisecond, nil); err != nil || st.State != codec.JobDone {
 		t.Fatalf("job %s: %+v, %v", job, st, err)
 	}

@@ -35,10 +35,7 @@ func TestJobSubmitRefusals(t *testing.T) {
 
 	c := jobClient(t, g)
 	ctx := context.Background()
-	checkFor(t, "the job store open", 2*gwReplyBound, pollEvery, func() error {
-		_, err := c.ListJobs(ctx)
-		return err
-	})
+	g.awaitJobStore(t)
 	_, err := c.SubmitJob(ctx, &codec.JobSubmit{Op: "tag", Items: []string{red, outside}})
 	wantCode(t, "a submit with an item outside allowed_roots", err, codec.CodeForbiddenPath)
 	if ce := (*codec.Error)(nil); !errors.As(err, &ce) || fmt.Sprint(ce.Details["item"]) != "1" {

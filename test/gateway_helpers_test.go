@@ -259,6 +259,17 @@ func (g *gatewayProc) awaitReady(t testing.TB) {
 	}
 }
 
+// awaitJobStore waits for the gateway to log that its job store is open (it retries
+// the open in the background until JetStream is ready), failing t if it never does.
+func (g *gatewayProc) awaitJobStore(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), jobStoreOpenBound)
+	defer cancel()
+	if err := g.lp.WaitLog(ctx, "job store open"); err != nil {
+		t.Fatalf("%v; gateway log:\n%s", err, g.log())
+	}
+}
+
 // connect connects g.NC, named name, to the NATS URL of the ready line; the caller closes it.
 func (g *gatewayProc) connect(t testing.TB, name string) {
 	t.Helper()

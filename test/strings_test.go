@@ -27,6 +27,14 @@ func TestInferStringsAndOpenHalves(t *testing.T) {
 	root, spool := pool.root, pool.spool
 	pool.add(t, "id-string", onnxgen.IdentityGraph(onnxgen.String, 2, 3))
 	pool.add(t, "id-string-dyn", onnxgen.IdentityGraph(onnxgen.String, "N"))
+	// StringNormalizer, as ONNX's node tests test_strnormalizer_*: fewer strings out than
+	// in (a stopword dropped), the output's shape fixed in the model.
+	norm := onnxgen.NewGraph("strnorm")
+	norm.AddInput("x", onnxgen.String, 4)
+	norm.AddOutput("y", onnxgen.String, 3)
+	norm.AddNode("StringNormalizer", []string{"x"}, []string{"y"}, onnxgen.AttrString("case_change_action", "NONE"),
+		onnxgen.AttrInt("is_case_sensitive", 1), onnxgen.AttrStrings("stopwords", "monday"), onnxgen.AttrString("locale", "C.UTF-8"))
+	pool.add(t, "strnorm", norm)
 	pool.add(t, "cast-float16-dyn", onnxgen.CastGraph(onnxgen.Float, onnxgen.Float16, "N", 3))
 	pool.add(t, "cast-bfloat16-dyn", onnxgen.CastGraph(onnxgen.Float, onnxgen.BFloat16, "N", 3))
 	g, _ := pool.start(t, "strs", testenv.RuntimeLib(t, "1.30.0"))
@@ -46,6 +54,10 @@ func TestInferStringsAndOpenHalves(t *testing.T) {
 	sameTensor(t, "id-string inline y", infer(codec.Request{Model: "id-string", Inputs: map[string]*codec.Tensor{"x": x}}).Outputs["y"], x)
 	xd := &codec.Tensor{Type: "string", Shape: []int64{4}, Strings: []string{"one", "", "three", "𝄞"}}
 	sameTensor(t, "id-string-dyn inline y", infer(codec.Request{Model: "id-string-dyn", Inputs: map[string]*codec.Tensor{"x": xd}}).Outputs["y"], xd)
+
+	days := &codec.Tensor{Type: "string", Shape: []int64{4}, Strings: []string{"monday", "tuesday", "wednesday", "thursday"}}
+	kept := &codec.Tensor{Type: "string", Shape: []int64{3}, Strings: []string{"tuesday", "wednesday", "thursday"}}
+	sameTensor(t, "strnorm inline y", infer(codec.Request{Model: "strnorm", Inputs: map[string]*codec.Tensor{"x": days}}).Outputs["y"], kept)
 
 	// JSON: the data is an array of strings both ways.
 	msg := nats.NewMsg("ortbus.v1.infer")
@@ -81,6 +93,12 @@ func TestInferStringsAndOpenHalves(t *testing.T) {
 		t.Fatalf("by path: %+v", rep)
 	}
 	sameTensor(t, "id-string by path y", readNPY(t, filepath.Join(out, "y.npy")), x)
+	outNorm := filepath.Join(spool, "strnorm")
+	if err := os.Mkdir(outNorm, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rep = infer(codec.Request{Model: "strnorm", Inputs: map[string]*codec.Tensor{"x": days}, OutputDir: outNorm})
+	sameTensor(t, "strnorm by path y", readNPY(t, filepath.Join(outNorm, "y.npy")), kept)
 
 	// A NUL byte cannot reach ONNX Runtime (a C string): bad_request, not a cut string.
 	ctx, cancel := context.WithTimeout(context.Background(), gwReplyBound)
