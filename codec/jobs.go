@@ -2,6 +2,7 @@ package codec
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -31,6 +32,11 @@ type JobSubmit struct {
 	// Anytime: the job's items run outside [jobs] windows too (the quiet hours hold only
 	// the other jobs).
 	Anytime bool `msgpack:"anytime,omitempty" json:"anytime,omitempty"`
+	// Skipped and SkippedTotal: what a client that walked its directories itself (the
+	// CLI) left out of items, with the reasons, kept with the job for job.status. Only
+	// with items; at most MaxJobSkipsListed, each a reason of JobSkipReasons.
+	Skipped      []JobSkip `msgpack:"skipped,omitempty" json:"skipped,omitempty"`
+	SkippedTotal int       `msgpack:"skipped_total,omitempty" json:"skipped_total,omitempty"`
 }
 
 // JobDir names a directory whose images are the job's items.
@@ -42,11 +48,43 @@ type JobDir struct {
 	Recursive bool   `msgpack:"recursive,omitempty" json:"recursive,omitempty"`
 }
 
-// JobSubmitReply answers job.submit.
+// JobSubmitReply answers job.submit. Skipped lists the files of a directory submit that
+// are not items (at most MaxJobSkipsListed of them; SkippedTotal counts them all), each
+// with its reason: nothing is left out silently.
 type JobSubmitReply struct {
-	Job   string `msgpack:"job" json:"job"`
-	Total int    `msgpack:"total" json:"total"`
+	Job          string    `msgpack:"job" json:"job"`
+	Total        int       `msgpack:"total" json:"total"`
+	Skipped      []JobSkip `msgpack:"skipped,omitempty" json:"skipped,omitempty"`
+	SkippedTotal int       `msgpack:"skipped_total,omitempty" json:"skipped_total,omitempty"`
 }
+
+// JobSkip is one entry of a directory that a job left out, and why (a JobSkip* reason).
+type JobSkip struct {
+	Path   string `msgpack:"path" json:"path"`
+	Reason string `msgpack:"reason" json:"reason"`
+}
+
+// The reasons of a JobSkip.
+const (
+	// JobSkipDirectory: a subdirectory, and the submit was not recursive.
+	JobSkipDirectory = "directory_not_recursive"
+	// JobSkipNotImage: its content is no image format the workers load.
+	JobSkipNotImage = "not_an_image"
+	// JobSkipGlob: its name does not match the submit's glob.
+	JobSkipGlob = "glob_mismatch"
+	// JobSkipSymlink: a symlink (a walk follows none).
+	JobSkipSymlink = "symlink"
+	// JobSkipNotRegular: a FIFO, socket or device.
+	JobSkipNotRegular = "not_a_regular_file"
+	// JobSkipUnreadable: it could not be opened or read (permissions, gone meanwhile).
+	JobSkipUnreadable = "unreadable"
+)
+
+// JobSkipReasons are the reasons a JobSkip may give.
+var JobSkipReasons = []string{JobSkipDirectory, JobSkipNotImage, JobSkipGlob, JobSkipSymlink, JobSkipNotRegular, JobSkipUnreadable}
+
+// MaxJobSkipsListed bounds the JobSkip entries a reply or a job's record lists.
+const MaxJobSkipsListed = 256
 
 // JobRef names a job (job.status, job.cancel, job.pause, job.resume).
 type JobRef struct {
@@ -78,6 +116,7 @@ type JobStatus struct {
 	Op            string  `msgpack:"op" json:"op"`
 	Model         string  `msgpack:"model,omitempty" json:"model,omitempty"`
 	Class         string  `msgpack:"class" json:"class"`
+	Pool          string  `msgpack:"pool,omitempty" json:"pool,omitempty"`
 	Total         int     `msgpack:"total" json:"total"`
 	Done          int     `msgpack:"done" json:"done"`
 	Failed        int     `msgpack:"failed" json:"failed"`
@@ -94,6 +133,14 @@ type JobStatus struct {
 	// running (a result or an error): cached + computed = done + failed.
 	Cached   int `msgpack:"cached" json:"cached"`
 	Computed int `msgpack:"computed" json:"computed"`
+	// Skipped and SkippedTotal: the files of its directory the job left out, as its
+	// submit answered them.
+	Skipped      []JobSkip `msgpack:"skipped,omitempty" json:"skipped,omitempty"`
+	SkippedTotal int       `msgpack:"skipped_total,omitempty" json:"skipped_total,omitempty"`
+	// Waiting says why a running job's items wait with none running: no pool it may
+	// use can serve (each pool's error: runtime_missing, no live worker), or the class
+	// is paused. Absent while items run, or when there is no reason to tell.
+	Waiting *Error `msgpack:"waiting,omitempty" json:"waiting,omitempty"`
 }
 
 // Finished reports whether the job will change no more.
@@ -203,6 +250,33 @@ func (s *JobSubmit) Validate() error {
 	if s.Options != nil {
 		if err := s.Options.Validate(); err != nil {
 			return err
+		}
+	}
+	return s.validateSkipped()
+}
+
+// validateSkipped checks a client's list of what it left out: bounded, each path a
+// path, each reason a known one, the total no less than the list.
+func (s *JobSubmit) validateSkipped() error {
+	bad := badField
+	if len(s.Skipped) == 0 && s.SkippedTotal == 0 {
+		return nil
+	}
+	if s.Dir != nil {
+		return badField("skipped", "only with items: a directory's skipped entries are the gateway's to list")
+	}
+	if len(s.Skipped) > MaxJobSkipsListed || s.SkippedTotal < len(s.Skipped) || s.SkippedTotal > 1<<30 {
+		return bad("skipped", "%d entries listed of skipped_total %d: at most %d, and no more than the total", len(s.Skipped), s.SkippedTotal, MaxJobSkipsListed)
+	}
+	for i, k := range s.Skipped {
+		if k.Path == "" {
+			return bad("skipped", "entry %d has no path", i)
+		}
+		if err := checkPaths(field{"skipped", k.Path}); err != nil {
+			return err
+		}
+		if !slices.Contains(JobSkipReasons, k.Reason) {
+			return bad("skipped", "entry %d: unknown reason %q (reasons: %s)", i, k.Reason, strings.Join(JobSkipReasons, ", "))
 		}
 	}
 	return nil

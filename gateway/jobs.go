@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +62,9 @@ type jobService struct {
 	cache  *cacheService                     // answers items from the result cache
 	pauses *pauses                           // batch paused: no new items
 	live   func(pool string) []health.Worker // the tracker's live workers of a pool
+	// poolInfo is the supervisor's word on a local pool: crash-looping, or failed for
+	// good (runtime_missing, ...).
+	poolInfo func(pool string) (crashLooping bool, failed *codec.Error)
 }
 
 // get returns the store, or the error to answer while there is none.
@@ -382,9 +387,17 @@ func (j *jobService) op(ctx context.Context, s *jobs.Store, op string, data []by
 		case subjects.OpJobPause, subjects.OpJobResume:
 			return s.Pause(ctx, ref.Job, tenant, op == subjects.OpJobPause)
 		}
-		return s.Status(ctx, ref.Job, tenant)
+		st, e := s.Status(ctx, ref.Job, tenant)
+		j.explainWaiting(st)
+		return st, e
 	case subjects.OpJobList:
-		return s.List(ctx, tenant)
+		l, e := s.List(ctx, tenant)
+		if l != nil {
+			for i := range l.Jobs {
+				j.explainWaiting(&l.Jobs[i])
+			}
+		}
+		return l, e
 	case subjects.OpJobResults:
 		var req codec.JobResultsRequest
 		if err := decodeChecked(data, &req, asJSON, func() error { return codec.CheckJobID(req.Job) }); err != nil {
@@ -442,16 +455,79 @@ func (j *jobService) spec(req *codec.JobSubmit) (*jobs.Record, []string, *codec.
 				return nil, nil, codec.AsError(err).With("item", i)
 			}
 		}
+		// What the client's own walk left out (codec checked it: bounded, known reasons)
+		// is kept for job.status as it said it; it names no file the job reads.
+		rec.Skipped, rec.SkippedTotal = req.Skipped, req.SkippedTotal
 		return rec, req.Items, nil
 	}
-	paths, e := jobs.ExpandAllowed(policy, *req.Dir, c.Jobs.MaxItems)
+	l, e := jobs.ExpandAllowed(policy, *req.Dir, c.Jobs.MaxItems)
 	if e != nil {
 		return nil, nil, e
 	}
-	if len(paths) == 0 {
-		return nil, nil, codec.Errorf(codec.CodeBadRequest, "%s holds no images", req.Dir.Path).With("field", "dir")
+	if len(l.Items) == 0 {
+		e := codec.Errorf(codec.CodeBadRequest, "%s holds no images (%d entries left out%s)", req.Dir.Path, l.SkippedTotal, skipHint(l)).With("field", "dir")
+		if len(l.Skipped) > 0 {
+			e = e.With("skipped", l.Skipped)
+		}
+		return nil, nil, e
 	}
-	return rec, paths, nil
+	rec.Skipped, rec.SkippedTotal = l.Skipped, l.SkippedTotal
+	return rec, l.Items, nil
+}
+
+// explainWaiting sets st.Waiting when a running job has items left and none running,
+// and no pool it may use has a live worker: its items are not fetched (capacity counts
+// live workers), so the job would wait mute. It says why per pool — the supervisor's
+// failure (runtime_missing, ...), crash-looping, or no live worker — with the failure's
+// own code for a chain of one, as a plain request's answer would be (route.go, waiting).
+func (j *jobService) explainWaiting(st *codec.JobStatus) {
+	if st == nil || st.State != codec.JobRunning || st.Running > 0 || st.Done+st.Failed >= st.Total || j.live == nil {
+		return
+	}
+	probe := &pending{op: st.Op}
+	probe.req.Model, probe.req.Class, probe.req.Pool = st.Model, st.Class, st.Pool
+	pools, e := resolve(j.conf(), probe)
+	if e != nil {
+		st.Waiting = e // the config changed under the job: its class or pool is gone
+		return
+	}
+	var why []string
+	var failed *codec.Error
+	for _, pool := range pools {
+		if len(j.live(pool)) > 0 {
+			return // its items run as soon as the consumer fetches them
+		}
+		reason := "no live worker"
+		if j.poolInfo != nil {
+			switch looping, pe := j.poolInfo(pool); {
+			case pe != nil:
+				reason = fmt.Sprintf("%s: %s", pe.Code, pe.Message)
+				if failed == nil {
+					failed = pe
+				}
+			case looping:
+				reason = "crash-looping (its workers keep exiting; see ortbus status)"
+			}
+		}
+		why = append(why, pool+": "+reason)
+	}
+	code := codec.CodeNoWorker
+	if failed != nil && len(pools) == 1 {
+		code = failed.Code
+	}
+	st.Waiting = codec.Errorf(code, "no pool of class %s can run the job's items now: %s", st.Class, strings.Join(why, "; ")).
+		With("pools", pools).With("reasons", why)
+}
+
+// skipHint is what an empty directory's answer adds when its subdirectories were all
+// that held anything: the flag that would take them.
+func skipHint(l jobs.Listing) string {
+	for _, s := range l.Skipped {
+		if s.Reason == codec.JobSkipDirectory {
+			return "; its subdirectories are listed only with recursive (--recursive)"
+		}
+	}
+	return ""
 }
 
 // incremental refuses an incremental job this gateway cannot answer from the result

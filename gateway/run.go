@@ -195,6 +195,7 @@ func (g *Gateway) connected(nc *nats.Conn, tracker *health.Tracker, bin, url str
 	g.cache = newCacheService(c, conf, g.log, d, tracker.Workers, g.metrics.reg)
 	j := g.jobs
 	j.conf, j.log, j.nc, j.d, j.cache, j.pauses, j.live = conf, g.log, nc, d, g.cache, g.pauses, tracker.Live
+	j.poolInfo = g.supervisor.poolInfo
 	g.metrics.reg.MustRegister(&stateCollector{conf: conf, d: d, budget: g.budget, tracker: tracker, supervisor: g.supervisor, jobs: j}, deviceCollector{conf: conf, budget: g.budget, gates: g.gates})
 	return nil
 }

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,8 +14,21 @@ import (
 	"github.com/ortbus/ortbus/images"
 )
 
-// imageExts are the file extensions a directory walk takes when no glob is given.
-var imageExts = map[string]bool{".png": true, ".jpg": true, ".jpeg": true, ".webp": true, ".gif": true, ".bmp": true}
+// Listing is what a directory walk found: the items, sorted, and the entries it left out,
+// each with its reason (at most codec.MaxJobSkipsListed listed; SkippedTotal counts all).
+type Listing struct {
+	Items        []string
+	Skipped      []codec.JobSkip
+	SkippedTotal int
+}
+
+// skip records an entry left out.
+func (l *Listing) skip(path, reason string) {
+	l.SkippedTotal++
+	if len(l.Skipped) < codec.MaxJobSkipsListed {
+		l.Skipped = append(l.Skipped, codec.JobSkip{Path: path, Reason: reason})
+	}
+}
 
 // Test hooks: testHookChecked runs between ExpandAllowed's check of the directory and its
 // opening, testHookEnter before each subdirectory (slash-separated, relative) is read:
@@ -33,20 +47,20 @@ var (
 // subdirectory swapped during the listing out of the directory: either is refused
 // forbidden_path, and nothing outside is listed. Items are named under the directory as
 // resolved by the check.
-func ExpandAllowed(p images.Policy, d codec.JobDir, max int) ([]string, *codec.Error) {
+func ExpandAllowed(p images.Policy, d codec.JobDir, max int) (Listing, *codec.Error) {
 	if e := checkGlob(d.Glob); e != nil {
-		return nil, e
+		return Listing{}, e
 	}
 	resolved, err := p.Check(d.Path)
 	if err != nil {
-		return nil, codec.AsError(err).With("field", "dir.path")
+		return Listing{}, codec.AsError(err).With("field", "dir.path")
 	}
 	if testHookChecked != nil {
 		testHookChecked()
 	}
 	r, err := openAllowed(p.AllowedRoots, resolved)
 	if err != nil {
-		return nil, dirError(d.Path, err, "is outside the allowed roots")
+		return Listing{}, dirError(d.Path, err, "is outside the allowed roots")
 	}
 	defer r.Close()
 	return walk(r, resolved, d, max)
@@ -90,14 +104,15 @@ func escapes(err error) bool {
 
 // Expand lists the images of a directory its caller trusts (the CLI, on its own files;
 // the gateway uses ExpandAllowed), sorted, its subdirectories too when recursive: the
-// regular files whose base name matches glob, or that have an image extension when glob
-// is empty. Symlinks inside are not followed (each item is checked where it is read);
+// regular files whose base name matches glob, or, when glob is empty, whose content is
+// an image format the workers load (images.Sniff: by content, not by name). Every other
+// entry is listed in Skipped with its reason. Symlinks inside are not followed (each item is checked where it is read);
 // the directory itself may be one, and its items are then named under the directory it
 // points to. More than max files is an error. The walk goes through an os.Root at the
 // directory, as ExpandAllowed's does.
-func Expand(d codec.JobDir, max int) ([]string, *codec.Error) {
+func Expand(d codec.JobDir, max int) (Listing, *codec.Error) {
 	if e := checkGlob(d.Glob); e != nil {
-		return nil, e
+		return Listing{}, e
 	}
 	base := d.Path
 	if resolved, err := filepath.EvalSymlinks(d.Path); err == nil {
@@ -105,7 +120,7 @@ func Expand(d codec.JobDir, max int) ([]string, *codec.Error) {
 	}
 	r, err := os.OpenRoot(base)
 	if err != nil {
-		return nil, dirError(d.Path, err, "leads outside the directory")
+		return Listing{}, dirError(d.Path, err, "leads outside the directory")
 	}
 	defer r.Close()
 	return walk(r, base, d, max)
@@ -122,17 +137,19 @@ func checkGlob(glob string) *codec.Error {
 }
 
 // walk lists the images of the tree of r, named under base.
-func walk(r *os.Root, base string, d codec.JobDir, max int) ([]string, *codec.Error) {
-	var out []string
+func walk(r *os.Root, base string, d codec.JobDir, max int) (Listing, *codec.Error) {
+	var l Listing
 	err := fs.WalkDir(dirFS{r}, ".", func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
+		full := filepath.Join(base, filepath.FromSlash(p))
 		if e.IsDir() {
 			if p == "." {
 				return nil
 			}
 			if !d.Recursive {
+				l.skip(full, codec.JobSkipDirectory)
 				return fs.SkipDir
 			}
 			if testHookEnter != nil {
@@ -142,25 +159,18 @@ func walk(r *os.Root, base string, d codec.JobDir, max int) ([]string, *codec.Er
 		}
 		// An entry is typed as listed (lstat): a symlink is neither a directory entered
 		// nor a regular file taken.
-		if !e.Type().IsRegular() {
+		if reason := take(r, p, e, d.Glob); reason != "" {
+			l.skip(full, reason)
 			return nil
 		}
-		name := e.Name()
-		if d.Glob != "" {
-			if ok, _ := filepath.Match(d.Glob, name); !ok {
-				return nil
-			}
-		} else if !imageExts[strings.ToLower(filepath.Ext(name))] {
-			return nil
-		}
-		if len(out) == max {
+		if len(l.Items) == max {
 			return errTooMany
 		}
-		out = append(out, filepath.Join(base, filepath.FromSlash(p)))
+		l.Items = append(l.Items, full)
 		return nil
 	})
 	if errors.Is(err, errTooMany) {
-		return nil, codec.Errorf(codec.CodeBadRequest, "%s holds more than %d images (jobs.max_items)", d.Path, max).With("field", "dir")
+		return Listing{}, codec.Errorf(codec.CodeBadRequest, "%s holds more than %d images (jobs.max_items)", d.Path, max).With("field", "dir")
 	}
 	if err != nil {
 		where := d.Path
@@ -168,9 +178,44 @@ func walk(r *os.Root, base string, d codec.JobDir, max int) ([]string, *codec.Er
 		if errors.As(err, &pe) && fs.ValidPath(pe.Path) {
 			where = filepath.Join(base, filepath.FromSlash(pe.Path))
 		}
-		return nil, dirError(where, err, "leads outside the directory being listed")
+		return Listing{}, dirError(where, err, "leads outside the directory being listed")
 	}
-	return out, nil
+	return l, nil
+}
+
+// take returns "" when the entry p of r is an item, else why not (a codec.JobSkip*
+// reason): a symlink or another non-regular file; with a glob, a name it does not match;
+// without one, content that is no image (its first bytes, read through r without
+// blocking on a file swapped for a FIFO meanwhile).
+func take(r *os.Root, p string, e fs.DirEntry, glob string) string {
+	switch {
+	case e.Type()&fs.ModeSymlink != 0:
+		return codec.JobSkipSymlink
+	case !e.Type().IsRegular():
+		return codec.JobSkipNotRegular
+	case glob != "":
+		if ok, _ := filepath.Match(glob, e.Name()); !ok {
+			return codec.JobSkipGlob
+		}
+		return ""
+	}
+	f, err := r.OpenFile(filepath.FromSlash(p), os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return codec.JobSkipUnreadable
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return codec.JobSkipNotRegular
+	}
+	head := make([]byte, images.SniffLen)
+	n, err := io.ReadFull(f, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return codec.JobSkipUnreadable
+	}
+	if images.Sniff(head[:n]) == "" {
+		return codec.JobSkipNotImage
+	}
+	return ""
 }
 
 var errTooMany = errors.New("too many files")

@@ -23,12 +23,19 @@ func tree(t *testing.T) (p images.Policy, root, lib, outside string) {
 		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(f, nil, 0o644); err != nil {
+		var content []byte // notes.txt: no image
+		if strings.HasSuffix(f, ".png") {
+			content = []byte(pngMagic)
+		}
+		if err := os.WriteFile(f, content, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return images.Policy{AllowedRoots: []string{root}}, root, lib, outside
 }
+
+// pngMagic is the start of a PNG file: what the walk reads to take a file as an image.
+const pngMagic = "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
 
 // swap replaces dir with a symlink to target, as a client with write access inside the
 // root could between a check and its use.
@@ -48,9 +55,9 @@ func hook[T any](t *testing.T, h *T, f T) {
 }
 
 // noneOutside fails if any listed path lies outside root.
-func noneOutside(t *testing.T, got []string, root string) {
+func noneOutside(t *testing.T, got Listing, root string) {
 	t.Helper()
-	for _, p := range got {
+	for _, p := range got.Items {
 		if !strings.HasPrefix(p, root+string(filepath.Separator)) {
 			t.Errorf("listed %s, outside the allowed root %s", p, root)
 		}
@@ -65,7 +72,7 @@ func TestExpandAllowedFollowsNoWayOut(t *testing.T) {
 	os.Symlink(outside, filepath.Join(lib, "out"))
 	os.Symlink(filepath.Join(outside, "secret.png"), filepath.Join(lib, "x.png"))
 	got, e := ExpandAllowed(p, codec.JobDir{Path: lib, Recursive: true}, 100)
-	if want := fmt.Sprint([]string{filepath.Join(lib, "a.png"), filepath.Join(lib, "sub", "b.png")}); e != nil || fmt.Sprint(got) != want {
+	if want := fmt.Sprint([]string{filepath.Join(lib, "a.png"), filepath.Join(lib, "sub", "b.png")}); e != nil || fmt.Sprint(got.Items) != want {
 		t.Fatalf("got %v %v, want %s", got, e, want)
 	}
 	os.Symlink(outside, filepath.Join(root, "away"))
@@ -74,7 +81,7 @@ func TestExpandAllowedFollowsNoWayOut(t *testing.T) {
 	}
 	os.Symlink(lib, filepath.Join(root, "alias"))
 	got, e = ExpandAllowed(p, codec.JobDir{Path: filepath.Join(root, "alias")}, 100)
-	if want := fmt.Sprint([]string{filepath.Join(lib, "a.png")}); e != nil || fmt.Sprint(got) != want {
+	if want := fmt.Sprint([]string{filepath.Join(lib, "a.png")}); e != nil || fmt.Sprint(got.Items) != want {
 		t.Fatalf("a directory linking inside the roots: %v %v, want %s", got, e, want)
 	}
 	if _, e := ExpandAllowed(p, codec.JobDir{Path: filepath.Join(lib, "a.png")}, 100); e == nil || e.Code != codec.CodeBadRequest {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -476,37 +477,61 @@ func TestJobWindows(t *testing.T) {
 	}
 }
 
+// TestExpand: a directory's images are taken by content (a photo without an extension
+// too; a text file named .png not), and every entry left out is listed with its reason:
+// subdirectories without recursive, symlinks, FIFOs, non-images, glob misses.
 func TestExpand(t *testing.T) {
 	dir := t.TempDir()
-	for _, f := range []string{"a.png", "b.JPG", "notes.txt", "sub/c.png", "sub/d.webp"} {
+	for f, content := range map[string]string{"a.png": pngMagic, "b.JPG": "\xff\xd8\xff\xe0\x00\x10JFIF", "notes.txt": "notes",
+		"fake.png": "not an image at all", "IMG_0001": "\xff\xd8\xff\xe1\x00\x10Exif", "sub/c.png": pngMagic,
+		"sub/d.webp": "RIFF\x1a\x00\x00\x00WEBPVP8L", "e.avif": "\x00\x00\x00\x1cftypavif\x00\x00\x00\x00avifmif1miaf"} {
 		p := filepath.Join(dir, f)
 		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, nil, 0o644)
+		os.WriteFile(p, []byte(content), 0o644)
 	}
 	os.Symlink(filepath.Join(dir, "a.png"), filepath.Join(dir, "link.png"))
+	fifo := syscall.Mkfifo(filepath.Join(dir, "pipe.png"), 0o644) == nil
 	rel := func(ps []string) []string {
 		for i, p := range ps {
 			ps[i], _ = filepath.Rel(dir, p)
 		}
 		return ps
 	}
+	skipped := func(l Listing) string {
+		var out []string
+		for _, s := range l.Skipped {
+			r, _ := filepath.Rel(dir, s.Path)
+			out = append(out, r+":"+s.Reason)
+		}
+		return fmt.Sprint(out)
+	}
+	top := "[fake.png:not_an_image link.png:symlink notes.txt:not_an_image"
+	if fifo {
+		top += " pipe.png:not_a_regular_file"
+	}
 	for _, c := range []struct {
-		d    codec.JobDir
-		want string
+		d             codec.JobDir
+		want, skipped string
 	}{
-		{codec.JobDir{Path: dir}, "[a.png b.JPG]"},
-		{codec.JobDir{Path: dir, Recursive: true}, "[a.png b.JPG sub/c.png sub/d.webp]"},
-		{codec.JobDir{Path: dir, Recursive: true, Glob: "*.png"}, "[a.png sub/c.png]"},
+		{codec.JobDir{Path: dir}, "[IMG_0001 a.png b.JPG e.avif]", top + " sub:directory_not_recursive]"},
+		{codec.JobDir{Path: dir, Recursive: true}, "[IMG_0001 a.png b.JPG e.avif sub/c.png sub/d.webp]", top + "]"},
+		{codec.JobDir{Path: dir, Recursive: true, Glob: "*.png"}, "[a.png fake.png sub/c.png]", ""},
 	} {
 		got, e := Expand(c.d, 100)
-		if e != nil || fmt.Sprint(rel(got)) != c.want {
-			t.Errorf("%+v: %v %v, want %s", c.d, got, e, c.want)
+		if e != nil || fmt.Sprint(rel(got.Items)) != c.want {
+			t.Errorf("%+v: %v %v, want %s", c.d, got.Items, e, c.want)
+		}
+		if c.skipped != "" && skipped(got) != c.skipped {
+			t.Errorf("%+v: skipped %s, want %s", c.d, skipped(got), c.skipped)
+		}
+		if got.SkippedTotal != len(got.Skipped) {
+			t.Errorf("%+v: skipped total %d, %d listed", c.d, got.SkippedTotal, len(got.Skipped))
 		}
 	}
 	// A directory given as a symlink is listed, under the directory it points to.
 	link := filepath.Join(t.TempDir(), "lib")
 	os.Symlink(filepath.Join(dir, "sub"), link)
-	if got, e := Expand(codec.JobDir{Path: link}, 100); e != nil || fmt.Sprint(rel(got)) != "[sub/c.png sub/d.webp]" {
+	if got, e := Expand(codec.JobDir{Path: link}, 100); e != nil || fmt.Sprint(rel(got.Items)) != "[sub/c.png sub/d.webp]" {
 		t.Errorf("symlinked dir: %v %v", got, e)
 	}
 	if _, e := Expand(codec.JobDir{Path: dir, Recursive: true}, 3); e == nil || e.Code != codec.CodeBadRequest {
@@ -517,6 +542,21 @@ func TestExpand(t *testing.T) {
 	}
 	if _, e := Expand(codec.JobDir{Path: dir, Glob: "["}, 3); e == nil || e.Code != codec.CodeBadRequest {
 		t.Errorf("bad glob: %v", e)
+	}
+}
+
+// TestExpandSkipsBounded: a directory of many non-images lists at most
+// codec.MaxJobSkipsListed of them, and counts them all.
+func TestExpandSkipsBounded(t *testing.T) {
+	dir := t.TempDir()
+	n := codec.MaxJobSkipsListed + 10
+	for i := range n {
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("n%04d.txt", i)), []byte("text"), 0o644)
+	}
+	os.WriteFile(filepath.Join(dir, "z.png"), []byte(pngMagic), 0o644)
+	got, e := Expand(codec.JobDir{Path: dir}, 100)
+	if e != nil || len(got.Items) != 1 || len(got.Skipped) != codec.MaxJobSkipsListed || got.SkippedTotal != n {
+		t.Fatalf("%d items, %d skipped listed of %d, %v; want 1, %d of %d", len(got.Items), len(got.Skipped), got.SkippedTotal, e, codec.MaxJobSkipsListed, n)
 	}
 }
 

@@ -164,9 +164,9 @@ func (s *Store) status(ctx context.Context, rec *Record, viewer string) (*codec.
 		return nil, storeError("count results", err)
 	}
 	t.mu.Lock()
-	st := &codec.JobStatus{Job: viewID(rec, viewer), Op: rec.Op, Model: rec.Model, Class: rec.Class, Total: rec.Total,
+	st := &codec.JobStatus{Job: viewID(rec, viewer), Op: rec.Op, Model: rec.Model, Class: rec.Class, Pool: rec.Pool, Total: rec.Total,
 		Done: t.done, Failed: t.failed, Redelivered: t.redelivered, StartedUnixMS: rec.Created, State: codec.JobRunning,
-		Cached: t.cached, Computed: t.done + t.failed - t.cached}
+		Cached: t.cached, Computed: t.done + t.failed - t.cached, Skipped: rec.Skipped, SkippedTotal: rec.SkippedTotal}
 	recent, last := slices.Clone(t.recent), t.last
 	t.mu.Unlock()
 	left := rec.Total - st.Done - st.Failed

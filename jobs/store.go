@@ -138,6 +138,11 @@ type Record struct {
 	Paused int64 `json:"paused_unix_ms,omitempty"`
 	// Anytime: its items run outside [jobs] windows too (rule 9).
 	Anytime bool `json:"anytime,omitempty"`
+	// Skipped and SkippedTotal: the entries of a directory submit that are no items, with
+	// their reasons (Listing), kept for job.status. Not part of the job's identity: a
+	// re-submit compares the items, not what was left out.
+	Skipped      []codec.JobSkip `json:"skipped,omitempty"`
+	SkippedTotal int             `json:"skipped_total,omitempty"`
 }
 
 // finished reports whether the job was cancelled or failed: none of its items runs any more.

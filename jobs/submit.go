@@ -110,7 +110,7 @@ func (s *Store) SubmitWith(ctx context.Context, rec *Record, paths []string, pre
 		}
 		return nil, e
 	}
-	return &codec.JobSubmitReply{Job: id, Total: rec.Total}, nil
+	return &codec.JobSubmitReply{Job: id, Total: rec.Total, Skipped: rec.Skipped, SkippedTotal: rec.SkippedTotal}, nil
 }
 
 // publishItems publishes one message per path, in chunks, and waits for each chunk's
@@ -252,6 +252,7 @@ func sameSpec(a, b *Record) bool {
 	x.Incremental, y.Incremental = false, false // how items are answered, not which work
 	x.Anytime, y.Anytime = false, false         // when items run, not which work
 	x.Paused, y.Paused = 0, 0
+	x.Skipped, y.Skipped, x.SkippedTotal, y.SkippedTotal = nil, nil, 0, 0 // what was left out, not the work
 	bx, _ := json.Marshal(&x)
 	by, _ := json.Marshal(&y)
 	return bytes.Equal(bx, by)

@@ -7,12 +7,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -122,19 +122,20 @@ func jobSubmitCmd(args []string) int {
 	if !f.parse(args, -1) {
 		return 2
 	}
-	items, dirs, err := jobItems(f.fs.Args(), *recursive)
+	items, dirs, skipped, err := jobItems(f.fs.Args(), *recursive)
 	if err != nil {
 		return jobFail("submit", err)
 	}
 	if len(items) == 0 {
-		return jobFail("submit", errors.New("no images in "+fmt.Sprint(f.fs.Args())))
+		return jobFail("submit", fmt.Errorf("no images in %v; left out: %s", f.fs.Args(), skipLine(skipped)))
 	}
 	c, err := f.connect(false)
 	if err != nil {
 		return jobFail("submit", err)
 	}
 	defer c.Close()
-	req := &codec.JobSubmit{Job: *id, Op: *op, Model: *model, Class: *class, Pool: *pool, Items: items, Incremental: *incremental, Anytime: *anytime}
+	req := &codec.JobSubmit{Job: *id, Op: *op, Model: *model, Class: *class, Pool: *pool, Items: items, Incremental: *incremental, Anytime: *anytime,
+		Skipped: skipped.Skipped, SkippedTotal: skipped.SkippedTotal}
 	if b, err := codec.Marshal(req); err == nil && int64(len(b)) > c.Conn().MaxPayload()-4096 {
 		// Too many paths for one message: one directory alone is walked by the gateway
 		// instead (the same walk, jobs.Expand, up to jobs.max_items).
@@ -142,7 +143,7 @@ func jobSubmitCmd(args []string) int {
 			return jobFail("submit", fmt.Errorf("%d paths (%d bytes) are over the server's max_payload (%d bytes): submit one directory alone, or fewer paths per job",
 				len(items), len(b), c.Conn().MaxPayload()))
 		}
-		req.Items, req.Dir = nil, &dirs[0]
+		req.Items, req.Dir, req.Skipped, req.SkippedTotal = nil, &dirs[0], nil, 0 // the gateway's walk lists them
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
@@ -155,34 +156,52 @@ func jobSubmitCmd(args []string) int {
 }
 
 // jobItems lists the items of the arguments: a file is an item, a directory's images
-// (jobs.Expand) are items. Paths are made absolute, as the gateway wants them. dirs are
-// the directory arguments.
-func jobItems(args []string, recursive bool) (items []string, dirs []codec.JobDir, err error) {
+// (jobs.Expand: by content) are items. Paths are made absolute, as the gateway wants
+// them. dirs are the directory arguments; skipped what their walks left out, and why.
+func jobItems(args []string, recursive bool) (items []string, dirs []codec.JobDir, skipped jobs.Listing, err error) {
 	for _, a := range args {
 		p, err := filepath.Abs(a)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, skipped, err
 		}
 		fi, err := os.Stat(p)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, skipped, err
 		}
 		if !fi.IsDir() {
 			items = append(items, p)
 			continue
 		}
 		d := codec.JobDir{Path: p, Recursive: recursive}
-		more, e := jobs.Expand(d, config.DefaultJobMaxItems-len(items))
+		l, e := jobs.Expand(d, config.DefaultJobMaxItems-len(items))
 		if e != nil {
-			return nil, nil, e
+			return nil, nil, skipped, e
 		}
-		items = append(items, more...)
+		items = append(items, l.Items...)
 		dirs = append(dirs, d)
+		skipped.SkippedTotal += l.SkippedTotal
+		skipped.Skipped = append(skipped.Skipped, l.Skipped[:min(len(l.Skipped), codec.MaxJobSkipsListed-len(skipped.Skipped))]...)
 	}
 	if len(items) > config.DefaultJobMaxItems {
-		return nil, nil, fmt.Errorf("%d items, over %d", len(items), config.DefaultJobMaxItems)
+		return nil, nil, skipped, fmt.Errorf("%d items, over %d", len(items), config.DefaultJobMaxItems)
 	}
-	return items, dirs, nil
+	return items, dirs, skipped, nil
+}
+
+// skipLine is what a walk left out, in a line: each path and its reason, then how many
+// more.
+func skipLine(l jobs.Listing) string {
+	if l.SkippedTotal == 0 {
+		return "nothing"
+	}
+	var parts []string
+	for _, s := range l.Skipped[:min(len(l.Skipped), 10)] {
+		parts = append(parts, s.Path+" ("+s.Reason+")")
+	}
+	if more := l.SkippedTotal - len(parts); more > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more", more))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // jobRefCmd is status, cancel, pause and resume: one request naming the job, its status
