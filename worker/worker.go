@@ -84,6 +84,7 @@ type Worker struct {
 	onLoading      func(model string) // Options.OnLoading
 	skip           map[string]string  // models not to load, and why (config.SkipModelsEnv)
 	rssBase        int64              // peak RSS before the next model's load
+	peaks          *peakFloors        // the floors of the models' measured peaks (peaks.go)
 	dev            *devMem            // this process's own memory on its device (devmem.go)
 	served, failed atomic.Uint64
 	publishErrors  atomic.Uint64
@@ -112,7 +113,7 @@ func New(opts Options) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: c, pool: p, id: opts.ID, log: opts.Logger, models: newModelSet(), open: models.Open,
+	w := &Worker{cfg: c, pool: p, id: opts.ID, log: opts.Logger, models: newModelSet(), peaks: newPeakFloors(), open: models.Open,
 		start: time.Now(), ready: opts.OnReady, replies: c.NATS.Replies()}
 	if w.id == "" {
 		w.id = p.Name + "-" + nuid.Next()[16:]
@@ -252,7 +253,7 @@ func (w *Worker) loadModel(env models.Env, open opener, mc *config.Model, left i
 		st.LoadMS = time.Since(t0).Milliseconds()
 	}()
 	fault.Check(mc.Dir) // chaos tests only: a native crash while loading
-	rev := w.revision(mc)
+	rev, frev := w.revision(mc), fileRev(mc)
 	// The process's memory on its device before the model is opened: what the model's
 	// sessions, its EP's context and its warm-up runs add to it is the model's (measure).
 	devBefore, devOK := w.dev.now()
@@ -260,7 +261,8 @@ func (w *Worker) loadModel(env models.Env, open opener, mc *config.Model, left i
 	if err != nil {
 		return nil, failedStatus(mc, err)
 	}
-	st = w.measure(m, mc, w.pool, left, limited, devBefore, devOK)
+	// Never below the peak measured at an earlier load of the same files (peaks.go).
+	st = w.peaks.admit(frev, w.measure(m, mc, w.pool, left, limited, devBefore, devOK))
 	if rev != "" && w.revision(mc) == rev {
 		st.Revision = rev // the files did not change while it loaded
 	}
