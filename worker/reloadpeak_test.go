@@ -55,12 +55,8 @@ func TestReloadPeakMeasuredChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := c.Pools["cpu"]
-	w := &Worker{cfg: c, pool: p, id: "cpu-peak", log: slog.New(slog.NewTextHandler(io.Discard, nil)), rt: rt,
-		models: newModelSet(), peaks: newPeakFloors(), start: time.Now(), open: models.Open, dev: newDevMem(p.Device),
-		q: newQueues(p.Classes, p.QueueBound, p.MaxBatch, p.MaxDelay.D())}
-	w.env = models.Env{Runtime: rt, Session: ort.PoolSessionConfig(p, false)}
-	w.rssBase = rssBytes()
-	if err := w.loadModels(w.env, w.open, 0); err != nil {
+	w := wire(c, p, "cpu-peak", slog.New(slog.NewTextHandler(io.Discard, nil)), rt, models.Env{Runtime: rt, Session: ort.PoolSessionConfig(p, false)})
+	if err := w.loader.loadAll(0); err != nil {
 		t.Fatal(err)
 	}
 	first, _ := status(w, "tagger")
@@ -68,7 +64,7 @@ func TestReloadPeakMeasuredChild(t *testing.T) {
 		t.Fatalf("tagger at start-up: %+v, want ready with its RSS peak", first)
 	}
 	reload := func(what string) codec.ModelStatus {
-		st, err := w.loadInPlace(c.Models["tagger"], 0, p.Models)
+		st, err := w.loader.reload(c.Models["tagger"], 0, p.Models)
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
