@@ -24,8 +24,8 @@ import (
 //  1. The bodies are codec messages (WorkerLoad, WorkerUnload; JSON with the JSON
 //     content-type), decoded and validated as any input, a load's table as the config
 //     validates a [models.NAME] table (config.ParseModel); a malformed one is answered
-//     bad_request. Their reply subjects are checked as every message's (checked). Each
-//     must be signed by the gateway that started the worker (codec.WorkerLoad.Sign: the
+//     bad_request. Their reply subjects are checked as every message's (server.checked).
+//     Each must be signed by the gateway that started the worker (codec.WorkerLoad.Sign: the
 //     worker's control key, codec.WorkerKey), and sent after the last one the worker
 //     took (a replay is refused): another is answered bad_request, and a worker without
 //     a key answers unavailable.

@@ -59,7 +59,7 @@ func newLoader(c *config.Config, p *config.Pool, worker string, log *slog.Logger
 	return &loader{cfg: c, pool: p, worker: worker, log: log, env: env, open: models.Open, models: ms, caps: caps, peaks: newPeakFloors(), dev: dev, rssBase: rssBytes()}
 }
 
-// loadModels loads the pool's models in order, each on its own (loadModel), and records
+// loadAll loads the pool's models in order, each on its own (load), and records
 // each one's status. Memory admission: the gateway passes what this worker may use on
 // its device (budget, 0: no limit); the peaks of the ready models are summed as they
 // load. A model whose peak would take the sum over the budget fails alone (overloaded in
@@ -125,7 +125,7 @@ func (l *loader) overBudget(mc *config.Model, st codec.ModelStatus, sum, budget 
 	return fs
 }
 
-// loadModel opens one model and warms it up (measure). It returns the model and its
+// load opens one model and warms it up (measure). It returns the model and its
 // ready status, or nil and a failed status with the load error: an error from open, or
 // a panic in open or in the warm-up, recovered here (counted in the heartbeat's panics),
 // after which the model's sessions are closed. A native crash while loading still ends
@@ -226,7 +226,7 @@ func (l *loader) measure(m models.Model, mc *config.Model, p *config.Pool, left 
 	// The warm-up runs on synthetic inputs (zeros, symbolic dimensions 64), which not
 	// every model accepts (a VAD refuses a sample rate of 0): an error here says nothing
 	// of the inputs it will get, so the model serves all the same, the error kept in its
-	// status. A panic here fails the model (loadModel).
+	// status. A panic here fails the model (load).
 	warmed := true
 	if err := m.Warmup(ctx, 1); err != nil {
 		l.log.Warn("warm-up failed; peak not measured", "model", mc.Name, "err", err)
@@ -288,8 +288,9 @@ func bounded(s string) string {
 
 func mib(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }
 
-// loadInPlace loads mc (rules 3 and 4), placed per order (the pool's models in force),
-// within budget bytes (0: no limit), and returns its status, or the error it failed with.
+// reload loads mc in place (inplace.go, rules 3 and 4), placed per order (the pool's
+// models in force), within budget bytes (0: no limit), and returns its status, or the
+// error it failed with.
 func (l *loader) reload(mc *config.Model, budget int64, order []string) (codec.ModelStatus, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
