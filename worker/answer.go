@@ -22,9 +22,12 @@ import (
 //     its reply went to the client — after the reply, never before.
 //  5. A message that cannot be sent is counted (publish errors) and logged.
 type replier struct {
-	pool, worker, runtime string
-	log                   *slog.Logger
-	models                *modelSet
+	// stamp is the worker's part of each result's Served (pool, worker, runtime), and
+	// claimAs of each claim (worker, pool): who answers, fixed when the worker is wired.
+	stamp   codec.Served
+	claimAs codec.Claim
+	log     *slog.Logger
+	models  *modelSet
 	// nc is the connection the answers go out on: set (connect) before any subscription
 	// hands the worker a message.
 	nc *nats.Conn
@@ -32,8 +35,8 @@ type replier struct {
 	served, failed, publishErrors atomic.Uint64
 }
 
-func newReplier(pool, worker, runtime string, log *slog.Logger, ms *modelSet) *replier {
-	return &replier{pool: pool, worker: worker, runtime: runtime, log: log, models: ms}
+func newReplier(stamp codec.Served, claimAs codec.Claim, log *slog.Logger, ms *modelSet) *replier {
+	return &replier{stamp: stamp, claimAs: claimAs, log: log, models: ms}
 }
 
 // connect sets the connection the answers go out on.
@@ -52,7 +55,9 @@ func (r *replier) claim(j *job, state string, code codec.Code, t *codec.Timing) 
 	if j.claim == "" {
 		return
 	}
-	b, _ := codec.Marshal(&codec.Claim{ID: j.item.ID, Worker: r.worker, Pool: r.pool, Attempt: j.item.Attempt, State: state, Code: code, Timing: t})
+	c := r.claimAs
+	c.ID, c.Attempt, c.State, c.Code, c.Timing = j.item.ID, j.item.Attempt, state, code, t
+	b, _ := codec.Marshal(&c)
 	if err := r.nc.Publish(j.claim, b); err != nil {
 		r.publishFailed("claim", j.item.ID, err)
 	}
@@ -102,7 +107,9 @@ func (r *replier) message(j *job, rep codec.Replier, err error) (*nats.Msg, code
 		return reply.Error(j.msg.Reply, e, j.asJSON), e.Code, nil
 	}
 	s := rep.Meta()
-	s.ID, s.Model, s.Pool, s.Worker, s.Runtime, s.EP = j.item.ID, j.model.Name(), r.pool, r.worker, r.runtime, r.models.execProvider()
+	slotTiming := s.Timing // the slot's; the rest is the worker's (stamp) and the job's
+	*s = r.stamp
+	s.ID, s.Model, s.EP, s.Timing = j.item.ID, j.model.Name(), r.models.execProvider(), slotTiming
 	t0 := time.Now()
 	b, encErr := codec.Encode(rep, j.asJSON)
 	j.trace.step("ortbus.worker.encode", t0, time.Now(), encErr)

@@ -86,7 +86,7 @@ func wire(c *config.Config, p *config.Pool, id string, log *slog.Logger, rt *ort
 	w.dev = newDevMem(p.Device)
 	w.q = newQueues(c.ClassNames(), p.QueueBound, p.MaxBatch, p.MaxDelay.D())
 	w.loader = newLoader(c, p, id, log, env, w.models, w.q, w.dev)
-	w.reply = newReplier(p.Name, id, rt.Version, log, w.models)
+	w.reply = newReplier(codec.Served{Pool: p.Name, Worker: id, Runtime: rt.Version}, codec.Claim{Worker: id, Pool: p.Name}, log, w.models)
 	w.slots = newSlots(p.Slots, w.q, newDecoder(log), w.reply, log)
 	w.serve = &server{cfg: c, pool: p, worker: id, log: log, models: w.models, q: w.q, reply: w.reply, snapshot: w.snapshot, replies: c.NATS.Replies()}
 	w.ctl = newController(id, p.Name, log, w.loader, w.models, w.reply, &w.serve.draining)
