@@ -108,7 +108,10 @@ type ModelStatus struct {
 	PeakBytes   int64  `msgpack:"peak_bytes" json:"peak_bytes"`
 	// PeakSource says where PeakBytes comes from: measured (rss: the growth of the
 	// process's peak resident set; device: the growth of the process's own memory on its
-	// GPU, from before the model's load to after its warm-up runs) or declared.
+	// GPU, from before the model's load to after its warm-up runs) or declared;
+	// rss-kept or device-kept: the largest peak measured of the same files at an earlier
+	// load in the worker, which this load's measurement (a reload's growth, hidden by
+	// reused memory) fell short of.
 	PeakSource string `msgpack:"peak_source,omitempty" json:"peak_source,omitempty"`
 	MaxBatch   int    `msgpack:"max_batch,omitempty" json:"max_batch,omitempty"`
 	// PerItemBytes is the extra memory one more item of a dynamic batch takes (measured

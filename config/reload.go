@@ -22,8 +22,7 @@ type Changes struct {
 	// Added and Removed are pools new in the next config, and pools it no longer has.
 	Added, Removed []string
 	// Changed are the pools present in both whose workers must be replaced, each with
-	// why: its own table changed (threads, ep, workers, device, ...), or its models were
-	// reordered.
+	// why: its own table changed (threads, ep, workers, device, ...).
 	Changed map[string]string
 	// Models are the pools present in both, their own table unchanged, whose models change
 	// in place: loaded, unloaded, or reloaded (a model's table changed, or `ortbus model
@@ -115,9 +114,11 @@ func (c *Changes) String() string {
 // (added, removed, replaced when their own table changed), models (loaded, unloaded and
 // reloaded in place by the workers of the pools that load them: a pool whose only change
 // is its model list, or the table of a model it loads), devices, and of each class its
-// chain, default models, timeouts, min_share and degrade. A pool whose models keep
-// their names but not their order is replaced (its workers' order decides a request
-// without a model); a model it starts loading may go anywhere in its list. Anything else — [nats], [gateway], [health], [security], [jobs], [cache],
+// chain, default models, timeouts, min_share and degrade. A pool's models are compared as
+// a set: an order is not a change (a run-time unload and load of a model puts it last in
+// the list in force, and a reload of the unchanged file must replace nothing), so the
+// same models in another order change nothing, and the workers keep the order they
+// serve in until they restart; a model it starts loading may go anywhere in its list. Anything else — [nats], [gateway], [health], [security], [jobs], [cache],
 // the set of classes, a class's priority or queue (queue_bound, queue_bytes, shed) — is
 // read once at start: Diff refuses it with an error naming each, and the gateway keeps
 // the configuration in force (restart it to apply them).
@@ -168,8 +169,6 @@ func Diff(cur, next *Config) (*Changes, error) {
 			ch.Removed = append(ch.Removed, name)
 		case !reflect.DeepEqual(withoutModels(a), withoutModels(b)):
 			ch.Changed[name] = "pool table changed"
-		case !slices.Equal(kept(a.Models, b.Models), kept(b.Models, a.Models)):
-			ch.Changed[name] = reordered(a.Models, b.Models)
 		default:
 			var mc ModelChanges
 			for _, m := range b.Models {
@@ -193,42 +192,11 @@ func Diff(cur, next *Config) (*Changes, error) {
 	return ch, nil
 }
 
-// kept is the models of a that b has too, in a's order.
-func kept(a, b []string) []string {
-	var out []string
-	for _, m := range a {
-		if slices.Contains(b, m) {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // withoutModels is a copy of p without its model list.
 func withoutModels(p *Pool) Pool {
 	c := *p
 	c.Models = nil
 	return c
-}
-
-// reordered says how a pool's model list changed when the models both lists have are
-// not in the same order: "models reordered", or "models +a -b, reordered".
-func reordered(a, b []string) string {
-	var d []string
-	for _, m := range b {
-		if !slices.Contains(a, m) {
-			d = append(d, "+"+m)
-		}
-	}
-	for _, m := range a {
-		if !slices.Contains(b, m) {
-			d = append(d, "-"+m)
-		}
-	}
-	if len(d) == 0 {
-		return "models reordered"
-	}
-	return "models " + strings.Join(d, " ") + ", reordered"
 }
 
 // union is the names of a and b, sorted, each once.

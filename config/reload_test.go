@@ -90,17 +90,18 @@ env`, 1)
 		len(ch.Changed) != 0 || len(ch.Models["cuda"].Reload) != 1 || ch.InPlace()["cpu"] != "models +det -ccip; model tagger reloaded" {
 		t.Fatalf("det loaded, ccip unloaded, tagger reloaded: %+v %v", ch, err)
 	}
-	// The models kept, reordered: replaced (the order picks a request's default model).
+	// The models kept, reordered: an order is not a change (the workers keep theirs).
 	reorder := strings.Replace(three, `models = ["tagger"]
 env`, `models = ["ccip", "tagger"]
 env`, 1)
-	if ch, err = Diff(base, parse(reorder)); err != nil || ch.Changed["cpu"] != "models reordered" || len(ch.Models) != 0 {
-		t.Fatalf("models reordered: %+v %v", ch, err)
+	if ch, err = Diff(base, parse(reorder)); err != nil || !ch.Empty() || ch.String() != "no change" {
+		t.Fatalf("models reordered: %+v %v, want no change", ch, err)
 	}
+	// Reordered and one added: det loaded in place, nothing replaced.
 	if ch, err = Diff(base, parse(strings.Replace(three, `models = ["tagger"]
 env`, `models = ["ccip", "det", "tagger"]
-env`, 1))); err != nil || ch.Changed["cpu"] != "models +det, reordered" {
-		t.Fatalf("models reordered and one added: %+v %v", ch, err)
+env`, 1))); err != nil || len(ch.Changed) != 0 || !reflect.DeepEqual(ch.Models["cpu"], ModelChanges{Load: []string{"det"}}) {
+		t.Fatalf("models reordered and one added: %+v %v, want det loaded in place", ch, err)
 	}
 	// A pool removed (and its class's chain with it).
 	removed := strings.Replace(good, `chain = ["cuda", "cpu"]`, `chain = ["cpu"]`, 1)
@@ -319,5 +320,44 @@ func TestJobWindows(t *testing.T) {
 		if _, err := Load(write(t, text)); err == nil || !strings.Contains(err.Error(), "jobs.windows") {
 			t.Errorf("window %q: %v, want refused", bad, err)
 		}
+	}
+}
+
+// TestDiffAfterRunTimeModels: `ortbus reload` of the unchanged file after an operator
+// unloaded a model at run time and loaded it again (WithPoolModels, as the gateway's model
+// operations do: the model comes back at the end of each pool's list) changes nothing: the
+// same models in another order replace no pool ("models reordered" restarted both).
+func TestDiffAfterRunTimeModels(t *testing.T) {
+	text := strings.Replace(good, "[pools.cpu]", `[models.ccip]
+kind = "ccip"
+dir = "models/ccip"
+
+[pools.cpu]`, 1)
+	text = strings.Replace(text, `models = ["tagger"]
+env`, `models = ["tagger", "ccip"]
+env`, 1)
+	file, err := Load(write(t, text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := file
+	for _, pool := range []string{"cpu", "cuda"} {
+		ms := cur.Pools[pool].Models
+		if !slices.Contains(ms, "tagger") {
+			t.Fatalf("pool %s does not load tagger: %v", pool, ms)
+		}
+		if cur, err = cur.WithPoolModels(pool, slices.DeleteFunc(slices.Clone(ms), func(m string) bool { return m == "tagger" })); err != nil {
+			t.Fatal(err)
+		}
+		if cur, err = cur.WithPoolModels(pool, append(slices.Clone(cur.Pools[pool].Models), "tagger")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if slices.Equal(cur.Pools["cpu"].Models, file.Pools["cpu"].Models) {
+		t.Fatalf("pool cpu's models %v: the run-time unload and load did not reorder them", cur.Pools["cpu"].Models)
+	}
+	ch, err := Diff(cur, file)
+	if err != nil || !ch.Empty() || len(ch.Pools()) != 0 {
+		t.Fatalf("reload of the unchanged file after a run-time unload and load: %+v (%s) %v, want no change", ch, ch, err)
 	}
 }

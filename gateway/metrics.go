@@ -140,7 +140,7 @@ func (m *metrics) timing(p *pending, pool string, t codec.Timing, model string) 
 
 // servedModel is the model label of p answered by pool: model when known — the one the
 // request named or its class's default for the op, or the worker's reply's Served.Model —
-// else the model pool's workers pick for a request that names none (worker.modelFor:
+// else the model pool's workers pick for a request that names none (worker.modelSet.acquire:
 // the pool's first model, in its order, whose kind serves the op), so that a detect, a
 // segment or a batch tag without a model is not counted under an empty label. A request
 // answered before it reached a pool (pool "") names only its own model, if any. Where the

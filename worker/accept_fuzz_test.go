@@ -2,11 +2,8 @@ package worker
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -63,19 +60,17 @@ dir = "/srv/m"
 	}
 	nc := testenv.InProcessNATS(t)
 	p := c.Pools["cpu"]
-	w := &Worker{cfg: c, pool: p, id: "cpu-unit", log: slog.New(slog.NewTextHandler(io.Discard, nil)), rt: &ort.Runtime{Version: "unit"},
-		models: readySet(echoModel{}), start: time.Now(), nc: nc, replies: c.NATS.Replies(),
-		q: newQueues(p.Classes, p.QueueBound, p.MaxBatch, p.MaxDelay.D())}
+	w := testWorker(c, p.Name, "cpu-unit", nc)
+	serveReady(w.models, echoModel{})
 	return w, nc
 }
 
-// readySet is a model set serving ms, each ready under its own name.
-func readySet(ms ...models.Model) *modelSet {
-	s := newModelSet()
+// serveReady makes each of ms ready in s under its own name (a copy of the same name
+// replaced).
+func serveReady(s *modelSet, ms ...models.Model) {
 	for _, m := range ms {
 		s.serve(m, codec.ModelStatus{Name: m.Name(), Kind: m.Kind(), State: codec.ModelReady, Loaded: true}, nil)
 	}
-	return s
 }
 
 // FuzzAccept drives the worker's work-item handler with arbitrary bodies, msgpack and
@@ -113,9 +108,9 @@ func FuzzAccept(f *testing.F) {
 		// An item without a reply subject is run and answered to nobody (its sender asked
 		// for no answer); it is no bad message.
 		noReply := replyTo == ""
-		valid := noReply || subjects.CheckReply(replyTo, w.replies) == nil
-		panics, bad := guard.Panics(), w.badMessages.Load()
-		w.workHandler("interactive")(m)
+		valid := noReply || subjects.CheckReply(replyTo, w.serve.replies) == nil
+		panics, bad := guard.Panics(), w.serve.badMessages.Load()
+		w.serve.workHandler("interactive")(m)
 		if guard.Panics() != panics {
 			t.Fatal("a panic was recovered")
 		}
@@ -130,11 +125,11 @@ func FuzzAccept(f *testing.F) {
 			if j, found := w.q.cancel(held[0]); !found || j == nil {
 				t.Fatal("queued item not found by its id")
 			} else {
-				w.answer(j, nil, codec.Errorf(codec.CodeCancelled, "cancelled"))
+				w.reply.answer(j, nil, codec.Errorf(codec.CodeCancelled, "cancelled"))
 			}
 			nc.Flush()
 		}
-		if got := w.badMessages.Load() - bad; valid != (got == 0) {
+		if got := w.serve.badMessages.Load() - bad; valid != (got == 0) {
 			t.Fatalf("reply subject %q (valid %v): %d counted bad", replyTo, valid, got)
 		}
 		nReplies := 0

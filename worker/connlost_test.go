@@ -35,9 +35,9 @@ func (m blockModel) Run(ctx context.Context, _ string, items []models.Item) ([]c
 // the running item is cancelled, the queued one dropped, nothing drained.
 func TestServeConnStopsWhenConnectionClosed(t *testing.T) {
 	w, nc := unitWorker(t)
-	w.pool.Slots = 1
+	w.slots.n = 1
 	started := make(chan struct{}, 4)
-	w.models = readySet(blockModel{started: started})
+	serveReady(w.models, blockModel{started: started})
 	ready := make(chan struct{})
 	w.ready = func(*Worker) { close(ready) }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -86,9 +86,9 @@ func TestServeConnStopsWhenConnectionClosed(t *testing.T) {
 // still running) ends the drain at once with ErrConnectionLost, the item cancelled.
 func TestServeConnLostWhileDraining(t *testing.T) {
 	w, nc := unitWorker(t)
-	w.pool.Slots = 1
+	w.slots.n = 1
 	started := make(chan struct{}, 4)
-	w.models = readySet(blockModel{started: started})
+	serveReady(w.models, blockModel{started: started})
 	ready := make(chan struct{})
 	w.ready = func(*Worker) { close(ready) }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -110,7 +110,7 @@ func TestServeConnLostWhileDraining(t *testing.T) {
 	}
 	cancel()
 	// The drain has begun when draining is set (no event says so).
-	for deadline := time.Now().Add(lostBound); !w.draining.Load(); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(lostBound); !w.serve.draining.Load(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the drain did not begin")
 		}

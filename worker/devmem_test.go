@@ -46,7 +46,7 @@ func (d *fakeDev) read(device string, pid int) (int64, bool, error) {
 // its warm-ups (source device), not its RSS; a model that fell back to the CPU EP, or a
 // reader that fails, is measured by its RSS. The figure read last is the heartbeat's.
 func TestMeasureDevicePeak(t *testing.T) {
-	w := &Worker{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := &loader{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	p := &config.Pool{Name: "gpu", Device: "cuda:0", MaxBatch: 4}
 	mc := &config.Model{Name: "a", Kind: "tagger-pixai"}
 

@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,13 +17,15 @@ import (
 
 // Models changed in place: the control verbs load and unload
 // (ortbus.worker.<worker>.load|unload), sent by the gateway that supervises the worker
-// (gateway/reload.go), change the worker's models without a restart. The rules:
+// (gateway/reload.go), change the worker's models without a restart: the controller takes
+// them (the serving side hands it their messages) and has the loader load (loader.go) or
+// the model set drop (modelset.go) the model. The rules:
 //
 //  1. The bodies are codec messages (WorkerLoad, WorkerUnload; JSON with the JSON
 //     content-type), decoded and validated as any input, a load's table as the config
 //     validates a [models.NAME] table (config.ParseModel); a malformed one is answered
-//     bad_request. Their reply subjects are checked as every message's (checked). Each
-//     must be signed by the gateway that started the worker (codec.WorkerLoad.Sign: the
+//     bad_request. Their reply subjects are checked as every message's (server.checked).
+//     Each must be signed by the gateway that started the worker (codec.WorkerLoad.Sign: the
 //     worker's control key, codec.WorkerKey), and sent after the last one the worker
 //     took (a replay is refused): another is answered bad_request, and a worker without
 //     a key answers unavailable.
@@ -49,178 +53,175 @@ type controlBody interface {
 	Sent() int64
 }
 
-// decodeControl decodes m's body into req, validates it and checks that the gateway
-// holding this worker's control key signed it for this worker, lately, after the last
-// one taken (rule 1).
-func (w *Worker) decodeControl(m *nats.Msg, asJSON bool, req controlBody) error {
+// controller takes the load and unload control verbs (the rules above). It owns the key
+// they are checked with, the last one taken (rule 1) and the one load at a time (rule 2).
+type controller struct {
+	worker, pool string
+	log          *slog.Logger
+	loader       *loader
+	models       *modelSet
+	reply        *replier     // counts what cannot be sent
+	draining     *atomic.Bool // the serving side's: a draining worker changes no model
+	// key checks the verbs' signatures (config.ControlKeyEnv: the gateway that started
+	// the worker signs them); without it the worker takes neither.
+	key []byte
+	// last is the send time of the last load or unload taken: a body sent no later is a
+	// replay (rule 1).
+	last atomic.Int64
+
+	mu      sync.Mutex
+	loading string // the model being loaded; "" when none (rule 2)
+}
+
+func newController(worker, pool string, log *slog.Logger, l *loader, ms *modelSet, r *replier, draining *atomic.Bool) *controller {
+	return &controller{worker: worker, pool: pool, log: log, loader: l, models: ms, reply: r, draining: draining}
+}
+
+// verify decodes m's body into req, validates it and checks that the gateway holding
+// this worker's control key signed it for this worker, lately, after the last one taken
+// (rule 1).
+func (c *controller) verify(m *nats.Msg, asJSON bool, req controlBody) error {
 	if err := codec.Decode(m.Data, req, asJSON); err != nil {
 		return err
 	}
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	if err := req.Verify(w.controlKey, w.id, time.Now()); err != nil {
+	if err := req.Verify(c.key, c.worker, time.Now()); err != nil {
 		return err
 	}
 	for {
-		last := w.lastControl.Load()
+		last := c.last.Load()
 		if req.Sent() <= last {
 			return codec.Errorf(codec.CodeBadRequest, "sent_unix_ms %d is not after the last control message taken (%d): a replay", req.Sent(), last).With("field", "sent_unix_ms")
 		}
-		if w.lastControl.CompareAndSwap(last, req.Sent()) {
+		if c.last.CompareAndSwap(last, req.Sent()) {
 			return nil
 		}
 	}
 }
 
-// inplace is the state of the worker's load in place (rule 2).
-type inplace struct {
-	mu      sync.Mutex
-	loading string // the model being loaded; "" when none
-}
-
-// controlModels handles a load or unload control message (verb), on its subscription's
-// goroutine: it never waits for a load or for an unloaded model's requests.
-func (w *Worker) controlModels(nc *nats.Conn, verb string, m *nats.Msg) {
-	asJSON := m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON
-	respond := func(st *codec.ModelStatus, err error) {
+// responder answers a control message m on nc: a model's status, or an error.
+func (c *controller) responder(nc *nats.Conn, verb string, m *nats.Msg, asJSON bool) func(*codec.ModelStatus, error) {
+	return func(st *codec.ModelStatus, err error) {
 		if m.Reply == "" {
 			return
 		}
 		var out *nats.Msg
 		if err != nil {
 			out = reply.Error(m.Reply, codec.AsError(err), asJSON)
+		} else if b, encErr := codec.Encode(st, asJSON); encErr != nil {
+			out = reply.Error(m.Reply, codec.Errorf(codec.CodeInternal, "encode model status: %v", encErr), asJSON)
 		} else {
-			b, encErr := codec.Encode(st, asJSON)
-			if encErr != nil {
-				out = reply.Error(m.Reply, codec.Errorf(codec.CodeInternal, "encode model status: %v", encErr), asJSON)
-			} else {
-				out = reply.Result(m.Reply, b, asJSON)
-			}
+			out = reply.Result(m.Reply, b, asJSON)
 		}
 		if perr := nc.PublishMsg(out); perr != nil {
-			w.publishFailed(verb, "", perr)
+			c.reply.publishFailed(verb, "", perr)
 		}
 	}
-	if w.draining.Load() {
-		respond(nil, codec.Errorf(codec.CodeUnavailable, "worker %s is draining: it changes no model", w.id).With("worker", w.id))
+}
+
+// handle takes a load or unload control message (verb), on its subscription's goroutine:
+// it never waits for a load or for an unloaded model's requests.
+func (c *controller) handle(nc *nats.Conn, verb string, m *nats.Msg) {
+	asJSON := m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON
+	respond := c.responder(nc, verb, m, asJSON)
+	if c.draining.Load() {
+		respond(nil, codec.Errorf(codec.CodeUnavailable, "worker %s is draining: it changes no model", c.worker).With("worker", c.worker))
 		return
 	}
 	switch verb {
 	case subjects.VerbLoad:
 		var req codec.WorkerLoad
-		if err := w.decodeControl(m, asJSON, &req); err != nil {
+		if err := c.verify(m, asJSON, &req); err != nil {
 			respond(nil, err)
 			return
 		}
-		mc, err := config.ParseModel(req.Model, []byte(req.Table))
-		if err != nil {
-			respond(nil, codec.Errorf(codec.CodeBadRequest, "%v", err).With("field", "table"))
-			return
-		}
-		if _, listed := w.models.state(mc.Name); !listed && w.models.len() >= codec.MaxHeartbeatList {
-			respond(nil, codec.Errorf(codec.CodeBadRequest, "worker %s loads %d models already, the most a heartbeat lists", w.id, codec.MaxHeartbeatList))
-			return
-		}
-		if busy := w.beginLoad(mc.Name); busy != "" {
-			respond(nil, codec.Errorf(codec.CodeOverloaded, "worker %s is loading model %s; one load at a time", w.id, busy).With("worker", w.id).With("model", busy))
-			return
-		}
-		go func() {
-			// The load ends (its turn given back) before its answer is sent: a load sent
-			// after the answer is never refused for this one (rule 2).
-			st, err := func() (st codec.ModelStatus, err error) {
-				defer w.endLoad()
-				defer guard.Recover(w.log, "loading model "+mc.Name+" in place", func(e *codec.Error) { st, err = codec.ModelStatus{}, e })
-				return w.loadInPlace(mc, req.BudgetBytes, req.Order)
-			}()
-			respond(&st, err)
-		}()
+		c.load(req, respond)
 	case subjects.VerbUnload:
 		var req codec.WorkerUnload
-		if err := w.decodeControl(m, asJSON, &req); err != nil {
+		if err := c.verify(m, asJSON, &req); err != nil {
 			respond(nil, err)
 			return
 		}
-		// Checked and removed under the load's lock: a load of the model cannot begin
-		// between the two (rule 2).
-		w.inplace.mu.Lock()
-		loading := w.inplace.loading == req.Model
-		var st codec.ModelStatus
-		var old *loaded
-		var found bool
-		if !loading {
-			st, _ = w.models.state(req.Model)
-			old, found = w.models.remove(req.Model)
-		}
-		w.inplace.mu.Unlock()
-		if loading {
-			respond(nil, codec.Errorf(codec.CodeOverloaded, "worker %s is loading model %s: unload it once the load is done", w.id, req.Model).With("worker", w.id).With("model", req.Model))
-			return
-		}
-		if !found {
-			respond(nil, codec.Errorf(codec.CodeUnknownModel, "worker %s does not load model %s", w.id, req.Model).With("worker", w.id).With("model", req.Model))
-			return
-		}
-		w.log.Info("model unloaded; its sessions close once its requests are answered", "model", req.Model)
-		st.State, st.Loaded, st.Error = codec.ModelUnloaded, false, nil
-		if old == nil {
-			respond(&st, nil)
-			return
-		}
-		go func() {
-			<-old.closed
-			respond(&st, nil)
-		}()
+		c.unload(req.Model, respond)
 	}
 }
 
-// beginLoad takes the worker's one load for model, or returns the model whose load runs.
-func (w *Worker) beginLoad(model string) (busy string) {
-	w.inplace.mu.Lock()
-	defer w.inplace.mu.Unlock()
-	if w.inplace.loading != "" {
-		return w.inplace.loading
+// load loads the model of a load body in the background (rules 2 to 4).
+func (c *controller) load(req codec.WorkerLoad, respond func(*codec.ModelStatus, error)) {
+	mc, err := config.ParseModel(req.Model, []byte(req.Table))
+	if err != nil {
+		respond(nil, codec.Errorf(codec.CodeBadRequest, "%v", err).With("field", "table"))
+		return
 	}
-	w.inplace.loading = model
+	if _, listed := c.models.state(mc.Name); !listed && c.models.len() >= codec.MaxHeartbeatList {
+		respond(nil, codec.Errorf(codec.CodeBadRequest, "worker %s loads %d models already, the most a heartbeat lists", c.worker, codec.MaxHeartbeatList))
+		return
+	}
+	if busy := c.begin(mc.Name); busy != "" {
+		respond(nil, codec.Errorf(codec.CodeOverloaded, "worker %s is loading model %s; one load at a time", c.worker, busy).With("worker", c.worker).With("model", busy))
+		return
+	}
+	go func() {
+		// The load ends (its turn given back) before its answer is sent: a load sent
+		// after the answer is never refused for this one (rule 2).
+		st, err := func() (st codec.ModelStatus, err error) {
+			defer c.end()
+			defer guard.Recover(c.log, "loading model "+mc.Name+" in place", func(e *codec.Error) { st, err = codec.ModelStatus{}, e })
+			return c.loader.reload(mc, req.BudgetBytes, req.Order)
+		}()
+		respond(&st, err)
+	}()
+}
+
+// unload takes model out of the set (rule 5), and answers once its sessions closed.
+func (c *controller) unload(model string, respond func(*codec.ModelStatus, error)) {
+	// Checked and removed under the load's lock: a load of the model cannot begin
+	// between the two (rule 2).
+	c.mu.Lock()
+	loading := c.loading == model
+	var st codec.ModelStatus
+	var old *loaded
+	var found bool
+	if !loading {
+		st, _ = c.models.state(model)
+		old, found = c.models.remove(model)
+	}
+	c.mu.Unlock()
+	if loading {
+		respond(nil, codec.Errorf(codec.CodeOverloaded, "worker %s is loading model %s: unload it once the load is done", c.worker, model).With("worker", c.worker).With("model", model))
+		return
+	}
+	if !found {
+		respond(nil, codec.Errorf(codec.CodeUnknownModel, "worker %s does not load model %s", c.worker, model).With("worker", c.worker).With("model", model))
+		return
+	}
+	c.log.Info("model unloaded; its sessions close once its requests are answered", "model", model)
+	st.State, st.Loaded, st.Error = codec.ModelUnloaded, false, nil
+	if old == nil {
+		respond(&st, nil)
+		return
+	}
+	go func() {
+		<-old.closed
+		respond(&st, nil)
+	}()
+}
+
+// begin takes the worker's one load for model, or returns the model whose load runs.
+func (c *controller) begin(model string) (busy string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loading != "" {
+		return c.loading
+	}
+	c.loading = model
 	return ""
 }
 
-func (w *Worker) endLoad() {
-	w.inplace.mu.Lock()
-	w.inplace.loading = ""
-	w.inplace.mu.Unlock()
-}
-
-// loadInPlace loads mc (rules 3 and 4), placed per order (the pool's models in force),
-// within budget bytes (0: no limit), and returns its status, or the error it failed with.
-func (w *Worker) loadInPlace(mc *config.Model, budget int64, order []string) (codec.ModelStatus, error) {
-	serving := w.models.loading(mc.Name, mc.Kind, order)
-	w.log.Info("loading a model in place", "model", mc.Name, "reload", serving, "budget", mib(budget))
-	// What the process holds now is not the model's: its peak is measured from here.
-	w.rssBase = resetPeak()
-	m, st := w.loadModel(w.env, w.open, mc, budget, budget > 0)
-	if m != nil && budget > 0 && st.PeakBytes > budget {
-		closeQuietly(m)
-		m, st = nil, w.overBudget(mc, st, st.PeakBytes, budget)
-	}
-	if m == nil {
-		w.rssBase = hwmBytes()
-		what := "failed to load"
-		if serving {
-			what = "failed to load again (its new copy); the copy loaded before serves on"
-		} else {
-			w.models.fail(st, order)
-		}
-		w.log.Error("model "+what, "model", mc.Name, "code", st.Error.Code, "err", st.Error.Message)
-		return st, codec.Errorf(st.Error.Code, "model %s %s on worker %s: %s", mc.Name, what, w.id, st.Error.Message).
-			With("model", mc.Name).With("worker", w.id).With("pool", w.pool.Name).With("error", st.Error)
-	}
-	w.q.setCap(mc.Name, st.MaxBatch)
-	if old := w.models.serve(m, st, order); old != nil {
-		w.log.Info("model reloaded; its old copy closes once its requests are answered", "model", mc.Name, "load_ms", st.LoadMS)
-	} else {
-		w.log.Info("model loaded in place", "model", mc.Name, "load_ms", st.LoadMS, "peak", mib(st.PeakBytes))
-	}
-	return st, nil
+func (c *controller) end() {
+	c.mu.Lock()
+	c.loading = ""
+	c.mu.Unlock()
 }

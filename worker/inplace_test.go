@@ -129,14 +129,14 @@ func inplaceWorker(t *testing.T, cs *copies, budget int64, slots int, names ...s
 			mc.Memory = b
 		}
 	}
-	w.open, w.controlKey = cs.open, testKey
-	if err := w.loadModels(models.Env{}, cs.open, budget); err != nil {
+	w.ctl.key = testKey
+	if err := loadWith(w, cs.open, budget); err != nil {
 		t.Fatalf("loadModels: %v", err)
 	}
 	var wg sync.WaitGroup
 	for range slots {
 		wg.Add(1)
-		go func() { defer wg.Done(); w.slot(nc) }()
+		go func() { defer wg.Done(); w.slots.slot() }()
 	}
 	t.Cleanup(func() { w.q.close(); wg.Wait() })
 	return w, nc
@@ -172,7 +172,7 @@ func (in *testInbox) next(what string) (string, *nats.Msg, *codec.Error) {
 // item sends one infer item for model; its reply comes as key.
 func (in *testInbox) item(w *Worker, model, key string) {
 	b, _ := codec.Marshal(&codec.WorkItem{Request: codec.Request{ID: key, Model: model, Class: "interactive"}, Op: "infer"})
-	w.accept("interactive", &nats.Msg{Subject: "infer.cpu.interactive", Reply: "_INBOX.ip." + key, Data: b})
+	w.serve.accept("interactive", &nats.Msg{Subject: "infer.cpu.interactive", Reply: "_INBOX.ip." + key, Data: b})
 }
 
 // testKey is the control key of the tests' workers, under which verb signs.
@@ -220,7 +220,7 @@ func (in *testInbox) send(w *Worker, verb string, body any, asJSON bool, key str
 	if asJSON {
 		m.Header.Set(codec.HeaderContentType, codec.ContentTypeJSON)
 	}
-	w.controlModels(in.nc, verb, m)
+	w.ctl.handle(in.nc, verb, m)
 }
 
 // loadBody is a load of model name (kind raw, dir /srv/NAME, declared memory mem).
@@ -282,7 +282,7 @@ func TestModelOverBudgetFailsAlone(t *testing.T) {
 	cs2.mem = map[string]config.Bytes{"huge": 100 << 20}
 	w2, _ := loadWorker(t, "huge")
 	w2.cfg.Models["huge"].Memory = 100 << 20
-	if err := w2.loadModels(models.Env{}, cs2.open, 50<<20); codec.CodeOf(err) != codec.CodeOverloaded || !strings.Contains(err.Error(), "device") {
+	if err := loadWith(w2, cs2.open, 50<<20); codec.CodeOf(err) != codec.CodeOverloaded || !strings.Contains(err.Error(), "device") {
 		t.Errorf("a worker with no model under its budget: %v, want overloaded", err)
 	}
 }
@@ -292,9 +292,9 @@ func TestModelOverBudgetFailsAlone(t *testing.T) {
 // test's next load, sent on that answer, is taken, not refused as "one load at a time".
 func loadTurnFree(t *testing.T, w *Worker, model string) {
 	t.Helper()
-	w.inplace.mu.Lock()
-	busy := w.inplace.loading
-	w.inplace.mu.Unlock()
+	w.ctl.mu.Lock()
+	busy := w.ctl.loading
+	w.ctl.mu.Unlock()
 	if busy != "" {
 		t.Fatalf("answered the load of %s while the worker's load of %s still held its turn", model, busy)
 	}
@@ -432,18 +432,18 @@ func TestLoadInPlace(t *testing.T) {
 	if st, _ := status(w, "a"); st.State != codec.ModelReady {
 		t.Errorf("a after unsigned unloads: %+v, want ready", st)
 	}
-	w.controlKey = nil
+	w.ctl.key = nil
 	in.verb(w, subjects.VerbUnload, &codec.WorkerUnload{Model: "a"}, false, "nokey")
 	if _, _, e := in.next("unload on a worker without a key"); e == nil || e.Code != codec.CodeUnavailable {
 		t.Errorf("a worker without a control key: %+v, want unavailable", e)
 	}
-	w.controlKey = testKey
+	w.ctl.key = testKey
 
 	in.verb(w, subjects.VerbUnload, &codec.WorkerUnload{Model: "nosuch"}, false, "unload-nosuch")
 	if _, _, e := in.next("unload nosuch"); e == nil || e.Code != codec.CodeUnknownModel {
 		t.Errorf("unload of a model the worker does not list: %+v, want unknown_model", e)
 	}
-	w.draining.Store(true)
+	w.serve.draining.Store(true)
 	in.verb(w, subjects.VerbLoad, loadBody(t, "z", 0, 0), false, "draining")
 	if _, _, e := in.next("load while draining"); e == nil || e.Code != codec.CodeUnavailable {
 		t.Errorf("load while draining: %+v, want unavailable", e)

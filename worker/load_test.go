@@ -68,10 +68,16 @@ func loadWorker(t *testing.T, names ...string) (*Worker, *nats.Conn) {
 	}
 	nc := testenv.InProcessNATS(t)
 	p := c.Pools["cpu"]
-	w := &Worker{cfg: c, pool: p, id: "cpu-load", log: slog.New(slog.NewTextHandler(io.Discard, nil)), rt: &ort.Runtime{Version: "unit"},
-		models: newModelSet(), start: time.Now(), nc: nc, replies: c.NATS.Replies(),
-		q: newQueues(p.Classes, p.QueueBound, p.MaxBatch, p.MaxDelay.D())}
+	w := testWorker(c, p.Name, "cpu-load", nc)
 	return w, nc
+}
+
+// testWorker is a worker of pool of c, wired as New wires one, without a runtime (a fake
+// one, version "unit") or models, its answers going out on nc.
+func testWorker(c *config.Config, pool, id string, nc *nats.Conn) *Worker {
+	w := wire(c, c.Pools[pool], id, slog.New(slog.NewTextHandler(io.Discard, nil)), &ort.Runtime{Version: "unit"}, models.Env{})
+	w.reply.connect(nc)
+	return w
 }
 
 // ask sends one infer item to w (model name, "" for the pool's choice) and returns the
@@ -84,7 +90,7 @@ func ask(t *testing.T, w *Worker, nc *nats.Conn, model string) *codec.Error {
 	}
 	defer sub.Unsubscribe()
 	b, _ := codec.Marshal(&codec.WorkItem{Request: codec.Request{ID: "r-" + model, Model: model, Class: "interactive"}, Op: "infer"})
-	w.accept("interactive", &nats.Msg{Subject: "infer.cpu.interactive", Reply: "_INBOX.load.1", Data: b})
+	w.serve.accept("interactive", &nats.Msg{Subject: "infer.cpu.interactive", Reply: "_INBOX.load.1", Data: b})
 	if _, _, held := w.q.counts(); len(held) == 1 {
 		j, _ := w.q.cancel(held[0])
 		j.answered.Store(true)
@@ -128,7 +134,7 @@ func TestModelUnitOfFailure(t *testing.T) {
 		return m, nil
 	}
 	panics := guard.Panics()
-	if err := w.loadModels(models.Env{}, open, 0); err != nil {
+	if err := loadWith(w, open, 0); err != nil {
 		t.Fatalf("loadModels: %v", err)
 	}
 	if got := guard.Panics() - panics; got != 2 {
@@ -203,7 +209,7 @@ func TestEveryModelFailed(t *testing.T) {
 	open := func(_ models.Env, mc *config.Model) (models.Model, error) {
 		return nil, codec.Errorf(codec.CodeFileNotFound, "model %s: model.onnx not found", mc.Name)
 	}
-	if err := w.loadModels(models.Env{}, open, 0); err != nil {
+	if err := loadWith(w, open, 0); err != nil {
 		t.Fatalf("loadModels: %v", err)
 	}
 	if order, failed := w.models.names(); len(order) != 2 || len(failed) != 2 {
@@ -228,4 +234,10 @@ func TestFailedStatusBounded(t *testing.T) {
 	if len(st.Error.Details) != 1 || st.Error.Details["path"] != "/srv/m.onnx" {
 		t.Errorf("details %v, want path alone", st.Error.Details)
 	}
+}
+
+// loadWith loads w's pool's models opened by open, within budget (0: none).
+func loadWith(w *Worker, open opener, budget int64) error {
+	w.loader.open = open
+	return w.loader.loadAll(budget)
 }

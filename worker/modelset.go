@@ -5,24 +5,31 @@ import (
 	"sync"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/models"
 )
 
 // modelSet is the worker's models, with one owner: the serving goroutines look models up
-// in it (modelFor), the heartbeat reads their states (statuses), and the load and unload
-// control verbs change it (inplace.go), each under its lock. Its rules:
+// in it (acquire), the heartbeat reads their states (statuses), and the loader
+// (loader.go: at start-up, and in place for the control verbs) changes it, each under its
+// lock. Its rules:
 //
 //  1. Each model has a state: loading (a load in place of a model it has no copy of),
 //     ready (a copy serves), or failed (with its load error). A model it does not
 //     list is unknown.
-//  2. A job holds the copy it was accepted for from its acceptance (modelFor, which
+//  2. A job holds the copy it was accepted for from its acceptance (acquire, which
 //     counts it in the copy's uses) to its one answer (release). A reload swaps in a
 //     new copy for the jobs accepted from then on; an unload takes the model out of
 //     the set at once (a job accepted from then on is answered unknown_model). Either
 //     retires the old copy, whose jobs run on it and are answered.
 //  3. A retired copy's sessions are closed once its last job is answered, never under a
 //     running ONNX Runtime call: the job of a running call is answered after the call.
+//  4. A request names its model, or the set picks the first ready model, in order, that
+//     serves its op (acquire). A failed model is answered model_unavailable (a model is
+//     the unit of failure): named, or when it is the only model of the set for the op.
 type modelSet struct {
+	pool, worker string // for the answers of acquire
+
 	mu sync.Mutex
 	// order is the models' names in the pool's order: ready, failed and loading ones.
 	order  []string
@@ -42,8 +49,8 @@ type loaded struct {
 	closed  chan struct{} // closed once its sessions are
 }
 
-func newModelSet() *modelSet {
-	return &modelSet{ready: map[string]*loaded{}, failed: map[string]*codec.Error{}, status: map[string]codec.ModelStatus{}}
+func newModelSet(pool, worker string) *modelSet {
+	return &modelSet{pool: pool, worker: worker, ready: map[string]*loaded{}, failed: map[string]*codec.Error{}, status: map[string]codec.ModelStatus{}}
 }
 
 // newLoaded wraps a model just opened.
@@ -233,4 +240,81 @@ func (s *modelSet) closeAll() {
 	for _, l := range all {
 		l.close()
 	}
+}
+
+// acquire picks the model for a request (rule 4): the named one, or the set's first
+// ready model that serves op (or, with no op either, the first ready model and its first
+// op). The copy it returns is held by the request until its answer (rule 2: release).
+func (s *modelSet) acquire(name, op string) (models.Model, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if name != "" {
+		return s.acquireNamed(name, op)
+	}
+	failed := ""
+	for _, n := range s.order {
+		l, ok := s.ready[n]
+		if !ok {
+			if s.failed[n] != nil && failed == "" && (op == "" || kindServes(s.status[n].Kind, op)) {
+				failed = n
+			}
+			continue
+		}
+		if op == "" {
+			l.uses++
+			return l, l.Ops()[0], nil
+		}
+		if slices.Contains(l.Ops(), op) {
+			l.uses++
+			return l, op, nil
+		}
+	}
+	if failed != "" {
+		return nil, "", s.unavailable(failed, s.failed[failed])
+	}
+	return nil, "", codec.Errorf(codec.CodeUnknownOp, "no model of pool %s serves op %q", s.pool, op).With("pool", s.pool)
+}
+
+// acquireNamed is acquire of the model a request names. Under mu.
+func (s *modelSet) acquireNamed(name, op string) (models.Model, string, error) {
+	l, ok := s.ready[name]
+	if !ok {
+		if le := s.failed[name]; le != nil {
+			return nil, "", s.unavailable(name, le)
+		}
+		if st, ok := s.status[name]; ok && st.State == codec.ModelLoading {
+			return nil, "", codec.Errorf(codec.CodeUnknownModel, "model %q is still loading on worker %s", name, s.worker).With("pool", s.pool).With("worker", s.worker)
+		}
+		return nil, "", codec.Errorf(codec.CodeUnknownModel, "model %q is not loaded by pool %s (it has %v)", name, s.pool, s.order).With("pool", s.pool)
+	}
+	if op == "" {
+		op = l.Ops()[0]
+	}
+	if !slices.Contains(l.Ops(), op) {
+		return nil, "", codec.Errorf(codec.CodeUnknownOp, "model %s does not serve op %q (it serves %v)", name, op, l.Ops())
+	}
+	l.uses++
+	return l, op, nil
+}
+
+// kindServes reports whether model kind serves op.
+func kindServes(kind, op string) bool {
+	k, ok := config.KindOf(kind)
+	return ok && slices.Contains(k.Ops, op)
+}
+
+// unavailable is the model_unavailable answer for the failed model name: its load error
+// le in details.error.
+func (s *modelSet) unavailable(name string, le *codec.Error) *codec.Error {
+	if le == nil {
+		le = codec.Errorf(codec.CodeInternal, "unknown load error")
+	}
+	return codec.Errorf(codec.CodeModelUnavailable, "model %s failed to load on worker %s: %s", name, s.worker, le.Message).
+		With("model", name).With("pool", s.pool).With("worker", s.worker).With("error", le)
+}
+
+// closeQuietly closes a model, ignoring its error and any panic.
+func closeQuietly(m models.Model) {
+	defer func() { recover() }()
+	m.Close()
 }

@@ -45,21 +45,21 @@ func (m *gateModel) Run(ctx context.Context, op string, items []models.Item) ([]
 func TestPrepareAhead(t *testing.T) {
 	w, nc := unitWorker(t)
 	m := &gateModel{prepared: map[string]int{}, prepCh: make(chan string, 8), running: make(chan string, 8), release: make(chan struct{}, 8), stop: make(chan struct{})}
-	w.models = readySet(m)
+	serveReady(w.models, m)
 	replies, err := nc.SubscribeSync("_INBOX.ahead.>")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"/srv/a.png", "/srv/b.png"} {
 		b, _ := codec.Marshal(&codec.WorkItem{Request: codec.Request{ID: p[5:6], Path: p, Model: "tagger", Class: "batch"}, Op: "tag"})
-		w.accept("batch", &nats.Msg{Subject: "infer.cpu.batch", Reply: "_INBOX.ahead." + p[5:6], Data: b})
+		w.serve.accept("batch", &nats.Msg{Subject: "infer.cpu.batch", Reply: "_INBOX.ahead." + p[5:6], Data: b})
 	}
 	if n, _, _ := replies.Pending(); n > 0 {
 		r, _ := replies.NextMsg(time.Second)
 		t.Fatalf("answered at once: %s %q", r.Header, r.Data)
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); w.slot(nc) }()
+	go func() { defer close(done); w.slots.slot() }()
 	defer func() { close(m.stop); w.q.close(); <-done }()
 
 	wait := func(ch chan string, what string) string {

@@ -1,58 +1,15 @@
 package worker
 
 import (
-	"context"
-	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/ortbus/ortbus/codec"
-	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/models"
 	"github.com/ortbus/ortbus/subjects"
 )
 
-// job is one work item between arrival and reply.
-type job struct {
-	msg      *nats.Msg
-	item     *codec.WorkItem
-	claim    string // the subject of its claims ("" when the item asked for none)
-	op       string
-	class    string
-	model    models.Model
-	asJSON   bool
-	received time.Time
-	deadline time.Time
-	ctx      context.Context
-	cancel   context.CancelFunc
-	// The prepared input (decoded image, read tensors), made once: by the slot that runs
-	// the job, or ahead of it while the unit before it runs (prepareAhead).
-	prep     sync.Once
-	ahead    atomic.Bool // a goroutine was started to prepare it ahead
-	prepared models.Item
-	prepErr  error
-	// answered is set by the job's one terminal answer; later answers are ignored.
-	answered atomic.Bool
-	// trace: its spans (trace.go), nil while tracing is off; set at its arrival.
-	trace *jobTrace
-}
-
-// prepare returns the job's prepared input, preparing it on the first call (a panic in
-// the model's Prepare is the job's internal error, counted by guard).
-func (j *job) prepare(log *slog.Logger) (models.Item, error) {
-	j.prep.Do(func() {
-		start := time.Now()
-		defer func() { j.traceStep("ortbus.worker.decode", start, time.Now(), j.prepErr) }()
-		defer guard.Recover(log, "prepare", func(e *codec.Error) { j.prepErr = e })
-		j.prepared, j.prepErr = j.model.Prepare(j.op, j.item)
-	})
-	return j.prepared, j.prepErr
-}
-
-// queues holds the worker's local per-class queues. Its policy, enforced in take:
+// queues holds the worker's local per-class queues, which the slots (slots.go) take their
+// units of work from. Its policy, enforced in take:
 //   - strict priority: a slot always takes from the highest-priority class with work;
 //   - FIFO within a class;
 //   - bounded: put refuses an item when its class already holds `bound` items, and the

@@ -513,7 +513,7 @@ func (m *recModel) Warmup(_ context.Context, n int) error {
 // at that cap; a declared peak is taken as declared (it is not capped to a budget: the
 // worker refuses it instead).
 func TestMeasureBatchCap(t *testing.T) {
-	w := &Worker{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := &loader{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	cases := []struct {
 		poolBatch, modelBatch, network int
 		want                           int

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -22,7 +23,7 @@ import (
 //	  ortbus.worker.encode  its reply encoded
 //
 // with the attributes op, model, class, pool, worker, ep, device, the request's id, and
-// the error code of an error answer.
+// the error code of an error answer. A nil *jobTrace (tracing off) records nothing.
 
 // jobTrace is a job's span and the context that carries it.
 type jobTrace struct {
@@ -30,53 +31,43 @@ type jobTrace struct {
 	span trace.Span
 }
 
-// traceAccept starts j's item span at its arrival.
-func (w *Worker) traceAccept(j *job) {
+// startTrace starts the item span of a message that arrived at received, with the
+// attributes class, pool, worker and device; nil while tracing is off.
+func startTrace(h nats.Header, received time.Time, class, pool, worker, device string) *jobTrace {
 	if !telemetry.Enabled() {
-		return
+		return nil
 	}
-	ctx := telemetry.Extract(context.Background(), j.msg.Header)
-	ctx, span := telemetry.Tracer().Start(ctx, "ortbus.worker.item", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(j.received),
-		trace.WithAttributes(telemetry.AttrClass.String(j.class), telemetry.AttrPool.String(w.pool.Name), telemetry.AttrWorker.String(w.id), telemetry.AttrDevice.String(w.pool.Device)))
-	j.trace = &jobTrace{ctx: ctx, span: span}
+	ctx := telemetry.Extract(context.Background(), h)
+	ctx, span := telemetry.Tracer().Start(ctx, "ortbus.worker.item", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(received),
+		trace.WithAttributes(telemetry.AttrClass.String(class), telemetry.AttrPool.String(pool), telemetry.AttrWorker.String(worker), telemetry.AttrDevice.String(device)))
+	return &jobTrace{ctx: ctx, span: span}
 }
 
-// traceItem adds what the decoded item says to j's span: op, model, id, attempt.
-func (w *Worker) traceItem(j *job) {
-	if j.trace == nil {
+// item adds what the decoded item says to the span: op, model, id, attempt, ep.
+func (t *jobTrace) item(op, model, id string, attempt int, ep string) {
+	if t == nil {
 		return
 	}
-	j.trace.span.SetAttributes(telemetry.AttrOp.String(j.op), telemetry.AttrModel.String(j.model.Name()), telemetry.AttrID.String(j.item.ID),
-		telemetry.AttrAttempt.Int(j.item.Attempt), telemetry.AttrEP.String(w.EP()))
+	t.span.SetAttributes(telemetry.AttrOp.String(op), telemetry.AttrModel.String(model), telemetry.AttrID.String(id),
+		telemetry.AttrAttempt.Int(attempt), telemetry.AttrEP.String(ep))
 }
 
-// traceStep records a step of j (a child of its item span) from start to end.
-func (j *job) traceStep(name string, start, end time.Time, err error, attrs ...attribute.KeyValue) {
-	if j.trace == nil {
+// step records a step (a child of the item span) from start to end.
+func (t *jobTrace) step(name string, start, end time.Time, err error, attrs ...attribute.KeyValue) {
+	if t == nil {
 		return
 	}
-	_, span := telemetry.Tracer().Start(j.trace.ctx, name, trace.WithTimestamp(start), trace.WithAttributes(attrs...))
+	_, span := telemetry.Tracer().Start(t.ctx, name, trace.WithTimestamp(start), trace.WithAttributes(attrs...))
 	telemetry.End(span, string(codec.CodeOf(err)), end)
 }
 
-// traceInfer records the runtime call of a unit, from start to end, in each of its jobs.
-func traceInfer(unit []*job, start, end time.Time, errs []error) {
-	for i, j := range unit {
-		if j.trace == nil {
-			continue
-		}
-		var err error
-		if i < len(errs) {
-			err = errs[i]
-		}
-		j.traceStep("ortbus.worker.infer", start, end, err, telemetry.AttrBatch.Int(len(unit)))
-	}
-}
-
-// traceAnswer ends j's item span with its answer's error code ("" for a result).
-func (j *job) traceAnswer(code string) {
-	if j.trace == nil {
+// answer ends the item span with its answer's error code ("" for a result).
+func (t *jobTrace) answer(code string) {
+	if t == nil {
 		return
 	}
-	telemetry.End(j.trace.span, code, time.Time{})
+	telemetry.End(t.span, code, time.Time{})
 }
+
+// attrBatch is the infer step's attribute: the items of its unit.
+func attrBatch(n int) attribute.KeyValue { return telemetry.AttrBatch.Int(n) }

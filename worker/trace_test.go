@@ -28,9 +28,9 @@ func runTraced(t *testing.T, w *Worker, nc *nats.Conn, traceparent string) *nats
 	if traceparent != "" {
 		m.Header.Set(telemetry.HeaderTraceparent, traceparent)
 	}
-	w.workHandler("interactive")(m)
+	w.serve.workHandler("interactive")(m)
 	unit := w.q.take()
-	w.runUnit(unit)
+	w.slots.runUnit(unit)
 	w.q.done(unit)
 	rep, err := inbox.NextMsg(5 * time.Second)
 	if err != nil {
@@ -103,7 +103,7 @@ func TestItemUntraced(t *testing.T) {
 	w, nc := unitWorker(t)
 	j := &job{msg: nats.NewMsg("x"), received: time.Now()}
 	j.msg.Header.Set(telemetry.HeaderTraceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-	w.traceAccept(j)
+	j.trace = startTrace(j.msg.Header, j.received, "interactive", w.pool.Name, w.id, w.pool.Device)
 	if j.trace != nil {
 		t.Fatal("a span was started with tracing off")
 	}
