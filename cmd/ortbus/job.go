@@ -328,7 +328,7 @@ func jobWatchCmd(args []string) int {
 	if tty {
 		printJSON(st)
 	}
-	return 0
+	return waitStatus("watch", st) // as job wait's: a script learns the same from either
 }
 
 func jobWaitCmd(args []string) int {
@@ -343,10 +343,10 @@ func jobWaitCmd(args []string) int {
 		return jobFail("wait", err)
 	}
 	printJSON(st)
-	return waitStatus(st)
+	return waitStatus("wait", st)
 }
 
-// Exit statuses of `job wait`: a script that waits for a job learns from the status
+// Exit statuses of `job wait` and `job watch`: a script that waits for a job learns from the status
 // alone whether every item has its result.
 const (
 	// waitDone: the job is done and every item was answered with the op's reply.
@@ -358,13 +358,14 @@ const (
 	waitItemsFailed = 3
 )
 
-// waitStatus is the exit status of `job wait` for the job's final status.
-func waitStatus(st *codec.JobStatus) int {
+// waitStatus is the exit status of `job wait` and `job watch` (verb) for the job's final
+// status.
+func waitStatus(verb string, st *codec.JobStatus) int {
 	switch {
 	case st.State != codec.JobDone:
 		return waitFinishedBadly
 	case st.Failed > 0:
-		fmt.Fprintf(os.Stderr, "ortbus job wait: %d of %d items failed (ortbus job results %s)\n", st.Failed, st.Total, st.Job)
+		fmt.Fprintf(os.Stderr, "ortbus job %s: %d of %d items failed (ortbus job results %s)\n", verb, st.Failed, st.Total, st.Job)
 		return waitItemsFailed
 	}
 	return waitDone
