@@ -169,7 +169,7 @@ func (p Policy) admit(path string) ([]string, error) {
 	}
 	roots := rootsOf(p.AllowedRoots)
 	if !insideAny(roots, path) {
-		return nil, forbidden(path)
+		return nil, outsideRoots(path, p.AllowedRoots)
 	}
 	return roots, nil
 }
@@ -352,6 +352,14 @@ func resolveError(err error, path string) error {
 // forbidden is the one message for every escape, so it never reveals where a link leads.
 func forbidden(path string) *codec.Error {
 	return codec.Errorf(codec.CodeForbiddenPath, "path %q is outside the allowed roots", path).With("path", path)
+}
+
+// outsideRoots is forbidden for a path outside every root as spelled: it names the roots
+// (every client reads them in status anyway) and the key that sets them, so a new user
+// learns what to change. Escapes through symlinks keep forbidden's one message.
+func outsideRoots(path string, roots []string) *codec.Error {
+	return codec.Errorf(codec.CodeForbiddenPath, "path %q is outside the allowed roots %q: add its folder to [security] allowed_roots in the gateway's config", path, roots).
+		With("path", path).With("allowed_roots", roots)
 }
 
 // forbiddenOutput is forbidden for an output path.

@@ -62,7 +62,13 @@ func (p Policy) create(path string, write func(r *os.Root, rel string, sync bool
 // Policy.SyncRoots).
 func CreatePNGIn(dir, prefix string, img image.Image, sync bool) (string, error) {
 	r, err := os.OpenRoot(dir)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// The operator's to fix, not the request's: say which directory and which key.
+		return "", codec.Errorf(codec.CodeUnavailable, "the spool directory %s does not exist: create it, or set [security] spool_dir in the config", dir).With("path", dir)
+	case errors.Is(err, fs.ErrPermission):
+		return "", codec.Errorf(codec.CodeUnavailable, "the spool directory %s is not writable by the worker: fix its permissions, or set [security] spool_dir", dir).With("path", dir)
+	case err != nil:
 		return "", fmt.Errorf("images: output directory: %w", err)
 	}
 	defer r.Close()

@@ -200,7 +200,8 @@ func TestCreatePNGIn(t *testing.T) {
 	if names := dirNames(t, dir); len(names) != 3 {
 		t.Errorf("spool holds %v, want the 3 outputs and nothing else", names)
 	}
-	if _, err := CreatePNGIn(filepath.Join(dir, "missing"), "x-", img, true); err == nil {
-		t.Error("CreatePNGIn into a missing directory succeeded")
+	// A missing spool directory is the operator's to fix: unavailable, naming the key.
+	if _, err := CreatePNGIn(filepath.Join(dir, "missing"), "x-", img, true); codec.CodeOf(err) != codec.CodeUnavailable || !strings.Contains(err.Error(), "spool_dir") {
+		t.Errorf("CreatePNGIn into a missing directory: %v, want unavailable naming [security] spool_dir", err)
 	}
 }
