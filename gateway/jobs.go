@@ -176,7 +176,7 @@ func (j *jobService) room(s *jobs.Store) int {
 // this gateway's queues (runJobRequest), and returns the op's reply (msgpack) or error.
 func (j *jobService) runItem(ctx context.Context, it jobs.Item) ([]byte, *codec.Error) {
 	rec := it.Job
-	// jobOwner: the job's tenant, whose own pauses hold its items (pause.go).
+	// jobOwner: the job's account, whose own pauses hold its items (pause.go).
 	p := &pending{op: rec.Op, accepted: time.Now(), owner: ownerJob, jobOwner: rec.Owner}
 	if o := rec.Options; o != nil {
 		p.req = jobOptions(o) // what a job's options may set, whoever wrote the record
@@ -315,10 +315,10 @@ func (j *jobService) runRequest(ctx context.Context, p *pending) ([]byte, *codec
 	}
 }
 
-// serve answers one job op of tenant, who owns the jobs it submits and reaches only
-// those (identity.go). The work runs in its own goroutine (a submit publishes every item
+// serve answers one job op of account, who owns the jobs it submits and reaches only
+// those (account.go). The work runs in its own goroutine (a submit publishes every item
 // and waits for JetStream), at most jobOpsAtOnce at a time.
-func (j *jobService) serve(op string, data []byte, asJSON bool, tenant string, reply Reply) {
+func (j *jobService) serve(op string, data []byte, asJSON bool, account string, reply Reply) {
 	s, e := j.get()
 	if e != nil {
 		reply(nil, e)
@@ -335,7 +335,7 @@ func (j *jobService) serve(op string, data []byte, asJSON bool, tenant string, r
 		defer guard.Recover(j.log, "job "+op, func(e *codec.Error) { reply(nil, e) })
 		ctx, cancel := context.WithTimeout(context.Background(), jobOpTimeout)
 		defer cancel()
-		v, e := j.op(ctx, s, op, data, asJSON, tenant)
+		v, e := j.op(ctx, s, op, data, asJSON, account)
 		if e != nil {
 			reply(nil, e)
 			return
@@ -349,8 +349,8 @@ func (j *jobService) serve(op string, data []byte, asJSON bool, tenant string, r
 	}()
 }
 
-// op decodes, checks and runs one job op of tenant.
-func (j *jobService) op(ctx context.Context, s *jobs.Store, op string, data []byte, asJSON bool, tenant string) (any, *codec.Error) {
+// op decodes, checks and runs one job op of account.
+func (j *jobService) op(ctx context.Context, s *jobs.Store, op string, data []byte, asJSON bool, account string) (any, *codec.Error) {
 	switch op {
 	case subjects.OpJobSubmit:
 		var req codec.JobSubmit
@@ -364,10 +364,10 @@ func (j *jobService) op(ctx context.Context, s *jobs.Store, op string, data []by
 		if e := j.incremental(rec); e != nil {
 			return nil, e
 		}
-		// The job is tenant's, under tenant's own id (jobs/owner.go: job ids are per
+		// The job is account's, under account's own id (jobs/owner.go: job ids are per
 		// owner, as request ids are).
-		rec.Owner = tenant
-		if e := j.runningRoom(ctx, s, rec, tenant); e != nil {
+		rec.Owner = account
+		if e := j.runningRoom(ctx, s, rec, account); e != nil {
 			return nil, e
 		}
 		return s.SubmitWith(ctx, rec, paths, j.precomputed(rec))
@@ -378,13 +378,13 @@ func (j *jobService) op(ctx context.Context, s *jobs.Store, op string, data []by
 		}
 		switch op {
 		case subjects.OpJobCancel:
-			return s.Cancel(ctx, ref.Job, tenant)
+			return s.Cancel(ctx, ref.Job, account)
 		case subjects.OpJobPause, subjects.OpJobResume:
-			return s.Pause(ctx, ref.Job, tenant, op == subjects.OpJobPause)
+			return s.Pause(ctx, ref.Job, account, op == subjects.OpJobPause)
 		}
-		return s.Status(ctx, ref.Job, tenant)
+		return s.Status(ctx, ref.Job, account)
 	case subjects.OpJobList:
-		return s.List(ctx, tenant)
+		return s.List(ctx, account)
 	case subjects.OpJobResults:
 		var req codec.JobResultsRequest
 		if err := decodeChecked(data, &req, asJSON, func() error { return codec.CheckJobID(req.Job) }); err != nil {
@@ -395,7 +395,7 @@ func (j *jobService) op(ctx context.Context, s *jobs.Store, op string, data []by
 		if asJSON {
 			limit /= 3
 		}
-		return s.Results(ctx, &req, tenant, limit)
+		return s.Results(ctx, &req, account, limit)
 	}
 	return nil, codec.Errorf(codec.CodeUnknownOp, "unknown op %q", op)
 }
@@ -506,23 +506,23 @@ func jobOptions(o *codec.Request) codec.Request {
 }
 
 // runningRoom refuses a new job (overloaded) while jobs.max_running jobs run, or while its
-// tenant other than the local owner runs tenantBound of them (identity.go, rule 5). A
+// account other than the local owner runs accountBound of them (account.go, rule 5). A
 // re-submit of a job that exists is no new job. Concurrent submits may pass the check
 // together: the bound is exceeded by at most jobOpsAtOnce.
-func (j *jobService) runningRoom(ctx context.Context, s *jobs.Store, rec *jobs.Record, tenant string) *codec.Error {
-	if rec.Job != "" && s.Owns(ctx, rec.Job, tenant) {
+func (j *jobService) runningRoom(ctx context.Context, s *jobs.Store, rec *jobs.Record, account string) *codec.Error {
+	if rec.Job != "" && s.Owns(ctx, rec.Job, account) {
 		return nil
 	}
 	limit := j.conf().Jobs.MaxRunning
-	all, own, e := s.Running(ctx, tenant, limit)
+	all, own, e := s.Running(ctx, account, limit)
 	if e != nil {
 		return e
 	}
 	if all >= limit {
 		return codec.Errorf(codec.CodeOverloaded, "%d jobs are running, jobs.max_running; try again when one is done", all).With("limit", limit)
 	}
-	if tenant != "" && own >= tenantBound(limit) {
-		return codec.Errorf(codec.CodeOverloaded, "you have %d jobs running, this gateway's bound for one owner; try again when one is done", own).With("limit", tenantBound(limit))
+	if account != "" && own >= accountBound(limit) {
+		return codec.Errorf(codec.CodeOverloaded, "you have %d jobs running, this gateway's bound for one owner; try again when one is done", own).With("limit", accountBound(limit))
 	}
 	return nil
 }

@@ -137,8 +137,8 @@ func empty(t *testing.T, lc *lifecycle) {
 			t.Errorf("pool %s: %d held", pool, n)
 		}
 	}
-	if len(lc.byID) != 0 || len(lc.bySeq) != 0 || len(lc.timers) != 0 || len(lc.load) != 0 || len(lc.workers) != 0 || len(lc.perTenant) != 0 {
-		t.Errorf("left: %d flights, %d reply tokens, %d timers, load %v, workers %v, tenants %v", len(lc.byID), len(lc.bySeq), len(lc.timers), lc.load, lc.workers, lc.perTenant)
+	if len(lc.byID) != 0 || len(lc.bySeq) != 0 || len(lc.timers) != 0 || len(lc.load) != 0 || len(lc.workers) != 0 || len(lc.perAccount) != 0 {
+		t.Errorf("left: %d flights, %d reply tokens, %d timers, load %v, workers %v, accounts %v", len(lc.byID), len(lc.bySeq), len(lc.timers), lc.load, lc.workers, lc.perAccount)
 	}
 	for _, c := range []string{"urgent", "interactive", "batch"} {
 		if n := lc.queues.Len(c); n != 0 {

@@ -55,7 +55,7 @@ func newDispatcher(c *config.Config, conf func() *config.Config, log *slog.Logge
 	d := &dispatcher{conf: conf, log: log, kickCh: make(chan struct{}, 1), events: make(chan event, eventBacklog), loopDone: make(chan struct{})}
 	d.sender = &sender{post: d.post, conf: conf, log: log, est: &d.est}
 	d.queues = newQueues(c)
-	d.lc = newLifecycle(loopEnv{d}, d.queues, claimTimeout(c), tenantBound(totalQueueBound(c)))
+	d.lc = newLifecycle(loopEnv{d}, d.queues, claimTimeout(c), accountBound(totalQueueBound(c)))
 	return d
 }
 
@@ -131,7 +131,7 @@ func (d *dispatcher) step(ev event, now time.Time) {
 	case evDied:
 		d.carryOut(lc.died(e.pool, e.worker, e.why, e.others, now), now)
 	case evCancel:
-		found, out := lc.cancelWithin(e.id, e.by, e.tenant, e.onlyKnown, e.within, now)
+		found, out := lc.cancelWithin(e.id, e.by, e.account, e.onlyKnown, e.within, now)
 		d.carryOut(out, now) // its answer goes out before the cancel's own reply
 		if e.found != nil {
 			e.found <- found
@@ -348,15 +348,15 @@ func (d *dispatcher) onDead(id, pool, why string) {
 // cancelAs cancels a queued or in-flight request by id for the sender by (see
 // canCancel), and reports whether it found one (L9). A cancel that may not cancel the
 // request finds nothing, as if the id were unknown.
-func (d *dispatcher) cancelAs(id, by, tenant string) bool {
-	return d.cancel(tenantID(tenant, id), by, tenant, false) // a tenant names its own ids (identity.go, rule 3)
+func (d *dispatcher) cancelAs(id, by, account string) bool {
+	return d.cancel(accountScopedID(account, id), by, account, false) // an account names its own ids (account.go, rule 3)
 }
 
 // cancel posts a cancel of the gateway's id and waits for its finding; with onlyKnown
 // an unknown id is not remembered as cancelled.
-func (d *dispatcher) cancel(id, by, tenant string, onlyKnown bool) bool {
+func (d *dispatcher) cancel(id, by, account string, onlyKnown bool) bool {
 	found := make(chan bool, 1)
-	d.post(evCancel{id: id, by: by, tenant: tenant, onlyKnown: onlyKnown, found: found})
+	d.post(evCancel{id: id, by: by, account: account, onlyKnown: onlyKnown, found: found})
 	select {
 	case ok := <-found:
 		return ok

@@ -178,7 +178,7 @@ func (s *sender) observe(p *pending, pool string, t codec.Timing, model string) 
 
 // relay answers p with its worker's reply from pool. The reply is decoded once: its
 // timing observed, its output paths mapped back to the client's view, its own id given
-// back (identity.go, rule 3), and re-encoded (as JSON if the client asked) only when
+// back (account.go, rule 3), and re-encoded (as JSON if the client asked) only when
 // something changed; a reply the client can take as it is goes out as it came. A panic
 // in it answers internal.
 func (s *sender) relay(p *pending, pool string, msg *nats.Msg) {
@@ -204,7 +204,7 @@ func (s *sender) relay(p *pending, pool string, msg *nats.Msg) {
 	s.observe(p, pool, meta.Timing, meta.Model)
 	changed := unmapPaths(s.conf().Pool(pool).PathMap, rep) // output paths back to the client's view
 	if p.clientID != "" {
-		meta.ID, changed = p.clientID, true // its own id back (identity.go, rule 3)
+		meta.ID, changed = p.clientID, true // its own id back (account.go, rule 3)
 	}
 	if !changed && !p.asJSON {
 		s.deliver(p, pool, msg.Data, nil)
