@@ -28,17 +28,17 @@ type memoryBudget struct {
 	waits     *leaseWaits
 	presser   *presser
 
-	id  string // the gateway's, carried by each lease it grants (wired by connected)
+	id  string // the gateway's, carried by each lease it grants
 	log *slog.Logger
 }
 
-// newBudget is the budget of a gateway whose workers are the tracker's (workers), whose
+// newBudget is the budget of gateway id whose workers are the tracker's (workers), whose
 // supervised processes' pids are pids, and whose dispatch loop kick asks for a pass. A
 // foreign reading applies to the pressed leases (lease.go, rule 6) and, when it drops,
 // wakes the waiting acquires; a pressed lease shrunk wakes the loop and the waiting
 // acquires (press.go, rule 3).
-func newBudget(log *slog.Logger, kick func(), workers func() []health.Worker, pids func() []int) *memoryBudget {
-	b := &memoryBudget{admission: admission{workers: workers}, leases: newLeases(), waits: newLeaseWaits(log), log: log}
+func newBudget(id string, log *slog.Logger, kick func(), workers func() []health.Worker, pids func() []int) *memoryBudget {
+	b := &memoryBudget{admission: admission{workers: workers}, leases: newLeases(), waits: newLeaseWaits(log), id: id, log: log}
 	b.foreign = newForeign(log, workers, pids)
 	b.presser = newPresser(b.leases, b.foreign, log, func() { kick(); b.waits.wake() })
 	b.foreign.onRead, b.foreign.onDrop = b.presser.fromReading, b.waits.wake

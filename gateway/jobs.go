@@ -52,7 +52,7 @@ type jobService struct {
 	slots chan struct{}
 	done  chan struct{} // made by start; closed when the consumer and the watch have stopped
 
-	// What it needs of the rest of the gateway, wired at construction.
+	// What it needs of the rest of the gateway, given at construction (newJobService).
 	conf   func() *config.Config
 	log    *slog.Logger
 	nc     *nats.Conn
@@ -130,9 +130,13 @@ func (j *jobService) start(ctx context.Context) {
 	}()
 }
 
-// newJobService is the job service, its store not open yet (start).
-func newJobService() *jobService {
-	return &jobService{slots: make(chan struct{}, jobOpsAtOnce), why: codec.Errorf(codec.CodeUnavailable, "the job store is not open yet")}
+// newJobService is the job service, its store not open yet (start): its items run as
+// requests through d, answered from cache when they can be, held by the pauses, on the
+// tracker's live workers (live).
+func newJobService(conf func() *config.Config, log *slog.Logger, nc *nats.Conn, d dispatchPort, cache *cacheService, ps *pauses,
+	live func(pool string) []health.Worker) *jobService {
+	return &jobService{slots: make(chan struct{}, jobOpsAtOnce), why: codec.Errorf(codec.CodeUnavailable, "the job store is not open yet"),
+		conf: conf, log: log, nc: nc, d: d, cache: cache, pauses: ps, live: live}
 }
 
 // jobHost is the job service as the jobs.Host of its consumer of s's items: room and

@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -209,8 +207,7 @@ func TestLifecycleAcceptHit(t *testing.T) {
 // A request accepted after the loop stopped (a cache hit, a lookup that ended after the
 // shutdown) still gets its one answer: no_worker, as the queued ones at the shutdown.
 func TestAcceptAfterLoopStopped(t *testing.T) {
-	g := newGateway(parseConfig(t, routeConfig), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	g.d.metrics = newMetrics(g.conf(), g.conf, g.log)
+	g := loopGateway(parseConfig(t, routeConfig))
 	g.d.start(false)() // started and stopped
 	var got []*codec.Error
 	p := req("late", "interactive")

@@ -41,6 +41,28 @@ type sender struct {
 	supervisor *supervisor
 }
 
+// senderDeps are what the sender sends with: this gateway's NATS connection and the
+// subject its claims come to, the metrics, failover (the answers kept for resends) and
+// the supervisor (a worker's death heard from a failed send).
+type senderDeps struct {
+	nc           *nats.Conn
+	claimSubject string
+	metrics      *metrics
+	failover     *failover
+	supervisor   *supervisor
+}
+
+// newSender is the sender of deps, posting to the loop with post; its relayed replies
+// come to an inbox of its own on the connection (none without one: unit tests).
+func newSender(deps senderDeps, post func(event), conf func() *config.Config, log *slog.Logger, est *estimator) *sender {
+	s := &sender{nc: deps.nc, claimSubject: deps.claimSubject, post: post, conf: conf, log: log, est: est,
+		metrics: deps.metrics, failover: deps.failover, supervisor: deps.supervisor}
+	if s.nc != nil {
+		s.replyInbox = s.nc.NewInbox()
+	}
+	return s
+}
+
 // sendFailure is a work item that did not go out (L5).
 type sendFailure struct {
 	id      string
