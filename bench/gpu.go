@@ -1,7 +1,7 @@
 package bench
 
 // What the webgpu benches need to know of the machine: whether it has a GPU at all
-// (findGPU), the Vulkan device Dawn takes (probeAdapter, over ort.ProbeVulkan: the WebGPU
+// (findGPU), the Vulkan device Dawn takes (probeAdapter, over vulkan.Probe: the WebGPU
 // EP is Dawn over Vulkan on Linux), and the environment Dawn wants (webgpuEnv).
 
 import (
@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ortbus/ortbus/ort"
+	"github.com/ortbus/ortbus/devices/vulkan"
 )
 
 // GPU is what findGPU found.
@@ -74,11 +74,11 @@ func drmDevice(node string) string {
 	return "drm:0"
 }
 
-// probeAdapter probes Vulkan in this process (ort.ProbeVulkan: the same loader, drivers,
+// probeAdapter probes Vulkan in this process (vulkan.Probe: the same loader, drivers,
 // VK_DRIVER_FILES and LD_LIBRARY_PATH as Dawn's in this process and its children) and
 // returns the report and the adapter Dawn takes; an error says what is missing.
-func probeAdapter(ctx context.Context) (*ort.VulkanReport, ort.VulkanAdapter, error) {
-	r := ort.ProbeVulkan(ctx)
+func probeAdapter(ctx context.Context) (*vulkan.Report, vulkan.Adapter, error) {
+	r := vulkan.Probe(ctx)
 	a, ok := r.Picked()
 	if r.LoaderErr != "" || !ok {
 		return r, a, errors.New(r.Problem())

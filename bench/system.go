@@ -543,3 +543,11 @@ func newBareWorkdir(o *Options) (*workdir, error) {
 	}
 	return w, nil
 }
+
+// clearDir removes the files in dir (errors ignored).
+func clearDir(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		os.Remove(filepath.Join(dir, e.Name()))
+	}
+}

@@ -25,8 +25,8 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/devices/vulkan"
 	"github.com/ortbus/ortbus/models/onnxgen"
-	"github.com/ortbus/ortbus/ort"
 	"github.com/ortbus/ortbus/subjects"
 )
 
@@ -51,10 +51,10 @@ type WebGPUSetup struct {
 	// Device is the system pools' device; Adapter the Vulkan device Dawn takes: the first
 	// of Vulkan's adapters (as this process's loader lists them: the same loader and
 	// drivers as every path's) in the order Dawn ranks them for ONNX Runtime's
-	// high-performance request (discrete, integrated, CPU, other; ort.VulkanReport.Picked).
-	Device  string            `json:"device"`
-	Adapter string            `json:"adapter"`
-	Vulkan  *ort.VulkanReport `json:"vulkan"`
+	// high-performance request (discrete, integrated, CPU, other; vulkan.Report.Picked).
+	Device  string         `json:"device"`
+	Adapter string         `json:"adapter"`
+	Vulkan  *vulkan.Report `json:"vulkan"`
 	// Smoke, when set, marks a smoke run (SmokeLabel without a GPU): no target is judged.
 	Smoke string `json:"smoke,omitempty"`
 	// Paths are, for each path (inprocess, system, system_batched, node), the EP it ran

@@ -127,7 +127,7 @@ type Gateway struct {
 	// answers, in the JetStream bucket ortbus_answers, so that a client's resend after a
 	// gateway died is answered once (gateway/failover.go).
 	Failover bool `toml:"failover,omitempty"`
-	// Identity says who owns requests, jobs and leases (gateway/identity.go): "local"
+	// Identity says who owns requests, jobs and leases (gateway/account.go): "local"
 	// (the default: one owner, every requester on the bus) or "account" (each
 	// application in a NATS account of its own importing the API; its account, from the
 	// Nats-Request-Info header nats-server writes on the import, is the owner).
@@ -182,7 +182,7 @@ type Jobs struct {
 	MaxItems int `toml:"max_items,omitempty"`
 	// MaxRunning bounds the jobs running at once (submitted, not yet done, cancelled or
 	// failed; default 256): past it a submit is answered overloaded. One owner other than
-	// the local one may run a quarter of it (gateway/identity.go).
+	// the local one may run a quarter of it (gateway/account.go).
 	MaxRunning int `toml:"max_running,omitempty"`
 	// ItemsMaxBytes bounds the stream of items waiting to run (default 1GiB); a submit
 	// past it is answered overloaded.

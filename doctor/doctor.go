@@ -31,6 +31,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/devices/vulkan"
 	"github.com/ortbus/ortbus/ort"
 )
 
@@ -50,7 +51,7 @@ type Report struct {
 	Error    *codec.Error      `json:"error,omitempty"`
 	// Vulkan is the Vulkan probe of a pool whose chain has webgpu, made in the pool's
 	// child process with its environment.
-	Vulkan *ort.VulkanReport `json:"vulkan,omitempty"`
+	Vulkan *vulkan.Report `json:"vulkan,omitempty"`
 	// WebGPU is, for such a pool, the adapter webgpu runs on ("adapter …"), or why it
 	// cannot run and what to install.
 	WebGPU string `json:"webgpu,omitempty"`
@@ -135,7 +136,7 @@ func Probe(cfg *config.Config, pool string) *Report {
 	r := &Report{Pool: pool, Searched: spec.Candidates(), Wanted: append([]string{p.EP}, p.Fallback...), Models: checkModels(cfg, p)}
 	if slices.Contains(r.Wanted, "webgpu") {
 		// Before the runtime: what Vulkan offers is worth knowing even without one.
-		r.Vulkan = ort.ProbeVulkan(context.Background())
+		r.Vulkan = vulkan.Probe(context.Background())
 		r.WebGPU, _ = webgpuVerdict("", r.Vulkan)
 	}
 	path, err := spec.Find()
@@ -194,7 +195,7 @@ func Probe(cfg *config.Config, pool string) *Report {
 // when the EP was appended and Vulkan lists an adapter, the text then naming the adapter
 // Dawn picks; else the text says what is missing, from the Vulkan probe when it found a
 // problem, else the runtime's own error (an adapter Dawn refused).
-func webgpuVerdict(appended string, v *ort.VulkanReport) (string, bool) {
+func webgpuVerdict(appended string, v *vulkan.Report) (string, bool) {
 	problem := v.Problem()
 	a, found := v.Picked()
 	switch {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/devices/vulkan"
 	"github.com/ortbus/ortbus/doctor"
 	"github.com/ortbus/ortbus/internal/testkit/testenv"
-	"github.com/ortbus/ortbus/ort"
 )
 
 // probeChildEnv turns this test binary into the doctor's probe process (what
@@ -85,7 +85,7 @@ func TestDoctorWebGPU(t *testing.T) {
 			pool("chain", lib, `ep = "webgpu"`, `fallback = ["cpu"]`, `device = "cpu"`, noDriverEnv)+
 			pool("strict", lib, `ep = "webgpu"`, `device = "cpu"`, noDriverEnv)+
 			pool("noloader", lib, `ep = "webgpu"`, `device = "cpu"`,
-				fmt.Sprintf("env = { %s = \"libvulkan-ortbus-missing.so.1\", XDG_RUNTIME_DIR = %q }", ort.VulkanLoaderEnv, xdg))+
+				fmt.Sprintf("env = { %s = \"libvulkan-ortbus-missing.so.1\", XDG_RUNTIME_DIR = %q }", vulkan.LoaderEnv, xdg))+
 			pool("plain", lib))
 
 	gpu := reports["gpu"]

@@ -93,26 +93,26 @@ func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 		g.metrics.bad("request")
 		return
 	}
-	tenant := tenantOf(cfg, r.Headers())
+	account := accountOf(cfg, r.Headers())
 	by := r.Reply()
 	switch {
 	case ops:
 		by = "" // an operator may cancel any request
-	case tenant != "":
+	case account != "":
 		// Across a service import the reply subject is _R_.<prefix>.<n>, whose prefix is
 		// the exporting account's on the requester's server: shared by every importing
 		// account (and another on another server). It names no owner; the account does.
-		by = tenantOwner(tenant)
+		by = accountOwner(account)
 	}
 	if r.Headers().Get(codec.HeaderResend) != "" && subjects.IsWork(op) {
 		// A client's resend after a gateway died (failover.go, rule 3).
 		var req codec.Request
 		if codec.Decode(r.Data(), &req, asJSON) == nil && codec.CheckID("id", req.ID) == nil &&
-			g.failover.resent(r, tenantID(tenant, req.ID), ownerOf(by), reply) {
+			g.failover.resent(r, accountScopedID(account, req.ID), ownerOf(by), reply) {
 			return
 		}
 	}
-	g.serveFrom(telemetry.Extract(context.Background(), r.Headers()), op, r.Data(), asJSON, r.Reply(), by, tenant, reply)
+	g.serveFrom(telemetry.Extract(context.Background(), r.Headers()), op, r.Data(), asJSON, r.Reply(), by, account, reply)
 }
 
 // serve dispatches one request of op from HTTP; ctx carries the trace context of its
@@ -123,9 +123,9 @@ func (g *Gateway) serve(ctx context.Context, op string, data []byte, asJSON bool
 
 // serveFrom dispatches one request of op. replyTo is its NATS reply subject ("" over
 // HTTP); by is who sent it, for cancel's ownership check (see canCancel): its reply
-// subject, ownerHTTP, or "" for an operator; tenant owns its jobs and leases and is
-// bounded on its own (identity.go).
-func (g *Gateway) serveFrom(ctx context.Context, op string, data []byte, asJSON bool, replyTo, by, tenant string, reply Reply) {
+// subject, ownerHTTP, or "" for an operator; account owns its jobs and leases and is
+// bounded on its own (account.go).
+func (g *Gateway) serveFrom(ctx context.Context, op string, data []byte, asJSON bool, replyTo, by, account string, reply Reply) {
 	encode := func(v any) {
 		b, err := codec.Encode(v, asJSON)
 		if err != nil {
@@ -136,7 +136,7 @@ func (g *Gateway) serveFrom(ctx context.Context, op string, data []byte, asJSON 
 	}
 	switch {
 	case op == subjects.OpStatus:
-		encode(g.status(tenant))
+		encode(g.status(account))
 	case op == subjects.OpHealth:
 		encode(g.health())
 	case op == subjects.OpCancel:
@@ -149,9 +149,9 @@ func (g *Gateway) serveFrom(ctx context.Context, op string, data []byte, asJSON 
 			reply(nil, codec.Errorf(codec.CodeBadRequest, "cancel needs {id}: %v", err).With("field", "id"))
 			return
 		}
-		encode(&codec.CancelReply{ID: c.ID, Found: g.d.cancelAs(c.ID, by, tenant)})
+		encode(&codec.CancelReply{ID: c.ID, Found: g.d.cancelAs(c.ID, by, account)})
 	case subjects.IsWork(op):
-		g.submitFrom(ctx, op, data, asJSON, replyTo, ownerOf(by), tenant, reply)
+		g.submitFrom(ctx, op, data, asJSON, replyTo, ownerOf(by), account, reply)
 	case op == subjects.OpLease:
 		var req codec.LeaseRequest
 		if err := codec.Decode(data, &req, asJSON); err != nil {
@@ -159,7 +159,7 @@ func (g *Gateway) serveFrom(ctx context.Context, op string, data []byte, asJSON 
 			return
 		}
 		// Answered now, or later by the waiting leases (leasewait.go).
-		g.budget.serveLease(g.conf(), &req, tenant, func(l *codec.LeaseReply, e *codec.Error) {
+		g.budget.serveLease(g.conf(), &req, account, func(l *codec.LeaseReply, e *codec.Error) {
 			if e != nil {
 				reply(nil, e)
 				return
@@ -172,16 +172,16 @@ func (g *Gateway) serveFrom(ctx context.Context, op string, data []byte, asJSON 
 			reply(nil, codec.AsError(err))
 			return
 		}
-		pr, e := g.pauses.pause(g.conf(), &req, tenant)
+		pr, e := g.pauses.pause(g.conf(), &req, account)
 		if e != nil {
 			reply(nil, e)
 			return
 		}
 		encode(pr)
 	case slices.Contains(subjects.JobOps, op):
-		g.jobs.serve(op, data, asJSON, tenant, reply)
+		g.jobs.serve(op, data, asJSON, account, reply)
 	case slices.Contains(subjects.CacheOps, op):
-		g.cache.serve(op, data, asJSON, tenant, reply)
+		g.cache.serve(op, data, asJSON, account, reply)
 	default:
 		reply(nil, codec.Errorf(codec.CodeUnknownOp, "unknown op %q", op))
 	}
@@ -201,16 +201,16 @@ func (g *Gateway) health() *codec.HealthReply {
 	return h
 }
 
-// status is the whole system as this gateway sees it, as tenant may see it: a tenant sees
+// status is the whole system as this gateway sees it, as account may see it: an account sees
 // its own leases (holders and ids) and the pauses that hold its work; others' leases only
 // in the devices' figures (lease.go, rule 4; pause.go, rule 6). The local owner ("")
 // sees every lease and pause.
-func (g *Gateway) status(tenant string) *codec.StatusReply {
+func (g *Gateway) status(account string) *codec.StatusReply {
 	cfg := g.conf()
 	st := &codec.StatusReply{Gateway: g.id, AllowedRoots: cfg.Security.AllowedRoots, SpoolDir: cfg.Security.SpoolDir, Devices: g.budget.deviceStatus(cfg)}
-	if tenant != "" {
+	if account != "" {
 		for i := range st.Devices {
-			st.Devices[i].Leases = g.budget.leases.ownedBy(st.Devices[i].Device, tenant)
+			st.Devices[i].Leases = g.budget.leases.ownedBy(st.Devices[i].Device, account)
 		}
 	}
 	now := time.Now()
@@ -240,7 +240,7 @@ func (g *Gateway) status(tenant string) *codec.StatusReply {
 		}
 		st.Workers = append(st.Workers, ws)
 	}
-	st.Pauses = g.pauses.list(pauseNow(), tenant)
+	st.Pauses = g.pauses.list(pauseNow(), account)
 	if g.gates != nil {
 		st.Gates = g.gates.list(now)
 	}
@@ -255,10 +255,10 @@ func (g *Gateway) status(tenant string) *codec.StatusReply {
 
 // submitFrom accepts a client request for op: decode, validate, route check, queue.
 // ctx carries the trace context its headers gave (telemetry.Extract); replyTo is its NATS
-// reply subject ("" over HTTP), owner who may cancel it, tenant whose bound it counts in
-// (identity.go).
-func (g *Gateway) submitFrom(ctx context.Context, op string, data []byte, asJSON bool, replyTo, owner, tenant string, reply Reply) {
-	p := &pending{op: op, asJSON: asJSON, accepted: time.Now(), reply: reply, replyTo: replyTo, owner: owner, tenant: tenant, size: int64(len(data))}
+// reply subject ("" over HTTP), owner who may cancel it, account whose bound it counts in
+// (account.go).
+func (g *Gateway) submitFrom(ctx context.Context, op string, data []byte, asJSON bool, replyTo, owner, account string, reply Reply) {
+	p := &pending{op: op, asJSON: asJSON, accepted: time.Now(), reply: reply, replyTo: replyTo, owner: owner, account: account, size: int64(len(data))}
 	traceStart(ctx, p)
 	if e := decodeRequest(data, asJSON, &p.req); e != nil {
 		g.d.deliver(p, "", nil, e)
@@ -267,9 +267,9 @@ func (g *Gateway) submitFrom(ctx context.Context, op string, data []byte, asJSON
 	if p.req.ID == "" {
 		p.req.ID = nuid.Next()
 	}
-	if tenant != "" {
-		// Ids are per tenant (identity.go, rule 3): it runs under the gateway's id for it.
-		p.clientID, p.req.ID = p.req.ID, tenantID(tenant, p.req.ID)
+	if account != "" {
+		// Ids are per account (account.go, rule 3): it runs under the gateway's id for it.
+		p.clientID, p.req.ID = p.req.ID, accountScopedID(account, p.req.ID)
 	}
 	if g.cache.front(p) {
 		return // looked up in the result cache first (cache.go), then submitted

@@ -28,17 +28,17 @@ type memoryBudget struct {
 	waits     *leaseWaits
 	presser   *presser
 
-	id  string // the gateway's, carried by each lease it grants (wired by connected)
+	id  string // the gateway's, carried by each lease it grants
 	log *slog.Logger
 }
 
-// newBudget is the budget of a gateway whose workers are the tracker's (workers), whose
+// newBudget is the budget of gateway id whose workers are the tracker's (workers), whose
 // supervised processes' pids are pids, and whose dispatch loop kick asks for a pass. A
 // foreign reading applies to the pressed leases (lease.go, rule 6) and, when it drops,
 // wakes the waiting acquires; a pressed lease shrunk wakes the loop and the waiting
 // acquires (press.go, rule 3).
-func newBudget(log *slog.Logger, kick func(), workers func() []health.Worker, pids func() []int) *memoryBudget {
-	b := &memoryBudget{admission: admission{workers: workers}, leases: newLeases(), waits: newLeaseWaits(log), log: log}
+func newBudget(id string, log *slog.Logger, kick func(), workers func() []health.Worker, pids func() []int) *memoryBudget {
+	b := &memoryBudget{admission: admission{workers: workers}, leases: newLeases(), waits: newLeaseWaits(log), id: id, log: log}
 	b.foreign = newForeign(log, workers, pids)
 	b.presser = newPresser(b.leases, b.foreign, log, func() { kick(); b.waits.wake() })
 	b.foreign.onRead, b.foreign.onDrop = b.presser.fromReading, b.waits.wake
@@ -128,17 +128,17 @@ func (b *memoryBudget) deviceStatus(c *config.Config) []codec.DeviceStatus {
 	return out
 }
 
-// lease answers one ortbus.v1.lease request of tenant (lease.go, rule 4; "": the local
+// lease answers one ortbus.v1.lease request of account (lease.go, rule 4; "": the local
 // owner), under c alone. An acquire held back by the waiting acquires (leasewait.go,
 // rule 2) is refused overloaded.
-func (b *memoryBudget) lease(c *config.Config, req *codec.LeaseRequest, tenant string) (*codec.LeaseReply, *codec.Error) {
+func (b *memoryBudget) lease(c *config.Config, req *codec.LeaseRequest, account string) (*codec.LeaseReply, *codec.Error) {
 	if err := req.Validate(); err != nil {
 		return nil, codec.AsError(err)
 	}
 	ttl := leaseTTL(c, req)
 	now := leaseNow()
 	if req.Action != codec.LeaseAcquire {
-		r, e := b.leases.renewOrRelease(req, tenant, ttl, now)
+		r, e := b.leases.renewOrRelease(req, account, ttl, now)
 		if r != nil && r.Released {
 			b.waits.wake() // its room may be a waiting acquire's
 		}
@@ -147,14 +147,14 @@ func (b *memoryBudget) lease(c *config.Config, req *codec.LeaseRequest, tenant s
 	if e := b.waits.heldBack(c, req); e != nil {
 		return nil, e
 	}
-	return b.acquire(c, req, tenant, ttl, now)
+	return b.acquire(c, req, account, ttl, now)
 }
 
-// acquire grants the acquire req of tenant for ttl from now if the device's budget holds
+// acquire grants the acquire req of account for ttl from now if the device's budget holds
 // it (lease.go, rule 1), under c alone: decided over one plan of the device, and granted
 // by the lease table under its lock. Refused for memory, it presses the reclaimable
 // leases of lower classes there (lease.go, rule 6).
-func (b *memoryBudget) acquire(c *config.Config, req *codec.LeaseRequest, tenant string, ttl time.Duration, now time.Time) (*codec.LeaseReply, *codec.Error) {
+func (b *memoryBudget) acquire(c *config.Config, req *codec.LeaseRequest, account string, ttl time.Duration, now time.Time) (*codec.LeaseReply, *codec.Error) {
 	class := req.Class
 	if class == "" {
 		class = subjects.ClassInteractive
@@ -172,7 +172,7 @@ func (b *memoryBudget) acquire(c *config.Config, req *codec.LeaseRequest, tenant
 		return nil, codec.Errorf(codec.CodeBadRequest, "device %q has no known capacity: declare [devices.%q] capacity to lease its memory", req.Device, req.Device).With("device", req.Device)
 	}
 	p.measured = b.foreign.latest(req.Device)
-	x := &lease{LeaseReply: codec.LeaseReply{Gateway: b.id}, owner: tenant, pid: req.PID, host: req.Host}
+	x := &lease{LeaseReply: codec.LeaseReply{Gateway: b.id}, owner: account, pid: req.PID, host: req.Host}
 	x.Device, x.Bytes, x.Class, x.Holder, x.Gate, x.Reclaim = req.Device, req.Bytes, class, req.Holder, req.Gate, req.Reclaim
 	x.ExpiresUnixMS = now.Add(ttl).UnixMilli()
 	refused := false
@@ -183,7 +183,7 @@ func (b *memoryBudget) acquire(c *config.Config, req *codec.LeaseRequest, tenant
 		return e
 	})
 	if refused {
-		b.leases.press(c, req.Device, cl.Priority, tenant, now)
+		b.leases.press(c, req.Device, cl.Priority, account, now)
 		b.presser.poke()
 	}
 	if e == nil {
@@ -201,16 +201,16 @@ func (b *memoryBudget) reclaim(c *config.Config, device string, prio int) bool {
 	return b.presser.pressing(device)
 }
 
-// serveLease answers one ortbus.v1.lease request of tenant under c: at once, or, for an
+// serveLease answers one ortbus.v1.lease request of account under c: at once, or, for an
 // acquire with wait_ms refused for room, when it is granted or its wait ends
 // (leasewait.go).
-func (b *memoryBudget) serveLease(c *config.Config, req *codec.LeaseRequest, tenant string, answer leaseAnswer) {
-	l, e := b.lease(c, req, tenant)
+func (b *memoryBudget) serveLease(c *config.Config, req *codec.LeaseRequest, account string, answer leaseAnswer) {
+	l, e := b.lease(c, req, account)
 	if e == nil || e.Code != codec.CodeOverloaded || req.Action != codec.LeaseAcquire || req.WaitMS <= 0 {
 		answer(l, e)
 		return
 	}
-	if e := b.waits.add(req, tenant, e, answer); e != nil {
+	if e := b.waits.add(req, account, e, answer); e != nil {
 		answer(nil, e)
 	}
 }
@@ -218,8 +218,8 @@ func (b *memoryBudget) serveLease(c *config.Config, req *codec.LeaseRequest, ten
 // grantWaiting is one pass over the waiting acquires under c (leasewait.go, rules 1 to
 // 3), each tried as an acquire under c.
 func (b *memoryBudget) grantWaiting(c *config.Config) {
-	b.waits.pass(c, func(req *codec.LeaseRequest, tenant string) (*codec.LeaseReply, *codec.Error) {
-		return b.acquire(c, req, tenant, leaseTTL(c, req), leaseNow())
+	b.waits.pass(c, func(req *codec.LeaseRequest, account string) (*codec.LeaseReply, *codec.Error) {
+		return b.acquire(c, req, account, leaseTTL(c, req), leaseNow())
 	})
 }
 

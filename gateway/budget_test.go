@@ -9,10 +9,10 @@ import (
 	"github.com/ortbus/ortbus/codec"
 )
 
-// leaseAs is the API's lease decision for tenant: the configuration in force read once,
+// leaseAs is the API's lease decision for account: the configuration in force read once,
 // and the budget's decision under it (api.go).
-func leaseAs(g *Gateway, req *codec.LeaseRequest, tenant string) (*codec.LeaseReply, *codec.Error) {
-	return g.budget.lease(g.conf(), req, tenant)
+func leaseAs(g *Gateway, req *codec.LeaseRequest, account string) (*codec.LeaseReply, *codec.Error) {
+	return g.budget.lease(g.conf(), req, account)
 }
 
 // leaseOwn is leaseAs for the local owner.

@@ -359,7 +359,7 @@ func (c *cacheService) front(p *pending) bool {
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), p.deadline)
 		start := time.Now()
-		t, hit := c.lookup(ctx, p, pools, p.tenant, time.Time{})
+		t, hit := c.lookup(ctx, p, pools, p.account, time.Time{})
 		cancel()
 		traceLookup(p, start, hit != nil)
 		if hit != nil {
@@ -412,9 +412,9 @@ func (c *cacheService) after(p *pending, t *cacheTicket, body []byte, ok bool) {
 	}
 }
 
-// serve answers cache.stats and cache.purge for tenant, who reaches only its own
+// serve answers cache.stats and cache.purge for account, who reaches only its own
 // entries (the local owner "" every owner's).
-func (c *cacheService) serve(op string, data []byte, asJSON bool, tenant string, reply Reply) {
+func (c *cacheService) serve(op string, data []byte, asJSON bool, account string, reply Reply) {
 	var req codec.CacheRequest
 	if len(data) > 0 {
 		if e := decodeChecked(data, &req, asJSON, req.Validate); e != nil {
@@ -447,14 +447,14 @@ func (c *cacheService) serve(op string, data []byte, asJSON bool, tenant string,
 		defer cancel()
 		st := &codec.CacheStats{}
 		if op == subjects.OpCachePurge {
-			n, err := s.Purge(ctx, cache.Filter(req.Model, tenant, tenant == ""))
+			n, err := s.Purge(ctx, cache.Filter(req.Model, account, account == ""))
 			if err != nil {
 				reply(nil, codec.Errorf(codec.CodeUnavailable, "purge the cache: %v", err))
 				return
 			}
 			st.Purged = n
 		}
-		if e := c.stats(ctx, s, st, req.Model, tenant); e != nil {
+		if e := c.stats(ctx, s, st, req.Model, account); e != nil {
 			reply(nil, e)
 			return
 		}
@@ -467,15 +467,15 @@ func (c *cacheService) serve(op string, data []byte, asJSON bool, tenant string,
 	}()
 }
 
-// stats fills st: the bucket's figures (for tenant, and model when named: a count
+// stats fills st: the bucket's figures (for account, and model when named: a count
 // of their entries only) and this gateway's counters.
-func (c *cacheService) stats(ctx context.Context, s *cache.Store, st *codec.CacheStats, model, tenant string) *codec.Error {
+func (c *cacheService) stats(ctx context.Context, s *cache.Store, st *codec.CacheStats, model, account string) *codec.Error {
 	st.Enabled, st.MaxBytes = true, s.MaxBytes()
 	var err error
-	if tenant == "" && model == "" {
+	if account == "" && model == "" {
 		st.Entries, st.Bytes, err = s.Usage(ctx)
 	} else {
-		st.Entries, err = s.Count(ctx, cache.Filter(model, tenant, tenant == ""))
+		st.Entries, err = s.Count(ctx, cache.Filter(model, account, account == ""))
 	}
 	if err != nil {
 		return codec.Errorf(codec.CodeUnavailable, "read the cache: %v", err)

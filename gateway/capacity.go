@@ -276,7 +276,7 @@ type pauseKey struct{ class, device, owner string }
 // pauseSet is every pause in force at a moment, whatever its end.
 type pauseSet map[pauseKey]bool
 
-// holds reports whether class is paused on device for the work of owner (a tenant, ""
+// holds reports whether class is paused on device for the work of owner (an account, ""
 // for the local owner's): by the operator's pause, which holds everyone's, or by owner's
 // own (rule 5).
 func (s pauseSet) holds(class, device, owner string) bool {

@@ -93,8 +93,8 @@ func TestConnectLossOrOwnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	newGW := func() *Gateway {
-		g := gatewayWith(c, &Gateway{id: "gw-unit", log: slog.New(slog.NewTextHandler(io.Discard, nil)), connLost: make(chan struct{})})
-		if _, err := g.connect(""); err != nil {
+		g := &Gateway{id: "gw-unit", log: slog.New(slog.NewTextHandler(io.Discard, nil)), connLost: make(chan struct{})}
+		if _, err := g.connect(c, ""); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(g.closeNATS)

@@ -113,10 +113,17 @@ type answerRecord struct {
 }
 
 // newFailover is the failover of gateway id (its resend readers running until close);
-// start starts its beats.
-func newFailover(id string, nc *nats.Conn, conf func() *config.Config, log *slog.Logger, m *metrics, holds func(id, owner string) bool) *failover {
-	f := &failover{id: id, nc: nc, conf: conf, log: log, metrics: m, holds: holds,
-		accepting: func() bool { return true }, handle: func(string, micro.Request) {},
+// start starts its beats. holds asks the dispatch loop; accepting and handle are the
+// API's (nil: always accepting, a resend run by nothing).
+func newFailover(id string, nc *nats.Conn, conf func() *config.Config, log *slog.Logger, m *metrics, holds func(id, owner string) bool,
+	accepting func() bool, handle func(op string, r micro.Request)) *failover {
+	if accepting == nil {
+		accepting = func() bool { return true }
+	}
+	if handle == nil {
+		handle = func(string, micro.Request) {}
+	}
+	f := &failover{id: id, nc: nc, conf: conf, log: log, metrics: m, holds: holds, accepting: accepting, handle: handle,
 		peers: map[string]*peer{}, stop: make(chan struct{}), reads: make(chan func(), resendBacklog)}
 	for range resendReaders {
 		go f.reader()

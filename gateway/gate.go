@@ -45,7 +45,7 @@ type gates struct {
 	by  map[string]*gateState // by device
 	seq uint64
 
-	// What the gates need of the rest of the gateway, wired at construction (newGateway).
+	// What the gates need of the rest of the gateway, given at construction (newGates).
 	id      string                                   // the gateway's id, in each gate published
 	held    func(now time.Time) map[string]gatedHere // the leases' (lease.go)
 	demand  gateDemandFunc                           // the dispatch loop's (gateDemand)
@@ -99,10 +99,12 @@ const (
 	gateCover = gateTick
 )
 
-func newGates(held func(time.Time) map[string]gatedHere, demand gateDemandFunc, publish func(string, codec.Gate)) *gates {
+// newGates are the gates of gateway id: held are the gated leases, demand asks the
+// dispatch loop, publish sends a gate on the bus.
+func newGates(id string, held func(time.Time) map[string]gatedHere, demand gateDemandFunc, publish func(string, codec.Gate)) *gates {
 	// The seq starts at the clock, so that a restarted gateway's states come after its
 	// predecessor's.
-	return &gates{by: map[string]*gateState{}, seq: uint64(time.Now().UnixNano()), held: held, demand: demand, publish: publish}
+	return &gates{by: map[string]*gateState{}, seq: uint64(time.Now().UnixNano()), id: id, held: held, demand: demand, publish: publish}
 }
 
 // gateClass is device's gating class in c (rule 1).

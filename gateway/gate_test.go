@@ -164,10 +164,10 @@ func TestLeaseReclaim(t *testing.T) {
 	if _, e := acquire("batch", 500*mib, false); e == nil || g.budget.leases.pressedOn("cuda:0", now) {
 		t.Fatalf("a batch acquire over the budget: %v, pressed %v", e, g.budget.leases.pressedOn("cuda:0", now))
 	}
-	// A tenant presses only its own leases: another app's interactive (or urgent) acquire
+	// An account presses only its own leases: another app's interactive (or urgent) acquire
 	// over the budget does not run this lease's hook.
 	if _, e := leaseAs(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 500 * mib, Class: "interactive", TTLMS: 600000}, "app-b"); e == nil || g.budget.leases.pressedOn("cuda:0", now) {
-		t.Fatalf("another tenant's acquire over the budget: %v, pressed %v", e, g.budget.leases.pressedOn("cuda:0", now))
+		t.Fatalf("another account's acquire over the budget: %v, pressed %v", e, g.budget.leases.pressedOn("cuda:0", now))
 	}
 	if _, e := acquire("interactive", 500*mib, false); e == nil || e.Code != codec.CodeOverloaded {
 		t.Fatalf("interactive acquire over the budget: %v", e)

@@ -6,6 +6,7 @@
 package gateway
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/natsd"
+	"github.com/ortbus/ortbus/subjects"
 )
 
 // Options configure a gateway.
@@ -42,7 +44,8 @@ type Options struct {
 type Ready = codec.Event
 
 // Gateway is a running gateway: the concerns below, each a type that owns its state,
-// wired together (newGateway, connected), and the service that runs them (Run).
+// built on its connection with what each needs (build), and the service that runs them
+// (Run).
 type Gateway struct {
 	id   string
 	log  *slog.Logger
@@ -73,49 +76,81 @@ type Gateway struct {
 // conf is the configuration in force (the reloader's).
 func (g *Gateway) conf() *config.Config { return g.reloader.conf() }
 
-// newGateway is a gateway of config c before it connects: the concerns that need no
-// connection made and wired to each other (the rest: connected).
+// newGateway is the gateway of config c before it connects: its id (gateway.id, else
+// <host>-<pid>) and its log. Run connects it (connect), then builds its concerns (build).
 func newGateway(c *config.Config, log *slog.Logger) *Gateway {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	g := &Gateway{log: log, connLost: make(chan struct{}), reloader: newReloader(c, log)}
-	conf := g.reloader.conf
-	g.d = newDispatcher(c, conf, log)
-	g.pauses = newPauses(g.d.kick)
-	// The budget's view of the tracker and the supervisor, which connected makes.
-	g.budget = newBudget(log, g.d.kick,
-		func() []health.Worker {
-			if g.tracker == nil {
-				return nil
-			}
-			return g.tracker.Workers()
-		},
-		func() []int {
-			if g.supervisor == nil {
-				return nil
-			}
-			return g.supervisor.pids()
-		})
-	// The gates' view of the leases, the dispatch loop and the bus.
-	g.gates = newGates(g.budget.leases.gated,
-		func(classes map[string]string, gating []string, prio func(string) (int, bool)) (demand map[string]bool, ok bool) {
-			work := func(pool string, p *pending) time.Duration { return g.d.est.get(estKey{pool, p.op, p.req.Model}) }
-			ok = g.d.inspect(func(lc *lifecycle) { demand = lc.gateDemand(classes, gating, prio, work) })
-			return demand, ok
-		},
-		func(subject string, gate codec.Gate) {
-			b, err := codec.Marshal(&gate)
-			if err == nil {
-				err = g.nc.Publish(subject, b)
-			}
-			if err != nil {
-				g.metrics.publishFailed("gate", err)
-			}
-		})
-	g.d.budget, g.d.pauses, g.d.gates = g.budget, g.pauses, g.gates
-	g.jobs = newJobService()
-	return g
+	id := c.Gateway.ID
+	if id == "" {
+		host, _ := os.Hostname()
+		id = fmt.Sprintf("%s-%d", sanitize(host), os.Getpid())
+	}
+	return &Gateway{id: id, log: log, connLost: make(chan struct{})}
+}
+
+// build makes the gateway's concerns on its connection g.nc (url: what its workers
+// connect to; bin: their executable) in one phase, each with what it needs, in the order
+// they need each other: the configuration in force, the metrics, the dispatch loop's
+// handle and the service-time estimates, the heartbeat tracker, the pauses, the memory
+// budget, the gates, the supervisor, failover, the dispatcher with its sender, the cache,
+// the jobs and the reloader. Two calls run to what is built after their caller, and
+// neither is made before build returns: the tracker tells the gateway (trackerListener,
+// once the tracker starts), and the budget's foreign readings ask the supervisor for its
+// pids (foreign.go: once the budget starts, or a test reads).
+func (g *Gateway) build(c *config.Config, bin, url string) error {
+	claim, err := subjects.Claim(g.id)
+	if err != nil {
+		return fmt.Errorf("gateway id: %w", err)
+	}
+	cs := newConfigs(c)
+	conf, log, nc := cs.conf, g.log, g.nc
+	m := newMetrics(c, conf, log)
+	h, est := newLoopHandle(c, conf), &estimator{}
+	tracker := &health.Tracker{MissCount: c.Health.MissCount, Pools: poolSet(c), Log: log, Listener: trackerListener{g}}
+	ps := newPauses(h.kick)
+	var sup *supervisor
+	budget := newBudget(g.id, log, h.kick, tracker.Workers, func() []int { return sup.pids() })
+	gates := newGates(g.id, budget.leases.gated, loopGateDemand(h, est), busGatePublisher(nc, m))
+	sup = newSupervisor(c, tracker, budgetNow{budget, conf, h.poolIdle}, log, g.id, bin, url, nc.RequestWithContext)
+	fo := newFailover(g.id, nc, conf, log, m, h.holds,
+		func() bool { return g.svc == nil || !g.svc.Stopped() }, // g.svc: the API, opened after the build (open)
+		func(op string, r micro.Request) { g.handle(op, r, false) })
+	d := newDispatcher(c, log, h, est, senderDeps{nc: nc, claimSubject: claim, metrics: m, failover: fo, supervisor: sup},
+		dispatchDeps{tracker: tracker, supervisor: sup, budget: budget, pauses: ps, gates: gates})
+	cache := newCacheService(c, conf, log, d, tracker.Workers, m.reg)
+	jobs := newJobService(conf, log, nc, d, cache, ps, tracker.Live, sup.poolInfo)
+	rl := &reloader{configs: cs, id: g.id, log: log, metrics: m, tracker: tracker, supervisor: sup, budget: budget,
+		kick: func() { h.kick(); budget.waits.wake() }, maxPayload: nc.MaxPayload} // a change may raise a capacity
+	m.reg.MustRegister(&stateCollector{conf: conf, d: d, budget: budget, tracker: tracker, supervisor: sup, jobs: jobs},
+		deviceCollector{conf: conf, budget: budget, gates: gates})
+	g.reloader, g.metrics, g.tracker, g.pauses, g.budget, g.gates = rl, m, tracker, ps, budget, gates
+	g.supervisor, g.failover, g.d, g.cache, g.jobs = sup, fo, d, cache, jobs
+	return nil
+}
+
+// loopGateDemand is the gates' question to the dispatch loop h (gateDemand), each
+// request's work estimated by est.
+func loopGateDemand(h *loopHandle, est *estimator) gateDemandFunc {
+	return func(classes map[string]string, gating []string, prio func(string) (int, bool)) (demand map[string]bool, ok bool) {
+		work := func(pool string, p *pending) time.Duration { return est.get(estKey{pool, p.op, p.req.Model}) }
+		ok = h.inspect(func(lc *lifecycle) { demand = lc.gateDemand(classes, gating, prio, work) })
+		return demand, ok
+	}
+}
+
+// busGatePublisher publishes a gate on nc, a failure counted in m.
+func busGatePublisher(nc *nats.Conn, m *metrics) func(subject string, gate codec.Gate) {
+	return func(subject string, gate codec.Gate) {
+		b, err := codec.Marshal(&gate)
+		if err == nil {
+			err = nc.Publish(subject, b)
+		}
+		if err != nil {
+			m.publishFailed("gate", err)
+		}
+	}
 }
 
 // trackerListener is the gateway as its tracker's health.Listener: a death goes to the

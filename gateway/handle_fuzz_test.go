@@ -13,7 +13,6 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
-	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/internal/testkit/testenv"
 	"github.com/ortbus/ortbus/subjects"
@@ -64,12 +63,12 @@ func unitGatewayOf(t testing.TB, toml string) *Gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc := testenv.InProcessNATS(t)
 	g := newGateway(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	g.id = "unit"
-	if err := g.connected(nc, &health.Tracker{}, "", ""); err != nil {
+	g.id, g.nc = "unit", testenv.InProcessNATS(t)
+	if err := g.build(c, "", ""); err != nil {
 		t.Fatal(err)
 	}
+	g.tracker.SetPools(nil) // every pool tracked: a test beats workers of pools the config does not name
 	t.Cleanup(g.failover.close)
 	t.Cleanup(g.d.start(false)) // events only: the queues hold what they get
 	return g

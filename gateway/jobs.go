@@ -54,7 +54,7 @@ type jobService struct {
 	slots chan struct{}
 	done  chan struct{} // made by start; closed when the consumer and the watch have stopped
 
-	// What it needs of the rest of the gateway, wired at construction.
+	// What it needs of the rest of the gateway, given at construction (newJobService).
 	conf   func() *config.Config
 	log    *slog.Logger
 	nc     *nats.Conn
@@ -135,9 +135,13 @@ func (j *jobService) start(ctx context.Context) {
 	}()
 }
 
-// newJobService is the job service, its store not open yet (start).
-func newJobService() *jobService {
-	return &jobService{slots: make(chan struct{}, jobOpsAtOnce), why: codec.Errorf(codec.CodeUnavailable, "the job store is not open yet")}
+// newJobService is the job service, its store not open yet (start): its items run as
+// requests through d, answered from cache when they can be, held by the pauses, on the
+// tracker's live workers (live); poolInfo tells why a local pool has none (explainWaiting).
+func newJobService(conf func() *config.Config, log *slog.Logger, nc *nats.Conn, d dispatchPort, cache *cacheService, ps *pauses,
+	live func(pool string) []health.Worker, poolInfo func(pool string) (bool, *codec.Error)) *jobService {
+	return &jobService{slots: make(chan struct{}, jobOpsAtOnce), why: codec.Errorf(codec.CodeUnavailable, "the job store is not open yet"),
+		conf: conf, log: log, nc: nc, d: d, cache: cache, pauses: ps, live: live, poolInfo: poolInfo}
 }
 
 // jobHost is the job service as the jobs.Host of its consumer of s's items: room and
@@ -181,7 +185,7 @@ func (j *jobService) room(s *jobs.Store) int {
 // this gateway's queues (runJobRequest), and returns the op's reply (msgpack) or error.
 func (j *jobService) runItem(ctx context.Context, it jobs.Item) ([]byte, *codec.Error) {
 	rec := it.Job
-	// jobOwner: the job's tenant, whose own pauses hold its items (pause.go).
+	// jobOwner: the job's account, whose own pauses hold its items (pause.go).
 	p := &pending{op: rec.Op, accepted: time.Now(), owner: ownerJob, jobOwner: rec.Owner}
 	if o := rec.Options; o != nil {
 		p.req = jobOptions(o) // what a job's options may set, whoever wrote the record
@@ -320,10 +324,10 @@ func (j *jobService) runRequest(ctx context.Context, p *pending) ([]byte, *codec
 	}
 }
 
-// serve answers one job op of tenant, who owns the jobs it submits and reaches only
-// those (identity.go). The work runs in its own goroutine (a submit publishes every item
+// serve answers one job op of account, who owns the jobs it submits and reaches only
+// those (account.go). The work runs in its own goroutine (a submit publishes every item
 // and waits for JetStream), at most jobOpsAtOnce at a time.
-func (j *jobService) serve(op string, data []byte, asJSON bool, tenant string, reply Reply) {
+func (j *jobService) serve(op string, data []byte, asJSON bool, account string, reply Reply) {
 	s, e := j.get()
 	if e != nil {
 		reply(nil, e)
@@ -340,7 +344,7 @@ func (j *jobService) serve(op string, data []byte, asJSON bool, tenant string, r
 		defer guard.Recover(j.log, "job "+op, func(e *codec.Error) { reply(nil, e) })
 		ctx, cancel := context.WithTimeout(context.Background(), jobOpTimeout)
 		defer cancel()
-		v, e := j.op(ctx, s, op, data, asJSON, tenant)
+		v, e := j.op(ctx, s, op, data, asJSON, account)
 		if e != nil {
 			reply(nil, e)
 			return
@@ -354,8 +358,8 @@ func (j *jobService) serve(op string, data []byte, asJSON bool, tenant string, r
 	}()
 }
 
-// op decodes, checks and runs one job op of tenant.
-func (j *jobService) op(ctx context.Context, s *jobs.Store, op string, data []byte, asJSON bool, tenant string) (any, *codec.Error) {
+// op decodes, checks and runs one job op of account.
+func (j *jobService) op(ctx context.Context, s *jobs.Store, op string, data []byte, asJSON bool, account string) (any, *codec.Error) {
 	switch op {
 	case subjects.OpJobSubmit:
 		var req codec.JobSubmit
@@ -369,10 +373,10 @@ func (j *jobService) op(ctx context.Context, s *jobs.Store, op string, data []by
 		if e := j.incremental(rec); e != nil {
 			return nil, e
 		}
-		// The job is tenant's, under tenant's own id (jobs/owner.go: job ids are per
+		// The job is account's, under account's own id (jobs/owner.go: job ids are per
 		// owner, as request ids are).
-		rec.Owner = tenant
-		if e := j.runningRoom(ctx, s, rec, tenant); e != nil {
+		rec.Owner = account
+		if e := j.runningRoom(ctx, s, rec, account); e != nil {
 			return nil, e
 		}
 		return s.SubmitWith(ctx, rec, paths, j.precomputed(rec))
@@ -383,15 +387,15 @@ func (j *jobService) op(ctx context.Context, s *jobs.Store, op string, data []by
 		}
 		switch op {
 		case subjects.OpJobCancel:
-			return s.Cancel(ctx, ref.Job, tenant)
+			return s.Cancel(ctx, ref.Job, account)
 		case subjects.OpJobPause, subjects.OpJobResume:
-			return s.Pause(ctx, ref.Job, tenant, op == subjects.OpJobPause)
+			return s.Pause(ctx, ref.Job, account, op == subjects.OpJobPause)
 		}
-		st, e := s.Status(ctx, ref.Job, tenant)
+		st, e := s.Status(ctx, ref.Job, account)
 		j.explainWaiting(st)
 		return st, e
 	case subjects.OpJobList:
-		l, e := s.List(ctx, tenant)
+		l, e := s.List(ctx, account)
 		if l != nil {
 			for i := range l.Jobs {
 				j.explainWaiting(&l.Jobs[i])
@@ -408,7 +412,7 @@ func (j *jobService) op(ctx context.Context, s *jobs.Store, op string, data []by
 		if asJSON {
 			limit /= 3
 		}
-		return s.Results(ctx, &req, tenant, limit)
+		return s.Results(ctx, &req, account, limit)
 	}
 	return nil, codec.Errorf(codec.CodeUnknownOp, "unknown op %q", op)
 }
@@ -582,23 +586,23 @@ func jobOptions(o *codec.Request) codec.Request {
 }
 
 // runningRoom refuses a new job (overloaded) while jobs.max_running jobs run, or while its
-// tenant other than the local owner runs tenantBound of them (identity.go, rule 5). A
+// account other than the local owner runs accountBound of them (account.go, rule 5). A
 // re-submit of a job that exists is no new job. Concurrent submits may pass the check
 // together: the bound is exceeded by at most jobOpsAtOnce.
-func (j *jobService) runningRoom(ctx context.Context, s *jobs.Store, rec *jobs.Record, tenant string) *codec.Error {
-	if rec.Job != "" && s.Owns(ctx, rec.Job, tenant) {
+func (j *jobService) runningRoom(ctx context.Context, s *jobs.Store, rec *jobs.Record, account string) *codec.Error {
+	if rec.Job != "" && s.Owns(ctx, rec.Job, account) {
 		return nil
 	}
 	limit := j.conf().Jobs.MaxRunning
-	all, own, e := s.Running(ctx, tenant, limit)
+	all, own, e := s.Running(ctx, account, limit)
 	if e != nil {
 		return e
 	}
 	if all >= limit {
 		return codec.Errorf(codec.CodeOverloaded, "%d jobs are running, jobs.max_running; try again when one is done", all).With("limit", limit)
 	}
-	if tenant != "" && own >= tenantBound(limit) {
-		return codec.Errorf(codec.CodeOverloaded, "you have %d jobs running, this gateway's bound for one owner; try again when one is done", own).With("limit", tenantBound(limit))
+	if account != "" && own >= accountBound(limit) {
+		return codec.Errorf(codec.CodeOverloaded, "you have %d jobs running, this gateway's bound for one owner; try again when one is done", own).With("limit", accountBound(limit))
 	}
 	return nil
 }

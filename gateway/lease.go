@@ -25,11 +25,11 @@ import (
 //  3. While an urgent or interactive lease is held on a device, that device counts as
 //     busy with that class for the sharing policy (policy.go): batch is held to one unit.
 //  4. The lease id is the holder's capability (renew, release). A lease also has an
-//     owner, its tenant (identity.go): a renew or release from another tenant finds no
-//     such lease, and a tenant other than the local owner holds at most
-//     tenantBound(maxLeases) leases, so it cannot take every one. Status shows the local
-//     owner every lease without its id; a tenant only its own, with their ids (ownedBy):
-//     another tenant's leases count in a device's figures (leased_bytes, free_bytes) but
+//     owner, its account (account.go): a renew or release from another account finds no
+//     such lease, and an account other than the local owner holds at most
+//     accountBound(maxLeases) leases, so it cannot take every one. Status shows the local
+//     owner every lease without its id; an account only its own, with their ids (ownedBy):
+//     another account's leases count in a device's figures (leased_bytes, free_bytes) but
 //     are not listed, so no application learns another's holders.
 //  5. A device's leases cover up to their bytes of the memory that processes outside
 //     ortbus are measured to use on it (a lease's holder is such a process, and nothing
@@ -51,7 +51,7 @@ import (
 //     hook ran once). A press ends on its own after pressFor. A pid from another host
 //     is never measured here (that number here is another process), and a shrink only
 //     lowers a lease: a holder that lies about its pid only loses its own reservation
-//     (what it really uses is then foreign, rule 5, and still counted). A tenant (an
+//     (what it really uses is then foreign, rule 5, and still counted). An account (an
 //     application's account) presses only its own leases: one app's refused acquire,
 //     of whatever class it names, never runs another app's hook; the local owner and
 //     the gateway's own pools (supervise.go) press any.
@@ -71,7 +71,7 @@ type leases struct {
 // lease is a lease as granted, and its owner (rule 4).
 type lease struct {
 	codec.LeaseReply
-	owner     string    // its tenant (identity.go)
+	owner     string    // its account (account.go)
 	pid       int       // its holder's process (rule 6), 0: unknown
 	host      string    // ... on this host
 	pressedAt time.Time // rule 6: pressed since (zero: not pressed)
@@ -112,11 +112,11 @@ func (x *lease) listed() codec.LeaseReply {
 
 func newLeases() *leases { return &leases{by: map[string]*lease{}} }
 
-// heldBy is how many leases tenant holds: l.mu held.
-func (l *leases) heldBy(tenant string) int {
+// heldBy is how many leases account holds: l.mu held.
+func (l *leases) heldBy(account string) int {
 	n := 0
 	for _, x := range l.by {
-		if x.owner == tenant {
+		if x.owner == account {
 			n++
 		}
 	}
@@ -156,7 +156,7 @@ func classPriority(c *config.Config, class string) int {
 }
 
 // grant adds x, with a new id, at now, if the table's bounds hold it (maxLeases, and
-// tenantBound(maxLeases) for an owner other than the local one: rule 4) and fits, given
+// accountBound(maxLeases) for an owner other than the local one: rule 4) and fits, given
 // the bytes leased on x's device now, finds room for it (nil: rule 1); it returns the
 // lease as granted. Checked and granted under the lock: two acquires cannot both take
 // the last bytes.
@@ -168,8 +168,8 @@ func (l *leases) grant(x *lease, now time.Time, fits func(leased int64) *codec.E
 		return nil, codec.Errorf(codec.CodeOverloaded, "%d leases are held; release some first", len(l.by))
 	}
 	if x.owner != "" {
-		if n := l.heldBy(x.owner); n >= tenantBound(maxLeases) {
-			return nil, codec.Errorf(codec.CodeOverloaded, "you hold %d leases, this gateway's bound for one owner; release some first", n).With("limit", tenantBound(maxLeases))
+		if n := l.heldBy(x.owner); n >= accountBound(maxLeases) {
+			return nil, codec.Errorf(codec.CodeOverloaded, "you hold %d leases, this gateway's bound for one owner; release some first", n).With("limit", accountBound(maxLeases))
 		}
 	}
 	var leased int64
@@ -187,15 +187,15 @@ func (l *leases) grant(x *lease, now time.Time, fits func(leased int64) *codec.E
 	return &r, nil
 }
 
-// renewOrRelease answers a renew or a release of tenant ("": the local owner) at now:
+// renewOrRelease answers a renew or a release of account ("": the local owner) at now:
 // a renew extends the lease by ttl (rule 2) and notes its holder's pid and host when
-// given (rule 6); a release drops it. A lease of another tenant is not found (rule 4).
-func (l *leases) renewOrRelease(req *codec.LeaseRequest, tenant string, ttl time.Duration, now time.Time) (*codec.LeaseReply, *codec.Error) {
+// given (rule 6); a release drops it. A lease of another account is not found (rule 4).
+func (l *leases) renewOrRelease(req *codec.LeaseRequest, account string, ttl time.Duration, now time.Time) (*codec.LeaseReply, *codec.Error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.expire(now)
 	x, ok := l.by[req.Lease]
-	if !ok || (tenant != "" && x.owner != tenant) {
+	if !ok || (account != "" && x.owner != account) {
 		return nil, codec.Errorf(codec.CodeBadRequest, "no lease %q here (expired, released, or granted by another gateway)", req.Lease).With("field", "lease")
 	}
 	if req.Action == codec.LeaseRelease {
@@ -230,14 +230,14 @@ func (l *leases) leased(device string) (int64, []codec.LeaseReply) {
 	return sum, out
 }
 
-// ownedBy returns tenant's own live leases on device, ids included (rule 4), newest last.
-func (l *leases) ownedBy(device, tenant string) []codec.LeaseReply {
+// ownedBy returns account's own live leases on device, ids included (rule 4), newest last.
+func (l *leases) ownedBy(device, account string) []codec.LeaseReply {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.expire(leaseNow())
 	var out []codec.LeaseReply
 	for _, x := range l.by {
-		if x.Device == device && x.owner == tenant {
+		if x.Device == device && x.owner == account {
 			out = append(out, x.LeaseReply)
 		}
 	}
@@ -278,7 +278,7 @@ func (l *leases) untilExpiry(now time.Time) time.Duration {
 }
 
 // press marks the reclaimable leases on device of a class below asker's priority (a
-// class of a greater priority number in c) as pressed, from now, for owner (a tenant:
+// class of a greater priority number in c) as pressed, from now, for owner (an account:
 // only its own; "": any) (rule 6); a lease settling from a shrink is not pressed again.
 func (l *leases) press(c *config.Config, device string, asker int, owner string, now time.Time) {
 	l.mu.Lock()

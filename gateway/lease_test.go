@@ -12,12 +12,12 @@ import (
 // Leases (lease.go), in process: the admissionConfig's cuda:0 (1 GiB × 0.85), its
 // workers fed to the tracker, the leases' clock moved by the test.
 
-// Rule 4 in status: a tenant sees its own leases, holders and ids; another tenant's only
+// Rule 4 in status: an account sees its own leases, holders and ids; another account's only
 // in the device's figures; the local owner sees every lease, without ids.
 func TestLeaseStatusOwners(t *testing.T) {
 	g := testGateway(t, admissionConfig)
-	acquire := func(tenant, holder string) *codec.LeaseReply {
-		l, e := leaseAs(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 10 * mib, Class: "batch", Holder: holder, TTLMS: 60_000}, tenant)
+	acquire := func(account, holder string) *codec.LeaseReply {
+		l, e := leaseAs(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 10 * mib, Class: "batch", Holder: holder, TTLMS: 60_000}, account)
 		if e != nil {
 			t.Fatal(e)
 		}
@@ -26,8 +26,8 @@ func TestLeaseStatusOwners(t *testing.T) {
 	a := acquire("account:A", "a-holder")
 	acquire("account:B", "b-holder")
 	acquire("", "op-holder")
-	view := func(tenant string) (int64, []string) {
-		for _, d := range g.status(tenant).Devices {
+	view := func(account string) (int64, []string) {
+		for _, d := range g.status(account).Devices {
 			if d.Device == "cuda:0" {
 				var seen []string
 				for _, l := range d.Leases {
@@ -40,17 +40,17 @@ func TestLeaseStatusOwners(t *testing.T) {
 		t.Fatal("no cuda:0 in status")
 		return 0, nil
 	}
-	for tenant, want := range map[string][]string{
+	for account, want := range map[string][]string{
 		"account:A": {"a-holder/" + a.Lease},
 		"account:C": nil,
 		"":          {"a-holder/", "b-holder/", "op-holder/"},
 	} {
-		leased, seen := view(tenant)
+		leased, seen := view(account)
 		if !slices.Equal(seen, want) {
-			t.Errorf("%q's status lists the leases %v, want %v", tenant, seen, want)
+			t.Errorf("%q's status lists the leases %v, want %v", account, seen, want)
 		}
 		if leased != 30*mib {
-			t.Errorf("%q's status: leased %d MiB, want every lease's 30", tenant, leased/mib)
+			t.Errorf("%q's status: leased %d MiB, want every lease's 30", account, leased/mib)
 		}
 	}
 }

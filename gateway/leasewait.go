@@ -31,7 +31,7 @@ import (
 //     a capacity), a new waiter — and at the next lease expiry while one waits. A
 //     waiter that does not fit presses the reclaimable leases of lower classes on its
 //     device (lease.go, rule 6), at each pass.
-//  4. Bounded: maxLeaseWaiters wait at once, tenantBound of them of one tenant other than
+//  4. Bounded: maxLeaseWaiters wait at once, accountBound of them of one account other than
 //     the local owner; past that the acquire is refused overloaded (details limit).
 //  5. Each waiter is answered exactly once: granted (the lease); wait_ms passed
 //     (overloaded: its last refusal, with waited_ms); refused otherwise at a pass (its
@@ -53,13 +53,13 @@ type leaseWaits struct {
 
 // leaseWaiter is one waiting acquire.
 type leaseWaiter struct {
-	req    codec.LeaseRequest // its class filled in
-	tenant string
-	seq    uint64
-	since  time.Time
-	last   *codec.Error // its last refusal
-	answer leaseAnswer
-	timer  *time.Timer
+	req     codec.LeaseRequest // its class filled in
+	account string
+	seq     uint64
+	since   time.Time
+	last    *codec.Error // its last refusal
+	answer  leaseAnswer
+	timer   *time.Timer
 }
 
 // leaseAnswer delivers the one answer of a lease request.
@@ -82,7 +82,7 @@ func (w *leaseWaits) wake() {
 
 // add queues an acquire refused with refusal, to be answered through answer (rules 4,
 // 5); the error is its refusal when it cannot wait.
-func (w *leaseWaits) add(req *codec.LeaseRequest, tenant string, refusal *codec.Error, answer leaseAnswer) *codec.Error {
+func (w *leaseWaits) add(req *codec.LeaseRequest, account string, refusal *codec.Error, answer leaseAnswer) *codec.Error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
@@ -91,19 +91,19 @@ func (w *leaseWaits) add(req *codec.LeaseRequest, tenant string, refusal *codec.
 	if len(w.q) >= maxLeaseWaiters {
 		return codec.Errorf(codec.CodeOverloaded, "%d lease acquires are waiting, this gateway's bound; %s", len(w.q), refusal.Message).With("limit", maxLeaseWaiters)
 	}
-	if tenant != "" {
+	if account != "" {
 		n := 0
 		for _, x := range w.q {
-			if x.tenant == tenant {
+			if x.account == account {
 				n++
 			}
 		}
-		if n >= tenantBound(maxLeaseWaiters) {
-			return codec.Errorf(codec.CodeOverloaded, "%d of your lease acquires are waiting, this gateway's bound for one owner; %s", n, refusal.Message).With("limit", tenantBound(maxLeaseWaiters))
+		if n >= accountBound(maxLeaseWaiters) {
+			return codec.Errorf(codec.CodeOverloaded, "%d of your lease acquires are waiting, this gateway's bound for one owner; %s", n, refusal.Message).With("limit", accountBound(maxLeaseWaiters))
 		}
 	}
 	w.seq++
-	x := &leaseWaiter{req: *req, tenant: tenant, seq: w.seq, since: time.Now(), last: refusal, answer: answer}
+	x := &leaseWaiter{req: *req, account: account, seq: w.seq, since: time.Now(), last: refusal, answer: answer}
 	if x.req.Class == "" {
 		x.req.Class = subjects.ClassInteractive
 	}
@@ -187,7 +187,7 @@ func (w *leaseWaits) heldBack(c *config.Config, req *codec.LeaseRequest) *codec.
 // (try: an acquire under c), granted if its device's budget holds it, held back behind a
 // waiter of its device that does not fit. The answers go out after the queue's lock is
 // released.
-func (w *leaseWaits) pass(c *config.Config, try func(req *codec.LeaseRequest, tenant string) (*codec.LeaseReply, *codec.Error)) {
+func (w *leaseWaits) pass(c *config.Config, try func(req *codec.LeaseRequest, account string) (*codec.LeaseReply, *codec.Error)) {
 	type answered struct {
 		x *leaseWaiter
 		l *codec.LeaseReply
@@ -206,7 +206,7 @@ func (w *leaseWaits) pass(c *config.Config, try func(req *codec.LeaseRequest, te
 		}
 		// Tried and granted under the queue's lock: a waiter that times out meanwhile
 		// is answered once, its lease never granted behind its back.
-		l, e := try(&x.req, x.tenant)
+		l, e := try(&x.req, x.account)
 		if e != nil && e.Code == codec.CodeOverloaded {
 			x.last = e
 			blocked[x.req.Device] = true

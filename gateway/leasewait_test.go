@@ -33,9 +33,9 @@ func newWaitRecorder(g *Gateway) *waitRecorder {
 	return &waitRecorder{g: g, got: make(chan leaseAnswered, 1024)}
 }
 
-// send serves one lease request of tenant, named name, as the API does.
-func (r *waitRecorder) send(name, tenant string, req *codec.LeaseRequest) {
-	r.g.budget.serveLease(r.g.conf(), req, tenant, func(l *codec.LeaseReply, e *codec.Error) {
+// send serves one lease request of account, named name, as the API does.
+func (r *waitRecorder) send(name, account string, req *codec.LeaseRequest) {
+	r.g.budget.serveLease(r.g.conf(), req, account, func(l *codec.LeaseReply, e *codec.Error) {
 		a := leaseAnswered{name, l, e}
 		r.mu.Lock()
 		r.all = append(r.all, a)
@@ -192,19 +192,19 @@ func TestLeaseWaitTimeout(t *testing.T) {
 	}
 }
 
-// Rule 4 and rule 5's stop: at most maxLeaseWaiters wait, tenantBound of them of one
-// tenant; the gateway stopping answers each unavailable, once, and every later waiter.
+// Rule 4 and rule 5's stop: at most maxLeaseWaiters wait, accountBound of them of one
+// account; the gateway stopping answers each unavailable, once, and every later waiter.
 func TestLeaseWaitBounds(t *testing.T) {
 	g := testGateway(t, admissionConfig)
 	r := newWaitRecorder(g)
 	hog(t, g, 800*mib, 600000)
-	bound := tenantBound(maxLeaseWaiters)
+	bound := accountBound(maxLeaseWaiters)
 	for i := range bound {
 		r.send(fmt.Sprint("a", i), "account:A", &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 100 * mib, Class: "batch", WaitMS: 60000})
 	}
 	r.send("a-over", "account:A", &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 100 * mib, Class: "batch", WaitMS: 60000})
 	if a := r.next(t); a.name != "a-over" || a.e == nil || a.e.Code != codec.CodeOverloaded || a.e.Details["limit"] != bound {
-		t.Fatalf("tenant A's waiter past its bound: %+v %v, want overloaded with limit %d", a, a.e, bound)
+		t.Fatalf("account A's waiter past its bound: %+v %v, want overloaded with limit %d", a, a.e, bound)
 	}
 	for i := bound; i < maxLeaseWaiters; i++ {
 		r.wait(fmt.Sprint("own", i), "batch", 100*mib)

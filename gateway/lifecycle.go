@@ -139,10 +139,10 @@ type lifecycle struct {
 	active    lastActive           // when each class last had work queued for or running on each device
 	lastDeath map[string]death     // the last worker death of each pool
 	early     map[string]earlyCancel
-	// perTenant counts the unanswered requests of each tenant other than the local
-	// owner; tenantMax bounds it (0: no bound). See identity.go, rule 5.
-	perTenant map[string]int
-	tenantMax int
+	// perAccount counts the unanswered requests of each account other than the local
+	// owner; accountMax bounds it (0: no bound). See account.go, rule 5.
+	perAccount map[string]int
+	accountMax int
 
 	timers timerHeap
 	// freed: a unit was given back or a request queued again since the loop last looked
@@ -150,11 +150,11 @@ type lifecycle struct {
 	freed bool
 }
 
-func newLifecycle(env lifecycleEnv, queues *sched.Queues, claimTimeout time.Duration, tenantMax int) *lifecycle {
-	return &lifecycle{env: env, queues: queues, claimTimeout: claimTimeout, tenantMax: tenantMax,
+func newLifecycle(env lifecycleEnv, queues *sched.Queues, claimTimeout time.Duration, accountMax int) *lifecycle {
+	return &lifecycle{env: env, queues: queues, claimTimeout: claimTimeout, accountMax: accountMax,
 		byID: map[string]*flight{}, bySeq: map[uint64]*flight{}, busy: map[string]int{}, used: map[string]time.Time{},
 		load: classCounts{}, workers: classCounts{}, lastSent: map[string]uint64{}, active: lastActive{},
-		lastDeath: map[string]death{}, early: map[string]earlyCancel{}, perTenant: map[string]int{}}
+		lastDeath: map[string]death{}, early: map[string]earlyCancel{}, perAccount: map[string]int{}}
 }
 
 // death is the last worker death seen in a pool.
@@ -165,9 +165,9 @@ type death struct {
 
 // earlyCancel is a cancel of an id not seen yet, and who sent it.
 type earlyCancel struct {
-	at     time.Time
-	by     string
-	tenant string
+	at      time.Time
+	by      string
+	account string
 }
 
 // Effects: what a step asks the sender to do (sender.go). Exactly the terminal ones
@@ -245,16 +245,16 @@ func (lc *lifecycle) forget(f *flight) {
 	if f.seq != 0 {
 		delete(lc.bySeq, f.seq)
 	}
-	if t := f.p.tenant; t != "" {
-		if lc.perTenant[t]--; lc.perTenant[t] <= 0 {
-			delete(lc.perTenant, t)
+	if t := f.p.account; t != "" {
+		if lc.perAccount[t]--; lc.perAccount[t] <= 0 {
+			delete(lc.perAccount, t)
 		}
 	}
 }
 
 // accept is L1: a request decoded, validated and resolved (pools) enters its class queue,
 // unless its cancel came first (cancelled), it was found in the result cache (answered
-// with the hit), its id is in flight already (bad_request), or its tenant holds its bound
+// with the hit), its id is in flight already (bad_request), or its account holds its bound
 // of requests (overloaded). A full queue refuses it, or drops its oldest (drop_oldest),
 // answered overloaded.
 func (lc *lifecycle) accept(p *pending, pools []string, now time.Time) []effect {
@@ -271,11 +271,11 @@ func (lc *lifecycle) accept(p *pending, pools []string, now time.Time) []effect 
 	if _, dup := lc.byID[p.id]; dup {
 		return []effect{answerErr(p, "", codec.Errorf(codec.CodeBadRequest, "a request with id %q is already in progress", cmp.Or(p.clientID, p.id)))}
 	}
-	if p.tenant != "" {
-		// One tenant holds at most tenantMax requests unanswered (queued or in flight),
-		// so its flood leaves the queues' room to the others (identity.go, rule 5).
-		if n := lc.perTenant[p.tenant]; lc.tenantMax > 0 && n >= lc.tenantMax {
-			return []effect{answerErr(p, "", codec.Errorf(codec.CodeOverloaded, "you have %d requests queued or in flight, this gateway's bound for one owner", n).With("limit", lc.tenantMax))}
+	if p.account != "" {
+		// One account holds at most accountMax requests unanswered (queued or in flight),
+		// so its flood leaves the queues' room to the others (account.go, rule 5).
+		if n := lc.perAccount[p.account]; lc.accountMax > 0 && n >= lc.accountMax {
+			return []effect{answerErr(p, "", codec.Errorf(codec.CodeOverloaded, "you have %d requests queued or in flight, this gateway's bound for one owner", n).With("limit", lc.accountMax))}
 		}
 	}
 	dropped, err := lc.queues.Push(&sched.Item{ID: p.id, Class: p.class, Pools: pools, Deadline: p.deadline, Bytes: p.size, Value: p})
@@ -284,8 +284,8 @@ func (lc *lifecycle) accept(p *pending, pools []string, now time.Time) []effect 
 	}
 	f := &flight{p: p, state: stQueued}
 	lc.byID[p.id] = f
-	if p.tenant != "" {
-		lc.perTenant[p.tenant]++
+	if p.account != "" {
+		lc.perAccount[p.account]++
 	}
 	var out []effect
 	for _, d := range dropped {
@@ -528,20 +528,20 @@ func (lc *lifecycle) lost(f *flight, worker, why string, now time.Time) []effect
 // unanswered request with id exists that by may cancel. A queued (or backing off) one is
 // answered cancelled; one at a worker gets a cancel sent to the workers, and the worker
 // holding it answers it cancelled like any answer. A cancel of an unknown id is
-// remembered for cancelMemory (bounded in total and per tenant), unless onlyKnown.
-func (lc *lifecycle) cancel(id, by, tenant string, onlyKnown bool, now time.Time) (found bool, out []effect) {
-	return lc.cancelWithin(id, by, tenant, onlyKnown, 0, now)
+// remembered for cancelMemory (bounded in total and per account), unless onlyKnown.
+func (lc *lifecycle) cancel(id, by, account string, onlyKnown bool, now time.Time) (found bool, out []effect) {
+	return lc.cancelWithin(id, by, account, onlyKnown, 0, now)
 }
 
 // cancelWithin is cancel for a canceller that waits at most within (0: no bound) for
 // the answer (the job runner, jobs.go): a request at a worker that has not answered
 // within it is answered cancelled then by its cancel timer (L9), its unit given back as
 // at its deadline (L8).
-func (lc *lifecycle) cancelWithin(id, by, tenant string, onlyKnown bool, within time.Duration, now time.Time) (found bool, out []effect) {
+func (lc *lifecycle) cancelWithin(id, by, account string, onlyKnown bool, within time.Duration, now time.Time) (found bool, out []effect) {
 	f := lc.byID[id]
 	if f == nil {
 		if !onlyKnown {
-			lc.rememberCancel(id, by, tenant, now)
+			lc.rememberCancel(id, by, account, now)
 		}
 		return false, nil
 	}
@@ -565,24 +565,24 @@ func (lc *lifecycle) cancelWithin(id, by, tenant string, onlyKnown bool, within 
 }
 
 // rememberCancel keeps a cancel of an unknown id (L9, L1).
-func (lc *lifecycle) rememberCancel(id, by, tenant string, now time.Time) {
+func (lc *lifecycle) rememberCancel(id, by, account string, now time.Time) {
 	for k, c := range lc.early {
 		if now.Sub(c.at) > cancelMemory {
 			delete(lc.early, k)
 		}
 	}
-	// Bounded in total, and per tenant (identity.go, rule 5): one tenant's cancels of
+	// Bounded in total, and per account (account.go, rule 5): one account's cancels of
 	// made-up ids never crowd out another's.
-	if len(lc.early) < maxEarlyCancels && (tenant == "" || lc.earlyOf(tenant) < tenantBound(maxEarlyCancels)) {
-		lc.early[id] = earlyCancel{at: now, by: by, tenant: tenant}
+	if len(lc.early) < maxEarlyCancels && (account == "" || lc.earlyOf(account) < accountBound(maxEarlyCancels)) {
+		lc.early[id] = earlyCancel{at: now, by: by, account: account}
 	}
 }
 
-// earlyOf is how many early cancels tenant has remembered.
-func (lc *lifecycle) earlyOf(tenant string) int {
+// earlyOf is how many early cancels account has remembered.
+func (lc *lifecycle) earlyOf(account string) int {
 	n := 0
 	for _, c := range lc.early {
-		if c.tenant == tenant {
+		if c.account == account {
 			n++
 		}
 	}
@@ -812,10 +812,10 @@ type (
 	// evCancel: a cancel of id by by (L9); found (if set) gets whether it found the
 	// request.
 	evCancel struct {
-		id, by, tenant string
-		onlyKnown      bool          // an unknown id is not remembered
-		within         time.Duration // the canceller waits this long for the answer (0: no bound)
-		found          chan<- bool
+		id, by, account string
+		onlyKnown       bool          // an unknown id is not remembered
+		within          time.Duration // the canceller waits this long for the answer (0: no bound)
+		found           chan<- bool
 	}
 	// evShutdown: answer what is queued, and with inFlight what is at workers (L10).
 	evShutdown struct {

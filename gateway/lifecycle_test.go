@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -137,8 +135,8 @@ func empty(t *testing.T, lc *lifecycle) {
 			t.Errorf("pool %s: %d held", pool, n)
 		}
 	}
-	if len(lc.byID) != 0 || len(lc.bySeq) != 0 || len(lc.timers) != 0 || len(lc.load) != 0 || len(lc.workers) != 0 || len(lc.perTenant) != 0 {
-		t.Errorf("left: %d flights, %d reply tokens, %d timers, load %v, workers %v, tenants %v", len(lc.byID), len(lc.bySeq), len(lc.timers), lc.load, lc.workers, lc.perTenant)
+	if len(lc.byID) != 0 || len(lc.bySeq) != 0 || len(lc.timers) != 0 || len(lc.load) != 0 || len(lc.workers) != 0 || len(lc.perAccount) != 0 {
+		t.Errorf("left: %d flights, %d reply tokens, %d timers, load %v, workers %v, accounts %v", len(lc.byID), len(lc.bySeq), len(lc.timers), lc.load, lc.workers, lc.perAccount)
 	}
 	for _, c := range []string{"urgent", "interactive", "batch"} {
 		if n := lc.queues.Len(c); n != 0 {
@@ -209,8 +207,7 @@ func TestLifecycleAcceptHit(t *testing.T) {
 // A request accepted after the loop stopped (a cache hit, a lookup that ended after the
 // shutdown) still gets its one answer: no_worker, as the queued ones at the shutdown.
 func TestAcceptAfterLoopStopped(t *testing.T) {
-	g := newGateway(parseConfig(t, routeConfig), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	g.d.metrics = newMetrics(g.conf(), g.conf, g.log)
+	g := loopGateway(parseConfig(t, routeConfig))
 	g.d.start(false)() // started and stopped
 	var got []*codec.Error
 	p := req("late", "interactive")

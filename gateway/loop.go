@@ -29,18 +29,15 @@ type dispatcher struct {
 	lc      *lifecycle      // the loop's alone
 	drained []chan struct{} // the loop's alone: closed once nothing is unanswered (evDrained)
 
-	events   chan event
-	kickCh   chan struct{}
-	loopDone chan struct{} // closed when the loop has stopped
-	// queues are the class queues: their contents are the lifecycle's; their lengths
-	// (sched's own lock) are read by status and the idle check.
-	queues *sched.Queues
-	est    estimator // measured service times (their own lock)
+	// The loop's handle (its events, kick and stop, the class queues), made before the
+	// concerns that ask the loop for a pass or a look, and given to them (Gateway.build).
+	*loopHandle
+	est *estimator // measured service times (their own lock)
 
 	// The sender (sender.go): where work items go and answers come back.
 	*sender
 
-	// What it reads, wired once before the loop starts (Run, newGateway).
+	// What it reads, given at construction (newDispatcher: dispatchDeps).
 	conf       func() *config.Config
 	log        *slog.Logger
 	tracker    *health.Tracker
@@ -50,12 +47,44 @@ type dispatcher struct {
 	gates      *gates
 }
 
-// newDispatcher is the dispatcher of config c, its loop not started (start).
-func newDispatcher(c *config.Config, conf func() *config.Config, log *slog.Logger) *dispatcher {
-	d := &dispatcher{conf: conf, log: log, kickCh: make(chan struct{}, 1), events: make(chan event, eventBacklog), loopDone: make(chan struct{})}
-	d.sender = &sender{post: d.post, conf: conf, log: log, est: &d.est}
-	d.queues = newQueues(c)
-	d.lc = newLifecycle(loopEnv{d}, d.queues, claimTimeout(c), tenantBound(totalQueueBound(c)))
+// dispatchDeps are the concerns the dispatcher reads: the workers' heartbeats, the local
+// pools' processes, the devices' memory, the pauses and the gates.
+type dispatchDeps struct {
+	tracker    *health.Tracker
+	supervisor *supervisor
+	budget     *memoryBudget
+	pauses     *pauses
+	gates      *gates
+}
+
+// loopHandle is what the rest of the gateway asks of the dispatch loop: a pass soon
+// (kick), a read of its state on the loop (inspect, and holds and poolIdle on it), and
+// whether it has stopped; with the class queues it reads. It is made first, so that the
+// concerns that ask the loop are built with it, and the dispatcher, which reads them,
+// after them with it (Gateway.build).
+type loopHandle struct {
+	events   chan event
+	kickCh   chan struct{}
+	loopDone chan struct{} // closed when the loop has stopped
+	// queues are the class queues: their contents are the lifecycle's; their lengths
+	// (sched's own lock) are read by status and the idle check.
+	queues *sched.Queues
+	conf   func() *config.Config
+}
+
+// newLoopHandle is the handle of the dispatch loop of config c (conf: the one in force).
+func newLoopHandle(c *config.Config, conf func() *config.Config) *loopHandle {
+	return &loopHandle{kickCh: make(chan struct{}, 1), events: make(chan event, eventBacklog), loopDone: make(chan struct{}),
+		queues: newQueues(c), conf: conf}
+}
+
+// newDispatcher is the dispatcher of config c on the loop's handle h, its loop not
+// started (start): it reads deps and est, and its sender sends with sd.
+func newDispatcher(c *config.Config, log *slog.Logger, h *loopHandle, est *estimator, sd senderDeps, deps dispatchDeps) *dispatcher {
+	d := &dispatcher{loopHandle: h, est: est, conf: h.conf, log: log,
+		tracker: deps.tracker, supervisor: deps.supervisor, budget: deps.budget, pauses: deps.pauses, gates: deps.gates}
+	d.sender = newSender(sd, d.post, h.conf, log, est)
+	d.lc = newLifecycle(loopEnv{d}, d.queues, claimTimeout(c), accountBound(totalQueueBound(c)))
 	return d
 }
 
@@ -84,7 +113,7 @@ func (d *dispatcher) post(ev event) {
 
 // inspect runs fn on the loop's state and waits for it; false when the loop has stopped
 // (fn did not run). Never called from the loop itself.
-func (d *dispatcher) inspect(fn func(*lifecycle)) bool {
+func (d *loopHandle) inspect(fn func(*lifecycle)) bool {
 	done := make(chan struct{})
 	select {
 	case d.events <- evInspect{fn: fn, done: done}:
@@ -95,7 +124,7 @@ func (d *dispatcher) inspect(fn func(*lifecycle)) bool {
 }
 
 // await waits for done, or for the loop's stop; false on the stop.
-func (d *dispatcher) await(done <-chan struct{}) bool {
+func (d *loopHandle) await(done <-chan struct{}) bool {
 	select {
 	case <-done:
 		return true
@@ -105,7 +134,7 @@ func (d *dispatcher) await(done <-chan struct{}) bool {
 }
 
 // kick asks the dispatch loop for a pass.
-func (d *dispatcher) kick() {
+func (d *loopHandle) kick() {
 	select {
 	case d.kickCh <- struct{}{}:
 	default:
@@ -131,7 +160,7 @@ func (d *dispatcher) step(ev event, now time.Time) {
 	case evDied:
 		d.carryOut(lc.died(e.pool, e.worker, e.why, e.others, now), now)
 	case evCancel:
-		found, out := lc.cancelWithin(e.id, e.by, e.tenant, e.onlyKnown, e.within, now)
+		found, out := lc.cancelWithin(e.id, e.by, e.account, e.onlyKnown, e.within, now)
 		d.carryOut(out, now) // its answer goes out before the cancel's own reply
 		if e.found != nil {
 			e.found <- found
@@ -234,14 +263,14 @@ func (d *dispatcher) start(passes bool) (stop func()) {
 
 // poolIdle reports whether pool has nothing in flight and nothing queued for it. Never
 // called from the loop (it asks the loop).
-func (d *dispatcher) poolIdle(pool string) bool {
+func (d *loopHandle) poolIdle(pool string) bool {
 	n := 0
 	d.inspect(func(lc *lifecycle) { n = lc.inFlight(pool) })
 	return n == 0 && !d.queuedFor(d.conf(), pool)
 }
 
 // queuedFor reports whether a request waits in a class queue that pool serves.
-func (d *dispatcher) queuedFor(cfg *config.Config, pool string) bool {
+func (d *loopHandle) queuedFor(cfg *config.Config, pool string) bool {
 	for _, class := range cfg.Pool(pool).Classes {
 		if d.queues.Len(class) > 0 {
 			return true
@@ -301,10 +330,10 @@ func (e loopEnv) mayRun(pools []string) bool {
 }
 
 // stopped is closed once the loop has stopped (every request it held was answered, L10).
-func (d *dispatcher) stopped() <-chan struct{} { return d.loopDone }
+func (d *loopHandle) stopped() <-chan struct{} { return d.loopDone }
 
 // holds reports whether the loop holds the unanswered request id of owner.
-func (d *dispatcher) holds(id, owner string) bool {
+func (d *loopHandle) holds(id, owner string) bool {
 	held := false
 	d.inspect(func(lc *lifecycle) {
 		p, ok := lc.get(id)
@@ -348,15 +377,15 @@ func (d *dispatcher) onDead(id, pool, why string) {
 // cancelAs cancels a queued or in-flight request by id for the sender by (see
 // canCancel), and reports whether it found one (L9). A cancel that may not cancel the
 // request finds nothing, as if the id were unknown.
-func (d *dispatcher) cancelAs(id, by, tenant string) bool {
-	return d.cancel(tenantID(tenant, id), by, tenant, false) // a tenant names its own ids (identity.go, rule 3)
+func (d *dispatcher) cancelAs(id, by, account string) bool {
+	return d.cancel(accountScopedID(account, id), by, account, false) // an account names its own ids (account.go, rule 3)
 }
 
 // cancel posts a cancel of the gateway's id and waits for its finding; with onlyKnown
 // an unknown id is not remembered as cancelled.
-func (d *dispatcher) cancel(id, by, tenant string, onlyKnown bool) bool {
+func (d *dispatcher) cancel(id, by, account string, onlyKnown bool) bool {
 	found := make(chan bool, 1)
-	d.post(evCancel{id: id, by: by, tenant: tenant, onlyKnown: onlyKnown, found: found})
+	d.post(evCancel{id: id, by: by, account: account, onlyKnown: onlyKnown, found: found})
 	select {
 	case ok := <-found:
 		return ok

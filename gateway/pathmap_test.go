@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 
@@ -79,9 +77,7 @@ models = ["seg"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newGateway(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	g.d.metrics = newMetrics(g.conf(), g.conf, g.log)
-	return g
+	return loopGateway(c)
 }
 
 // TestOutPathMapped: a request's out_path is mapped to the pool's host like its path,

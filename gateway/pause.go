@@ -22,16 +22,16 @@ import (
 //     a job item taken while its owner's own pause lasts waits as rule 1 says.
 //  3. Expiry is mandatory: a pause lasts 1 s to maxPauseFor, so a crashed app cannot pause
 //     a class for good. Pausing again extends (replaces) the caller's own pause.
-//  4. A pause has an owner (identity.go): resume ends only the caller's own, and the class
+//  4. A pause has an owner (account.go): resume ends only the caller's own, and the class
 //     stays paused while anyone's pause lasts. At most maxPauses pauses are held at once,
-//     a tenant at most its share of them (tenantBound).
-//  5. A tenant (an application's account) pauses only background classes (batch), and
+//     an account at most its share of them (accountBound).
+//  5. An account (an application's account) pauses only background classes (batch), and
 //     only its own work: its pause holds its own requests (and its jobs' items, where
 //     the job runner names their owner: pending.jobOwner) and nobody else's, so that one
 //     app never holds back another's work. The local owner (operators, and every client
 //     under identity = "local") may pause any class, and its pause holds everyone's work.
 //  6. Status lists each pause with its owner (PauseReply.Owner, "" for the operator's): a
-//     tenant sees its own and the operator's, the pauses that hold its work; the operator
+//     account sees its own and the operator's, the pauses that hold its work; the operator
 //     sees every one.
 type pauses struct {
 	mu   sync.Mutex
@@ -52,7 +52,7 @@ func newPauses(kick func()) *pauses { return &pauses{by: map[pauseKey]time.Time{
 // pauseNow is the pauses' clock (a test's own).
 var pauseNow = time.Now
 
-// pause applies a pause request of owner (tenant, or "" for the local owner).
+// pause applies a pause request of owner (account, or "" for the local owner).
 func (ps *pauses) pause(cfg *config.Config, req *codec.PauseRequest, owner string) (*codec.PauseReply, *codec.Error) {
 	if _, ok := cfg.Classes[req.Class]; !ok {
 		return nil, codec.Errorf(codec.CodeBadRequest, "unknown class %q (classes: %v)", req.Class, cfg.ClassNames()).With("field", "class")
@@ -85,8 +85,8 @@ func (ps *pauses) pause(cfg *config.Config, req *codec.PauseRequest, owner strin
 		if len(ps.by) >= maxPauses {
 			return nil, codec.Errorf(codec.CodeOverloaded, "%d pauses are held; try again when one ends", len(ps.by))
 		}
-		if owner != "" && ps.heldBy(owner) >= tenantBound(maxPauses) {
-			return nil, codec.Errorf(codec.CodeOverloaded, "you hold %d pauses, your bound", tenantBound(maxPauses))
+		if owner != "" && ps.heldBy(owner) >= accountBound(maxPauses) {
+			return nil, codec.Errorf(codec.CodeOverloaded, "you hold %d pauses, your bound", accountBound(maxPauses))
 		}
 	}
 	until := now.Add(d)
@@ -124,7 +124,7 @@ func (ps *pauses) active(now time.Time) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
 	for k := range ps.by {
 		if k.owner != "" {
-			continue // a tenant's pause holds only its own work (rule 5)
+			continue // an account's pause holds only its own work (rule 5)
 		}
 		if out[k.class] == nil {
 			out[k.class] = map[string]bool{}
@@ -146,8 +146,8 @@ func (ps *pauses) held(now time.Time) pauseSet {
 	return out
 }
 
-// list is the pauses status shows viewer (a tenant, "" for the operator): per class,
-// device and owner, its end; a tenant sees its own and the operator's (rule 6).
+// list is the pauses status shows viewer (an account, "" for the operator): per class,
+// device and owner, its end; an account sees its own and the operator's (rule 6).
 func (ps *pauses) list(now time.Time, viewer string) []codec.PauseReply {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -155,7 +155,7 @@ func (ps *pauses) list(now time.Time, viewer string) []codec.PauseReply {
 	var out []codec.PauseReply
 	for k, until := range ps.by {
 		if viewer != "" && k.owner != "" && k.owner != viewer {
-			continue // another tenant's: it holds none of viewer's work
+			continue // another account's: it holds none of viewer's work
 		}
 		out = append(out, codec.PauseReply{Class: k.class, Device: k.device, Owner: k.owner, UntilUnixMS: until.UnixMilli()})
 	}

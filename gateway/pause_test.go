@@ -32,7 +32,7 @@ func TestPauseRules(t *testing.T) {
 	}
 	// Rule 5: an application pauses batch, not interactive; the local owner may.
 	if _, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Class: "interactive", ForMS: 60_000}, "account:A"); e == nil || e.Code != codec.CodeBadRequest {
-		t.Errorf("a tenant's pause of interactive: %v, want bad_request", e)
+		t.Errorf("an account's pause of interactive: %v, want bad_request", e)
 	}
 	if _, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Class: "interactive", ForMS: 1000}, ""); e != nil {
 		t.Errorf("the local owner's pause of interactive: %v", e)
@@ -63,9 +63,9 @@ func TestPauseRules(t *testing.T) {
 	}
 }
 
-// Rules 5 and 6: a tenant's pause holds only its own work (its requests, its jobs'
-// items), never another tenant's nor the local owner's, and stops no job intake; the
-// operator's holds everyone's. Status shows each tenant its own pauses and the
+// Rules 5 and 6: an account's pause holds only its own work (its requests, its jobs'
+// items), never another account's nor the local owner's, and stops no job intake; the
+// operator's holds everyone's. Status shows each account its own pauses and the
 // operator's, with their owners; the operator every one.
 func TestPauseScope(t *testing.T) {
 	g := testGateway(t, routeConfig)
@@ -74,10 +74,10 @@ func TestPauseScope(t *testing.T) {
 	if _, e := g.pauses.pause(g.conf(), &codec.PauseRequest{Class: "batch", ForMS: 60_000}, "account:A"); e != nil {
 		t.Fatal(e)
 	}
-	itemOf := func(tenant, jobOwner string) *sched.Item {
+	itemOf := func(account, jobOwner string) *sched.Item {
 		it := newItem("batch", "tag", soon(), "bulk")
 		p := it.Value.(*pending)
-		p.tenant = tenant
+		p.account = account
 		if jobOwner != "" {
 			p.owner, p.jobOwner = ownerJob, jobOwner
 		}
@@ -85,9 +85,9 @@ func TestPauseScope(t *testing.T) {
 	}
 	c := g.d.snapshot(time.Now(), g.d.lc.held())
 	for _, x := range []struct {
-		what             string
-		tenant, jobOwner string
-		held             bool
+		what              string
+		account, jobOwner string
+		held              bool
 	}{
 		{"A's request", "account:A", "", true},
 		{"an item of A's job", "", "account:A", true},
@@ -95,7 +95,7 @@ func TestPauseScope(t *testing.T) {
 		{"an item of B's job", "", "account:B", false},
 		{"the local owner's request", "", "", false},
 	} {
-		pool := routeOK(t, nextPass(c), itemOf(x.tenant, x.jobOwner), nil)
+		pool := routeOK(t, nextPass(c), itemOf(x.account, x.jobOwner), nil)
 		if held := pool == ""; held != x.held {
 			t.Errorf("%s under A's pause of batch: routed to %q, want held %v", x.what, pool, x.held)
 		}
@@ -115,9 +115,9 @@ func TestPauseScope(t *testing.T) {
 	if d := c.place(itemOf("account:A", ""), nil); d.pool != "" || len(d.own) != 0 {
 		t.Errorf("A's request under the operator's pause too: %+v, want held as the operator's pause holds, its pools reserved", d)
 	}
-	for _, tenant := range []string{"account:B", ""} {
-		if pool := routeOK(t, nextPass(c), itemOf(tenant, ""), nil); pool != "" {
-			t.Errorf("%q's request under the operator's pause routed to %q", tenant, pool)
+	for _, account := range []string{"account:B", ""} {
+		if pool := routeOK(t, nextPass(c), itemOf(account, ""), nil); pool != "" {
+			t.Errorf("%q's request under the operator's pause routed to %q", account, pool)
 		}
 	}
 	if n := g.jobs.room(nil); n != 0 {
@@ -204,14 +204,14 @@ func TestPauseScopeOneDevice(t *testing.T) {
 	}
 	route := passRouter(g, time.Now())
 	a := newItem("batch", "tag", soon(), "bulk", "spare")
-	a.Value.(*pending).tenant = "account:A"
+	a.Value.(*pending).account = "account:A"
 	pool, err := route(a, map[string]bool{})
 	var waits sched.Waits
 	if pool != "" || !errors.As(err, &waits) || !slices.Equal(waits.Pools, []string{"spare"}) {
 		t.Fatalf("A's batch request under its pause on cuda:0: %q %v, want it waiting, holding spare alone", pool, err)
 	}
 	b := newItem("batch", "tag", soon(), "bulk", "spare")
-	b.Value.(*pending).tenant = "account:B"
+	b.Value.(*pending).account = "account:B"
 	if pool, err := route(b, map[string]bool{"spare": true}); pool != "bulk" || err != nil {
 		t.Fatalf("B's batch request behind it: %q %v, want bulk", pool, err)
 	}

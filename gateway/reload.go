@@ -69,13 +69,10 @@ const reloadTimeout = 10 * time.Minute
 // changes that each owner applies: the tracker its pools, the dispatch loop a pass under
 // the new configuration, the supervisor its workers.
 type reloader struct {
-	cfg atomic.Pointer[config.Config]
-	// fileCfg is the configuration as last read from the file (at start, at each reload):
-	// the models a run-time unload took from a pool are its pools' models not in force.
-	fileCfg  atomic.Pointer[config.Config]
+	*configs
 	changing sync.Mutex // one configuration change at a time
 
-	// The owners it hands the changes to, wired at construction (Run).
+	// The owners it hands the changes to, given at construction (Gateway.build).
 	id         string
 	log        *slog.Logger
 	metrics    *metrics
@@ -86,16 +83,25 @@ type reloader struct {
 	maxPayload func() int64 // the NATS connection's, for the operators' replies
 }
 
-// newReloader holds c as the configuration in force and as the file's.
-func newReloader(c *config.Config, log *slog.Logger) *reloader {
-	rl := &reloader{log: log}
-	rl.cfg.Store(c)
-	rl.fileCfg.Store(c)
-	return rl
+// configs are the configuration in force and the file's: made first, since every concern
+// reads the one in force; the reloader changes them.
+type configs struct {
+	cfg atomic.Pointer[config.Config]
+	// fileCfg is the configuration as last read from the file (at start, at each reload):
+	// the models a run-time unload took from a pool are its pools' models not in force.
+	fileCfg atomic.Pointer[config.Config]
+}
+
+// newConfigs holds c as the configuration in force and as the file's.
+func newConfigs(c *config.Config) *configs {
+	cs := &configs{}
+	cs.cfg.Store(c)
+	cs.fileCfg.Store(c)
+	return cs
 }
 
 // conf is the configuration in force.
-func (rl *reloader) conf() *config.Config { return rl.cfg.Load() }
+func (cs *configs) conf() *config.Config { return cs.cfg.Load() }
 
 // reloadOn reloads the config file at each receive on reload (SIGHUP) until ctx ends,
 // logging what changed or why nothing did.

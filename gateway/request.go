@@ -36,9 +36,9 @@ type pending struct {
 	reply    Reply
 	replyTo  string // the client's NATS reply subject ("" over HTTP), for failover
 	owner    string // who may cancel it (see canCancel)
-	tenant   string // whose bound it counts in (identity.go)
-	clientID string // the id its client gave it, when it runs under another (tenantID)
-	jobOwner string // a job item's: its job's owner (a tenant), whose pauses hold it (pause.go)
+	account  string // whose bound it counts in (account.go)
+	clientID string // the id its client gave it, when it runs under another (accountScopedID)
+	jobOwner string // a job item's: its job's owner (an account), whose pauses hold it (pause.go)
 	size     int64  // the request's encoded size, counted against its class queue's bytes
 	// cacheTicket: its answer is stored in the result cache (cache.go); set before it is
 	// accepted, never after.
@@ -53,12 +53,12 @@ type pending struct {
 }
 
 // workOwner is whose work p is, for the pauses that hold it (pause.go, rule 5): its
-// tenant's, or a job item's job owner's; "" for the local owner's.
+// account's, or a job item's job owner's; "" for the local owner's.
 func (p *pending) workOwner() string {
 	if p.owner == ownerJob {
 		return p.jobOwner
 	}
-	return p.tenant
+	return p.account
 }
 
 // decodeRequest decodes and checks a client's request body into req.
@@ -84,7 +84,7 @@ const ownerHTTP = "http"
 // with per-user inbox prefixes and subscribe permissions no other user can read, and
 // without them no other client can guess.
 func ownerOf(by string) string {
-	if by == ownerHTTP || strings.HasPrefix(by, tenantOwnerMark) {
+	if by == ownerHTTP || strings.HasPrefix(by, accountOwnerMark) {
 		return by
 	}
 	if o := subjects.InboxOwner(by); o != "" {
@@ -104,7 +104,7 @@ func canCancel(owner, by string) bool {
 		return false // a job's items are cancelled through the job
 	case by == ownerHTTP || owner == ownerHTTP:
 		return by == owner
-	case strings.HasPrefix(by, tenantOwnerMark) || strings.HasPrefix(owner, tenantOwnerMark):
+	case strings.HasPrefix(by, accountOwnerMark) || strings.HasPrefix(owner, accountOwnerMark):
 		return by == owner
 	}
 	return strings.HasPrefix(by, owner+".")

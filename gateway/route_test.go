@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"reflect"
 	"slices"
 	"strings"
@@ -84,7 +86,17 @@ func configGateway(t testing.TB, toml string) *Gateway {
 
 // gatewayWith is g with the configuration c in force.
 func gatewayWith(c *config.Config, g *Gateway) *Gateway {
-	g.reloader = newReloader(c, g.log)
+	g.reloader = &reloader{configs: newConfigs(c), log: g.log}
+	return g
+}
+
+// loopGateway is a gateway of config c with only its configuration and a dispatcher that
+// reads nothing else (no connection, no tracker, no supervisor): for what runs on the
+// dispatch loop and its sender alone.
+func loopGateway(c *config.Config) *Gateway {
+	g := gatewayWith(c, &Gateway{log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	m := newMetrics(c, g.conf, g.log)
+	g.d = newDispatcher(c, g.log, newLoopHandle(c, g.conf), &estimator{}, senderDeps{metrics: m}, dispatchDeps{})
 	return g
 }
 
@@ -108,7 +120,7 @@ func snapOf(t testing.TB, toml string) *capacity {
 	t.Helper()
 	cfg := parseConfig(t, toml)
 	now := time.Now()
-	s := newSupervisor(cfg, nil, nil, nil, "", "", "")
+	s := newSupervisor(cfg, nil, nil, nil, "", "", "", nil)
 	s.started = now.Add(-time.Hour)
 	c := newCapacity(cfg, now)
 	for name, pc := range c.pools {
@@ -468,7 +480,7 @@ func TestSnapshot(t *testing.T) {
 // shuts down.
 func TestPoolStatus(t *testing.T) {
 	cfg := parseConfig(t, routeConfig)
-	s := newSupervisor(cfg, nil, nil, nil, "", "", "")
+	s := newSupervisor(cfg, nil, nil, nil, "", "", "", nil)
 	grace := time.Duration(cfg.Health.MissCount) * cfg.Health.HeartbeatInterval.D()
 	if st := s.poolState("fast", s.started.Add(grace-time.Millisecond)); !st.coming || st.reason != "remote workers not heard yet" {
 		t.Errorf("remote pool within its grace: %+v", st)

@@ -4,17 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 	"github.com/ortbus/ortbus/codec"
-	"github.com/ortbus/ortbus/health"
+	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/natsconn"
 	"github.com/ortbus/ortbus/natsd"
-	"github.com/ortbus/ortbus/subjects"
 )
 
 // Run starts the gateway and serves until ctx is cancelled, then shuts down: no new
@@ -25,20 +22,14 @@ import (
 func Run(ctx context.Context, o Options) error {
 	c := o.Config
 	g := newGateway(c, o.Logger)
-	g.id = c.Gateway.ID
-	if g.id == "" {
-		host, _ := os.Hostname()
-		g.id = fmt.Sprintf("%s-%d", sanitize(host), os.Getpid())
-	}
-	url, err := g.connect(o.NATSListen)
+	url, err := g.connect(c, o.NATSListen)
 	if err != nil {
 		return err
 	}
 	defer g.closeNATS()
 	defer startSpoolSweeper(c.Security, g.log)() // spool files older than security.spool_max_age go
 
-	tracker := &health.Tracker{MissCount: c.Health.MissCount, Pools: poolSet(c), Log: g.log}
-	if err := g.connected(g.nc, tracker, o.WorkerBin, url); err != nil {
+	if err := g.build(c, o.WorkerBin, url); err != nil {
 		return err
 	}
 	// The shutdown begins for the supervisor the moment it is asked for (ctx: the signal),
@@ -128,7 +119,6 @@ func (g *Gateway) subscribe() error {
 	if _, err := g.nc.Subscribe(g.d.claimSubject+".>", guard.Msg(g.log, "claim", g.nc, nil, g.d.onClaim)); err != nil {
 		return err
 	}
-	g.d.replyInbox = g.nc.NewInbox()
 	_, err := g.nc.Subscribe(g.d.replyInbox+".*", guard.Msg(g.log, "reply", g.nc, nil, g.d.onReply))
 	return err
 }
@@ -165,44 +155,9 @@ func (g *Gateway) connIsLost() bool {
 	}
 }
 
-// connected wires the concerns that need the NATS connection nc and the gateway's id:
-// the metrics, the tracker (its listener: this gateway), the supervisor of the local
-// pools (their workers run bin, connecting to url), the sender, failover, the cache and
-// the jobs.
-func (g *Gateway) connected(nc *nats.Conn, tracker *health.Tracker, bin, url string) error {
-	claim, err := subjects.Claim(g.id)
-	if err != nil {
-		return fmt.Errorf("gateway id: %w", err)
-	}
-	c, conf := g.conf(), g.reloader.conf
-	g.nc, g.tracker = nc, tracker
-	g.budget.id, g.gates.id = g.id, g.id
-	g.metrics = newMetrics(c, conf, g.log)
-	tracker.Listener = trackerListener{g}
-	g.supervisor = newSupervisor(c, tracker, budgetNow{g.budget, conf, g.d.poolIdle}, g.log, g.id, bin, url)
-	g.supervisor.request = nc.RequestWithContext
-	g.failover = newFailover(g.id, nc, conf, g.log, g.metrics, g.d.holds)
-	g.failover.accepting = func() bool { return g.svc == nil || !g.svc.Stopped() }
-	g.failover.handle = func(op string, r micro.Request) { g.handle(op, r, false) }
-
-	d := g.d
-	d.tracker, d.supervisor = tracker, g.supervisor
-	s := d.sender
-	s.nc, s.claimSubject, s.supervisor, s.metrics, s.failover = nc, claim, g.supervisor, g.metrics, g.failover
-	rl := g.reloader
-	rl.id, rl.metrics, rl.tracker, rl.supervisor, rl.budget, rl.maxPayload = g.id, g.metrics, tracker, g.supervisor, g.budget, nc.MaxPayload
-	rl.kick = func() { d.kick(); g.budget.waits.wake() } // a change may raise a capacity
-	g.cache = newCacheService(c, conf, g.log, d, tracker.Workers, g.metrics.reg)
-	j := g.jobs
-	j.conf, j.log, j.nc, j.d, j.cache, j.pauses, j.live = conf, g.log, nc, d, g.cache, g.pauses, tracker.Live
-	j.poolInfo = g.supervisor.poolInfo
-	g.metrics.reg.MustRegister(&stateCollector{conf: conf, d: d, budget: g.budget, tracker: tracker, supervisor: g.supervisor, jobs: j}, deviceCollector{conf: conf, budget: g.budget, gates: g.gates})
-	return nil
-}
-
-// connect starts the embedded NATS server (if configured) and connects.
-func (g *Gateway) connect(listen string) (string, error) {
-	c := g.conf()
+// connect starts the embedded NATS server (if c configures one) and connects, before
+// anything else of the gateway is built (build).
+func (g *Gateway) connect(c *config.Config, listen string) (string, error) {
 	logErr := nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
 		subj := ""
 		if s != nil {

@@ -41,6 +41,28 @@ type sender struct {
 	supervisor *supervisor
 }
 
+// senderDeps are what the sender sends with: this gateway's NATS connection and the
+// subject its claims come to, the metrics, failover (the answers kept for resends) and
+// the supervisor (a worker's death heard from a failed send).
+type senderDeps struct {
+	nc           *nats.Conn
+	claimSubject string
+	metrics      *metrics
+	failover     *failover
+	supervisor   *supervisor
+}
+
+// newSender is the sender of deps, posting to the loop with post; its relayed replies
+// come to an inbox of its own on the connection (none without one: unit tests).
+func newSender(deps senderDeps, post func(event), conf func() *config.Config, log *slog.Logger, est *estimator) *sender {
+	s := &sender{nc: deps.nc, claimSubject: deps.claimSubject, post: post, conf: conf, log: log, est: est,
+		metrics: deps.metrics, failover: deps.failover, supervisor: deps.supervisor}
+	if s.nc != nil {
+		s.replyInbox = s.nc.NewInbox()
+	}
+	return s
+}
+
 // sendFailure is a work item that did not go out (L5).
 type sendFailure struct {
 	id      string
@@ -178,7 +200,7 @@ func (s *sender) observe(p *pending, pool string, t codec.Timing, model string) 
 
 // relay answers p with its worker's reply from pool. The reply is decoded once: its
 // timing observed, its output paths mapped back to the client's view, its own id given
-// back (identity.go, rule 3), and re-encoded (as JSON if the client asked) only when
+// back (account.go, rule 3), and re-encoded (as JSON if the client asked) only when
 // something changed; a reply the client can take as it is goes out as it came. A panic
 // in it answers internal.
 func (s *sender) relay(p *pending, pool string, msg *nats.Msg) {
@@ -204,7 +226,7 @@ func (s *sender) relay(p *pending, pool string, msg *nats.Msg) {
 	s.observe(p, pool, meta.Timing, meta.Model)
 	changed := unmapPaths(s.conf().Pool(pool).PathMap, rep) // output paths back to the client's view
 	if p.clientID != "" {
-		meta.ID, changed = p.clientID, true // its own id back (identity.go, rule 3)
+		meta.ID, changed = p.clientID, true // its own id back (account.go, rule 3)
 	}
 	if !changed && !p.asJSON {
 		s.deliver(p, pool, msg.Data, nil)

@@ -68,8 +68,8 @@ type supervisor struct {
 	// than the one before (controlSent), as a worker takes only later ones.
 	lastSent atomic.Int64
 	// request sends a control body to a worker and waits for its answer (the gateway's
-	// NATS connection: RequestWithContext, wired in Run): the model verbs of a change in
-	// place (modelVerb).
+	// NATS connection: RequestWithContext, given to newSupervisor): the model verbs of a
+	// change in place (modelVerb).
 	request func(ctx context.Context, subj string, data []byte) (*nats.Msg, error)
 }
 
@@ -134,11 +134,12 @@ type gatewayView interface {
 }
 
 // newSupervisor makes the supervisor of the gateway gw with id gateway (part of every
-// worker id it gives: WorkerID). Without gw (unit tests) nothing is admitted by memory
-// and no pool is idle.
-func newSupervisor(cfg *config.Config, tracker workerView, gw gatewayView, log *slog.Logger, gateway, bin, url string) *supervisor {
+// worker id it gives: WorkerID), whose control requests go by request (the gateway's
+// connection). Without gw (unit tests) nothing is admitted by memory and no pool is idle.
+func newSupervisor(cfg *config.Config, tracker workerView, gw gatewayView, log *slog.Logger, gateway, bin, url string,
+	request func(ctx context.Context, subj string, data []byte) (*nats.Msg, error)) *supervisor {
 	host, _ := os.Hostname()
-	s := &supervisor{tracker: tracker, bin: bin, url: url, log: log, gateway: cmp.Or(gateway, "gateway"), host: host,
+	s := &supervisor{tracker: tracker, bin: bin, url: url, log: log, gateway: cmp.Or(gateway, "gateway"), host: host, request: request,
 		pools: map[string]*poolProcs{}, byID: map[string]*proc{}, started: time.Now(), controlKey: make([]byte, 32)}
 	rand.Read(s.controlKey) // never fails (crypto/rand, Go 1.24 on)
 	s.cfg.Store(cfg)

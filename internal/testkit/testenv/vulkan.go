@@ -7,18 +7,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ortbus/ortbus/ort"
+	"github.com/ortbus/ortbus/devices/vulkan"
 )
 
 // RequireVulkan is what a webgpu test needs of the machine: a Vulkan loader
-// (libvulkan.so.1) that lists an adapter (ort.ProbeVulkan, in this process: the Vulkan
+// (libvulkan.so.1) that lists an adapter (vulkan.Probe, in this process: the Vulkan
 // loader is not ONNX Runtime, one per process does not bind it). Where there is none, t
 // is skipped, saying what is missing and what installs it — or failed under CI (CI set),
 // whose .ci/run installs the loader and lavapipe (scripts/install-vulkan.sh): there the
 // webgpu path must run, never skip. It returns the probe's report.
-func RequireVulkan(t testing.TB) *ort.VulkanReport {
+func RequireVulkan(t testing.TB) *vulkan.Report {
 	t.Helper()
-	r := ort.ProbeVulkan(context.Background())
+	r := vulkan.Probe(context.Background())
 	if p := r.Problem(); p != "" {
 		skipOrFail(t, p)
 	}
@@ -29,17 +29,17 @@ func RequireVulkan(t testing.TB) *ort.VulkanReport {
 // (libvulkan.so.1), not an adapter: one that checks what is reported without a driver.
 func RequireVulkanLoader(t testing.TB) {
 	t.Helper()
-	if r := ort.ProbeVulkan(context.Background()); r.LoaderErr != "" {
+	if r := vulkan.Probe(context.Background()); r.LoaderErr != "" {
 		skipOrFail(t, "no Vulkan loader ("+r.LoaderErr+")")
 	}
 }
 
 // RequireLavapipe is RequireVulkan for a test that names lavapipe's adapter (llvmpipe) in
 // what it checks: one among the adapters the loader lists.
-func RequireLavapipe(t testing.TB) *ort.VulkanReport {
+func RequireLavapipe(t testing.TB) *vulkan.Report {
 	t.Helper()
 	r := RequireVulkan(t)
-	if !slices.ContainsFunc(r.Adapters, func(a ort.VulkanAdapter) bool { return strings.Contains(a.Name, "llvmpipe") }) {
+	if !slices.ContainsFunc(r.Adapters, func(a vulkan.Adapter) bool { return strings.Contains(a.Name, "llvmpipe") }) {
 		skipOrFail(t, "no lavapipe (llvmpipe) among the Vulkan adapters")
 	}
 	return r

@@ -17,15 +17,15 @@ import (
 	"github.com/ortbus/ortbus/subjects"
 )
 
-// Identity (identity.go), in process: tenants from the header nats-server writes, and
+// Identity (account.go), in process: accounts from the header nats-server writes, and
 // the ids, bounds and ownership of rules 3 and 5, without NATS.
 
-func TestTenantOf(t *testing.T) {
+func TestAccountOf(t *testing.T) {
 	g := unitGateway(t)
 	hdr := func(v string) micro.Headers { return micro.Headers{requestInfoHeader: {v}} }
 	// Rule 1: in local mode the header means nothing (any connection could write it).
-	if got := tenantOf(g.conf(), hdr(`{"acc":"APP1"}`)); got != "" {
-		t.Fatalf("local mode: tenant %q, want the local owner", got)
+	if got := accountOf(g.conf(), hdr(`{"acc":"APP1"}`)); got != "" {
+		t.Fatalf("local mode: account %q, want the local owner", got)
 	}
 	g.conf().Gateway.Identity = config.IdentityAccount
 	for _, c := range []struct {
@@ -35,26 +35,26 @@ func TestTenantOf(t *testing.T) {
 		{micro.Headers{}, ""}, // from ortbus's own account: the local owner
 		{hdr(`{"acc":"APP1","rtt":1000}`), "account:APP1"},
 		{hdr(`{"acc":"APP2","user":"bun"}`), "account:APP2"},
-		// Malformed (never written so by the server): a tenant that owns nothing, never
+		// Malformed (never written so by the server): an account that owns nothing, never
 		// the local owner.
 		{hdr(`{"acc":""}`), "account:"},
 		{hdr(`not json`), "account:"},
 		{hdr(`{"acc":"` + strings.Repeat("a", 300) + `"}`), "account:"},
 		{hdr(strings.Repeat("[", 70<<10)), "account:"},
 	} {
-		if got := tenantOf(g.conf(), c.h); got != c.want {
-			t.Errorf("headers %.60v: tenant %q, want %q", c.h, got, c.want)
+		if got := accountOf(g.conf(), c.h); got != c.want {
+			t.Errorf("headers %.60v: account %q, want %q", c.h, got, c.want)
 		}
 	}
 }
 
-// Rule 4 for leases: another tenant's lease is not found; one tenant holds at most
-// tenantBound(maxLeases), and another tenant's first lease is still granted.
+// Rule 4 for leases: another account's lease is not found; one account holds at most
+// accountBound(maxLeases), and another account's first lease is still granted.
 func TestLeaseOwners(t *testing.T) {
 	g := testGateway(t, admissionConfig)
 	a, b := "account:A", "account:B"
-	acquire := func(tenant string) (*codec.LeaseReply, *codec.Error) {
-		return leaseAs(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 1, TTLMS: 60000}, tenant)
+	acquire := func(account string) (*codec.LeaseReply, *codec.Error) {
+		return leaseAs(g, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cuda:0", Bytes: 1, TTLMS: 60000}, account)
 	}
 	la, e := acquire(a)
 	if e != nil {
@@ -68,7 +68,7 @@ func TestLeaseOwners(t *testing.T) {
 	if r, e := leaseAs(g, &codec.LeaseRequest{Action: codec.LeaseRenew, Lease: la.Lease}, a); e != nil || r.Lease != la.Lease {
 		t.Fatalf("renew by its owner: %v", e)
 	}
-	for i := 1; i < tenantBound(maxLeases); i++ {
+	for i := 1; i < accountBound(maxLeases); i++ {
 		if _, e := acquire(a); e != nil {
 			t.Fatalf("A's lease %d: %v", i+1, e)
 		}
@@ -88,14 +88,14 @@ func TestLeaseOwners(t *testing.T) {
 	}
 }
 
-// Rule 4 for requests and early cancels: one tenant's unanswered requests and cancels of
+// Rule 4 for requests and early cancels: one account's unanswered requests and cancels of
 // unknown ids are bounded on their own.
-func TestTenantRequestBound(t *testing.T) {
+func TestAccountRequestBound(t *testing.T) {
 	lc := newTestLifecycle()
-	lc.tenantMax = 2
+	lc.accountMax = 2
 	now := time.Now()
-	p := func(id, tenant string) *pending {
-		return &pending{id: id, tenant: tenant, owner: "_INBOX.x", class: "urgent", deadline: now.Add(time.Minute)}
+	p := func(id, account string) *pending {
+		return &pending{id: id, account: account, owner: "_INBOX.x", class: "urgent", deadline: now.Add(time.Minute)}
 	}
 	admit := func(q *pending) *codec.Error { return answerOf(lc.accept(q, []string{"gpu"}, now)) }
 	for _, q := range []*pending{p("a1", "account:A"), p("a2", "account:A")} {
@@ -119,31 +119,31 @@ func TestTenantRequestBound(t *testing.T) {
 		t.Fatalf("A after one answer: %v", e)
 	}
 	// Early cancels: A's fill its share, B's first is still remembered.
-	for i := 0; i < tenantBound(maxEarlyCancels)+10; i++ {
+	for i := 0; i < accountBound(maxEarlyCancels)+10; i++ {
 		lc.cancel("unknown-a-"+strconv.Itoa(i), "_R_.a.1", "account:A", false, now)
 	}
 	lc.cancel("unknown-b", "_R_.b.1", "account:B", false, now)
 	nA := lc.earlyOf("account:A")
 	_, bKept := lc.early["unknown-b"]
-	if nA != tenantBound(maxEarlyCancels) || !bKept {
-		t.Fatalf("early cancels: A kept %d (bound %d), B's kept %v", nA, tenantBound(maxEarlyCancels), bKept)
+	if nA != accountBound(maxEarlyCancels) || !bKept {
+		t.Fatalf("early cancels: A kept %d (bound %d), B's kept %v", nA, accountBound(maxEarlyCancels), bKept)
 	}
 }
 
-// Rule 4 for jobs: a tenant runs at most tenantBound(jobs.max_running) jobs, another
-// tenant's first job is still taken, a re-submit of a job that exists is no new job, and
+// Rule 4 for jobs: an account runs at most accountBound(jobs.max_running) jobs, another
+// account's first job is still taken, a re-submit of a job that exists is no new job, and
 // the total bound holds for everyone.
-func TestTenantJobBound(t *testing.T) {
+func TestAccountJobBound(t *testing.T) {
 	g := unitGateway(t)
-	g.conf().Jobs.MaxRunning = 8 // a tenant: 2
+	g.conf().Jobs.MaxRunning = 8 // an account: 2
 	s, err := jobs.Open(context.Background(), testenv.InProcessJetStream(t), g.conf().Jobs, g.log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	submit := func(id, tenant string) *codec.Error {
-		rec := &jobs.Record{Job: id, Op: "tag", Class: "batch", Owner: tenant}
-		if e := g.jobs.runningRoom(ctx, s, rec, tenant); e != nil {
+	submit := func(id, account string) *codec.Error {
+		rec := &jobs.Record{Job: id, Op: "tag", Class: "batch", Owner: account}
+		if e := g.jobs.runningRoom(ctx, s, rec, account); e != nil {
 			return e
 		}
 		_, e := s.Submit(ctx, rec, []string{"/srv/" + id + ".png"})
@@ -173,11 +173,12 @@ func TestTenantJobBound(t *testing.T) {
 	}
 }
 
-// A tenant's requests are owned by the tenant, not by their _R_ reply subject (which every
-// importing account shares): another tenant's cancel, or one from a reply subject alone,
-// finds nothing; the tenant's own cancel, from any connection, and an operator's do.
-func TestTenantCancelOwner(t *testing.T) {
-	a, b := tenantOwner("account:A"), tenantOwner("account:B")
+// An account's requests are owned by the account, not by their _R_ reply subject (which
+// every importing account shares): another account's cancel, or one from a reply subject
+// alone, finds nothing; the account's own cancel, from any connection, and an operator's
+// do.
+func TestAccountCancelOwner(t *testing.T) {
+	a, b := accountOwner("account:A"), accountOwner("account:B")
 	if got := ownerOf(a); got != a {
 		t.Fatalf("ownerOf(%q) = %q", a, got)
 	}
@@ -198,18 +199,18 @@ func TestTenantCancelOwner(t *testing.T) {
 	}
 }
 
-// Rule 3: request ids are per tenant. Two tenants may both send id "1": both are
-// accepted, each under an id of the gateway's; a tenant's cancel of "1" reaches its own
+// Rule 3: request ids are per account. Two accounts may both send id "1": both are
+// accepted, each under an id of the gateway's; an account's cancel of "1" reaches its own
 // request only, and the local owner's "1" is its own id.
-func TestTenantRequestIDs(t *testing.T) {
+func TestAccountRequestIDs(t *testing.T) {
 	g := unitGateway(t)
 	body, err := codec.Marshal(&codec.Request{ID: "1", Path: "/srv/a.png", Class: "batch", TimeoutMS: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	answers := map[string]*codec.Error{}
-	submit := func(tenant, replyTo string) {
-		g.submitFrom(context.Background(), subjects.OpTag, body, false, replyTo, ownerOf(tenantOwner(tenant)), tenant, func(_ []byte, e *codec.Error) { answers[tenant] = e })
+	submit := func(account, replyTo string) {
+		g.submitFrom(context.Background(), subjects.OpTag, body, false, replyTo, ownerOf(accountOwner(account)), account, func(_ []byte, e *codec.Error) { answers[account] = e })
 	}
 	submit("account:A", "_R_.x.1")
 	submit("account:B", "_R_.x.2")
@@ -222,7 +223,7 @@ func TestTenantRequestIDs(t *testing.T) {
 	if len(answers) != 0 {
 		t.Fatalf("answered at once: %v", answers)
 	}
-	ida, idb := tenantID("account:A", "1"), tenantID("account:B", "1")
+	ida, idb := accountScopedID("account:A", "1"), accountScopedID("account:B", "1")
 	if ida == idb || ida == "1" {
 		t.Fatalf("ids %q and %q", ida, idb)
 	}
@@ -231,10 +232,10 @@ func TestTenantRequestIDs(t *testing.T) {
 			t.Fatalf("no request %s with client id 1", id)
 		}
 	}
-	if g.d.cancelAs("1", tenantOwner("account:C"), "account:C") {
+	if g.d.cancelAs("1", accountOwner("account:C"), "account:C") {
 		t.Fatal("C's cancel of 1 found a request")
 	}
-	if !g.d.cancelAs("1", tenantOwner("account:B"), "account:B") {
+	if !g.d.cancelAs("1", accountOwner("account:B"), "account:B") {
 		t.Fatal("B's cancel of its own 1 found nothing")
 	}
 	if e := answers["account:B"]; e == nil || e.Code != codec.CodeCancelled {
@@ -246,7 +247,7 @@ func TestTenantRequestIDs(t *testing.T) {
 	if !slices.Contains(unanswered(g), ida) {
 		t.Fatal("A's request is gone")
 	}
-	if tenantID("", "1") != "1" {
+	if accountScopedID("", "1") != "1" {
 		t.Fatal("the local owner's id is not its own")
 	}
 }

@@ -1,4 +1,4 @@
-package ort
+package vulkan
 
 /*
 #cgo LDFLAGS: -ldl
@@ -138,7 +138,7 @@ static void ovk_copy(char *dst, size_t size, const char *src) {
 
 // ovk_probe dlopen()s the loader named name, creates a bare instance (no layers, no
 // extensions), lists its physical devices and their properties, and destroys the instance.
-// The loader stays loaded: see ProbeVulkan.
+// The loader stays loaded: see Probe.
 static void ovk_probe(const char *name, ovk_report *r) {
 	memset(r, 0, sizeof *r);
 	dlerror();
@@ -263,19 +263,19 @@ import (
 	"unsafe"
 )
 
-// VulkanLoader is the Vulkan loader's library name, dlopen()ed at run time: ortbus has no
+// Loader is the Vulkan loader's library name, dlopen()ed at run time: ortbus has no
 // link-time dependency on Vulkan, and a machine without it is a report, not a failure.
-const VulkanLoader = "libvulkan.so.1"
+const Loader = "libvulkan.so.1"
 
-// VulkanLoaderEnv names another library for ProbeVulkan to dlopen instead of
-// VulkanLoader. It exists ONLY so that tests can exercise the "no loader" report on a
+// LoaderEnv names another library for Probe to dlopen instead of
+// Loader. It exists ONLY so that tests can exercise the "no loader" report on a
 // machine that has one (a missing library cannot be simulated otherwise without root);
 // nothing in a normal configuration sets it, and it does not change which loader ONNX
 // Runtime's WebGPU EP (Dawn) uses.
-const VulkanLoaderEnv = "ORTBUS_VULKAN_LOADER"
+const LoaderEnv = "ORTBUS_VULKAN_LOADER"
 
-// VulkanTimeout bounds ProbeVulkan when its context has no earlier deadline.
-const VulkanTimeout = 10 * time.Second
+// Timeout bounds Probe when its context has no earlier deadline.
+const Timeout = 10 * time.Second
 
 // Bounds of what the probe reads: physical devices (in C: OVK_MAX_DEVICES), ICD files
 // listed, directory entries read per directory, and the list entries of VK_DRIVER_FILES.
@@ -286,10 +286,10 @@ const (
 	maxVulkanEnvEntries = 64
 )
 
-// VulkanReport is what ProbeVulkan found: the loader, the driver (ICD) manifests the
+// Report is what Probe found: the loader, the driver (ICD) manifests the
 // loader would read, and the physical devices (adapters) it lists. A missing loader, no
 // driver, no adapter: each is a report (Problem says which), never a panic.
-type VulkanReport struct {
+type Report struct {
 	// Loader is the path of the loader library that was loaded (dladdr), or the name
 	// dlopen()ed when the path is not known; empty when it could not be loaded.
 	Loader string `json:"loader,omitempty"`
@@ -309,14 +309,14 @@ type VulkanReport struct {
 	// ICDMissing are entries of VK_DRIVER_FILES / VK_ICD_FILENAMES that do not exist.
 	ICDMissing []string `json:"icd_missing,omitempty"`
 	// Adapters are the physical devices the loader lists, in its order (at most 16).
-	Adapters []VulkanAdapter `json:"adapters"`
+	Adapters []Adapter `json:"adapters"`
 	// Err is the failure of a Vulkan call (vkCreateInstance, vkEnumeratePhysicalDevices)
 	// or of the probe itself (its time bound).
 	Err string `json:"error,omitempty"`
 }
 
-// VulkanAdapter is one Vulkan physical device.
-type VulkanAdapter struct {
+// Adapter is one Vulkan physical device.
+type Adapter struct {
 	Name     string `json:"name"`      // deviceName, e.g. "llvmpipe (LLVM 15.0.6, 256 bits)"
 	Vendor   string `json:"vendor"`    // from VendorID: NVIDIA, AMD, Intel, Mesa, …, else its hex
 	VendorID uint32 `json:"vendor_id"` // PCI vendor id, or a Khronos vendor id (Mesa: 0x10005)
@@ -333,13 +333,13 @@ type VulkanAdapter struct {
 
 // String is the adapter in one line: vendor, name, type, backend, driver and Vulkan
 // versions.
-func (a VulkanAdapter) String() string {
+func (a Adapter) String() string {
 	return fmt.Sprintf("%s %s (%s, backend Vulkan %s, driver %s)", a.Vendor, a.Name, a.Type, a.API, a.DriverString())
 }
 
 // DriverString is the driver as a person reads it: its name and own version text when the
 // device gives them, with the decoded driverVersion, e.g. "llvmpipe Mesa 25.0.7 (0.0.1)".
-func (a VulkanAdapter) DriverString() string {
+func (a Adapter) DriverString() string {
 	if s := strings.TrimSpace(a.DriverName + " " + a.DriverInfo); s != "" {
 		return s + " (" + a.Driver + ")"
 	}
@@ -351,16 +351,16 @@ func (a VulkanAdapter) DriverString() string {
 // (Vulkan's virtual and other types are Dawn's "unknown"), keeping the loader's order
 // among equals (dawn/native/Adapter.cpp, SortAdapters). Dawn may still refuse that device
 // (a driver too old for it): only creating the EP tells.
-func (r *VulkanReport) Picked() (VulkanAdapter, bool) {
+func (r *Report) Picked() (Adapter, bool) {
 	i := r.PickedIndex()
 	if i < 0 {
-		return VulkanAdapter{}, false
+		return Adapter{}, false
 	}
 	return r.Adapters[i], true
 }
 
 // PickedIndex is Picked's index in Adapters, -1 when there is no adapter.
-func (r *VulkanReport) PickedIndex() int {
+func (r *Report) PickedIndex() int {
 	if r == nil || len(r.Adapters) == 0 {
 		return -1
 	}
@@ -387,7 +387,7 @@ func dawnRank(typ string) int {
 
 // Install advice for a missing Vulkan piece, in Problem's messages.
 const (
-	vulkanLoaderAdvice = "install the Vulkan loader " + VulkanLoader + ": Debian/Ubuntu `apt-get install libvulkan1` (Fedora: vulkan-loader); " +
+	vulkanLoaderAdvice = "install the Vulkan loader " + Loader + ": Debian/Ubuntu `apt-get install libvulkan1` (Fedora: vulkan-loader); " +
 		"on a machine without a GPU, scripts/install-vulkan.sh (as root) installs it with lavapipe, Mesa's Vulkan on the CPU, from bookworm-backports"
 	vulkanDriverAdvice = "install the GPU's Vulkan driver (NVIDIA's driver; Mesa's mesa-vulkan-drivers for AMD and Intel), " +
 		"or, without a GPU, scripts/install-vulkan.sh (as root: lavapipe from bookworm-backports)"
@@ -397,12 +397,12 @@ const (
 // install; it is empty when there is at least one adapter. In order: no loader (the
 // library named, the package libvulkan1), no driver manifest (the directories or the
 // environment list searched), manifests but no adapter (the manifests listed).
-func (r *VulkanReport) Problem() string {
+func (r *Report) Problem() string {
 	switch {
 	case r == nil:
 		return "Vulkan was not probed"
 	case r.LoaderErr != "":
-		return fmt.Sprintf("no Vulkan loader: %s cannot be loaded (%s); %s", or(r.Loader, VulkanLoader), r.LoaderErr, vulkanLoaderAdvice)
+		return fmt.Sprintf("no Vulkan loader: %s cannot be loaded (%s); %s", or(r.Loader, Loader), r.LoaderErr, vulkanLoaderAdvice)
 	case len(r.Adapters) > 0:
 		return ""
 	case len(r.ICDFiles) == 0:
@@ -437,22 +437,22 @@ func or(a, b string) string {
 // that at once instead of piling up threads behind it.
 var vulkanBusy = make(chan struct{}, 1)
 
-// ProbeVulkan loads the Vulkan loader (libvulkan.so.1, or $ORTBUS_VULKAN_LOADER in tests),
+// Probe loads the Vulkan loader (libvulkan.so.1, or $ORTBUS_VULKAN_LOADER in tests),
 // creates a bare Vulkan instance and lists its adapters, as ONNX Runtime's WebGPU EP
 // (Dawn over Vulkan) would see them in this process with its environment (VK_DRIVER_FILES
 // and the like are read when the instance is created). It also lists the driver manifests
-// the loader would consider. It returns within ctx's deadline or VulkanTimeout, whichever
+// the loader would consider. It returns within ctx's deadline or Timeout, whichever
 // is first: a C call still running then is left to finish on its own thread and the report
 // says so. The loader stays loaded for the life of the process (unloading it under a
 // runtime that may use it gains nothing). Safe for concurrent use; probes run one at a time.
-func ProbeVulkan(ctx context.Context) *VulkanReport {
-	ctx, cancel := context.WithTimeout(ctx, VulkanTimeout)
+func Probe(ctx context.Context) *Report {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	name := VulkanLoader
-	if v := os.Getenv(VulkanLoaderEnv); v != "" {
+	name := Loader
+	if v := os.Getenv(LoaderEnv); v != "" {
 		name = v
 	}
-	r := &VulkanReport{}
+	r := &Report{}
 	r.ICDSource, r.ICDSearched, r.ICDFiles, r.ICDMissing = vulkanICDs(os.Getenv)
 	select {
 	case vulkanBusy <- struct{}{}:
@@ -495,13 +495,13 @@ func ProbeVulkan(ctx context.Context) *VulkanReport {
 	for i := range n {
 		d := &rep.devices[i]
 		vendor := uint32(d.vendorID)
-		r.Adapters = append(r.Adapters, VulkanAdapter{
+		r.Adapters = append(r.Adapters, Adapter{
 			Name:     C.GoString(&d.name[0]),
-			Vendor:   VulkanVendor(vendor),
+			Vendor:   Vendor(vendor),
 			VendorID: vendor,
 			DeviceID: uint32(d.deviceID),
 			Type:     vulkanDeviceType(int32(d.deviceType)),
-			Driver:   VulkanDriverVersion(vendor, uint32(d.driverVersion)),
+			Driver:   DriverVersion(vendor, uint32(d.driverVersion)),
 			API:      vulkanAPIVersion(uint32(d.apiVersion)),
 
 			DriverName: C.GoString(&d.driverName[0]),
@@ -619,9 +619,9 @@ func jsonFiles(dir string) []string {
 	return out
 }
 
-// VulkanVendor names a Vulkan vendor id: a PCI vendor id, or one of Khronos' own (Mesa's
+// Vendor names a Vulkan vendor id: a PCI vendor id, or one of Khronos' own (Mesa's
 // software drivers, lavapipe among them, use 0x10005); an unknown one as hex.
-func VulkanVendor(id uint32) string {
+func Vendor(id uint32) string {
 	switch id {
 	case 0x10de:
 		return "NVIDIA"
@@ -647,11 +647,11 @@ func VulkanVendor(id uint32) string {
 	return fmt.Sprintf("0x%x", id)
 }
 
-// VulkanDriverVersion decodes a driverVersion as vulkaninfo and Dawn do: NVIDIA packs
+// DriverVersion decodes a driverVersion as vulkaninfo and Dawn do: NVIDIA packs
 // major.minor.secondary.tertiary in 10.8.8.6 bits; the others (Mesa, AMD's, Intel's on
 // Linux) use Vulkan's major.minor.patch (10.10.12 bits). Intel's Windows scheme does not
 // apply on Linux.
-func VulkanDriverVersion(vendorID, v uint32) string {
+func DriverVersion(vendorID, v uint32) string {
 	if vendorID == 0x10de {
 		return fmt.Sprintf("%d.%d.%d.%d", v>>22, (v>>14)&0xff, (v>>6)&0xff, v&0x3f)
 	}

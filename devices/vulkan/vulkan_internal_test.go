@@ -1,4 +1,4 @@
-package ort
+package vulkan
 
 import (
 	"os"
@@ -75,16 +75,16 @@ func TestVulkanICDs(t *testing.T) {
 // TestVulkanProblem: each missing piece is named with what installs it.
 func TestVulkanProblem(t *testing.T) {
 	for _, c := range []struct {
-		r    VulkanReport
+		r    Report
 		want []string
 	}{
-		{VulkanReport{Loader: "libvulkan.so.1", LoaderErr: "libvulkan.so.1: cannot open shared object file"},
+		{Report{Loader: "libvulkan.so.1", LoaderErr: "libvulkan.so.1: cannot open shared object file"},
 			[]string{"no Vulkan loader", "libvulkan.so.1", "libvulkan1", "install-vulkan.sh"}},
-		{VulkanReport{Loader: "/l", ICDSource: "search", ICDSearched: []string{"/etc/vulkan/icd.d", "/usr/share/vulkan/icd.d"}},
+		{Report{Loader: "/l", ICDSource: "search", ICDSearched: []string{"/etc/vulkan/icd.d", "/usr/share/vulkan/icd.d"}},
 			[]string{"no Vulkan driver", "/etc/vulkan/icd.d, /usr/share/vulkan/icd.d", "mesa-vulkan-drivers", "install-vulkan.sh"}},
-		{VulkanReport{Loader: "/l", ICDSource: "VK_ICD_FILENAMES", ICDSearched: []string{"/x.json"}, ICDMissing: []string{"/x.json"}},
+		{Report{Loader: "/l", ICDSource: "VK_ICD_FILENAMES", ICDSearched: []string{"/x.json"}, ICDMissing: []string{"/x.json"}},
 			[]string{"VK_ICD_FILENAMES lists /x.json", "missing: /x.json"}},
-		{VulkanReport{Loader: "/l", ICDSource: "search", ICDFiles: []string{"/u/intel_icd.json", "/u/radeon_icd.json"}, Err: "vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER"},
+		{Report{Loader: "/l", ICDSource: "search", ICDFiles: []string{"/u/intel_icd.json", "/u/radeon_icd.json"}, Err: "vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER"},
 			[]string{"no adapter", "/u/intel_icd.json, /u/radeon_icd.json", "VK_ERROR_INCOMPATIBLE_DRIVER"}},
 	} {
 		p := c.r.Problem()
@@ -94,7 +94,7 @@ func TestVulkanProblem(t *testing.T) {
 			}
 		}
 	}
-	ok := VulkanReport{Loader: "/l", ICDFiles: []string{"/u/lvp_icd.json"}, Adapters: []VulkanAdapter{{Name: "llvmpipe", Type: "cpu"}}}
+	ok := Report{Loader: "/l", ICDFiles: []string{"/u/lvp_icd.json"}, Adapters: []Adapter{{Name: "llvmpipe", Type: "cpu"}}}
 	if p := ok.Problem(); p != "" {
 		t.Errorf("Problem() with an adapter = %q", p)
 	}

@@ -1,4 +1,4 @@
-package ort_test
+package vulkan_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ortbus/ortbus/devices/vulkan"
 	"github.com/ortbus/ortbus/internal/testkit/testenv"
-	"github.com/ortbus/ortbus/ort"
 )
 
 // TestVulkanProbeLavapipe: with lavapipe installed (scripts/install-vulkan.sh, as CI
@@ -20,7 +20,7 @@ import (
 // (llvmpipe, unless the machine has a GPU). Probes from several goroutines at once all
 // succeed (they run one at a time).
 func TestVulkanProbeLavapipe(t *testing.T) {
-	for _, env := range []string{"VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES", ort.VulkanLoaderEnv} {
+	for _, env := range []string{"VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES", vulkan.LoaderEnv} {
 		if os.Getenv(env) != "" {
 			t.Skipf("%s is set in this environment: the default search is not what runs", env)
 		}
@@ -38,7 +38,7 @@ func TestVulkanProbeLavapipe(t *testing.T) {
 	if !lvp {
 		t.Errorf("llvmpipe is listed but its manifest (lvp_icd*.json) is not among %s", strings.Join(r.ICDFiles, ", "))
 	}
-	i := slices.IndexFunc(r.Adapters, func(a ort.VulkanAdapter) bool { return strings.Contains(a.Name, "llvmpipe") })
+	i := slices.IndexFunc(r.Adapters, func(a vulkan.Adapter) bool { return strings.Contains(a.Name, "llvmpipe") })
 	a := r.Adapters[i]
 	if a.Type != "cpu" || a.VendorID != 0x10005 || a.Vendor != "Mesa" || a.DriverName != "llvmpipe" || !strings.Contains(a.DriverInfo, "Mesa") || !strings.HasPrefix(a.API, "1.") {
 		t.Errorf("llvmpipe adapter: %+v", a)
@@ -57,7 +57,7 @@ func TestVulkanProbeLavapipe(t *testing.T) {
 	names := make([][]string, 4)
 	for g := range names {
 		wg.Go(func() {
-			for _, a := range ort.ProbeVulkan(context.Background()).Adapters {
+			for _, a := range vulkan.Probe(context.Background()).Adapters {
 				names[g] = append(names[g], a.Name)
 			}
 		})
@@ -87,7 +87,7 @@ func TestVulkanNoDriverChild(t *testing.T) {
 		t.Skip("runs only as a child process of TestVulkanNoDriver")
 	}
 	missing := os.Getenv("ORTBUS_TEST_MISSING_ICD")
-	r := ort.ProbeVulkan(context.Background())
+	r := vulkan.Probe(context.Background())
 	b, _ := json.MarshalIndent(r, "", "  ")
 	t.Logf("probe:\n%s", b)
 	if r.LoaderErr != "" || r.Loader == "" {
@@ -119,8 +119,8 @@ func TestVulkanNoDriverChild(t *testing.T) {
 // report, not a crash: no adapter, dlopen's error, and a Problem naming libvulkan.so.1
 // and the package libvulkan1; the driver manifests are still listed.
 func TestVulkanLoaderMissing(t *testing.T) {
-	t.Setenv(ort.VulkanLoaderEnv, "libvulkan-ortbus-missing.so.1")
-	r := ort.ProbeVulkan(context.Background())
+	t.Setenv(vulkan.LoaderEnv, "libvulkan-ortbus-missing.so.1")
+	r := vulkan.Probe(context.Background())
 	if r.LoaderErr == "" || !strings.Contains(r.LoaderErr, "libvulkan-ortbus-missing.so.1") {
 		t.Fatalf("LoaderErr = %q", r.LoaderErr)
 	}
@@ -140,7 +140,7 @@ func TestVulkanLoaderMissing(t *testing.T) {
 func TestVulkanProbeDeadline(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	r := ort.ProbeVulkan(ctx)
+	r := vulkan.Probe(ctx)
 	// The probe may have won the race for the token and finished; either way it returned.
 	if r.ICDSource == "" {
 		t.Errorf("report without the ICD search: %+v", r)
@@ -161,12 +161,12 @@ func TestVulkanVersionsAndVendors(t *testing.T) {
 		{0x1002, 2<<22 | 0<<12 | 301, "2.0.301"},
 		{0x8086, 24<<22 | 1<<12 | 2, "24.1.2"},
 	} {
-		if got := ort.VulkanDriverVersion(c.vendor, c.v); got != c.want {
+		if got := vulkan.DriverVersion(c.vendor, c.v); got != c.want {
 			t.Errorf("VulkanDriverVersion(%#x, %#x) = %s, want %s", c.vendor, c.v, got, c.want)
 		}
 	}
 	for id, want := range map[uint32]string{0x10de: "NVIDIA", 0x1002: "AMD", 0x8086: "Intel", 0x10005: "Mesa", 0xabcd: "0xabcd"} {
-		if got := ort.VulkanVendor(id); got != want {
+		if got := vulkan.Vendor(id); got != want {
 			t.Errorf("VulkanVendor(%#x) = %s, want %s", id, got, want)
 		}
 	}
@@ -175,24 +175,24 @@ func TestVulkanVersionsAndVendors(t *testing.T) {
 // TestVulkanPicked: Dawn's high-performance order — discrete, integrated, cpu, then the
 // rest (virtual, other) — the loader's order kept among equals.
 func TestVulkanPicked(t *testing.T) {
-	ad := func(name, typ string) ort.VulkanAdapter { return ort.VulkanAdapter{Name: name, Type: typ} }
+	ad := func(name, typ string) vulkan.Adapter { return vulkan.Adapter{Name: name, Type: typ} }
 	for _, c := range []struct {
-		adapters []ort.VulkanAdapter
+		adapters []vulkan.Adapter
 		want     string
 	}{
-		{[]ort.VulkanAdapter{ad("llvmpipe", "cpu"), ad("igpu", "integrated"), ad("dgpu", "discrete")}, "dgpu"},
-		{[]ort.VulkanAdapter{ad("llvmpipe", "cpu"), ad("igpu", "integrated")}, "igpu"},
-		{[]ort.VulkanAdapter{ad("vgpu", "virtual"), ad("llvmpipe", "cpu")}, "llvmpipe"},
-		{[]ort.VulkanAdapter{ad("other", "other"), ad("vgpu", "virtual")}, "other"},
-		{[]ort.VulkanAdapter{ad("dgpu0", "discrete"), ad("dgpu1", "discrete")}, "dgpu0"},
+		{[]vulkan.Adapter{ad("llvmpipe", "cpu"), ad("igpu", "integrated"), ad("dgpu", "discrete")}, "dgpu"},
+		{[]vulkan.Adapter{ad("llvmpipe", "cpu"), ad("igpu", "integrated")}, "igpu"},
+		{[]vulkan.Adapter{ad("vgpu", "virtual"), ad("llvmpipe", "cpu")}, "llvmpipe"},
+		{[]vulkan.Adapter{ad("other", "other"), ad("vgpu", "virtual")}, "other"},
+		{[]vulkan.Adapter{ad("dgpu0", "discrete"), ad("dgpu1", "discrete")}, "dgpu0"},
 	} {
-		r := &ort.VulkanReport{Adapters: c.adapters}
+		r := &vulkan.Report{Adapters: c.adapters}
 		if a, ok := r.Picked(); !ok || a.Name != c.want {
 			t.Errorf("Picked(%v) = %v %v, want %s", c.adapters, a.Name, ok, c.want)
 		}
 	}
-	var none *ort.VulkanReport
-	if _, ok := none.Picked(); ok || (&ort.VulkanReport{}).PickedIndex() != -1 {
+	var none *vulkan.Report
+	if _, ok := none.Picked(); ok || (&vulkan.Report{}).PickedIndex() != -1 {
 		t.Error("Picked without adapters")
 	}
 }
