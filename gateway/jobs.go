@@ -2,8 +2,8 @@ package gateway
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
