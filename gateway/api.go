@@ -237,6 +237,10 @@ func (g *Gateway) status(account string) *codec.StatusReply {
 			if ps.lastExit != "" {
 				ws.LastExit = ps.lastExit
 			}
+			if w.Dead && ps.asleep {
+				// Stopped by keep_alive, not lost: the pool wakes on its next request.
+				ws.State, ws.LastExit = "asleep", "stopped after keep_alive idle; starts again on the next request"
+			}
 		}
 		st.Workers = append(st.Workers, ws)
 	}

@@ -772,6 +772,7 @@ type procStatus struct {
 	restarts     int
 	lastExit     string
 	crashLooping bool
+	asleep       bool // its pool was stopped after keep_alive (or not started: lazy_load)
 }
 
 func (s *supervisor) status(id string) (procStatus, bool) {
@@ -781,7 +782,8 @@ func (s *supervisor) status(id string) (procStatus, bool) {
 	if !ok {
 		return procStatus{}, false
 	}
-	return procStatus{restarts: p.restarts, lastExit: p.lastExit, crashLooping: s.pools[p.pool].crashLooping}, true
+	pp := s.pools[p.pool]
+	return procStatus{restarts: p.restarts, lastExit: p.lastExit, crashLooping: pp.crashLooping, asleep: pp.asleep}, true
 }
 
 func (s *supervisor) poolInfo(pool string) (crashLooping bool, failed *codec.Error) {

@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/ortbus/ortbus/codec"
@@ -81,6 +82,19 @@ func TestGatewayKeepAlive(t *testing.T) {
 		}
 		return nil
 	})
+	// Status shows it asleep, not dead: it starts again on the next request.
+	shown := false
+	for _, sw := range g.status(t).Workers {
+		if sw.Worker == first.Worker {
+			shown = true
+			if sw.State != "asleep" || !strings.Contains(sw.LastExit, "keep_alive") {
+				t.Errorf("status of the stopped worker %s: state %q, last exit %q; want asleep after keep_alive", sw.Worker, sw.State, sw.LastExit)
+			}
+		}
+	}
+	if !shown {
+		t.Errorf("status does not show the stopped worker %s", first.Worker)
+	}
 	// The next request starts it again.
 	second := g.call(t, "tag", &codec.Request{Path: red, Model: gwTagger}, gwReplyBound).tag(t)
 	if second.Pool != "ka" || second.Worker == first.Worker || second.General["red"] < 0.9 {

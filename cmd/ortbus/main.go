@@ -60,10 +60,14 @@ const usage = `usage:
                                         -trace: in a new trace (its id on stderr); -traceparent TP: in the trace of TP
   ortbus lease [-s URL] --device D --bytes N [--class C] [--wait D] [--gate] [--on-pressure CMD2] -- CMD...
                                         hold device memory for CMD (e.g. an LLM server); --gate: pause it while urgent work runs
-  ortbus job submit [-s URL] [--op tag] [--class batch] [--model M] [--pool P] [--job ID] [--recursive] [--incremental] PATH|DIR...
-                                        submit a job: each file, each image of each directory is an item; prints {"job","total"}
-  ortbus job status|cancel [-s URL] ID  a job's status (cancel: after cancelling it), as JSON
-  ortbus job watch [-s URL] ID          follow a job to its end: a progress bar on a terminal, else a JSON line per change
+  ortbus job submit [-s URL] [--op tag] [--class batch] [--model M] [--pool P] [--job ID] [--recursive] [--incremental] [--anytime] PATH|DIR...
+                                        submit a job: each file, each image (by content) of each directory is an item;
+                                        prints {"job","total","skipped"}: every file left out, with its reason
+                                        --anytime: run outside the quiet hours of [jobs] windows too
+  ortbus job status|cancel|pause|resume [-s URL] ID
+                                        a job's status, as JSON (after cancelling, pausing or resuming it)
+  ortbus job watch [-s URL] ID          follow a job to its end: a progress bar on a terminal, else a JSON line per change;
+                                        exits as job wait does
   ortbus job wait [-s URL] ID           wait for a job to finish, through gateway restarts; print its status;
                                         exit 0 every item done, 3 done with items failed, 1 cancelled, failed or an error
   ortbus job results [-s URL] ID        a JSON line per item: {"path","result"} or {"path","error"}
@@ -201,7 +205,7 @@ func natsURL(fs *flag.FlagSet) *string {
 	if def == "" {
 		def = "nats://127.0.0.1:4222"
 	}
-	return fs.String("s", def, "NATS server URL (default $NATS_URL or nats://127.0.0.1:4222)")
+	return fs.String("s", def, "NATS server URL: $NATS_URL when set, else nats://127.0.0.1:4222")
 }
 
 // inboxPrefix is the -inbox-prefix flag: the prefix of the reply subjects, for a server that
