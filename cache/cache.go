@@ -1,7 +1,7 @@
 // Package cache is the gateway's content-addressed result cache: the answer of a tag,
 // embed or detect request, kept in JetStream and served again for the same bytes.
 //
-// The key of an answer (Key) is the SHA-256 of: its owner (the tenant; "" the local
+// The key of an answer (Key) is the SHA-256 of: its owner (the account; "" the local
 // owner), the op, the model's name and revision (Revision: a hash of the model's kind,
 // its settings that change answers, and the bytes of each of its files), the options that
 // change the answer (tag: thresholds; detect: conf, iou; embed: none), and the SHA-256 of

@@ -618,7 +618,7 @@ func TestJobOwners(t *testing.T) {
 	if _, e := s.Status(ctx, "ja", ""); e == nil || e.Code != codec.CodeUnknownJob {
 		t.Errorf("the local owner's status of ja (A's id, no job of its own): %v, want unknown_job", e)
 	}
-	// A tenant cannot reach a job by another's key either.
+	// An account cannot reach a job by another's key either.
 	if _, e := s.Status(ctx, Key(a, "ja"), b); e == nil || e.Code != codec.CodeUnknownJob {
 		t.Errorf("B's status of A's key: %v, want unknown_job", e)
 	}
@@ -633,10 +633,10 @@ func TestJobOwners(t *testing.T) {
 	if st, e := s.Status(ctx, "ja", a); e != nil || st.Job != "ja" || st.Total != 3 {
 		t.Errorf("A's status of its ja: %+v %v; want its own 3 items", st, e)
 	}
-	// The local owner may not take a tenant key's form (it could take ids before their
+	// The local owner may not take a account key's form (it could take ids before their
 	// owner uses them).
 	if _, e := s.Submit(ctx, &Record{Job: Key("account:C", "later"), Op: "tag", Class: "batch"}, paths(1)); e == nil || e.Code != codec.CodeBadRequest {
-		t.Errorf("the local owner's submit under a tenant key's form: %v, want bad_request", e)
+		t.Errorf("the local owner's submit under a account key's form: %v, want bad_request", e)
 	}
 	other := paths(3)
 	other[1] += ".other.png"

@@ -138,7 +138,7 @@ func (s *Store) Status(ctx context.Context, job, owner string) (*codec.JobStatus
 
 // owned reads the record of owner's job id (its key, owner.go): a job of another owner
 // is unknown_job, as if it did not exist (the local owner "" reaches every job, a
-// tenant's by its key).
+// account's by its key).
 func (s *Store) owned(ctx context.Context, job, owner string) (*Record, *codec.Error) {
 	rec, err := s.record(ctx, Key(owner, job))
 	if err != nil {
@@ -474,7 +474,7 @@ func (s *Store) Running(ctx context.Context, owner string, limit int) (all, own 
 }
 
 // Owns reports whether owner's job id names a job that exists and owner may reach (the
-// local owner "" reaches every job, a tenant's by its key).
+// local owner "" reaches every job, an account's by its key).
 func (s *Store) Owns(ctx context.Context, job, owner string) bool {
 	_, e := s.owned(ctx, job, owner)
 	return e == nil

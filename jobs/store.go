@@ -109,12 +109,12 @@ func (it Item) ID() string { return fmt.Sprintf("%s%s:%d", ItemIDPrefix, it.Job.
 // Record is a job as kept in the bucket (`nats kv get ortbus_jobs JOB` shows it).
 type Record struct {
 	// Job is the job's key (owner.go): its owner's id for the local owner, a hash of the
-	// tenant and its id for a tenant.
+	// account and its id for an account.
 	Job string `json:"job"`
-	// Name is a tenant's own id for the job (owner.go), which it names and sees it by;
+	// Name is an account's own id for the job (owner.go), which it names and sees it by;
 	// empty for the local owner's jobs, whose key is their id.
 	Name string `json:"name,omitempty"`
-	// Owner is the tenant that submitted it (the gateway's identity rules): only it, or
+	// Owner is the account that submitted it (the gateway's identity rules): only it, or
 	// the local owner "", sees, reads or cancels the job.
 	Owner string `json:"owner,omitempty"`
 	// Items is a digest of the job's item paths, so that a re-submit of the id with other
