@@ -633,10 +633,10 @@ func TestJobOwners(t *testing.T) {
 	if st, e := s.Status(ctx, "ja", a); e != nil || st.Job != "ja" || st.Total != 3 {
 		t.Errorf("A's status of its ja: %+v %v; want its own 3 items", st, e)
 	}
-	// The local owner may not take a account key's form (it could take ids before their
+	// The local owner may not take an account key's form (it could take ids before their
 	// owner uses them).
 	if _, e := s.Submit(ctx, &Record{Job: Key("account:C", "later"), Op: "tag", Class: "batch"}, paths(1)); e == nil || e.Code != codec.CodeBadRequest {
-		t.Errorf("the local owner's submit under a account key's form: %v, want bad_request", e)
+		t.Errorf("the local owner's submit under an account key's form: %v, want bad_request", e)
 	}
 	other := paths(3)
 	other[1] += ".other.png"
