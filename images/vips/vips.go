@@ -53,10 +53,14 @@ var (
 	loadErr error
 )
 
-// Candidates lists, in order, the files Find tries: $ORTBUS_LIBVIPS, then every
+// Candidates lists, in order, the files Find tries: $ORTBUS_LIBVIPS alone when it is set
+// (an explicit choice is never silently replaced by another library), else every
 // .deps/libvips-*/lib/libvips-cpp.so.* in the executable's directory, its parent, and the
 // working directory and each directory above it (the repository's .deps from a test).
 func Candidates() []string {
+	if p := os.Getenv(EnvLibrary); p != "" {
+		return []string{p}
+	}
 	var out []string
 	seen := map[string]bool{}
 	add := func(p string) {
@@ -65,7 +69,6 @@ func Candidates() []string {
 			out = append(out, p)
 		}
 	}
-	add(os.Getenv(EnvLibrary))
 	var dirs []string
 	if exe, err := os.Executable(); err == nil {
 		d := filepath.Dir(exe)

@@ -5,26 +5,14 @@ import (
 	"image"
 	"image/color"
 	"image/png"
-	"os"
 	"testing"
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/images/vips"
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
-// lib returns the loaded libvips; without one the test skips, saying what installs it,
-// except under CI=true, where it fails.
-func lib(t testing.TB) *vips.Lib {
-	t.Helper()
-	l, err := vips.Default()
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("libvips: %v", err)
-		}
-		t.Skipf("libvips is not installed (run `make prepare`): %v", err)
-	}
-	return l
-}
+func lib(t testing.TB) *vips.Lib { return testenv.RequireVips(t) }
 
 // gradient returns w×h RGB pixels: red rises left to right, green top to bottom.
 func gradient(w, h int) []byte {
