@@ -113,6 +113,10 @@ int ob_open(const char *path, char *err, size_t errlen) {
 }
 
 int ob_init(int concurrency) {
+	// Hostile files make libvips warn on stderr (truncated data, odd chunks): the
+	// answer's error says what failed, so its warnings are off (VIPS_WARNING defined;
+	// a value already in the environment is kept).
+	setenv("VIPS_WARNING", "0", 0);
 	if (V.init("ortbus") != 0)
 		return -1;
 	V.cache_set_max(0);
@@ -163,7 +167,7 @@ int ob_decode_buffer(const void *buf, size_t len, const ob_spec *s, void **out, 
 	if (s->width > 0 && s->height > 0) {
 		// vips_thumbnail: shrink-on-load, EXIF autorotation, import to sRGB (ICC, CMYK).
 		if (V.thumbnail_buffer((void *)buf, len, &im, s->width, "height", s->height, "size", s->size,
-				       "fail_on", s->fail_on, NULL) != 0)
+				       "fail_on", s->fail_on, "option_string", s->fail_on >= 2 ? "fail_on=error" : "fail_on=truncated", NULL) != 0)
 			return -1;
 	} else {
 		im = V.new_from_buffer(buf, len, "", "access", ACCESS_SEQUENTIAL, "fail_on", s->fail_on, NULL);
