@@ -88,13 +88,15 @@ test-first:
 # handler here): with a duration, Go before 1.27 can fail a clean run with "context
 # deadline exceeded" when the time runs out mid-input (golang/go#75804; seen here once).
 
-# A longer fuzzing pass over the codec's decoders, the .npy reader, and the gateway's and the worker's request
+# A longer fuzzing pass over the codec's decoders, the .npy reader, the libvips image
+# decode (images FuzzLoad, which needs `make libvips`), and the gateway's and the worker's request
 # handlers, in process (the seed corpora, and a short pass of each handler, run in `make test`).
 FUZZTIME ?= 30s
 fuzz:
 	for f in FuzzDecodeRequest FuzzDecodeJSONRequest FuzzDecodeHeartbeat FuzzDecodeReply FuzzDecodeGate; do \
 		$(GO) test ./codec -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
 	$(GO) test ./npy -run '^$$' -fuzz '^FuzzNPY$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./images -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
 	$(MAKE) fuzz-handlers FUZZTIME=$(FUZZTIME)
 fuzz-handlers: $(FUZZ_HANDLERS)
 fuzz-handle:

@@ -368,7 +368,7 @@ func jpegSized(t *testing.T, jpg []byte, w, h uint16) []byte {
 }
 
 // gifSized rewrites a GIF's logical screen size and its first frame's.
-func gifSized(t *testing.T, gif []byte, w, h uint16) []byte {
+func gifSized(t testing.TB, gif []byte, w, h uint16) []byte {
 	t.Helper()
 	out := append([]byte{}, gif...)
 	binary.LittleEndian.PutUint16(out[6:], w)
@@ -399,7 +399,7 @@ func gifSized(t *testing.T, gif []byte, w, h uint16) []byte {
 
 // pngBomb is a PNG whose IHDR declares w×h 8-bit RGB, with one small IDAT (a zlib stream
 // of zeros) as a real bomb has: the header is all a loader needs to refuse it.
-func pngBomb(t *testing.T, w, h uint32) []byte {
+func pngBomb(t testing.TB, w, h uint32) []byte {
 	t.Helper()
 	hdr := pngHeaderOnly(w, h)
 	iend := hdr[len(hdr)-12:]
