@@ -48,6 +48,9 @@ var LoadFormats = []string{"jpeg", "png", "webp", "heif", "tiff", "gif", "jxl", 
 // gives its first frame. Info gives the upright size of the whole image (not of the box
 // it was loaded to). Errors are Open's; a missing libvips is runtime_missing.
 func (p Policy) Load(path string, spec LoadSpec) (image.Image, Info, error) {
+	if p.Reference {
+		return p.Open(path)
+	}
 	data, resolved, err := p.read(path)
 	if err != nil {
 		return nil, Info{}, err

@@ -170,7 +170,8 @@ int ob_decode_buffer(const void *buf, size_t len, const ob_spec *s, void **out, 
 				       "fail_on", s->fail_on, "option_string", s->fail_on >= 2 ? "fail_on=error" : "fail_on=truncated", NULL) != 0)
 			return -1;
 	} else {
-		im = V.new_from_buffer(buf, len, "", "access", ACCESS_SEQUENTIAL, "fail_on", s->fail_on, NULL);
+		// Random access: autorot's transposes read the image out of order.
+		im = V.new_from_buffer(buf, len, "", "fail_on", s->fail_on, NULL);
 		if (!im)
 			return -1;
 		t = NULL;
