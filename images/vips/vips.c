@@ -132,6 +132,7 @@ const char *ob_version(void) { return V.version_string(); }
 enum { ACCESS_SEQUENTIAL = 1, INTERP_SRGB = 22, FORMAT_UCHAR = 0 };
 
 int ob_header_buffer(const void *buf, size_t len, ob_header *h) {
+	V.error_clear();
 	const char *l = V.find_load_buffer(buf, len);
 	if (!l)
 		return -1;
@@ -164,6 +165,7 @@ int ob_decode_buffer(const void *buf, size_t len, const ob_spec *s, void **out, 
 	VImg *im = NULL, *t = NULL;
 	int rc;
 	*out = NULL;
+	V.error_clear();
 	if (s->width > 0 && s->height > 0) {
 		// vips_thumbnail: shrink-on-load, EXIF autorotation, import to sRGB (ICC, CMYK).
 		if (V.thumbnail_buffer((void *)buf, len, &im, s->width, "height", s->height, "size", s->size,
@@ -229,6 +231,7 @@ int ob_decode_buffer(const void *buf, size_t len, const ob_spec *s, void **out, 
 }
 
 int ob_encode(const void *pix, int w, int h, int bands, const char *suffix, int colourspace, int orientation, void **out, size_t *len) {
+	V.error_clear();
 	VImg *im = V.new_from_memory_copy(pix, (size_t)w * h * bands, w, h, bands, FORMAT_UCHAR);
 	VImg *t = NULL;
 	int rc;

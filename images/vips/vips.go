@@ -377,21 +377,67 @@ func (l *Lib) Encode(pix []byte, w, h, bands int, suffix, to string, orientation
 	return C.GoBytes(out, C.int(n)), nil
 }
 
-// Loaders are the load operations Formats probes, with the formats they read.
-var Loaders = []struct{ Op, Formats string }{
-	{"jpegload_buffer", "JPEG"},
-	{"pngload_buffer", "PNG"},
-	{"webpload_buffer", "WebP (first frame of an animation)"},
-	{"heifload_buffer", "HEIF: AVIF (AV1), HEIC (HEVC) only where libheif has a HEVC decoder"},
-	{"tiffload_buffer", "TIFF"},
-	{"gifload_buffer", "GIF (first frame)"},
-	{"jxlload_buffer", "JPEG XL"},
-	{"jp2kload_buffer", "JPEG 2000"},
-	{"svgload_buffer", "SVG"},
-	{"pdfload_buffer", "PDF"},
-	{"magickload_buffer", "ImageMagick's formats (BMP, ...)"},
-	{"radload_buffer", "Radiance HDR"},
-	{"uhdrload_buffer", "Ultra HDR JPEG"},
+// FormatProbe is whether this libvips loads one format: Loads when a small image of it,
+// written by libvips, loads back (or, for a format libvips cannot write, when its loader
+// exists); Why says what failed otherwise.
+type FormatProbe struct {
+	Format string `json:"format"`
+	Loader string `json:"loader"`
+	Loads  bool   `json:"loads"`
+	Why    string `json:"why,omitempty"`
+}
+
+// probes are the formats Probe checks: the loader's nickname and, when libvips can write
+// the format, the suffix that writes a probe file.
+var probes = []struct{ format, loader, suffix string }{
+	{"JPEG", "jpegload_buffer", ".jpg"},
+	{"PNG", "pngload_buffer", ".png"},
+	{"WebP", "webpload_buffer", ".webp"},
+	{"AVIF (HEIF, AV1)", "heifload_buffer", ".avif"},
+	{"HEIC (HEIF, HEVC)", "heifload_buffer", ".heic[compression=hevc]"},
+	{"TIFF", "tiffload_buffer", ".tif"},
+	{"GIF", "gifload_buffer", ".gif"},
+	{"JPEG XL", "jxlload_buffer", ".jxl"},
+	{"JPEG 2000", "jp2kload_buffer", ".jp2"},
+	{"SVG", "svgload_buffer", ""},
+	{"PDF", "pdfload_buffer", ""},
+	{"ImageMagick's formats (BMP, ...)", "magickload_buffer", ""},
+}
+
+// Probe checks each format of the list above: its loader, and a round trip where libvips
+// can write the format (so HEIC counts only where libheif has a HEVC codec).
+func (l *Lib) Probe() []FormatProbe {
+	out := make([]FormatProbe, 0, len(probes))
+	pix := make([]byte, 16*16*3)
+	for i := range pix {
+		pix[i] = byte(i * 7)
+	}
+	for _, p := range probes {
+		r := FormatProbe{Format: p.format, Loader: strings.TrimSuffix(p.loader, "_buffer")}
+		switch {
+		case !l.HasLoader(p.loader):
+			r.Why = "no " + r.Loader + " in this build"
+		case p.suffix == "":
+			r.Loads = true
+		default:
+			data, err := l.Encode(pix, 16, 16, 3, p.suffix, "", 0)
+			if err != nil {
+				r.Why = "a probe file cannot be written (" + firstLine(err.Error()) + ")"
+				break
+			}
+			if _, err := l.Decode(data, Spec{}); err != nil {
+				r.Why = firstLine(err.Error())
+				break
+			}
+			r.Loads = true
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func firstLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 }
 
 // HasLoader reports whether this libvips has the load operation nickname ("jpegload").
