@@ -86,6 +86,16 @@ func load(data []byte, maxPixels int64, spec LoadSpec, name string) (image.Image
 	if vs.Width <= 0 || vs.Height <= 0 {
 		vs.Width, vs.Height = 0, 0
 	}
+	// Go's header readers first, where they know the format (PNG, JPEG, GIF, BMP, WebP):
+	// they need only the header's bytes, so a bomb that is all header is refused as too
+	// large even where libvips's loader wants more of the file to read its header.
+	if cfg, _, err := image.DecodeConfig(bytes.NewReader(data)); err == nil {
+		if px := int64(cfg.Width) * int64(cfg.Height); px > maxPixels {
+			return nil, Info{}, codec.Errorf(codec.CodeImageTooLarge,
+				"%s is %dx%d = %d pixels, over the limit of %d", name, cfg.Width, cfg.Height, px, maxPixels).
+				With("width", cfg.Width).With("height", cfg.Height).With("max_pixels", maxPixels)
+		}
+	}
 	hd, err := lib.Header(data)
 	if err != nil {
 		if isBMP(data) {

@@ -298,6 +298,7 @@ func TestLoadHostile(t *testing.T) {
 	}
 	bombs := map[string][]byte{
 		"png 100000x100000": pngBomb(t, 100000, 100000),
+		"png header only":   pngHeaderOnly(100000, 100000),
 		"jpeg 65500x65500":  jpegSized(t, jpg, 65500, 65500),
 		"gif 65535x65535":   gifSized(t, gif, 65535, 65535),
 	}

@@ -166,7 +166,10 @@ func load(path string) (*Lib, error) {
 func lastError() string {
 	var buf [1024]C.char
 	C.ob_error(&buf[0], C.size_t(len(buf)))
-	return strings.TrimSpace(C.GoString(&buf[0]))
+	if s := strings.TrimSpace(C.GoString(&buf[0])); s != "" {
+		return s
+	}
+	return "libvips gave no reason"
 }
 
 // Header is what an image's header declares, read without decoding its pixels.
