@@ -2,6 +2,7 @@ package vips_test
 
 import (
 	"bytes"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
@@ -106,6 +107,37 @@ func TestGarbage(t *testing.T) {
 	for _, data := range [][]byte{nil, []byte("hello"), bytes.Repeat([]byte{0xff}, 100)} {
 		if _, _, err := l.Load(data, 1<<30, vips.Spec{}); codec.CodeOf(err) != codec.CodeUnsupportedImage {
 			t.Errorf("%q: %v", data, err)
+		}
+	}
+}
+
+// TestConcurrentDecodes: libvips serves decodes from many goroutines at once (each cgo
+// call on its own thread), each with its own answer.
+func TestConcurrentDecodes(t *testing.T) {
+	l := lib(t)
+	sizes := []int{40, 64, 96, 128}
+	data := make([][]byte, len(sizes))
+	for i, s := range sizes {
+		b, err := l.Encode(gradient(s, s/2), s, s/2, 3, ".png", "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[i] = b
+	}
+	errs := make(chan error, 32)
+	for g := range 32 {
+		go func() {
+			i := g % len(sizes)
+			img, _, err := l.Load(data[i], 1<<20, vips.Spec{Width: sizes[i] / 2, Height: sizes[i] / 2, Size: vips.Fit})
+			if err == nil && (img.Width != sizes[i]/2 || img.Height != sizes[i]/4) {
+				err = fmt.Errorf("decode %d gave %dx%d", i, img.Width, img.Height)
+			}
+			errs <- err
+		}()
+	}
+	for range 32 {
+		if err := <-errs; err != nil {
+			t.Error(err)
 		}
 	}
 }
