@@ -28,6 +28,7 @@ import (
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/images"
+	"github.com/ortbus/ortbus/images/vips"
 	"github.com/ortbus/ortbus/internal/fault"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/models"
@@ -165,7 +166,25 @@ func New(opts Options) (*Worker, error) {
 	}
 	order, failed := w.models.names()
 	w.log.Info("worker loaded", "runtime", rt.Version, "library", rt.Path, "ep", w.EP(), "models", order, "failed", failed)
+	w.loadVips()
 	return w, nil
+}
+
+// loadVips loads libvips, the image pipeline, at start when a model of the pool reads
+// images, so that the first request does not pay for it and a missing libvips is said
+// once, here (each image request then answers runtime_missing; the pool's raw models
+// serve).
+func (w *Worker) loadVips() {
+	for _, name := range w.pool.Models {
+		if mc := w.cfg.Models[name]; mc != nil && mc.Kind != config.KindRaw {
+			if lib, err := vips.Default(); err != nil {
+				w.log.Error("libvips not loaded: image requests answer runtime_missing", "error", err)
+			} else {
+				w.log.Info("libvips loaded", "version", lib.Version, "library", lib.Path, "threads", lib.Threads)
+			}
+			return
+		}
+	}
 }
 
 // opener opens one model (models.Open; a test's fake).
