@@ -49,6 +49,19 @@ func rgbaOf(rgb []byte, alpha func(i int) byte) []byte {
 	return out
 }
 
+// rgbOf is img's RGB bytes, row by row.
+func rgbOf(img image.Image) []byte {
+	b := img.Bounds()
+	out := make([]byte, 0, 3*b.Dx()*b.Dy())
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			c := color.NRGBAModel.Convert(img.At(x, y)).(color.NRGBA)
+			out = append(out, c.R, c.G, c.B)
+		}
+	}
+	return out
+}
+
 // meanDiff is the mean absolute difference of img's RGB from want (w×h RGB bytes).
 func meanDiff(t *testing.T, img image.Image, want []byte, w, h int) float64 {
 	t.Helper()
@@ -98,6 +111,9 @@ func formatCases(t *testing.T, l *vips.Lib, pic []byte, w, h int) []formatCase {
 		{"png 16-bit", "png", enc(pic, 3, ".png", "rgb16"), 1},
 		{"png palette", "png", enc(pic, 3, ".png[palette]", ""), 8},
 		{"png alpha", "png", enc(opaque, 4, ".png", ""), 0.01},
+		{"png 16-bit alpha", "png", enc(opaque, 4, ".png", "rgb16"), 1},
+		{"tiff 16-bit", "tiff", enc(pic, 3, ".tif", "rgb16"), 1},
+		{"tiff cmyk", "tiff", enc(pic, 3, ".tif", "cmyk"), 25},
 		{"webp", "webp", enc(pic, 3, ".webp[Q=90]", ""), 8},
 		{"tiff", "tiff", enc(pic, 3, ".tif", ""), 0.01},
 		{"gif", "gif", enc(pic, 3, ".gif", ""), 12},
@@ -275,13 +291,17 @@ func TestLoadHostile(t *testing.T) {
 			}
 			for _, spec := range []LoadSpec{{Width: 64, Height: 64, Fill: FillForce}, {}} {
 				img, _, err := LoadBytes(c.data[:cut], 0, spec)
-				code := codec.CodeOf(err)
-				if cut == len(c.data)-10 && err == nil && img != nil {
-					// Only the file's tail is gone (a PNG's IEND, the end of an AVIF's
-					// box): every pixel is there.
+				if err == nil && cut > len(c.data)/4 {
+					// Only what follows the pixels is gone (a PNG's IEND, the end of an
+					// AVIF's box, a TIFF's embedded ICC profile): then every pixel is
+					// there, as in the whole file.
+					whole, _, werr := LoadBytes(c.data, 0, spec)
+					if werr != nil || !bytes.Equal(rgbOf(img), rgbOf(whole)) {
+						t.Errorf("%s cut at %d of %d bytes (%+v) loaded other pixels than the whole file", c.name, cut, len(c.data), spec)
+					}
 					continue
 				}
-				if code != codec.CodeUnsupportedImage {
+				if codec.CodeOf(err) != codec.CodeUnsupportedImage {
 					t.Errorf("%s cut at %d of %d bytes (%+v): %v, want unsupported_image", c.name, cut, len(c.data), spec, err)
 				}
 			}
