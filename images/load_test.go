@@ -167,6 +167,35 @@ func TestLoadFormats(t *testing.T) {
 	}
 }
 
+// TestLoadFirstFrame: an animated GIF or WebP and a multi-page TIFF give their first frame,
+// and their size is the frame's.
+func TestLoadFirstFrame(t *testing.T) {
+	l := testenv.RequireVips(t)
+	const w, h = 32, 24
+	frames := make([]byte, 0, 3*w*h*3)
+	for _, c := range [][3]byte{{230, 20, 20}, {20, 20, 230}, {20, 230, 20}} {
+		for range w * h {
+			frames = append(frames, c[:]...)
+		}
+	}
+	for _, suffix := range []string{".gif", ".webp", ".tif"} {
+		data, err := l.EncodePages(frames, w, 3*h, 3, h, suffix, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, info, err := LoadBytes(data, 0, LoadSpec{})
+		if err != nil {
+			t.Fatalf("%s: %v", suffix, err)
+		}
+		if info.Width != w || info.Height != h || img.Bounds() != image.Rect(0, 0, w, h) {
+			t.Fatalf("%s: info %+v, bounds %v, want the first frame's %dx%d", suffix, info, img.Bounds(), w, h)
+		}
+		if c := color.NRGBAModel.Convert(img.At(w/2, h/2)).(color.NRGBA); c.R < 200 || c.B > 60 {
+			t.Errorf("%s: first frame's centre is %v, want red", suffix, c)
+		}
+	}
+}
+
 // TestLoadAlpha: transparent pixels flatten onto the background asked for, or stay
 // transparent with KeepAlpha.
 func TestLoadAlpha(t *testing.T) {

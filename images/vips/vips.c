@@ -230,7 +230,7 @@ int ob_decode_buffer(const void *buf, size_t len, const ob_spec *s, void **out, 
 	return 0;
 }
 
-int ob_encode(const void *pix, int w, int h, int bands, const char *suffix, int colourspace, int orientation, void **out, size_t *len) {
+int ob_encode(const void *pix, int w, int h, int bands, const char *suffix, int colourspace, int orientation, int page_height, void **out, size_t *len) {
 	V.error_clear();
 	VImg *im = V.new_from_memory_copy(pix, (size_t)w * h * bands, w, h, bands, FORMAT_UCHAR);
 	VImg *t = NULL;
@@ -243,12 +243,15 @@ int ob_encode(const void *pix, int w, int h, int bands, const char *suffix, int 
 		if (step(&im, rc, t))
 			return -1;
 	}
-	if (orientation > 0) {
+	if (orientation > 0 || page_height > 0) {
 		t = NULL;
 		rc = V.copy(im, &t, NULL);
 		if (step(&im, rc, t))
 			return -1;
-		V.image_set_int(im, "orientation", orientation);
+		if (orientation > 0)
+			V.image_set_int(im, "orientation", orientation);
+		if (page_height > 0)
+			V.image_set_int(im, "page-height", page_height);
 	}
 	rc = V.write_to_buffer(im, suffix, out, len, NULL);
 	V.g_object_unref(im);

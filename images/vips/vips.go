@@ -359,6 +359,15 @@ func (l *Lib) Load(data []byte, maxPixels int64, spec Spec) (Image, Header, erro
 // "rgb16", "grey16". orientation > 0 sets the EXIF orientation tag. For tests and the
 // benchmark's generated library.
 func (l *Lib) Encode(pix []byte, w, h, bands int, suffix, to string, orientation int) ([]byte, error) {
+	return l.EncodePages(pix, w, h, bands, 0, suffix, to, orientation)
+}
+
+// EncodePages is Encode of an image made of pages pageHeight high (stacked from the top):
+// an animation for ".gif" and ".webp", a multi-page TIFF for ".tif". 0 is one page.
+func (l *Lib) EncodePages(pix []byte, w, h, bands, pageHeight int, suffix, to string, orientation int) ([]byte, error) {
+	if pageHeight < 0 || (pageHeight > 0 && h%pageHeight != 0) {
+		return nil, fmt.Errorf("vips: Encode: page height %d does not divide %d", pageHeight, h)
+	}
 	if bands < 1 || bands > 4 || w <= 0 || h <= 0 || len(pix) < w*h*bands {
 		return nil, fmt.Errorf("vips: Encode: %d bytes is not %dx%dx%d", len(pix), w, h, bands)
 	}
@@ -373,7 +382,7 @@ func (l *Lib) Encode(pix []byte, w, h, bands int, suffix, to string, orientation
 	defer C.free(unsafe.Pointer(csuf))
 	var out unsafe.Pointer
 	var n C.size_t
-	if C.ob_encode(b.p, C.int(w), C.int(h), C.int(bands), csuf, C.int(cs), C.int(orientation), &out, &n) != 0 {
+	if C.ob_encode(b.p, C.int(w), C.int(h), C.int(bands), csuf, C.int(cs), C.int(orientation), C.int(pageHeight), &out, &n) != 0 {
 		return nil, fmt.Errorf("vips: saving %s: %s", suffix, lastError())
 	}
 	defer C.ob_free(out)

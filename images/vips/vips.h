@@ -43,7 +43,8 @@ int ob_decode_buffer(const void *buf, size_t len, const ob_spec *s, void **out, 
 // suffix (with options: ".jpg[Q=90]"); colourspace: 0 as is, else a VipsInterpretation
 // to convert to first (CMYK, B_W, RGB16, GREY16); orientation > 0 sets the EXIF
 // orientation. *out is g_malloc'd (ob_free). 0 on success.
-int ob_encode(const void *pix, int w, int h, int bands, const char *suffix, int colourspace, int orientation, void **out, size_t *len);
+// page_height > 0 makes the image pages of that height (an animation, for GIF and WebP).
+int ob_encode(const void *pix, int w, int h, int bands, const char *suffix, int colourspace, int orientation, int page_height, void **out, size_t *len);
 
 // ob_has_loader reports whether libvips has an operation of that nickname ("jpegload").
 int ob_has_loader(const char *nickname);
