@@ -23,7 +23,7 @@ func Sniff(b []byte) string {
 	case bytes.HasPrefix(b, []byte("II*\x00")), bytes.HasPrefix(b, []byte("MM\x00*")),
 		bytes.HasPrefix(b, []byte("II+\x00")), bytes.HasPrefix(b, []byte("MM\x00+")): // TIFF, BigTIFF
 		return "tiff"
-	case isBMP(b):
+	case sniffBMP(b):
 		return "bmp"
 	case bytes.HasPrefix(b, []byte{0xFF, 0x0A}), bytes.HasPrefix(b, []byte("\x00\x00\x00\x0cJXL \r\n\x87\n")):
 		return "jxl"
@@ -61,9 +61,9 @@ func ftypBrand(b []byte) string {
 	return heif
 }
 
-// isBMP: "BM", then the file size, 4 reserved bytes, the pixels' offset, and a DIB
+// sniffBMP: "BM", then the file size, 4 reserved bytes, the pixels' offset, and a DIB
 // header of one of the sizes its versions have.
-func isBMP(b []byte) bool {
+func sniffBMP(b []byte) bool {
 	if len(b) < 18 || !bytes.HasPrefix(b, []byte("BM")) {
 		return false
 	}
