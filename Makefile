@@ -141,6 +141,7 @@ bench: build prepare $(OCR_MODEL) $(VAD_MODEL) $(NODE_BENCH)
 	bin/ortbus bench failure    -out bench-out/failure.json
 	bin/ortbus bench jobs       -out bench-out/jobs.json
 	bin/ortbus bench lease      -out bench-out/lease.json
+	bin/ortbus bench library    -out bench-out/library.json
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./images/ ./codec/
 
 clean:
