@@ -1,6 +1,6 @@
 # ortbus — the two commands are `make demo` and `make test`; both work on a fresh clone.
 #
-#   make prepare   ONNX Runtime 1.30.0 and 1.24.3 (from npm, into .deps/) and the generated models
+#   make prepare   ONNX Runtime 1.30.0 and 1.24.3 and libvips (from npm, into .deps/) and the generated models
 #   make build     every binary into bin/
 #   make demo      the system end to end on deploy/local.toml, with a report
 #   make test      vet, gofmt, a short fuzzing pass of the handlers, and every test (race detector on)
@@ -10,6 +10,9 @@ GO        ?= go
 DEPS      := .deps
 ORT_VERSIONS := 1.30.0 1.24.3
 ORT_LIBS  := $(foreach v,$(ORT_VERSIONS),$(DEPS)/ort-$(v)/lib/libonnxruntime.so.1)
+# libvips, the image pipeline (sharp's prebuilt @img/sharp-libvips-linux-x64 from npm).
+VIPS_VERSION := 8.18.8
+VIPS_LIB  := $(DEPS)/libvips-$(VIPS_VERSION)/lib/libvips-cpp.so.$(VIPS_VERSION)
 MODELS    := $(DEPS)/models/tagger/model.onnx
 OCR_MODEL := $(DEPS)/ocr/ppocrv4-det/model.onnx
 VAD_MODEL := $(DEPS)/vad/silero-v5/model.onnx
@@ -20,7 +23,7 @@ GOFLAGS_TEST ?= -race -count=1 -timeout 40m
 # What the tests need besides Go modules (the ONNX Runtimes, the generated models, the
 # fetched OCR and VAD models, the onnxruntime-node baseline and Bun): `make test` makes
 # them all at once (test-first). A new one is one more name here.
-TEST_PREREQS := runtimes models ocr-model vad-model node-bench llm-tenant
+TEST_PREREQS := runtimes libvips models ocr-model vad-model node-bench llm-tenant
 # The integration packages start real NATS servers, gateways and workers. test/ (the
 # longest) starts first and runs beside the unit packages, two packages at a time (its
 # checks order events rather than time them); bench/ compares timings (the collision
@@ -32,7 +35,7 @@ TIMED_PKGS := ./bench
 FUZZ_HANDLERS := fuzz-handle fuzz-accept
 UNIT_PKGS = $(filter-out $(addprefix $(shell $(GO) list -m)/,$(INTEGRATION_PKGS:./%=%)),$(shell $(GO) list ./...))
 
-.PHONY: all build prepare runtimes models ocr-model vad-model node-bench llm-tenant demo test test-first vet fmt-check fuzz fuzz-handlers $(FUZZ_HANDLERS) bench clean
+.PHONY: all build prepare runtimes libvips models ocr-model vad-model node-bench llm-tenant demo test test-first vet fmt-check fuzz fuzz-handlers $(FUZZ_HANDLERS) bench clean
 all: build
 
 build: $(BINARIES)
@@ -42,11 +45,15 @@ bin/%: FORCE
 	$(GO) build -o $@ ./cmd/$*
 FORCE:
 
-prepare: runtimes models
+prepare: runtimes libvips models
 
 runtimes: $(ORT_LIBS)
 $(DEPS)/ort-%/lib/libonnxruntime.so.1: scripts/fetch-runtime.sh
 	scripts/fetch-runtime.sh $(DEPS) $*
+
+libvips: $(VIPS_LIB)
+$(VIPS_LIB): scripts/fetch-libvips.sh
+	scripts/fetch-libvips.sh $(DEPS)
 
 models: $(MODELS)
 $(MODELS): bin/ortbus
@@ -81,13 +88,15 @@ test-first:
 # handler here): with a duration, Go before 1.27 can fail a clean run with "context
 # deadline exceeded" when the time runs out mid-input (golang/go#75804; seen here once).
 
-# A longer fuzzing pass over the codec's decoders, the .npy reader, and the gateway's and the worker's request
+# A longer fuzzing pass over the codec's decoders, the .npy reader, the libvips image
+# decode (images FuzzLoad, which needs `make libvips`), and the gateway's and the worker's request
 # handlers, in process (the seed corpora, and a short pass of each handler, run in `make test`).
 FUZZTIME ?= 30s
 fuzz:
 	for f in FuzzDecodeRequest FuzzDecodeJSONRequest FuzzDecodeHeartbeat FuzzDecodeReply FuzzDecodeGate; do \
 		$(GO) test ./codec -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
 	$(GO) test ./npy -run '^$$' -fuzz '^FuzzNPY$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./images -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
 	$(MAKE) fuzz-handlers FUZZTIME=$(FUZZTIME)
 fuzz-handlers: $(FUZZ_HANDLERS)
 fuzz-handle:
@@ -132,6 +141,7 @@ bench: build prepare $(OCR_MODEL) $(VAD_MODEL) $(NODE_BENCH)
 	bin/ortbus bench failure    -out bench-out/failure.json
 	bin/ortbus bench jobs       -out bench-out/jobs.json
 	bin/ortbus bench lease      -out bench-out/lease.json
+	bin/ortbus bench library    -out bench-out/library.json
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./images/ ./codec/
 
 clean:

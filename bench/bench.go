@@ -16,6 +16,8 @@
 //	            policy and FIFO, until a class misses its target (the knee)
 //	failure     kill -9 of a loaded worker: time to answer what it held, lost requests, time to serve again
 //	jobs        N items as plain batch requests vs as one durable job, undisturbed and with kill -9 of the whole stack
+//	library     a generated photo/illustration library tagged and embedded as jobs, vs sharp +
+//	            onnxruntime-node in one Bun process, with per-format preprocessing times (library.go)
 //	lease       an urgent lease waiting behind a reclaimable one: the holder's memory free -> the grant (lease.go)
 //
 // A report's top level is {"bench": NAME, "machine": {...}, "results": {...}}; the
@@ -44,7 +46,7 @@ import (
 )
 
 // Names are the benchmarks Run knows, in the order `ortbus bench` lists them.
-var Names = []string{"overhead", "throughput", "collision", "capacity", "failure", "jobs", "incremental", "lease"}
+var Names = []string{"overhead", "throughput", "collision", "capacity", "failure", "jobs", "incremental", "lease", "library"}
 
 // RuntimeVersion is the ONNX Runtime version the benches' workers and in-process baselines
 // use (fetched by `make prepare` into <repo>/.deps/ort-VERSION/lib).
@@ -198,6 +200,8 @@ func Run(ctx context.Context, name string, o Options) (*Report, error) {
 		return Incremental(ctx, o)
 	case "lease":
 		return Lease(ctx, o)
+	case "library":
+		return Library(ctx, o)
 	}
 	return nil, fmt.Errorf("unknown bench %q (want one of %s)", name, strings.Join(Names, ", "))
 }

@@ -17,7 +17,14 @@
 // [ToHWC], [MaskToRGBA]) are pure functions over image.Image values. All resampling goes
 // through golang.org/x/image/draw. Every image they return has its origin at (0, 0).
 //
-// Decodable formats: PNG, JPEG, GIF (first frame), BMP and WebP. Other formats that some
-// other package registers with the image package are refused, so the set a client can rely
-// on does not depend on what else is linked into the binary.
+// The model kinds read their inputs with [Policy.Load]: the same path checks and bounded
+// read, then libvips (package images/vips, dlopen()ed at run time): the header first, its
+// pixel bound checked before any decode, then the image straight to the kind's size
+// (shrink on load), upright, in sRGB, 8-bit. It accepts [LoadFormats] (JPEG, PNG, WebP,
+// HEIF/AVIF, TIFF, GIF, JPEG XL where libvips loads them; BMP through Go's decoder).
+//
+// [Policy.Open] decodes with Go's decoders (PNG, JPEG, GIF (first frame), BMP and WebP;
+// other formats some other package registers with the image package are refused): the
+// decode path before libvips, kept as the reference of the tests and benchmarks
+// ([Policy.Reference] makes Load use it).
 package images

@@ -37,8 +37,9 @@ type Info struct {
 // formats are the decoder names accepted; anything else registered is refused.
 var formats = map[string]bool{"png": true, "jpeg": true, "gif": true, "bmp": true, "webp": true}
 
-// Open checks path against the policy, then reads and decodes the image. Errors are
-// *codec.Error:
+// Open checks path against the policy, then reads and decodes the image with Go's
+// decoders. It is the reference path of the tests and benchmarks: the model kinds load
+// their inputs with Load (libvips). Errors are *codec.Error:
 //
 //   - bad_request: path empty, relative or not clean (e.g. /srv/img/../etc/passwd);
 //   - forbidden_path: outside the allowed roots as spelled, or once symlinks are resolved,
@@ -57,26 +58,9 @@ var formats = map[string]bool{"png": true, "jpeg": true, "gif": true, "bmp": tru
 //
 // A GIF gives its first frame, placed on a canvas of the GIF's logical screen size.
 func (p Policy) Open(path string) (image.Image, Info, error) {
-	roots, err := p.admit(path)
+	data, resolved, err := p.read(path)
 	if err != nil {
 		return nil, Info{}, err
-	}
-	resolved, err := resolveInside(path, roots)
-	if err != nil {
-		return nil, Info{}, err
-	}
-	f, err := openRegular(resolved, rootOf(roots, resolved), path, kindImage)
-	if err != nil {
-		return nil, Info{}, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, Info{}, resolveError(err, path)
-	}
-	data, err := readBounded(f, fi.Size(), p.maxBytes(), path, kindImage)
-	if err != nil {
-		return nil, Info{}, withPath(err, path)
 	}
 	img, info, err := decode(data, p.maxPixels(), path)
 	if err != nil {
@@ -84,6 +68,33 @@ func (p Policy) Open(path string) (image.Image, Info, error) {
 	}
 	info.Path = resolved
 	return img, info, nil
+}
+
+// read does Open's path checks and reads the file once, bounded by MaxBytes. It returns
+// the bytes and the resolved path.
+func (p Policy) read(path string) ([]byte, string, error) {
+	roots, err := p.admit(path)
+	if err != nil {
+		return nil, "", err
+	}
+	resolved, err := resolveInside(path, roots)
+	if err != nil {
+		return nil, "", err
+	}
+	f, err := openRegular(resolved, rootOf(roots, resolved), path, kindImage)
+	if err != nil {
+		return nil, "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, "", resolveError(err, path)
+	}
+	data, err := readBounded(f, fi.Size(), p.maxBytes(), path, kindImage)
+	if err != nil {
+		return nil, "", withPath(err, path)
+	}
+	return data, resolved, nil
 }
 
 // Decode decodes an image from r with the same format set, size limits (maxPixels <= 0

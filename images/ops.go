@@ -14,6 +14,8 @@ var (
 	White color.Color = color.RGBA{255, 255, 255, 255}
 	// LetterboxGray is the (114, 114, 114) padding of YOLO-style detectors and OppaiOracle.
 	LetterboxGray color.Color = color.RGBA{114, 114, 114, 255}
+	// WhiteRGBA is White as a color.RGBA, the background Load flattens onto.
+	WhiteRGBA = color.RGBA{255, 255, 255, 255}
 )
 
 // FlattenOn alpha-composites img over a solid bg and returns the result at origin (0,0).
@@ -45,7 +47,7 @@ func isOpaqueType(img image.Image) bool {
 // Resize scales img to exactly w×h (aspect ratio not kept) with interp, for example
 // draw.BiLinear (the "triangle" filter; like PIL it widens the kernel when shrinking, so
 // it antialiases), draw.CatmullRom (bicubic) or draw.NearestNeighbor. A nil interp means
-// draw.BiLinear. w and h must be positive. Alpha is kept (premultiplied, as in *image.RGBA).
+// draw.BiLinear. w and h must be positive; an image already w×h is copied as it is. Alpha is kept (premultiplied, as in *image.RGBA).
 func Resize(img image.Image, w, h int, interp draw.Interpolator) *image.RGBA {
 	if w <= 0 || h <= 0 {
 		panic("images: Resize to a non-positive size")
@@ -54,6 +56,11 @@ func Resize(img image.Image, w, h int, interp draw.Interpolator) *image.RGBA {
 		interp = draw.BiLinear
 	}
 	dst := image.NewRGBA(image.Rect(0, 0, w, h))
+	if b := img.Bounds(); b.Dx() == w && b.Dy() == h {
+		// Already the size (Load brought it so): a copy, no resampling.
+		draw.Draw(dst, dst.Rect, img, b.Min, draw.Src)
+		return dst
+	}
 	interp.Scale(dst, dst.Rect, img, img.Bounds(), draw.Src, nil)
 	return dst
 }
@@ -118,6 +125,18 @@ func Letterbox(img image.Image, size int, pad color.Color, upscale bool) (*image
 		draw.BiLinear.Scale(dst, r, img, b, draw.Over, nil)
 	}
 	return dst, li
+}
+
+// WithSource re-bases li on the full image (w×h, upright) that the letterboxed image was
+// loaded from at a smaller size (Load's box), so that ToOriginal and MapBox map to the full
+// image's coordinates.
+func (li LetterboxInfo) WithSource(w, h int) LetterboxInfo {
+	if w <= 0 || h <= 0 || (w == li.SrcW && h == li.SrcH) {
+		return li
+	}
+	li.SrcW, li.SrcH = w, h
+	li.Scale = math.Min(float64(li.ContentW)/float64(w), float64(li.ContentH)/float64(h))
+	return li
 }
 
 // ToOriginal maps a point from letterboxed coordinates to source-image coordinates,

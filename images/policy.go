@@ -46,6 +46,11 @@ type Policy struct {
 	MaxPixels int64
 	// MaxBytes is the largest file that Open reads; <= 0 means DefaultMaxBytes.
 	MaxBytes int64
+	// Reference makes Load decode as Open does, with Go's decoders, the whole image and
+	// no EXIF orientation, so that the model kinds resample it in Go: the decode path
+	// before libvips, kept only as the reference of the tests and benchmarks. No config
+	// sets it.
+	Reference bool
 }
 
 // maxBytes returns the effective file size limit.

@@ -16,7 +16,8 @@ import (
 // ccip serves embed (the CCIP character feature of an image) and compare (differences of
 // one feature to N candidates, from the metrics model, in one run over [1+N, dim]).
 //
-// Preprocessing: alpha over white, exact resize to 384 (triangle filter), x/255, CLIP
+// Preprocessing: alpha over white, exact resize to 384 (libvips's thumbnail: shrink on
+// load, then Lanczos3; a BMP, decoded by Go, with the triangle filter), x/255, CLIP
 // mean/std, RGB NCHW.
 type ccip struct {
 	base
@@ -89,7 +90,7 @@ func (c *ccip) Prepare(op string, req *codec.WorkItem) (Item, error) {
 		}
 		return &compareItem{rows: rows}, nil
 	}
-	img, err := c.image(req)
+	img, _, err := c.image(req, images.LoadSpec{Width: c.size, Height: c.size, Fill: images.FillForce, Background: images.WhiteRGBA})
 	if err != nil {
 		return nil, err
 	}

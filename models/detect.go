@@ -12,8 +12,10 @@ import (
 	"github.com/ortbus/ortbus/ort"
 )
 
-// detector serves detect for YOLOv8-style models (the app's person detector): letterbox
-// to 640 with grey (114) padding, x/255 RGB NCHW; output [N, 4+classes, anchors] with rows
+// detector serves detect for YOLOv8-style models (the app's person detector): alpha over
+// white, fitted into 640 without enlarging (libvips's thumbnail: shrink on load, then
+// Lanczos3; a BMP, decoded by Go, with the triangle filter), letterboxed with grey (114)
+// padding, x/255 RGB NCHW; output [N, 4+classes, anchors] with rows
 // cx, cy, w, h, class scores; confidence threshold, per-class NMS, boxes mapped back to
 // the original image's coordinates.
 type detector struct {
@@ -68,12 +70,12 @@ func (d *detector) Prepare(op string, req *codec.WorkItem) (Item, error) {
 	if it.conf < 0 || it.conf > 1 || it.iou < 0 || it.iou > 1 {
 		return nil, codec.Errorf(codec.CodeBadRequest, "conf and iou must be in [0, 1]")
 	}
-	img, err := d.image(req)
+	img, src, err := d.image(req, images.LoadSpec{Width: d.size, Height: d.size, Fill: images.FillFitDown, Background: images.WhiteRGBA})
 	if err != nil {
 		return nil, err
 	}
 	lb, info := images.Letterbox(images.FlattenOn(img, color.White), d.size, color.RGBA{114, 114, 114, 255}, false)
-	it.lb = info
+	it.lb = info.WithSource(src.Width, src.Height) // boxes in the upright whole image
 	it.pixels = make([]float32, 3*d.size*d.size)
 	images.ToCHW(lb, it.pixels, images.ZeroMean, images.UnitStd, images.Scale255, false)
 	return it, nil

@@ -296,13 +296,14 @@ func (b *base) session(path string) (*ort.Session, error) {
 	return s, nil
 }
 
-// image opens the request's image under the worker's path policy.
-func (b *base) image(req *codec.WorkItem) (image.Image, error) {
+// image loads the request's image under the worker's path policy with libvips, as spec
+// says (images.Policy.Load): upright, sRGB, 8-bit, straight to the kind's size where spec
+// gives one. Info has the whole image's upright size.
+func (b *base) image(req *codec.WorkItem, spec images.LoadSpec) (image.Image, images.Info, error) {
 	if req.Path == "" {
-		return nil, codec.Errorf(codec.CodeBadRequest, "path is required for this op")
+		return nil, images.Info{}, codec.Errorf(codec.CodeBadRequest, "path is required for this op")
 	}
-	img, _, err := b.env.Images.Open(req.Path)
-	return img, err
+	return b.env.Images.Load(req.Path, spec)
 }
 
 // stack concatenates per-item tensors of equal size along a new first (batch) axis.

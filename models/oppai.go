@@ -14,8 +14,9 @@ import (
 
 // oppai serves tag for OppaiOracle-style taggers (kind tagger-oppai, OppaiOracle v1.1).
 //
-// Preprocessing: alpha over white, letterbox to the input size (448) without upscaling,
-// centred on (114,114,114), RGB, NCHW, (x/255-0.5)/0.5 into "pixel_values"; when the model
+// Preprocessing: alpha over white, fitted into the input size (448) without upscaling
+// (libvips's thumbnail: shrink on load, then Lanczos3; a BMP, decoded by Go, with the
+// triangle filter), letterboxed centred on (114,114,114), RGB, NCHW, (x/255-0.5)/0.5 into "pixel_values"; when the model
 // has a "padding_mask" input (bool [N,H,W]) it gets true on the letterbox bars.
 //
 // Output "tag_logits" [N,K] holds probabilities already (the export applies the sigmoid).
@@ -215,7 +216,7 @@ func (o *oppai) Prepare(op string, req *codec.WorkItem) (Item, error) {
 	if err := o.checkOp(op); err != nil {
 		return nil, err
 	}
-	img, err := o.image(req)
+	img, _, err := o.image(req, images.LoadSpec{Width: o.size, Height: o.size, Fill: images.FillFitDown, Background: images.WhiteRGBA})
 	if err != nil {
 		return nil, err
 	}

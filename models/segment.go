@@ -16,8 +16,9 @@ import (
 	"github.com/ortbus/ortbus/ort"
 )
 
-// segmenter serves segment for isnetis-style background removal: the image (over white)
-// is resized to the model's square input (1024), x/255 RGB NCHW; the [0,1] mask output is
+// segmenter serves segment for isnetis-style background removal: the image is loaded
+// whole and upright with its alpha (libvips), then (over white) resized to the model's
+// square input (1024) with the triangle filter, x/255 RGB NCHW; the [0,1] mask output is
 // resized back to the image and written as the alpha channel of an RGBA PNG, as a new file,
 // at the request's out_path (which must be inside the spool directory or an output root,
 // and must not exist) or under a fresh name in the spool directory.
@@ -59,7 +60,7 @@ func (s *segmenter) Prepare(op string, req *codec.WorkItem) (Item, error) {
 			return nil, err
 		}
 	}
-	img, err := s.image(req)
+	img, _, err := s.image(req, images.LoadSpec{KeepAlpha: true})
 	if err != nil {
 		return nil, err
 	}

@@ -15,11 +15,13 @@ import (
 
 // tagger serves tag for PixAI-style and WD14-style taggers.
 //
-// PixAI (the app's default): alpha over white, exact resize to the input size with a
-// triangle filter, RGB, NCHW, (x/255-0.5)/0.5; per-tag thresholds from thresholds.csv with
-// a fallback; characters carry IPs.
-// WD14: pad to a white square, resize with CatmullRom, BGR, NHWC, values 0-255; fixed
-// thresholds per category.
+// PixAI (the app's default): alpha over white, exact resize to the input size (libvips's
+// thumbnail: shrink on load, then Lanczos3), RGB, NCHW, (x/255-0.5)/0.5; per-tag
+// thresholds from thresholds.csv with a fallback; characters carry IPs.
+// WD14: alpha over white, fitted into the input size (libvips: shrink on load, then
+// Lanczos3), padded to a white square, BGR, NHWC, values 0-255; fixed thresholds per
+// category. (A BMP, decoded by Go, is resized with CatmullRom for WD14 and the triangle
+// filter for PixAI, as before libvips.)
 type tagger struct {
 	base
 	sess       *ort.Session
@@ -82,7 +84,11 @@ func (t *tagger) Prepare(op string, req *codec.WorkItem) (Item, error) {
 	if err := t.checkOp(op); err != nil {
 		return nil, err
 	}
-	img, err := t.image(req)
+	spec := images.LoadSpec{Width: t.size, Height: t.size, Fill: images.FillForce, Background: images.WhiteRGBA}
+	if t.nhwc {
+		spec.Fill = images.FillFit
+	}
+	img, _, err := t.image(req, spec)
 	if err != nil {
 		return nil, err
 	}

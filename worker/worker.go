@@ -36,6 +36,7 @@ import (
 	"github.com/ortbus/ortbus/config"
 	"github.com/ortbus/ortbus/health"
 	"github.com/ortbus/ortbus/images"
+	"github.com/ortbus/ortbus/images/vips"
 	"github.com/ortbus/ortbus/internal/guard"
 	"github.com/ortbus/ortbus/models"
 	"github.com/ortbus/ortbus/ort"
@@ -149,7 +150,25 @@ func New(opts Options) (*Worker, error) {
 	}
 	order, failed := w.models.names()
 	log.Info("worker loaded", "runtime", rt.Version, "library", rt.Path, "ep", w.EP(), "models", order, "failed", failed)
+	loadVips(log, c, p)
 	return w, nil
+}
+
+// loadVips loads libvips, the image pipeline, at start when a model of the pool reads
+// images, so that the first request does not pay for it and a missing libvips is said
+// once, here (each image request then answers runtime_missing; the pool's raw models
+// serve).
+func loadVips(log *slog.Logger, c *config.Config, p *config.Pool) {
+	for _, name := range p.Models {
+		if mc := c.Models[name]; mc != nil && mc.Kind != config.KindRaw {
+			if lib, err := vips.Default(); err != nil {
+				log.Error("libvips not loaded: image requests answer runtime_missing", "error", err)
+			} else {
+				log.Info("libvips loaded", "version", lib.Version, "library", lib.Path, "threads", lib.Threads)
+			}
+			return
+		}
+	}
 }
 
 // controlKey is the key the load and unload verbs are signed with (config.ControlKeyEnv),

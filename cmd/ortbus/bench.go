@@ -15,13 +15,15 @@ import (
 )
 
 const benchUsage = `usage: ortbus bench NAME [flags]
-  NAME: overhead | throughput | collision | capacity | failure | jobs | incremental | lease
+  NAME: overhead | throughput | collision | capacity | failure | jobs | incremental | lease | library
   -out FILE.json   write the JSON report here (default <repo>/bench-out/NAME.json)
   -n N             overhead: timed calls per path (default 3000); jobs: items (default 10000);
                    lease: rounds (default 10)
   -duration D      throughput: measured time per path (default 8s); failure: load before the kill
                    (default 2s); collision: overrides the scenario's arrival window; capacity:
                    overrides each step's window
+  -files N         library: the generated library's size (default 40: 12 MP phone JPEGs, some
+                   EXIF-rotated, 2K PNG/WebP/AVIF, CMYK, 16-bit, gray, progressive, TIFF, GIF)
   -inflight N      throughput, failure, jobs (plain path): requests kept outstanding (default 32, 8, 32)
   -workers N, -threads N   throughput: the system pools' layout (e.g. what ortbus tune chose), in
                    place of one worker with each model's threads
@@ -77,6 +79,7 @@ func benchCmd(args []string) int {
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage) }
 	out := fs.String("out", "", "")
 	n := fs.Int("n", 0, "")
+	files := fs.Int("files", 0, "")
 	dur := fs.Duration("duration", 0, "")
 	inflight := fs.Int("inflight", 0, "")
 	workers := fs.Int("workers", 0, "")
@@ -99,6 +102,13 @@ func benchCmd(args []string) int {
 	if fs.Parse(args) != nil || fs.NArg() != 0 {
 		fmt.Fprint(os.Stderr, benchUsage)
 		return 2
+	}
+	if *files != 0 {
+		if name != "library" {
+			fmt.Fprintf(os.Stderr, "ortbus bench %s: -files is library's\n", name)
+			return 2
+		}
+		*n = *files
 	}
 	if (*ep != "" || *device != "" || *smoke) && name != "throughput" {
 		fmt.Fprintf(os.Stderr, "ortbus bench %s: -ep, -device and -smoke are throughput's\n", name)

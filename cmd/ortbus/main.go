@@ -145,11 +145,18 @@ func doctorCmd(args []string) int {
 		return 1
 	}
 	reports := doctor.Run(cfg, self, []string{"doctor-probe", "-config", *cfgPath}, *timeout)
+	img := doctor.ProbeImages(cfg)
 	if *asJSON {
+		// The pools' array, as before (libvips's report is in the text listing; a
+		// missing libvips still makes the exit code 1).
 		b, _ := json.MarshalIndent(reports, "", "  ")
 		fmt.Println(string(b))
 	} else {
 		doctor.Print(os.Stdout, reports)
+		doctor.PrintImages(os.Stdout, img)
+	}
+	if !img.OK() {
+		return 1
 	}
 	for _, r := range reports {
 		if !r.OK() {
