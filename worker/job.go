@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,12 +25,15 @@ type job struct {
 	deadline time.Time
 	ctx      context.Context
 	cancel   context.CancelFunc
-	// The prepared input (decoded image, read tensors), made once by the decode stage:
-	// for the slot that runs the job, or ahead of it while the unit before it runs.
-	prep     sync.Once
-	ahead    atomic.Bool // a goroutine was started to prepare it ahead
-	prepared models.Item
-	prepErr  error
+	// The prepared input (decoded image, read tensors), made once by the decode stage
+	// (decode.go): ahead of its slot, beside the inference, or by the slot itself. dec,
+	// decoded and decUnwatch are the decoder's (its lock); prepared and prepErr are set
+	// before decoded is closed.
+	dec        decState
+	decoded    chan struct{}
+	decUnwatch func() bool
+	prepared   models.Item
+	prepErr    error
 	// answered is set by the job's one terminal answer; later answers are ignored.
 	answered atomic.Bool
 	// trace: its spans (trace.go), nil while tracing is off; set at its arrival.
