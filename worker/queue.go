@@ -82,8 +82,10 @@ func (q *queues) take() []*job {
 	}
 }
 
-// upcoming returns up to n queued jobs in the order the slots will take them (the
-// highest-priority class first, FIFO within it), without taking them.
+// upcoming returns up to n queued jobs that the slots will run, in the order they will
+// take them (the highest-priority class first, FIFO within it), without taking them: a
+// job whose context has ended (cancelled, past its deadline) is passed over, as a slot
+// only answers it.
 func (q *queues) upcoming(n int) []*job {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -93,7 +95,9 @@ func (q *queues) upcoming(n int) []*job {
 			if len(out) >= n {
 				return out
 			}
-			out = append(out, j)
+			if j.ctx == nil || j.ctx.Err() == nil {
+				out = append(out, j)
+			}
 		}
 	}
 	return out
