@@ -53,17 +53,6 @@ type decoder struct {
 	waited atomic.Int64 // nanoseconds the slots waited in claim (rule 7)
 }
 
-// decState is where a job is in the decode stage (job.dec, guarded by decoder.mu).
-type decState uint8
-
-const (
-	decNone    decState = iota // not started
-	decAhead                   // a decode goroutine decodes it (rule 3)
-	decReady                   // decoded ahead, waiting for its slot
-	decClaimed                 // claimed by its slot: decoded, or being decoded
-	decDropped                 // its context ended before a slot claimed it (rule 5)
-)
-
 func newDecoder(log *slog.Logger, upcoming func(int) []*job, threads, bound int) *decoder {
 	return &decoder{log: log, upcoming: upcoming, threads: max(0, threads), bound: max(1, bound),
 		ahead: map[*job]struct{}{}, kick: make(chan struct{}, 1)}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -38,4 +39,25 @@ type job struct {
 	answered atomic.Bool
 	// trace: its spans (trace.go), nil while tracing is off; set at its arrival.
 	trace *jobTrace
+}
+
+// decState is where a job is in the decode stage (decode.go; job.dec, guarded by the
+// decoder's lock); the rules named are the decoder's.
+type decState uint8
+
+const (
+	decNone    decState = iota // not started
+	decAhead                   // a decode goroutine decodes it (rule 3)
+	decReady                   // decoded ahead, waiting for its slot
+	decClaimed                 // claimed by its slot: decoded, or being decoded
+	decDropped                 // its context ended before a slot claimed it (rule 5)
+)
+
+// ctxError is the answer of a job whose context ended (cancelled, or past its deadline)
+// when (before or while running).
+func ctxError(ctx context.Context, when string) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return codec.Errorf(codec.CodeDeadlineExceeded, "deadline passed %s", when)
+	}
+	return codec.Errorf(codec.CodeCancelled, "request cancelled %s", when)
 }

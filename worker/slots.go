@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -143,13 +142,6 @@ func unitContext(unit []*job) (context.Context, func()) {
 		cancel()
 	}()
 	return ctx, cancel
-}
-
-func ctxError(ctx context.Context, when string) error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return codec.Errorf(codec.CodeDeadlineExceeded, "deadline passed %s", when)
-	}
-	return codec.Errorf(codec.CodeCancelled, "request cancelled %s", when)
 }
 
 // timing: queue_us is the wait until a slot took the item (in the gateway and in the
