@@ -48,6 +48,12 @@ type Heartbeat struct {
 	// BadMessages is how many messages it dropped unanswered for their reply subject
 	// (not under a reply prefix, or malformed: subjects.CheckReply).
 	BadMessages uint64 `msgpack:"bad_messages,omitempty" json:"bad_messages,omitempty"`
+	// DecodeWaitMS is the time the worker's slots waited for their items' inputs to be
+	// decoded (decoding them, or waiting for the decode stage), InferMS the time of their
+	// runtime calls, both since it started: DecodeWaitMS / (DecodeWaitMS + InferMS) is
+	// the share of its model's time spent waiting for input.
+	DecodeWaitMS int64 `msgpack:"decode_wait_ms,omitempty" json:"decode_wait_ms,omitempty"`
+	InferMS      int64 `msgpack:"infer_ms,omitempty" json:"infer_ms,omitempty"`
 
 	// Error is set when State is failed: why the worker cannot serve (runtime_missing,
 	// provider_unavailable, ...).

@@ -400,6 +400,9 @@ type Pool struct {
 	// MaxBatch and MaxDelay bound dynamic batching of the batch class (MaxBatch <= 1: off).
 	MaxBatch int      `toml:"max_batch,omitempty"`
 	MaxDelay Duration `toml:"max_delay,omitempty"`
+	// DecodeThreads is how many items one worker decodes at once beside its inference
+	// (images decoded, tensors read, ahead of the slots); 0: DecodeWorkers's default.
+	DecodeThreads int `toml:"decode_threads,omitempty"`
 	// PathMap maps path prefixes as the clients see them to prefixes on this pool's host.
 	PathMap map[string]string `toml:"path_map,omitempty"`
 	// Worker is the ortworker binary to run (default: next to the gateway binary).
@@ -414,6 +417,20 @@ type Pool struct {
 
 	// Name is the pool's key in the file.
 	Name string `toml:"-"`
+}
+
+// DecodeWorkers is how many decode goroutines one worker of the pool runs on a machine
+// of cpus cores: decode_threads when set, else the cores the pool's intra-op threads
+// leave free (cpus − slots × threads, threads = 0 counting every core), at least 1.
+func (p *Pool) DecodeWorkers(cpus int) int {
+	if p.DecodeThreads > 0 {
+		return p.DecodeThreads
+	}
+	intra := p.Threads
+	if intra <= 0 {
+		intra = cpus
+	}
+	return max(1, cpus-max(1, p.Slots)*intra)
 }
 
 // IsLocal reports whether the gateway supervises this pool's workers (default true).

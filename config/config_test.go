@@ -112,6 +112,15 @@ func TestLoadBad(t *testing.T) {
 		{func(s string) string { return strings.Replace(s, `embedded = true`, ``, 1) }, "[nats]", "set url"},
 		{func(s string) string { return strings.Replace(s, "slots", "slots", 1) + "[pools.cpu.extra]\nx = 1\n" }, "", "unknown key"},
 		{func(s string) string { return s + "\n[classes.batch]\n" }, "", "already"},
+		{func(s string) string {
+			return strings.Replace(s, "local = false", "local = false\ndecode_threads = -1", 1)
+		}, "decode_threads", "decode_threads: must be in 0..1024"},
+		{func(s string) string {
+			return strings.Replace(s, "local = false", "local = false\ndecode_threads = 5000", 1)
+		}, "decode_threads", "must be in 0..1024"},
+		{func(s string) string {
+			return strings.Replace(s, "local = false", "local = false\ndecode_threads = \"two\"", 1)
+		}, "decode_threads", "decode_threads"},
 		{func(s string) string { return s + "\n[devices.cpu]\nsafe_fraction = 1.5\n" }, "safe_fraction", "must be in (0, 1]"},
 		{func(s string) string { return s + "\n[classes.batch.models]\nembed = \"tagger\"\n" }, "embed =", `model "tagger" (tagger-pixai) does not serve op "embed"`},
 	}
@@ -237,5 +246,26 @@ func TestReserveWindow(t *testing.T) {
 	line := strings.Count(text, "\n")
 	if err == nil || !strings.Contains(err.Error(), "gateway.reserve_window: must not be negative") || !strings.Contains(err.Error(), fmt.Sprintf(".toml:%d:", line)) {
 		t.Fatalf("negative reserve_window: %v, want an error naming line %d", err, line)
+	}
+}
+
+// decode_threads: as set, else the cores the pool's intra-op threads leave free, at
+// least 1.
+func TestDecodeWorkers(t *testing.T) {
+	for i, tc := range []struct {
+		p    Pool
+		cpus int
+		want int
+	}{
+		{Pool{DecodeThreads: 3, Slots: 1, Threads: 8}, 8, 3},
+		{Pool{Slots: 1, Threads: 1}, 8, 7},
+		{Pool{Slots: 2, Threads: 2}, 8, 4},
+		{Pool{Slots: 1, Threads: 0}, 8, 1},
+		{Pool{Slots: 4, Threads: 4}, 8, 1},
+		{Pool{Slots: 0, Threads: 1}, 2, 1},
+	} {
+		if got := tc.p.DecodeWorkers(tc.cpus); got != tc.want {
+			t.Errorf("case %d: %+v on %d cores: %d decode workers, want %d", i, tc.p, tc.cpus, got, tc.want)
+		}
 	}
 }

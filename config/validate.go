@@ -541,6 +541,9 @@ func (c *Config) validatePool(name string, p *Pool) error {
 	if p.MaxBatch < 0 {
 		return c.errf(key+".max_batch", "must not be negative")
 	}
+	if p.DecodeThreads < 0 || p.DecodeThreads > maxDecodeThreads {
+		return c.errf(key+".decode_threads", "must be in 0..%d (0: the cores the pool's intra-op threads leave free)", maxDecodeThreads)
+	}
 	if p.Nice < 0 || p.Nice > 19 {
 		return c.errf(key+".nice", "must be in 0..19")
 	}
@@ -579,6 +582,10 @@ func checkInboxPrefix(p string) error {
 	}
 	return nil
 }
+
+// maxDecodeThreads bounds a pool's decode_threads: each is a goroutine holding one
+// decoded item.
+const maxDecodeThreads = 1024
 
 func (c *Config) validateClass(name string, cl *Class) error {
 	key := "classes." + name

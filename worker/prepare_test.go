@@ -41,7 +41,7 @@ func (m *gateModel) Run(ctx context.Context, op string, items []models.Item) ([]
 }
 
 // TestPrepareAhead: while a slot runs one item, the item it takes next is prepared (its
-// image decoded) ahead, once; both are answered once.
+// image decoded) ahead by the decode stage, once; both are answered once.
 func TestPrepareAhead(t *testing.T) {
 	w, nc := unitWorker(t)
 	m := &gateModel{prepared: map[string]int{}, prepCh: make(chan string, 8), running: make(chan string, 8), release: make(chan struct{}, 8), stop: make(chan struct{})}
@@ -59,8 +59,9 @@ func TestPrepareAhead(t *testing.T) {
 		t.Fatalf("answered at once: %s %q", r.Header, r.Data)
 	}
 	done := make(chan struct{})
+	w.slots.decode.start()
 	go func() { defer close(done); w.slots.slot() }()
-	defer func() { close(m.stop); w.q.close(); <-done }()
+	defer func() { close(m.stop); w.q.close(); <-done; w.slots.decode.stop() }()
 
 	wait := func(ch chan string, what string) string {
 		t.Helper()

@@ -30,6 +30,9 @@ type queues struct {
 	caps     map[string]int // per model: its batch cap (memory admission), if lower
 	maxDelay time.Duration
 	closed   bool
+	// changed, if set, is told (with mu held: it must not block) whenever a job is
+	// queued or leaves the queues: the decode stage looks again at what comes next.
+	changed func()
 }
 
 func newQueues(order []string, bound, maxBatch int, maxDelay time.Duration) *queues {
@@ -50,6 +53,7 @@ func (q *queues) put(j *job) bool {
 		q.held[j.item.ID] = j
 	}
 	q.cond.Broadcast()
+	q.notify()
 	return true
 }
 
@@ -78,17 +82,32 @@ func (q *queues) take() []*job {
 	}
 }
 
-// next returns the job a free slot would take next (the head of the highest-priority
-// class with work), without taking it; nil when nothing is queued.
-func (q *queues) next() *job {
+// upcoming returns up to n queued jobs that the slots will run, in the order they will
+// take them (the highest-priority class first, FIFO within it), without taking them: a
+// job whose context has ended (cancelled, past its deadline) is passed over, as a slot
+// only answers it.
+func (q *queues) upcoming(n int) []*job {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	var out []*job
 	for _, class := range q.order {
-		if len(q.q[class]) > 0 {
-			return q.q[class][0]
+		for _, j := range q.q[class] {
+			if len(out) >= n {
+				return out
+			}
+			if j.ctx == nil || j.ctx.Err() == nil {
+				out = append(out, j)
+			}
 		}
 	}
-	return nil
+	return out
+}
+
+// notify tells the watcher (changed) that the queues changed. Called with mu held.
+func (q *queues) notify() {
+	if q.changed != nil {
+		q.changed()
+	}
 }
 
 // gather adds queued items of the same model and op to a batch, waiting up to maxDelay
@@ -154,6 +173,7 @@ func (q *queues) pop(class string, i int) *job {
 	s := q.q[class]
 	j := s[i]
 	q.q[class] = append(s[:i:i], s[i+1:]...)
+	q.notify()
 	return j
 }
 

@@ -2,9 +2,9 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
@@ -23,30 +23,38 @@ import (
 //     cancelled or late while it ran is answered so, its result discarded.
 //  3. A panic in a unit answers each of its jobs not yet answered internal; the slot
 //     goes on.
-//  4. The slots end once the queues are closed and empty (wait).
+//  4. The slots end once the queues are closed and empty (wait); the decode stage runs
+//     from their start to their end.
+//  5. The time of each runtime call is counted (inferred: the heartbeat's infer_ms),
+//     beside the time the slots waited for its inputs (the decoder's).
 type slots struct {
-	n      int
-	q      *queues
-	decode *decoder
-	reply  *replier
-	log    *slog.Logger
-	wg     sync.WaitGroup
+	n        int
+	q        *queues
+	decode   *decoder
+	reply    *replier
+	log      *slog.Logger
+	wg       sync.WaitGroup
+	inferred atomic.Int64 // nanoseconds in runtime calls (rule 5)
 }
 
 func newSlots(n int, q *queues, d *decoder, r *replier, log *slog.Logger) *slots {
 	return &slots{n: n, q: q, decode: d, reply: r, log: log}
 }
 
-// start starts the slots.
+// start starts the decode stage and the slots.
 func (s *slots) start() {
+	s.decode.start()
 	for range s.n {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.slot() }()
 	}
 }
 
-// wait waits until the slots ended (rule 4).
-func (s *slots) wait() { s.wg.Wait() }
+// wait waits until the slots ended, then ends the decode stage (rule 4).
+func (s *slots) wait() {
+	s.wg.Wait()
+	s.decode.stop()
+}
 
 // slot runs units of work until the queues close.
 func (s *slots) slot() {
@@ -82,7 +90,7 @@ func (s *slots) runUnit(unit []*job) {
 			continue
 		}
 		fault.Check(j.item.Path)
-		if _, err := s.decode.prepare(j); err != nil {
+		if _, err := s.decode.claim(j); err != nil {
 			s.reply.answer(j, nil, err)
 			continue
 		}
@@ -91,7 +99,6 @@ func (s *slots) runUnit(unit []*job) {
 	if len(ready) == 0 {
 		return
 	}
-	s.decode.ahead(s.q.next())
 	items := make([]models.Item, len(ready))
 	for i, j := range ready {
 		items[i] = j.prepared
@@ -101,6 +108,7 @@ func (s *slots) runUnit(unit []*job) {
 	t0 := time.Now()
 	replies, errs := ready[0].model.Run(ctx, ready[0].op, items)
 	t1 := time.Now()
+	s.inferred.Add(int64(t1.Sub(t0)))
 	inferUS := t1.Sub(t0).Microseconds()
 	for i, j := range ready {
 		err := errs[i]
@@ -134,13 +142,6 @@ func unitContext(unit []*job) (context.Context, func()) {
 		cancel()
 	}()
 	return ctx, cancel
-}
-
-func ctxError(ctx context.Context, when string) error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return codec.Errorf(codec.CodeDeadlineExceeded, "deadline passed %s", when)
-	}
-	return codec.Errorf(codec.CodeCancelled, "request cancelled %s", when)
 }
 
 // timing: queue_us is the wait until a slot took the item (in the gateway and in the

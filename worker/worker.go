@@ -13,11 +13,13 @@
 //	server     (serve.go)     subscriptions, acceptance, cancels, control verbs
 //	queues     (queue.go)     the local per-class queues
 //	slots      (slots.go)     the slots that run the queued work
-//	decoder    (decode.go)    the decode stage: a request's inputs into tensors
+//	decoder    (decode.go)    the decode stage: a request's inputs into tensors, ahead
+//	                          of the slots on threads of its own
 //	replier    (answer.go)    each job's one answer, and claims
 //
 // A request's way: server.accept → modelSet.acquire → queues.put; a slot's
-// queues.take → decoder.prepare → the model's Run → replier.answer.
+// queues.take → decoder.claim (decoded ahead since queues.put) → the model's Run →
+// replier.answer.
 package worker
 
 import (
@@ -88,7 +90,9 @@ func wire(c *config.Config, p *config.Pool, id string, log *slog.Logger, rt *ort
 	w.q = newQueues(c.ClassNames(), p.QueueBound, p.MaxBatch, p.MaxDelay.D())
 	w.loader = newLoader(c, p, id, log, env, w.models, w.q, w.dev)
 	w.reply = newReplier(codec.Served{Pool: p.Name, Worker: id, Runtime: rt.Version}, codec.Claim{Worker: id, Pool: p.Name}, log, w.models)
-	w.slots = newSlots(p.Slots, w.q, newDecoder(log), w.reply, log)
+	dec := newDecoder(log, w.q.upcoming, p.DecodeWorkers(runtime.NumCPU()), p.Slots*max(1, p.MaxBatch))
+	w.q.changed = dec.wake
+	w.slots = newSlots(p.Slots, w.q, dec, w.reply, log)
 	w.serve = &server{cfg: c, pool: p, worker: id, log: log, models: w.models, q: w.q, reply: w.reply, snapshot: w.snapshot, replies: c.NATS.Replies()}
 	w.ctl = newController(id, p.Name, log, w.loader, w.models, w.reply, &w.serve.draining)
 	w.serve.ctl = w.ctl
@@ -261,6 +265,7 @@ func (w *Worker) snapshot() *codec.Heartbeat {
 		Served: w.reply.served.Load(), Failed: w.reply.failed.Load(), SessionsCreated: ort.SessionsCreated(),
 		RSSBytes: rssBytes(), DeviceBytes: devBytes, DeviceSource: devSource, UptimeMS: time.Since(w.start).Milliseconds(),
 		Panics: guard.Panics(), PublishErrors: w.reply.publishErrors.Load(), BadMessages: w.serve.badMessages.Load(),
+		DecodeWaitMS: time.Duration(w.slots.decode.waited.Load()).Milliseconds(), InferMS: time.Duration(w.slots.inferred.Load()).Milliseconds(),
 	}
 }
 

@@ -71,7 +71,7 @@ func run() int {
 		return 2
 	}
 	if p, ok := cfg.Pools[*pool]; ok {
-		goProcs(p.Slots)
+		goProcs(p)
 	}
 	url := *natsURL
 	if url == "" {
@@ -117,17 +117,19 @@ func run() int {
 	return 0
 }
 
-// goProcs sets GOMAXPROCS to the pool's slots (at least 1, at most the CPUs) unless the
-// environment sets it (a pool's env table can). A worker's Go side prepares and answers
-// items, one slot at a time, while ONNX Runtime's own threads do the compute: more Go
-// processors only let the Go scheduler's idle spinning and work stealing take CPU from
-// them. Measured (docs/BENCHMARKS.md, Throughput): PP-OCRv4 det through the system 0.76x
-// in-process with the default (every CPU), 0.95x with one.
-func goProcs(slots int) {
+// goProcs sets GOMAXPROCS to the pool's slots plus its decode goroutines (at least 1, at
+// most the CPUs) unless the environment sets it (a pool's env table can). A worker's Go
+// side decodes items beside the inference (worker/decode.go) and answers them, while ONNX
+// Runtime's own threads do the compute: more Go processors only let the Go scheduler's
+// idle spinning and work stealing take CPU from them. Measured (docs/BENCHMARKS.md,
+// Throughput): PP-OCRv4 det through the system 0.76x in-process with the default (every
+// CPU), 0.95x with one.
+func goProcs(p *config.Pool) {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return
 	}
-	runtime.GOMAXPROCS(max(1, min(slots, runtime.NumCPU())))
+	cpus := runtime.NumCPU()
+	runtime.GOMAXPROCS(max(1, min(p.Slots+p.DecodeWorkers(cpus), cpus)))
 }
 
 // NATSURL is the URL a worker uses from the config: nats.url, or the embedded server's
