@@ -212,8 +212,9 @@ int ob_decode_buffer(const void *buf, size_t len, const ob_spec *s, void **out, 
 				       "fail_on", s->fail_on, "option_string", s->fail_on >= 2 ? "fail_on=error" : "fail_on=truncated", NULL) != 0)
 			return -1;
 	} else {
-		// Random access: autorot's transposes read the image out of order.
-		im = V.new_from_buffer(buf, len, "", "fail_on", s->fail_on, NULL);
+		// Random access: autorot's transposes read the image out of order. In memory:
+		// never a temporary file on disk, however large (the pixel bound holds the size).
+		im = V.new_from_buffer(buf, len, "", "memory", 1, "fail_on", s->fail_on, NULL);
 		if (!im)
 			return -1;
 		t = NULL;
