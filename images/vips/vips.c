@@ -53,7 +53,7 @@ static struct {
 	fn_image_set_int image_set_int;
 	fn_array_double_new array_double_new;
 	fn_error_buffer_copy error_buffer_copy;
-	fn_void error_clear, thread_shutdown;
+	fn_void error_clear;
 	fn_type_find type_find;
 	fn_free g_free;
 } V;
@@ -108,7 +108,6 @@ int ob_open(const char *path, char *err, size_t errlen) {
 	SYM(array_double_new, "vips_array_double_new");
 	SYM(error_buffer_copy, "vips_error_buffer_copy");
 	SYM(error_clear, "vips_error_clear");
-	SYM(thread_shutdown, "vips_thread_shutdown");
 	SYM(type_find, "vips_type_find");
 	SYM(g_free, "g_free");
 	return 0;
@@ -313,4 +312,3 @@ void ob_error(char *err, size_t errlen) {
 		V.g_free(e);
 }
 
-void ob_thread_shutdown(void) { V.thread_shutdown(); }
