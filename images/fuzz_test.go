@@ -27,6 +27,12 @@ func FuzzLoad(f *testing.F) {
 	if b, err := l.Encode(pic, w, h, 3, ".jpg", "", 6); err == nil {
 		f.Add(b, uint8(2))
 	}
+	// Big enough for JPEG DCT scaling on load (200x150 to a 16 box: 1/8).
+	if b, err := l.Encode(picture(200, 150), 200, 150, 3, ".jpg[Q=70]", "", 6); err == nil {
+		f.Add(b, uint8(0))
+		f.Add(b, uint8(2))
+		f.Add(b[:len(b)*2/3], uint8(3))
+	}
 	if b, err := l.Encode(pic, w, h, 3, ".jpg", "cmyk", 0); err == nil {
 		f.Add(b, uint8(3))
 	}

@@ -341,6 +341,21 @@ func TestLoadHostile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A JPEG big enough for DCT scaling on load (640x480 to 64: 1/8), cut.
+	big, err := l.Encode(picture(640, 480), 640, 480, 3, ".jpg[Q=90]", "", 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cut := range []int{len(big) / 3, len(big) / 2} {
+		for _, fill := range []Fill{FillForce, FillFit, FillFitDown} {
+			if _, _, err := LoadBytes(big[:cut], 0, LoadSpec{Width: 64, Height: 64, Fill: fill}); codec.CodeOf(err) != codec.CodeUnsupportedImage {
+				t.Errorf("640x480 JPEG cut at %d of %d bytes to 64 (fill %d): %v, want unsupported_image", cut, len(big), fill, err)
+			}
+		}
+	}
+	if img, info, err := LoadBytes(big, 0, LoadSpec{Width: 64, Height: 64, Fill: FillFit}); err != nil || img.Bounds() != image.Rect(0, 0, 48, 64) || info.Width != 480 {
+		t.Errorf("640x480 JPEG, orientation 6, fitted to 64: %v, %+v, %v; want 48x64 upright", img.Bounds(), info, err)
+	}
 	gif, err := l.Encode(pic, w, h, 3, ".gif", "", 0)
 	if err != nil {
 		t.Fatal(err)

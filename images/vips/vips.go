@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -194,23 +195,28 @@ func (h Header) Upright() (w, ht int) {
 	return h.Width, h.Height
 }
 
-// cbuf copies data into C memory: libvips keeps pointers into the buffer it is given for
-// as long as the image lives, which Go memory may not be used for.
+// cbuf is the bytes given to libvips. libvips reads them in place, for as long as the
+// image made from them lives; every image is made and released within one C call (with
+// the operation cache off, no operation outlives it), so Go memory, which holds no Go
+// pointers and does not move, is passed as it is (the cgo rules allow a pointer that C
+// does not keep after the call returns). Copying 12 MP photos' bytes into C memory cost
+// 5-7 ms each. keep holds data until free.
 type cbuf struct {
-	p unsafe.Pointer
-	n C.size_t
+	p    unsafe.Pointer
+	n    C.size_t
+	keep []byte
 }
+
+var empty = []byte{0}
 
 func newCBuf(data []byte) cbuf {
 	if len(data) == 0 {
-		return cbuf{p: C.malloc(1), n: 0}
+		return cbuf{p: unsafe.Pointer(&empty[0]), n: 0, keep: empty}
 	}
-	p := C.malloc(C.size_t(len(data)))
-	copy(unsafe.Slice((*byte)(p), len(data)), data)
-	return cbuf{p: p, n: C.size_t(len(data))}
+	return cbuf{p: unsafe.Pointer(&data[0]), n: C.size_t(len(data)), keep: data}
 }
 
-func (b cbuf) free() { C.free(b.p) }
+func (b cbuf) free() { runtime.KeepAlive(b.keep) }
 
 // Header reads data's header only. An unrecognised or unreadable header is
 // unsupported_image.

@@ -52,5 +52,4 @@ int ob_has_loader(const char *nickname);
 void ob_free(void *p);
 // ob_error copies and clears libvips's error buffer into err.
 void ob_error(char *err, size_t errlen);
-void ob_thread_shutdown(void);
 #endif
