@@ -215,7 +215,9 @@ func TestJobCLI(t *testing.T) {
 	}
 
 	// A job whose paths are over the server's max_payload (1 MiB): one directory alone
-	// is walked by the gateway. Cancelled at once; wait then says so with exit 1.
+	// is walked by the gateway. Cancelled at once; wait then says so with exit 1. Each
+	// file holds a PNG signature only: a walk takes a file by its content (images.Sniff),
+	// and the items are cancelled before any is read whole.
 	big := filepath.Join(root, "big")
 	if err := os.Mkdir(big, 0o755); err != nil {
 		t.Fatal(err)
@@ -224,7 +226,7 @@ func TestJobCLI(t *testing.T) {
 	size := 0
 	for i := range nBig {
 		p := filepath.Join(big, fmt.Sprintf("an-image-with-a-long-name-so-that-fewer-fill-the-payload-%05d.png", i))
-		if err := os.WriteFile(p, nil, 0o644); err != nil {
+		if err := os.WriteFile(p, []byte("\x89PNG\r\n\x1a\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		size += len(p)
