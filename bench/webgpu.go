@@ -94,6 +94,9 @@ func prepareWebGPU(ctx context.Context, h *harness) (*webgpuRun, error) {
 		return nil, fmt.Errorf("bench throughput -ep webgpu: %w", err)
 	}
 	s.Vulkan, s.Adapter = vr, pick.String()
+	if err := s.GPU.checkAdapter(pick); err != nil {
+		return nil, fmt.Errorf("bench throughput -ep webgpu: %w", err)
+	}
 	switch {
 	case s.GPU.Device == "":
 		s.Smoke, s.Device = SmokeLabel, "cpu"
