@@ -119,6 +119,10 @@ type ModelStatus struct {
 	PerItemBytes int64 `msgpack:"per_item_bytes,omitempty" json:"per_item_bytes,omitempty"`
 	// LoadMS is how long loading (and warming up) took, failed or not.
 	LoadMS int64 `msgpack:"load_ms" json:"load_ms"`
+	// NodesByEP is where the model's nodes ran in its warm-up, by EP ("webgpu": n,
+	// "cpu": m), as ONNX Runtime's profiler recorded them (nodes after its graph
+	// optimisations, copies between devices included); absent when no warm-up ran.
+	NodesByEP map[string]int `msgpack:"nodes_by_ep,omitempty" json:"nodes_by_ep,omitempty"`
 	// Revision is the revision of the files the worker loaded (cache.Revision, hashed
 	// before and after loading, "" when they changed meanwhile), with [cache] enabled: the
 	// gateway stores an answer only when the worker that computed it loaded the revision
