@@ -44,7 +44,7 @@ import (
 )
 
 // Names are the benchmarks Run knows, in the order `ortbus bench` lists them.
-var Names = []string{"overhead", "throughput", "collision", "capacity", "failure", "jobs", "incremental", "lease"}
+var Names = []string{"overhead", "throughput", "collision", "capacity", "failure", "jobs", "incremental", "lease", "profile"}
 
 // RuntimeVersion is the ONNX Runtime version the benches' workers and in-process baselines
 // use (fetched by `make prepare` into <repo>/.deps/ort-VERSION/lib).
@@ -198,6 +198,8 @@ func Run(ctx context.Context, name string, o Options) (*Report, error) {
 		return Incremental(ctx, o)
 	case "lease":
 		return Lease(ctx, o)
+	case "profile":
+		return Profile(ctx, o)
 	}
 	return nil, fmt.Errorf("unknown bench %q (want one of %s)", name, strings.Join(Names, ", "))
 }
