@@ -20,7 +20,11 @@
 #       and the tagger flood on webgpu pools of the GPU, llama.cpp generating on it (Vulkan)
 #       under ortbus lease, with and without --gate, and the degrade run; its "target
 #       missed" notes (urgent p95 <= 1.5x solo and 0 frames dropped with the gate, the GPU's
-#       peak within its budget, 0 requests lost) are failures;
+#       peak within its budget, 0 requests lost) are failures; before it, (d0) issue 41's
+#       bin/ortbus bench profile -scenario gpu (PROFILE=0 skips it, a failure): each service
+#       alone, its p95, items/s, CPU %, idle and peak memory (the GPU's, per process) and
+#       power (nvidia-smi power.draw; RAPL for the CPU), a service without a power
+#       reading failing as not measured;
 #   (e) exit 1 where a figure falls short of the issues' targets: the system >= 1.0x the
 #       in-process WebGPU loop and >= 1.0x onnxruntime-node's webgpu (the bench's "target
 #       missed" notes), each worker's device_bytes within 10% of nvidia-smi's per-process
@@ -37,7 +41,8 @@
 # Everything it prints and every report goes to OUT_DIR (default
 # bench-out/gpu-check-<UTC time>): gpu-check.log, env.txt, doctor.{txt,json},
 # tune.{txt,json}, throughput-webgpu.{txt,json}, status.{txt,json}, nvidia-smi-*.txt,
-# memory.txt, gateway.log, the generated config, collision-gpu.{txt,json,png}.
+# memory.txt, gateway.log, the generated config, profile-gpu.{txt,json},
+# collision-gpu.{txt,json,png}.
 #
 # Environment, respected as given: VK_DRIVER_FILES / VK_ICD_FILENAMES (the Vulkan drivers)
 # and LD_LIBRARY_PATH (e.g. a Vulkan loader unpacked by hand); XDG_RUNTIME_DIR (Dawn reads
@@ -326,6 +331,19 @@ else
 	done < <(awk '$1 == "model"' "$OUT/status-workers.txt")
 fi
 stop_gateway
+
+# --- (d0) issue 41's profile: each service of the GPU scenario alone ---------------------------
+if [ "${PROFILE:-1}" != 0 ]; then
+	step "(d0) bin/ortbus bench profile -scenario gpu -out $OUT/profile-gpu.json"
+	"$repo/bin/ortbus" bench profile -scenario gpu -out "$OUT/profile-gpu.json" >"$OUT/profile-gpu.txt" 2>&1 ||
+		fail "bench profile -scenario gpu failed (profile-gpu.txt)"
+	cat "$OUT/profile-gpu.txt"
+	not_gpu profile "$OUT/profile-gpu.txt"
+	unmeasured profile "$OUT/profile-gpu.txt"
+	while IFS= read -r l; do fail "profile: not measured: $l"; done < <(grep -E '^[a-z_]+: .*no power reading' "$OUT/profile-gpu.txt")
+else
+	fail "profile: not measured (PROFILE=0): each service's p95, items/s, CPU %, idle and peak memory, power"
+fi
 
 # --- (d) issue 32's collision on the GPU ------------------------------------------------------
 if [ "${COLLISION:-1}" != 0 ]; then
