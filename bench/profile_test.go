@@ -92,7 +92,7 @@ func TestPowerMeterRAPL(t *testing.T) {
 		t.Fatalf("zones %v, source %q", m.rapl, m.source)
 	}
 	m.start()
-	m.t0 = time.Now().Add(-2 * time.Second) // as if 2 s had passed
+	m.t0 = time.Now().Add(-2 * time.Second)     // as if 2 s had passed
 	write("intel-rapl:0/energy_uj", "19000000") // wrapped: 1 J + 19 J = 20 J
 	w, note := m.stop()
 	if w == nil || *w < 9 || *w > 10.01 || note != "" {
