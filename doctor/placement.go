@@ -66,8 +66,11 @@ func placementOf(env models.Env, mc *config.Model, strict bool) *Placement {
 		return pl
 	}
 	defer m.Close()
+	warmed := true
 	if err := m.Warmup(context.Background(), 1); err != nil {
+		// The profile then holds the nodes run up to the failing one: not the placement.
 		pl.Error = "warm-up on zeros failed (placement not known): " + oneLine(err.Error())
+		warmed = false
 	}
 	sum := &ort.Placement{}
 	for _, s := range m.Sessions() {
@@ -81,7 +84,7 @@ func placementOf(env models.Env, mc *config.Model, strict bool) *Placement {
 			sum.Add(q)
 		}
 	}
-	if len(sum.NodesByEP) > 0 {
+	if warmed && len(sum.NodesByEP) > 0 {
 		pl.NodesByEP, pl.OffEP = sum.NodesByEP, sum.Off(pl.EP)
 	}
 	return pl

@@ -258,3 +258,19 @@ func EPName(provider string) string {
 func enableProfiling(opts *onnx.SessionOptions) error {
 	return opts.EnableProfiling(profilePrefix())
 }
+
+// DisableCPUFallback is ONNX Runtime's session entry that makes creating a session fail
+// when any node would be placed on the CPU EP beside the session's own.
+const DisableCPUFallback = "session.disable_cpu_ep_fallback"
+
+// CheckNoCPUFallback asks ONNX Runtime itself whether every node of the model at path
+// is placed on provider p (a session made with DisableCPUFallback, then closed): nil when
+// it is, else the runtime's refusal. It cannot name the nodes (the runtime does not);
+// Placement, after a run, does.
+func (r *Runtime) CheckNoCPUFallback(path string, p Provider) error {
+	s, err := r.NewSession(path, SessionConfig{Providers: []Provider{p}, IntraOpThreads: 1, InterOpThreads: 1, Entries: map[string]string{DisableCPUFallback: "1"}})
+	if err != nil {
+		return err
+	}
+	return s.Close()
+}

@@ -72,6 +72,15 @@ func TestPlacement(t *testing.T) {
 	if _, err := plain.Placement(); err == nil {
 		t.Error("a session made without Placement gave one")
 	}
+	// ONNX Runtime's own strict check (no run needed, no node named).
+	if err := rt.CheckNoCPUFallback(filepath.Join(testenv.Models(t), onnxgen.TinyDir, onnxgen.ModelFile), ort.Provider{Name: "webgpu"}); err != nil {
+		t.Errorf("tiny, strict on webgpu: %v", err)
+	}
+	if err := rt.CheckNoCPUFallback(cpuOnly, ort.Provider{Name: "webgpu"}); err == nil {
+		t.Error("the CPU-only model passed ONNX Runtime's strict check on webgpu")
+	} else {
+		t.Logf("cpu-only, strict on webgpu: %v", err)
+	}
 	left, _ := filepath.Glob(filepath.Join(os.TempDir(), fmt.Sprintf("ortbus-placement-%d-*", os.Getpid())))
 	if len(left) != 0 {
 		t.Errorf("profile files left behind: %v", left)

@@ -32,6 +32,19 @@ func TestWebGPUNodePlacement(t *testing.T) {
 	if err := onnxgen.CPUOnlyGraph().WriteFile(filepath.Join(cpuOnly, onnxgen.ModelFile)); err != nil {
 		t.Fatal(err)
 	}
+	// A model whose warm-up on zeros fails (Range's delta 0), so that no node runs at
+	// load: its placement is not known, and a strict pool asks ONNX Runtime itself.
+	noWarm := filepath.Join(t.TempDir(), "no-warm")
+	ng := onnxgen.NewGraph("no_warm")
+	ng.AddInput("x", onnxgen.Float, "N", 2, 2)
+	ng.AddInput("d", onnxgen.Int64)
+	ng.AddOutput("det", onnxgen.Float, "N")
+	ng.AddOutputNoShape("r", onnxgen.Int64)
+	ng.AddNode("Det", []string{"x"}, []string{"det"})
+	ng.AddNode("Range", []string{ng.AddInt64("", nil, []int64{0}), ng.AddInt64("", nil, []int64{4}), "d"}, []string{"r"})
+	if err := ng.WriteFile(filepath.Join(noWarm, onnxgen.ModelFile)); err != nil {
+		t.Fatal(err)
+	}
 	strict := false
 	c := &config.Config{
 		NATS:     config.NATS{Embedded: true, Listen: "127.0.0.1:0"},
@@ -40,16 +53,17 @@ func TestWebGPUNodePlacement(t *testing.T) {
 		Security: config.Security{AllowedRoots: []string{root}},
 		Classes:  map[string]*config.Class{"interactive": {Chain: []string{"gpu", "strict"}}},
 		Pools: map[string]*config.Pool{
-			"gpu":    {Runtime: lib, Threads: 1, EP: "webgpu", Device: "cpu", Env: testenv.WebGPUEnv(t), Classes: []string{"interactive"}, Models: []string{"tiny", "cpuonly"}},
-			"strict": {Runtime: lib, Threads: 1, EP: "webgpu", Device: "cpu", CPUFallback: &strict, Env: testenv.WebGPUEnv(t), Classes: []string{"interactive"}, Models: []string{"tiny", "cpuonly"}},
+			"gpu":    {Runtime: lib, Threads: 1, EP: "webgpu", Device: "cpu", Env: testenv.WebGPUEnv(t), Classes: []string{"interactive"}, Models: []string{"tiny", "cpuonly", "nowarm"}},
+			"strict": {Runtime: lib, Threads: 1, EP: "webgpu", Device: "cpu", CPUFallback: &strict, Env: testenv.WebGPUEnv(t), Classes: []string{"interactive"}, Models: []string{"tiny", "cpuonly", "nowarm"}},
 		},
 		Models: map[string]*config.Model{
 			"tiny":    {Kind: config.KindRaw, Dir: filepath.Join(models, onnxgen.TinyDir)},
 			"cpuonly": {Kind: config.KindRaw, Dir: cpuOnly},
+			"nowarm":  {Kind: config.KindRaw, Dir: noWarm},
 		},
 	}
 	c.SetOrder("pools", "gpu", "strict")
-	c.SetOrder("models", "tiny", "cpuonly")
+	c.SetOrder("models", "tiny", "cpuonly", "nowarm")
 	g := startGateway(t, writeConfigFile(t, filepath.Join(t.TempDir(), "placement.toml"), c))
 	settled := func(st *codec.StatusReply) bool {
 		n := 0
@@ -63,7 +77,7 @@ func TestWebGPUNodePlacement(t *testing.T) {
 				}
 			}
 		}
-		return n == 4
+		return n == 6
 	}
 	st := g.waitStatus(t, "both pools' models loaded or failed", settled)
 	models2 := map[string]codec.ModelStatus{}
@@ -88,6 +102,14 @@ func TestWebGPUNodePlacement(t *testing.T) {
 	if m.State != codec.ModelFailed || m.Error == nil || m.Error.Code != codec.CodeModelUnavailable ||
 		!strings.Contains(m.Error.Message, onnxgen.CPUOnlyOp+" (cpu)") || !strings.Contains(m.Error.Message, "cpu_fallback = false") {
 		t.Errorf("strict/cpuonly: %s, error %+v: want model_unavailable naming %s (cpu) and cpu_fallback = false", m.State, m.Error, onnxgen.CPUOnlyOp)
+	}
+	if m := models2["gpu/nowarm"]; m.State != codec.ModelReady || m.WarmupError == "" || len(m.NodesByEP) != 0 {
+		t.Errorf("gpu/nowarm: %s, warm-up error %q, nodes_by_ep %v: want ready, its warm-up failed, no placement", m.State, m.WarmupError, m.NodesByEP)
+	}
+	m = models2["strict/nowarm"]
+	if m.State != codec.ModelFailed || m.Error == nil || m.Error.Code != codec.CodeModelUnavailable ||
+		!strings.Contains(m.Error.Message, "ops cannot be named") || !strings.Contains(m.Error.Message, "fallback to CPU EP has been explicitly disabled") {
+		t.Errorf("strict/nowarm: %s, error %+v: want model_unavailable, ONNX Runtime's own refusal", m.State, m.Error)
 	}
 	// What ortbus status -json prints: the status reply as JSON.
 	b, err := json.Marshal(st)

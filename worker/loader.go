@@ -155,7 +155,7 @@ func (l *loader) load(mc *config.Model, left int64, limited bool) (m models.Mode
 	st = l.peaks.admit(frev, l.measure(m, mc, l.pool, left, limited, devBefore, devOK))
 	// Where its nodes ran in the warm-ups (nodes_by_ep); a strict pool (cpu_fallback =
 	// false) refuses a model with nodes off its EP (placement.go).
-	if err := checkPlacement(m, mc, l.pool, &st); err != nil {
+	if err := checkPlacement(l.env.Runtime, m, mc, l.pool, &st); err != nil {
 		closeQuietly(m)
 		fs := failedStatus(mc, err)
 		fs.NodesByEP, fs.PeakBytes, fs.PeakSource = st.NodesByEP, st.PeakBytes, st.PeakSource
