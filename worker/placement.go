@@ -9,10 +9,6 @@ import (
 	"github.com/ortbus/ortbus/ort"
 )
 
-// maxPlacementEPs bounds the EPs a heartbeat's nodes_by_ep lists (a session has its EP
-// and the CPU's; a few more would be a runtime's own).
-const maxPlacementEPs = 8
-
 // placement takes, after m's warm-ups, where its sessions' nodes ran (ort.Session.
 // Placement: ONNX Runtime's profiler), summed over the sessions. known is false when no
 // session recorded a node (no warm-up ran, or the runtime gave no profile). ep is the EP
@@ -49,7 +45,7 @@ func checkPlacement(rt *ort.Runtime, m models.Model, mc *config.Model, p *config
 		// to it, not the model's placement.
 		known = false
 	}
-	if known && len(pl.NodesByEP) <= maxPlacementEPs {
+	if known && len(pl.NodesByEP) <= codec.MaxNodesByEP {
 		st.NodesByEP = pl.NodesByEP
 	}
 	if p.AllowsCPUFallback() {
