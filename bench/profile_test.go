@@ -125,14 +125,11 @@ func TestProcSampler(t *testing.T) {
 // lavapipe without a GPU, each GPU service marked as not a GPU figure): every service
 // of the scenario measured alone, with results, CPU use and memory, and power or why not.
 func TestProfileGPUShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a gateway, workers and the LLM tenant; skipped with -short")
-	}
+	root, bin := realSystem(t, "starts a gateway, webgpu workers and the llama.cpp tenant on the real models")
 	testenv.RequireVulkan(t)
-	root := testenv.RepoRoot(t)
-	testenv.RuntimeLib(t, RuntimeVersion)
-	bin := buildSystem(t, root)
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	testenv.RequireLLMTenant(t)
+	// Minutes where Mesa's shader cache is cold (as TestCollisionGPU).
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
 	t0 := time.Now()
