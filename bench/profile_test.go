@@ -73,6 +73,9 @@ func TestPowerMeterRAPL(t *testing.T) {
 	if w, note := m.stop(); w != nil || !strings.Contains(note, "no RAPL zone") {
 		t.Errorf("no zone: %v, %q", w, note)
 	}
+	if w, note := newPowerMeter("drm:1").stop(); w != nil || !strings.Contains(note, "drm:1") {
+		t.Errorf("drm:1: %v, %q", w, note)
+	}
 	write := func(rel, v string) {
 		t.Helper()
 		p := filepath.Join(root, rel)

@@ -163,9 +163,9 @@ type powerMeter struct {
 // raplRoot is where the powercap sysfs lists RAPL zones (a variable for the tests).
 var raplRoot = "/sys/class/powercap"
 
-// newPowerMeter picks the reading for device: cuda:N an NVIDIA GPU's board power, any
-// other device (cpu, lavapipe's logical GPU, a drm:N GPU without a reading here) the CPU
-// packages' RAPL energy. The figure is the whole device's, every process on it included:
+// newPowerMeter picks the reading for device: cuda:N an NVIDIA GPU's board power, drm:N
+// none (said in the note), any other device (cpu, lavapipe's logical GPU, which is the
+// CPU) the CPU packages' RAPL energy. The figure is the whole device's, every process on it included:
 // run a profile on an otherwise idle machine.
 func newPowerMeter(device string) *powerMeter {
 	m := &powerMeter{stopped: make(chan struct{})}
@@ -177,6 +177,11 @@ func newPowerMeter(device string) *powerMeter {
 			m.note = "no power reading: nvidia-smi power.draw of GPU " + idx + ": " + oneLine(err.Error())
 			return m
 		}
+	}
+	if strings.HasPrefix(device, "drm:") {
+		// RAPL is the CPU's: it says nothing of an AMD or Intel GPU's draw.
+		m.note = "no power reading for " + device + ": ortbus reads nvidia-smi's power.draw for NVIDIA GPUs and RAPL for the CPU, not yet a DRM GPU's hwmon"
+		return m
 	}
 	zones, _ := filepath.Glob(filepath.Join(raplRoot, "intel-rapl:*"))
 	var why []string
