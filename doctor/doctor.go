@@ -204,6 +204,19 @@ func Probe(cfg *config.Config, pool string) *Report {
 	case r.Usable != p.EP:
 		r.Fallback = fmt.Sprintf("%s is unusable; the pool falls back to %s", p.EP, r.Usable)
 	}
+	// A webgpu pool whose device names a GPU (cuda:N, drm:N) while the adapter its
+	// workers would take is not one (llvmpipe, lavapipe's CPU device) or not that
+	// vendor's: its workers would serve on another device under the GPU's name. The pool
+	// fails here (its workers do not refuse it: a worker serves on what Dawn gives).
+	if r.Error == nil && r.Usable == "webgpu" {
+		if a, ok := r.Vulkan.Picked(); ok {
+			if why := vulkan.NotTheGPU(a, p.Device, 0); why != "" {
+				r.WebGPU += "; NOT device " + p.Device + ": " + why
+				r.Error = codec.Errorf(codec.CodeProviderUnavailable, "pool %s names device %s, but %s: its workers would serve on that adapter under the GPU's name", pool, p.Device, why).
+					With("pool", pool).With("ep", p.EP).With("device", p.Device)
+			}
+		}
+	}
 	return r
 }
 

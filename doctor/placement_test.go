@@ -87,3 +87,30 @@ func TestDoctorModelsPlacement(t *testing.T) {
 		t.Errorf("plain/cpuonly: %+v", p)
 	}
 }
+
+// TestDoctorWebGPUNotTheGPU: a webgpu pool naming cuda:0 while Vulkan's adapter is
+// lavapipe's CPU device fails, naming llvmpipe and the device; the same pool on device
+// cpu is ok.
+func TestDoctorWebGPUNotTheGPU(t *testing.T) {
+	testenv.RequireLavapipe(t)
+	lib := testenv.RuntimeLib(t, "1.30.0")
+	xdg := t.TempDir()
+	if err := os.Chmod(xdg, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	env := fmt.Sprintf("env = { XDG_RUNTIME_DIR = %q }", xdg)
+	reports, out := runDoctor(t, pool("nvidia", lib, `ep = "webgpu"`, `device = "cuda:0"`, env)+pool("lava", lib, `ep = "webgpu"`, `device = "cpu"`, env))
+	if a, _ := reports["nvidia"].Vulkan.Picked(); a.Type != "cpu" {
+		t.Skipf("Vulkan here has a GPU (%s): the mismatch cannot be staged", a)
+	}
+	n := reports["nvidia"]
+	if n == nil || n.OK() || n.Error == nil || !strings.Contains(n.Error.Message, "llvmpipe") || !strings.Contains(n.Error.Message, "cuda:0") {
+		t.Errorf("webgpu pool on cuda:0 served by llvmpipe: %+v", n)
+	}
+	if l := reports["lava"]; l == nil || !l.OK() {
+		t.Errorf("webgpu pool on device cpu: %+v", l)
+	}
+	if !strings.Contains(out, "NOT device cuda:0") {
+		t.Errorf("the listing does not flag the pool")
+	}
+}
