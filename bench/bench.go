@@ -46,7 +46,7 @@ import (
 )
 
 // Names are the benchmarks Run knows, in the order `ortbus bench` lists them.
-var Names = []string{"overhead", "throughput", "collision", "capacity", "failure", "jobs", "incremental", "lease", "library"}
+var Names = []string{"overhead", "throughput", "collision", "capacity", "failure", "jobs", "incremental", "lease", "library", "profile"}
 
 // RuntimeVersion is the ONNX Runtime version the benches' workers and in-process baselines
 // use (fetched by `make prepare` into <repo>/.deps/ort-VERSION/lib).
@@ -202,6 +202,8 @@ func Run(ctx context.Context, name string, o Options) (*Report, error) {
 		return Lease(ctx, o)
 	case "library":
 		return Library(ctx, o)
+	case "profile":
+		return Profile(ctx, o)
 	}
 	return nil, fmt.Errorf("unknown bench %q (want one of %s)", name, strings.Join(Names, ", "))
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,12 +26,33 @@ type GPU struct {
 	// What says what was found (e.g. "NVIDIA H200 (nvidia-smi)"), or, with no GPU, what
 	// was looked for and missing.
 	What string `json:"what"`
+	// PCIDevice is the GPU's PCI device id where nvidia-smi gives it (pci.device_id's
+	// upper 16 bits), else 0: the Vulkan adapter a path runs on must have it.
+	PCIDevice uint32 `json:"pci_device_id,omitempty"`
+}
+
+// NotGPUFigure marks a run whose Vulkan adapter is not the GPU it names.
+const NotGPUFigure = "not a GPU figure"
+
+// checkAdapter fails a run on GPU g whose Vulkan adapter a (the one Dawn takes) is not
+// that GPU (vulkan.NotTheGPU: llvmpipe, or another vendor's or model's device), naming
+// both: its figures would be another device's. Without a GPU (g.Device "") it passes:
+// such a run is a smoke, labelled SmokeLabel.
+func (g GPU) checkAdapter(a vulkan.Adapter) error {
+	if g.Device == "" {
+		return nil
+	}
+	if why := vulkan.NotTheGPU(a, g.Device, g.PCIDevice); why != "" {
+		return fmt.Errorf("%s: the run would be on %s, but the GPU is %s (%s): %s", NotGPUFigure, a.Name, g.What, g.Device, why)
+	}
+	return nil
 }
 
 // findGPU decides whether this machine has a GPU for the webgpu EP: an nvidia-smi that
 // lists a GPU (cuda:0), else a DRM render node (/dev/dri/renderD*: drm:N, N the card
-// beside it). nvidiaSMI runs `nvidia-smi --query-gpu=name --format=csv,noheader` (an
-// exec.ErrNotFound error: no nvidia-smi); renderNodes are the render nodes' paths.
+// beside it). nvidiaSMI runs `nvidia-smi --query-gpu=name,pci.device_id
+// --format=csv,noheader` (an exec.ErrNotFound error: no nvidia-smi); renderNodes are the
+// render nodes' paths.
 func findGPU(nvidiaSMI func() ([]byte, error), renderNodes []string) GPU {
 	out, err := nvidiaSMI()
 	var smi string
@@ -40,8 +62,15 @@ func findGPU(nvidiaSMI func() ([]byte, error), renderNodes []string) GPU {
 	case err != nil:
 		smi = fmt.Sprintf("nvidia-smi failed (%s)", oneLine(err.Error()))
 	default:
-		if name, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n"); strings.TrimSpace(name) != "" {
-			return GPU{Device: "cuda:0", What: strings.TrimSpace(name) + " (nvidia-smi)"}
+		if line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n"); strings.TrimSpace(line) != "" {
+			name, pci := strings.TrimSpace(line), uint32(0)
+			// "NVIDIA H200, 0x233510DE": the device id is the upper half.
+			if i := strings.LastIndex(line, ","); i >= 0 {
+				if v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(strings.TrimSpace(line[i+1:])), "0x"), 16, 32); err == nil {
+					name, pci = strings.TrimSpace(line[:i]), uint32(v>>16)
+				}
+			}
+			return GPU{Device: "cuda:0", What: name + " (nvidia-smi)", PCIDevice: pci}
 		}
 		smi = "nvidia-smi lists no GPU"
 	}
@@ -58,7 +87,7 @@ func detectGPU() GPU {
 	return findGPU(func() ([]byte, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		return exec.CommandContext(ctx, "nvidia-smi", "--query-gpu=name", "--format=csv,noheader").Output()
+		return exec.CommandContext(ctx, "nvidia-smi", "--query-gpu=name,pci.device_id", "--format=csv,noheader").Output()
 	}, nodes)
 }
 

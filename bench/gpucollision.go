@@ -105,6 +105,9 @@ func (h *harness) prepareGPU(ctx context.Context, sc *Scenario) (*GPUCollision, 
 			return nil, fmt.Errorf("bench: the scenario's webgpu pools need a Vulkan device: %w", err)
 		}
 		g.Adapter = pick.String()
+		if err := g.GPU.checkAdapter(pick); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
 		restore, err := webgpuEnv(h.w.dir)
 		if err != nil {
 			return nil, err

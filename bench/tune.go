@@ -202,6 +202,9 @@ func tuneOnWebGPU(ctx context.Context, o TuneOptions, pc, base *config.Pool, res
 	if err != nil {
 		return nil, fmt.Errorf("tune -ep webgpu: %w", err)
 	}
+	if err := gpu.checkAdapter(pick); err != nil {
+		return nil, fmt.Errorf("tune -ep webgpu: %w", err)
+	}
 	device := o.Device
 	if device == "" && pc.EP == "webgpu" {
 		device = pc.Device

@@ -76,6 +76,9 @@ type PathEP struct {
 	// compilation): in process and on node (its first process) the first call; through
 	// the system the workers' load_ms (loading and warm-up runs at batch 1 and max_batch).
 	FirstMS map[string]float64 `json:"first_ms"`
+	// NodesByEP is, by model, where its nodes ran in the workers' warm-up (their
+	// heartbeats' nodes_by_ep, from ONNX Runtime's profiler): the system paths only.
+	NodesByEP map[string]map[string]int `json:"nodes_by_ep,omitempty"`
 }
 
 // webgpuRun is a throughput run's webgpu state (nil for cpu).
@@ -94,6 +97,9 @@ func prepareWebGPU(ctx context.Context, h *harness) (*webgpuRun, error) {
 		return nil, fmt.Errorf("bench throughput -ep webgpu: %w", err)
 	}
 	s.Vulkan, s.Adapter = vr, pick.String()
+	if err := s.GPU.checkAdapter(pick); err != nil {
+		return nil, fmt.Errorf("bench throughput -ep webgpu: %w", err)
+	}
 	switch {
 	case s.GPU.Device == "":
 		s.Smoke, s.Device = SmokeLabel, "cpu"
@@ -169,6 +175,12 @@ func (s *WebGPUSetup) checkWorkers(ctx context.Context, sys *system, m tpModel, 
 			for _, ms := range w.Models {
 				if ms.Name == m.name {
 					p.FirstMS[m.name] = max(p.FirstMS[m.name], float64(ms.LoadMS))
+					if len(ms.NodesByEP) > 0 {
+						if p.NodesByEP == nil {
+							p.NodesByEP = map[string]map[string]int{}
+						}
+						p.NodesByEP[m.name] = ms.NodesByEP
+					}
 				}
 			}
 		}
@@ -253,7 +265,15 @@ func (s *WebGPUSetup) print(out io.Writer, res *ThroughputResults) {
 		for _, m := range slices.Sorted(maps.Keys(p.FirstMS)) {
 			first = append(first, fmt.Sprintf("%s %.0f", m, p.FirstMS[m]))
 		}
-		rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t", key, p.EP, p.Where, orDefault(p.Device, "-"), strings.Join(first, ", "), p.How))
+		var nodes []string
+		for _, m := range slices.Sorted(maps.Keys(p.NodesByEP)) {
+			var eps []string
+			for _, ep := range slices.Sorted(maps.Keys(p.NodesByEP[m])) {
+				eps = append(eps, fmt.Sprintf("%s:%d", ep, p.NodesByEP[m][ep]))
+			}
+			nodes = append(nodes, m+" "+strings.Join(eps, ","))
+		}
+		rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t", key, p.EP, p.Where, orDefault(p.Device, "-"), strings.Join(first, ", "), orDefault(strings.Join(nodes, "; "), "-"), p.How))
 	}
-	printTable(out, "path\tep\tprocess\tdevice\tfirst run ms\tep observed by\t", rows...)
+	printTable(out, "path\tep\tprocess\tdevice\tfirst run ms\tnodes by ep\tep observed by\t", rows...)
 }

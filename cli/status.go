@@ -130,7 +130,7 @@ func printModels(tw io.Writer, workers []codec.WorkerStatus) {
 	for _, wk := range workers {
 		for _, m := range wk.Models {
 			if !header {
-				fmt.Fprintln(tw, "\nMODEL\tPOOL\tWORKER\tSTATE\tLOAD\tPEAK\tREASON")
+				fmt.Fprintln(tw, "\nMODEL\tPOOL\tWORKER\tSTATE\tLOAD\tPEAK\tNODES\tREASON")
 				header = true
 			}
 			reason := ""
@@ -140,10 +140,23 @@ func printModels(tw io.Writer, workers []codec.WorkerStatus) {
 			case m.WarmupError != "":
 				reason = "warm-up failed (serves all the same): " + m.WarmupError
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, wk.Pool, wk.Worker, modelState(m),
-				(time.Duration(m.LoadMS) * time.Millisecond).String(), mib(m.PeakBytes), oneLine(reason, 160))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, wk.Pool, wk.Worker, modelState(m),
+				(time.Duration(m.LoadMS) * time.Millisecond).String(), mib(m.PeakBytes), nodesByEP(m.NodesByEP), oneLine(reason, 160))
 		}
 	}
+}
+
+// nodesByEP is a model's node placement in one cell, "webgpu:12,cpu:1" (the model's
+// EPs by name), "-" when not known.
+func nodesByEP(n map[string]int) string {
+	if len(n) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, ep := range slices.Sorted(maps.Keys(n)) {
+		parts = append(parts, fmt.Sprintf("%s:%d", ep, n[ep]))
+	}
+	return strings.Join(parts, ",")
 }
 
 // modelState is a model's state as a heartbeat reports it; a worker older than the

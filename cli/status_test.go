@@ -23,7 +23,7 @@ func TestPrintStatusModels(t *testing.T) {
 			{Name: "old", Live: 1, Workers: 1}, {Name: "new", Workers: 1, Loading: []string{"tagger"}, Unloaded: []string{"ccip"}}},
 		Workers: []codec.WorkerStatus{
 			wk("cpu-0", "cpu",
-				codec.ModelStatus{Name: "tiny", State: codec.ModelReady, Loaded: true, LoadMS: 12, PeakBytes: 3 << 20},
+				codec.ModelStatus{Name: "tiny", State: codec.ModelReady, Loaded: true, LoadMS: 12, PeakBytes: 3 << 20, NodesByEP: map[string]int{"webgpu": 12, "cpu": 1}},
 				codec.ModelStatus{Name: "bad", State: codec.ModelFailed, Error: codec.Errorf(codec.CodeModelUnavailable, "ONNX Runtime cannot load\tit:\nNoSuchOp")},
 				codec.ModelStatus{Name: "vad", State: codec.ModelReady, Loaded: true, WarmupError: "Invalid input shape"}),
 			wk("cpu-1", "cpu", codec.ModelStatus{Name: "bad", State: codec.ModelFailed, Error: codec.Errorf(codec.CodeInternal, "panic")}),
@@ -41,11 +41,11 @@ func TestPrintStatusModels(t *testing.T) {
 		"cpu false 2/2 ok; failed models: bad; skipped (a worker died loading them): boom",
 		"new false 0/1 no live workers; loading: tagger; unloaded: ccip",
 		"old false 1/1 ok",
-		"tiny cpu cpu-0 ready 12ms 3MiB",
-		"bad cpu cpu-0 failed 0s 0MiB model_unavailable: ONNX Runtime cannot load it: NoSuchOp",
-		"bad cpu cpu-1 failed 0s 0MiB internal: panic",
-		"vad cpu cpu-0 ready 0s 0MiB warm-up failed (serves all the same): Invalid input shape",
-		"tagger old old-0 ready 0s 0MiB",
+		"tiny cpu cpu-0 ready 12ms 3MiB cpu:1,webgpu:12",
+		"bad cpu cpu-0 failed 0s 0MiB - model_unavailable: ONNX Runtime cannot load it: NoSuchOp",
+		"bad cpu cpu-1 failed 0s 0MiB - internal: panic",
+		"vad cpu cpu-0 ready 0s 0MiB - warm-up failed (serves all the same): Invalid input shape",
+		"tagger old old-0 ready 0s 0MiB -",
 	} {
 		if !slices.Contains(lines, want) {
 			t.Errorf("no line %q in:\n%s", want, out)

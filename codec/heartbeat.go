@@ -95,6 +95,13 @@ const (
 // at most this many classes and load at most this many models (config refuses more).
 const MaxHeartbeatList = 64
 
+// MaxNodesByEP bounds the EPs of a model's nodes_by_ep (a session's EP and the CPU's; a
+// few more would be a runtime's own), and MaxNodes each count.
+const (
+	MaxNodesByEP = 8
+	MaxNodes     = 1 << 24
+)
+
 // ModelStatus is one model of a worker as its heartbeat reports it.
 type ModelStatus struct {
 	Name string `msgpack:"name" json:"name"`
@@ -125,6 +132,11 @@ type ModelStatus struct {
 	PerItemBytes int64 `msgpack:"per_item_bytes,omitempty" json:"per_item_bytes,omitempty"`
 	// LoadMS is how long loading (and warming up) took, failed or not.
 	LoadMS int64 `msgpack:"load_ms" json:"load_ms"`
+	// NodesByEP is where the model's nodes ran in its warm-up, by EP ("webgpu": n,
+	// "cpu": m), as ONNX Runtime's profiler recorded them (nodes after its graph
+	// optimisations, copies between devices included); absent when no warm-up ran.
+	// At most MaxNodesByEP EPs.
+	NodesByEP map[string]int `msgpack:"nodes_by_ep,omitempty" json:"nodes_by_ep,omitempty"`
 	// Revision is the revision of the files the worker loaded (cache.Revision, hashed
 	// before and after loading, "" when they changed meanwhile), with [cache] enabled: the
 	// gateway stores an answer only when the worker that computed it loaded the revision

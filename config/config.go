@@ -365,6 +365,11 @@ type Pool struct {
 	EPOptions map[string]string `toml:"ep_options,omitempty"`
 	// Fallback EPs tried in order if EP cannot be appended (strict when empty).
 	Fallback []string `toml:"fallback,omitempty"`
+	// CPUFallback is whether a model may have nodes that ONNX Runtime places on its CPU
+	// EP because the pool's EP has no kernel for them (the runtime's default, and
+	// ortbus's: unset is true). false is strict: a model with any node off the EP its
+	// session runs fails to load, naming those ops (ep other than cpu only).
+	CPUFallback *bool `toml:"cpu_fallback,omitempty"`
 	// Device is the physical device, e.g. cpu, cuda:0, gpu.intel:0.
 	Device string `toml:"device,omitempty"`
 	// Env is extra environment for the pool's worker processes.
@@ -432,6 +437,10 @@ func (p *Pool) DecodeWorkers(cpus int) int {
 	}
 	return max(1, cpus-max(1, p.Slots)*intra)
 }
+
+// AllowsCPUFallback reports whether the pool's models may have nodes on the CPU EP
+// beside its own (CPUFallback, default true).
+func (p *Pool) AllowsCPUFallback() bool { return p.CPUFallback == nil || *p.CPUFallback }
 
 // IsLocal reports whether the gateway supervises this pool's workers (default true).
 func (p *Pool) IsLocal() bool { return p.Local == nil || *p.Local }

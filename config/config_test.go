@@ -121,6 +121,12 @@ func TestLoadBad(t *testing.T) {
 		{func(s string) string {
 			return strings.Replace(s, "local = false", "local = false\ndecode_threads = \"two\"", 1)
 		}, "decode_threads", "decode_threads"},
+		{func(s string) string {
+			return strings.Replace(s, "[pools.cpu]\n", "[pools.cpu]\ncpu_fallback = false\n", 1)
+		}, "cpu_fallback", "pools.cpu.cpu_fallback: false needs an ep other than cpu"},
+		{func(s string) string {
+			return strings.Replace(s, "[pools.cpu]\n", "[pools.cpu]\ncpu_fallback = \"no\"\n", 1)
+		}, "cpu_fallback", "cpu_fallback"},
 		{func(s string) string { return s + "\n[devices.cpu]\nsafe_fraction = 1.5\n" }, "safe_fraction", "must be in (0, 1]"},
 		{func(s string) string { return s + "\n[classes.batch.models]\nembed = \"tagger\"\n" }, "embed =", `model "tagger" (tagger-pixai) does not serve op "embed"`},
 	}

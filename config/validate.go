@@ -486,6 +486,9 @@ func (c *Config) validatePool(name string, p *Pool) error {
 			return c.errf(key+".ep", "unknown execution provider %q (want one of %s)", ep, strings.Join(KnownEPs, ", "))
 		}
 	}
+	if !p.AllowsCPUFallback() && (p.EP == "" || p.EP == "cpu") {
+		return c.errf(key+".cpu_fallback", "false needs an ep other than cpu (every node of a cpu pool is on the CPU)")
+	}
 	if p.Workers < 0 || p.Slots < 1 || p.Threads < 0 || p.QueueBound < 1 {
 		return c.errf(key, "workers must be >= 0, slots >= 1, threads >= 0, queue_bound >= 1")
 	}

@@ -62,11 +62,21 @@ type Report struct {
 	// missing or not a folder, a required file missing), each with its error
 	// (file_not_found, details model and path). A model that is fine is not listed.
 	Models map[string]*codec.Error `json:"models,omitempty"`
+	// Placements are, with doctor -models, where each model's nodes ran in a warm-up on
+	// the pool's EP (placement.go).
+	Placements map[string]*Placement `json:"placements,omitempty"`
 }
 
 // OK reports whether the pool can serve: runtime loaded, one EP of its chain usable, and
 // every model's files where the config says.
-func (r *Report) OK() bool { return r.Error == nil && r.Usable != "" && len(r.Models) == 0 }
+func (r *Report) OK() bool {
+	for _, p := range r.Placements {
+		if p.refused() {
+			return false
+		}
+	}
+	return r.Error == nil && r.Usable != "" && len(r.Models) == 0
+}
 
 // checkModels reports the pool's models whose files are missing (Report.Models): a
 // worker would fail to load them. A model named by hf_repo alone is found in the Hugging
@@ -113,6 +123,7 @@ func ProbeMain(args []string) int {
 	fs := flag.NewFlagSet("doctor-probe", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "")
 	pool := fs.String("pool", "", "")
+	withModels := fs.Bool("models", false, "")
 	if fs.Parse(args) != nil {
 		return 2
 	}
@@ -121,7 +132,13 @@ func ProbeMain(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	b, _ := json.Marshal(Probe(cfg, *pool))
+	r := Probe(cfg, *pool)
+	if *withModels && r.Usable != "" && r.Error == nil {
+		if rt := ort.Current(); rt != nil {
+			r.Placements = probePlacements(rt, cfg, cfg.Pools[*pool], r.Models)
+		}
+	}
+	b, _ := json.Marshal(r)
 	fmt.Println(string(b))
 	return 0
 }
@@ -186,6 +203,19 @@ func Probe(cfg *config.Config, pool string) *Report {
 			With("pool", pool).With("ep", p.EP).With("error", r.EPs[p.EP])
 	case r.Usable != p.EP:
 		r.Fallback = fmt.Sprintf("%s is unusable; the pool falls back to %s", p.EP, r.Usable)
+	}
+	// A webgpu pool whose device names a GPU (cuda:N, drm:N) while the adapter its
+	// workers would take is not one (llvmpipe, lavapipe's CPU device) or not that
+	// vendor's: its workers would serve on another device under the GPU's name. The pool
+	// fails here (its workers do not refuse it: a worker serves on what Dawn gives).
+	if r.Error == nil && r.Usable == "webgpu" {
+		if a, ok := r.Vulkan.Picked(); ok {
+			if why := vulkan.NotTheGPU(a, p.Device, 0); why != "" {
+				r.WebGPU += "; NOT device " + p.Device + ": " + why
+				r.Error = codec.Errorf(codec.CodeProviderUnavailable, "pool %s names device %s, but %s: its workers would serve on that adapter under the GPU's name", pool, p.Device, why).
+					With("pool", pool).With("ep", p.EP).With("device", p.Device)
+			}
+		}
 	}
 	return r
 }
@@ -273,6 +303,7 @@ func Print(w io.Writer, reports []*Report) {
 		if r.Fallback != "" {
 			fmt.Fprintf(tw, "  fallback\t%s\n", r.Fallback)
 		}
+		printPlacements(tw, r)
 		for _, m := range slices.Sorted(maps.Keys(r.Models)) {
 			fmt.Fprintf(tw, "  model %s\t%s: %s\n", m, r.Models[m].Code, r.Models[m].Message)
 		}

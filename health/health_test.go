@@ -1,6 +1,7 @@
 package health
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -199,6 +200,22 @@ func TestTrackerDropsForgedHeartbeats(t *testing.T) {
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.DeviceBytes, h.DeviceSource = math.MaxInt64, "nvidia-smi" }, "range"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.RSSBytes = -1 }, "range"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.Models = []codec.ModelStatus{{Name: "m", PeakBytes: math.MaxInt64 / 2}} }, "range"},
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) {
+			h.Models = []codec.ModelStatus{{Name: "m", NodesByEP: map[string]int{"webgpu": -1}}}
+		}, "range"},
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) {
+			h.Models = []codec.ModelStatus{{Name: "m", NodesByEP: map[string]int{"webgpu": codec.MaxNodes + 1}}}
+		}, "range"},
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) {
+			n := map[string]int{}
+			for i := range codec.MaxNodesByEP + 1 {
+				n[fmt.Sprint("ep", i)] = 1
+			}
+			h.Models = []codec.ModelStatus{{Name: "m", NodesByEP: n}}
+		}, "size"},
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) {
+			h.Models = []codec.ModelStatus{{Name: "m", NodesByEP: map[string]int{strings.Repeat("e", codec.MaxIDLen+1): 1}}}
+		}, "size"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.DeviceSource = strings.Repeat("s", 2000) }, "size"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.Host = strings.Repeat("h", 100000) }, "size"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.Classes = make([]string, 1000) }, "size"},

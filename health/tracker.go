@@ -176,6 +176,14 @@ func sizesOK(hb *codec.Heartbeat) bool {
 		if len(m.Name) > codec.MaxIDLen || len(m.Kind) > codec.MaxIDLen || len(m.PeakSource) > codec.MaxIDLen || len(m.State) > codec.MaxIDLen || len(m.WarmupError) > maxErrorSize {
 			return false
 		}
+		if len(m.NodesByEP) > codec.MaxNodesByEP {
+			return false
+		}
+		for ep := range m.NodesByEP {
+			if len(ep) > codec.MaxIDLen {
+				return false
+			}
+		}
 		if m.Error != nil {
 			if b, err := codec.Marshal(m.Error); err != nil || len(b) > maxErrorSize {
 				return false
@@ -204,6 +212,11 @@ func bytesOK(hb *codec.Heartbeat) bool {
 	for _, m := range hb.Models {
 		if !in(m.PeakBytes) || !in(m.PerItemBytes) {
 			return false
+		}
+		for _, n := range m.NodesByEP {
+			if n < 0 || n > codec.MaxNodes {
+				return false
+			}
 		}
 	}
 	return true

@@ -44,6 +44,13 @@ func Load(path string) (*Runtime, error) {
 	return current, nil
 }
 
+// Current is the runtime loaded into this process, nil before Load.
+func Current() *Runtime {
+	mu.Lock()
+	defer mu.Unlock()
+	return current
+}
+
 // LoadSpec finds the library of spec and loads it.
 func LoadSpec(spec Spec) (*Runtime, error) {
 	p, err := spec.Find()

@@ -38,6 +38,9 @@ type SessionConfig struct {
 	// Entries are session configuration entries (AddSessionConfigEntry), e.g.
 	// session.intra_op.allow_spinning.
 	Entries map[string]string
+	// Placement turns the runtime's profiler on until Session.Placement takes where the
+	// nodes of the runs so far ran (placement.go): after the load's warm-up.
+	Placement bool
 }
 
 // IOInfo describes one input or output of a model.
@@ -77,6 +80,9 @@ type Session struct {
 	// cgo allocation and release less per item); one a run terminated is destroyed, not
 	// reused. Close destroys them.
 	ros chan *onnx.RunOptions
+	// profiling is set while the runtime's profiler records (SessionConfig.Placement),
+	// until Placement ends it.
+	profiling atomic.Bool
 }
 
 // maxIdleRunOptions bounds a session's idle RunOptions: more than its concurrent runs
@@ -185,6 +191,7 @@ func (s *Session) load(model []byte, cfg SessionConfig) error {
 		sess, err := newSession(s.Path, model, s.rin, s.rname, p, cfg)
 		if err == nil {
 			s.s, s.EP = sess, p.Name
+			s.profiling.Store(cfg.Placement)
 			return nil
 		}
 		tried = append(tried, p.Name+": "+err.Error())
@@ -216,6 +223,11 @@ func newSession(path string, model []byte, ins, outs []string, p Provider, cfg S
 	for k, v := range cfg.Entries {
 		if err := opts.AddSessionConfigEntry(k, v); err != nil {
 			return nil, fmt.Errorf("session config %s=%s: %w", k, v, err)
+		}
+	}
+	if cfg.Placement {
+		if err := enableProfiling(opts); err != nil {
+			return nil, fmt.Errorf("profiling (for the placement): %w", err)
 		}
 	}
 	if err := appendProvider(opts, p); err != nil {
@@ -277,6 +289,9 @@ func withDefault(m map[string]string, k, v string) map[string]string {
 func (s *Session) Close() error {
 	if s == nil {
 		return nil
+	}
+	if s.profiling.Load() {
+		s.Placement() // ends the profiling and removes its trace: no file left behind
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

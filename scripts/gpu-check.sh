@@ -20,17 +20,29 @@
 #       and the tagger flood on webgpu pools of the GPU, llama.cpp generating on it (Vulkan)
 #       under ortbus lease, with and without --gate, and the degrade run; its "target
 #       missed" notes (urgent p95 <= 1.5x solo and 0 frames dropped with the gate, the GPU's
-#       peak within its budget, 0 requests lost) are failures;
+#       peak within its budget, 0 requests lost) are failures; before it, (d0) issue 41's
+#       bin/ortbus bench profile -scenario gpu (PROFILE=0 skips it, a failure): each service
+#       alone, its p95, items/s, CPU %, idle and peak memory (the GPU's, per process) and
+#       power (nvidia-smi power.draw; RAPL for the CPU), a service without a power
+#       reading failing as not measured;
 #   (e) exit 1 where a figure falls short of the issues' targets: the system >= 1.0x the
 #       in-process WebGPU loop and >= 1.0x onnxruntime-node's webgpu (the bench's "target
 #       missed" notes), each worker's device_bytes within 10% of nvidia-smi's per-process
 #       figure, each model's peak measured on the device; exit 2 when it cannot run at all
 #       (no NVIDIA GPU, no Vulkan loader, nothing built).
 #
+# Not measured is not a pass: a target a step did not measure (a bench's "not measured",
+# "targets not judged" or "no driver memory reading", COLLISION=0) fails it, named. And
+# the adapter is the GPU: where the Vulkan adapter the paths run on is not the GPU
+# nvidia-smi names (llvmpipe, lavapipe's CPU device, beside an NVIDIA GPU whose Vulkan
+# driver is missing), the benches refuse with "not a GPU figure" naming both, and
+# gpu-check stops there with exit 1: nothing after it would be a GPU figure.
+#
 # Everything it prints and every report goes to OUT_DIR (default
 # bench-out/gpu-check-<UTC time>): gpu-check.log, env.txt, doctor.{txt,json},
 # tune.{txt,json}, throughput-webgpu.{txt,json}, status.{txt,json}, nvidia-smi-*.txt,
-# memory.txt, gateway.log, the generated config, collision-gpu.{txt,json,png}.
+# memory.txt, gateway.log, the generated config, profile-gpu.{txt,json},
+# collision-gpu.{txt,json,png}.
 #
 # Environment, respected as given: VK_DRIVER_FILES / VK_ICD_FILENAMES (the Vulkan drivers)
 # and LD_LIBRARY_PATH (e.g. a Vulkan loader unpacked by hand); XDG_RUNTIME_DIR (Dawn reads
@@ -68,8 +80,36 @@ stop_gateway() {
 	gw=""
 }
 fail() { echo "gpu-check: FAIL: $*"; failures+=("$*"); }
+# unmeasured STEP FILE: each line of FILE saying a figure was not measured, or a target
+# not judged, fails STEP, named: what was not measured did not pass.
+unmeasured() {
+	while IFS= read -r l; do fail "$1: not measured: ${l#note: }"; done < <(grep -iE 'not measured|targets not judged|no driver memory reading' "$2" 2>/dev/null)
+}
+# not_gpu STEP FILE: where FILE says its figures would not be the GPU's (the Vulkan
+# adapter is another device: see the benches' checkAdapter), fail STEP naming both and
+# end the check: every later step would run on that adapter too.
+not_gpu() {
+	local l
+	l=$(grep -m 1 'not a GPU figure' "$2" 2>/dev/null) || return 0
+	fail "$1: ${l}"
+	echo "gpu-check: the Vulkan adapter is not the GPU: the remaining steps are not run (their figures would not be the GPU's)"
+	verdict
+}
 die() { echo "gpu-check: $*"; exit 2; }
 step() { echo; echo "== $* ($(date -u +%H:%M:%S), ${SECONDS}s in)"; }
+# verdict: exit 1 naming every failure (a figure short of its target, or not measured),
+# else 0.
+verdict() {
+	step "(e) verdict"
+	if [ "${#failures[@]}" -gt 0 ]; then
+		echo "gpu-check: ${#failures[@]} figure(s) short of issues 31's and 32's targets or not measured:"
+		printf '  - %s\n' "${failures[@]}"
+		echo "gpu-check: outputs in $OUT"
+		exit 1
+	fi
+	echo "gpu-check: every target met; outputs in $OUT"
+	exit 0
+}
 
 echo "gpu-check: outputs in $OUT"
 echo "gpu-check: phases: tune $TUNE_DURATION measured per layout (after a warm-up of up to 1s); bench throughput $BENCH_DURATION measured per path and model (3 rounds), each path's first run and warm-up unmeasured"
@@ -164,8 +204,9 @@ fi
 
 # --- (b) tune, then the throughput bench with its layout -------------------------------------
 step "(b) bin/ortbus tune -config $cfg -ep webgpu -device $DEVICE -input $input -duration $TUNE_DURATION -json $OUT/tune.json gpu"
-"$repo/bin/ortbus" tune -config "$cfg" -ep webgpu -device "$DEVICE" -input "$input" -duration "$TUNE_DURATION" -json "$OUT/tune.json" gpu | tee "$OUT/tune.txt"
+"$repo/bin/ortbus" tune -config "$cfg" -ep webgpu -device "$DEVICE" -input "$input" -duration "$TUNE_DURATION" -json "$OUT/tune.json" gpu 2>&1 | tee "$OUT/tune.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || fail "tune -ep webgpu failed (tune.txt)"
+not_gpu tune "$OUT/tune.txt"
 workers=1 max_batch=0
 if w=$(sed -n 's/^winner: \([0-9]*\)×\([0-9]*\) spin=[a-z]* batch=\([0-9]*\).*/\1 \3/p' "$OUT/tune.txt") && [ -n "$w" ]; then
 	read -r workers max_batch <<<"$w"
@@ -176,11 +217,13 @@ fi
 
 step "(b) bin/ortbus bench throughput -ep webgpu -device $DEVICE -workers $workers -threads 1 -duration $BENCH_DURATION -out $OUT/throughput-webgpu.json"
 "$repo/bin/ortbus" bench throughput -ep webgpu -device "$DEVICE" -workers "$workers" -threads 1 -duration "$BENCH_DURATION" \
-	-out "$OUT/throughput-webgpu.json" | tee "$OUT/throughput-webgpu.txt"
+	-out "$OUT/throughput-webgpu.json" 2>&1 | tee "$OUT/throughput-webgpu.txt"
 if [ "${PIPESTATUS[0]}" != 0 ]; then
 	fail "bench throughput -ep webgpu failed (throughput-webgpu.txt)"
+	not_gpu throughput "$OUT/throughput-webgpu.txt"
 else
 	grep -q '^SMOKE' "$OUT/throughput-webgpu.txt" && fail "bench throughput ran its smoke, not the GPU figures (see its GPU check)"
+	unmeasured throughput "$OUT/throughput-webgpu.txt"
 	grep -q '^node: SKIPPED' "$OUT/throughput-webgpu.txt" && fail "no onnxruntime-node figures (make node-bench): the system vs node target is not measured"
 	while IFS= read -r n; do fail "throughput: ${n#note: }"; done < <(grep '^note: target missed' "$OUT/throughput-webgpu.txt")
 fi
@@ -289,6 +332,19 @@ else
 fi
 stop_gateway
 
+# --- (d0) issue 41's profile: each service of the GPU scenario alone ---------------------------
+if [ "${PROFILE:-1}" != 0 ]; then
+	step "(d0) bin/ortbus bench profile -scenario gpu -out $OUT/profile-gpu.json"
+	"$repo/bin/ortbus" bench profile -scenario gpu -out "$OUT/profile-gpu.json" >"$OUT/profile-gpu.txt" 2>&1 ||
+		fail "bench profile -scenario gpu failed (profile-gpu.txt)"
+	cat "$OUT/profile-gpu.txt"
+	not_gpu profile "$OUT/profile-gpu.txt"
+	unmeasured profile "$OUT/profile-gpu.txt"
+	while IFS= read -r l; do fail "profile: not measured: $l"; done < <(grep -E '^[a-z_]+: .*no power reading' "$OUT/profile-gpu.txt")
+else
+	fail "profile: not measured (PROFILE=0): each service's p95, items/s, CPU %, idle and peak memory, power"
+fi
+
 # --- (d) issue 32's collision on the GPU ------------------------------------------------------
 if [ "${COLLISION:-1}" != 0 ]; then
 	step "(d) bin/ortbus bench collision -scenario gpu -out $OUT/collision-gpu.json -chart $OUT/collision-gpu.png"
@@ -296,16 +352,12 @@ if [ "${COLLISION:-1}" != 0 ]; then
 		fail "bench collision -scenario gpu failed (collision-gpu.txt)"
 	fi
 	cat "$OUT/collision-gpu.txt"
-	grep -q 'LAVAPIPE SMOKE' "$OUT/collision-gpu.txt" && fail "bench collision -scenario gpu ran its lavapipe smoke, not on the GPU"
+	not_gpu collision "$OUT/collision-gpu.txt"
+	unmeasured collision "$OUT/collision-gpu.txt"
 	while IFS= read -r n; do fail "collision: ${n#note: target missed: }"; done < <(grep '^note: target missed' "$OUT/collision-gpu.txt")
+else
+	fail "collision: not measured (COLLISION=0): urgent p95 <= 1.5x solo, 0 frames dropped, the GPU's peak within its budget, 0 requests lost"
 fi
 
 # --- (e) the verdict ------------------------------------------------------------------------
-step "(e) verdict"
-if [ "${#failures[@]}" -gt 0 ]; then
-	echo "gpu-check: ${#failures[@]} figure(s) short of issues 31's and 32's targets or missing:"
-	printf '  - %s\n' "${failures[@]}"
-	echo "gpu-check: outputs in $OUT"
-	exit 1
-fi
-echo "gpu-check: every target met; outputs in $OUT"
+verdict

@@ -153,6 +153,14 @@ func (l *loader) load(mc *config.Model, left int64, limited bool) (m models.Mode
 	}
 	// Never below the peak measured at an earlier load of the same files (peaks.go).
 	st = l.peaks.admit(frev, l.measure(m, mc, l.pool, left, limited, devBefore, devOK))
+	// Where its nodes ran in the warm-ups (nodes_by_ep); a strict pool (cpu_fallback =
+	// false) refuses a model with nodes off its EP (placement.go).
+	if err := checkPlacement(l.env.Runtime, m, mc, l.pool, &st); err != nil {
+		closeQuietly(m)
+		fs := failedStatus(mc, err)
+		fs.NodesByEP, fs.PeakBytes, fs.PeakSource = st.NodesByEP, st.PeakBytes, st.PeakSource
+		return nil, fs
+	}
 	if rev != "" && l.revision(mc) == rev {
 		st.Revision = rev // the files did not change while it loaded
 	}

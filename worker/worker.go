@@ -132,6 +132,9 @@ func New(opts Options) (*Worker, error) {
 		return nil, err
 	}
 	sc := ort.PoolSessionConfig(p, c.Spins(p.Name, runtime.NumCPU()))
+	// Every session records where its warm-up's nodes run (nodes_by_ep, and cpu_fallback
+	// = false's check: checkPlacement), its profiler off once the load has read it.
+	sc.Placement = true
 	// An EP chain none of which the runtime can use at all (its provider library is
 	// missing) fails every model alike: that is the pool's failure, as a missing runtime
 	// is, and the worker does not start. An EP that refuses one model fails that model.

@@ -15,12 +15,12 @@ import (
 )
 
 const benchUsage = `usage: ortbus bench NAME [flags]
-  NAME: overhead | throughput | collision | capacity | failure | jobs | incremental | lease | library
+  NAME: overhead | throughput | collision | capacity | failure | jobs | incremental | lease | library | profile
   -out FILE.json   write the JSON report here (default <repo>/bench-out/NAME.json)
   -n N             overhead: timed calls per path (default 3000); jobs: items (default 10000);
                    lease: rounds (default 10)
   -duration D      throughput: measured time per path (default 8s); failure: load before the kill
-                   (default 2s); collision: overrides the scenario's arrival window; capacity:
+                   (default 2s); collision, profile: overrides the scenario's arrival window; capacity:
                    overrides each step's window
   -files N         library: the generated library's size (default 40: 12 MP phone JPEGs, some
                    EXIF-rotated, 2K PNG/WebP/AVIF, CMYK, 16-bit, gray, progressive, TIFF, GIF)
@@ -44,6 +44,9 @@ const benchUsage = `usage: ortbus bench NAME [flags]
                    lease --on-pressure with and without --gate, the GPU's peak memory against
                    its budget, and the degrade run: the GPU pool's worker killed mid-run;
                    without a GPU a lavapipe smoke), gpu-short;
+                   profile: the same scenarios (default gpu; gpu-short on lavapipe), each
+                   service (class, LLM tenant) alone: p95, items/s, CPU %, idle and peak
+                   memory on its device, power (RAPL, nvidia-smi) or why not;
                    capacity: a TOML file with a [capacity] table, default capacity, or
                    capacity-llm (LLM tenants as a step dimension)
   -seed N          collision, capacity: replaces the scenario's seed (printed either way)

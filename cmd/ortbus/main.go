@@ -130,8 +130,9 @@ func doctorCmd(args []string) int {
 	cfgPath := fs.String("config", "", "ortbus config file")
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 20*time.Second, "per-pool probe timeout")
+	withModels := fs.Bool("models", false, "also load each pool's models, warm them up once, and report where their nodes run (nodes_by_ep)")
 	if fs.Parse(args) != nil || *cfgPath == "" {
-		fmt.Fprintln(os.Stderr, "usage: ortbus doctor -config FILE [-json]")
+		fmt.Fprintln(os.Stderr, "usage: ortbus doctor -config FILE [-json] [-models] [-timeout 20s]")
 		return 2
 	}
 	cfg, err := config.Load(*cfgPath)
@@ -144,7 +145,11 @@ func doctorCmd(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	reports := doctor.Run(cfg, self, []string{"doctor-probe", "-config", *cfgPath}, *timeout)
+	childArgs := []string{"doctor-probe", "-config", *cfgPath}
+	if *withModels {
+		childArgs = append(childArgs, "-models")
+	}
+	reports := doctor.Run(cfg, self, childArgs, *timeout)
 	img := doctor.ProbeImages(cfg)
 	if *asJSON {
 		// The pools' array, as before (libvips's report is in the text listing; a

@@ -691,3 +691,28 @@ func vkResultName(r int32) string {
 	}
 	return fmt.Sprintf("VkResult %d", r)
 }
+
+// NotTheGPU says why adapter a is not the GPU that device names, or "" when it may be:
+// for cuda:N the adapter must be NVIDIA's (vendor 0x10de) and a GPU (discrete or
+// integrated); for drm:N and gpu:N, a GPU of any vendor. A CPU adapter (lavapipe's
+// llvmpipe, SwiftShader) is never a GPU. pciDevice, when not 0, is the GPU's PCI device id
+// (nvidia-smi's pci.device_id >> 16) and must be the adapter's. Any other device (cpu,
+// a name ortbus does not know) is not judged.
+func NotTheGPU(a Adapter, device string, pciDevice uint32) string {
+	kind, _, _ := strings.Cut(device, ":")
+	switch kind {
+	case "cuda", "drm", "gpu":
+	default:
+		return ""
+	}
+	if a.Type != "discrete" && a.Type != "integrated" {
+		return fmt.Sprintf("the Vulkan adapter %s is a %s device, not a GPU (device %s)", a, a.Type, device)
+	}
+	if kind == "cuda" && a.VendorID != 0x10de {
+		return fmt.Sprintf("the Vulkan adapter %s is %s's, not NVIDIA's (device %s)", a, a.Vendor, device)
+	}
+	if pciDevice != 0 && a.DeviceID != pciDevice {
+		return fmt.Sprintf("the Vulkan adapter %s has device id 0x%04x, the GPU of %s 0x%04x", a, a.DeviceID, device, pciDevice)
+	}
+	return ""
+}
