@@ -64,6 +64,10 @@ type Options struct {
 	// N is the iteration count (overhead: requests per path; jobs: items); 0 = the bench's
 	// default.
 	N int
+	// Shrink divides the sides of the files the library bench generates (its tests: a small
+	// library of the same kinds, fast to write and decode under the race detector); 0 or 1
+	// = full size (12 MP photos, 2K illustrations).
+	Shrink int
 	// Duration is the measuring time (throughput: per path and model; failure: load before the
 	// kill; collision: overrides the scenario's arrival window); 0 = the default.
 	Duration time.Duration

@@ -190,6 +190,11 @@ func Library(ctx context.Context, o Options) (*Report, error) {
 	dir := filepath.Join(w.images, "library")
 	t0 := time.Now()
 	res.Files = libraryPlan(n)
+	if o.Shrink > 1 {
+		for i := range res.Files {
+			res.Files[i].Width, res.Files[i].Height = max(16, res.Files[i].Width/o.Shrink), max(16, res.Files[i].Height/o.Shrink)
+		}
+	}
 	if err := writeLibraryFiles(lib, dir, res.Files); err != nil {
 		return nil, err
 	}

@@ -87,6 +87,7 @@ func writeLibraryFiles(lib *vips.Lib, dir string, files []LibraryFile) error {
 	for i := range files {
 		f := &files[i]
 		k := kindNamed(f.Kind)
+		k.W, k.H = f.Width, f.Height // the plan's size (Options.Shrink may have made it smaller)
 		bands := 3
 		if k.Alpha {
 			bands = 4
