@@ -26,8 +26,9 @@ GOFLAGS_TEST ?= -race -count=1 -timeout 40m
 TEST_PREREQS := runtimes libvips models ocr-model vad-model node-bench llm-tenant
 # The integration packages start real NATS servers, gateways and workers. test/ (the
 # longest) starts first and runs beside the unit packages, two packages at a time (its
-# checks order events rather than time them); bench/ compares timings (the collision
-# benches' ratios to solo) and runs alone, last.
+# checks order events rather than time them), and beside bench/'s untimed tests
+# (BENCH_UNTIMED); the rest of bench/ compares timings (the collision benches' ratios to
+# solo) and runs alone, last.
 INTEGRATION_PKGS := ./test ./bench
 TIMED_PKGS := ./bench
 # The fuzzers of the gateway's and the worker's handlers: independent processes, at once
@@ -73,8 +74,20 @@ fmt-check:
 # TestNodeBenchRun runs the onnxruntime-node runner of bench throughput.
 # internal/llmtenant's tests run the LLM tenant (llama.cpp through node-llama-cpp).
 test: test-first
+	$(MAKE) -j 2 --output-sync=target test-packages test-bench-untimed
+	$(GO) test $(GOFLAGS_TEST) -p 1 -skip '$(BENCH_UNTIMED)' $(TIMED_PKGS)
+
+# bench/'s tests that compare no timings (they check what a run reports and that it
+# refuses what it must: the library bench's answers and ratios computed, the profile's
+# keys, the adapter checks, the webgpu smoke run) run beside the other packages; the rest
+# of bench/ (its ratios to solo runs) runs alone, last. A new bench test is timed (alone)
+# unless named here.
+BENCH_UNTIMED := ^(TestLibrary.*|TestProfile.*|TestPowerMeterRAPL|TestProcSampler|TestGPUCheckAdapterMismatch|TestAdapterMismatchFails|TestNotTheGPU|TestThroughputWebGPUSmoke)$$
+.PHONY: test-packages test-bench-untimed
+test-packages:
 	$(GO) test $(GOFLAGS_TEST) -p 2 $(filter-out $(TIMED_PKGS),$(INTEGRATION_PKGS)) $(UNIT_PKGS)
-	$(GO) test $(GOFLAGS_TEST) -p 1 $(TIMED_PKGS)
+test-bench-untimed:
+	$(GO) test $(GOFLAGS_TEST) -run '$(BENCH_UNTIMED)' $(TIMED_PKGS)
 
 # What comes before the tests, all at once: the prerequisites (downloads and generations
 # independent of each other), vet and fmt-check (which only read the tree), and the short
