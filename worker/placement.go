@@ -64,11 +64,11 @@ func checkPlacement(rt *ort.Runtime, m models.Model, mc *config.Model, p *config
 			if s == nil || s.EP == "cpu" {
 				continue
 			}
-			var opts map[string]string
+			prov := ort.Provider{Name: s.EP}
 			if s.EP == p.EP {
-				opts = p.EPOptions
+				prov.Options = p.EPOptions // the pool's EP options, for its own EP only
 			}
-			if err := rt.CheckNoCPUFallback(s.Path, ort.Provider{Name: s.EP, Options: opts}); err != nil {
+			if err := rt.CheckNoCPUFallback(s.Path, prov); err != nil {
 				return codec.Errorf(codec.CodeModelUnavailable, "model %s has nodes off the pool's EP %s, and pool %s has cpu_fallback = false: ONNX Runtime refuses %s without its CPU fallback (the ops cannot be named: %s): %v",
 					mc.Name, s.EP, p.Name, s.Path, why, err).With("model", mc.Name).With("ep", s.EP)
 			}

@@ -106,16 +106,12 @@ func benchCmd(args []string) int {
 		fmt.Fprint(os.Stderr, benchUsage)
 		return 2
 	}
-	if *files != 0 {
-		if name != "library" {
-			fmt.Fprintf(os.Stderr, "ortbus bench %s: -files is library's\n", name)
-			return 2
-		}
-		*n = *files
-	}
-	if (*ep != "" || *device != "" || *smoke) && name != "throughput" {
-		fmt.Fprintf(os.Stderr, "ortbus bench %s: -ep, -device and -smoke are throughput's\n", name)
+	if msg := benchFlagsOwned(name, *files != 0, *ep != "" || *device != "" || *smoke); msg != "" {
+		fmt.Fprintf(os.Stderr, "ortbus bench %s: %s\n", name, msg)
 		return 2
+	}
+	if *files != 0 {
+		*n = *files
 	}
 	o := bench.Options{Repo: *repo, BinDir: *bin, N: *n, Duration: *dur, InFlight: *inflight, Workers: *workers, Threads: *threads, EP: *ep, Device: *device, Smoke: *smoke, Kills: *kills,
 		Scenario: *scenario, Seed: *seed, Steps: *steps, SkipSolo: *noSolo, RelayReplies: *relay, Trace: *traced, Out: os.Stdout, KeepTemp: *keep}
@@ -170,4 +166,16 @@ func orNone(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// benchFlagsOwned says what is wrong when a flag of one bench is given to another: -files
+// is library's; -ep, -device and -smoke are throughput's. "" when nothing is.
+func benchFlagsOwned(name string, files, throughputOnly bool) string {
+	switch {
+	case files && name != "library":
+		return "-files is library's"
+	case throughputOnly && name != "throughput":
+		return "-ep, -device and -smoke are throughput's"
+	}
+	return ""
 }
