@@ -3,6 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include "vips.h"
 
 typedef void VImg;
@@ -312,3 +315,19 @@ void ob_error(char *err, size_t errlen) {
 		V.g_free(e);
 }
 
+
+int ob_tune_malloc(int arenas, int mmap_threshold, int trim_threshold) {
+#ifdef __GLIBC__
+	// mallopt returns 1 on success; setting the thresholds also ends glibc's dynamic
+	// adjustment of them.
+	if (mallopt(M_ARENA_MAX, arenas) != 1 || mallopt(M_MMAP_THRESHOLD, mmap_threshold) != 1 ||
+	    mallopt(M_TRIM_THRESHOLD, trim_threshold) != 1)
+		return -1;
+	return 0;
+#else
+	(void)arenas;
+	(void)mmap_threshold;
+	(void)trim_threshold;
+	return 1;
+#endif
+}

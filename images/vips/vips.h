@@ -46,6 +46,11 @@ int ob_decode_buffer(const void *buf, size_t len, const ob_spec *s, void **out, 
 // page_height > 0 makes the image pages of that height (an animation, for GIF and WebP).
 int ob_encode(const void *pix, int w, int h, int bands, const char *suffix, int colourspace, int orientation, int page_height, void **out, size_t *len);
 
+// ob_tune_malloc sets glibc's allocator for a process that decodes images item after
+// item (see malloc.go): arenas (M_ARENA_MAX), the mmap threshold and the trim threshold,
+// in bytes. 0 done, -1 refused by mallopt, 1 not glibc (nothing done).
+int ob_tune_malloc(int arenas, int mmap_threshold, int trim_threshold);
+
 // ob_has_loader reports whether libvips has an operation of that nickname ("jpegload").
 int ob_has_loader(const char *nickname);
 
