@@ -100,24 +100,26 @@ func load(data []byte, maxPixels int64, spec LoadSpec, name string) (image.Image
 				With("width", cfg.Width).With("height", cfg.Height).With("max_pixels", maxPixels)
 		}
 	}
-	hd, err := lib.Header(data)
-	if err != nil {
-		if isBMP(data) {
-			// No BMP loader in sharp's libvips: Go's decoder, with Open's checks.
-			img, info, err := decode(data, maxPixels, name)
-			if err == nil && info.Format != "bmp" {
-				err = codec.Errorf(codec.CodeUnsupportedImage, "%s changed format while being read", name)
-			}
-			return img, info, err
+	px, hd, err := lib.Load(data, maxPixels, vs, func(hd vips.Header) error {
+		if !accepted(hd.Format) {
+			return codec.Errorf(codec.CodeUnsupportedImage, "%s is a %s image; accepted are %s", name, hd.Format,
+				strings.Join(LoadFormats, ", ")).With("format", hd.Format)
 		}
-		return nil, Info{}, named(err, name)
+		return nil
+	})
+	if err != nil && hd.Loader == "" && isBMP(data) {
+		// No BMP loader in sharp's libvips (the header unreadable): Go's decoder, with
+		// Open's checks.
+		img, info, err := decode(data, maxPixels, name)
+		if err == nil && info.Format != "bmp" {
+			err = codec.Errorf(codec.CodeUnsupportedImage, "%s changed format while being read", name)
+		}
+		return img, info, err
 	}
-	if !accepted(hd.Format) {
-		return nil, Info{}, codec.Errorf(codec.CodeUnsupportedImage, "%s is a %s image; accepted are %s", name, hd.Format,
-			strings.Join(LoadFormats, ", ")).With("format", hd.Format)
-	}
-	px, hd, err := lib.Load(data, maxPixels, vs)
 	if err != nil {
+		if hd.Loader != "" && !accepted(hd.Format) {
+			return nil, Info{}, err // its message names the image already
+		}
 		return nil, Info{}, named(err, name)
 	}
 	w, h := hd.Upright()

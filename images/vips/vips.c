@@ -171,15 +171,26 @@ static int step(VImg **im, int rc, VImg *out) {
 // decodes at 2016x1512 rather than 1008x756, at twice the cost). 1 for any other format;
 // -1 when the header cannot be read.
 static int jpeg_shrink(const void *buf, size_t len, const ob_spec *s) {
-	const char *l = V.find_load_buffer(buf, len);
-	if (!l || strcmp(l, "VipsForeignLoadJpegBuffer") != 0)
-		return 1;
-	VImg *h = V.new_from_buffer(buf, len, "", "access", ACCESS_SEQUENTIAL, NULL);
-	if (!h)
-		return -1;
-	double w = V.width(h), ht = V.height(h);
-	int o = V.orientation(h);
-	V.g_object_unref(h);
+	double w, ht;
+	int o;
+	if (s->hdr_width > 0) {
+		if (!s->hdr_jpeg)
+			return 1;
+		w = s->hdr_width;
+		ht = s->hdr_height;
+		o = s->hdr_orientation;
+	} else {
+		const char *l = V.find_load_buffer(buf, len);
+		if (!l || strcmp(l, "VipsForeignLoadJpegBuffer") != 0)
+			return 1;
+		VImg *h = V.new_from_buffer(buf, len, "", "access", ACCESS_SEQUENTIAL, NULL);
+		if (!h)
+			return -1;
+		w = V.width(h);
+		ht = V.height(h);
+		o = V.orientation(h);
+		V.g_object_unref(h);
+	}
 	if (o >= 5 && o <= 8) {
 		double x = w;
 		w = ht;

@@ -32,6 +32,10 @@ typedef struct {
 	double background[3];
 	// fail_on: VipsFailOn (1 truncated, 2 error).
 	int fail_on;
+	// The header, when the caller has read it (hdr_width > 0): its size as stored, its EXIF
+	// orientation and whether it is a JPEG, so that the JPEG shrink is chosen without
+	// reading the header again.
+	int hdr_width, hdr_height, hdr_orientation, hdr_jpeg;
 } ob_spec;
 
 // ob_decode_buffer loads buf upright (EXIF orientation applied) in sRGB, 8 bits per
