@@ -56,7 +56,8 @@ const exitConnLost = 4
 
 func run() int {
 	// Before anything allocates from C: libvips's per-item buffers reused, not faulted in
-	// afresh (see vips.TuneMalloc).
+	// afresh, on huge pages (see vips.ReexecWithTunables and vips.TuneMalloc).
+	reexecErr := vips.ReexecWithTunables()
 	mallocNote := vips.TuneMalloc()
 	defer profile.Start("ortworker")()
 	cfgPath := flag.String("config", "", "ortbus config file (TOML)")
@@ -66,6 +67,9 @@ func run() int {
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	log.Info("allocator", "malloc", mallocNote)
+	if reexecErr != nil {
+		log.Warn("not started again with huge pages for malloc", "error", reexecErr)
+	}
 	if *cfgPath == "" || *pool == "" {
 		fmt.Fprintln(os.Stderr, "usage: ortworker -config FILE -pool NAME [-id ID] [-nats URL]")
 		return 2

@@ -8,7 +8,12 @@ import "C"
 import (
 	"os"
 	"strings"
+	"sync/atomic"
+	"syscall"
 )
+
+// mallocTuned is whether TuneMalloc set the allocator in this process.
+var mallocTuned atomic.Bool
 
 // The allocator settings TuneMalloc applies. libvips allocates each item's pixel buffers
 // with malloc and frees them when the item is done. With glibc's defaults a buffer over
@@ -33,6 +38,51 @@ const (
 // themselves; any of them set makes TuneMalloc leave it as it is.
 var mallocEnv = []string{"MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"}
 
+// Huge pages: glibc backs its heap with transparent huge pages when the process starts
+// with the glibc.malloc.hugetlb=1 tunable (glibc 2.35 and later; nothing where the
+// kernel's transparent_hugepage is "never"), which no call can set later: a 2 MiB page
+// is one fault where 512 small ones were (a 2K AVIF's first decode: 13,000 faults). So
+// the worker starts itself again with it (ReexecWithTunables), once.
+const (
+	// MallocTunables is the GLIBC_TUNABLES value ReexecWithTunables sets.
+	MallocTunables = "glibc.malloc.hugetlb=1"
+	// reexecMarker is set in the environment of the process started again, so that it
+	// does not start itself again, and so that TuneMalloc knows GLIBC_TUNABLES is ours.
+	reexecMarker = "ORTBUS_MALLOC_REEXEC"
+)
+
+// ReexecWithTunables starts this process's executable again, in place (syscall.Exec: the
+// same pid, arguments and environment), with GLIBC_TUNABLES set to MallocTunables, when
+// the user has not set the allocator through the environment and this process is not
+// already the one started again. It returns only when it did not (nil) or could not (the
+// error: the process goes on as it is). Call it first thing in main, before any thread
+// allocates.
+func ReexecWithTunables() error {
+	if os.Getenv(reexecMarker) != "" || userMalloc() != "" {
+		return nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	env := append(os.Environ(), "GLIBC_TUNABLES="+MallocTunables, reexecMarker+"=1")
+	return syscall.Exec(exe, os.Args, env)
+}
+
+// userMalloc names the environment variable through which the user set glibc's
+// allocator, or "".
+func userMalloc() string {
+	for _, k := range mallocEnv {
+		if _, ok := os.LookupEnv(k); ok {
+			return k
+		}
+	}
+	if os.Getenv(reexecMarker) == "" && strings.Contains(os.Getenv("GLIBC_TUNABLES"), "glibc.malloc.") {
+		return "GLIBC_TUNABLES"
+	}
+	return ""
+}
+
 // TuneMalloc sets glibc's allocator for a process that decodes images item after item
 // (the worker; the library bench's in-process preprocessing, to time the same path), as
 // the constants above say, and returns what it did. It does nothing when the user has
@@ -40,17 +90,17 @@ var mallocEnv = []string{"MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_T
 // tunables in GLIBC_TUNABLES), or when the C library is not glibc. Call it at start-up,
 // before threads allocate.
 func TuneMalloc() string {
-	for _, k := range mallocEnv {
-		if _, ok := os.LookupEnv(k); ok {
-			return "glibc malloc as the environment sets it (" + k + ")"
-		}
-	}
-	if strings.Contains(os.Getenv("GLIBC_TUNABLES"), "glibc.malloc.") {
-		return "glibc malloc as GLIBC_TUNABLES sets it"
+	if k := userMalloc(); k != "" {
+		return "glibc malloc as the environment sets it (" + k + ")"
 	}
 	switch C.ob_tune_malloc(C.int(MallocArenas), C.int(MallocMmapThreshold), C.int(MallocTrimThreshold)) {
 	case 0:
-		return "glibc malloc tuned for decoding: 1 arena, mmap threshold 32 MiB, trim threshold 64 MiB"
+		mallocTuned.Store(true)
+		note := "glibc malloc tuned for decoding: 1 arena, mmap threshold 32 MiB, trim threshold 64 MiB"
+		if os.Getenv(reexecMarker) != "" {
+			note += ", " + MallocTunables
+		}
+		return note
 	case 1:
 		return "malloc left as it is (not glibc)"
 	}

@@ -17,18 +17,11 @@ import (
 // (testdata/mallocchild, built here without the race detector, whose allocator replaces
 // glibc's) from glibc's own accounting (mallinfo2).
 func TestTuneMalloc(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "mallocchild")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/mallocchild").CombinedOutput(); err != nil {
-		t.Fatalf("building the child: %v\n%s", err, out)
-	}
+	bin := mallocChild(t)
 	const n = 20 << 20
 	run := func(mode string) (mmapped, kept uint64) {
 		cmd := exec.Command(bin, mode)
-		for _, kv := range os.Environ() {
-			if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "MALLOC_") && k != "GLIBC_TUNABLES" {
-				cmd.Env = append(cmd.Env, kv)
-			}
-		}
+		cmd.Env = withoutMalloc()
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("child %s: %v", mode, err)
@@ -43,6 +36,51 @@ func TestTuneMalloc(t *testing.T) {
 	}
 	if mm, kept := run("tuned"); mm >= n || kept < n {
 		t.Errorf("tuned: %d bytes mmapped while the buffer lived, %d kept after (want the heap, kept)", mm, kept)
+	}
+}
+
+// mallocChild builds testdata/mallocchild without the race detector.
+func mallocChild(t *testing.T) string {
+	bin := filepath.Join(t.TempDir(), "mallocchild")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/mallocchild").CombinedOutput(); err != nil {
+		t.Fatalf("building the child: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// withoutMalloc is this process's environment less what sets glibc's allocator.
+func withoutMalloc() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "MALLOC_") && k != "GLIBC_TUNABLES" && k != "ORTBUS_MALLOC_REEXEC" {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// TestReexecWithTunables: the process starts itself again in place (the same pid) with
+// the huge-page tunable, once, and then tunes the rest; a GLIBC_TUNABLES of the user's
+// own is kept, and nothing is tuned over it.
+func TestReexecWithTunables(t *testing.T) {
+	bin := mallocChild(t)
+	run := func(env []string) (pid int, line string) {
+		cmd := exec.Command(bin, "reexec")
+		cmd.Env = env
+		var out strings.Builder
+		cmd.Stdout = &out
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("child: %v", err)
+		}
+		return cmd.Process.Pid, strings.TrimSpace(out.String())
+	}
+	pid, line := run(withoutMalloc())
+	if want := fmt.Sprintf("%d %s glibc malloc tuned", pid, vips.MallocTunables); !strings.HasPrefix(line, want) {
+		t.Errorf("started again: %q, want it to begin %q", line, want)
+	}
+	pid, line = run(append(withoutMalloc(), "GLIBC_TUNABLES=glibc.malloc.arena_max=2"))
+	if want := fmt.Sprintf("%d glibc.malloc.arena_max=2 glibc malloc as the environment sets it (GLIBC_TUNABLES)", pid); line != want {
+		t.Errorf("with the user's tunables: %q, want %q", line, want)
 	}
 }
 

@@ -342,3 +342,16 @@ int ob_tune_malloc(int arenas, int mmap_threshold, int trim_threshold) {
 	return 1;
 #endif
 }
+
+void ob_prefault(size_t n) {
+	// The buffer escapes through a volatile pointer: malloc, memset and free cannot be
+	// elided.
+	static void *volatile held;
+	char *p = malloc(n);
+	if (!p)
+		return;
+	held = p;
+	memset(p, 0, n);
+	free(p);
+	held = NULL;
+}

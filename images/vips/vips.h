@@ -55,6 +55,10 @@ int ob_encode(const void *pix, int w, int h, int bands, const char *suffix, int 
 // in bytes. 0 done, -1 refused by mallopt, 1 not glibc (nothing done).
 int ob_tune_malloc(int arenas, int mmap_threshold, int trim_threshold);
 
+// ob_prefault mallocs n bytes, touches every page and frees them: with the allocator as
+// ob_tune_malloc sets it (n under both thresholds) the pages stay in the heap, faulted in.
+void ob_prefault(size_t n);
+
 // ob_has_loader reports whether libvips has an operation of that nickname ("jpegload").
 int ob_has_loader(const char *nickname);
 

@@ -1,4 +1,5 @@
-// Command mallocchild is TestTuneMalloc's child: it calls vips.TuneMalloc when its
+// Command mallocchild is TestTuneMalloc's child (and TestReexecWithTunables's, with the
+// argument "reexec"): it calls vips.TuneMalloc when its
 // argument is "tuned", then mallocs, touches and frees one 20 MiB buffer (a decode's
 // size) and prints where glibc put it: the bytes held in mmapped chunks while it lived,
 // and the free bytes the heap kept after it was freed. It is built without the race
@@ -31,6 +32,16 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "reexec" {
+		// What the process runs with after vips.ReexecWithTunables: its pid (the same
+		// process) and its allocator's environment.
+		if err := vips.ReexecWithTunables(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println(os.Getpid(), os.Getenv("GLIBC_TUNABLES"), vips.TuneMalloc())
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "tuned" {
 		fmt.Fprintln(os.Stderr, vips.TuneMalloc())
 	}
