@@ -208,12 +208,13 @@ func (g *Gateway) health() *codec.HealthReply {
 func (g *Gateway) status(account string) *codec.StatusReply {
 	cfg := g.conf()
 	st := &codec.StatusReply{Gateway: g.id, AllowedRoots: cfg.Security.AllowedRoots, SpoolDir: cfg.Security.SpoolDir, Devices: g.budget.deviceStatus(cfg)}
-	if account != "" {
-		for i := range st.Devices {
+	now := time.Now()
+	for i := range st.Devices {
+		if account != "" {
 			st.Devices[i].Leases = g.budget.leases.ownedBy(st.Devices[i].Device, account)
 		}
+		st.Devices[i].DriverUsedBytes = g.driver.latest(st.Devices[i].Device, now)
 	}
-	now := time.Now()
 	for _, name := range cfg.PoolNames() {
 		pc := cfg.Pools[name]
 		ps := codec.PoolStatus{Name: name, EP: pc.EP, Device: pc.Device, Local: pc.IsLocal(), Classes: pc.Classes, Workers: pc.Workers, Live: len(g.tracker.Live(name))}
@@ -252,7 +253,11 @@ func (g *Gateway) status(account string) *codec.StatusReply {
 	g.d.inspect(func(lc *lifecycle) { running = lc.running() })
 	for _, name := range cfg.ClassNames() {
 		cl := cfg.Classes[name]
-		st.Classes = append(st.Classes, codec.ClassStatus{Name: name, Priority: cl.Priority, Queued: g.d.queues.Len(name), Running: running[name], Bound: cl.QueueBound, Chain: cl.Chain})
+		cs := codec.ClassStatus{Name: name, Priority: cl.Priority, Queued: g.d.queues.Len(name), Running: running[name], Bound: cl.QueueBound, Chain: cl.Chain}
+		if g.metrics != nil && g.metrics.window != nil {
+			g.metrics.window.fill(&cs)
+		}
+		st.Classes = append(st.Classes, cs)
 	}
 	return st
 }
