@@ -115,10 +115,19 @@ func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 	g.serveFrom(telemetry.Extract(context.Background(), r.Headers()), op, r.Data(), asJSON, r.Reply(), by, account, reply)
 }
 
-// serve dispatches one request of op from HTTP; ctx carries the trace context of its
-// headers (telemetry.ExtractHTTP).
-func (g *Gateway) serve(ctx context.Context, op string, data []byte, asJSON bool, reply Reply) {
-	g.serveFrom(ctx, op, data, asJSON, "", ownerHTTP, "", reply)
+// serve dispatches one request of op from HTTP, sent by account ("" the operator:
+// httpcaller.go); ctx carries the trace context of its headers (telemetry.ExtractHTTP).
+func (g *Gateway) serve(ctx context.Context, op string, data []byte, asJSON bool, account string, reply Reply) {
+	g.serveFrom(ctx, op, data, asJSON, "", httpOwner(account), account, reply)
+}
+
+// httpOwner is who sent an HTTP request of account, for cancel's ownership check: the
+// HTTP API for the operator, the account itself for an account (as over NATS).
+func httpOwner(account string) string {
+	if account == "" {
+		return ownerHTTP
+	}
+	return accountOwner(account)
 }
 
 // serveFrom dispatches one request of op. replyTo is its NATS reply subject ("" over
