@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -58,8 +59,8 @@ const (
 //   - A method other than GET and HEAD sent by another site's page is refused (403,
 //     crossSite).
 //   - With a token (gateway.http_token_file, or ORTBUS_HTTP_TOKEN), every route but
-//     /healthz needs `Authorization: Bearer TOKEN`: the operator's, or an HTTP
-//     account's (httpcaller.go). Else 401.
+//     /healthz and the page's files (page.go) needs `Authorization: Bearer TOKEN`: the
+//     operator's, or an HTTP account's (httpcaller.go). Else 401.
 //   - A route takes the path and method: else 404, or 405 for a known path (notFound).
 //   - The API routes (op), in this order: a POST body must be `Content-Type:
 //     application/json` (else 415: a cross-site "simple" request, text/plain or a form,
@@ -86,7 +87,9 @@ type httpAPI struct {
 	token []byte          // SHA-256 of the operator's bearer token; nil: none required
 	// accounts are the HTTP accounts' tokens (httpcaller.go); only with token.
 	accounts []httpAccount
-	maxBody  int64
+	// events serves the page's snapshots and event streams (events.go).
+	events  *eventStreams
+	maxBody int64
 	// bodyTimeout is httpBodyTimeout (shorter in tests).
 	bodyTimeout time.Duration
 	slots       chan struct{} // one per API request being served (its body read)
@@ -145,7 +148,8 @@ func (b *budgetReader) release() { b.a.reading.Add(-b.held); b.held = 0 }
 
 // serveHTTP serves the same API as JSON over HTTP (on a loopback address by default):
 // POST /v1/<op>, POST /v1/job/<verb>, GET /v1/job/list, GET /v1/status, GET /v1/health,
-// GET /healthz, GET /readyz, GET /metrics.
+// GET /healthz, GET /readyz, GET /metrics; and the page: GET / and its files, GET
+// /v1/snapshot, GET /v1/events (page.go, events.go).
 // It returns the server (nil when HTTP is off) and its bound address.
 func serveHTTP(g *Gateway, override string) (*http.Server, string, error) {
 	c := g.conf()
@@ -170,7 +174,9 @@ func serveHTTP(g *Gateway, override string) (*http.Server, string, error) {
 	}
 	a := newHTTPAPI(g, addr, ln.Addr(), token)
 	a.accounts = accounts
-	return startHTTP(a.cfg, a.log, ln, a), ln.Addr().String(), nil
+	srv := startHTTP(a.cfg, a.log, ln, a)
+	srv.RegisterOnShutdown(a.events.close) // the event streams end: nothing else would
+	return srv, ln.Addr().String(), nil
 }
 
 // startHTTP serves h on ln, with the server's limits, until the server is closed. At
@@ -321,6 +327,11 @@ func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI 
 	mux.HandleFunc("POST /v1/job/{verb}", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, "job."+r.PathValue("verb")) })
 	mux.HandleFunc("GET /v1/job/list", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, subjects.OpJobList) })
 	mux.HandleFunc("POST /v1/cache/{verb}", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, "cache."+r.PathValue("verb")) })
+	a.events = newEventStreams(a, classHistories(g), httpMaxConns(c)/4)
+	mux.HandleFunc("GET /v1/snapshot", a.events.serveSnapshot)
+	mux.HandleFunc("GET /v1/events", a.events.serveStream)
+	mux.HandleFunc("GET /{$}", servePage)
+	mux.HandleFunc("GET /page/{file}", servePageFile)
 	mux.HandleFunc("/", a.notFound)
 	a.mux = mux
 	return a
@@ -343,7 +354,7 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	account, ok := a.caller(r)
-	if !ok && r.URL.Path != "/healthz" {
+	if !ok && !publicPath(r.URL.Path) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="ortbus"`)
 		httpError(w, http.StatusUnauthorized, codec.Errorf(codec.CodeBadRequest, "missing or wrong bearer token (Authorization: Bearer TOKEN)"))
 		return
@@ -406,12 +417,12 @@ func (a *httpAPI) notFound(w http.ResponseWriter, r *http.Request) {
 	switch p := r.URL.Path; {
 	case p == "/v1/status" || p == "/v1/health":
 		allow = "GET, HEAD, POST"
-	case p == "/healthz" || p == "/readyz" || p == "/metrics":
+	case p == "/healthz" || p == "/readyz" || p == "/metrics" || p == "/v1/snapshot" || p == "/v1/events" || publicPath(p):
 		allow = "GET, HEAD"
 	case strings.HasPrefix(p, "/v1/") && !strings.Contains(p[len("/v1/"):], "/"):
 		allow = "POST"
 	}
-	if allow != "" {
+	if allow != "" && !slices.Contains(strings.Split(allow, ", "), r.Method) {
 		w.Header().Set("Allow", allow)
 		httpError(w, http.StatusMethodNotAllowed, codec.Errorf(codec.CodeBadRequest, "method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow))
 		return
