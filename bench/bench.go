@@ -109,6 +109,10 @@ type Options struct {
 	// request (spans exported over OTLP/HTTP to a sink in the bench process), timed in the
 	// same interleaved blocks as the untraced one (overhead_trace.go).
 	Trace bool
+	// Pages adds to overhead the gateway path of a second system with this many of the
+	// gateway's pages open on its HTTP API, each reading its event stream, timed in the
+	// same interleaved blocks (overhead_page.go); 0: none.
+	Pages int
 	// Out receives the printed tables (nil = discarded).
 	Out io.Writer
 	// Logs receives the gateway's and workers' stderr (nil = kept in a file in the
