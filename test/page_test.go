@@ -256,18 +256,27 @@ func (s *pageStack) acquireLease(t *testing.T) {
 	}
 }
 
-// accountsApart: alice's page shows her job and lease and not the operator's job; bob's
-// shows neither hers nor the operator's, and her lease only as "others' leases".
+// accountsApart: alice's page shows her job (its failed item with its reason) and lease
+// and not the operator's job; bob's shows neither hers nor the operator's, and her lease
+// only as "others' leases".
 func (s *pageStack) accountsApart(t *testing.T, browser context.Context) {
+	// Alice's job: one image and one file that is no image (its item fails).
+	broken := filepath.Join(filepath.Dir(s.images[0]), "broken.png")
+	if err := os.WriteFile(broken, []byte("not a picture"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var sub codec.JobSubmitReply
-	call(t, s.alice, "POST", "/v1/job/submit", &codec.JobSubmit{Op: "tag", Model: gwSlow, Class: "batch", Items: s.images[:1]}, &sub)
+	call(t, s.alice, "POST", "/v1/job/submit", &codec.JobSubmit{Op: "tag", Model: gwSlow, Class: "batch", Items: []string{s.images[0], broken}}, &sub)
 	s.aliceJob = sub.Job
 	alice := newTab(t, browser)
-	inBrowser(t, alice, "alice's page",
+	card := `.job[data-job="` + sub.Job + `"]`
+	inBrowser(t, alice, "alice's page, her job's failed item",
 		chromedp.Navigate(s.pageURL("alice")),
 		waitTrue(`document.querySelector('#who').textContent === 'as alice'`),
-		chromedp.WaitVisible(chromedp.CSS(`.job[data-job="`+sub.Job+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr.lease[data-holder="`+s.leaseHolder+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS(card+`[data-state="done"] .progress[data-settled="2"]`)),
+		chromedp.Click(chromedp.CSS(card+` .job-failed`)),
+		waitTrue(`[...document.querySelectorAll('`+card+` ul.failed-items li')].some(li => li.textContent.startsWith('`+broken+`: unsupported_image: '))`),
 	)
 	if n := evalIn[int](t, alice, `document.querySelectorAll('.job[data-job="`+s.opJob+`"]').length`); n != 0 {
 		t.Errorf("alice's page shows the operator's job %s", s.opJob)
