@@ -124,6 +124,10 @@ type Options struct {
 	// KeepTemp keeps the temporary directory (configs, models, images, logs).
 	KeepTemp bool
 
+	// pageIdle, when set, is overhead -pages's idle window in place of pageIdleWindow
+	// (its test's shorter one).
+	pageIdle time.Duration
+
 	// startBound, when set, is how long a system may take to start (its gateway's ready
 	// line, then its pools live) in place of startBound: the GPU scenarios' webgpu pools
 	// set it (webgpuStartBound).

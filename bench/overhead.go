@@ -167,7 +167,7 @@ func Overhead(ctx context.Context, o Options) (*Report, error) {
 		res.Traced = &TracedOverhead{Gateway: latencyUS(sums[4]), MinusUntracedP50US: round(us(sums[4].P50)-us(sums[2].P50), 1),
 			Exports: sink.exports.Load(), ExportBytes: sink.bytes.Load()}
 	}
-	if res.Page, err = pages.result(ctx, sums[len(sums)-1], sums[2], pageIdleWindow); err != nil {
+	if res.Page, err = pages.result(ctx, sums[len(sums)-1], sums[2], positiveOr(o.pageIdle, pageIdleWindow)); err != nil {
 		return nil, err
 	}
 	h.rep.Results = res
