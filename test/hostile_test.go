@@ -43,6 +43,7 @@ import (
 // A crash does not end the run: the stack is restarted (up to hostileMaxRestarts times)
 // so that one run reports every attack that breaks something; the test fails all the same.
 func TestHostile(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	h := newHostileRun(t)
 	h.stack = h.start(t)
 	defer h.finished.Store(true) // what the cleanups do to the stack is no crash

@@ -34,6 +34,7 @@ func TestTSClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the Bun suite starts real gateways for about a minute; skipped with -short")
 	}
+	t.Parallel() // see parallel_test.go
 	repo := testenv.RepoRoot(t)
 	dir := filepath.Join(repo, "clients", "ts")
 	for _, v := range testenv.Versions {
