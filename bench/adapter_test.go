@@ -29,17 +29,11 @@ func standInNVIDIASMI(t *testing.T) {
 	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 }
 
-// requireOnlyLavapipe is RequireLavapipe where Dawn's pick is lavapipe's CPU device: a
-// machine whose Vulkan has a real GPU cannot show the mismatch (CI installs lavapipe
-// alone).
+// requireOnlyLavapipe is testenv.OnlyLavapipe: lavapipe the only Vulkan driver (a machine
+// whose Vulkan also has a GPU stages the llvmpipe-against-a-GPU case all the same).
 func requireOnlyLavapipe(t *testing.T) vulkan.Adapter {
 	t.Helper()
-	r := testenv.RequireLavapipe(t)
-	a, _ := r.Picked()
-	if a.Type != "cpu" {
-		t.Skipf("Vulkan here has a GPU (%s): the llvmpipe-against-a-GPU mismatch cannot be staged", a)
-	}
-	return a
+	return testenv.OnlyLavapipe(t)
 }
 
 // TestNotTheGPU: what vulkan.NotTheGPU accepts for each kind of device.
