@@ -91,6 +91,17 @@ func (s *Scenario) resolveGPU(device string, keepDeclared bool) {
 	}
 }
 
+// flagLogicalGPU marks the webgpu pools on GPUDevice adapter_mismatch = "flag": on a
+// machine without a GPU they run on the logical one (LogicalGPU) on lavapipe, which is no
+// GPU, a smoke said so (SmokeLabel); their workers would refuse it otherwise.
+func (s *Scenario) flagLogicalGPU() {
+	for i := range s.Pools {
+		if s.Pools[i].Device == GPUDevice && s.Pools[i].EP == "webgpu" {
+			s.Pools[i].AdapterMismatch = config.AdapterFlag
+		}
+	}
+}
+
 // prepareGPU finds the GPU of a scenario that names one (nil, nil when it does not),
 // resolves GPUDevice in sc, checks Vulkan and sets the environment Dawn wants when a pool
 // runs webgpu, and reads the device's capacity and whether its memory can be read.
@@ -123,6 +134,7 @@ func (h *harness) prepareGPU(ctx context.Context, sc *Scenario) (*GPUCollision, 
 			return nil, fmt.Errorf("bench: no GPU here (%s), and the scenario declares no capacity for its logical one ([devices] gpu = SIZE)", g.GPU.What)
 		}
 		g.Device, g.Smoke, keepDeclared = LogicalGPU, SmokeLabel, true
+		sc.flagLogicalGPU()
 		g.CapacityBytes, g.CapacitySource = int64(declared), "declared ([devices] gpu): no GPU here"
 		h.rep.note("%s: no GPU here (%s); the webgpu pools run on %s, the device %s a logical one", SmokeLabel, g.GPU.What, orDefault(g.Adapter, "no Vulkan device"), LogicalGPU)
 	} else if capacity, source, err := devices.Capacity(g.Device); err == nil {

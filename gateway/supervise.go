@@ -495,17 +495,17 @@ func (s *supervisor) spawn(p *proc) {
 	for k, v := range pc.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	// Memory admission: the worker may use what the device's budget has left.
-	if left, ok := s.mem.remaining(pc.Device, p.pool, p.id); ok {
-		if left <= 0 {
-			s.pools[p.pool].failed = s.mem.admissionError(pc.Device, p.pool, 0)
-			p.settled, p.exited = make(chan struct{}), make(chan struct{})
-			close(p.settled)
-			close(p.exited)
-			return
-		}
-		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", config.MemBudgetEnv, left))
+	// Memory admission: the worker may use what the device's budget has left; a device
+	// whose capacity is unknown (ok false) admits nothing.
+	left, ok := s.mem.remaining(pc.Device, p.pool, p.id)
+	if !ok || left <= 0 {
+		s.pools[p.pool].failed = s.mem.admissionError(pc.Device, p.pool, 0)
+		p.settled, p.exited = make(chan struct{}), make(chan struct{})
+		close(p.settled)
+		close(p.exited)
+		return
 	}
+	cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", config.MemBudgetEnv, left))
 	// The models in force (a run-time load or unload changes them without the file), and
 	// the key of the verbs that change them in place.
 	models, _ := json.Marshal(pc.Models)
