@@ -445,6 +445,36 @@ func (s *supervisor) reclaimFor(pool, device string, need int64, prio int) {
 	}
 }
 
+// startingOn reports whether a worker of a local pool on device is starting: spawned, not
+// exited nor being stopped, and not yet ready and heard with its models (its memory not
+// yet in the admission: relief.go, rule 1).
+func (s *supervisor) startingOn(device string) bool {
+	var ready []string // asked of the tracker after s.mu: never the two locks at once
+	s.mu.Lock()
+	for _, pp := range s.pools {
+		if pp.cfg.Device != device {
+			continue
+		}
+		for _, p := range pp.procs {
+			if p.cmd == nil || p.stopping || isClosed(p.exited) {
+				continue
+			}
+			if !p.ready {
+				s.mu.Unlock()
+				return true
+			}
+			ready = append(ready, p.id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range ready {
+		if w, ok := s.tracker.Get(id); !ok || len(w.HB.Models) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // waitHeartbeat waits (a bounded time) until the tracker has heard a ready worker, so its
 // measured memory counts when the next worker's budget is computed.
 func (s *supervisor) waitHeartbeat(p *proc) {
