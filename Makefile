@@ -82,7 +82,7 @@ test: test-first
 # keys, the adapter checks, the webgpu smoke run) run beside the other packages; the rest
 # of bench/ (its ratios to solo runs) runs alone, last. A new bench test is timed (alone)
 # unless named here.
-BENCH_UNTIMED := ^(TestLibrary.*|TestProfile.*|TestPowerMeterRAPL|TestProcSampler|TestGPUCheckAdapterMismatch|TestAdapterMismatchFails|TestNotTheGPU|TestThroughputWebGPUSmoke)$$
+BENCH_UNTIMED := ^(TestLibrary.*|TestProfile.*|TestMemCheck.*|TestUnmeasured.*|TestPowerMeterRAPL|TestProcSampler|TestGPUCheckAdapterMismatch|TestAdapterMismatchFails|TestNotTheGPU|TestThroughputWebGPUSmoke)$$
 .PHONY: test-packages test-bench-untimed
 test-packages:
 	$(GO) test $(GOFLAGS_TEST) -p 2 $(filter-out $(TIMED_PKGS),$(INTEGRATION_PKGS)) $(UNIT_PKGS)
