@@ -96,6 +96,7 @@ func wire(c *config.Config, p *config.Pool, id string, log *slog.Logger, rt *ort
 	dec := newDecoder(log, w.q.upcoming, p.DecodeWorkers(runtime.NumCPU()), p.Slots*max(1, p.MaxBatch))
 	w.q.changed = dec.wake
 	w.slots = newSlots(p.Slots, w.q, dec, w.reply, log)
+	w.slots.watch = &adapterWatch{models: w.models, adapter: func() string { return w.adapter.adapter }, log: log}
 	w.serve = &server{cfg: c, pool: p, worker: id, log: log, models: w.models, q: w.q, reply: w.reply, snapshot: w.snapshot, replies: c.NATS.Replies()}
 	w.ctl = newController(id, p.Name, log, w.loader, w.models, w.reply, &w.serve.draining)
 	w.serve.ctl = w.ctl
