@@ -22,6 +22,7 @@ import (
 // the adapter; its model then fails (status says why: provider_unavailable, the adapter
 // lost), and the class's chain goes on to the cpu pool, which serves the next request.
 func TestWebGPUAdapterLost(t *testing.T) {
+	t.Parallel()
 	testenv.RequireVulkan(t)
 	root := imageRoot(t)
 	lib := testenv.RuntimeLib(t, "1.30.0")

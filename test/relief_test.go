@@ -75,6 +75,7 @@ func nextEvent(t *testing.T, ch chan llmtenant.Event, want string, stderr *locke
 // the wrapper asks for relief, the lease is grown back to 256 MiB, the on-relief hook
 // resumes the tenant by itself (its resumed event), and it generates again.
 func TestLeaseReliefRealTenant(t *testing.T) {
+	t.Parallel()
 	o := testenv.RequireLLMTenant(t)
 	model, err := gguf.GenerateLlama(t.TempDir(), "tiny")
 	if err != nil {
