@@ -109,6 +109,10 @@ type Options struct {
 	// request (spans exported over OTLP/HTTP to a sink in the bench process), timed in the
 	// same interleaved blocks as the untraced one (overhead_trace.go).
 	Trace bool
+	// Pages adds to overhead the gateway path of a second system with this many of the
+	// gateway's pages open on its HTTP API, each reading its event stream, timed in the
+	// same interleaved blocks (overhead_page.go); 0: none.
+	Pages int
 	// Out receives the printed tables (nil = discarded).
 	Out io.Writer
 	// Logs receives the gateway's and workers' stderr (nil = kept in a file in the
@@ -119,6 +123,10 @@ type Options struct {
 	Kills int
 	// KeepTemp keeps the temporary directory (configs, models, images, logs).
 	KeepTemp bool
+
+	// pageIdle, when set, is overhead -pages's idle window in place of pageIdleWindow
+	// (its test's shorter one).
+	pageIdle time.Duration
 
 	// startBound, when set, is how long a system may take to start (its gateway's ready
 	// line, then its pools live) in place of startBound: the GPU scenarios' webgpu pools

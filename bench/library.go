@@ -156,6 +156,9 @@ type LibrarySetup struct {
 	InFlight int    `json:"sharp_in_flight"`
 	PrepReps int    `json:"prep_reps"`
 	Cache    string `json:"cache"`
+	// Malloc is how this process's allocator was set for its preprocessing runs (as the
+	// workers set theirs: vips.TuneMalloc).
+	Malloc string `json:"malloc"`
 }
 
 func latencySum(ds []time.Duration) *LatencySum {
@@ -178,13 +181,14 @@ func Library(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer h.close()
 	rep, w := h.rep, h.w
+	malloc := vips.TuneMalloc() // the workers' allocator, for the preprocessing timed here
 	lib, err := vips.Default()
 	if err != nil {
 		return nil, fmt.Errorf("libvips: %w", err)
 	}
 	res := &LibraryResults{ModelWait: "needs a GPU", Setup: LibrarySetup{
 		Models:  fmt.Sprintf("onnxgen tagger (%d px) and CCIP (%d px)", onnxgen.TaggerSize, onnxgen.CCIPSize),
-		Workers: libraryWorkers, Threads: 1, InFlight: libraryInFlight, PrepReps: libraryPrepReps, Cache: "off"}}
+		Workers: libraryWorkers, Threads: 1, InFlight: libraryInFlight, PrepReps: libraryPrepReps, Cache: "off", Malloc: malloc}}
 	rep.Results = res
 
 	dir := filepath.Join(w.images, "library")

@@ -42,6 +42,9 @@ type OverheadResults struct {
 	// Traced (-trace) is the gateway path of a second system that traces every request
 	// and exports its spans (overhead_trace.go); nil without -trace.
 	Traced *TracedOverhead `json:"traced,omitempty"`
+	// Page (-pages N) is the gateway path of a second system with N pages open on its
+	// HTTP API, streaming (overhead_page.go); nil without -pages.
+	Page *PageOverhead `json:"page,omitempty"`
 }
 
 // TracedOverhead is the traced gateway path of overhead -trace.
@@ -144,6 +147,17 @@ func Overhead(ctx context.Context, o Options) (*Report, error) {
 		defer stopTraced()
 		sink, paths = s, append(paths, timedPath{name: "gateway_traced", f: traced})
 	}
+	var pages *pageRun
+	if o.Pages > 0 {
+		// (f) with -pages: the gateway path of a system with pages open, streaming.
+		paged, run, stopPages, err := pagePath(ctx, h, overheadConfig(h, tinyDir), req, o.Pages, sys)
+		if err != nil {
+			return nil, err
+		}
+		defer stopPages()
+		pages, paths = run, append(paths, timedPath{name: "gateway_page", f: paged})
+	}
+	pages.begin()
 	sums, err := timeInterleaved(ctx, paths, overheadWarmup, n, 100)
 	if err != nil {
 		return nil, err
@@ -152,6 +166,9 @@ func Overhead(ctx context.Context, o Options) (*Report, error) {
 	if sink != nil {
 		res.Traced = &TracedOverhead{Gateway: latencyUS(sums[4]), MinusUntracedP50US: round(us(sums[4].P50)-us(sums[2].P50), 1),
 			Exports: sink.exports.Load(), ExportBytes: sink.bytes.Load()}
+	}
+	if res.Page, err = pages.result(ctx, sums[len(sums)-1], sums[2], positiveOr(o.pageIdle, pageIdleWindow)); err != nil {
+		return nil, err
 	}
 	h.rep.Results = res
 	res.print(o.out(), h.rep)
@@ -266,6 +283,9 @@ func (res *OverheadResults) print(out io.Writer, rep *Report) {
 	if tr := res.Traced; tr != nil {
 		rows = append(rows, fmt.Sprintf("gateway, traced (-trace)\t%.1f\t%.1f\t%.1f\t%.1f\t", tr.Gateway.P50, tr.Gateway.P95, tr.Gateway.P99, tr.Gateway.Max))
 	}
+	if pg := res.Page; pg != nil {
+		rows = append(rows, fmt.Sprintf("gateway, %d page(s) open (-pages)\t%.1f\t%.1f\t%.1f\t%.1f\t", pg.Pages, pg.Gateway.P50, pg.Gateway.P95, pg.Gateway.P99, pg.Gateway.Max))
+	}
 	printTable(out, "path\tp50 µs\tp95 µs\tp99 µs\tmax µs\t", rows...)
 	rt0 := res.Ratios
 	okDiff, okRaw := rt0.GatewayMinusInProcessP50US <= 300, rt0.GatewayOverRawP50 <= 3
@@ -277,6 +297,10 @@ func (res *OverheadResults) print(out io.Writer, rep *Report) {
 	fmt.Fprintf(out, "raw NATS / NATS echo p50: %.2fx, p99: %.2fx (target p50 <= 1.2x: %s)\n", rt0.RawOverEchoP50, rt0.RawOverEchoP99, verdict(okRawEcho))
 	if tr := res.Traced; tr != nil {
 		fmt.Fprintf(out, "traced - untraced gateway p50: %.1f µs (every request traced; %d OTLP exports, %d bytes, to a sink here)\n", tr.MinusUntracedP50US, tr.Exports, tr.ExportBytes)
+	}
+	if pg := res.Page; pg != nil {
+		fmt.Fprintf(out, "page open - none gateway p50: %.1f µs (%d page(s) streaming: %d snapshot events, %d bytes, in %.2f s)\n", pg.MinusPlainP50US, pg.Pages, pg.Events, pg.EventBytes, pg.WallS)
+		fmt.Fprintf(out, "gateway CPU, idle for %.1f s: %.2f ms/s with the page(s) open (%d events), %.2f ms/s without\n", pg.IdleS, pg.IdleCPUMSPerS, pg.IdleEvents, pg.PlainIdleCPUMSPerS)
 	}
 	if res.RelayReplies {
 		fmt.Fprintln(out, "replies: relayed by the gateway (-relay)")

@@ -275,9 +275,15 @@ func startSystemThen(ctx context.Context, o *Options, w *workdir, name, cfg stri
 // environment are left out: a bench's system traces only where env says so
 // (overhead_trace.go), so that its figures do not depend on the shell's.
 func startSystemEnv(ctx context.Context, o *Options, w *workdir, name, cfg string, env []string, connected func(*nats.Conn) error) (*system, error) {
+	return startSystemHTTP(ctx, o, w, name, cfg, env, "-", connected)
+}
+
+// startSystemHTTP is startSystemEnv with the gateway's HTTP API on httpListen ("-": off;
+// "127.0.0.1:0": a free loopback port, in the ready line's http).
+func startSystemHTTP(ctx context.Context, o *Options, w *workdir, name, cfg string, env []string, httpListen string, connected func(*nats.Conn) error) (*system, error) {
 	environ := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "OTEL_") })
 	gw, err := launch.Start(filepath.Join(o.BinDir, "gateway"), []string{"-config", cfg, "-nats-listen", "127.0.0.1:0",
-		"-http-listen", "-", "-worker", filepath.Join(o.BinDir, "ortworker")},
+		"-http-listen", httpListen, "-worker", filepath.Join(o.BinDir, "ortworker")},
 		launch.Options{Name: "gateway " + name, LogFile: filepath.Join(w.dir, name+".log"), Tee: o.Logs, Environ: environ, Env: env})
 	if err != nil {
 		return nil, err

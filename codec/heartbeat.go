@@ -217,6 +217,10 @@ type DeviceStatus struct {
 	// ForeignBytes is the memory that processes outside ortbus are measured to use on the
 	// device (nvidia-smi for cuda:N) past what leases cover, counted in FreeBytes.
 	ForeignBytes int64 `msgpack:"foreign_bytes,omitempty" json:"foreign_bytes,omitempty"`
+	// DriverUsedBytes is the memory in use on the whole device, every process's, as its
+	// driver reports it (nvidia-smi for cuda:N, sysfs for drm:N where the driver
+	// publishes it); absent where there is no such reading (cpu).
+	DriverUsedBytes int64 `msgpack:"driver_used_bytes,omitempty" json:"driver_used_bytes,omitempty"`
 }
 
 // ClassStatus is one latency class in a status reply.
@@ -227,6 +231,16 @@ type ClassStatus struct {
 	Running  int      `msgpack:"running" json:"running"`
 	Bound    int      `msgpack:"bound" json:"bound"`
 	Chain    []string `msgpack:"chain" json:"chain"`
+	// Answered1m counts the results this gateway answered in the last minute, P50MS1m and
+	// P95MS1m their latency's median and 95th percentile in ms (from acceptance to the
+	// answer; absent without results), from its ortbus_request_seconds histogram.
+	Answered1m int     `msgpack:"answered_1m,omitempty" json:"answered_1m,omitempty"`
+	P50MS1m    float64 `msgpack:"p50_ms_1m,omitempty" json:"p50_ms_1m,omitempty"`
+	P95MS1m    float64 `msgpack:"p95_ms_1m,omitempty" json:"p95_ms_1m,omitempty"`
+	// Shed counts the class's requests this gateway answered overloaded (a full queue, a
+	// bound) since it started, Expired those answered deadline_exceeded.
+	Shed    uint64 `msgpack:"shed,omitempty" json:"shed,omitempty"`
+	Expired uint64 `msgpack:"expired,omitempty" json:"expired,omitempty"`
 }
 
 // GatewayBeat is a gateway's own heartbeat, on ortbus.gw.<gateway>.hb, so that peer

@@ -210,6 +210,9 @@ type GateStatus struct {
 	Class         string  `msgpack:"class" json:"class"`
 	Paused        bool    `msgpack:"paused" json:"paused"`
 	PausedShare1m float64 `msgpack:"paused_share_1m" json:"paused_share_1m"`
-	Seq           uint64  `msgpack:"seq" json:"seq"`
-	Tenants       int     `msgpack:"tenants" json:"tenants"`
+	// PausedTotalMS is the time the gate was closed since it came to be (the device's
+	// first gated or pressed lease, while such leases are held without a gap).
+	PausedTotalMS int64  `msgpack:"paused_total_ms" json:"paused_total_ms"`
+	Seq           uint64 `msgpack:"seq" json:"seq"`
+	Tenants       int    `msgpack:"tenants" json:"tenants"`
 }

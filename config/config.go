@@ -147,6 +147,13 @@ type Gateway struct {
 	// file; ORTBUS_HTTP_TOKEN when unset): with a token, every route but /healthz needs
 	// `Authorization: Bearer TOKEN`.
 	HTTPTokenFile string `toml:"http_token_file,omitempty"`
+	// HTTPAccounts gives applications bearer tokens of their own on the HTTP API (and
+	// its page): account NAME -> a file holding NAME's token. A request bearing it is
+	// served as the account "account:NAME" (gateway/account.go): it sees and acts on its
+	// own jobs, leases, pauses and cache entries only, as the NATS account NAME does under
+	// identity = "account". The operator's token (HTTPTokenFile or ORTBUS_HTTP_TOKEN) must
+	// be set beside them, else a request without any token would be the operator's.
+	HTTPAccounts map[string]string `toml:"http_accounts,omitempty"`
 	// HTTPMaxBody bounds a request body (default 8MiB); a larger one is answered 413.
 	HTTPMaxBody Bytes `toml:"http_max_body,omitempty"`
 	// HTTPMaxConcurrent bounds the API requests served at once (default 256); one more

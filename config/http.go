@@ -36,7 +36,35 @@ func (c *Config) validateHTTP() error {
 		g.HTTPHosts[i] = strings.ToLower(h)
 	}
 	g.HTTPTokenFile = c.Path(g.HTTPTokenFile)
+	for name, file := range g.HTTPAccounts {
+		if err := CheckAccountName(name); err != nil {
+			errs = append(errs, c.errf("gateway.http_accounts", "%q: %v", name, err))
+			continue
+		}
+		if file == "" {
+			errs = append(errs, c.errf("gateway.http_accounts", "%q: want the path of a file holding its token", name))
+			continue
+		}
+		g.HTTPAccounts[name] = c.Path(file)
+	}
 	return errors.Join(errs...)
+}
+
+// MaxAccountNameLen bounds an HTTP account's name (gateway.http_accounts).
+const MaxAccountNameLen = 64
+
+// CheckAccountName accepts the name of an HTTP account: 1 to MaxAccountNameLen letters,
+// digits, '-' and '_' (a NATS account's name of that form names the same owner).
+func CheckAccountName(name string) error {
+	if name == "" || len(name) > MaxAccountNameLen {
+		return fmt.Errorf("want 1 to %d characters, got %d", MaxAccountNameLen, len(name))
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return fmt.Errorf("holds %q (letters, digits, - and _ only)", r)
+		}
+	}
+	return nil
 }
 
 // checkHTTPHost accepts what a Host header may carry: a name or an IP address, with an

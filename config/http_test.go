@@ -25,6 +25,7 @@ http_hosts = ["Ortbus.Internal", "gw.example:8080", "[::1]:9000", "10.0.0.7"]
 http_token_file = "secrets/http-token"
 http_max_body = "1MiB"
 http_max_concurrent = 4
+http_accounts = { alice = "secrets/alice-token" }
 `)
 	c, err := Load(p)
 	if err != nil {
@@ -36,6 +37,9 @@ http_max_concurrent = 4
 	}
 	if want := filepath.Join(filepath.Dir(p), "secrets", "http-token"); g.HTTPTokenFile != want {
 		t.Errorf("http_token_file = %s, want %s (relative to the file)", g.HTTPTokenFile, want)
+	}
+	if want := filepath.Join(filepath.Dir(p), "secrets", "alice-token"); g.HTTPAccounts["alice"] != want {
+		t.Errorf("http_accounts = %v, want alice's file %s (relative to the file)", g.HTTPAccounts, want)
 	}
 	if g.HTTPMaxBody != 1<<20 || g.HTTPMaxConcurrent != 4 {
 		t.Errorf("http_max_body %d, http_max_concurrent %d", g.HTTPMaxBody, g.HTTPMaxConcurrent)
@@ -54,6 +58,8 @@ func TestHTTPGuardsBad(t *testing.T) {
 		{`http_hosts = ["gw.example:99999"]`, "bad port"},
 		{`http_hosts = ["gw.example:"]`, "bad port"},
 		{`http_token = "s3cret"`, "unknown key"},
+		{`http_accounts = { "al ice" = "t" }`, "letters, digits"},
+		{`http_accounts = { alice = "" }`, "file holding its token"},
 	}
 	for i, tc := range cases {
 		text := good + "\n[gateway]\n" + tc.line + "\n"

@@ -12,8 +12,10 @@ import (
 	"image/color"
 	"image/png"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -37,6 +39,9 @@ type Options struct {
 	// GatewayBin is the gateway executable (it finds ortworker next to itself).
 	GatewayBin string
 	Out        io.Writer
+	// Stay, when set, keeps the gateway (and its page) running after the report until it
+	// is closed (an interrupt, in `ortbus demo -stay`).
+	Stay <-chan struct{}
 }
 
 // Run starts a gateway on the config (embedded NATS on a free loopback port, its local
@@ -58,6 +63,7 @@ func Run(o Options) error {
 		return fmt.Errorf("%w; its log ends:\n%s", err, gw.LogTail(20))
 	}
 	fmt.Fprintf(o.Out, "gateway     NATS %s, HTTP %s\n", ready.NATSURL, ready.HTTP)
+	fmt.Fprintf(o.Out, "page        http://%s/   (devices, pools, classes, leases, jobs, live; %s)\n", ready.HTTP, stayNote(o.Stay != nil))
 	c, err := client.Connect(ready.NATSURL)
 	if err != nil {
 		return err
@@ -82,7 +88,22 @@ func Run(o Options) error {
 	if err := requests(ctx, o.Out, c, imgs); err != nil {
 		return err
 	}
-	return collide(ctx, o.Out, c, imgs)
+	if err := collide(ctx, o.Out, c, imgs); err != nil {
+		return err
+	}
+	if o.Stay != nil {
+		fmt.Fprintf(o.Out, "\nthe gateway and its page http://%s/ stay up until interrupted (Ctrl-C)\n", ready.HTTP)
+		<-o.Stay
+	}
+	return nil
+}
+
+// stayNote says how long the page is there.
+func stayNote(stay bool) string {
+	if stay {
+		return "up until interrupted"
+	}
+	return "while the demo runs; `ortbus demo -stay` keeps it up"
 }
 
 var demoColours = map[string]color.RGBA{
@@ -146,7 +167,11 @@ func requests(ctx context.Context, w io.Writer, c *client.Client, imgs map[strin
 	defer tw.Flush()
 	fmt.Fprintln(tw, "\nop\tclass\tpool\tworker\tORT\tresult\tinfer_us\ttotal_us")
 	row := func(op, class string, s *codec.Served, result string) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", op, class, s.Pool, s.Worker, s.Runtime, result, s.Timing.InferUS, s.Timing.TotalUS)
+		pool := s.Pool
+		if s.Timing.Cached {
+			pool = "cache (" + s.Pool + "'s)" // answered from the result cache: computed by that pool before
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", op, class, pool, s.Worker, s.Runtime, result, s.Timing.InferUS, s.Timing.TotalUS)
 	}
 	for _, class := range []string{subjects.ClassInteractive, subjects.ClassBatch} {
 		for _, name := range []string{"red", "blue", "split"} {
@@ -200,46 +225,81 @@ func requests(ctx context.Context, w io.Writer, c *client.Client, imgs map[strin
 func collide(ctx context.Context, w io.Writer, c *client.Client, imgs map[string]string) error {
 	const nBatch, nInteractive = 200, 20
 	names := []string{"red", "green", "blue", "yellow", "cyan", "magenta", "white", "black"}
-	type res struct {
-		class, pool string
-		d           time.Duration
-		err         error
-	}
-	results := make(chan res, nBatch+nInteractive)
+	results := make(chan burstResult, nBatch+nInteractive)
 	t0 := time.Now()
 	for i := 0; i < nBatch; i++ {
 		go func(i int) {
 			s := time.Now()
 			r, err := c.Tag(ctx, codec.Request{Path: imgs[names[i%len(names)]], Class: subjects.ClassBatch})
-			results <- res{subjects.ClassBatch, r.Pool, time.Since(s), err}
+			results <- burstResult{subjects.ClassBatch, r.Pool, r.Timing.Cached, time.Since(s), err}
 		}(i)
 	}
 	for i := 0; i < nInteractive; i++ {
 		s := time.Now()
 		r, err := c.Tag(ctx, codec.Request{Path: imgs[names[i%len(names)]]})
-		results <- res{subjects.ClassInteractive, r.Pool, time.Since(s), err}
+		results <- burstResult{subjects.ClassInteractive, r.Pool, r.Timing.Cached, time.Since(s), err}
 	}
-	pools := map[string]map[string]int{}
-	lat := map[string][]time.Duration{}
+	all := make([]burstResult, 0, nBatch+nInteractive)
 	for i := 0; i < nBatch+nInteractive; i++ {
 		r := <-results
 		if r.err != nil {
 			return fmt.Errorf("%s request failed: %w", r.class, r.err)
 		}
-		if pools[r.class] == nil {
-			pools[r.class] = map[string]int{}
-		}
-		pools[r.class][r.pool]++
-		lat[r.class] = append(lat[r.class], r.d)
+		all = append(all, r)
 	}
 	elapsed := time.Since(t0)
 	fmt.Fprintf(w, "\nburst: %d batch + %d interactive tag requests at once, all answered in %s\n", nBatch, nInteractive, elapsed.Round(time.Millisecond))
-	for _, class := range []string{subjects.ClassInteractive, subjects.ClassBatch} {
-		d := lat[class]
-		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-		fmt.Fprintf(w, "  %-12s served by %v   p50 %s   max %s\n", class, pools[class], d[len(d)/2].Round(time.Microsecond), d[len(d)-1].Round(time.Microsecond))
+	for _, line := range burstLines(all, subjects.ClassInteractive, subjects.ClassBatch) {
+		fmt.Fprintln(w, line)
 	}
 	return nil
+}
+
+// burstResult is one answer of the burst.
+type burstResult struct {
+	class, pool string
+	cached      bool // answered from the result cache ([cache]): no pool ran it
+	d           time.Duration
+	err         error
+}
+
+// burstLines are the burst's report, a line per class in classes' order: the pools that
+// ran its requests and how many each, the answers from the result cache apart (their
+// Served names the pool that once computed them, not one that ran them now), and the
+// latency of them all.
+func burstLines(all []burstResult, classes ...string) []string {
+	var out []string
+	for _, class := range classes {
+		pools := map[string]int{}
+		cached := 0
+		var d []time.Duration
+		for _, r := range all {
+			if r.class != class {
+				continue
+			}
+			d = append(d, r.d)
+			if r.cached {
+				cached++
+			} else {
+				pools[r.pool]++
+			}
+		}
+		if len(d) == 0 {
+			continue
+		}
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		var ran []string
+		for _, p := range slices.Sorted(maps.Keys(pools)) {
+			ran = append(ran, fmt.Sprintf("%s:%d", p, pools[p]))
+		}
+		served := "run by " + strings.Join(ran, " ")
+		if len(ran) == 0 {
+			served = "run by no pool"
+		}
+		out = append(out, fmt.Sprintf("  %-12s %s, %d answered from the cache   p50 %s   max %s", class, served, cached,
+			d[len(d)/2].Round(time.Microsecond), d[len(d)-1].Round(time.Microsecond)))
+	}
+	return out
 }
 
 func tagSummary(r *codec.TagReply) string {

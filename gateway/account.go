@@ -72,9 +72,9 @@ func accountOf(cfg *config.Config, h micro.Headers) string {
 	if len(v) > 64<<10 || json.Unmarshal([]byte(v), &ci) != nil || ci.Account == "" || len(ci.Account) > 256 {
 		// The server writes it well formed; a malformed one fails closed: an account that
 		// owns nothing, never the local owner.
-		return "account:"
+		return accountPrefix
 	}
-	return "account:" + ci.Account
+	return accountPrefix + ci.Account
 }
 
 // accountBound is the bound of one account other than the local owner, for a total bound.

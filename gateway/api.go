@@ -115,10 +115,19 @@ func (g *Gateway) handle(op string, r micro.Request, ops bool) {
 	g.serveFrom(telemetry.Extract(context.Background(), r.Headers()), op, r.Data(), asJSON, r.Reply(), by, account, reply)
 }
 
-// serve dispatches one request of op from HTTP; ctx carries the trace context of its
-// headers (telemetry.ExtractHTTP).
-func (g *Gateway) serve(ctx context.Context, op string, data []byte, asJSON bool, reply Reply) {
-	g.serveFrom(ctx, op, data, asJSON, "", ownerHTTP, "", reply)
+// serve dispatches one request of op from HTTP, sent by account ("" the operator:
+// httpcaller.go); ctx carries the trace context of its headers (telemetry.ExtractHTTP).
+func (g *Gateway) serve(ctx context.Context, op string, data []byte, asJSON bool, account string, reply Reply) {
+	g.serveFrom(ctx, op, data, asJSON, "", httpOwner(account), account, reply)
+}
+
+// httpOwner is who sent an HTTP request of account, for cancel's ownership check: the
+// HTTP API for the operator, the account itself for an account (as over NATS).
+func httpOwner(account string) string {
+	if account == "" {
+		return ownerHTTP
+	}
+	return accountOwner(account)
 }
 
 // serveFrom dispatches one request of op. replyTo is its NATS reply subject ("" over
@@ -208,12 +217,13 @@ func (g *Gateway) health() *codec.HealthReply {
 func (g *Gateway) status(account string) *codec.StatusReply {
 	cfg := g.conf()
 	st := &codec.StatusReply{Gateway: g.id, AllowedRoots: cfg.Security.AllowedRoots, SpoolDir: cfg.Security.SpoolDir, Devices: g.budget.deviceStatus(cfg)}
-	if account != "" {
-		for i := range st.Devices {
+	now := time.Now()
+	for i := range st.Devices {
+		if account != "" {
 			st.Devices[i].Leases = g.budget.leases.ownedBy(st.Devices[i].Device, account)
 		}
+		st.Devices[i].DriverUsedBytes = g.driver.latest(st.Devices[i].Device, now)
 	}
-	now := time.Now()
 	for _, name := range cfg.PoolNames() {
 		pc := cfg.Pools[name]
 		ps := codec.PoolStatus{Name: name, EP: pc.EP, Device: pc.Device, Local: pc.IsLocal(), Classes: pc.Classes, Workers: pc.Workers, Live: len(g.tracker.Live(name))}
@@ -252,7 +262,11 @@ func (g *Gateway) status(account string) *codec.StatusReply {
 	g.d.inspect(func(lc *lifecycle) { running = lc.running() })
 	for _, name := range cfg.ClassNames() {
 		cl := cfg.Classes[name]
-		st.Classes = append(st.Classes, codec.ClassStatus{Name: name, Priority: cl.Priority, Queued: g.d.queues.Len(name), Running: running[name], Bound: cl.QueueBound, Chain: cl.Chain})
+		cs := codec.ClassStatus{Name: name, Priority: cl.Priority, Queued: g.d.queues.Len(name), Running: running[name], Bound: cl.QueueBound, Chain: cl.Chain}
+		if g.metrics != nil && g.metrics.window != nil {
+			g.metrics.window.fill(&cs)
+		}
+		st.Classes = append(st.Classes, cs)
 	}
 	return st
 }

@@ -63,7 +63,11 @@ type gateState struct {
 	tenants int
 	pub     time.Time  // last published
 	spans   [][2]int64 // closed spans (unix ms) within the last minute; an open one ends at 0
-	last    codec.Gate // as published
+	// closedMS is the time it was closed in its spans that ended, since it came to be
+	// (the device's first gated or pressed lease of a run of them): with the open span,
+	// its total pause time.
+	closedMS int64
+	last     codec.Gate // as published
 }
 
 // closedIn is the time (ms) st was closed within the last gateHistory before now; it
@@ -268,6 +272,7 @@ func (gs *gates) decide(now time.Time, cfg *config.Config) {
 				st.spans = append(st.spans, [2]int64{now.UnixMilli(), 0})
 			} else if n := len(st.spans); n > 0 {
 				st.spans[n-1][1] = now.UnixMilli()
+				st.closedMS += st.spans[n-1][1] - st.spans[n-1][0]
 			}
 		}
 		st.class, st.closed, st.tags, st.tenants = cmp.Or(classes[d], gateClass(cfg, d)), closed, h.tags, h.gated
@@ -314,8 +319,12 @@ func (gs *gates) list(now time.Time) []codec.GateStatus {
 	for _, d := range slices.Sorted(maps.Keys(gs.by)) {
 		st := gs.by[d]
 		closed := st.closedIn(now)
+		total := st.closedMS
+		if n := len(st.spans); st.closed && n > 0 && st.spans[n-1][1] == 0 {
+			total += now.UnixMilli() - st.spans[n-1][0]
+		}
 		out = append(out, codec.GateStatus{Device: d, Class: st.class, Paused: st.closed, PausedShare1m: float64(closed) / float64(gateHistory.Milliseconds()),
-			Seq: st.last.Seq, Tenants: st.tenants})
+			PausedTotalMS: total, Seq: st.last.Seq, Tenants: st.tenants})
 	}
 	return out
 }

@@ -110,7 +110,7 @@ func TestGateDecision(t *testing.T) {
 			}
 			now = now.Add(30 * time.Second)
 			st := g.gates.list(now)
-			if len(st) != 1 || !st[0].Paused || st[0].PausedShare1m < 0.45 || st[0].Tenants != 1 {
+			if len(st) != 1 || !st[0].Paused || st[0].PausedShare1m < 0.45 || st[0].Tenants != 1 || st[0].PausedTotalMS < 30_000 {
 				t.Errorf("status of the gate closed for 30 s: %+v", st)
 			}
 			// Unchanged, it is published again every gateRefresh; the work done, open at once.
@@ -122,6 +122,11 @@ func TestGateDecision(t *testing.T) {
 			g.gates.decide(now.Add(gateRefresh+gateTick), g.conf())
 			if s := next(); s.Closed {
 				t.Errorf("open after the work: %+v", s)
+			}
+			// Open, its total pause time keeps what it was closed, past the minute too.
+			if st := g.gates.list(now.Add(2 * time.Minute)); len(st) != 1 || st[0].Paused || st[0].PausedShare1m != 0 ||
+				st[0].PausedTotalMS < 30_000 || st[0].PausedTotalMS > 31_000 {
+				t.Errorf("status of the gate open again: %+v", st)
 			}
 			// The lease gone, so is the gate.
 			leaseOwn(g, &codec.LeaseRequest{Action: codec.LeaseRelease, Lease: l.Lease})

@@ -65,6 +65,7 @@ type Gateway struct {
 	cache      *cacheService   // the result cache (cache.go)
 	jobs       *jobService     // the job API (jobs.go)
 	metrics    *metrics
+	driver     *driverReadings // the devices' memory as their drivers report it (driverused.go)
 
 	// A NATS connection closed for good other than by closeNATS (onClosed).
 	closing      atomic.Bool   // closeNATS closes it: that close is no loss
@@ -128,6 +129,7 @@ func (g *Gateway) build(c *config.Config, bin, url string) error {
 		deviceCollector{conf: conf, budget: budget, gates: gates})
 	g.reloader, g.metrics, g.tracker, g.pauses, g.budget, g.gates = rl, m, tracker, ps, budget, gates
 	g.supervisor, g.failover, g.d, g.cache, g.jobs = sup, fo, d, cache, jobs
+	g.driver = newDriverReadings()
 	return nil
 }
 

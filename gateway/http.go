@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -56,8 +56,11 @@ const (
 //   - Host must name this gateway (DNS rebinding): the listen address as bound; on
 //     loopback also localhost, 127.0.0.1 and [::1] with its port; bound to every address,
 //     any IP literal (and localhost) with its port; and gateway.http_hosts. Else 421.
+//   - A method other than GET and HEAD sent by another site's page is refused (403,
+//     crossSite).
 //   - With a token (gateway.http_token_file, or ORTBUS_HTTP_TOKEN), every route but
-//     /healthz needs `Authorization: Bearer TOKEN`. Else 401.
+//     /healthz and the page's files (page.go) needs `Authorization: Bearer TOKEN`: the
+//     operator's, or an HTTP account's (httpcaller.go). Else 401.
 //   - A route takes the path and method: else 404, or 405 for a known path (notFound).
 //   - The API routes (op), in this order: a POST body must be `Content-Type:
 //     application/json` (else 415: a cross-site "simple" request, text/plain or a form,
@@ -76,12 +79,16 @@ type httpAPI struct {
 	log *slog.Logger
 	cfg *config.Config // the configuration it was built under: its limits
 
-	mux     *http.ServeMux
-	port    string          // the bound port
-	anyIP   bool            // bound to the unspecified address
-	exact   map[string]bool // Host values host:port, lower-case
-	names   map[string]bool // host names accepted on any port (http_hosts without a port)
-	token   []byte          // SHA-256 of the bearer token; nil: none required
+	mux   *http.ServeMux
+	port  string          // the bound port
+	anyIP bool            // bound to the unspecified address
+	exact map[string]bool // Host values host:port, lower-case
+	names map[string]bool // host names accepted on any port (http_hosts without a port)
+	token []byte          // SHA-256 of the operator's bearer token; nil: none required
+	// accounts are the HTTP accounts' tokens (httpcaller.go); only with token.
+	accounts []httpAccount
+	// events serves the page's snapshots and event streams (events.go).
+	events  *eventStreams
 	maxBody int64
 	// bodyTimeout is httpBodyTimeout (shorter in tests).
 	bodyTimeout time.Duration
@@ -95,12 +102,13 @@ type httpAPI struct {
 // httpService is what the HTTP API asks of the gateway: its service functions, wired
 // at construction (newHTTPAPI), as the budget's view of the gateway is.
 type httpService struct {
-	// serve serves one request of the client API (api.go), answering through reply.
-	serve func(ctx context.Context, op string, data []byte, asJSON bool, reply Reply)
-	// cancelAbandoned cancels request id, whose HTTP client went away, if it is still
-	// unanswered (an answered one is not remembered as cancelled: a retry with the same
-	// id must run).
-	cancelAbandoned func(id string)
+	// serve serves one request of the client API (api.go) from account ("" the
+	// operator: httpcaller.go), answering through reply.
+	serve func(ctx context.Context, op string, data []byte, asJSON bool, account string, reply Reply)
+	// cancelAbandoned cancels request id of account, whose HTTP client went away, if it
+	// is still unanswered (an answered one is not remembered as cancelled: a retry with
+	// the same id must run).
+	cancelAbandoned func(id, account string)
 	// notReady says why the gateway should not be sent requests (GET /readyz), nil when
 	// it is ready.
 	notReady func() *codec.Error
@@ -140,7 +148,8 @@ func (b *budgetReader) release() { b.a.reading.Add(-b.held); b.held = 0 }
 
 // serveHTTP serves the same API as JSON over HTTP (on a loopback address by default):
 // POST /v1/<op>, POST /v1/job/<verb>, GET /v1/job/list, GET /v1/status, GET /v1/health,
-// GET /healthz, GET /readyz, GET /metrics.
+// GET /healthz, GET /readyz, GET /metrics; and the page: GET / and its files, GET
+// /v1/snapshot, GET /v1/events (page.go, events.go).
 // It returns the server (nil when HTTP is off) and its bound address.
 func serveHTTP(g *Gateway, override string) (*http.Server, string, error) {
 	c := g.conf()
@@ -155,12 +164,19 @@ func serveHTTP(g *Gateway, override string) (*http.Server, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	accounts, err := httpAccounts(c, token)
+	if err != nil {
+		return nil, "", err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, "", err
 	}
 	a := newHTTPAPI(g, addr, ln.Addr(), token)
-	return startHTTP(a.cfg, a.log, ln, a), ln.Addr().String(), nil
+	a.accounts = accounts
+	srv := startHTTP(a.cfg, a.log, ln, a)
+	srv.RegisterOnShutdown(a.events.close) // the event streams end: nothing else would
+	return srv, ln.Addr().String(), nil
 }
 
 // startHTTP serves h on ln, with the server's limits, until the server is closed. At
@@ -204,19 +220,30 @@ func httpWriteTimeout(c *config.Config) time.Duration {
 // and not be empty), else ORTBUS_HTTP_TOKEN; nil when neither gives one. Only its hash
 // is kept, so that comparing takes the same time whatever the length of a guess.
 func httpToken(file string) ([]byte, error) {
-	tok := os.Getenv(config.HTTPTokenEnv)
 	if file != "" {
-		b, err := os.ReadFile(file)
+		sum, err := httpTokenFile(file)
 		if err != nil {
 			return nil, fmt.Errorf("gateway.http_token_file: %w", err)
 		}
-		if tok = strings.TrimSpace(string(b)); tok == "" {
-			return nil, fmt.Errorf("gateway.http_token_file: %s is empty", file)
-		}
+		return sum, nil
 	}
-	tok = strings.TrimSpace(tok)
+	tok := strings.TrimSpace(os.Getenv(config.HTTPTokenEnv))
 	if tok == "" {
 		return nil, nil
+	}
+	sum := sha256.Sum256([]byte(tok))
+	return sum[:], nil
+}
+
+// httpTokenFile is the SHA-256 of the token file holds: it must exist and not be empty.
+func httpTokenFile(file string) ([]byte, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return nil, fmt.Errorf("%s is empty", file)
 	}
 	sum := sha256.Sum256([]byte(tok))
 	return sum[:], nil
@@ -230,8 +257,10 @@ func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI 
 	c := g.conf()
 	a := &httpAPI{
 		svc: httpService{
-			serve:           g.serve,
-			cancelAbandoned: func(id string) { g.d.cancel(id, ownerHTTP, "", true) },
+			serve: g.serve,
+			cancelAbandoned: func(id, account string) {
+				g.d.cancel(accountScopedID(account, id), httpOwner(account), account, true)
+			},
 			notReady: func() *codec.Error {
 				return notReady(g.nc, func() int { return g.health().Workers }, g.jobs)
 			},
@@ -298,6 +327,11 @@ func newHTTPAPI(g *Gateway, addr string, bound net.Addr, token []byte) *httpAPI 
 	mux.HandleFunc("POST /v1/job/{verb}", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, "job."+r.PathValue("verb")) })
 	mux.HandleFunc("GET /v1/job/list", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, subjects.OpJobList) })
 	mux.HandleFunc("POST /v1/cache/{verb}", func(w http.ResponseWriter, r *http.Request) { a.op(w, r, "cache."+r.PathValue("verb")) })
+	a.events = newEventStreams(a, classHistories(g), httpMaxConns(c)/4)
+	mux.HandleFunc("GET /v1/snapshot", a.events.serveSnapshot)
+	mux.HandleFunc("GET /v1/events", a.events.serveStream)
+	mux.HandleFunc("GET /{$}", servePage)
+	mux.HandleFunc("GET /page/{file}", servePageFile)
 	mux.HandleFunc("/", a.notFound)
 	a.mux = mux
 	return a
@@ -313,12 +347,19 @@ func (a *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"Host %q is not this gateway's address (add the name to gateway.http_hosts)", truncate(r.Host, 256)))
 		return
 	}
-	if r.URL.Path != "/healthz" && !a.authorized(r) {
+	if !safeMethod(r.Method) && crossSite(r) {
+		httpError(w, http.StatusForbidden, codec.Errorf(codec.CodeBadRequest,
+			"a request from another site's page (Origin %q, Sec-Fetch-Site %q) may not change anything here",
+			truncate(r.Header.Get("Origin"), 256), truncate(r.Header.Get("Sec-Fetch-Site"), 32)))
+		return
+	}
+	account, ok := a.caller(r)
+	if !ok && !publicPath(r.URL.Path) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="ortbus"`)
 		httpError(w, http.StatusUnauthorized, codec.Errorf(codec.CodeBadRequest, "missing or wrong bearer token (Authorization: Bearer TOKEN)"))
 		return
 	}
-	a.mux.ServeHTTP(w, r)
+	a.mux.ServeHTTP(w, withCaller(r, account))
 }
 
 // notReady says why this gateway should not be sent requests (GET /readyz answers it
@@ -369,19 +410,6 @@ func (a *httpAPI) hostAllowed(h string) bool {
 	return a.anyIP && port == a.port && net.ParseIP(host) != nil
 }
 
-// authorized reports whether r carries the bearer token (or none is required).
-func (a *httpAPI) authorized(r *http.Request) bool {
-	if a.token == nil {
-		return true
-	}
-	scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(cred)))
-	return subtle.ConstantTimeCompare(sum[:], a.token) == 1
-}
-
 // notFound answers what no route takes: 405 for a known path with another method, else
 // 404, both as JSON errors.
 func (a *httpAPI) notFound(w http.ResponseWriter, r *http.Request) {
@@ -389,12 +417,12 @@ func (a *httpAPI) notFound(w http.ResponseWriter, r *http.Request) {
 	switch p := r.URL.Path; {
 	case p == "/v1/status" || p == "/v1/health":
 		allow = "GET, HEAD, POST"
-	case p == "/healthz" || p == "/readyz" || p == "/metrics":
+	case p == "/healthz" || p == "/readyz" || p == "/metrics" || p == "/v1/snapshot" || p == "/v1/events" || publicPath(p):
 		allow = "GET, HEAD"
 	case strings.HasPrefix(p, "/v1/") && !strings.Contains(p[len("/v1/"):], "/"):
 		allow = "POST"
 	}
-	if allow != "" {
+	if allow != "" && !slices.Contains(strings.Split(allow, ", "), r.Method) {
 		w.Header().Set("Allow", allow)
 		httpError(w, http.StatusMethodNotAllowed, codec.Errorf(codec.CodeBadRequest, "method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow))
 		return
@@ -445,7 +473,8 @@ func (a *httpAPI) op(w http.ResponseWriter, r *http.Request, op string) {
 	}
 	res := make(chan httpResult, 1)
 	// The reply never touches w: it may come after this handler has returned.
-	a.svc.serve(telemetry.ExtractHTTP(context.Background(), r.Header), op, body, true, func(b []byte, e *codec.Error) {
+	account := callerOf(r.Context())
+	a.svc.serve(telemetry.ExtractHTTP(context.Background(), r.Header), op, body, true, account, func(b []byte, e *codec.Error) {
 		select {
 		case res <- httpResult{b, e}:
 		default:
@@ -459,7 +488,7 @@ func (a *httpAPI) op(w http.ResponseWriter, r *http.Request, op string) {
 		case <-res: // answered meanwhile: nobody to tell
 		default:
 			if id != "" {
-				a.svc.cancelAbandoned(id)
+				a.svc.cancelAbandoned(id, account)
 			}
 		}
 	}

@@ -54,6 +54,9 @@ type metrics struct {
 	badMsgs   *prometheus.CounterVec
 	pubErrs   *prometheus.CounterVec
 	known     map[string]bool // every configured pool, class and model, op and code
+	// window is the classes' recent latency, read from latency and requests
+	// (classstats.go); sampling while the gateway runs.
+	window *classWindow
 	// conf is the gateway's config in force (Gateway.conf): which models a pool loads,
 	// for the model label of a request that named none (servedModel).
 	conf func() *config.Config
@@ -110,6 +113,7 @@ func newMetrics(c *config.Config, conf func() *config.Config, log *slog.Logger) 
 		m.known[string(c)] = true
 	}
 	m.reg.MustRegister(m.requests, m.latency, m.queueWait, m.inference, m.retries, m.badMsgs, m.pubErrs, panics)
+	m.window = newClassWindow(m)
 	return m
 }
 

@@ -40,6 +40,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer g.tracker.Stop()
 	defer g.budget.start(g.conf(), g.conf)() // the devices read before the workers start, so their budget knows it
+	defer g.metrics.window.start()()         // the classes' last minute (classstats.go)
 	if err := g.subscribe(); err != nil {
 		return err
 	}

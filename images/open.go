@@ -73,6 +73,12 @@ func (p Policy) Open(path string) (image.Image, Info, error) {
 // read does Open's path checks and reads the file once, bounded by MaxBytes. It returns
 // the bytes and the resolved path.
 func (p Policy) read(path string) ([]byte, string, error) {
+	return p.readInto(path, nil)
+}
+
+// readInto is read into buf's memory when its capacity holds the file (buf's contents
+// are overwritten), else into a new buffer.
+func (p Policy) readInto(path string, buf []byte) ([]byte, string, error) {
 	roots, err := p.admit(path)
 	if err != nil {
 		return nil, "", err
@@ -90,7 +96,7 @@ func (p Policy) read(path string) ([]byte, string, error) {
 	if err != nil {
 		return nil, "", resolveError(err, path)
 	}
-	data, err := readBounded(f, fi.Size(), p.maxBytes(), path, kindImage)
+	data, err := readBoundedInto(buf, f, fi.Size(), p.maxBytes(), path, kindImage)
 	if err != nil {
 		return nil, "", withPath(err, path)
 	}
@@ -118,11 +124,20 @@ func Decode(r io.Reader, maxPixels int64) (image.Image, Info, error) {
 // from size, so a file that keeps its size is read without copying. A read error is
 // kind's (unsupported_image for an image, bad_request for a tensor).
 func readBounded(r io.Reader, size, limit int64, name string, kind fileKind) ([]byte, error) {
+	return readBoundedInto(nil, r, size, limit, name, kind)
+}
+
+// readBoundedInto is readBounded into buf's memory when its capacity holds size+1 bytes.
+func readBoundedInto(buf []byte, r io.Reader, size, limit int64, name string, kind fileKind) ([]byte, error) {
 	if size > limit {
 		return nil, codec.Errorf(codec.CodeImageTooLarge, "%s is %d bytes, over the limit of %d bytes", name, size, limit).
 			With("bytes", size).With("max_bytes", limit)
 	}
-	buf := make([]byte, 0, min(max(size+1, 512), limit+1))
+	if want := min(max(size+1, 512), limit+1); int64(cap(buf)) >= want {
+		buf = buf[:0]
+	} else {
+		buf = make([]byte, 0, want)
+	}
 	lr := io.LimitReader(r, limit+1)
 	for {
 		if len(buf) == cap(buf) {

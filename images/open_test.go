@@ -274,3 +274,22 @@ func checkRGB(t *testing.T, img image.Image, x, y int, want [3]int, tol int) {
 		}
 	}
 }
+
+// TestReadBoundedIntoReuses: a buffer large enough is read into, not replaced; one too
+// small is not written past (a new one is made); the limit holds either way.
+func TestReadBoundedIntoReuses(t *testing.T) {
+	data := bytes.Repeat([]byte("x"), 1000)
+	big := make([]byte, 5, 4096)
+	got, err := readBoundedInto(big, bytes.NewReader(data), int64(len(data)), 1<<20, "f", kindImage)
+	if err != nil || !bytes.Equal(got, data) || &got[0] != &big[:1][0] {
+		t.Fatalf("into a 4096-byte buffer: err %v, equal %v, same memory %v", err, bytes.Equal(got, data), err == nil && &got[0] == &big[:1][0])
+	}
+	small := make([]byte, 0, 10)
+	got, err = readBoundedInto(small, bytes.NewReader(data), int64(len(data)), 1<<20, "f", kindImage)
+	if err != nil || !bytes.Equal(got, data) || &got[0] == &small[:1][0] {
+		t.Fatalf("into a 10-byte buffer: err %v, equal %v", err, bytes.Equal(got, data))
+	}
+	if _, err := readBoundedInto(big, bytes.NewReader(data), 0, 999, "f", kindImage); codec.AsError(err).Code != codec.CodeImageTooLarge {
+		t.Fatalf("over the limit into a pooled buffer: %v", err)
+	}
+}

@@ -20,8 +20,13 @@ var (
 
 // FlattenOn alpha-composites img over a solid bg and returns the result at origin (0,0).
 // With an opaque bg the result is opaque, so its RGB can be fed to a model that has no
-// alpha input (transparent pixels become bg rather than black).
+// alpha input (transparent pixels become bg rather than black). An opaque *image.RGBA at
+// origin (what Load returns with alpha flattened) is returned as it is, not copied: the
+// result is for reading.
 func FlattenOn(img image.Image, bg color.Color) *image.RGBA {
+	if m, ok := img.(*image.RGBA); ok && m.Rect.Min == (image.Point{}) && m.Opaque() {
+		return m
+	}
 	b := img.Bounds()
 	dst := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
 	if isOpaqueType(img) {
@@ -47,10 +52,15 @@ func isOpaqueType(img image.Image) bool {
 // Resize scales img to exactly w×h (aspect ratio not kept) with interp, for example
 // draw.BiLinear (the "triangle" filter; like PIL it widens the kernel when shrinking, so
 // it antialiases), draw.CatmullRom (bicubic) or draw.NearestNeighbor. A nil interp means
-// draw.BiLinear. w and h must be positive; an image already w×h is copied as it is. Alpha is kept (premultiplied, as in *image.RGBA).
+// draw.BiLinear. w and h must be positive; an image already w×h is copied as it is, or,
+// when it is an *image.RGBA at origin (Load brought it to the size), returned as it is:
+// the result is for reading. Alpha is kept (premultiplied, as in *image.RGBA).
 func Resize(img image.Image, w, h int, interp draw.Interpolator) *image.RGBA {
 	if w <= 0 || h <= 0 {
 		panic("images: Resize to a non-positive size")
+	}
+	if m, ok := img.(*image.RGBA); ok && m.Rect == image.Rect(0, 0, w, h) {
+		return m
 	}
 	if interp == nil {
 		interp = draw.BiLinear

@@ -206,3 +206,32 @@ func TestLetterboxMapBox(t *testing.T) {
 		t.Errorf("content corners map to %v,%v,%v,%v, want 0,0,333,100 (info %+v)", x1, y1, x2, y2, li)
 	}
 }
+
+// TestNoCopyWhenNothingToDo: what Load returns with alpha flattened (an opaque *image.RGBA
+// at origin, already the model's size) passes FlattenOn and Resize as it is; a
+// translucent one, one off origin or one of another size is composited or resampled
+// into a new image, the input untouched.
+func TestNoCopyWhenNothingToDo(t *testing.T) {
+	opaque := image.NewRGBA(image.Rect(0, 0, 4, 3))
+	for i := range opaque.Pix {
+		opaque.Pix[i] = 255
+	}
+	if got := FlattenOn(opaque, color.White); got != opaque {
+		t.Errorf("FlattenOn copied an opaque RGBA")
+	}
+	if got := Resize(opaque, 4, 3, nil); got != opaque {
+		t.Errorf("Resize copied an RGBA already 4x3")
+	}
+	if got := Resize(opaque, 3, 3, nil); got == opaque || got.Rect != image.Rect(0, 0, 3, 3) {
+		t.Errorf("Resize to 3x3 gave %v (same image: %v)", got.Rect, got == opaque)
+	}
+	clear := image.NewRGBA(image.Rect(0, 0, 2, 2)) // all transparent
+	got := FlattenOn(clear, color.White)
+	if got == clear || got.RGBAAt(1, 1) != (color.RGBA{255, 255, 255, 255}) || clear.Pix[0] != 0 {
+		t.Errorf("FlattenOn of a transparent RGBA: same image %v, pixel %v, input changed %v", got == clear, got.RGBAAt(1, 1), clear.Pix[0] != 0)
+	}
+	off := opaque.SubImage(image.Rect(1, 1, 3, 3)).(*image.RGBA)
+	if got := FlattenOn(off, color.White); got == off || got.Rect.Min != (image.Point{}) {
+		t.Errorf("FlattenOn of an image off origin kept it there: %v", got.Rect)
+	}
+}

@@ -252,3 +252,60 @@ func TestDashboardCheckFindsDrift(t *testing.T) {
 		}
 	}
 }
+
+// TestDashboardImportInputs: Grafana's import dialog asks for the Prometheus data source
+// through the dashboard's __inputs (DS_PROMETHEUS), which the data source variable takes
+// as its value and every query reads through the variable; no other input is referred to.
+func TestDashboardImportInputs(t *testing.T) {
+	b, err := os.ReadFile(dashboardPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Inputs []struct {
+			Name, Type, PluginID string
+		} `json:"__inputs"`
+		Templating struct {
+			List []struct {
+				Name, Type string
+				Current    struct{ Value any } `json:"current"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	declared := map[string]bool{}
+	for _, in := range dash.Inputs {
+		declared[in.Name] = true
+		if in.Name == "DS_PROMETHEUS" && (in.Type != "datasource" || in.PluginID != "prometheus") {
+			t.Errorf("input DS_PROMETHEUS: %+v, want a prometheus datasource", in)
+		}
+	}
+	if !declared["DS_PROMETHEUS"] {
+		t.Fatalf("no __inputs entry DS_PROMETHEUS: %+v", dash.Inputs)
+	}
+	for _, m := range regexp.MustCompile(`\$\{(DS_[A-Z0-9_]+)\}`).FindAllStringSubmatch(string(b), -1) {
+		if !declared[m[1]] {
+			t.Errorf("${%s} is used but not declared in __inputs", m[1])
+		}
+	}
+	var v *struct {
+		Name, Type string
+		Current    struct{ Value any } `json:"current"`
+	}
+	for i := range dash.Templating.List {
+		if dash.Templating.List[i].Type == "datasource" {
+			v = &dash.Templating.List[i]
+		}
+	}
+	if v == nil || v.Current.Value != "${DS_PROMETHEUS}" {
+		t.Fatalf("the data source variable %+v does not take DS_PROMETHEUS", v)
+	}
+	// Every query's data source is the variable.
+	for _, m := range regexp.MustCompile(`"uid":\s*"([^"]*)"`).FindAllStringSubmatch(string(b), -1) {
+		if m[1] != "${"+v.Name+"}" && m[1] != "ortbus" {
+			t.Errorf("a data source uid %q, want ${%s}", m[1], v.Name)
+		}
+	}
+}

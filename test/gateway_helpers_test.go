@@ -223,10 +223,17 @@ func spawnGateway(t testing.TB, cfgPath string, env ...string) *gatewayProc {
 // a fixed address (freeAddr) keeps the NATS URL across restarts of the gateway.
 func spawnGatewayOn(t testing.TB, cfgPath, natsListen string, env ...string) *gatewayProc {
 	t.Helper()
+	return spawnGatewayAt(t, cfgPath, natsListen, "127.0.0.1:0", env...)
+}
+
+// spawnGatewayAt is spawnGatewayOn with its HTTP API listening on httpListen: a fixed
+// address (freeAddr) keeps the page's address across restarts of the gateway.
+func spawnGatewayAt(t testing.TB, cfgPath, natsListen, httpListen string, env ...string) *gatewayProc {
+	t.Helper()
 	gwBin, workerBin := gatewayBinaries(t)
 	g := &gatewayProc{logPath: filepath.Join(filepath.Dir(cfgPath), "gateway.log")}
 	var err error
-	g.lp, err = launchpkg.Start(gwBin, []string{"-config", cfgPath, "-nats-listen", natsListen, "-http-listen", "127.0.0.1:0", "-worker", workerBin},
+	g.lp, err = launchpkg.Start(gwBin, []string{"-config", cfgPath, "-nats-listen", natsListen, "-http-listen", httpListen, "-worker", workerBin},
 		launchpkg.Options{Name: "gateway", Env: env, LogFile: g.logPath})
 	if err != nil {
 		t.Fatal(err)

@@ -756,7 +756,7 @@ func (h *hostileRun) surfaces(t *testing.T, s *hstack) []*hSurface {
 		out = append(out, &hSurface{name: "http POST /v1/job/" + j.verb, kind: hHTTPRoute, method: http.MethodPost, path: "/v1/job/" + j.verb,
 			op: "job." + j.verb, muts: hThin(t, j.sample, oHTTP, 12)})
 	}
-	for _, p := range []string{"/v1/status", "/v1/health", "/healthz", "/readyz", "/metrics"} {
+	for _, p := range []string{"/v1/status", "/v1/health", "/healthz", "/readyz", "/metrics", "/v1/snapshot", "/", "/page/page.js"} {
 		out = append(out, &hSurface{name: "http GET " + p, kind: hHTTPRoute, method: http.MethodGet, path: p,
 			muts: hThin(t, &codec.Request{ID: "h-get"}, oHTTP, 40)})
 	}

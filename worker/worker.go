@@ -173,8 +173,9 @@ func New(opts Options) (*Worker, error) {
 }
 
 // loadVips loads libvips, the image pipeline, at start when a model of the pool reads
-// images, so that the first request does not pay for it and a missing libvips is said
-// once, here (each image request then answers runtime_missing; the pool's raw models
+// images, and warms its decode path (vips.Lib.WarmUp: each format's loader started, the
+// heap faulted in), so that the first requests do not pay for it, and a missing libvips
+// is said once, here (each image request then answers runtime_missing; the pool's raw models
 // serve).
 func loadVips(log *slog.Logger, c *config.Config, p *config.Pool) {
 	for _, name := range p.Models {
@@ -182,7 +183,9 @@ func loadVips(log *slog.Logger, c *config.Config, p *config.Pool) {
 			if lib, err := vips.Default(); err != nil {
 				log.Error("libvips not loaded: image requests answer runtime_missing", "error", err)
 			} else {
-				log.Info("libvips loaded", "version", lib.Version, "library", lib.Path, "threads", lib.Threads)
+				warmed, took := lib.WarmUp()
+				log.Info("libvips loaded", "version", lib.Version, "library", lib.Path, "threads", lib.Threads,
+					"formats_warmed", warmed, "warm_up_ms", took.Milliseconds())
 			}
 			return
 		}

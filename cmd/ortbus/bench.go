@@ -56,6 +56,8 @@ const benchUsage = `usage: ortbus bench NAME [flags]
   -no-solo         collision: skip the solo runs
   -relay           overhead: the gateway relays every reply ([gateway] relay_replies)
   -trace           overhead: also time a second system that traces every request (OTLP to a sink here)
+  -pages N         overhead: also time a second system with N of the gateway's pages open,
+                   each reading its event stream (GET /v1/events), and both gateways' CPU
   -repo DIR        repository root (default: found from this binary or the working directory)
   -bin DIR         gateway and ortworker binaries (default: next to this binary, else <repo>/bin)
   -v               show the gateway's and workers' logs
@@ -118,6 +120,7 @@ func benchCmd(args []string) int {
 	noSolo := fs.Bool("no-solo", false, "")
 	relay := fs.Bool("relay", false, "")
 	traced := fs.Bool("trace", false, "")
+	pages := fs.Int("pages", 0, "")
 	repo := fs.String("repo", "", "")
 	bin := fs.String("bin", "", "")
 	verbose := fs.Bool("v", false, "")
@@ -134,7 +137,7 @@ func benchCmd(args []string) int {
 		*n = *files
 	}
 	o := bench.Options{Repo: *repo, BinDir: *bin, N: *n, Duration: *dur, InFlight: *inflight, Workers: *workers, Threads: *threads, EP: *ep, Device: *device, Smoke: *smoke, Kills: *kills,
-		Scenario: *scenario, Seed: *seed, Steps: *steps, SkipSolo: *noSolo, RelayReplies: *relay, Trace: *traced, Out: os.Stdout, KeepTemp: *keep}
+		Scenario: *scenario, Seed: *seed, Steps: *steps, SkipSolo: *noSolo, RelayReplies: *relay, Trace: *traced, Pages: *pages, Out: os.Stdout, KeepTemp: *keep}
 	if *verbose {
 		o.Logs = os.Stderr
 	}

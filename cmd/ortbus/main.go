@@ -6,7 +6,7 @@
 //	ortbus doctor -config FILE [-json] [-timeout 20s]              runtime discovery and EP checks, per pool
 //	ortbus models gen DIR [-heavy N]                               write the generated test/demo models
 //	ortbus models gen-llm DIR [-size tiny|bench]                   write the generated GGUF LLM (genllm.go)
-//	ortbus demo [-config deploy/local.toml] [-gateway PATH]        run the system end to end, print a report
+//	ortbus demo [-config deploy/local.toml] [-gateway PATH] [-stay] run the system end to end, print a report (and its page's address)
 //	ortbus bench NAME [-out FILE.json] [flags]                     overhead, throughput, collision, failure (bench.go)
 //	ortbus job submit|status|watch|wait|results|cancel|list ...    durable batch jobs, JSON lines (job.go)
 //	ortbus help                                                    usage
@@ -22,9 +22,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -47,7 +49,8 @@ const usage = `usage:
   ortbus models gen DIR [-heavy N]      write the generated models (N compute layers in tagger-heavy)
   ortbus models gen-llm DIR [-size tiny|bench]
                                         write the generated llama-architecture GGUF model (LLM tenant's; prints its path)
-  ortbus demo [-config FILE]            run the system end to end and print a report (default deploy/local.toml)
+  ortbus demo [-config FILE] [-stay]    run the system end to end and print a report (default deploy/local.toml)
+                                        and the page's address; -stay keeps the gateway and page up until Ctrl-C
   ortbus bench NAME [-out FILE.json]    overhead|throughput|collision|capacity|failure|jobs|incremental|lease (docs/BENCHMARKS.md)
   ortbus status [-s URL] [-json]        pools, workers, devices and class queues, as tables
   ortbus pause [-s URL] -class batch [-device D] -for 10m   pause a class on demand (it ends on its own); resume -class C ends it
@@ -196,6 +199,7 @@ func demoCmd(args []string) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	cfgPath := fs.String("config", "deploy/local.toml", "ortbus config file")
 	gatewayBin := fs.String("gateway", "", "gateway binary (default: next to this one)")
+	stay := fs.Bool("stay", false, "keep the gateway and its page up after the report, until interrupted")
 	if fs.Parse(args) != nil {
 		return 2
 	}
@@ -204,7 +208,13 @@ func demoCmd(args []string) int {
 		*gatewayBin = filepath.Join(filepath.Dir(self), "gateway")
 	}
 	t0 := time.Now()
-	if err := demo.Run(demo.Options{Config: *cfgPath, GatewayBin: *gatewayBin, Out: os.Stdout}); err != nil {
+	o := demo.Options{Config: *cfgPath, GatewayBin: *gatewayBin, Out: os.Stdout}
+	if *stay {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		o.Stay = ctx.Done()
+	}
+	if err := demo.Run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		return 1
 	}

@@ -42,6 +42,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/config"
+	"github.com/ortbus/ortbus/images/vips"
 	"github.com/ortbus/ortbus/internal/profile"
 	"github.com/ortbus/ortbus/natsconn"
 	"github.com/ortbus/ortbus/telemetry/export"
@@ -54,6 +55,10 @@ func main() { os.Exit(run()) }
 const exitConnLost = 4
 
 func run() int {
+	// Before anything allocates from C: libvips's per-item buffers reused, not faulted in
+	// afresh, on huge pages (see vips.ReexecWithTunables and vips.TuneMalloc).
+	reexecErr := vips.ReexecWithTunables()
+	mallocNote := vips.TuneMalloc()
 	defer profile.Start("ortworker")()
 	cfgPath := flag.String("config", "", "ortbus config file (TOML)")
 	pool := flag.String("pool", "", "the pool this worker serves")
@@ -61,6 +66,10 @@ func run() int {
 	natsURL := flag.String("nats", "", "NATS URL (default: from the config)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log.Info("allocator", "malloc", mallocNote)
+	if reexecErr != nil {
+		log.Warn("not started again with huge pages for malloc", "error", reexecErr)
+	}
 	if *cfgPath == "" || *pool == "" {
 		fmt.Fprintln(os.Stderr, "usage: ortworker -config FILE -pool NAME [-id ID] [-nats URL]")
 		return 2

@@ -3,6 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include "vips.h"
 
 typedef void VImg;
@@ -168,15 +171,26 @@ static int step(VImg **im, int rc, VImg *out) {
 // decodes at 2016x1512 rather than 1008x756, at twice the cost). 1 for any other format;
 // -1 when the header cannot be read.
 static int jpeg_shrink(const void *buf, size_t len, const ob_spec *s) {
-	const char *l = V.find_load_buffer(buf, len);
-	if (!l || strcmp(l, "VipsForeignLoadJpegBuffer") != 0)
-		return 1;
-	VImg *h = V.new_from_buffer(buf, len, "", "access", ACCESS_SEQUENTIAL, NULL);
-	if (!h)
-		return -1;
-	double w = V.width(h), ht = V.height(h);
-	int o = V.orientation(h);
-	V.g_object_unref(h);
+	double w, ht;
+	int o;
+	if (s->hdr_width > 0) {
+		if (!s->hdr_jpeg)
+			return 1;
+		w = s->hdr_width;
+		ht = s->hdr_height;
+		o = s->hdr_orientation;
+	} else {
+		const char *l = V.find_load_buffer(buf, len);
+		if (!l || strcmp(l, "VipsForeignLoadJpegBuffer") != 0)
+			return 1;
+		VImg *h = V.new_from_buffer(buf, len, "", "access", ACCESS_SEQUENTIAL, NULL);
+		if (!h)
+			return -1;
+		w = V.width(h);
+		ht = V.height(h);
+		o = V.orientation(h);
+		V.g_object_unref(h);
+	}
 	if (o >= 5 && o <= 8) {
 		double x = w;
 		w = ht;
@@ -312,3 +326,32 @@ void ob_error(char *err, size_t errlen) {
 		V.g_free(e);
 }
 
+
+int ob_tune_malloc(int arenas, int mmap_threshold, int trim_threshold) {
+#ifdef __GLIBC__
+	// mallopt returns 1 on success; setting the thresholds also ends glibc's dynamic
+	// adjustment of them.
+	if (mallopt(M_ARENA_MAX, arenas) != 1 || mallopt(M_MMAP_THRESHOLD, mmap_threshold) != 1 ||
+	    mallopt(M_TRIM_THRESHOLD, trim_threshold) != 1)
+		return -1;
+	return 0;
+#else
+	(void)arenas;
+	(void)mmap_threshold;
+	(void)trim_threshold;
+	return 1;
+#endif
+}
+
+void ob_prefault(size_t n) {
+	// The buffer escapes through a volatile pointer: malloc, memset and free cannot be
+	// elided.
+	static void *volatile held;
+	char *p = malloc(n);
+	if (!p)
+		return;
+	held = p;
+	memset(p, 0, n);
+	free(p);
+	held = NULL;
+}

@@ -302,11 +302,17 @@ type Image struct {
 func (l *Lib) Decode(data []byte, spec Spec) (Image, error) {
 	b := newCBuf(data)
 	defer b.free()
-	return l.decode(b, spec)
+	return l.decode(b, spec, nil)
 }
 
-func (l *Lib) decode(b cbuf, spec Spec) (Image, error) {
+func (l *Lib) decode(b cbuf, spec Spec, hd *Header) (Image, error) {
 	s := C.ob_spec{width: C.int(spec.Width), height: C.int(spec.Height), size: C.int(spec.Size), fail_on: 1}
+	if hd != nil && hd.Width > 0 && hd.Height > 0 {
+		s.hdr_width, s.hdr_height, s.hdr_orientation = C.int(hd.Width), C.int(hd.Height), C.int(hd.Orientation)
+		if hd.Loader == "VipsForeignLoadJpegBuffer" {
+			s.hdr_jpeg = 1
+		}
+	}
 	if spec.Width <= 0 || spec.Height <= 0 {
 		s.width, s.height = 0, 0
 	}
@@ -332,14 +338,20 @@ func (l *Lib) decode(b cbuf, spec Spec) (Image, error) {
 }
 
 // Load reads the header of data, refuses it when width*height is over maxPixels
-// (image_too_large, with width, height and max_pixels as details) before any pixel is
-// decoded, then decodes as spec says. data is copied once into C memory for both steps.
-func (l *Lib) Load(data []byte, maxPixels int64, spec Spec) (Image, Header, error) {
+// (image_too_large, with width, height and max_pixels as details) or when accept (if not
+// nil) refuses the header, before any pixel is decoded, then decodes as spec says, the
+// header read once.
+func (l *Lib) Load(data []byte, maxPixels int64, spec Spec, accept func(Header) error) (Image, Header, error) {
 	b := newCBuf(data)
 	defer b.free()
 	hd, err := l.header(b)
 	if err != nil {
 		return Image{}, Header{}, err
+	}
+	if accept != nil {
+		if err := accept(hd); err != nil {
+			return Image{}, hd, err
+		}
 	}
 	if hd.Width <= 0 || hd.Height <= 0 {
 		return Image{}, hd, codec.Errorf(codec.CodeUnsupportedImage, "the image declares an empty size %dx%d", hd.Width, hd.Height)
@@ -348,7 +360,7 @@ func (l *Lib) Load(data []byte, maxPixels int64, spec Spec) (Image, Header, erro
 		return Image{}, hd, codec.Errorf(codec.CodeImageTooLarge, "the image is %dx%d = %d pixels, over the limit of %d",
 			hd.Width, hd.Height, px, maxPixels).With("width", hd.Width).With("height", hd.Height).With("max_pixels", maxPixels)
 	}
-	img, err := l.decode(b, spec)
+	img, err := l.decode(b, spec, &hd)
 	if err != nil {
 		return Image{}, hd, err
 	}

@@ -32,6 +32,10 @@ typedef struct {
 	double background[3];
 	// fail_on: VipsFailOn (1 truncated, 2 error).
 	int fail_on;
+	// The header, when the caller has read it (hdr_width > 0): its size as stored, its EXIF
+	// orientation and whether it is a JPEG, so that the JPEG shrink is chosen without
+	// reading the header again.
+	int hdr_width, hdr_height, hdr_orientation, hdr_jpeg;
 } ob_spec;
 
 // ob_decode_buffer loads buf upright (EXIF orientation applied) in sRGB, 8 bits per
@@ -45,6 +49,15 @@ int ob_decode_buffer(const void *buf, size_t len, const ob_spec *s, void **out, 
 // orientation. *out is g_malloc'd (ob_free). 0 on success.
 // page_height > 0 makes the image pages of that height (an animation, for GIF and WebP).
 int ob_encode(const void *pix, int w, int h, int bands, const char *suffix, int colourspace, int orientation, int page_height, void **out, size_t *len);
+
+// ob_tune_malloc sets glibc's allocator for a process that decodes images item after
+// item (see malloc.go): arenas (M_ARENA_MAX), the mmap threshold and the trim threshold,
+// in bytes. 0 done, -1 refused by mallopt, 1 not glibc (nothing done).
+int ob_tune_malloc(int arenas, int mmap_threshold, int trim_threshold);
+
+// ob_prefault mallocs n bytes, touches every page and frees them: with the allocator as
+// ob_tune_malloc sets it (n under both thresholds) the pages stay in the heap, faulted in.
+void ob_prefault(size_t n);
 
 // ob_has_loader reports whether libvips has an operation of that nickname ("jpegload").
 int ob_has_loader(const char *nickname);

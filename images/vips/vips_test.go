@@ -57,7 +57,7 @@ func TestHeaderAndDecode(t *testing.T) {
 	if w, ht := h.Upright(); w != 200 || ht != 300 {
 		t.Fatalf("upright = %dx%d", w, ht)
 	}
-	full, _, err := l.Load(data, 1<<30, vips.Spec{})
+	full, _, err := l.Load(data, 1<<30, vips.Spec{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestHeaderAndDecode(t *testing.T) {
 	if th.Width != 64 || th.Height != 64 || len(th.Pix) != 64*64*3 {
 		t.Fatalf("thumb = %dx%dx%d", th.Width, th.Height, th.Bands)
 	}
-	if _, _, err := l.Load(data, 300*200-1, vips.Spec{}); codec.CodeOf(err) != codec.CodeImageTooLarge {
+	if _, _, err := l.Load(data, 300*200-1, vips.Spec{}, nil); codec.CodeOf(err) != codec.CodeImageTooLarge {
 		t.Fatalf("over the pixel limit: %v", err)
 	}
 }
@@ -105,7 +105,7 @@ func TestAlpha(t *testing.T) {
 func TestGarbage(t *testing.T) {
 	l := lib(t)
 	for _, data := range [][]byte{nil, []byte("hello"), bytes.Repeat([]byte{0xff}, 100)} {
-		if _, _, err := l.Load(data, 1<<30, vips.Spec{}); codec.CodeOf(err) != codec.CodeUnsupportedImage {
+		if _, _, err := l.Load(data, 1<<30, vips.Spec{}, nil); codec.CodeOf(err) != codec.CodeUnsupportedImage {
 			t.Errorf("%q: %v", data, err)
 		}
 	}
@@ -128,7 +128,7 @@ func TestConcurrentDecodes(t *testing.T) {
 	for g := range 32 {
 		go func() {
 			i := g % len(sizes)
-			img, _, err := l.Load(data[i], 1<<20, vips.Spec{Width: sizes[i] / 2, Height: sizes[i] / 2, Size: vips.Fit})
+			img, _, err := l.Load(data[i], 1<<20, vips.Spec{Width: sizes[i] / 2, Height: sizes[i] / 2, Size: vips.Fit}, nil)
 			if err == nil && (img.Width != sizes[i]/2 || img.Height != sizes[i]/4) {
 				err = fmt.Errorf("decode %d gave %dx%d", i, img.Width, img.Height)
 			}

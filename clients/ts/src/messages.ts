@@ -172,6 +172,14 @@ export interface ClassStatus {
   running: number;
   bound: number;
   chain: string[];
+  /** Results this gateway answered in the last minute, and their latency's p50 and p95 in
+   * ms (absent without results). */
+  answered_1m?: number;
+  p50_ms_1m?: number;
+  p95_ms_1m?: number;
+  /** Requests answered overloaded (shed) and deadline_exceeded (expired) since the gateway started. */
+  shed?: number;
+  expired?: number;
 }
 
 export interface StatusReply {
@@ -200,6 +208,10 @@ export interface DeviceStatus {
   leased_bytes?: number;
   leases?: Lease[];
   reserved_bytes?: number;
+  /** Memory that processes outside ortbus are measured to use on the device, past what leases cover. */
+  foreign_bytes?: number;
+  /** The memory in use on the whole device as its driver reports it (absent for cpu). */
+  driver_used_bytes?: number;
 }
 
 /** A memory lease as granted, renewed or released (status lists them without `lease`). */
@@ -229,6 +241,8 @@ export interface GateStatus {
   class: string;
   paused: boolean;
   paused_share_1m: number;
+  /** The time the gate was closed since it came to be, in ms. */
+  paused_total_ms: number;
   seq: number;
   tenants: number;
 }
