@@ -29,17 +29,11 @@ func standInNVIDIASMI(t *testing.T) {
 	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 }
 
-// requireOnlyLavapipe is RequireLavapipe where Dawn's pick is lavapipe's CPU device: a
-// machine whose Vulkan has a real GPU cannot show the mismatch (CI installs lavapipe
-// alone).
+// requireOnlyLavapipe is testenv.OnlyLavapipe: lavapipe the only Vulkan driver (a machine
+// whose Vulkan also has a GPU stages the llvmpipe-against-a-GPU case all the same).
 func requireOnlyLavapipe(t *testing.T) vulkan.Adapter {
 	t.Helper()
-	r := testenv.RequireLavapipe(t)
-	a, _ := r.Picked()
-	if a.Type != "cpu" {
-		t.Skipf("Vulkan here has a GPU (%s): the llvmpipe-against-a-GPU mismatch cannot be staged", a)
-	}
-	return a
+	return testenv.OnlyLavapipe(t)
 }
 
 // TestNotTheGPU: what vulkan.NotTheGPU accepts for each kind of device.
@@ -112,7 +106,8 @@ func TestAdapterMismatchFails(t *testing.T) {
 
 // TestGPUCheckAdapterMismatch: scripts/gpu-check.sh under the stand-in nvidia-smi, with
 // only lavapipe's Vulkan, exits 1 naming the mismatch (llvmpipe against the NVIDIA GPU)
-// and the figures as not a GPU's, and runs none of the steps after it. The script runs
+// and the figures as not a GPU's, and runs none of the steps after it; its summary.txt
+// has the steps' times, the failure, and the figures needing another vendor's GPU. The script runs
 // from a copy of the repository's layout (scripts/, bin/ built here, .deps linked).
 func TestGPUCheckAdapterMismatch(t *testing.T) {
 	if testing.Short() {
@@ -155,6 +150,17 @@ func TestGPUCheckAdapterMismatch(t *testing.T) {
 	for _, never := range []string{"== (b) bin/ortbus bench throughput", "== (c)", "== (d)", "every target met"} {
 		if strings.Contains(s, never) {
 			t.Errorf("%q in its output: it went on after the mismatch", never)
+		}
+	}
+	// One summary table: the steps run, the failure named, and what needs another
+	// vendor's GPU.
+	summary, err := os.ReadFile(filepath.Join(out, "summary.txt"))
+	if err != nil {
+		t.Fatalf("no summary.txt: %v", err)
+	}
+	for _, want := range []string{"doctor       | time", "tune         | time", "| FAIL", NotGPUFigure, "needs another vendor's GPU", "drm:N (AMD, Intel)"} {
+		if !strings.Contains(string(summary), want) {
+			t.Errorf("summary.txt lacks %q:\n%s", want, summary)
 		}
 	}
 }

@@ -49,6 +49,41 @@ type GPUCollision struct {
 	// llama tenant).
 	TenantBackend    string `json:"tenant_backend,omitempty"`
 	TenantBackendWhy string `json:"tenant_backend_why,omitempty"`
+	// MemoryChecks are, for each run's system, its workers' device_bytes against the
+	// device's own growth (memcheck.go).
+	MemoryChecks []*MemCheck `json:"memory_checks,omitempty"`
+}
+
+// checkMemory checks the memory of run's workers on the GPU, loaded, against the
+// device's growth since before (read before the run's system started; beforeErr: it
+// could not be): a sum off by more than 10% is a target missed, a check that could not
+// be made a note that it was not measured (on a real GPU; a smoke judges nothing).
+func (g *GPUCollision) checkMemory(ctx context.Context, rep *Report, run string, sys *system, before DeviceReading, beforeErr error) {
+	m := &MemCheck{Device: g.Device, Verdict: "not measured: " + NoMemoryReading}
+	if g.MemoryReading != NoMemoryReading {
+		st, err := sys.status(ctx)
+		after, aerr := readDevice(g.Device)
+		switch {
+		case beforeErr != nil:
+			m.Verdict = "not measured: the reading before the workers: " + oneLine(beforeErr.Error())
+		case err != nil:
+			m.Verdict = "not measured: status: " + oneLine(err.Error())
+		case aerr != nil:
+			m.Verdict = "not measured: the reading with the workers: " + oneLine(aerr.Error())
+		default:
+			m = checkDeviceMemory(before, after, workersOn(st, g.Device))
+		}
+	}
+	m.Run = run
+	g.MemoryChecks = append(g.MemoryChecks, m)
+	switch {
+	case g.Smoke != "":
+	case strings.HasPrefix(m.Verdict, "not measured"):
+		rep.note("%s: the workers' device memory against the device's: %s", run, m.Verdict)
+	default:
+		rep.target(m.OK(), "%s: the workers' device_bytes sum to %s, the device grew by %s less its other processes' growth: off by %.1f%% (target within 10%%)",
+			run, mibText(m.WorkersBytes), mibText(m.DeviceBytes), 100*m.Off)
+	}
 }
 
 // usesGPU reports whether a pool or the tenant's lease names GPUDevice.
@@ -91,6 +126,17 @@ func (s *Scenario) resolveGPU(device string, keepDeclared bool) {
 	}
 }
 
+// flagLogicalGPU marks the webgpu pools on GPUDevice adapter_mismatch = "flag": on a
+// machine without a GPU they run on the logical one (LogicalGPU) on lavapipe, which is no
+// GPU, a smoke said so (SmokeLabel); their workers would refuse it otherwise.
+func (s *Scenario) flagLogicalGPU() {
+	for i := range s.Pools {
+		if s.Pools[i].Device == GPUDevice && s.Pools[i].EP == "webgpu" {
+			s.Pools[i].AdapterMismatch = config.AdapterFlag
+		}
+	}
+}
+
 // prepareGPU finds the GPU of a scenario that names one (nil, nil when it does not),
 // resolves GPUDevice in sc, checks Vulkan and sets the environment Dawn wants when a pool
 // runs webgpu, and reads the device's capacity and whether its memory can be read.
@@ -123,6 +169,7 @@ func (h *harness) prepareGPU(ctx context.Context, sc *Scenario) (*GPUCollision, 
 			return nil, fmt.Errorf("bench: no GPU here (%s), and the scenario declares no capacity for its logical one ([devices] gpu = SIZE)", g.GPU.What)
 		}
 		g.Device, g.Smoke, keepDeclared = LogicalGPU, SmokeLabel, true
+		sc.flagLogicalGPU()
 		g.CapacityBytes, g.CapacitySource = int64(declared), "declared ([devices] gpu): no GPU here"
 		h.rep.note("%s: no GPU here (%s); the webgpu pools run on %s, the device %s a logical one", SmokeLabel, g.GPU.What, orDefault(g.Adapter, "no Vulkan device"), LogicalGPU)
 	} else if capacity, source, err := devices.Capacity(g.Device); err == nil {

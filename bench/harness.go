@@ -147,11 +147,18 @@ func (h *harness) scenarioSetup(ctx context.Context, sc *Scenario, policyKey *st
 }
 
 // startScenario starts a system on cfg (one of s's configs) and warms it up with the
-// scenario's requests.
+// scenario's requests; on a GPU its workers' memory is checked against the device's own
+// count (memcheck.go) once they are loaded.
 func (h *harness) startScenario(ctx context.Context, name, cfg string, sc *Scenario, s *scenarioSetup) (*system, error) {
+	var before DeviceReading
+	var beforeErr error
+	if s.gpu != nil {
+		before, beforeErr = readDevice(s.gpu.Device)
+	}
 	sys, err := startScenario(ctx, h.o, h.w, name, cfg, sc, s.reqs)
 	if err == nil && s.gpu != nil {
 		sys.gpuMem = s.gpu.watch()
+		s.gpu.checkMemory(ctx, h.rep, name, sys, before, beforeErr)
 	}
 	return sys, err
 }

@@ -119,7 +119,7 @@ func TestLibrarySmall(t *testing.T) {
 	root := testenv.RepoRoot(t)
 	testenv.RuntimeLib(t, RuntimeVersion)
 	if _, err := findNodeBench(&Options{Repo: root}); errors.Is(err, errNodeBenchMissing) {
-		t.Skip(err) // a go test run without `make node-bench` (make test installs it)
+		testenv.Unavailable(t, err.Error()) // a go test run without `make node-bench` (make test installs it)
 	}
 	bin := buildSystem(t, root)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)

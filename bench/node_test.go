@@ -46,7 +46,7 @@ func TestNodeBenchRun(t *testing.T) {
 	}
 	nb, err := findNodeBench(&Options{Repo: root})
 	if errors.Is(err, errNodeBenchMissing) {
-		t.Skip(err) // a go test run without `make node-bench` (make test installs it)
+		testenv.Unavailable(t, err.Error()) // a go test run without `make node-bench` (make test installs it)
 	}
 	if err != nil {
 		t.Fatal(err)

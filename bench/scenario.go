@@ -78,6 +78,9 @@ type ScenarioPool struct {
 	MaxDelay config.Duration `toml:"max_delay" json:"max_delay,omitempty"`
 	// Nice lowers the pool's CPU priority under the sharing policy (not under fifo).
 	Nice int `toml:"nice" json:"nice,omitempty"`
+	// AdapterMismatch is set by the harness, not the file: "flag" for a webgpu pool on
+	// the logical GPU of a machine without one (its smoke runs on lavapipe, flagged).
+	AdapterMismatch string `toml:"-" json:"adapter_mismatch,omitempty"`
 }
 
 // ScenarioClass is one class of a scenario: what its requests are and when they arrive.

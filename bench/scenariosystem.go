@@ -102,7 +102,7 @@ func collisionConfig(sc *Scenario, w *workdir, lib string) sysConfig {
 	c := sysConfig{Images: w.images}
 	for _, p := range sc.Pools {
 		c.Pools = append(c.Pools, poolSpec{Name: p.Name, Runtime: lib, Workers: p.Workers, Slots: p.Slots, Threads: p.Threads,
-			EP: p.EP, Device: p.Device, Classes: p.Classes, Models: p.Models, MaxBatch: p.MaxBatch, MaxDelay: p.MaxDelay.D(), Nice: p.Nice})
+			EP: p.EP, Device: p.Device, Classes: p.Classes, Models: p.Models, MaxBatch: p.MaxBatch, MaxDelay: p.MaxDelay.D(), Nice: p.Nice, AdapterMismatch: p.AdapterMismatch})
 	}
 	for _, cl := range sc.Classes {
 		var chain []string

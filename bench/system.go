@@ -104,6 +104,9 @@ type poolSpec struct {
 	MaxBatch int
 	MaxDelay time.Duration
 	Nice     int // written only under the priority policy: part of the CPU sharing rule
+	// AdapterMismatch is the pool's adapter_mismatch: "flag" for a webgpu pool on the
+	// logical GPU of a machine without one (a smoke: lavapipe serves it, flagged).
+	AdapterMismatch string
 }
 
 // classSpec is one [classes.NAME] table.
@@ -171,7 +174,7 @@ func (c sysConfig) config() *config.Config {
 	}
 	for _, p := range c.Pools {
 		pc := &config.Pool{Runtime: p.Runtime, EP: orDefault(p.EP, "cpu"), Device: p.Device, Workers: max(p.Workers, 1), Slots: max(p.Slots, 1),
-			Threads: max(p.Threads, 1), Classes: p.Classes, Models: p.Models, MaxBatch: p.MaxBatch, MaxDelay: d(p.MaxDelay)}
+			Threads: max(p.Threads, 1), Classes: p.Classes, Models: p.Models, MaxBatch: p.MaxBatch, MaxDelay: d(p.MaxDelay), AdapterMismatch: p.AdapterMismatch}
 		if c.Policy != config.PolicyFIFO {
 			pc.Nice = p.Nice
 		}

@@ -35,6 +35,7 @@ func PrintStatus(w io.Writer, st *codec.StatusReply) {
 			// A model is the unit of failure: the pool serves its other models.
 			state = "ok; failed models: " + strings.Join(failed, ",")
 		}
+		state += adapterFlag(st.Workers, p.Name)
 		if len(p.Loading) > 0 {
 			state += "; loading: " + oneLine(strings.Join(p.Loading, ","), 200)
 		}
@@ -55,7 +56,7 @@ func PrintStatus(w io.Writer, st *codec.StatusReply) {
 	if len(st.Devices) > 0 {
 		fmt.Fprintln(tw, "\nDEVICE\tCAPACITY\tSAFE\tBUDGET\tADMITTED\tLEASED\tFOREIGN\tFREE\tPOOLS")
 		for _, d := range st.Devices {
-			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Device, mib(d.CapacityBytes), d.SafeFraction, mib(d.BudgetBytes), mib(d.AdmittedBytes), mib(d.LeasedBytes), mib(d.ForeignBytes), mib(d.FreeBytes), strings.Join(d.Pools, ","))
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Device, capacity(d), d.SafeFraction, mib(d.BudgetBytes), mib(d.AdmittedBytes), mib(d.LeasedBytes), mib(d.ForeignBytes), mib(d.FreeBytes), strings.Join(d.Pools, ","))
 		}
 		var leases []string
 		for _, d := range st.Devices {

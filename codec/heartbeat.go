@@ -39,7 +39,13 @@ type Heartbeat struct {
 	// not measured.
 	DeviceBytes  int64  `msgpack:"device_bytes,omitempty" json:"device_bytes,omitempty"`
 	DeviceSource string `msgpack:"device_source,omitempty" json:"device_source,omitempty"`
-	UptimeMS     int64  `msgpack:"uptime_ms" json:"uptime_ms"`
+	// Adapter is, for a worker whose sessions run the webgpu EP, the Vulkan adapter they
+	// run on (vendor, name, type, driver). AdapterMismatch is set when that adapter is not
+	// the GPU its pool's device names (llvmpipe for cuda:0) and the pool serves all the
+	// same (adapter_mismatch = "flag"): why, naming both.
+	Adapter         string `msgpack:"adapter,omitempty" json:"adapter,omitempty"`
+	AdapterMismatch string `msgpack:"adapter_mismatch,omitempty" json:"adapter_mismatch,omitempty"`
+	UptimeMS        int64  `msgpack:"uptime_ms" json:"uptime_ms"`
 	// Panics is how many panics the worker recovered (each answered internal, or failing
 	// the model it was loading);
 	// PublishErrors how many replies, claims or beats it could not send.
@@ -193,8 +199,11 @@ type WorkerStatus struct {
 
 // DeviceStatus is one device group's memory budget in a status reply.
 type DeviceStatus struct {
-	Device        string   `msgpack:"device" json:"device"`
-	CapacityBytes int64    `msgpack:"capacity_bytes" json:"capacity_bytes"`
+	Device        string `msgpack:"device" json:"device"`
+	CapacityBytes int64  `msgpack:"capacity_bytes" json:"capacity_bytes"`
+	// CapacityError says why the capacity is unknown (0): no [devices.NAME] capacity and
+	// no reader for the device. Such a device admits nothing: its local pools are refused.
+	CapacityError string   `msgpack:"capacity_error,omitempty" json:"capacity_error,omitempty"`
 	SafeFraction  float64  `msgpack:"safe_fraction" json:"safe_fraction"`
 	BudgetBytes   int64    `msgpack:"budget_bytes" json:"budget_bytes"`
 	AdmittedBytes int64    `msgpack:"admitted_bytes" json:"admitted_bytes"`

@@ -20,11 +20,14 @@ const (
 )
 
 // LeaseRequest is the body of ortbus.v1.lease: acquire {device, bytes, class, ttl_ms,
-// holder, wait_ms}; renew {lease, ttl_ms}; release {lease}.
+// holder, wait_ms}; renew {lease, ttl_ms, and bytes to ask for relief}; release {lease}.
 type LeaseRequest struct {
 	Action string `msgpack:"action" json:"action"`
 	Lease  string `msgpack:"lease,omitempty" json:"lease,omitempty"`
 	Device string `msgpack:"device,omitempty" json:"device,omitempty"`
+	// Bytes: an acquire's size; in a renew, when set, the holder asks for relief: its
+	// lease back at these bytes (at most the acquire's) once nothing presses its device
+	// (gateway/relief.go), LeaseReply.Relief saying so.
 	Bytes  int64  `msgpack:"bytes,omitempty" json:"bytes,omitempty"`
 	Class  string `msgpack:"class,omitempty" json:"class,omitempty"`
 	TTLMS  int64  `msgpack:"ttl_ms,omitempty" json:"ttl_ms,omitempty"`
@@ -66,6 +69,10 @@ type LeaseReply struct {
 	Reclaim bool `msgpack:"reclaim,omitempty" json:"reclaim,omitempty"`
 	// Pressed: a higher class wants this reclaimable lease's memory back (lease.go).
 	Pressed bool `msgpack:"pressed,omitempty" json:"pressed,omitempty"`
+	// Relief (the reply to a renew with bytes): nothing presses the lease's device any
+	// more and the lease holds the bytes asked again: its holder may take its memory back
+	// (gateway/relief.go).
+	Relief bool `msgpack:"relief,omitempty" json:"relief,omitempty"`
 }
 
 // Validate checks a lease request from the wire.
@@ -82,6 +89,9 @@ func (r *LeaseRequest) Validate() error {
 	case LeaseRenew, LeaseRelease:
 		if err := CheckID("lease", r.Lease); err != nil {
 			return bad("lease", "%v", err)
+		}
+		if r.Bytes < 0 || (r.Bytes > 0 && r.Action == LeaseRelease) {
+			return bad("bytes", "%d: a renew may ask for bytes > 0 back (relief); a release takes none", r.Bytes)
 		}
 	default:
 		if len(r.Action) > MaxIDLen {

@@ -42,3 +42,25 @@ func TestLeaseRequestWait(t *testing.T) {
 		t.Errorf("JSON %s lacks wait_ms", j)
 	}
 }
+
+// TestLeaseRequestRelief: a renew may carry bytes > 0 (it asks for relief); negative
+// bytes, or bytes on a release, are bad_request naming the field; relief travels under its
+// wire name.
+func TestLeaseRequestRelief(t *testing.T) {
+	if err := (&LeaseRequest{Action: LeaseRenew, Lease: "abc", Bytes: 256 << 20}).Validate(); err != nil {
+		t.Errorf("a renew asking for relief refused: %v", err)
+	}
+	for _, r := range []LeaseRequest{
+		{Action: LeaseRenew, Lease: "abc", Bytes: -1},
+		{Action: LeaseRelease, Lease: "abc", Bytes: 1},
+	} {
+		e := AsError(r.Validate())
+		if e == nil || e.Code != CodeBadRequest || e.Details["field"] != "bytes" {
+			t.Errorf("%+v: %v, want bad_request on field bytes", r, e)
+		}
+	}
+	b, err := json.Marshal(&LeaseReply{Device: "cpu", Relief: true})
+	if err != nil || !json.Valid(b) || string(b) != `{"device":"cpu","bytes":0,"class":"","expires_unix_ms":0,"relief":true}` {
+		t.Errorf("reply with relief: %s %v", b, err)
+	}
+}

@@ -379,6 +379,11 @@ type Pool struct {
 	CPUFallback *bool `toml:"cpu_fallback,omitempty"`
 	// Device is the physical device, e.g. cpu, cuda:0, gpu.intel:0.
 	Device string `toml:"device,omitempty"`
+	// AdapterMismatch is what a worker of a webgpu pool does when the Vulkan adapter its
+	// sessions would run on is not the GPU Device names (llvmpipe for cuda:0): "refuse"
+	// (the default: the worker fails to start, provider_unavailable, naming both) or
+	// "flag" (it serves, and its heartbeat, status and doctor say so). See adapter.go.
+	AdapterMismatch string `toml:"adapter_mismatch,omitempty"`
 	// Env is extra environment for the pool's worker processes.
 	Env map[string]string `toml:"env,omitempty"`
 	// Workers is the number of worker processes (local pools).

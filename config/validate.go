@@ -489,6 +489,9 @@ func (c *Config) validatePool(name string, p *Pool) error {
 	if !p.AllowsCPUFallback() && (p.EP == "" || p.EP == "cpu") {
 		return c.errf(key+".cpu_fallback", "false needs an ep other than cpu (every node of a cpu pool is on the CPU)")
 	}
+	if why := p.adapterMismatchProblem(); why != "" {
+		return c.errf(key+".adapter_mismatch", "%s", why)
+	}
 	if p.Workers < 0 || p.Slots < 1 || p.Threads < 0 || p.QueueBound < 1 {
 		return c.errf(key, "workers must be >= 0, slots >= 1, threads >= 0, queue_bound >= 1")
 	}

@@ -55,6 +55,9 @@ type Report struct {
 	// WebGPU is, for such a pool, the adapter webgpu runs on ("adapter …"), or why it
 	// cannot run and what to install.
 	WebGPU string `json:"webgpu,omitempty"`
+	// AdapterMismatch is, for a webgpu pool with adapter_mismatch = "flag", why the
+	// adapter its workers take is not the GPU its device names: the pool is ok, flagged.
+	AdapterMismatch string `json:"adapter_mismatch,omitempty"`
 	// Fallback says, when the pool's preferred EP is unusable but a fallback is, which
 	// one it will run (why: EPs, and WebGPU for webgpu).
 	Fallback string `json:"fallback,omitempty"`
@@ -204,20 +207,35 @@ func Probe(cfg *config.Config, pool string) *Report {
 	case r.Usable != p.EP:
 		r.Fallback = fmt.Sprintf("%s is unusable; the pool falls back to %s", p.EP, r.Usable)
 	}
-	// A webgpu pool whose device names a GPU (cuda:N, drm:N) while the adapter its
-	// workers would take is not one (llvmpipe, lavapipe's CPU device) or not that
-	// vendor's: its workers would serve on another device under the GPU's name. The pool
-	// fails here (its workers do not refuse it: a worker serves on what Dawn gives).
-	if r.Error == nil && r.Usable == "webgpu" {
-		if a, ok := r.Vulkan.Picked(); ok {
-			if why := vulkan.NotTheGPU(a, p.Device, 0); why != "" {
-				r.WebGPU += "; NOT device " + p.Device + ": " + why
-				r.Error = codec.Errorf(codec.CodeProviderUnavailable, "pool %s names device %s, but %s: its workers would serve on that adapter under the GPU's name", pool, p.Device, why).
-					With("pool", pool).With("ep", p.EP).With("device", p.Device)
-			}
-		}
-	}
+	checkAdapter(r, p)
 	return r
+}
+
+// checkAdapter judges a webgpu pool whose device names a GPU (cuda:N, drm:N) while the
+// adapter its workers would take is not one (llvmpipe, lavapipe's CPU device) or not that
+// vendor's: its workers would serve on another device under the GPU's name. The pool
+// fails, as its workers refuse to start (worker/adapter.go), unless it says
+// adapter_mismatch = "flag": then it is ok, flagged (AdapterMismatch).
+func checkAdapter(r *Report, p *config.Pool) {
+	if r.Error != nil || r.Usable != "webgpu" {
+		return
+	}
+	a, ok := r.Vulkan.Picked()
+	if !ok {
+		return
+	}
+	why := vulkan.NotTheGPU(a, p.Device, 0)
+	if why == "" {
+		return
+	}
+	r.WebGPU += "; NOT device " + p.Device + ": " + why
+	if p.FlagsAdapterMismatch() {
+		r.AdapterMismatch = why
+		r.WebGPU += " (adapter_mismatch = \"flag\": its workers serve on it all the same, flagged)"
+		return
+	}
+	r.Error = codec.Errorf(codec.CodeProviderUnavailable, "pool %s names device %s, but %s: its workers refuse to serve on that adapter under the GPU's name (adapter_mismatch = %q serves on it, flagged)", p.Name, p.Device, why, config.AdapterFlag).
+		With("pool", p.Name).With("ep", p.EP).With("device", p.Device)
 }
 
 // webgpuVerdict judges webgpu from the runtime's append result (appended: "ok", the
@@ -279,8 +297,11 @@ func Print(w io.Writer, reports []*Report) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, r := range reports {
 		status := "ok"
-		if !r.OK() {
+		switch {
+		case !r.OK():
 			status = "FAIL"
+		case r.AdapterMismatch != "":
+			status = "ok, FLAGGED: not on its device's GPU (adapter_mismatch = \"flag\")"
 		}
 		fmt.Fprintf(tw, "pool %s\t%s\n", r.Pool, status)
 		for _, s := range r.Searched {
@@ -295,7 +316,7 @@ func Print(w io.Writer, reports []*Report) {
 		}
 		for _, ep := range ProbeEPs {
 			if v, ok := r.EPs[ep]; ok {
-				fmt.Fprintf(tw, "  ep %s\t%s\n", ep, firstLine(v))
+				fmt.Fprintf(tw, "  ep %s\t%s\n", ep, epLine(r, ep, v))
 			}
 		}
 		printVulkan(tw, r)
@@ -350,6 +371,17 @@ func printVulkan(w io.Writer, r *Report) {
 		fmt.Fprintf(w, "  vulkan error\t%s\n", v.Err)
 	}
 	fmt.Fprintf(w, "  webgpu\t%s\n", r.WebGPU)
+}
+
+// epLine is what the listing says of ep for the pool of r, whose runtime answered v to
+// appending it: "ok" is said of webgpu only for a pool that runs it, whose adapter is
+// checked (the runtime appends webgpu without any adapter; a pool without it in its
+// chain never checks one).
+func epLine(r *Report, ep, v string) string {
+	if ep == "webgpu" && v == "ok" && !slices.Contains(r.Wanted, "webgpu") {
+		return "can be appended (not in this pool's chain: no adapter checked)"
+	}
+	return firstLine(v)
 }
 
 func firstLine(s string) string {

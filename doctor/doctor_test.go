@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -145,6 +146,13 @@ func TestDoctorWebGPU(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("listing lacks %q", want)
 		}
+	}
+	// "ep webgpu ok" is said of the webgpu pool (its adapter checked), never of the cpu one.
+	_, plainListing, _ := strings.Cut(out, "pool plain")
+	gpuListing, _, _ := strings.Cut(strings.SplitN(out, "pool gpu", 2)[1], "\npool ")
+	if !regexp.MustCompile(`ep webgpu +ok\n`).MatchString(gpuListing) || !regexp.MustCompile(`ep webgpu +can be appended \(not in this pool's chain: no adapter checked\)`).MatchString(plainListing) ||
+		regexp.MustCompile(`ep webgpu +ok`).MatchString(plainListing) {
+		t.Errorf("ep webgpu lines: the webgpu pool's\n%s\nthe cpu pool's\n%s", gpuListing, plainListing)
 	}
 }
 

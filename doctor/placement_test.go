@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -89,28 +90,33 @@ func TestDoctorModelsPlacement(t *testing.T) {
 }
 
 // TestDoctorWebGPUNotTheGPU: a webgpu pool naming cuda:0 while Vulkan's adapter is
-// lavapipe's CPU device fails, naming llvmpipe and the device; the same pool on device
-// cpu is ok.
+// lavapipe's CPU device fails, naming llvmpipe and the device; with adapter_mismatch =
+// "flag" it is ok, flagged, the listing saying so; the same pool on device cpu is ok,
+// unflagged.
 func TestDoctorWebGPUNotTheGPU(t *testing.T) {
-	testenv.RequireLavapipe(t)
+	testenv.OnlyLavapipe(t) // the pools' children inherit VK_DRIVER_FILES
 	lib := testenv.RuntimeLib(t, "1.30.0")
 	xdg := t.TempDir()
 	if err := os.Chmod(xdg, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	env := fmt.Sprintf("env = { XDG_RUNTIME_DIR = %q }", xdg)
-	reports, out := runDoctor(t, pool("nvidia", lib, `ep = "webgpu"`, `device = "cuda:0"`, env)+pool("lava", lib, `ep = "webgpu"`, `device = "cpu"`, env))
+	reports, out := runDoctor(t, pool("nvidia", lib, `ep = "webgpu"`, `device = "cuda:0"`, env)+pool("lava", lib, `ep = "webgpu"`, `device = "cpu"`, env)+
+		pool("flagged", lib, `ep = "webgpu"`, `device = "cuda:0"`, `adapter_mismatch = "flag"`, env))
 	if a, _ := reports["nvidia"].Vulkan.Picked(); a.Type != "cpu" {
-		t.Skipf("Vulkan here has a GPU (%s): the mismatch cannot be staged", a)
+		t.Fatalf("the pool's Vulkan picked %s, not lavapipe alone", a)
 	}
 	n := reports["nvidia"]
 	if n == nil || n.OK() || n.Error == nil || !strings.Contains(n.Error.Message, "llvmpipe") || !strings.Contains(n.Error.Message, "cuda:0") {
 		t.Errorf("webgpu pool on cuda:0 served by llvmpipe: %+v", n)
 	}
-	if l := reports["lava"]; l == nil || !l.OK() {
+	if l := reports["lava"]; l == nil || !l.OK() || l.AdapterMismatch != "" {
 		t.Errorf("webgpu pool on device cpu: %+v", l)
 	}
-	if !strings.Contains(out, "NOT device cuda:0") {
-		t.Errorf("the listing does not flag the pool")
+	if f := reports["flagged"]; f == nil || !f.OK() || !strings.Contains(f.AdapterMismatch, "not a GPU (device cuda:0)") {
+		t.Errorf("webgpu pool on cuda:0 with adapter_mismatch = \"flag\": %+v", f)
+	}
+	if !strings.Contains(out, "NOT device cuda:0") || !regexp.MustCompile(`pool flagged +ok, FLAGGED: not on its device's GPU`).MatchString(out) {
+		t.Errorf("the listing does not flag the pools")
 	}
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/ortbus/ortbus/codec"
@@ -30,17 +31,25 @@ type admission struct {
 	workers func() []health.Worker // the tracker's workers, live and dead (wired by newBudget)
 }
 
-// deviceBudget returns a device's capacity, safe fraction and budget in bytes under c (0
-// when the capacity is unknown: no admission on that device).
-func deviceBudget(c *config.Config, device string) (capacity int64, fraction float64, budgetBytes int64) {
+// deviceBudget returns a device's capacity, safe fraction and budget in bytes under c;
+// capacity 0 when it is unknown (no [devices.NAME] capacity and no reader: why says
+// why), and then the device admits nothing.
+func deviceBudget(c *config.Config, device string) (capacity int64, fraction float64, budgetBytes int64, why string) {
 	fraction = 0.85
 	if d, ok := c.Devices[device]; ok {
 		capacity, fraction = int64(d.Capacity), d.SafeFraction
 	}
 	if capacity == 0 {
-		capacity, _, _ = devices.Capacity(device)
+		var err error
+		capacity, _, err = devices.Capacity(device)
+		switch {
+		case err != nil:
+			why = err.Error()
+		case capacity <= 0:
+			why = "its reader gave no capacity"
+		}
 	}
-	return capacity, fraction, int64(float64(capacity) * fraction)
+	return capacity, fraction, int64(float64(capacity) * fraction), why
 }
 
 // admitted sums the model peaks of the live (or starting) workers on a device, except
@@ -109,18 +118,19 @@ type devicePlan struct {
 	device      string
 	capacity    int64
 	fraction    float64
-	budgetBytes int64 // capacity x fraction; 0: unknown capacity, no admission
-	admitted    int64 // the workers' peaks (but the worker the plan leaves out)
-	reserved    int64 // the reservations the asker may not use (reservedAgainst)
-	leased      int64 // the live leases' bytes
-	measured    int64 // the latest reading of processes outside ortbus (foreign.go)
+	budgetBytes int64  // capacity x fraction; 0: unknown capacity, which admits nothing
+	noCapacity  string // why the capacity is unknown ("" when known)
+	admitted    int64  // the workers' peaks (but the worker the plan leaves out)
+	reserved    int64  // the reservations the asker may not use (reservedAgainst)
+	leased      int64  // the live leases' bytes
+	measured    int64  // the latest reading of processes outside ortbus (foreign.go)
 }
 
 // plan is device's plan under c without the worker except, for work of priority prio,
 // its leases' bytes and foreign reading left to its caller.
 func (a admission) plan(c *config.Config, device, except string, prio int) devicePlan {
-	capacity, fraction, budgetBytes := deviceBudget(c, device)
-	return devicePlan{device: device, capacity: capacity, fraction: fraction, budgetBytes: budgetBytes,
+	capacity, fraction, budgetBytes, why := deviceBudget(c, device)
+	return devicePlan{device: device, capacity: capacity, fraction: fraction, budgetBytes: budgetBytes, noCapacity: why,
 		admitted: a.admitted(c, device, except), reserved: a.reservedAgainst(c, device, prio)}
 }
 
@@ -130,8 +140,9 @@ func (p devicePlan) foreign() int64 { return foreignPast(p.measured, p.leased) }
 // free is the budget less what is admitted, leased and foreign (reservations aside).
 func (p devicePlan) free() int64 { return p.budgetBytes - p.admitted - p.leased - p.foreign() }
 
-// left is the budget a new worker of the plan's priority may use (ok false: no
-// admission): free less the reservations it may not use.
+// left is the budget a new worker of the plan's priority may use (ok false: the
+// device's capacity is unknown, and it admits nothing): free less the reservations it
+// may not use.
 func (p devicePlan) left() (int64, bool) {
 	if p.budgetBytes <= 0 {
 		return 0, false
@@ -142,6 +153,9 @@ func (p devicePlan) left() (int64, bool) {
 // poolRefusal is the refusal of pool on the device, whose budget cannot hold need more:
 // it names the device, the sum that would be admitted, and the budget.
 func (p devicePlan) poolRefusal(pool string, need int64) *codec.Error {
+	if p.budgetBytes <= 0 {
+		return p.capacityRefusal(pool)
+	}
 	adm, foreign := p.admitted, p.foreign()
 	var outside []string
 	if p.leased > 0 {
@@ -168,6 +182,19 @@ func (p devicePlan) poolRefusal(pool string, need int64) *codec.Error {
 	return e
 }
 
+// capacityRefusal is the refusal of pool on a device whose capacity is unknown (no
+// [devices.NAME] capacity, no reader, or a budget of nothing): such a device admits
+// nothing rather than everything, so that no worker serves there unaccounted.
+func (p devicePlan) capacityRefusal(pool string) *codec.Error {
+	why := p.noCapacity
+	if why == "" {
+		why = fmt.Sprintf("capacity %s x %.2f is no budget", mb(p.capacity), p.fraction)
+	}
+	return codec.Errorf(codec.CodeOverloaded, "memory admission refused pool %s on device %s: the device has no capacity reading (%s), and it admits nothing: declare [devices.%q] capacity = SIZE",
+		pool, p.device, why, p.device).
+		With("device", p.device).With("pool", pool).With("budget_bytes", 0).With("capacity_bytes", p.capacity)
+}
+
 // leaseRefusal is nil when the device's budget holds a lease of bytes beside what is
 // admitted, leased and foreign, and the reservations the lease may not use (lease.go,
 // rule 1); else the refusal, naming the device, the sum and the budget.
@@ -186,6 +213,6 @@ func (p devicePlan) leaseRefusal(bytes int64) *codec.Error {
 // status is the device's figures as status reports them, with the pools that name it,
 // its leases, and the sum of its reservations.
 func (p devicePlan) status(pools []string, leases []codec.LeaseReply, reserved int64) codec.DeviceStatus {
-	return codec.DeviceStatus{Device: p.device, CapacityBytes: p.capacity, SafeFraction: p.fraction, BudgetBytes: p.budgetBytes,
+	return codec.DeviceStatus{Device: p.device, CapacityBytes: p.capacity, CapacityError: p.noCapacity, SafeFraction: p.fraction, BudgetBytes: p.budgetBytes,
 		AdmittedBytes: p.admitted, FreeBytes: max(0, p.free()), Pools: pools, LeasedBytes: p.leased, Leases: leases, ForeignBytes: p.foreign(), ReservedBytes: reserved}
 }

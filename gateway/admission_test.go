@@ -69,7 +69,9 @@ func peaks(mibs ...int64) []codec.ModelStatus {
 }
 
 // TestDeviceBudget: budget = capacity × safe fraction; the capacity is the config's, else
-// read from the device (host memory for cpu); unknown capacity means no admission.
+// read from the device (host memory for cpu); an unknown capacity says why, and admits
+// nothing: a pool there is refused, naming the device and how to declare its capacity,
+// and status says why.
 func TestDeviceBudget(t *testing.T) {
 	g := testGateway(t, admissionConfig)
 	hostMem, _, err := devices.Capacity("cpu")
@@ -88,13 +90,23 @@ func TestDeviceBudget(t *testing.T) {
 		{"gpu.intel:1", 0, 0.85, 0},
 	}
 	for _, c := range cases {
-		capacity, fraction, budget := deviceBudget(g.conf(), c.device)
-		if capacity != c.capacity || fraction != c.fraction || budget != c.budget {
-			t.Errorf("deviceBudget(%s) = %d %v %d, want %d %v %d", c.device, capacity, fraction, budget, c.capacity, c.fraction, c.budget)
+		capacity, fraction, budget, why := deviceBudget(g.conf(), c.device)
+		if capacity != c.capacity || fraction != c.fraction || budget != c.budget || (why == "") != (c.capacity > 0) {
+			t.Errorf("deviceBudget(%s) = %d %v %d %q, want %d %v %d", c.device, capacity, fraction, budget, why, c.capacity, c.fraction, c.budget)
 		}
 	}
 	if left, ok := g.budget.remaining(g.conf(), "gpu.intel:1", "", ""); ok || left != 0 {
 		t.Errorf("remaining on a device of unknown capacity = %d %v, want no admission", left, ok)
+	}
+	e := g.budget.admissionError(g.conf(), "gpu.intel:1", "d", 0)
+	if e == nil || e.Code != codec.CodeOverloaded || !strings.Contains(e.Message, "no capacity reading") || !strings.Contains(e.Message, "admits nothing") ||
+		!strings.Contains(e.Message, `[devices."gpu.intel:1"] capacity`) || e.Details["device"] != "gpu.intel:1" {
+		t.Errorf("a pool on a device of unknown capacity: %v, want refused naming the device and its capacity key", e)
+	}
+	for _, d := range g.budget.deviceStatus(g.conf()) {
+		if (d.Device == "gpu.intel:1") != (d.CapacityError != "") || (d.CapacityError != "" && !strings.Contains(d.CapacityError, "no reader")) {
+			t.Errorf("status of %s: capacity error %q", d.Device, d.CapacityError)
+		}
 	}
 	if left, ok := g.budget.remaining(g.conf(), "cuda:0", "", ""); !ok || left != cudaBudget {
 		t.Errorf("remaining on an empty cuda:0 = %d %v, want the whole budget", left, ok)

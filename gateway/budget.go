@@ -30,6 +30,9 @@ type memoryBudget struct {
 
 	id  string // the gateway's, carried by each lease it grants
 	log *slog.Logger
+	// starting is whether a local worker of a pool on a device is starting (relief.go;
+	// wired by the gateway once its supervisor is built).
+	starting startingOn
 }
 
 // newBudget is the budget of gateway id whose workers are the tracker's (workers), whose
@@ -137,6 +140,9 @@ func (b *memoryBudget) lease(c *config.Config, req *codec.LeaseRequest, account 
 	}
 	ttl := leaseTTL(c, req)
 	now := leaseNow()
+	if req.Action == codec.LeaseRenew && req.Bytes > 0 {
+		return b.renewRelief(c, req, account, ttl, now)
+	}
 	if req.Action != codec.LeaseAcquire {
 		r, e := b.leases.renewOrRelease(req, account, ttl, now)
 		if r != nil && r.Released {
@@ -172,7 +178,7 @@ func (b *memoryBudget) acquire(c *config.Config, req *codec.LeaseRequest, accoun
 		return nil, codec.Errorf(codec.CodeBadRequest, "device %q has no known capacity: declare [devices.%q] capacity to lease its memory", req.Device, req.Device).With("device", req.Device)
 	}
 	p.measured = b.foreign.latest(req.Device)
-	x := &lease{LeaseReply: codec.LeaseReply{Gateway: b.id}, owner: account, pid: req.PID, host: req.Host}
+	x := &lease{LeaseReply: codec.LeaseReply{Gateway: b.id}, owner: account, pid: req.PID, host: req.Host, granted: req.Bytes}
 	x.Device, x.Bytes, x.Class, x.Holder, x.Gate, x.Reclaim = req.Device, req.Bytes, class, req.Holder, req.Gate, req.Reclaim
 	x.ExpiresUnixMS = now.Add(ttl).UnixMilli()
 	refused := false

@@ -115,6 +115,7 @@ func (g *Gateway) build(c *config.Config, bin, url string) error {
 	budget := newBudget(g.id, log, h.kick, tracker.Workers, func() []int { return sup.pids() })
 	gates := newGates(g.id, budget.leases.gated, loopGateDemand(h, est), busGatePublisher(nc, m))
 	sup = newSupervisor(c, tracker, budgetNow{budget, conf, h.poolIdle}, log, g.id, bin, url, nc.RequestWithContext)
+	budget.starting = sup.startingOn
 	fo := newFailover(g.id, nc, conf, log, m, h.holds,
 		func() bool { return g.svc == nil || !g.svc.Stopped() }, // g.svc: the API, opened after the build (open)
 		func(op string, r micro.Request) { g.handle(op, r, false) })

@@ -55,6 +55,9 @@ import (
 //     application's account) presses only its own leases: one app's refused acquire,
 //     of whatever class it names, never runs another app's hook; the local owner and
 //     the gateway's own pools (supervise.go) press any.
+//  7. Relief: a shrunk lease is grown back, at most to its acquire's bytes, when its
+//     holder asks (a renew with bytes) and nothing presses its device any more
+//     (relief.go).
 //
 // Leases live in the gateway that granted them (one gateway per GPU host is the home
 // setup); a renew or release that reaches another gateway finds no such lease.
@@ -76,6 +79,7 @@ type lease struct {
 	host      string    // ... on this host
 	pressedAt time.Time // rule 6: pressed since (zero: not pressed)
 	shrunkAt  time.Time // rule 6: last shrunk by a measure (measured on a while)
+	granted   int64     // the bytes its acquire was granted: what relief grows it back to at most (relief.go)
 }
 
 // pressFor bounds a press; pressSettle is how long a shrunk lease is measured on (rule 6).

@@ -61,7 +61,7 @@ func TestPressShrinksOnCPU(t *testing.T) {
 	g := testGateway(t, admissionConfig)
 	t.Cleanup(g.budget.startWaits(g.conf))
 	t.Cleanup(g.budget.presser.start(g.conf))
-	_, _, budget := deviceBudget(g.conf(), "cpu")
+	_, _, budget, _ := deviceBudget(g.conf(), "cpu")
 	pid := holderProc(t)
 	reclaimable(t, g, "cpu", budget-10*mib, pid)
 	r := newWaitRecorder(g)

@@ -445,6 +445,36 @@ func (s *supervisor) reclaimFor(pool, device string, need int64, prio int) {
 	}
 }
 
+// startingOn reports whether a worker of a local pool on device is starting: spawned, not
+// exited nor being stopped, and not yet ready and heard with its models (its memory not
+// yet in the admission: relief.go, rule 1).
+func (s *supervisor) startingOn(device string) bool {
+	var ready []string // asked of the tracker after s.mu: never the two locks at once
+	s.mu.Lock()
+	for _, pp := range s.pools {
+		if pp.cfg.Device != device {
+			continue
+		}
+		for _, p := range pp.procs {
+			if p.cmd == nil || p.stopping || isClosed(p.exited) {
+				continue
+			}
+			if !p.ready {
+				s.mu.Unlock()
+				return true
+			}
+			ready = append(ready, p.id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range ready {
+		if w, ok := s.tracker.Get(id); !ok || len(w.HB.Models) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // waitHeartbeat waits (a bounded time) until the tracker has heard a ready worker, so its
 // measured memory counts when the next worker's budget is computed.
 func (s *supervisor) waitHeartbeat(p *proc) {
@@ -495,17 +525,17 @@ func (s *supervisor) spawn(p *proc) {
 	for k, v := range pc.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	// Memory admission: the worker may use what the device's budget has left.
-	if left, ok := s.mem.remaining(pc.Device, p.pool, p.id); ok {
-		if left <= 0 {
-			s.pools[p.pool].failed = s.mem.admissionError(pc.Device, p.pool, 0)
-			p.settled, p.exited = make(chan struct{}), make(chan struct{})
-			close(p.settled)
-			close(p.exited)
-			return
-		}
-		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", config.MemBudgetEnv, left))
+	// Memory admission: the worker may use what the device's budget has left; a device
+	// whose capacity is unknown (ok false) admits nothing.
+	left, ok := s.mem.remaining(pc.Device, p.pool, p.id)
+	if !ok || left <= 0 {
+		s.pools[p.pool].failed = s.mem.admissionError(pc.Device, p.pool, 0)
+		p.settled, p.exited = make(chan struct{}), make(chan struct{})
+		close(p.settled)
+		close(p.exited)
+		return
 	}
+	cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", config.MemBudgetEnv, left))
 	// The models in force (a run-time load or unload changes them without the file), and
 	// the key of the verbs that change them in place.
 	models, _ := json.Marshal(pc.Models)

@@ -217,6 +217,8 @@ func TestTrackerDropsForgedHeartbeats(t *testing.T) {
 			h.Models = []codec.ModelStatus{{Name: "m", NodesByEP: map[string]int{strings.Repeat("e", codec.MaxIDLen+1): 1}}}
 		}, "size"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.DeviceSource = strings.Repeat("s", 2000) }, "size"},
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.Adapter = strings.Repeat("a", 2000) }, "size"},
+		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.AdapterMismatch = strings.Repeat("m", 2000) }, "size"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.Host = strings.Repeat("h", 100000) }, "size"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) { h.Classes = make([]string, 1000) }, "size"},
 		{"ortbus.hb.cpu.w1", func(h *codec.Heartbeat) {

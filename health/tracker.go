@@ -147,7 +147,7 @@ const DefaultMaxPerPool = 256
 const (
 	maxSlots     = 4096
 	maxInterval  = time.Hour
-	maxText      = 1024                   // host, runtime, library, ep, device, state
+	maxText      = 1024                   // host, runtime, library, ep, device, state, adapter, adapter_mismatch
 	maxList      = codec.MaxHeartbeatList // classes, models, queued and running classes
 	maxHeld      = 65536                  // request ids held
 	maxErrorSize = 16384                  // the encoded error of a failed worker, or of a failed model; a model's warm-up error
@@ -159,7 +159,7 @@ const (
 
 // sizesOK checks the heartbeat's strings, lists and error against the limits above.
 func sizesOK(hb *codec.Heartbeat) bool {
-	for _, s := range []string{hb.Host, hb.Runtime, hb.Library, hb.EP, hb.Device, hb.State, hb.DeviceSource} {
+	for _, s := range []string{hb.Host, hb.Runtime, hb.Library, hb.EP, hb.Device, hb.State, hb.DeviceSource, hb.Adapter, hb.AdapterMismatch} {
 		if len(s) > maxText {
 			return false
 		}

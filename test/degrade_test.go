@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ortbus/ortbus/codec"
+	"github.com/ortbus/ortbus/config"
 )
 
 // Degrade (docs/PROTOCOL.md section 7, deadline feasibility; gateway/policy.go, feasible)
@@ -35,6 +36,8 @@ func TestDegradeToCPU(t *testing.T) {
 	red := colourPNG(t, root, "red")
 	g := startGateway(t, gwConfig{
 		Root: root,
+		// A device of unknown capacity admits nothing: the accelerator's is declared.
+		Devices: map[string]config.Device{degradeDevice: {Capacity: 4 << 30, SafeFraction: 0.85}},
 		Pools: []gwPool{
 			{Name: "acc", Version: "1.30.0", Workers: 1, Slots: 1, Device: degradeDevice, Classes: []string{"urgent"}, Models: []string{gwSlow}},
 			{Name: "accb", Version: "1.30.0", Workers: 1, Slots: 1, Device: degradeDevice, MaxBatch: 8, Classes: []string{"batch"}, Models: []string{gwSlow}},

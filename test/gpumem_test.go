@@ -58,11 +58,13 @@ func bigWeightsGraph() *onnxgen.Graph {
 // the model's load to after its warm-up, here at least the 64 MiB weight) and reports its
 // whole memory on the device in its heartbeat (device_bytes, from nvidia-smi); the gateway
 // admits that figure on cuda:0, so a pool declaring what would pass the device's 85 %
-// budget is refused, and so is a lease, each with the arithmetic in its message.
+// budget is refused, and so is a lease, each with the arithmetic in its message. The
+// pools serve on lavapipe under cuda:0's name flagged (adapter_mismatch = "flag").
 // nvidia-smi is rssSMI, first on the gateway's PATH; the worker, the runtime, the webgpu
 // EP (on lavapipe) and the gateway are real.
 func TestWorkerDeviceMemoryAdmission(t *testing.T) {
-	testenv.RequireVulkan(t)
+	testenv.OnlyLavapipe(t) // a GPU's adapter would not be lavapipe's figures
+
 	bin := t.TempDir()
 	if err := os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte(rssSMI), 0o755); err != nil {
 		t.Fatal(err)
@@ -82,8 +84,9 @@ func TestWorkerDeviceMemoryAdmission(t *testing.T) {
 		Devices:  map[string]config.Device{"cuda:0": {Capacity: capacity, SafeFraction: 0.85}},
 		Classes:  map[string]*config.Class{"interactive": {Chain: []string{"gpu"}}, "batch": {Chain: []string{"late"}}},
 		Pools: map[string]*config.Pool{
-			"gpu":  {Runtime: lib, Threads: 1, EP: "webgpu", Device: "cuda:0", Env: testenv.WebGPUEnv(t), Classes: []string{"interactive"}, Models: []string{"big"}},
-			"late": {Runtime: lib, Threads: 1, EP: "webgpu", Device: "cuda:0", Env: testenv.WebGPUEnv(t), Classes: []string{"batch"}, Models: []string{"declared"}},
+			// lavapipe stands in for the GPU of cuda:0: served flagged (adapter_mismatch).
+			"gpu":  {Runtime: lib, Threads: 1, EP: "webgpu", Device: "cuda:0", AdapterMismatch: config.AdapterFlag, Env: testenv.WebGPUEnv(t), Classes: []string{"interactive"}, Models: []string{"big"}},
+			"late": {Runtime: lib, Threads: 1, EP: "webgpu", Device: "cuda:0", AdapterMismatch: config.AdapterFlag, Env: testenv.WebGPUEnv(t), Classes: []string{"batch"}, Models: []string{"declared"}},
 		},
 		Models: map[string]*config.Model{
 			"big":      {Kind: config.KindRaw, Dir: dir},

@@ -43,7 +43,7 @@ const pageJobItems = 24
 // on the one before), restarted once at the end. Every wait is on the page's DOM
 // (WaitVisible, a polled condition) or on the API's answer, never a sleep.
 func TestPage(t *testing.T) {
-	t.Parallel() // see parallel_test.go
+	t.Parallel()               // see parallel_test.go
 	browser := startBrowser(t) // first: without Chromium nothing else starts
 	s := startPageStack(t)
 	tab := newTab(t, browser)

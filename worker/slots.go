@@ -27,6 +27,8 @@ import (
 //     from their start to their end.
 //  5. The time of each runtime call is counted (inferred: the heartbeat's infer_ms),
 //     beside the time the slots waited for its inputs (the decoder's).
+//  6. A run error that says the webgpu device is lost is a lost adapter (adapterlost.go):
+//     the job is answered provider_unavailable, and every model fails.
 type slots struct {
 	n        int
 	q        *queues
@@ -35,6 +37,8 @@ type slots struct {
 	log      *slog.Logger
 	wg       sync.WaitGroup
 	inferred atomic.Int64 // nanoseconds in runtime calls (rule 5)
+	// watch sees the runs' errors for a lost adapter (rule 6; nil: none is watched).
+	watch *adapterWatch
 }
 
 func newSlots(n int, q *queues, d *decoder, r *replier, log *slog.Logger) *slots {
@@ -106,7 +110,7 @@ func (s *slots) runUnit(unit []*job) {
 	ctx, stop := unitContext(ready)
 	defer stop()
 	t0 := time.Now()
-	replies, errs := ready[0].model.Run(ctx, ready[0].op, items)
+	replies, errs := s.run(ctx, ready, items)
 	t1 := time.Now()
 	s.inferred.Add(int64(t1.Sub(t0)))
 	inferUS := t1.Sub(t0).Microseconds()
@@ -121,8 +125,26 @@ func (s *slots) runUnit(unit []*job) {
 			m.Timing = timing(j, taken, inferUS)
 			m.Timing.Batch = len(ready)
 		}
+		if s.watch != nil && err != nil {
+			err = s.watch.check(s.watch.models.execProvider(), err) // rule 6
+		}
 		s.reply.answer(j, replies[i], err)
 	}
+}
+
+// run is the unit's one runtime call; a unit the fault hook asks to fail as on a lost
+// device (tests only: adapterlost.go, rule 3) fails so, without it.
+func (s *slots) run(ctx context.Context, ready []*job, items []models.Item) ([]codec.Replier, []error) {
+	for _, j := range ready {
+		if err := injected(j.item); err != nil {
+			errs := make([]error, len(ready))
+			for i := range errs {
+				errs[i] = err
+			}
+			return make([]codec.Replier, len(ready)), errs
+		}
+	}
+	return ready[0].model.Run(ctx, ready[0].op, items)
 }
 
 // unitContext is done when every job's context is done (rule 2).

@@ -69,6 +69,9 @@ type Worker struct {
 	rt    *ort.Runtime
 	start time.Time
 	ready func(*Worker) // Options.OnReady
+	// adapter is the Vulkan adapter of a webgpu worker, and its mismatch with the
+	// pool's device when the pool serves on it flagged (adapter.go).
+	adapter adapterCheck
 
 	models *modelSet
 	loader *loader
@@ -93,6 +96,7 @@ func wire(c *config.Config, p *config.Pool, id string, log *slog.Logger, rt *ort
 	dec := newDecoder(log, w.q.upcoming, p.DecodeWorkers(runtime.NumCPU()), p.Slots*max(1, p.MaxBatch))
 	w.q.changed = dec.wake
 	w.slots = newSlots(p.Slots, w.q, dec, w.reply, log)
+	w.slots.watch = &adapterWatch{models: w.models, adapter: func() string { return w.adapter.adapter }, log: log}
 	w.serve = &server{cfg: c, pool: p, worker: id, log: log, models: w.models, q: w.q, reply: w.reply, snapshot: w.snapshot, replies: c.NATS.Replies()}
 	w.ctl = newController(id, p.Name, log, w.loader, w.models, w.reply, &w.serve.draining)
 	w.serve.ctl = w.ctl
@@ -141,6 +145,12 @@ func New(opts Options) (*Worker, error) {
 	if err := rt.ProbeChain(sc); err != nil {
 		return nil, codec.AsError(err).With("pool", p.Name)
 	}
+	// A webgpu pool's adapter is the GPU its device names, or the pool says it serves on
+	// another, flagged: never silently.
+	adapter, err := checkAdapter(p, sc, rt.ProbeProvider, log)
+	if err != nil {
+		return nil, err
+	}
 	env := models.Env{
 		Runtime:  rt,
 		Session:  sc,
@@ -148,6 +158,7 @@ func New(opts Options) (*Worker, error) {
 		SpoolDir: c.Security.SpoolDir,
 	}
 	w := wire(c, p, id, log, rt, env)
+	w.adapter = adapter
 	w.ready = opts.OnReady
 	w.loader.onLoading, w.loader.skip = opts.OnLoading, skipModels(log)
 	w.ctl.key = controlKey(log)
@@ -263,6 +274,10 @@ func (w *Worker) snapshot() *codec.Heartbeat {
 		state = codec.StateDraining
 	}
 	devBytes, devSource := w.dev.last()
+	adapter := w.adapter
+	if w.EP() != "webgpu" {
+		adapter = adapterCheck{} // its sessions fell back: they run on no adapter
+	}
 	return &codec.Heartbeat{
 		Worker: w.id, Pool: w.pool.Name, Host: w.host, PID: pid, State: state,
 		Runtime: w.rt.Version, Library: w.rt.Path, EP: w.EP(), Device: w.pool.Device,
@@ -270,6 +285,7 @@ func (w *Worker) snapshot() *codec.Heartbeat {
 		Queued: queued, Running: running, Held: held,
 		Served: w.reply.served.Load(), Failed: w.reply.failed.Load(), SessionsCreated: ort.SessionsCreated(),
 		RSSBytes: rssBytes(), DeviceBytes: devBytes, DeviceSource: devSource, UptimeMS: time.Since(w.start).Milliseconds(),
+		Adapter: adapter.adapter, AdapterMismatch: adapter.mismatch,
 		Panics: guard.Panics(), PublishErrors: w.reply.publishErrors.Load(), BadMessages: w.serve.badMessages.Load(),
 		DecodeWaitMS: time.Duration(w.slots.decode.waited.Load()).Milliseconds(), InferMS: time.Duration(w.slots.inferred.Load()).Milliseconds(),
 	}

@@ -62,7 +62,33 @@ const benchUsage = `usage: ortbus bench NAME [flags]
   -bin DIR         gateway and ortworker binaries (default: next to this binary, else <repo>/bin)
   -v               show the gateway's and workers' logs
   -keep            keep the temporary directory
+Tools of scripts/gpu-check.sh:
+  ortbus bench memcheck -device D -save FILE     a reading of D's used memory and its processes'
+  ortbus bench memcheck -device D -before FILE -status STATUS.json [-out CHECK.json]
+                   the workers' device_bytes (ortbus status -json) against D's own growth since
+                   FILE, other processes subtracted: exit 1 off by more than 10% or not measured
+  ortbus bench unmeasured STEP REPORT.json
+                   each target of a bench report without a figure; exit 1 when there is one
 `
+
+// benchTool runs the bench subcommands that are no benchmark (ok false: name is none):
+// the hidden processes the benches run, and gpu-check's tools.
+func benchTool(name string, args []string) (code int, ok bool) {
+	switch name {
+	case "llm-tenant":
+		// Hidden: the LLM-shaped tenant the collision and capacity benches run under
+		// `ortbus lease` (bench/tenant.go).
+		return bench.TenantMain(args, os.Stdin, os.Stdout, os.Stderr), true
+	case "mem-holder":
+		// Hidden: the memory holder the lease bench runs under `ortbus lease` (bench/memholder.go).
+		return bench.MemHolderMain(args, os.Stdout, os.Stderr), true
+	case "memcheck":
+		return bench.MemCheckMain(args, os.Stdout, os.Stderr), true
+	case "unmeasured":
+		return bench.UnmeasuredMain(args, os.Stdout, os.Stderr), true
+	}
+	return 0, false
+}
 
 // benchCmd runs one benchmark: it prints a table and writes the JSON report.
 func benchCmd(args []string) int {
@@ -71,14 +97,8 @@ func benchCmd(args []string) int {
 		return 2
 	}
 	name, args := args[0], args[1:]
-	if name == "llm-tenant" {
-		// Hidden: the LLM-shaped tenant the collision and capacity benches run under
-		// `ortbus lease` (bench/tenant.go).
-		return bench.TenantMain(args, os.Stdin, os.Stdout, os.Stderr)
-	}
-	if name == "mem-holder" {
-		// Hidden: the memory holder the lease bench runs under `ortbus lease` (bench/memholder.go).
-		return bench.MemHolderMain(args, os.Stdout, os.Stderr)
+	if code, ok := benchTool(name, args); ok {
+		return code
 	}
 	fs := flag.NewFlagSet("bench "+name, flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage) }

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
-	"sync"
 	"syscall"
 	"time"
 
@@ -24,7 +23,7 @@ import (
 
 const leaseUsage = `usage: ortbus lease [-s URL] --device D --bytes SIZE [--class interactive] [--ttl 30s]
                     [--holder NAME] [--wait DURATION] [--gate [--max-pause 250ms] [--min-share 0.5]]
-                    [--on-pressure CMD2] [-inbox-prefix P] -- CMD ARGS...
+                    [--on-pressure CMD2 [--on-relief CMD3]] [-inbox-prefix P] -- CMD ARGS...
   Holds SIZE (e.g. 6GiB) of device D's memory budget for CMD, a process ortbus does not
   run (an LLM server, a game): acquires a lease, runs CMD, renews the lease while CMD
   lives, releases it when CMD exits, and exits with CMD's status. Refused (the budget
@@ -42,6 +41,13 @@ const leaseUsage = `usage: ortbus lease [-s URL] --device D --bytes SIZE [--clas
   (sh -c; ORTBUS_LEASE_PID, ORTBUS_LEASE_DEVICE, ORTBUS_LEASE_BYTES in its environment),
   e.g. asking the LLM server to unload its model; the gateway then shrinks the lease to
   what CMD's processes are measured to use.
+  --on-relief CMD3: the way back: once the pressing work is done (nothing presses the
+  device, no acquire waits there, no worker starts there) and the lease's bytes fit the
+  budget again, the lease is grown back to SIZE and CMD3 runs (sh -c, the same
+  environment), e.g. asking the server to load its model again. Asked for every 500ms
+  after a press.
+  SIZE should cover what CMD uses: a lease below CMD's measured memory is warned of, with
+  both figures (pressing it could shrink nothing; the rest counts as foreign memory).
 `
 
 // leaseCmd is `ortbus lease ... -- CMD ARGS...`: it reads the flags, acquires the lease,
@@ -99,6 +105,7 @@ func leaseCmd(args []string) int {
 type leaseOpts struct {
 	url, prefix                                *string
 	device, class, holder, pauseBy, onPressure string
+	onRelief                                   string
 	bytes                                      config.Bytes
 	ttl, maxPause                              time.Duration
 	minShare                                   float64
@@ -125,6 +132,7 @@ func parseLeaseFlags(args []string) (*leaseOpts, bool) {
 	minShare := fs.Float64("min-share", 0.5, "with --gate: the share of every second CMD keeps running (0 to 1)")
 	pauseBy := fs.String("pause-by", gate.ByAuto, "with --gate: auto, freezer (cgroup v2) or signal (SIGSTOP/SIGCONT of CMD's process group)")
 	onPressure := fs.String("on-pressure", "", "a shell command run when a higher class needs this lease's memory back")
+	onRelief := fs.String("on-relief", "", "with --on-pressure: a shell command run when the pressing work is done and the lease's bytes fit again")
 	if fs.Parse(args) != nil || fs.NArg() == 0 || *device == "" || *size == "" {
 		fmt.Fprint(os.Stderr, leaseUsage)
 		return nil, false
@@ -138,11 +146,15 @@ func parseLeaseFlags(args []string) (*leaseOpts, bool) {
 		fmt.Fprintf(os.Stderr, "ortbus lease: --wait %v: want a duration >= 0\n", *wait)
 		return nil, false
 	}
+	if *onRelief != "" && *onPressure == "" {
+		fmt.Fprintf(os.Stderr, "ortbus lease: --on-relief needs --on-pressure (relief is the way back from a press)\n")
+		return nil, false
+	}
 	if *maxPause < 0 || *minShare < 0 || *minShare > 1 {
 		fmt.Fprintf(os.Stderr, "ortbus lease: --max-pause %v, --min-share %v: want a duration >= 0 and a share from 0 to 1\n", *maxPause, *minShare)
 		return nil, false
 	}
-	o := &leaseOpts{url: url, prefix: prefix, device: *device, class: *class, holder: *holder, pauseBy: *pauseBy, onPressure: *onPressure,
+	o := &leaseOpts{url: url, prefix: prefix, device: *device, class: *class, holder: *holder, pauseBy: *pauseBy, onPressure: *onPressure, onRelief: *onRelief,
 		bytes: bytes, ttl: *ttl, maxPause: *maxPause, minShare: *minShare, wait: *wait, gated: *gated, args: fs.Args()}
 	if o.holder == "" {
 		o.holder = o.args[0]
@@ -260,23 +272,25 @@ func (l *leaseRun) followGate() (chan *nats.Msg, error) {
 	return gateMsgs, err
 }
 
-// renew renews the lease, telling the gateway CMD's pid and host.
-func (l *leaseRun) renew(pid int) (*codec.LeaseReply, error) {
-	req := &codec.LeaseRequest{Action: codec.LeaseRenew, Lease: l.lease.Lease, TTLMS: l.o.ttl.Milliseconds(), PID: pid, Host: l.host}
+// renew renews the lease, telling the gateway CMD's pid and host; bytes > 0 asks for
+// relief (the lease back at bytes: leaserelief.go).
+func (l *leaseRun) renew(pid int, bytes int64) (*codec.LeaseReply, error) {
+	req := &codec.LeaseRequest{Action: codec.LeaseRenew, Lease: l.lease.Lease, TTLMS: l.o.ttl.Milliseconds(), PID: pid, Host: l.host, Bytes: bytes}
 	return l.call(func(ctx context.Context) (*codec.LeaseReply, error) { return l.c.Lease(ctx, req) })
 }
 
 // serve holds the lease while CMD runs: it renews it, follows the gate (pausing and
-// resuming CMD when pauser is set), runs the on-pressure hook, passes signals on, and
-// returns CMD's exit status once it exits.
+// resuming CMD when pauser is set), runs the on-pressure and on-relief hooks, warns of a
+// lease below CMD's measured memory, passes signals on, and returns CMD's exit status
+// once it exits.
 func (l *leaseRun) serve(cmd *exec.Cmd, pauser gate.Pauser, sigs chan os.Signal, gateMsgs chan *nats.Msg) int {
 	o := l.o
 	pid := cmd.Process.Pid
-	hook := &pressureHook{cmd: o.onPressure, env: []string{fmt.Sprintf("ORTBUS_LEASE_PID=%d", pid), "ORTBUS_LEASE_DEVICE=" + o.device, fmt.Sprintf("ORTBUS_LEASE_BYTES=%d", o.bytes)}}
-	defer hook.stop()
+	rc := newLeaseReclaim(o, pid)
+	defer rc.stop()
 	if l.reclaim() {
 		// The holder's pid, for the measure of its usage (gateway/lease.go, rule 6).
-		if _, err := l.renew(pid); err != nil {
+		if _, err := l.renew(pid, 0); err != nil {
 			fmt.Fprintf(os.Stderr, "ortbus lease: renew: %v\n", err)
 		}
 	}
@@ -284,17 +298,12 @@ func (l *leaseRun) serve(cmd *exec.Cmd, pauser gate.Pauser, sigs chan os.Signal,
 	go func() { exited <- cmd.Wait() }()
 	renew := time.NewTicker(max(o.ttl/3, 100*time.Millisecond))
 	defer renew.Stop()
+	relief, measure := rc.tickers()
+	defer relief.Stop()
+	defer measure.Stop()
 	g := newGateFollower(pauser, o, l.c.Conn())
 	defer g.timer.Stop()
 	defer g.stop()
-	pressed := false
-	onPressed := func(on bool) {
-		if on && !pressed && l.reclaim() {
-			fmt.Fprintf(os.Stderr, "ortbus lease: a higher class needs the memory of this lease: running the on-pressure hook\n")
-			hook.run()
-		}
-		pressed = on
-	}
 	myTag := codec.LeaseTag(l.lease.Lease)
 	for {
 		select {
@@ -307,13 +316,21 @@ func (l *leaseRun) serve(cmd *exec.Cmd, pauser gate.Pauser, sigs chan os.Signal,
 			g.stop()
 			passSignal(cmd, pauser, s)
 		case <-renew.C:
-			r, err := l.renew(pid)
+			r, err := l.renew(pid, rc.reliefBytes())
 			if err != nil {
 				// Not fatal for CMD: the gateway may be restarting; the lease may lapse.
 				fmt.Fprintf(os.Stderr, "ortbus lease: renew: %v\n", err)
 			} else {
-				onPressed(r.Pressed)
+				rc.renewed(r)
 			}
+		case <-relief.C:
+			if b := rc.reliefBytes(); b > 0 {
+				if r, err := l.renew(pid, b); err == nil {
+					rc.renewed(r)
+				}
+			}
+		case <-measure.C:
+			rc.measure()
 		case msg := <-gateMsgs:
 			var st codec.Gate
 			// Every byte from the bus is hostile: a state that does not decode, or is not
@@ -322,7 +339,7 @@ func (l *leaseRun) serve(cmd *exec.Cmd, pauser gate.Pauser, sigs chan os.Signal,
 				continue
 			}
 			g.gate(&st)
-			onPressed(slices.Contains(st.Reclaim, myTag))
+			rc.pressed(slices.Contains(st.Reclaim, myTag))
 		case lost := <-g.lost:
 			g.follow(func(m *gate.Machine, now time.Time) gate.Action { return m.Lost(now, lost) })
 		case <-g.timer.C:
@@ -429,47 +446,5 @@ func notify(ch chan bool, v bool) {
 	select {
 	case ch <- v:
 	default:
-	}
-}
-
-// pressureHook runs the --on-pressure command, one run at a time.
-type pressureHook struct {
-	cmd     string
-	env     []string
-	mu      sync.Mutex
-	running *exec.Cmd
-}
-
-func (h *pressureHook) run() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.cmd == "" || h.running != nil {
-		return
-	}
-	c := exec.Command("sh", "-c", h.cmd)
-	c.Env = append(os.Environ(), h.env...)
-	c.Stdout, c.Stderr = os.Stderr, os.Stderr
-	if err := c.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "ortbus lease: on-pressure hook: %v\n", err)
-		return
-	}
-	h.running = c
-	go func() {
-		err := c.Wait()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "ortbus lease: on-pressure hook: %v\n", err)
-		}
-		h.mu.Lock()
-		h.running = nil
-		h.mu.Unlock()
-	}()
-}
-
-// stop ends a hook still running when the wrapper leaves.
-func (h *pressureHook) stop() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.running != nil {
-		h.running.Process.Kill()
 	}
 }

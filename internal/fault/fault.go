@@ -2,8 +2,9 @@
 // variable ORTBUS_FAULT_INJECT=1, a request whose path contains MagicSegv makes the
 // process die of a real native SIGSEGV (through cgo), and MagicAbort of a native abort();
 // a model whose folder's path contains MagicPanic makes the worker panic (a Go panic)
-// while warming it up. It is off by default, and nothing in a normal configuration turns
-// it on.
+// while warming it up; a request one of whose paths contains MagicAdapterLost makes its
+// run fail as a run on a lost GPU device does (worker/adapterlost.go). It is off by
+// default, and nothing in a normal configuration turns it on.
 package fault
 
 /*
@@ -30,7 +31,13 @@ const (
 	MagicSegv  = "__ortbus_fault_segv__"
 	MagicAbort = "__ortbus_fault_abort__"
 	MagicPanic = "__ortbus_fault_panic__"
+	// MagicAdapterLost: the run's error is a lost device's (LostDeviceError).
+	MagicAdapterLost = "__ortbus_fault_adapter_lost__"
 )
+
+// LostDeviceError is the run error MagicAdapterLost stands in for: what Dawn's WebGPU
+// device reports once its GPU is gone (a driver reset, a device removed).
+const LostDeviceError = "fault injection: Device lost (VK_ERROR_DEVICE_LOST)"
 
 var enabled = os.Getenv(EnvVar) == "1"
 
@@ -45,6 +52,20 @@ func Check(path string) {
 	case strings.Contains(path, MagicAbort):
 		C.ortbus_abort()
 	}
+}
+
+// AdapterLost reports whether the switch is on and one of paths asks for a lost device
+// (MagicAdapterLost).
+func AdapterLost(paths ...string) bool {
+	if !enabled {
+		return false
+	}
+	for _, p := range paths {
+		if strings.Contains(p, MagicAdapterLost) {
+			return true
+		}
+	}
+	return false
 }
 
 // Panic panics if the switch is on and path asks for it (MagicPanic).

@@ -3,6 +3,8 @@ package gate
 import (
 	"os/exec"
 	"testing"
+
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // TestPausers: each way of pausing stops a started process and lets it run again; the
@@ -14,14 +16,14 @@ func TestPausers(t *testing.T) {
 			start, err := Prepare(cmd, by)
 			if err != nil {
 				if by == ByFreezer {
-					t.Skipf("no cgroup v2 freezer here: %v", err)
+					testenv.Unavailable(t, "no cgroup v2 freezer here ("+err.Error()+"): as root, scripts/install-freezer.sh mounts one")
 				}
 				t.Fatal(err)
 			}
 			p, err := start()
 			if err != nil {
 				if by == ByFreezer {
-					t.Skipf("cannot start into a cgroup here: %v", err)
+					testenv.Unavailable(t, "cannot start into a cgroup here ("+err.Error()+"): as root, scripts/install-freezer.sh mounts one")
 				}
 				t.Fatal(err)
 			}

@@ -78,7 +78,7 @@ type Options struct {
 	OnEvent func(Event)
 	// Wrap, when set, is a command that runs the tenant: the tenant's command line
 	// (node, its arguments) is appended to it, e.g. {"bin/ortbus", "lease", "--device",
-	// "cpu", "--bytes", "64MiB", "--on-pressure", "kill -USR1 $ORTBUS_LEASE_PID", "--"}.
+	// "cpu", "--bytes", "160MiB", "--on-pressure", "kill -USR1 $ORTBUS_LEASE_PID", "--"}.
 	// The wrapper must pass stdin and stdout through (ortbus lease does). Signals (Free,
 	// Resume BySignal) and RSS go to the tenant's own process (the pid of its ready
 	// event), not to the wrapper.

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -45,19 +46,35 @@ func RequireLavapipe(t testing.TB) *vulkan.Report {
 	return r
 }
 
+// OnlyLavapipe is RequireLavapipe for a test that needs lavapipe to be the only Vulkan
+// adapter (Dawn's pick): it sets VK_DRIVER_FILES, for the rest of t and the processes t
+// starts, to lavapipe's driver manifest alone, so that a machine whose Vulkan also has a
+// GPU still stages the llvmpipe case. It returns lavapipe's adapter, as then probed.
+func OnlyLavapipe(t *testing.T) vulkan.Adapter {
+	t.Helper()
+	r := RequireLavapipe(t)
+	i := slices.IndexFunc(r.ICDFiles, func(f string) bool { return strings.HasPrefix(filepath.Base(f), "lvp_icd") })
+	if i < 0 {
+		t.Fatalf("llvmpipe is listed but no lvp_icd*.json is among the manifests %v", r.ICDFiles)
+	}
+	t.Setenv("VK_DRIVER_FILES", r.ICDFiles[i])
+	t.Setenv("VK_ICD_FILENAMES", r.ICDFiles[i])
+	a, ok := vulkan.Probe(context.Background()).Picked()
+	if !ok || a.Type != "cpu" || !strings.Contains(a.Name, "llvmpipe") {
+		t.Fatalf("with VK_DRIVER_FILES=%s Dawn's pick is %v (%v), not llvmpipe", r.ICDFiles[i], a, ok)
+	}
+	return a
+}
+
 func skipOrFail(t testing.TB, why string) {
 	t.Helper()
 	skipOrFailBecause(t, why+" (as root, scripts/install-vulkan.sh installs the Vulkan loader and lavapipe, Mesa's Vulkan on the CPU)")
 }
 
-// skipOrFailBecause skips t saying why, or fails it under CI (CI set), where what the test
-// needs is installed first and its absence is a fault.
+// skipOrFailBecause is Unavailable.
 func skipOrFailBecause(t testing.TB, why string) {
 	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
+	Unavailable(t, why)
 }
 
 // WebGPUEnv is the environment a process running the webgpu EP needs beside its own:
