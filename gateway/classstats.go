@@ -61,23 +61,7 @@ func newClassWindow(m *metrics) *classWindow {
 }
 
 // start samples every classTick until the returned stop is called.
-func (cw *classWindow) start() (stop func()) {
-	done, exited := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(exited)
-		tick := time.NewTicker(classTick)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case now := <-tick.C:
-				cw.sample(now)
-			}
-		}
-	}()
-	return func() { close(done); <-exited }
-}
+func (cw *classWindow) start() (stop func()) { return every(classTick, cw.sample) }
 
 // sample takes one sample at now (rule 1) and, every classHistoryStep, a history point.
 func (cw *classWindow) sample(now time.Time) {

@@ -161,21 +161,7 @@ func (f *foreignMem) start(c *config.Config, conf func() *config.Config) (stop f
 		return func() {}
 	}
 	f.poll(c)
-	done, exited := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(exited)
-		tick := time.NewTicker(c.Health.HeartbeatInterval.D())
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				f.poll(conf())
-			}
-		}
-	}()
-	return func() { close(done); <-exited }
+	return every(c.Health.HeartbeatInterval.D(), func(time.Time) { f.poll(conf()) })
 }
 
 // ourPIDs are the pids of ortbus's own processes on this host (rule 2), the pools being

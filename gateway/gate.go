@@ -193,21 +193,7 @@ func (lc *lifecycle) gateDemand(classes map[string]string, gating []string, prio
 // start decides and publishes the gates every gateTick, each round under the
 // configuration then in force (conf), until the returned stop is called.
 func (gs *gates) start(conf func() *config.Config) (stop func()) {
-	done, exited := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(exited)
-		tick := time.NewTicker(gateTick)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case now := <-tick.C:
-				gs.decide(now, conf())
-			}
-		}
-	}()
-	return func() { close(done); <-exited }
+	return every(gateTick, func(now time.Time) { gs.decide(now, conf()) })
 }
 
 // decide is one round of rules 1 to 3, under cfg alone.
