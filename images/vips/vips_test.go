@@ -141,3 +141,14 @@ func TestConcurrentDecodes(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmUp: every format of the warm list that this libvips writes is decoded once (the
+// npm build writes all of them), and the heap is faulted in without error when tuned.
+func TestWarmUp(t *testing.T) {
+	l := lib(t)
+	n, took := l.WarmUp()
+	if n != 8 {
+		t.Errorf("%d formats warmed, want 8 (jpeg, progressive jpeg, png, 16-bit png, webp, avif, tiff, gif)", n)
+	}
+	t.Logf("warm-up took %v", took)
+}

@@ -11,10 +11,11 @@ import (
 
 // warmFormats are the formats WarmUp decodes once: a small image of each, written by
 // this libvips (a format it cannot write is not warmed), in the ways a library holds
-// them (CMYK and progressive JPEG take other paths of the JPEG loader and of colour
-// management).
+// them (a progressive JPEG and a 16-bit PNG take other paths of their loaders). Not CMYK:
+// its colour transform is built anew for every image (about 35 ms each way), so warming
+// it would cost every worker's start that much and save no later image anything.
 var warmFormats = []struct{ suffix, to string }{
-	{".jpg", ""}, {".jpg[interlace]", ""}, {".jpg", "cmyk"}, {".png", ""}, {".png", "rgb16"},
+	{".jpg", ""}, {".jpg[interlace]", ""}, {".png", ""}, {".png", "rgb16"},
 	{".webp", ""}, {".avif", ""}, {".tif", ""}, {".gif", ""},
 }
 
@@ -24,7 +25,7 @@ const WarmHeap = 24 << 20
 
 // WarmUp runs the decode path once per format before the first request: libvips starts
 // each loader (and the codec libraries behind it: libjpeg, libspng, libwebp, libheif,
-// lcms) lazily on its first image, which costs the first photo of each kind tens of
+// libtiff, libnsgif) lazily on its first image, which costs the first photo of each kind tens of
 // milliseconds more (a 2K AVIF 200 ms instead of 60). When TuneMalloc set the allocator,
 // WarmHeap bytes of heap are also faulted in, where the first items' buffers will be
 // kept. It returns the formats warmed and how long it took; a format that fails is
