@@ -315,7 +315,6 @@ func TestGatedMaxPause(t *testing.T) {
 // gateway is killed with -9 — the bus staying (an external NATS server: the gate's ttl
 // expires) or going with it (embedded: the bus is lost) — and stays running.
 func TestGatedGatewayKilled(t *testing.T) {
-	t.Parallel() // see parallel_test.go: it waits out a gate's ttl, half its time idle
 	for _, bus := range []string{"external", "embedded"} {
 		t.Run(bus, func(t *testing.T) {
 			natsURL := ""

@@ -1,8 +1,7 @@
 package test
 
 // The package's three longest tests — TestTSClient (the Bun suite, about a minute),
-// TestHostile and TestPage (a real Chromium) — and TestGatedGatewayKilled (which waits out
-// a gate's ttl: 41 s of wall time for 20 s of CPU) call t.Parallel: they run together after
+// TestHostile and TestPage (a real Chromium) — call t.Parallel: they run together after
 // every other test of the package, each with its own gateways, workers, ports and
 // temporary directories, on the core the other packages of `make test` have left idle by
 // then. Each waits on events (replies, heartbeats, the page's DOM), not on a time that
