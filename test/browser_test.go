@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/ortbus/ortbus/internal/testkit/testenv"
 )
 
 // The browser of the page's tests (page_test.go): a headless Chromium (Debian's
 // chromium, which .ci/run installs through scripts/install-chromium.sh) driven over the
-// DevTools protocol by chromedp. Under CI (CI set, e.g. CI=true, as for the Vulkan tests:
-// testenv) a missing Chromium fails the test; elsewhere it skips, saying what to install.
+// DevTools protocol by chromedp. Under CI (CI set, e.g. CI=true: testenv.Unavailable, as for the
+// Vulkan tests) a missing Chromium fails the test; elsewhere it skips, saying what to install.
 
 // browserBound bounds one wait of a page test on the browser: a failure, never a timing.
 const browserBound = 30 * time.Second
@@ -31,11 +33,7 @@ func chromiumPath(t testing.TB) string {
 			return p
 		}
 	}
-	const msg = "no Chromium on $PATH: install Debian's chromium (scripts/install-chromium.sh, as root) or set ORTBUS_CHROMIUM"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	testenv.Unavailable(t, "no Chromium on $PATH: install Debian's chromium (scripts/install-chromium.sh, as root) or set ORTBUS_CHROMIUM")
 	return ""
 }
 
