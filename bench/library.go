@@ -156,8 +156,8 @@ type LibrarySetup struct {
 	InFlight int    `json:"sharp_in_flight"`
 	PrepReps int    `json:"prep_reps"`
 	Cache    string `json:"cache"`
-	// Malloc is how this process's allocator was set for its preprocessing runs (as the
-	// workers set theirs: vips.TuneMalloc).
+	// Malloc is how this process's allocator was set for its preprocessing runs: as the
+	// workers set theirs (vips.TuneMalloc), less the huge pages they start again with.
 	Malloc string `json:"malloc"`
 }
 
@@ -181,7 +181,7 @@ func Library(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer h.close()
 	rep, w := h.rep, h.w
-	malloc := vips.TuneMalloc() // the workers' allocator, for the preprocessing timed here
+	malloc := vips.TuneMalloc() // the workers' allocator (not their huge pages), for the preprocessing timed here
 	lib, err := vips.Default()
 	if err != nil {
 		return nil, fmt.Errorf("libvips: %w", err)

@@ -65,7 +65,20 @@ func ReexecWithTunables() error {
 	if err != nil {
 		return err
 	}
-	env := append(os.Environ(), "GLIBC_TUNABLES="+MallocTunables, reexecMarker+"=1")
+	// Tunables of other glibc parts the user set stay: ours is added to theirs, in the
+	// one GLIBC_TUNABLES (a second entry of the variable would be ignored).
+	tunables := MallocTunables
+	var env []string
+	for _, kv := range os.Environ() {
+		if v, ok := strings.CutPrefix(kv, "GLIBC_TUNABLES="); ok {
+			if v != "" {
+				tunables = v + ":" + MallocTunables
+			}
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env, "GLIBC_TUNABLES="+tunables, reexecMarker+"=1")
 	return syscall.Exec(exe, os.Args, env)
 }
 

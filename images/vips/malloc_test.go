@@ -60,8 +60,9 @@ func withoutMalloc() []string {
 }
 
 // TestReexecWithTunables: the process starts itself again in place (the same pid) with
-// the huge-page tunable, once, and then tunes the rest; a GLIBC_TUNABLES of the user's
-// own is kept, and nothing is tuned over it.
+// the huge-page tunable, once, and then tunes the rest; the user's tunables of other
+// parts of glibc are kept beside it; a user's glibc.malloc tunable is kept, and nothing is
+// tuned over it.
 func TestReexecWithTunables(t *testing.T) {
 	bin := mallocChild(t)
 	run := func(env []string) (pid int, line string) {
@@ -77,6 +78,10 @@ func TestReexecWithTunables(t *testing.T) {
 	pid, line := run(withoutMalloc())
 	if want := fmt.Sprintf("%d %s glibc malloc tuned", pid, vips.MallocTunables); !strings.HasPrefix(line, want) {
 		t.Errorf("started again: %q, want it to begin %q", line, want)
+	}
+	pid, line = run(append(withoutMalloc(), "GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=4096"))
+	if want := fmt.Sprintf("%d glibc.cpu.x86_rep_movsb_threshold=4096:%s glibc malloc tuned", pid, vips.MallocTunables); !strings.HasPrefix(line, want) {
+		t.Errorf("with the user's tunables of another part of glibc: %q, want it to begin %q", line, want)
 	}
 	pid, line = run(append(withoutMalloc(), "GLIBC_TUNABLES=glibc.malloc.arena_max=2"))
 	if want := fmt.Sprintf("%d glibc.malloc.arena_max=2 glibc malloc as the environment sets it (GLIBC_TUNABLES)", pid); line != want {
