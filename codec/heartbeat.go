@@ -54,6 +54,10 @@ type Heartbeat struct {
 	// BadMessages is how many messages it dropped unanswered for their reply subject
 	// (not under a reply prefix, or malformed: subjects.CheckReply).
 	BadMessages uint64 `msgpack:"bad_messages,omitempty" json:"bad_messages,omitempty"`
+	// DroppedReplies is how many replies of reply_direct items it dropped unsent: their
+	// gateway had given the attempt to another (a claim that came late), or no verdict
+	// came in time (the gateway answered those).
+	DroppedReplies uint64 `msgpack:"dropped_replies,omitempty" json:"dropped_replies,omitempty"`
 	// DecodeWaitMS is the time the worker's slots waited for their items' inputs to be
 	// decoded (decoding them, or waiting for the decode stage), InferMS the time of their
 	// runtime calls, both since it started: DecodeWaitMS / (DecodeWaitMS + InferMS) is

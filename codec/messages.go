@@ -88,6 +88,17 @@ const (
 	ClaimDone  = "done"
 )
 
+// ClaimVerdict is a gateway's answer to a "taken" claim that came with a reply subject
+// (the claim of an item with reply_direct): Own says that the claimed attempt is the
+// request's current one and that this worker holds it, so its reply may go to the client.
+// Not Own, the worker drops the item unanswered: the gateway dispatched it again, gave it
+// to another worker, or answered it already.
+type ClaimVerdict struct {
+	ID      string `msgpack:"id" json:"id"`
+	Attempt int    `msgpack:"attempt,omitempty" json:"attempt,omitempty"`
+	Own     bool   `msgpack:"own" json:"own"`
+}
+
 // Cancel asks that the request with this id be dropped (queued) or stopped (running).
 type Cancel struct {
 	ID string `msgpack:"id" json:"id"`

@@ -30,7 +30,8 @@ import (
 //	dispatch pass      queued          L2    sent            send (attempt n+1)
 //	                   queued          L2    -               answer (the queue's error: deadline, no_worker, ...)
 //	                   queued          L2    queued          wake (a sleeping pool); a waiting latency item reserves
-//	claim taken        sent            L3    claimed         -
+//	claim taken        sent            L3    claimed         - | verdict own (a claim with a reply subject)
+//	                   other           L3a   (same)          - | verdict not own (late, stale or another's)
 //	reply (relayed)    sent|claimed    L4    -               relay (the answer)
 //	claim done         sent|claimed    L4    -               settled (the worker answered the client)
 //	no responders      sent            L5    backoff | -     - | answer no_worker
@@ -219,6 +220,11 @@ type (
 	}
 	// effWake starts a sleeping lazy_load pool.
 	effWake struct{ pool string }
+	// effVerdict answers a worker's claim with its verdict v (L3a), on subject to.
+	effVerdict struct {
+		to string
+		v  codec.ClaimVerdict
+	}
 )
 
 func (effRecord) isEffect()    {}
@@ -230,6 +236,7 @@ func (effCancel) isEffect()    {}
 func (effRetried) isEffect()   {}
 func (effUnclaimed) isEffect() {}
 func (effWake) isEffect()      {}
+func (effVerdict) isEffect()   {}
 
 func answerErr(p *pending, pool string, e *codec.Error) effect {
 	return effAnswer{p: p, pool: pool, err: e}
@@ -409,19 +416,29 @@ func (lc *lifecycle) send(f *flight, now time.Time) effect {
 func (f *flight) out() bool { return f.state == stSent || f.state == stClaimed }
 
 // claim is L3 and the direct half of L4: a claim counts only for the request's current
-// attempt and pool. "taken" records the worker that holds it; "done" — its worker
-// answered the client itself — ends it, when it comes from the worker it was sent to
-// or the one that took it (or, sent to the pool's queue group and not claimed yet, any
-// worker of the pool).
-func (lc *lifecycle) claim(c codec.Claim, now time.Time) []effect {
+// attempt and pool. "taken" records the worker that holds it — the first worker to claim
+// the attempt, and only one it may have reached (the worker it was sent to, or any of
+// the pool's for its queue group); a taken claim with a reply subject (verdictTo: the
+// claim of an item with reply_direct) is answered with the verdict, Own when that worker
+// now holds the current attempt: only then may it answer the client (L3a; a claim that
+// comes after the claim timer sent the request again is not Own, so the two attempts
+// never both answer). "done" — its worker answered the client itself — ends it, when it
+// comes from the worker it was sent to or the one that took it (or, sent to the pool's
+// queue group and not claimed yet, any worker of the pool).
+func (lc *lifecycle) claim(c codec.Claim, verdictTo string, now time.Time) []effect {
 	f := lc.byID[c.ID]
-	if f == nil || !f.out() || f.attempt != c.Attempt || f.pool != c.Pool {
-		return nil
-	}
-	switch c.State {
-	case codec.ClaimTaken:
-		f.worker, f.state = c.Worker, stClaimed
-	case codec.ClaimDone:
+	current := f != nil && f.out() && f.attempt == c.Attempt && f.pool == c.Pool
+	switch {
+	case c.State == codec.ClaimTaken:
+		own := current && (f.target == "" || f.target == c.Worker) && (f.state == stSent || f.worker == c.Worker)
+		if own {
+			f.worker, f.state = c.Worker, stClaimed
+		}
+		if verdictTo == "" {
+			return nil
+		}
+		return []effect{effVerdict{to: verdictTo, v: codec.ClaimVerdict{ID: c.ID, Attempt: c.Attempt, Own: own}}}
+	case c.State == codec.ClaimDone && current:
 		if !f.direct || !(c.Worker == f.target || c.Worker == f.worker || (f.target == "" && f.worker == "")) {
 			return nil
 		}
@@ -795,8 +812,12 @@ type (
 		p     *pending
 		pools []string
 	}
-	// evClaim: a worker's claim, checked against its subject (L3, L4).
-	evClaim struct{ c codec.Claim }
+	// evClaim: a worker's claim, checked against its subject (L3, L4), and the subject
+	// its verdict goes to ("" when it asks for none).
+	evClaim struct {
+		c         codec.Claim
+		verdictTo string
+	}
 	// evReply: a relayed reply to attempt token seq (L4), or the server's "no
 	// responders" for it (L5).
 	evReply struct {

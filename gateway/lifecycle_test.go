@@ -261,15 +261,15 @@ func TestLifecycleDirectDone(t *testing.T) {
 		{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w2", State: codec.ClaimDone},
 		{ID: "b", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimDone},
 	} {
-		if out := lc.claim(c, t0); len(out) != 0 || state(lc, "a") != "sent" {
+		if out := lc.claim(c, "", t0); len(out) != 0 || state(lc, "a") != "sent" {
 			t.Fatalf("claim %+v: %+v, state %s", c, out, state(lc, "a"))
 		}
 	}
-	lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0)
+	lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, "", t0)
 	if f := lc.byID["a"]; f.state != stClaimed || f.worker != "w1" {
 		t.Fatalf("after taken: %s by %q", f.state, f.worker)
 	}
-	st := only[effSettled](t, lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimDone, Code: codec.CodeCancelled}, t0))
+	st := only[effSettled](t, lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimDone, Code: codec.CodeCancelled}, "", t0))
 	if st.p.id != "a" || st.pool != "gpu" || st.claim.Code != codec.CodeCancelled {
 		t.Fatalf("settled %+v", st)
 	}
@@ -280,7 +280,7 @@ func TestLifecycleDirectDone(t *testing.T) {
 
 	// Sent to the queue group: the first worker's done settles it.
 	s = sent(t, lc, req("q", "interactive"), to("gpu", ""), t0)
-	only[effSettled](t, lc.claim(codec.Claim{ID: "q", Attempt: s.attempt, Pool: "gpu", Worker: "any", State: codec.ClaimDone}, t0))
+	only[effSettled](t, lc.claim(codec.Claim{ID: "q", Attempt: s.attempt, Pool: "gpu", Worker: "any", State: codec.ClaimDone}, "", t0))
 	empty(t, lc)
 }
 
@@ -295,8 +295,8 @@ func TestLifecycleWorkerDied(t *testing.T) {
 	if out := lc.pass(t0, to("gpu", "")); len(out) != 2 {
 		t.Fatalf("the pass: %+v, want two sends", out)
 	}
-	lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0)
-	lc.claim(codec.Claim{ID: "older", Attempt: 1, Pool: "gpu", Worker: "w2", State: codec.ClaimTaken}, t0)
+	lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, "", t0)
+	lc.claim(codec.Claim{ID: "older", Attempt: 1, Pool: "gpu", Worker: "w2", State: codec.ClaimTaken}, "", t0)
 	out := lc.died("gpu", "w1", "exit 2", 1, t0.Add(time.Second))
 	only[effRetried](t, out)
 	if len(terminals(out)) != 0 || state(lc, "a") != "queued" || state(lc, "older") != "claimed" || lc.busy["gpu"] != 1 {
@@ -304,7 +304,7 @@ func TestLifecycleWorkerDied(t *testing.T) {
 	}
 	// Late words of w1 about attempt 1: nothing.
 	for _, st := range []string{codec.ClaimTaken, codec.ClaimDone} {
-		if out := lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: st}, t0); len(out) != 0 || state(lc, "a") != "queued" {
+		if out := lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: st}, "", t0); len(out) != 0 || state(lc, "a") != "queued" {
 			t.Fatalf("late %s claim of the dead worker: %+v, state %s", st, out, state(lc, "a"))
 		}
 	}
@@ -312,10 +312,10 @@ func TestLifecycleWorkerDied(t *testing.T) {
 	if s2.p.id != "a" || s2.attempt != 2 {
 		t.Fatalf("retry %+v", s2)
 	}
-	if out := lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimDone}, t0); len(out) != 0 {
+	if out := lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimDone}, "", t0); len(out) != 0 {
 		t.Fatalf("the dead worker's done settled the retry: %+v", out)
 	}
-	lc.claim(codec.Claim{ID: "a", Attempt: 2, Pool: "gpu", Worker: "w3", State: codec.ClaimTaken}, t0)
+	lc.claim(codec.Claim{ID: "a", Attempt: 2, Pool: "gpu", Worker: "w3", State: codec.ClaimTaken}, "", t0)
 	wantCode(t, lc.died("gpu", "w3", "exit 2", 1, t0.Add(2*time.Second)), "a", codec.CodePoisonInput)
 
 	// No retry when no pool can run it: worker_lost.
@@ -370,13 +370,67 @@ func TestLifecycleUnclaimed(t *testing.T) {
 	wantCode(t, lc.tick(t0.Add(testClaimTimeout)), "late", codec.CodeDeadlineExceeded)
 }
 
+// L3a: a taken claim with a reply subject gets its verdict. Own only for the first
+// worker to claim the current attempt, where the attempt could have reached it: a claim
+// that comes after L6 sent the request again (the attempt is over) is not Own, so the
+// late worker of a reply_direct item never answers beside the new attempt's.
+func TestLifecycleVerdict(t *testing.T) {
+	lc := newTestLifecycle()
+	envOf(lc).direct = true
+	verdict := func(c codec.Claim) codec.ClaimVerdict {
+		t.Helper()
+		v := only[effVerdict](t, lc.claim(c, "ortbus.worker."+c.Worker+".verdict", t0))
+		if v.to != "ortbus.worker."+c.Worker+".verdict" || v.v.ID != c.ID || v.v.Attempt != c.Attempt {
+			t.Fatalf("verdict %+v for claim %+v", v, c)
+		}
+		return v.v
+	}
+	sent(t, lc, req("a", "interactive"), to("gpu", ""), t0)
+	only[effUnclaimed](t, lc.tick(t0.Add(testClaimTimeout))) // w1's claim is late
+	s2 := only[effSend](t, lc.pass(t0.Add(testClaimTimeout), to("gpu", "")))
+	if s2.attempt != 2 || !s2.direct {
+		t.Fatalf("sent again: %+v", s2)
+	}
+	if v := verdict(codec.Claim{ID: "a", Attempt: 2, Pool: "gpu", Worker: "w2", State: codec.ClaimTaken}); !v.Own {
+		t.Fatalf("the current attempt's first claim: %+v, want own", v)
+	}
+	if v := verdict(codec.Claim{ID: "a", Attempt: 2, Pool: "gpu", Worker: "w2", State: codec.ClaimTaken}); !v.Own {
+		t.Fatalf("the holder's claim again: %+v, want own", v)
+	}
+	for _, c := range []codec.Claim{
+		{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, // late: after L6
+		{ID: "a", Attempt: 2, Pool: "gpu", Worker: "w3", State: codec.ClaimTaken}, // another's
+		{ID: "a", Attempt: 2, Pool: "cpu", Worker: "w2", State: codec.ClaimTaken}, // another pool
+		{ID: "nobody", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken},
+	} {
+		if v := verdict(c); v.Own {
+			t.Fatalf("claim %+v: own", c)
+		}
+	}
+	if f := lc.byID["a"]; f.worker != "w2" || f.state != stClaimed {
+		t.Fatalf("held by %q (%s), want w2", f.worker, f.state)
+	}
+	// Sent to one worker: only that worker's claim is own.
+	sent(t, lc, req("b", "interactive"), to("gpu", "w1"), t0)
+	if v := verdict(codec.Claim{ID: "b", Attempt: 1, Pool: "gpu", Worker: "w2", State: codec.ClaimTaken}); v.Own {
+		t.Fatal("a claim by a worker the attempt was not sent to: own")
+	}
+	if v := verdict(codec.Claim{ID: "b", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}); !v.Own {
+		t.Fatal("the chosen worker's claim: not own")
+	}
+	// Without a reply subject a claim gets no verdict.
+	if out := lc.claim(codec.Claim{ID: "b", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, "", t0); len(out) != 0 {
+		t.Fatalf("a claim without a reply subject: %+v", out)
+	}
+}
+
 // L8: an attempt not answered answerGrace past the request's deadline is answered
 // deadline_exceeded, once; its timers leave with it.
 func TestLifecycleDeadline(t *testing.T) {
 	lc := newTestLifecycle()
 	p := req("a", "interactive")
 	s := sent(t, lc, p, to("gpu", ""), t0)
-	lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0)
+	lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, "", t0)
 	if out := lc.tick(p.deadline); len(out) != 0 {
 		t.Fatalf("at the deadline (the worker's grace): %+v", out)
 	}
@@ -426,7 +480,7 @@ func TestLifecycleCancel(t *testing.T) {
 	wantCode(t, out, "q", codec.CodeCancelled)
 
 	s := sent(t, lc, req("r", "interactive"), to("gpu", ""), t0)
-	lc.claim(codec.Claim{ID: "r", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0)
+	lc.claim(codec.Claim{ID: "r", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, "", t0)
 	found, out = lc.cancel("r", "", "", false, t0) // an operator
 	if c := only[effCancel](t, out); !found || c.id != "r" || len(terminals(out)) != 0 || state(lc, "r") != "claimed" {
 		t.Fatalf("cancel at a worker: %v %+v, state %s", found, out, state(lc, "r"))
@@ -473,7 +527,7 @@ func TestLifecycleDoneAfterNextRequest(t *testing.T) {
 	if out := lc.pass(t0.Add(time.Millisecond), waits); len(out) != 0 || state(lc, "b") != "queued" {
 		t.Fatalf("b while a holds w1: %+v, %s", out, state(lc, "b"))
 	}
-	st := only[effSettled](t, lc.claim(codec.Claim{ID: "a", Attempt: a.attempt, Pool: "gpu", Worker: "w1", State: codec.ClaimDone}, t0.Add(2*time.Millisecond)))
+	st := only[effSettled](t, lc.claim(codec.Claim{ID: "a", Attempt: a.attempt, Pool: "gpu", Worker: "w1", State: codec.ClaimDone}, "", t0.Add(2*time.Millisecond)))
 	if st.p.id != "a" || state(lc, "b") != "queued" || lc.workers["w1"]["interactive"] != 0 {
 		t.Fatalf("a's done: %+v; b %s, w1 %v", st, state(lc, "b"), lc.workers["w1"])
 	}
@@ -546,7 +600,7 @@ func TestLifecycleOneAnswer(t *testing.T) {
 			case 3:
 				for id, s := range sends {
 					state := []string{codec.ClaimTaken, codec.ClaimDone}[next(2)]
-					count(lc.claim(codec.Claim{ID: id, Attempt: s.attempt, Pool: "gpu", Worker: []string{"w1", "w2"}[next(2)], State: state}, now))
+					count(lc.claim(codec.Claim{ID: id, Attempt: s.attempt, Pool: "gpu", Worker: []string{"w1", "w2"}[next(2)], State: state}, "", now))
 					break
 				}
 			case 4:
@@ -660,7 +714,7 @@ func TestLifecycleCancelTimer(t *testing.T) {
 	const bound = 5 * time.Second
 	lc := newTestLifecycle()
 	sent(t, lc, req("a", "batch"), to("gpu", ""), t0)
-	lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0)
+	lc.claim(codec.Claim{ID: "a", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, "", t0)
 	found, out := lc.cancelWithin("a", "", "", false, bound, t0)
 	if c := only[effCancel](t, out); !found || c.id != "a" || len(terminals(out)) != 0 {
 		t.Fatalf("bounded cancel at a worker: %v %+v", found, out)
@@ -709,8 +763,8 @@ func TestLifecycleDrainingBeatAfterExit(t *testing.T) {
 	r := sent(t, lc, req("r", "interactive"), to("gpu", ""), t0) // relayed, to the queue group
 	env.direct = true
 	sent(t, lc, req("d", "interactive"), to("gpu", "w1"), t0) // direct, to w1 itself
-	count(lc.claim(codec.Claim{ID: "r", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0))
-	count(lc.claim(codec.Claim{ID: "d", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0))
+	count(lc.claim(codec.Claim{ID: "r", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, "", t0))
+	count(lc.claim(codec.Claim{ID: "d", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, "", t0))
 
 	// w1 exits; w2 lives on.
 	now := t0.Add(time.Second)
@@ -721,7 +775,7 @@ func TestLifecycleDrainingBeatAfterExit(t *testing.T) {
 		t.Helper()
 		for _, id := range []string{"r", "d"} {
 			for _, st := range []string{codec.ClaimTaken, codec.ClaimDone} {
-				if out := count(lc.claim(codec.Claim{ID: id, Attempt: 1, Pool: "gpu", Worker: "w1", State: st}, now)); len(out) != 0 {
+				if out := count(lc.claim(codec.Claim{ID: id, Attempt: 1, Pool: "gpu", Worker: "w1", State: st}, "", now)); len(out) != 0 {
 					t.Fatalf("%s: w1's late %s claim of %s: %+v", when, st, id, out)
 				}
 			}
@@ -756,7 +810,7 @@ func TestLifecycleDrainingBeatAfterExit(t *testing.T) {
 		t.Fatalf("w1 dead again: %+v; deaths r %d, d %d", out, lc.byID["r"].deaths, lc.byID["d"].deaths)
 	}
 	count(lc.reply(r2.seq, &nats.Msg{}, now))
-	count(lc.claim(codec.Claim{ID: "d", Attempt: 2, Pool: "gpu", Worker: "w2", State: codec.ClaimTaken}, now))
+	count(lc.claim(codec.Claim{ID: "d", Attempt: 2, Pool: "gpu", Worker: "w2", State: codec.ClaimTaken}, "", now))
 	count(lc.tick(now.Add(time.Minute + answerGrace)))
 	if answers["r"] != 1 || answers["d"] != 1 {
 		t.Fatalf("answers %v, want one each", answers)
@@ -767,11 +821,11 @@ func TestLifecycleDrainingBeatAfterExit(t *testing.T) {
 	lc = newTestLifecycle()
 	env = envOf(lc)
 	sent(t, lc, req("x", "interactive"), to("gpu", "w1"), t0)
-	lc.claim(codec.Claim{ID: "x", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, t0)
+	lc.claim(codec.Claim{ID: "x", Attempt: 1, Pool: "gpu", Worker: "w1", State: codec.ClaimTaken}, "", t0)
 	env.live = map[string]bool{} // its draining beat does not make it live (health's rule)
 	wantCode(t, lc.died("gpu", "w1", "exit 0", 0, t0), "x", codec.CodeWorkerLost)
 	for _, st := range []string{codec.ClaimTaken, codec.ClaimDone} {
-		if out := lc.claim(codec.Claim{ID: "x", Attempt: 1, Pool: "gpu", Worker: "w1", State: st}, t0); len(out) != 0 {
+		if out := lc.claim(codec.Claim{ID: "x", Attempt: 1, Pool: "gpu", Worker: "w1", State: st}, "", t0); len(out) != 0 {
 			t.Fatalf("w1's late %s claim after its answer: %+v", st, out)
 		}
 	}

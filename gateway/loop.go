@@ -150,7 +150,7 @@ func (d *dispatcher) step(ev event, now time.Time) {
 		d.carryOut(lc.accept(e.p, e.pools, now), now)
 		d.kick()
 	case evClaim:
-		d.carryOut(lc.claim(e.c, now), now)
+		d.carryOut(lc.claim(e.c, e.verdictTo, now), now)
 	case evReply:
 		if e.noResponders {
 			d.carryOut(lc.noResponders(e.seq, e.msg.Subject, now), now)

@@ -104,6 +104,11 @@ func (s *sender) apply(effects []effect) (failed []sendFailure) {
 			s.log.Warn("request not claimed by any worker; dispatching it again", "id", e.p.id, "pool", e.pool, "after", claimTimeout(s.conf()))
 		case effWake:
 			s.supervisor.wake(e.pool) // a lazy_load pool starts on its first request
+		case effVerdict:
+			b, _ := codec.Marshal(&e.v)
+			if err := s.nc.Publish(e.to, b); err != nil {
+				s.metrics.publishFailed("verdict", err)
+			}
 		}
 	}
 	return failed
@@ -242,8 +247,10 @@ func (s *sender) relay(p *pending, pool string, msg *nats.Msg) {
 
 // onClaim records which worker holds a request. A claim is dropped unless its body
 // names the pool and worker of its subject (ortbus.claim.<gateway>.<pool>.<worker>),
-// which under the cluster permissions only that pool's workers may publish; and it only
-// counts for the request's current dispatch (its pool and attempt).
+// which under the cluster permissions only that pool's workers may publish, and its reply
+// subject, if any, is that worker's verdict subject (ortbus.worker.<worker>.verdict: the
+// gateway publishes nowhere a claim chooses); and it only counts for the request's
+// current dispatch (its pool and attempt).
 func (s *sender) onClaim(m *nats.Msg) {
 	var c codec.Claim
 	ps, err := subjects.Parse(m.Subject)
@@ -251,5 +258,11 @@ func (s *sender) onClaim(m *nats.Msg) {
 		s.metrics.bad("claim")
 		return
 	}
-	s.post(evClaim{c})
+	if m.Reply != "" {
+		if want, err := subjects.Worker(c.Worker, subjects.VerbVerdict); err != nil || m.Reply != want {
+			s.metrics.bad("claim")
+			return
+		}
+	}
+	s.post(evClaim{c, m.Reply})
 }

@@ -140,12 +140,15 @@ func JobRun(job string, n, k int) string { return fmt.Sprintf("%s.%s.%d.%d", Job
 
 // Worker control verbs: stats and drain (operators; any body, answered with a Heartbeat
 // snapshot), load and unload (the gateway that supervises the worker: a model changed in
-// place, codec.WorkerLoad and codec.WorkerUnload, answered with a codec.ModelStatus).
+// place, codec.WorkerLoad and codec.WorkerUnload, answered with a codec.ModelStatus); and
+// verdict, the reply subject of the worker's claims of items with reply_direct (the
+// gateway's codec.ClaimVerdict comes there).
 const (
-	VerbDrain  = "drain"
-	VerbStats  = "stats"
-	VerbLoad   = "load"
-	VerbUnload = "unload"
+	VerbDrain   = "drain"
+	VerbStats   = "stats"
+	VerbLoad    = "load"
+	VerbUnload  = "unload"
+	VerbVerdict = "verdict"
 )
 
 // The latency classes, highest priority first.

@@ -91,6 +91,7 @@ func FuzzAccept(f *testing.F) {
 		f.Add(b, asJSON, "")
 		f.Add([]byte{0x81, 0xaa, 'c', 'a', 'n', 'd', 'i', 'd', 'a', 't', 'e', 's', 0xdd, 0xff, 0xff, 0xff, 0xff}, asJSON, "_INBOX.fuzz.1")
 		f.Add([]byte(`{"id":"r2","claim_to":"ortbus.v1.tag","op":"tag"}`), asJSON, "_INBOX.fuzz.1")
+		f.Add([]byte(`{"id":"r5","path":"/srv/a.png","op":"tag","claim_to":"ortbus.claim.gw","reply_direct":true,"attempt":2}`), asJSON, "_INBOX.fuzz.1")
 		f.Add([]byte(`{"id":"r4","op":"infer","input_paths":{"x":"/srv/x.npy"},"output_dir":"/srv/spool"}`), asJSON, "_INBOX_client.q.2")
 		f.Add([]byte(`{"id":"r3","deadline_unix_ms":-9223372036854775808,"timeout_ms":9223372036854775807}`), asJSON, "_INBOX.fuzz.1")
 	}
@@ -132,12 +133,24 @@ func FuzzAccept(f *testing.F) {
 		if got := w.serve.badMessages.Load() - bad; valid != (got == 0) {
 			t.Fatalf("reply subject %q (valid %v): %d counted bad", replyTo, valid, got)
 		}
-		nReplies := 0
-		for {
-			o, err := all.NextMsg(0)
-			if err != nil {
-				break
+		// The gateway's part: a claim that asks for a verdict (a reply_direct item's) gets
+		// "own", and the reply it held goes out.
+		var out []*nats.Msg
+		for o, err := all.NextMsg(0); err == nil; o, err = all.NextMsg(0) {
+			out = append(out, o)
+			var c codec.Claim
+			if o.Reply != "" && strings.HasPrefix(o.Subject, "ortbus.claim.") && codec.Unmarshal(o.Data, &c) == nil {
+				if o.Reply != w.reply.verdictTo || c.State != codec.ClaimTaken {
+					t.Fatalf("claim %+v asks for a verdict on %q", c, o.Reply)
+				}
+				w.reply.gate.decide(codec.ClaimVerdict{ID: c.ID, Attempt: c.Attempt, Own: true})
+				if err := nc.Flush(); err != nil {
+					t.Fatal(err)
+				}
 			}
+		}
+		nReplies := 0
+		for _, o := range out {
 			switch {
 			case o.Subject == "infer.cpu.interactive":
 			case valid && o.Subject == replyTo:

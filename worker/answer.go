@@ -9,6 +9,7 @@ import (
 
 	"github.com/ortbus/ortbus/codec"
 	"github.com/ortbus/ortbus/internal/reply"
+	"github.com/ortbus/ortbus/subjects"
 )
 
 // replier sends the worker's answers and claims, and counts them. Its rules:
@@ -21,6 +22,9 @@ import (
 //     acceptance): taken when it is queued, and, for an item with reply_direct, done once
 //     its reply went to the client — after the reply, never before.
 //  5. A message that cannot be sent is counted (publish errors) and logged.
+//  6. The reply of an item with reply_direct goes to the client only once its gateway
+//     said the attempt is the worker's (verdicts, verdict.go): its taken claim asks for
+//     that verdict, on the worker's verdict subject.
 type replier struct {
 	// stamp is the worker's part of each result's Served (pool, worker, runtime), and
 	// claimAs of each claim (worker, pool): who answers, fixed when the worker is wired.
@@ -28,6 +32,10 @@ type replier struct {
 	claimAs codec.Claim
 	log     *slog.Logger
 	models  *modelSet
+	// gate holds direct replies until their verdict (rule 6); verdictTo is the reply
+	// subject of the claims that ask for one.
+	gate      *verdicts
+	verdictTo string
 	// nc is the connection the answers go out on: set (connect) before any subscription
 	// hands the worker a message.
 	nc *nats.Conn
@@ -36,7 +44,8 @@ type replier struct {
 }
 
 func newReplier(stamp codec.Served, claimAs codec.Claim, log *slog.Logger, ms *modelSet) *replier {
-	return &replier{stamp: stamp, claimAs: claimAs, log: log, models: ms}
+	to, _ := subjects.Worker(claimAs.Worker, subjects.VerbVerdict) // the id was checked (Options)
+	return &replier{stamp: stamp, claimAs: claimAs, log: log, models: ms, gate: newVerdicts(), verdictTo: to}
 }
 
 // connect sets the connection the answers go out on.
@@ -57,8 +66,12 @@ func (r *replier) claim(j *job, state string, code codec.Code, t *codec.Timing) 
 	}
 	c := r.claimAs
 	c.ID, c.Attempt, c.State, c.Code, c.Timing = j.item.ID, j.item.Attempt, state, code, t
-	b, _ := codec.Marshal(&c)
-	if err := r.nc.Publish(j.claim, b); err != nil {
+	m := &nats.Msg{Subject: j.claim}
+	m.Data, _ = codec.Marshal(&c)
+	if state == codec.ClaimTaken && j.verdict != nil {
+		m.Reply = r.verdictTo // rule 6
+	}
+	if err := r.nc.PublishMsg(m); err != nil {
 		r.publishFailed("claim", j.item.ID, err)
 	}
 }
@@ -83,16 +96,23 @@ func (r *replier) answer(j *job, rep codec.Replier, err error) {
 	if out = reply.Fit(out, r.nc.MaxPayload()); code == "" && out.Header.Get(reply.HeaderErrorCode) != "" {
 		code, t = codec.CodeReplyTooLarge, nil
 	}
-	if err := r.nc.PublishMsg(out); err != nil {
-		r.publishFailed("reply", j.item.ID, err)
+	send := func() {
+		if err := r.nc.PublishMsg(out); err != nil {
+			r.publishFailed("reply", j.item.ID, err)
+		}
+		j.trace.answer(string(code))
+		if j.item.ReplyDirect {
+			// After the reply, never before: a worker that dies between the two leaves the
+			// gateway to retry a request whose client already has its answer (a duplicate
+			// the client drops), never a request answered to the gateway and not the client.
+			r.claim(j, codec.ClaimDone, code, t)
+		}
 	}
-	j.trace.answer(string(code))
-	if j.item.ReplyDirect {
-		// After the reply, never before: a worker that dies between the two leaves the
-		// gateway to retry a request whose client already has its answer (a duplicate
-		// the client drops), never a request answered to the gateway and not the client.
-		r.claim(j, codec.ClaimDone, code, t)
+	if j.verdict != nil {
+		r.gate.deliver(j.verdict, len(out.Data), send) // rule 6
+		return
 	}
+	send()
 }
 
 // message is j's reply: the result rep, encoded, or the error err; with the error's code

@@ -35,6 +35,9 @@ type job struct {
 	decUnwatch func() bool
 	prepared   models.Item
 	prepErr    error
+	// verdict is its wait for the gateway's verdict (verdict.go): set for an item with
+	// reply_direct and a claim subject, before its claim is sent; nil for the others.
+	verdict *verdictWait
 	// answered is set by the job's one terminal answer; later answers are ignored.
 	answered atomic.Bool
 	// trace: its spans (trace.go), nil while tracing is off; set at its arrival.

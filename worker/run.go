@@ -54,6 +54,11 @@ func (w *Worker) ServeConn(ctx context.Context, nc *nats.Conn) error {
 	w.reply.connect(nc)
 	closed, unwatch := connClosed(nc)
 	defer unwatch()
+	// Cancels, verdicts and control first: a work item's claim may be answered at once.
+	ctl, err := w.serve.control(nc)
+	if err != nil {
+		return err
+	}
 	var subs []*nats.Subscription
 	for _, class := range w.pool.Classes {
 		s, err := w.serve.subscribe(nc, class)
@@ -61,10 +66,6 @@ func (w *Worker) ServeConn(ctx context.Context, nc *nats.Conn) error {
 			return err
 		}
 		subs = append(subs, s...)
-	}
-	ctl, err := w.serve.control(nc)
-	if err != nil {
-		return err
 	}
 	pub, err := health.NewPublisher(nc, w.pool.Name, w.id, w.cfg.Health.HeartbeatInterval.D(), w.snapshot)
 	if err != nil {
@@ -99,6 +100,7 @@ func (w *Worker) ServeConn(ctx context.Context, nc *nats.Conn) error {
 		stopBeats()
 		return err
 	}
+	w.reply.gate.waitParked(parkedDrainWait) // their verdicts come on ctl
 	for _, s := range ctl {
 		s.Unsubscribe()
 	}

@@ -30,6 +30,9 @@ import (
 //     deadline, or its class queue full (overloaded).
 //  3. Claims go only to a gateway's claim subject, never where a forged item says.
 //  4. A draining worker takes no new work: its work subscriptions drain (ServeConn).
+//  5. An item with reply_direct is answered only once its gateway's verdict says the
+//     attempt is this worker's (replier, rule 6): its taken claim asks for the verdict,
+//     which comes on the worker's verdict subject (verdict).
 type server struct {
 	cfg      *config.Config
 	pool     *config.Pool
@@ -42,6 +45,7 @@ type server struct {
 	snapshot func() *codec.Heartbeat // answers stats and drain
 	replies  []string                // the reply prefixes it answers under (config NATS.Replies)
 
+	late        lateClaims // the fault hook's held claims (late.go)
 	draining    atomic.Bool
 	badMessages atomic.Uint64 // messages dropped for their reply subject (rule 1)
 }
@@ -99,19 +103,37 @@ func (s *server) workHandler(class string) nats.MsgHandler {
 	return s.checked(func(m *nats.Msg) { s.accept(class, m) })
 }
 
-// accept decodes a work item and queues it, or answers at once (rule 2).
+// accept decodes a work item and queues it, or answers at once (rule 2). An item whose
+// reply goes straight to its client is claimed in both cases, and its answer waits for
+// the gateway's verdict (rule 5).
 func (s *server) accept(class string, m *nats.Msg) {
 	j := &job{msg: m, class: class, asJSON: m.Header.Get(codec.HeaderContentType) == codec.ContentTypeJSON, received: time.Now(), item: &codec.WorkItem{}}
 	j.trace = startTrace(m.Header, j.received, class, s.pool.Name, s.worker, s.pool.Device)
 	defer guard.Recover(s.log, "work item", func(e *codec.Error) { s.reply.answer(j, nil, e) })
-	if err := s.admit(j); err != nil {
-		s.reply.answer(j, nil, err)
-		return
+	err := s.admit(j)
+	if err == nil {
+		j.ctx, j.cancel = context.WithDeadline(context.Background(), j.deadline)
 	}
-	j.ctx, j.cancel = context.WithDeadline(context.Background(), j.deadline)
-	if !s.q.put(j) {
+	gated := j.item.ReplyDirect && j.claim != "" && s.reply.verdictTo != ""
+	if gated {
+		j.verdict = s.reply.gate.expect(j.item.ID, j.item.Attempt, j.cancel, j.deadline) // before its slot can answer it
+	}
+	if err == nil && !s.q.put(j) {
 		j.cancel()
-		s.reply.answer(j, nil, codec.Errorf(codec.CodeOverloaded, "worker %s: %s queue is full (%d)", s.worker, class, s.pool.QueueBound).With("worker", s.worker).With("class", class))
+		err = codec.Errorf(codec.CodeOverloaded, "worker %s: %s queue is full (%d)", s.worker, class, s.pool.QueueBound).With("worker", s.worker).With("class", class)
+	}
+	if err == nil || gated {
+		s.claimTaken(j)
+	}
+	if err != nil {
+		s.reply.answer(j, nil, err)
+	}
+}
+
+// claimTaken sends j's taken claim — held back by the fault hook (late.go) in chaos
+// tests.
+func (s *server) claimTaken(j *job) {
+	if s.late.hold(j, func() { s.reply.claim(j, codec.ClaimTaken, "", nil) }) {
 		return
 	}
 	s.reply.claim(j, codec.ClaimTaken, "", nil)
@@ -173,6 +195,11 @@ func (s *server) control(nc *nats.Conn) ([]*nats.Subscription, error) {
 		return nil, err
 	}
 	subs := []*nats.Subscription{cs}
+	vs, err := nc.Subscribe(s.reply.verdictTo, guard.Msg(s.log, "verdict", nc, s.replies, s.checked(s.verdict)))
+	if err != nil {
+		return subs, err
+	}
+	subs = append(subs, vs)
 	for _, verb := range []string{subjects.VerbStats, subjects.VerbDrain, subjects.VerbLoad, subjects.VerbUnload} {
 		subj, err := subjects.Worker(s.worker, verb)
 		if err != nil {
@@ -207,6 +234,15 @@ func (s *server) cancel(m *nats.Msg) {
 			s.reply.publishFailed("cancel reply", c.ID, err)
 		}
 	}
+}
+
+// verdict takes a gateway's verdict on a claim (rule 5). A malformed one changes nothing.
+func (s *server) verdict(m *nats.Msg) {
+	var v codec.ClaimVerdict
+	if codec.Unmarshal(m.Data, &v) != nil || v.ID == "" {
+		return
+	}
+	s.reply.gate.decide(v)
 }
 
 // verb takes a control verb: load and unload go to the controller; stats and drain (which

@@ -287,7 +287,8 @@ func (w *Worker) snapshot() *codec.Heartbeat {
 		RSSBytes: rssBytes(), DeviceBytes: devBytes, DeviceSource: devSource, UptimeMS: time.Since(w.start).Milliseconds(),
 		Adapter: adapter.adapter, AdapterMismatch: adapter.mismatch,
 		Panics: guard.Panics(), PublishErrors: w.reply.publishErrors.Load(), BadMessages: w.serve.badMessages.Load(),
-		DecodeWaitMS: time.Duration(w.slots.decode.waited.Load()).Milliseconds(), InferMS: time.Duration(w.slots.inferred.Load()).Milliseconds(),
+		DroppedReplies: w.reply.gate.dropped.Load(),
+		DecodeWaitMS:   time.Duration(w.slots.decode.waited.Load()).Milliseconds(), InferMS: time.Duration(w.slots.inferred.Load()).Milliseconds(),
 	}
 }
 

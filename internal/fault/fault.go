@@ -3,7 +3,10 @@
 // process die of a real native SIGSEGV (through cgo), and MagicAbort of a native abort();
 // a model whose folder's path contains MagicPanic makes the worker panic (a Go panic)
 // while warming it up; a request one of whose paths contains MagicAdapterLost makes its
-// run fail as a run on a lost GPU device does (worker/adapterlost.go). It is off by
+// run fail as a run on a lost GPU device does (worker/adapterlost.go); and MagicSlowClaim
+// makes the worker hold its claim of the request's first attempt until it has taken a
+// later attempt of the same request (a claim that reaches the gateway after it dispatched
+// the request again: worker/verdict.go). It is off by
 // default, and nothing in a normal configuration turns it on.
 package fault
 
@@ -33,6 +36,9 @@ const (
 	MagicPanic = "__ortbus_fault_panic__"
 	// MagicAdapterLost: the run's error is a lost device's (LostDeviceError).
 	MagicAdapterLost = "__ortbus_fault_adapter_lost__"
+	// MagicSlowClaim: the claim of the first attempt is held until a later attempt of
+	// the same request is taken.
+	MagicSlowClaim = "__ortbus_fault_slow_claim__"
 )
 
 // LostDeviceError is the run error MagicAdapterLost stands in for: what Dawn's WebGPU
@@ -56,12 +62,19 @@ func Check(path string) {
 
 // AdapterLost reports whether the switch is on and one of paths asks for a lost device
 // (MagicAdapterLost).
-func AdapterLost(paths ...string) bool {
+func AdapterLost(paths ...string) bool { return anyHas(MagicAdapterLost, paths) }
+
+// SlowClaim reports whether the switch is on and one of paths asks for a late claim
+// (MagicSlowClaim).
+func SlowClaim(paths ...string) bool { return anyHas(MagicSlowClaim, paths) }
+
+// anyHas reports whether the switch is on and one of paths contains magic.
+func anyHas(magic string, paths []string) bool {
 	if !enabled {
 		return false
 	}
 	for _, p := range paths {
-		if strings.Contains(p, MagicAdapterLost) {
+		if strings.Contains(p, magic) {
 			return true
 		}
 	}
