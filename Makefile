@@ -80,10 +80,10 @@ test: test-first
 # bench/'s tests that compare no timings (they check what a run reports and that it
 # refuses what it must: the library bench's answers and ratios computed, the profile's
 # keys, the adapter checks, the webgpu smoke run, overhead -pages's page streams, the memory
-# check and the unmeasured targets, the jobs, incremental and lease runs' counts) run beside
-# the other packages; the rest of bench/ (its ratios to solo runs) runs alone, last. A new
-# bench test is timed (alone) unless named here.
-BENCH_UNTIMED := ^(TestLibrary.*|TestProfile.*|TestMemCheck.*|TestUnmeasured.*|TestPowerMeterRAPL|TestProcSampler|TestGPUCheckAdapterMismatch|TestAdapterMismatchFails|TestNotTheGPU|TestThroughputWebGPUSmoke|TestOpenPages|TestOverheadPagesSmall|TestJobsSmall|TestIncrementalSmall|TestLeaseSmall)$$
+# check and the unmeasured targets, the jobs, incremental and lease runs' counts, the GPU
+# memory holder on lavapipe) run beside the other packages; the rest of bench/ (its ratios
+# to solo runs) runs alone, last. A new bench test is timed (alone) unless named here.
+BENCH_UNTIMED := ^(TestLibrary.*|TestProfile.*|TestMemCheck.*|TestUnmeasured.*|TestPowerMeterRAPL|TestProcSampler|TestGPUCheckAdapterMismatch|TestAdapterMismatchFails|TestNotTheGPU|TestThroughputWebGPUSmoke|TestOpenPages|TestOverheadPagesSmall|TestJobsSmall|TestIncrementalSmall|TestLeaseSmall|TestGPUMemHolder|TestLeaseWebGPUSmall)$$
 .PHONY: test-packages test-bench-untimed
 test-packages:
 	$(GO) test $(GOFLAGS_TEST) -p 2 $(filter-out $(TIMED_PKGS),$(INTEGRATION_PKGS)) $(UNIT_PKGS)

@@ -42,7 +42,12 @@ import (
 // (wait_ms), and the baseline of the same run, the way `ortbus lease --wait` waited
 // before: an acquire every ttl/3 (10 s with the default ttl) until one is granted.
 type LeaseResults struct {
-	Device      string     `json:"device"`
+	Device string `json:"device"`
+	// EP is where the holder's memory is: cpu (the host's, mapped), or webgpu (the GPU's,
+	// a WebGPU session's initializers: gpuholder.go), with the adapter it ran on.
+	EP          string     `json:"ep"`
+	Adapter     string     `json:"adapter,omitempty"`
+	HeldBytes   int64      `json:"held_bytes"`
 	BudgetBytes int64      `json:"budget_bytes"`
 	HolderBytes int64      `json:"holder_bytes"`
 	UrgentBytes int64      `json:"urgent_bytes"`
@@ -92,7 +97,50 @@ const (
 	leaseBenchUrgent   = 200 << 20
 	leaseBenchPoll     = 10 * time.Second
 	leaseBenchPolls    = 3
+	// leaseBenchGPUHeld is what the GPU holder allocates under its 400 MiB lease: its
+	// process's own device memory (a Vulkan device, ONNX Runtime's buffers) comes on top.
+	leaseBenchGPUHeld = 256 << 20
 )
+
+// leaseTarget is where a run's leases are: the device, and the holder's command's flags.
+type leaseTarget struct {
+	device string
+	holder []string
+}
+
+// leaseTargetOf is o's target: the cpu's memory, or with -ep webgpu the GPU's (o.Device,
+// else the GPU found; lavapipe's when there is none: a smoke, noted) after the adapter
+// is checked to be that GPU. restore undoes the environment it set.
+func leaseTargetOf(ctx context.Context, o *Options, w *workdir, res *LeaseResults, rep *Report) (t leaseTarget, restore func(), err error) {
+	res.EP, res.HeldBytes = orDefault(o.EP, "cpu"), leaseBenchHolder
+	switch res.EP {
+	case "cpu":
+		return leaseTarget{device: "cpu", holder: []string{"-bytes", fmt.Sprint(leaseBenchHolder)}}, func() {}, nil
+	case "webgpu":
+	default:
+		return t, nil, fmt.Errorf("bench lease: -ep %s: want cpu or webgpu", o.EP)
+	}
+	lib, err := o.runtimeLib("1.30.0")
+	if err != nil {
+		return t, nil, err
+	}
+	gpu := detectGPU()
+	_, pick, err := probeAdapter(ctx)
+	if err != nil {
+		return t, nil, fmt.Errorf("bench lease -ep webgpu: %w", err)
+	}
+	if err := gpu.checkAdapter(pick); err != nil {
+		return t, nil, fmt.Errorf("bench lease -ep webgpu: %w", err)
+	}
+	res.Adapter, res.HeldBytes = pick.String(), leaseBenchGPUHeld
+	t.device = orDefault(o.Device, orDefault(gpu.Device, "cpu"))
+	if gpu.Device == "" {
+		rep.note("%s: the holder's memory is lavapipe's, in the host's (%s; adapter %s)", SmokeLabel, gpu.What, res.Adapter)
+	}
+	t.holder = []string{"-ep", "webgpu", "-runtime", lib, "-bytes", fmt.Sprint(leaseBenchGPUHeld)}
+	restore, err = webgpuEnv(w.dir)
+	return t, restore, err
+}
 
 // urgentAcquire gets the round's urgent lease of req, one way or the other.
 type urgentAcquire func(ctx context.Context, sys *system, req *codec.LeaseRequest) (*codec.LeaseReply, error)
@@ -137,8 +185,17 @@ func Lease(ctx context.Context, o Options) (*Report, error) {
 	defer w.close()
 	rep := newReport("lease")
 	defer rep.finish()
+	res := &LeaseResults{BudgetBytes: leaseBenchCapacity / 2, HolderBytes: leaseBenchHolder, UrgentBytes: leaseBenchUrgent,
+		PollEveryMS: leaseBenchPoll.Milliseconds()}
+	rep.Results = res
+	target, restore, err := leaseTargetOf(ctx, &o, w, res, rep)
+	if err != nil {
+		return nil, err
+	}
+	defer restore()
+	res.Device = target.device
 	cfg, err := w.writeConfig(&o, "lease", sysConfig{Images: w.images,
-		Devices: map[string]config.Device{"cpu": {Capacity: leaseBenchCapacity, SafeFraction: 0.5}}})
+		Devices: map[string]config.Device{target.device: {Capacity: leaseBenchCapacity, SafeFraction: 0.5}}})
 	if err != nil {
 		return nil, err
 	}
@@ -148,14 +205,11 @@ func Lease(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer sys.stop()
-	res := &LeaseResults{Device: "cpu", BudgetBytes: leaseBenchCapacity / 2, HolderBytes: leaseBenchHolder, UrgentBytes: leaseBenchUrgent,
-		PollEveryMS: leaseBenchPoll.Milliseconds()}
-	rep.Results = res
 	n := positiveOr(o.N, 10)
-	if res.Wait, err = leasePhase(ctx, &o, w, sys, ortbus, "wait", n, waitInGateway, &acquires, rep); err != nil {
+	if res.Wait, err = leasePhase(ctx, &o, w, sys, ortbus, target, "wait", n, waitInGateway, &acquires, rep); err != nil {
 		return nil, err
 	}
-	if res.Polling, err = leasePhase(ctx, &o, w, sys, ortbus, "poll", min(n, leaseBenchPolls), pollEvery, &acquires, rep); err != nil {
+	if res.Polling, err = leasePhase(ctx, &o, w, sys, ortbus, target, "poll", min(n, leaseBenchPolls), pollEvery, &acquires, rep); err != nil {
 		return nil, err
 	}
 	res.print(o.out(), rep, n)
@@ -164,13 +218,13 @@ func Lease(ctx context.Context, o Options) (*Report, error) {
 
 // leasePhase runs rounds rounds of the way acquire, and sums them up; acquires counts the
 // urgent acquires on the bus.
-func leasePhase(ctx context.Context, o *Options, w *workdir, sys *system, ortbus, name string, rounds int, acquire urgentAcquire,
+func leasePhase(ctx context.Context, o *Options, w *workdir, sys *system, ortbus string, target leaseTarget, name string, rounds int, acquire urgentAcquire,
 	acquires *atomic.Int64, rep *Report) (LeasePhase, error) {
 	var ph LeasePhase
 	var fromStart, fromEnd, unmap, freed, grant []time.Duration
 	before := acquires.Load()
 	for i := range rounds {
-		r, err := leaseRound(ctx, o, w, sys, ortbus, fmt.Sprint(name, "-", i), acquire)
+		r, err := leaseRound(ctx, o, w, sys, ortbus, target, fmt.Sprint(name, "-", i), acquire)
 		if err != nil {
 			return ph, fmt.Errorf("%s round %d: %w", name, i+1, err)
 		}
@@ -193,8 +247,8 @@ func leasePhase(ctx context.Context, o *Options, w *workdir, sys *system, ortbus
 // print writes the results' table, and the targets' verdicts: granted within 1 s of the
 // memory being free, from one acquire a round.
 func (res *LeaseResults) print(out io.Writer, rep *Report, rounds int) {
-	fmt.Fprintf(out, "lease: an urgent %d MiB lease waiting behind a reclaimable %d MiB one on %s (budget %d MiB)\n",
-		res.UrgentBytes>>20, res.HolderBytes>>20, res.Device, res.BudgetBytes>>20)
+	fmt.Fprintf(out, "lease: an urgent %d MiB lease waiting behind a reclaimable %d MiB one on %s (budget %d MiB); its holder holds %d MiB of %s memory\n",
+		res.UrgentBytes>>20, res.HolderBytes>>20, res.Device, res.BudgetBytes>>20, res.HeldBytes>>20, map[string]string{"cpu": "the host's", "webgpu": "webgpu (" + res.Adapter + ")"}[res.EP])
 	row := func(what string, w, p float64) string { return fmt.Sprintf("%s\t%.1f\t%.1f", what, w, p) }
 	wt, pl := &res.Wait, &res.Polling
 	printTable(out, fmt.Sprintf("ms\twait_ms (%d rounds)\tpolling every %v (%d rounds)", len(wt.Rounds), leaseBenchPoll, len(pl.Rounds)),
@@ -245,8 +299,8 @@ func (r *leaseRoundTimes) figures() LeaseRound {
 // leaseRound runs one round: the holder started and ready, the urgent acquire waiting
 // until granted, the holder's freed line, the urgent lease released and the holder
 // stopped (its wrapper releases its lease).
-func leaseRound(ctx context.Context, o *Options, w *workdir, sys *system, ortbus, name string, acquire urgentAcquire) (*leaseRoundTimes, error) {
-	h, err := startMemHolder(ortbus, sys.ready.NATSURL, filepath.Join(w.dir, "holder-"+name+".log"), o.Logs)
+func leaseRound(ctx context.Context, o *Options, w *workdir, sys *system, ortbus string, target leaseTarget, name string, acquire urgentAcquire) (*leaseRoundTimes, error) {
+	h, err := startMemHolder(ortbus, sys.ready.NATSURL, target, filepath.Join(w.dir, "holder-"+name+".log"), o.Logs)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +311,7 @@ func leaseRound(ctx context.Context, o *Options, w *workdir, sys *system, ortbus
 	r := &leaseRoundTimes{sent: time.Now()}
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	l, err := acquire(wctx, sys, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: "cpu", Bytes: leaseBenchUrgent, Class: subjects.ClassUrgent, Holder: "urgent", TTLMS: 60_000})
+	l, err := acquire(wctx, sys, &codec.LeaseRequest{Action: codec.LeaseAcquire, Device: target.device, Bytes: leaseBenchUrgent, Class: subjects.ClassUrgent, Holder: "urgent", TTLMS: 60_000})
 	r.grant = time.Now()
 	if err != nil {
 		return nil, fmt.Errorf("the urgent lease: %w; the holder's log:\n%s", err, h.logTail())
@@ -270,7 +324,7 @@ func leaseRound(ctx context.Context, o *Options, w *workdir, sys *system, ortbus
 	if st, err := sys.status(ctx); err == nil {
 		for _, d := range st.Devices {
 			for _, x := range d.Leases {
-				if d.Device == "cpu" && x.Holder == "mem-holder" {
+				if d.Device == target.device && x.Holder == "mem-holder" {
 					r.shrunk = x.Bytes
 				}
 			}
@@ -294,12 +348,12 @@ type memHolder struct {
 	err    error
 }
 
-// startMemHolder starts the holder under its reclaimable batch lease on the bus at url.
-func startMemHolder(ortbus, url, log string, tee io.Writer) (*memHolder, error) {
-	size := fmt.Sprint(leaseBenchHolder)
+// startMemHolder starts the holder under its reclaimable batch lease of target's device on
+// the bus at url.
+func startMemHolder(ortbus, url string, target leaseTarget, log string, tee io.Writer) (*memHolder, error) {
 	h := &memHolder{log: log, events: make(chan MemHolderEvent, 8), exited: make(chan struct{})}
-	h.cmd = exec.Command(ortbus, "lease", "-s", url, "--device", "cpu", "--bytes", size, "--class", subjects.ClassBatch, "--holder", "mem-holder",
-		"--on-pressure", "kill -USR1 $ORTBUS_LEASE_PID", "--", ortbus, "bench", "mem-holder", "-bytes", size)
+	h.cmd = exec.Command(ortbus, append([]string{"lease", "-s", url, "--device", target.device, "--bytes", fmt.Sprint(leaseBenchHolder), "--class", subjects.ClassBatch,
+		"--holder", "mem-holder", "--on-pressure", "kill -USR1 $ORTBUS_LEASE_PID", "--", ortbus, "bench", "mem-holder"}, target.holder...)...)
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	f, err := os.Create(log)
 	if err != nil {

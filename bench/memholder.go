@@ -49,6 +49,9 @@ func MemHolderMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench mem-holder", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	size := fs.String("bytes", "", "how much memory to hold: bytes, or with a unit (400MiB)")
+	ep := fs.String("ep", "cpu", "where: cpu (the host's memory) or webgpu (the GPU's, through ONNX Runtime's WebGPU EP: gpuholder.go)")
+	lib := fs.String("runtime", "", "-ep webgpu: the ONNX Runtime library (with the WebGPU EP)")
+	child := fs.Bool("child", false, "-ep webgpu: be the process that holds the memory (the holder starts it)")
 	if fs.Parse(args) != nil || fs.NArg() != 0 {
 		return 2
 	}
@@ -57,9 +60,19 @@ func MemHolderMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench mem-holder: -bytes %q: want a size from 1 byte to 1TiB\n", *size)
 		return 2
 	}
+	if (*ep != "cpu" && *ep != "webgpu") || (*ep == "webgpu") != (*lib != "") || (*child && *ep != "webgpu") {
+		fmt.Fprintf(stderr, "bench mem-holder: want -ep cpu, or -ep webgpu with -runtime LIB\n")
+		return 2
+	}
+	if *child {
+		return gpuHolderChild(int64(n), *lib, stdout, stderr)
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	if *ep == "webgpu" {
+		return gpuHolderMain(int64(n), *lib, stdout, stderr, sigs)
+	}
 	mem, err := syscall.Mmap(-1, 0, int(n), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
 		fmt.Fprintf(stderr, "bench mem-holder: mmap %d bytes: %v\n", n, err)

@@ -29,9 +29,10 @@
 #       alone, its p95, items/s, CPU %, idle and peak memory (the GPU's, per process) and
 #       power (nvidia-smi power.draw; RAPL for the CPU), a service without a power
 #       reading failing as not measured;
-#   (f) the lease's free -> grant (bin/ortbus bench lease -n 3): measured on the host's
-#       memory only; the GPU's figure needs a holder of GPU memory the bench does not have
-#       yet, and is failed as not measured;
+#   (f) the lease's free -> grant, on the GPU's memory (bin/ortbus bench lease -n 3 -ep
+#       webgpu: the holder's memory is a WebGPU session's initializers in a child process,
+#       measured by nvidia-smi, the adapter checked to be the GPU) and on the host's
+#       (bin/ortbus bench lease -n 3);
 #   (e) exit 1 where a figure falls short of the issues' targets: the system >= 1.0x the
 #       in-process WebGPU loop and >= 1.0x onnxruntime-node's webgpu (the bench's "target
 #       missed" notes), the workers' device_bytes within 10% of the GPU's own growth, each
@@ -449,16 +450,23 @@ else
 fi
 
 # --- (f) the lease: a holder's memory free -> the waiting acquire granted ----------------------
-step "(f) bin/ortbus bench lease -n 3 -out $OUT/lease.json"
-if timed lease "$repo/bin/ortbus" bench lease -n 3 -out "$OUT/lease.json" >"$OUT/lease.txt" 2>&1; then
-	cat "$OUT/lease.txt"
-	row lease "free -> grant on the host's memory (cpu), p50" "$(sed -n 's/.*"free_end_to_grant_p50_ms": \([0-9.]*\).*/\1 ms/p' "$OUT/lease.json" | head -n 1)"
-	while IFS= read -r n; do fail "lease: ${n#note: }"; done < <(grep '^note: target missed' "$OUT/lease.txt")
-else
-	cat "$OUT/lease.txt"
-	fail "lease: bench lease failed (lease.txt)"
-fi
-fail "lease: not measured: free -> grant on the GPU's memory (the lease bench's holder allocates host memory; a holder of GPU memory is not built yet)"
+# lease_run NAME WHAT FLAGS...: one run of bench lease; its p50 in the summary, its missed
+# targets and any other note (a smoke on lavapipe, an adapter that is not the GPU) failures.
+lease_run() {
+	local name=$1 what=$2
+	shift 2
+	step "(f) bin/ortbus bench lease -n 3 $* -out $OUT/$name.json"
+	if timed "$name" "$repo/bin/ortbus" bench lease -n 3 "$@" -out "$OUT/$name.json" >"$OUT/$name.txt" 2>&1; then
+		cat "$OUT/$name.txt"
+		row "$name" "free -> grant on $what, p50" "$(sed -n 's/.*"free_end_to_grant_p50_ms": \([0-9.]*\).*/\1 ms/p' "$OUT/$name.json" | head -n 1)"
+		while IFS= read -r n; do fail "$name: ${n#note: }"; done < <(grep '^note: ' "$OUT/$name.txt")
+	else
+		cat "$OUT/$name.txt"
+		fail "$name: bench lease failed ($name.txt)"
+	fi
+}
+lease_run lease-gpu "the GPU's memory ($DEVICE, a WebGPU holder)" -ep webgpu -device "$DEVICE"
+lease_run lease "the host's memory (cpu)"
 
 # --- (e) the verdict ------------------------------------------------------------------------
 verdict

@@ -30,9 +30,12 @@ const benchUsage = `usage: ortbus bench NAME [flags]
   -ep EP           throughput: cpu (default) or webgpu: ONNX Runtime's WebGPU EP on every path
                    (the system's pools, the in-process loop, onnxruntime-node), side by side;
                    without a GPU (no nvidia-smi listing one, no /dev/dri render node) it says so
-                   and runs a smoke row instead (lavapipe smoke: not a GPU figure)
-  -device D        throughput -ep webgpu: the pools' device, cuda:N, drm:N or cpu (default: the
-                   GPU found, cuda:0 for NVIDIA)
+                   and runs a smoke row instead (lavapipe smoke: not a GPU figure); lease: the
+                   holder's memory on the host (cpu, default) or the GPU's (webgpu: a WebGPU
+                   session's 256 MiB of initializers in a child process, the adapter checked
+                   to be the GPU; on lavapipe a smoke, noted)
+  -device D        throughput, lease -ep webgpu: the pools' or the leases' device, cuda:N, drm:N
+                   or cpu (default: the GPU found, cuda:0 for NVIDIA)
   -smoke           throughput -ep webgpu: the smoke row (tiny model, 1s per path) even with a GPU
   -kills N         jobs: kill -9 of the whole stack during the kill run (default 2; -1 = none)
   -scenario S      collision: a scenario TOML file, or a built-in one: default (two pools
