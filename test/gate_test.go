@@ -186,7 +186,12 @@ func startUrgentLoad(t *testing.T, g *gatewayProc, path string) *urgentLoad {
 			defer wg.Done()
 			b, _ := codec.Marshal(&codec.Request{Path: path, Model: gwSlow, Class: "urgent", TimeoutMS: 2000})
 			for ctx.Err() == nil {
-				if _, err := g.NC.Request("ortbus.v1.tag", b, 3*time.Second); err != nil && ctx.Err() == nil {
+				// Bounded, and cut short by stop: a request to a killed gateway would
+				// otherwise hold stop for its whole timeout.
+				rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
+				_, err := g.NC.RequestWithContext(rctx, "ortbus.v1.tag", b)
+				rcancel()
+				if err != nil && ctx.Err() == nil {
 					// The gateway is gone (a test kills it): no more load.
 					if !g.alive() {
 						return
