@@ -687,6 +687,9 @@ func (h *hostileRun) surfaces(t *testing.T, s *hstack) []*hSurface {
 		muts: hThin(t, claim, o, 2)})
 	out = append(out, &hSurface{name: "nats ortbus.cancel", kind: hNATSPublish, subject: func(*hstack) string { return subjects.Cancel },
 		muts: hThin(t, &codec.Cancel{ID: "h-cancel"}, o, 1)})
+	verdictSubj := "ortbus.worker." + fastW + ".verdict"
+	out = append(out, &hSurface{name: "nats " + verdictSubj, kind: hNATSPublish, subject: func(*hstack) string { return verdictSubj },
+		muts: hThin(t, &codec.ClaimVerdict{ID: "h-verdict", Attempt: 1, Own: true}, o, 2)})
 	for _, w := range []string{fastW, bulkW} {
 		subj := "ortbus.worker." + w + ".stats"
 		out = append(out, &hSurface{name: "nats " + subj, kind: hNATSRequest, subject: func(*hstack) string { return subj }, stats: true,
