@@ -59,30 +59,13 @@ type GPUCollision struct {
 // could not be): a sum off by more than 10% is a target missed, a check that could not
 // be made a note that it was not measured (on a real GPU; a smoke judges nothing).
 func (g *GPUCollision) checkMemory(ctx context.Context, rep *Report, run string, sys *system, before DeviceReading, beforeErr error) {
-	m := &MemCheck{Device: g.Device, Verdict: "not measured: " + NoMemoryReading}
+	m := &MemCheck{Run: run, Device: g.Device, Verdict: "not measured: " + NoMemoryReading}
 	if g.MemoryReading != NoMemoryReading {
-		st, err := sys.status(ctx)
-		after, aerr := readDevice(g.Device)
-		switch {
-		case beforeErr != nil:
-			m.Verdict = "not measured: the reading before the workers: " + oneLine(beforeErr.Error())
-		case err != nil:
-			m.Verdict = "not measured: status: " + oneLine(err.Error())
-		case aerr != nil:
-			m.Verdict = "not measured: the reading with the workers: " + oneLine(aerr.Error())
-		default:
-			m = checkDeviceMemory(before, after, workersOn(st, g.Device))
-		}
+		m = checkSystem(ctx, run, g.Device, sys, before, beforeErr)
 	}
-	m.Run = run
 	g.MemoryChecks = append(g.MemoryChecks, m)
-	switch {
-	case g.Smoke != "":
-	case strings.HasPrefix(m.Verdict, "not measured"):
-		rep.note("%s: the workers' device memory against the device's: %s", run, m.Verdict)
-	default:
-		rep.target(m.OK(), "%s: the workers' device_bytes sum to %s, the device grew by %s less its other processes' growth: off by %.1f%% (target within 10%%)",
-			run, mibText(m.WorkersBytes), mibText(m.DeviceBytes), 100*m.Off)
+	if g.Smoke == "" {
+		m.judge(rep)
 	}
 }
 

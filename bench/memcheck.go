@@ -10,6 +10,7 @@ package bench
 // Their device_bytes must sum to it within memCheckTolerance.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,6 +114,38 @@ func checkDeviceMemory(before, after DeviceReading, workers map[int]int64) *MemC
 		}
 	}
 	return m
+}
+
+// checkSystem checks the memory of sys's workers on device, loaded, against the device's
+// growth since before (read before sys started; beforeErr: it could not be): the check
+// of the run named run, or why it was not measured.
+func checkSystem(ctx context.Context, run, device string, sys *system, before DeviceReading, beforeErr error) *MemCheck {
+	m := &MemCheck{Device: device}
+	st, err := sys.status(ctx)
+	after, aerr := readDevice(device)
+	switch {
+	case beforeErr != nil:
+		m.Verdict = "not measured: the reading before the workers: " + oneLine(beforeErr.Error())
+	case err != nil:
+		m.Verdict = "not measured: status: " + oneLine(err.Error())
+	case aerr != nil:
+		m.Verdict = "not measured: the reading with the workers: " + oneLine(aerr.Error())
+	default:
+		m = checkDeviceMemory(before, after, workersOn(st, device))
+	}
+	m.Run = run
+	return m
+}
+
+// judge puts m's verdict in rep: a target (the sum within 10% of the device's growth), or
+// a note that it was not measured.
+func (m *MemCheck) judge(rep *Report) {
+	if strings.HasPrefix(m.Verdict, "not measured") {
+		rep.note("%s: the workers' device memory against the device's: %s", m.Run, m.Verdict)
+		return
+	}
+	rep.target(m.OK(), "%s: the workers' device_bytes sum to %s, the device grew by %s less its other processes' growth: off by %.1f%% (target within 10%%)",
+		m.Run, mibText(m.WorkersBytes), mibText(m.DeviceBytes), 100*m.Off)
 }
 
 // workersOn is each live worker of status st on device that reports its device memory,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -110,5 +111,40 @@ func TestMemCheckMain(t *testing.T) {
 	}
 	if code, _ := run("-device", "cuda:0"); code != 2 {
 		t.Errorf("no -save nor -before: exit %d, want 2", code)
+	}
+}
+
+// judge: a check within 10% adds nothing to the report, one off by more is a missed
+// target naming both sums, one not measured a note saying so (which gpu-check fails);
+// printTune prints each layout's check on a "memory check" line, the verdict last (what
+// gpu-check's tune step reads).
+func TestMemCheckJudge(t *testing.T) {
+	before := DeviceReading{Device: "cuda:0", UsedBytes: 1000 << 20, Procs: map[int]int64{7: 100 << 20}}
+	after := DeviceReading{Device: "cuda:0", UsedBytes: 1400 << 20, Procs: map[int]int64{7: 100 << 20, 11: 390 << 20}}
+	for _, tc := range []struct {
+		workers map[int]int64
+		want    string
+	}{
+		{map[int]int64{11: 390 << 20}, ""},
+		{map[int]int64{11: 200 << 20}, "target missed: run: the workers' device_bytes sum to 200.0 MiB, the device grew by 400.0 MiB"},
+		{map[int]int64{}, "run: the workers' device memory against the device's: not measured: no worker reports device_bytes"},
+	} {
+		m := checkDeviceMemory(before, after, tc.workers)
+		m.Run = "run"
+		rep := &Report{}
+		m.judge(rep)
+		switch {
+		case tc.want == "" && len(rep.Notes) != 0:
+			t.Errorf("%v: notes %q, want none", tc.workers, rep.Notes)
+		case tc.want != "" && (len(rep.Notes) != 1 || !strings.HasPrefix(rep.Notes[0], tc.want)):
+			t.Errorf("%v: notes %q, want one starting %q", tc.workers, rep.Notes, tc.want)
+		}
+	}
+	var out strings.Builder
+	off := checkDeviceMemory(before, after, map[int]int64{11: 200 << 20})
+	printTune(&out, &TuneResults{Rows: []TuneRow{{Layout: Layout{Workers: 1, Threads: 1}, ItemsPerSec: 1, MemoryCheck: off}, {Layout: Layout{Workers: 2, Threads: 1}, ItemsPerSec: 1}}})
+	lines := regexp.MustCompile(`(?m)^memory check, .*$`).FindAllString(out.String(), -1)
+	if len(lines) != 1 || !strings.HasSuffix(lines[0], ": off by more than 10%") {
+		t.Errorf("printTune's memory check lines %q, want one ending with its verdict:\n%s", lines, out.String())
 	}
 }

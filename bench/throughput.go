@@ -227,11 +227,26 @@ func Throughput(ctx context.Context, o Options) (*Report, error) {
 	if err := os.MkdirAll(h.w.spool(), 0o755); err != nil {
 		return nil, err
 	}
+	// On a GPU, the workers' device memory is checked against the device's own growth
+	// (memcheck.go) once they are loaded; judged unless it is a smoke.
+	onGPU := wg != nil && wg.setup.GPU.Device != ""
+	var before DeviceReading
+	var beforeErr error
+	if onGPU {
+		before, beforeErr = readDevice(wg.setup.Device)
+	}
 	sys, err := h.startSystem(ctx, "throughput", throughputConfig(h, tms, ep, res.Setup.WebGPU))
 	if err != nil {
 		return nil, err
 	}
 	defer sys.stop()
+	if onGPU {
+		m := checkSystem(ctx, "throughput", wg.setup.Device, sys, before, beforeErr)
+		res.Setup.WebGPU.MemoryCheck = m
+		if wg.setup.Smoke == "" {
+			m.judge(h.rep)
+		}
+	}
 
 	// In-process: the models package in this process, one thread, one item at a time.
 	rt, err := ort.Load(h.lib)

@@ -74,6 +74,9 @@ type TuneRow struct {
 	P95MS       float64 `json:"p95_ms"`
 	CPUPerItem  float64 `json:"cpu_ms_per_item"`
 	Err         string  `json:"error,omitempty"`
+	// MemoryCheck is, for a webgpu layout on a GPU, its workers' device_bytes against the
+	// device's own growth (memcheck.go).
+	MemoryCheck *MemCheck `json:"memory_check,omitempty"`
 }
 
 // TuneResults are a tune's rows and its winner.
@@ -240,6 +243,12 @@ func printTune(out io.Writer, res *TuneResults) {
 		rows = append(rows, fmt.Sprintf("%d\t%d\t%v\t%d\t%.2f\t%.1f\t%.1f\t%.1f\t%s", r.Workers, r.Threads, r.Spin, r.MaxBatch, r.ItemsPerSec, r.P50MS, r.P95MS, r.CPUPerItem, strings.TrimSpace(mark)))
 	}
 	printTable(out, "workers\tthreads\tspin\tmax_batch\titems/s\tp50 ms\tp95 ms\tcpu ms/item\t", rows...)
+	for _, r := range res.Rows {
+		if m := r.MemoryCheck; m != nil {
+			fmt.Fprintf(out, "memory check, %s: workers %s, device grew by %s (other processes subtracted), off %.1f%%: %s\n",
+				r.Layout, mibText(m.WorkersBytes), mibText(m.DeviceBytes), 100*m.Off, m.Verdict)
+		}
+	}
 }
 
 // writeWinner writes the winner's layout into the pool's table of the config file (and
@@ -382,11 +391,20 @@ func tuneOne(ctx context.Context, o TuneOptions, user *config.Config, base *conf
 	if err := config.Write(path, c); err != nil {
 		return err
 	}
+	gpu := pc.EP == "webgpu" && (strings.HasPrefix(pc.Device, "cuda:") || strings.HasPrefix(pc.Device, "drm:"))
+	var before DeviceReading
+	var beforeErr error
+	if gpu {
+		before, beforeErr = readDevice(pc.Device)
+	}
 	sys, err := startSystem(ctx, &o.Options, w, name, path)
 	if err != nil {
 		return err
 	}
 	defer sys.stop()
+	if gpu {
+		row.MemoryCheck = checkSystem(ctx, name, pc.Device, sys, before, beforeErr)
+	}
 	st, err := sys.status(ctx)
 	if err != nil {
 		return err

@@ -60,6 +60,9 @@ type WebGPUSetup struct {
 	// Paths are, for each path (inprocess, system, system_batched, node), the EP it ran
 	// on as observed, its device and adapter, and its first run's cost by model.
 	Paths map[string]*PathEP `json:"paths"`
+	// MemoryCheck is, on a GPU, the system's workers' device_bytes against the device's
+	// own growth once they were loaded (memcheck.go).
+	MemoryCheck *MemCheck `json:"memory_check,omitempty"`
 }
 
 // PathEP is what one path ran on.

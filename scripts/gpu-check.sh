@@ -33,6 +33,9 @@
 #       webgpu: the holder's memory is a WebGPU session's initializers in a child process,
 #       measured by nvidia-smi, the adapter checked to be the GPU) and on the host's
 #       (bin/ortbus bench lease -n 3);
+#   (b') the memory check of item 2 in the GPU benches too: every tune layout's and the
+#       throughput system's workers against the GPU's growth (their "memory check" lines,
+#       a target of the throughput report);
 #   (e) exit 1 where a figure falls short of the issues' targets: the system >= 1.0x the
 #       in-process WebGPU loop and >= 1.0x onnxruntime-node's webgpu (the bench's "target
 #       missed" notes), the workers' device_bytes within 10% of the GPU's own growth, each
@@ -276,6 +279,9 @@ step "(b) bin/ortbus tune -config $cfg -ep webgpu -device $DEVICE -input $input 
 timed tune "$repo/bin/ortbus" tune -config "$cfg" -ep webgpu -device "$DEVICE" -input "$input" -duration "$TUNE_DURATION" -json "$OUT/tune.json" gpu 2>&1 | tee "$OUT/tune.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || fail "tune: tune -ep webgpu failed (tune.txt)"
 not_gpu tune "$OUT/tune.txt"
+# Each layout's workers' device_bytes against the GPU's own growth (issue 41, item 2).
+grep -q '^memory check' "$OUT/tune.txt" || fail "tune: not measured: no layout's memory check (the workers' device_bytes against the GPU's growth)"
+while IFS= read -r l; do fail "tune: $l"; done < <(grep '^memory check' "$OUT/tune.txt" | grep -v ': ok$')
 workers=1 max_batch=0
 if w=$(sed -n 's/^winner: \([0-9]*\)×\([0-9]*\) spin=[a-z]* batch=\([0-9]*\).*/\1 \3/p' "$OUT/tune.txt") && [ -n "$w" ]; then
 	read -r workers max_batch <<<"$w"
