@@ -138,6 +138,7 @@ func TestCollisionPrintGPU(t *testing.T) {
 // no request lost, speech served by the webgpu pool before the kill and by the CPU pool
 // across it. No figure is compared with a bound: the machine may be loaded.
 func TestCollisionGPU(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	root, bin := realSystem(t, "starts a gateway, webgpu workers and the llama.cpp tenant on the real models")
 	testenv.RequireVulkan(t)
 	testenv.RequireLLMTenant(t)

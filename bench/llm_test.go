@@ -19,6 +19,7 @@ import (
 // urgent class's degrade figures, and the LLM ratios and the chart. No figure is compared
 // with a bound: the machine may be loaded.
 func TestCollisionLLM(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	root, bin := realSystem(t, "starts a gateway, workers and LLM tenants on the real models")
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
@@ -87,6 +88,7 @@ func TestCollisionLLM(t *testing.T) {
 // the policy when the lease has --gate, never under FIFO), the table's tenant columns and
 // the chart. No figure is compared with a bound.
 func TestCapacityLLM(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	root, bin := realSystem(t, "starts gateways, workers and an LLM tenant on the real models")
 	data, err := builtinScenarios.ReadFile("scenarios/capacity-llm.toml")
 	if err != nil {
