@@ -130,7 +130,7 @@ func TestLeaseWebGPUSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := rep.Results.(*LeaseResults)
-	if res.EP != "webgpu" || res.Device != "cpu" || res.HeldBytes != leaseBenchGPUHeld || !strings.Contains(res.Adapter, "llvmpipe") {
+	if res.EP != "webgpu" || res.Device != "cpu" || res.HeldBytes != leaseBenchSmokeHeld || !strings.Contains(res.Adapter, "llvmpipe") {
 		t.Errorf("results %+v: want the webgpu holder on lavapipe (device cpu)", res)
 	}
 	for _, r := range append(res.Wait.Rounds, res.Polling.Rounds...) {

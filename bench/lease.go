@@ -100,6 +100,9 @@ const (
 	// leaseBenchGPUHeld is what the GPU holder allocates under its 400 MiB lease: its
 	// process's own device memory (a Vulkan device, ONNX Runtime's buffers) comes on top.
 	leaseBenchGPUHeld = 256 << 20
+	// leaseBenchSmokeHeld is what it allocates on lavapipe (a smoke: the host's memory,
+	// written by the CPU), which proves the path, not a size.
+	leaseBenchSmokeHeld = 64 << 20
 )
 
 // leaseTarget is where a run's leases are: the device, and the holder's command's flags.
@@ -135,9 +138,10 @@ func leaseTargetOf(ctx context.Context, o *Options, w *workdir, res *LeaseResult
 	res.Adapter, res.HeldBytes = pick.String(), leaseBenchGPUHeld
 	t.device = orDefault(o.Device, orDefault(gpu.Device, "cpu"))
 	if gpu.Device == "" {
+		res.HeldBytes = leaseBenchSmokeHeld
 		rep.note("%s: the holder's memory is lavapipe's, in the host's (%s; adapter %s)", SmokeLabel, gpu.What, res.Adapter)
 	}
-	t.holder = []string{"-ep", "webgpu", "-runtime", lib, "-bytes", fmt.Sprint(leaseBenchGPUHeld)}
+	t.holder = []string{"-ep", "webgpu", "-runtime", lib, "-bytes", fmt.Sprint(res.HeldBytes)}
 	restore, err = webgpuEnv(w.dir)
 	return t, restore, err
 }

@@ -32,7 +32,7 @@ const benchUsage = `usage: ortbus bench NAME [flags]
                    without a GPU (no nvidia-smi listing one, no /dev/dri render node) it says so
                    and runs a smoke row instead (lavapipe smoke: not a GPU figure); lease: the
                    holder's memory on the host (cpu, default) or the GPU's (webgpu: a WebGPU
-                   session's 256 MiB of initializers in a child process, the adapter checked
+                   session's 256 MiB of initializers (64 MiB on lavapipe) in a child process, the adapter checked
                    to be the GPU; on lavapipe a smoke, noted)
   -device D        throughput, lease -ep webgpu: the pools' or the leases' device, cuda:N, drm:N
                    or cpu (default: the GPU found, cuda:0 for NVIDIA)
