@@ -82,7 +82,8 @@ test: test-first
 # keys, the adapter checks, the webgpu smoke run, overhead -pages's page streams, the memory
 # check and the unmeasured targets, the jobs, incremental and lease runs' counts, the GPU
 # memory holder on lavapipe) run beside the other packages; the rest of bench/ (its ratios
-# to solo runs) runs alone, last. A new bench test is timed (alone) unless named here.
+# to solo runs) runs alone, last — its three tests that time nothing together at its end
+# (t.Parallel, bench/parallel_test.go). A new bench test is timed (alone) unless named here.
 BENCH_UNTIMED := ^(TestLibrary.*|TestProfile.*|TestMemCheck.*|TestUnmeasured.*|TestPowerMeterRAPL|TestProcSampler|TestGPUCheckAdapterMismatch|TestAdapterMismatchFails|TestNotTheGPU|TestThroughputWebGPUSmoke|TestOpenPages|TestOverheadPagesSmall|TestJobsSmall|TestIncrementalSmall|TestLeaseSmall|TestGPUMemHolder|TestLeaseWebGPUSmall)$$
 .PHONY: test-packages test-bench-untimed
 test-packages:
