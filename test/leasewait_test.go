@@ -164,8 +164,12 @@ func TestLeaseWaitGrantedOnFree(t *testing.T) {
 	if n := urgentAcquires.Load(); n != 1 {
 		t.Errorf("%d urgent acquires sent, want 1: the waiting wrapper asked again", n)
 	}
-	if l, ok := leaseOf(t, g, "cpu", "batch-holder"); !ok || l.Bytes >= 100<<20 || l.Pressed {
-		t.Errorf("the batch lease after the free: %+v (found %v), want shrunk to its holder's resident memory, pressed no more", l, ok)
+	// Shrunk to the measure that made room: the holder gives its pages back as munmap
+	// goes, and the gateway grants the waiting lease at the first measure under which it
+	// fits (on a loaded machine, before the last pages are gone), so the figure is bounded
+	// by the room, not by what the holder keeps at the end.
+	if l, ok := leaseOf(t, g, "cpu", "batch-holder"); !ok || l.Bytes >= 300<<20 || l.Bytes+300<<20 > 512<<20 || l.Pressed {
+		t.Errorf("the batch lease after the free: %+v (found %v), want shrunk to its holder's measured memory, room for the urgent 300 MiB in the 512 MiB budget, pressed no more", l, ok)
 	}
 	if l, ok := leaseOf(t, g, "cpu", "urgent"); !ok || l.Bytes != 300<<20 {
 		t.Errorf("the urgent lease: %+v (found %v), want held, 300 MiB", l, ok)
