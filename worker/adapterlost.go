@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -58,7 +57,7 @@ func deviceLost(err error) bool {
 // injected is the run error the fault hook puts in place of a run of item (rule 3), or
 // nil.
 func injected(item *codec.WorkItem) error {
-	if fault.AdapterLost(append([]string{item.Path}, slices.Collect(maps.Values(item.InputPaths))...)...) {
+	if fault.AdapterLost(item.Path, item.InputPaths) {
 		return errors.New(fault.LostDeviceError)
 	}
 	return nil

@@ -1,8 +1,6 @@
 package worker
 
 import (
-	"maps"
-	"slices"
 	"sync"
 
 	"github.com/ortbus/ortbus/internal/fault"
@@ -24,7 +22,7 @@ type lateClaims struct {
 // request whose first claim is held, it sends j's claim (send) and then the held one.
 func (l *lateClaims) hold(j *job, send func()) bool {
 	it := j.item
-	if !fault.SlowClaim(append([]string{it.Path}, slices.Collect(maps.Values(it.InputPaths))...)...) {
+	if !fault.SlowClaim(it.Path, it.InputPaths) {
 		return false
 	}
 	l.mu.Lock()

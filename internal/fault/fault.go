@@ -60,20 +60,28 @@ func Check(path string) {
 	}
 }
 
-// AdapterLost reports whether the switch is on and one of paths asks for a lost device
-// (MagicAdapterLost).
-func AdapterLost(paths ...string) bool { return anyHas(MagicAdapterLost, paths) }
+// AdapterLost reports whether the switch is on and a request's path or one of its input
+// paths asks for a lost device (MagicAdapterLost).
+func AdapterLost(path string, inputs map[string]string) bool {
+	return anyHas(MagicAdapterLost, path, inputs)
+}
 
-// SlowClaim reports whether the switch is on and one of paths asks for a late claim
-// (MagicSlowClaim).
-func SlowClaim(paths ...string) bool { return anyHas(MagicSlowClaim, paths) }
+// SlowClaim reports whether the switch is on and a request's path or one of its input
+// paths asks for a late claim (MagicSlowClaim).
+func SlowClaim(path string, inputs map[string]string) bool {
+	return anyHas(MagicSlowClaim, path, inputs)
+}
 
-// anyHas reports whether the switch is on and one of paths contains magic.
-func anyHas(magic string, paths []string) bool {
+// anyHas reports whether the switch is on and path or one of inputs contains magic. Off,
+// it costs one test: the hooks sit on every work item's path.
+func anyHas(magic, path string, inputs map[string]string) bool {
 	if !enabled {
 		return false
 	}
-	for _, p := range paths {
+	if strings.Contains(path, magic) {
+		return true
+	}
+	for _, p := range inputs {
 		if strings.Contains(p, magic) {
 			return true
 		}
