@@ -116,6 +116,7 @@ func TestMain(m *testing.M) {
 	if builtSystem.dir != "" {
 		os.RemoveAll(builtSystem.dir)
 	}
+	testenv.CleanupModels()
 	os.Exit(code)
 }
 

@@ -161,7 +161,9 @@ func gpuHolderChild(n int64, lib string, stdout, stderr io.Writer) int {
 	if err := gpuHolderRun(s); err != nil {
 		return fail(err)
 	}
-	os.Remove(model) // read: the disk space back while the memory is held
+	// Read: its directory goes now, while the memory is held, since the holder ends
+	// this child with a kill that runs no deferred call.
+	os.RemoveAll(dir)
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	json.NewEncoder(stdout).Encode(MemHolderEvent{Event: MemHolderReady, Bytes: n, PID: os.Getpid(), UnixUS: time.Now().UnixMicro()})

@@ -25,7 +25,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(probeChildEnv) == "1" {
 		os.Exit(doctor.ProbeMain(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	testenv.CleanupModels()
+	os.Exit(code)
 }
 
 // runDoctor writes pools (TOML tables of [pools.NAME], runtime and the rest given) into a
