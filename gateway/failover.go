@@ -170,40 +170,30 @@ func (f *failover) reader() {
 
 // openAnswers opens the answers bucket, trying again while JetStream is not ready.
 func (f *failover) openAnswers(ctx context.Context) {
-	wait, lastErr := jobOpenRetry, ""
-	for ctx.Err() == nil {
-		// Records are published without waiting; a backlog past this many unacknowledged
-		// stalls the publisher (up to 200 ms), so the bound is generous.
-		js, err := jetstream.New(f.nc, jetstream.WithPublishAsyncMaxPending(1<<16))
-		var kv jetstream.KeyValue
-		if err == nil {
-			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			kv, err = js.CreateOrUpdateKeyValue(octx, jetstream.KeyValueConfig{
-				Bucket:      AnswersBucket,
-				Description: "ortbus: requests accepted and answered, for clients' resends",
-				TTL:         failoverTTL,
-				History:     1,
-				Replicas:    f.conf().Jobs.Replicas,
-			})
-			cancel()
-		}
-		if err == nil {
-			f.mu.Lock()
-			f.js, f.kv = js, kv
-			f.mu.Unlock()
-			f.log.Info("answers bucket open")
-			return
-		}
-		if msg := err.Error(); msg != lastErr { // logged once per kind of failure
-			f.log.Warn("open the answers bucket; trying again", "err", err, "every", jobOpenRetryMax)
-			lastErr = msg
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, jobOpenRetryMax)
+	// Records are published without waiting; a backlog past this many unacknowledged
+	// stalls the publisher (up to 200 ms), so the bound is generous.
+	js, err := jetstream.New(f.nc, jetstream.WithPublishAsyncMaxPending(1<<16))
+	if err != nil { // only a bad option: nothing to try again
+		f.log.Error("open the answers bucket", "err", err)
+		return
 	}
+	var kv jetstream.KeyValue
+	if !defaultJSOpener.open(ctx, f.log, "answers bucket", func(actx context.Context) (err error) {
+		kv, err = js.CreateOrUpdateKeyValue(actx, jetstream.KeyValueConfig{
+			Bucket:      AnswersBucket,
+			Description: "ortbus: requests accepted and answered, for clients' resends",
+			TTL:         failoverTTL,
+			History:     1,
+			Replicas:    f.conf().Jobs.Replicas,
+		})
+		return err
+	}, nil) {
+		return
+	}
+	f.mu.Lock()
+	f.js, f.kv = js, kv
+	f.mu.Unlock()
+	f.log.Info("answers bucket open")
 }
 
 // answerKey is the bucket key of a request: a hash of its owner and id (any bytes of

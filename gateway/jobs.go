@@ -36,7 +36,7 @@ const (
 	// jobOpTimeout bounds one job request (a submit of many items publishes them all).
 	jobOpTimeout = 2 * time.Minute
 	// jobOpenRetry is the pause between attempts to open the store while JetStream is
-	// not ready yet (a cluster electing its leaders).
+	// not ready yet (a cluster electing its leaders; jsopen.go rule 3).
 	jobOpenRetry    = 500 * time.Millisecond
 	jobOpenRetryMax = 5 * time.Second
 	// jobCancelWait bounds the wait for a cancelled item's answer.
@@ -91,18 +91,10 @@ func (j *jobService) start(ctx context.Context) {
 	go func() {
 		defer close(j.done)
 		var s *jobs.Store
-		wait, lastErr := jobOpenRetry, ""
-		for {
-			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			var err error
-			s, err = jobs.Open(octx, j.nc, j.conf().Jobs, j.log)
-			cancel()
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
+		opened := defaultJSOpener.open(ctx, j.log, "job store", func(actx context.Context) (err error) {
+			s, err = jobs.Open(actx, j.nc, j.conf().Jobs, j.log)
+			return err
+		}, func(err error) {
 			// A cluster answers "no JetStream" until its nodes have elected their meta
 			// leader; a server without JetStream may get it later. The API answers
 			// unavailable meanwhile, and the gateway keeps trying, less and less often.
@@ -111,16 +103,9 @@ func (j *jobService) start(ctx context.Context) {
 				j.why = jobs.Unavailable()
 				j.mu.Unlock()
 			}
-			if msg := err.Error(); msg != lastErr { // logged once per kind of failure
-				j.log.Warn("open the job store; trying again", "err", err, "every", jobOpenRetryMax)
-				lastErr = msg
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-			wait = min(2*wait, jobOpenRetryMax)
+		})
+		if !opened {
+			return
 		}
 		j.mu.Lock()
 		j.store = s

@@ -179,9 +179,10 @@ func TestClusterMultiHost(t *testing.T) {
 		// the replicated streams, runs the items on the remote pool and records results.
 		c := ortclient.New(client.Conn)
 		// The store opens once the cluster's JetStream has elected its leaders and placed
-		// the replicated streams: on a loaded 2-core machine that took 30 s and more (one
-		// open attempt's bound), so the test waits for the gateway to say so, not for a
-		// budget; jobStoreOpenBound only ends a test whose gateway never does.
+		// the replicated streams: the test waits for the gateway to say so, not for a
+		// budget; jobStoreOpenBound only ends a test whose gateway never does. (A request
+		// sent before the meta leader is lost: it cost a whole 30 s attempt, about one run
+		// in two, until an attempt's first bound became short: gateway/jsopen.go.)
 		g.awaitJobStore(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 4*gwReplyBound)
 		defer cancel()

@@ -31,7 +31,7 @@ import (
 	"github.com/ortbus/ortbus/subjects"
 )
 
-// TestHostile is the test of issue 10 item 9: a real stack — one gateway with its embedded
+// runHostile is the test of issue 10 item 9: a real stack — one gateway with its embedded
 // NATS and HTTP API, supervising a pool on ONNX Runtime 1.30.0 (fast) and one on 1.24.3
 // (bulk) — takes well over 10,000 generated hostile messages (internal/testkit/hostile) on every
 // subject an ortbus process subscribes to and on every HTTP route, with good requests
@@ -42,8 +42,7 @@ import (
 //
 // A crash does not end the run: the stack is restarted (up to hostileMaxRestarts times)
 // so that one run reports every attack that breaks something; the test fails all the same.
-func TestHostile(t *testing.T) {
-	t.Parallel() // see parallel_test.go
+func runHostile(t *testing.T) {
 	h := newHostileRun(t)
 	h.stack = h.start(t)
 	defer h.finished.Store(true) // what the cleanups do to the stack is no crash

@@ -38,12 +38,11 @@ var pageTokens = map[string]string{"operator": "op-token-1", "alice": "alice-tok
 // so that the job runs for seconds, through several of the page's once-a-second updates.
 const pageJobItems = 24
 
-// TestPage drives the gateway's page (gateway/page.go) in a real headless Chromium
+// runPage drives the gateway's page (gateway/page.go) in a real headless Chromium
 // against a real gateway and its workers: one gateway for every step (each step builds
 // on the one before), restarted once at the end. Every wait is on the page's DOM
 // (WaitVisible, a polled condition) or on the API's answer, never a sleep.
-func TestPage(t *testing.T) {
-	t.Parallel()               // see parallel_test.go
+func runPage(t *testing.T) {
 	browser := startBrowser(t) // first: without Chromium nothing else starts
 	s := startPageStack(t)
 	tab := newTab(t, browser)

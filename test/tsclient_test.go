@@ -24,17 +24,16 @@ import (
 // the suite and every process it started are killed and the test fails.
 const tsSuiteBound = 8 * time.Minute
 
-// TestTSClient runs the TypeScript client's Bun tests (clients/ts/test/*.test.ts) against
+// runTSClient runs the TypeScript client's Bun tests (clients/ts/test/*.test.ts) against
 // real processes: the Bun harness starts gateways (with their workers on both fetched ONNX
 // Runtime versions) and natsembed from binaries built here, and calls them through the
 // client. Bun itself comes from npm (the `bun` package's platform binary, its postinstall
 // run for that package only), installed into clients/ts/node_modules from the committed
 // package-lock.json when missing. The client's types are checked with tsc first.
-func TestTSClient(t *testing.T) {
+func runTSClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the Bun suite starts real gateways for about a minute; skipped with -short")
 	}
-	t.Parallel() // see parallel_test.go
 	repo := testenv.RepoRoot(t)
 	dir := filepath.Join(repo, "clients", "ts")
 	for _, v := range testenv.Versions {
