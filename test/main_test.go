@@ -49,6 +49,16 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer testenv.CleanupModels()
+	// Everything the tests and the processes they start write to the temporary directory
+	// (Chromium's profiles, segment masks of a stack without a spool, the runtime's
+	// placement traces of a worker killed mid-load) goes under the package's own, removed
+	// at the end: a run leaves nothing in /tmp, whatever a process did not clean up.
+	ownTmp := filepath.Join(pkgEnv.tmp, "tmp")
+	if err := os.Mkdir(ownTmp, 0o700); err != nil {
+		fmt.Fprintln(os.Stderr, "test: temp dir:", err)
+		return 1
+	}
+	os.Setenv("TMPDIR", ownTmp)
 
 	// The binary under test, built once (without -race: only the test process needs it).
 	if pkgEnv.bin, err = buildBinary("ortworker"); err != nil {
