@@ -25,9 +25,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(probeChildEnv) == "1" {
 		os.Exit(doctor.ProbeMain(os.Args[1:]))
 	}
-	code := m.Run()
-	testenv.CleanupModels()
-	os.Exit(code)
+	os.Exit(testenv.RunMain(m))
 }
 
 // runDoctor writes pools (TOML tables of [pools.NAME], runtime and the rest given) into a

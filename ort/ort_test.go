@@ -37,11 +37,7 @@ const childTest = "TestRuntimeChild"
 // reference (the references agree to ~2e-6).
 const tol = 1e-4
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.CleanupModels()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }
 
 // TestRuntimes runs TestRuntimeChild once per supported runtime version, each in a
 // process of its own.

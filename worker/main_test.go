@@ -9,8 +9,4 @@ import (
 
 // TestMain removes the models testenv.Models generated for this package's tests (its
 // children reuse the parent's directory and leave it alone).
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.CleanupModels()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }

@@ -151,17 +151,20 @@ func Models(t testing.TB) string {
 }
 
 // CleanupModels removes the Models directory if this process created it. It is meant for
-// TestMain, after m.Run:
-//
-//	func TestMain(m *testing.M) {
-//		code := m.Run()
-//		testenv.CleanupModels()
-//		os.Exit(code)
-//	}
+// TestMain, after m.Run (RunMain does both).
 func CleanupModels() {
 	if dir, created := modelsDir(); created && dir != "" {
 		os.RemoveAll(dir)
 	}
+}
+
+// RunMain runs m's tests, then CleanupModels, and returns m.Run's exit code: the whole
+// TestMain of a package whose tests use Models is
+//
+//	func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m)) }
+func RunMain(m *testing.M) int {
+	defer CleanupModels()
+	return m.Run()
 }
 
 // InChild reports whether this process is a child started by Child to run the test name.

@@ -11,11 +11,7 @@ import (
 	"github.com/ortbus/ortbus/models/onnxgen"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	CleanupModels()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(RunMain(m)) }
 
 func TestRepoRoot(t *testing.T) {
 	root := RepoRoot(t)
